@@ -1,0 +1,39 @@
+# One entry point for setting up, testing and demonstrating tasoc.
+#   make demo   set up .venv, optimize zoo:bert and run zoo:nasrnn against the reference
+#   make test   set up .venv and run the whole test suite (lit + pytest)
+VENV    := .venv
+PY      := $(VENV)/bin/python
+TASOC   := $(VENV)/bin/tasoc
+STAMP   := $(VENV)/.installed
+
+.PHONY: setup test lit pytest lint demo bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@PYTHON_BIN=$$(scripts/find-python) && \
+	  { [ -x $(PY) ] || $$PYTHON_BIN -m venv $(VENV); }
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	@touch $(STAMP)
+
+test: setup
+	$(VENV)/bin/lit -q tests/filecheck
+	$(VENV)/bin/pytest
+
+lint: setup
+	$(VENV)/bin/ruff check tasoc tests benchmarks
+	$(VENV)/bin/ruff format --check tasoc tests benchmarks
+
+demo: setup
+	$(TASOC) zoo
+	$(TASOC) opt 'zoo:bert?layers=2&hidden=256' -p canonicalize,cse -o demo-bert.mlir
+	$(TASOC) opt demo-bert.mlir | head -n 20
+	$(TASOC) run demo-bert.mlir --check
+	$(TASOC) run zoo:nasrnn --check --bench 10
+
+bench: setup
+	$(PY) benchmarks/ir.py
+
+clean:
+	rm -rf $(VENV) demo-bert.mlir .pytest_cache

@@ -1,0 +1,211 @@
+"""`GraphBuilder`: write `graph` programs from Python with shapes inferred.
+
+    g = GraphBuilder()
+    x = g.input("x", (1, 3, 32, 32))
+    w = g.param("w", (16, 3, 3, 3))
+    y = g.conv2d(x, w, strides=(1, 1), padding="same", activation="relu")
+    module = g.build(y)
+
+Every method checks its operands the way the verifier does (the same
+`shapes.infer`), so a mistake fails where it is made, with the op named.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Block, SSAValue
+
+from tasoc.ir import graph as G
+from tasoc.ir.program import ENTRY, make_function
+from tasoc.ir.shapes import ConstData, DType, ShapeError, TensorSig
+
+Padding = str | Sequence[int]
+
+
+class GraphBuilder:
+    """Appends `graph` ops to the body of one function and wraps it in a module."""
+
+    def __init__(self, name: str = ENTRY) -> None:
+        self.name = name
+        self.block = Block()
+        self._params: list[bool] = []
+        self._built = False
+
+    # ---------------------------------------------------------------- arguments
+    def _argument(self, name: str, shape: Sequence[int], dtype: str, param: bool) -> SSAValue:
+        sig = TensorSig(tuple(int(d) for d in shape), DType(dtype))
+        if any(d < 0 for d in sig.shape):
+            raise ShapeError(f"argument '{name}': negative dimension in {list(shape)}")
+        arg = self.block.insert_arg(G.tensor_type(sig), len(self.block.args))
+        arg.name_hint = name
+        self._params.append(param)
+        return arg
+
+    def input(self, name: str, shape: Sequence[int], dtype: str = "f32") -> SSAValue:
+        """An activation input of the program."""
+        return self._argument(name, shape, dtype, param=False)
+
+    def param(self, name: str, shape: Sequence[int], dtype: str = "f32") -> SSAValue:
+        """A weight: an argument marked `{graph.param}` whose value lives outside the IR."""
+        return self._argument(name, shape, dtype, param=True)
+
+    # ------------------------------------------------------------------- core
+    def emit(self, op_cls: type[G.GraphOp], *operands: SSAValue, **attrs: Any) -> G.GraphOp:
+        """Append one op with inferred result types and return it."""
+        if self._built:
+            raise RuntimeError("GraphBuilder.build() was already called")
+        op = op_cls.create_typed(operands, **attrs)
+        self.block.add_op(op)
+        return op
+
+    def _one(self, op_cls: type[G.GraphOp], *operands: SSAValue, **attrs: Any) -> SSAValue:
+        return self.emit(op_cls, *operands, **attrs).results[0]
+
+    # ------------------------------------------------------------ element-wise
+    def add(self, lhs: SSAValue, rhs: SSAValue) -> SSAValue:
+        return self._one(G.AddOp, lhs, rhs)
+
+    def mul(self, lhs: SSAValue, rhs: SSAValue) -> SSAValue:
+        return self._one(G.MulOp, lhs, rhs)
+
+    def scale(self, x: SSAValue, scalar: SSAValue | float) -> SSAValue:
+        """x times a rank-0 tensor; a Python number becomes a `graph.constant`."""
+        if not isinstance(scalar, SSAValue):
+            scalar = self.constant(np.asarray(scalar, dtype=np.float32), G.sig_of(x.type).dtype)
+        return self._one(G.ScaleOp, x, scalar)
+
+    def relu(self, x: SSAValue) -> SSAValue:
+        return self._one(G.ReluOp, x)
+
+    def sigmoid(self, x: SSAValue) -> SSAValue:
+        return self._one(G.SigmoidOp, x)
+
+    def tanh(self, x: SSAValue) -> SSAValue:
+        return self._one(G.TanhOp, x)
+
+    def gelu(self, x: SSAValue) -> SSAValue:
+        return self._one(G.GeluOp, x)
+
+    # ---------------------------------------------------------------- linear
+    def transpose(self, x: SSAValue, perm: Sequence[int]) -> SSAValue:
+        return self._one(G.TransposeOp, x, perm=tuple(perm))
+
+    def matmul(self, lhs: SSAValue, rhs: SSAValue) -> SSAValue:
+        return self._one(G.MatmulOp, lhs, rhs)
+
+    def conv2d(
+        self,
+        x: SSAValue,
+        w: SSAValue,
+        strides: Sequence[int] = (1, 1),
+        padding: Padding = "same",
+        activation: str = "none",
+        groups: int = 1,
+    ) -> SSAValue:
+        pad = padding if isinstance(padding, str) else tuple(padding)
+        return self._one(
+            G.Conv2dOp, x, w, strides=tuple(strides), padding=pad, activation=activation, groups=groups
+        )
+
+    def enlarge(self, w: SSAValue, kernel: Sequence[int]) -> SSAValue:
+        return self._one(G.EnlargeOp, w, kernel=tuple(kernel))
+
+    def pool2d(
+        self,
+        x: SSAValue,
+        kind: str,
+        kernel: Sequence[int],
+        strides: Sequence[int] | None = None,
+        padding: Padding = "valid",
+    ) -> SSAValue:
+        pad = padding if isinstance(padding, str) else tuple(padding)
+        return self._one(
+            G.Pool2dOp,
+            x,
+            kind=kind,
+            kernel=tuple(kernel),
+            strides=tuple(strides or kernel),
+            padding=pad,
+        )
+
+    # ------------------------------------------------------------- structure
+    def concat(self, xs: Sequence[SSAValue], axis: int) -> SSAValue:
+        return self._one(G.ConcatOp, *xs, axis=axis)
+
+    def split(self, x: SSAValue, axis: int, sizes: Sequence[int]) -> list[SSAValue]:
+        return list(self.emit(G.SplitOp, x, axis=axis, sizes=tuple(sizes)).results)
+
+    def reshape(self, x: SSAValue, shape: Sequence[int]) -> SSAValue:
+        return self._one(G.ReshapeOp, x, shape=tuple(shape))
+
+    # ------------------------------------------------------------- constants
+    def ones(self, shape: Sequence[int], dtype: str = "f32") -> SSAValue:
+        return self._one(G.OnesOp, shape=tuple(shape), dtype=DType(dtype))
+
+    def zeros(self, shape: Sequence[int], dtype: str = "f32") -> SSAValue:
+        return self._one(G.ZerosOp, shape=tuple(shape), dtype=DType(dtype))
+
+    def c_pool(self, channels: int, kernel: Sequence[int], dtype: str = "f32") -> SSAValue:
+        return self._one(G.CPoolOp, channels=channels, kernel=tuple(kernel), dtype=DType(dtype))
+
+    def i_conv(self, channels: int, kernel: Sequence[int], dtype: str = "f32") -> SSAValue:
+        return self._one(G.IConvOp, channels=channels, kernel=tuple(kernel), dtype=DType(dtype))
+
+    def i_matmul(self, size: int, dtype: str = "f32") -> SSAValue:
+        return self._one(G.IMatmulOp, size=size, dtype=DType(dtype))
+
+    def constant(self, value: Any, dtype: str = "f32") -> SSAValue:
+        """A small dense constant (a scalar, a bias folded in, ...) kept in the IR text."""
+        array = np.asarray(value)
+        kind = DType(dtype)
+        cast = int if not kind.is_float else float
+        data = ConstData(array.shape, kind, tuple(cast(v) for v in array.reshape(-1).tolist()))
+        return self._one(G.ConstantOp, value=data)
+
+    # ------------------------------------------------------------ model ops
+    def softmax(self, x: SSAValue, axis: int = -1) -> SSAValue:
+        return self._one(G.SoftmaxOp, x, axis=axis)
+
+    def reduce(
+        self, x: SSAValue, kind: str, axes: Sequence[int], keepdims: bool = False
+    ) -> SSAValue:
+        return self._one(G.ReduceOp, x, kind=kind, axes=tuple(axes), keepdims=keepdims)
+
+    def batchnorm(
+        self,
+        x: SSAValue,
+        scale: SSAValue,
+        bias: SSAValue,
+        mean: SSAValue,
+        var: SSAValue,
+        epsilon: float = 1e-5,
+    ) -> SSAValue:
+        return self._one(G.BatchnormOp, x, scale, bias, mean, var, epsilon=float(epsilon))
+
+    def layernorm(
+        self, x: SSAValue, gamma: SSAValue, beta: SSAValue, axis: int = -1, epsilon: float = 1e-5
+    ) -> SSAValue:
+        return self._one(G.LayernormOp, x, gamma, beta, axis=axis, epsilon=float(epsilon))
+
+    def embedding(self, ids: SSAValue, table: SSAValue) -> SSAValue:
+        return self._one(G.EmbeddingOp, ids, table)
+
+    # ------------------------------------------------------------------ finish
+    def build(self, *outputs: SSAValue) -> ModuleOp:
+        """Return `builtin.module { func.func @name(...) { ...; func.return outputs } }`."""
+        if not outputs:
+            raise ValueError("a program needs at least one output")
+        if self._built:
+            raise RuntimeError("GraphBuilder.build() was already called")
+        self._built = True
+        function = make_function(self.name, self.block, self._params, outputs)
+        return ModuleOp([function])
+
+
+def shape_of(value: SSAValue) -> tuple[int, ...]:
+    """The static shape of a builder value (handy when writing models)."""
+    return G.sig_of(value.type).shape

@@ -1,0 +1,499 @@
+"""The `graph` dialect: TASO's operator set plus what real models need.
+
+Every op is an xDSL `IRDLOperation` whose attributes are properties printed in the
+attribute dictionary, so the text form is uniform and easy to diff:
+
+    %y = graph.conv2d %x, %w {activation = "relu", groups = 1 : i64,
+                              padding = "same", strides = array<i64: 1, 1>}
+         : (tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32>) -> tensor<1x4x8x8xf32>
+
+Typing rules are not written here: each op's verifier asks `shapes.infer` (the one
+place they live) and compares the answer with the op's result types. Attributes are
+converted to plain Python values (`py_attrs`) by one type-directed codec, which is
+what the builder, the light `dag` and the backends see.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from xdsl.dialects.builtin import (
+    BFloat16Type,
+    DenseArrayBase,
+    DenseIntOrFPElementsAttr,
+    Float16Type,
+    Float32Type,
+    FloatAttr,
+    IntegerAttr,
+    IntegerType,
+    StringAttr,
+    TensorType,
+    f64,
+    i1,
+    i32,
+    i64,
+)
+from xdsl.ir import Attribute, Dialect, SSAValue
+from xdsl.irdl import (
+    IRDLOperation,
+    ParsePropInAttrDict,
+    irdl_op_definition,
+    operand_def,
+    prop_def,
+    result_def,
+    traits_def,
+    var_operand_def,
+    var_result_def,
+)
+from xdsl.traits import Commutative, ConstantLike, Pure
+from xdsl.utils.exceptions import VerifyException
+
+from tasoc.ir.shapes import ConstData, DType, ShapeError, TensorSig, infer
+
+PARAM_ATTR = "graph.param"
+"""Argument attribute marking a `func.func` argument as a weight."""
+
+# --------------------------------------------------------------------------- types
+
+_XDSL_DTYPES: dict[DType, Attribute] = {
+    DType.F32: Float32Type(),
+    DType.F16: Float16Type(),
+    DType.BF16: BFloat16Type(),
+    DType.I32: i32,
+    DType.I64: i64,
+}
+_DTYPES_BY_ATTR: dict[Attribute, DType] = {attr: dtype for dtype, attr in _XDSL_DTYPES.items()}
+
+
+def dtype_to_xdsl(dtype: DType | str) -> Attribute:
+    return _XDSL_DTYPES[DType(dtype)]
+
+
+def dtype_of(element_type: Attribute) -> DType:
+    """The DType of an xDSL element type; raises ShapeError for unsupported ones."""
+    try:
+        return _DTYPES_BY_ATTR[element_type]
+    except KeyError:
+        raise ShapeError(f"unsupported element type {element_type}") from None
+
+
+def tensor_type(sig: TensorSig) -> TensorType:
+    return TensorType(dtype_to_xdsl(sig.dtype), sig.shape)
+
+
+def sig_of(type_: Attribute) -> TensorSig:
+    """The TensorSig of a static ranked tensor type; raises ShapeError otherwise."""
+    if not isinstance(type_, TensorType):
+        raise ShapeError(f"expected a ranked tensor type, got {type_}")
+    shape = tuple(type_.get_shape())
+    if any(d < 0 for d in shape):
+        raise ShapeError(f"dynamic shapes are not supported: {type_}")
+    return TensorSig(shape, dtype_of(type_.element_type))
+
+
+# --------------------------------------------------------------------- attribute codec
+
+
+def to_attr(value: Any) -> Attribute:
+    """Encode a Python attribute value as an xDSL attribute (inverse of `from_attr`)."""
+    if isinstance(value, DType):
+        return dtype_to_xdsl(value)
+    if isinstance(value, bool):
+        return IntegerAttr(int(value), i1)
+    if isinstance(value, int):
+        return IntegerAttr(value, i64)
+    if isinstance(value, float):
+        return FloatAttr(value, f64)
+    if isinstance(value, str):
+        return StringAttr(value)
+    if isinstance(value, tuple | list):
+        return DenseArrayBase.from_list(i64, [int(v) for v in value])
+    if isinstance(value, ConstData):
+        return DenseIntOrFPElementsAttr.from_list(
+            TensorType(dtype_to_xdsl(value.dtype), value.shape), list(value.values)
+        )
+    raise TypeError(f"cannot encode attribute value {value!r}")
+
+
+def from_attr(attr: Attribute) -> Any:
+    """Decode an xDSL attribute into the Python value the backends and `dag` use."""
+    if isinstance(attr, IntegerAttr):
+        return bool(attr.value.data) if attr.type == i1 else attr.value.data
+    if isinstance(attr, FloatAttr):
+        return float(attr.value.data)
+    if isinstance(attr, StringAttr):
+        return attr.data
+    if isinstance(attr, DenseArrayBase):
+        return tuple(int(v) for v in attr.iter_values())
+    if isinstance(attr, DenseIntOrFPElementsAttr):
+        sig = sig_of(attr.type)
+        return ConstData(sig.shape, sig.dtype, tuple(attr.get_values()))
+    if attr in _DTYPES_BY_ATTR:
+        return _DTYPES_BY_ATTR[attr]
+    raise TypeError(f"cannot decode attribute {attr}")
+
+
+# ------------------------------------------------------------------------ base op
+
+
+class GraphOp(IRDLOperation):
+    """Common behaviour of `graph` ops: typed construction and verification."""
+
+    irdl_options = (ParsePropInAttrDict(),)
+    assembly_format = "operands attr-dict `:` functional-type(operands, results)"
+    traits = traits_def(Pure())
+
+    @classmethod
+    def op_name(cls) -> str:
+        """The op's name without the dialect prefix, as `shapes.infer` knows it."""
+        return cls.name.removeprefix("graph.")
+
+    def py_attrs(self) -> dict[str, Any]:
+        return {name: from_attr(attr) for name, attr in self.properties.items()}
+
+    @classmethod
+    def create_typed(cls, operands: Sequence[SSAValue], **attrs: Any) -> GraphOp:
+        """Build the op with result types inferred from operands and attributes.
+
+        Raises ShapeError (naming the op) when the operands do not type-check.
+        """
+        sigs = [sig_of(v.type) for v in operands]
+        try:
+            results = infer(cls.op_name(), sigs, attrs)
+        except ShapeError as err:
+            raise ShapeError(f"{cls.name}: {err}") from None
+        return cls.create(
+            operands=list(operands),
+            result_types=[tensor_type(r) for r in results],
+            properties={name: to_attr(value) for name, value in attrs.items()},
+        )
+
+    def verify_(self) -> None:
+        try:
+            sigs = [sig_of(v.type) for v in self.operands]
+            expected = infer(self.op_name(), sigs, self.py_attrs())
+            actual = [sig_of(r.type) for r in self.results]
+        except (ShapeError, KeyError, TypeError) as err:
+            missing = f"missing attribute {err}" if isinstance(err, KeyError) else str(err)
+            raise VerifyException(f"'{self.name}': {missing}") from None
+        if expected != actual:
+            raise VerifyException(
+                f"'{self.name}': result types {', '.join(map(str, actual))} do not match "
+                f"the inferred {', '.join(map(str, expected))}"
+            )
+
+
+# ---------------------------------------------------------------------------- ops
+# Attributes are declared as untyped properties (`prop_def(Attribute)`): their
+# kinds and values are checked by `shapes.infer`, so the message names the rule.
+
+
+@irdl_op_definition
+class AddOp(GraphOp):
+    """Element-wise sum with NumPy broadcasting."""
+
+    name = "graph.add"
+    lhs = operand_def(TensorType)
+    rhs = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure(), Commutative())
+
+
+@irdl_op_definition
+class MulOp(GraphOp):
+    """Element-wise product with NumPy broadcasting."""
+
+    name = "graph.mul"
+    lhs = operand_def(TensorType)
+    rhs = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure(), Commutative())
+
+
+@irdl_op_definition
+class ScaleOp(GraphOp):
+    """Tensor times a rank-0 scalar tensor (TASO's scalar multiplication)."""
+
+    name = "graph.scale"
+    input = operand_def(TensorType)
+    scalar = operand_def(TensorType)
+    result = result_def(TensorType)
+
+
+class _UnaryOp(GraphOp):
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+
+
+@irdl_op_definition
+class ReluOp(_UnaryOp):
+    """max(x, 0)."""
+
+    name = "graph.relu"
+
+
+@irdl_op_definition
+class SigmoidOp(_UnaryOp):
+    """1 / (1 + exp(-x))."""
+
+    name = "graph.sigmoid"
+
+
+@irdl_op_definition
+class TanhOp(_UnaryOp):
+    """Hyperbolic tangent."""
+
+    name = "graph.tanh"
+
+
+@irdl_op_definition
+class GeluOp(_UnaryOp):
+    """x * Phi(x), with the exact (erf) form of Phi."""
+
+    name = "graph.gelu"
+
+
+@irdl_op_definition
+class TransposeOp(GraphOp):
+    """Permute dimensions: result dim i is input dim perm[i]."""
+
+    name = "graph.transpose"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    perm = prop_def(Attribute)
+
+
+@irdl_op_definition
+class MatmulOp(GraphOp):
+    """Batched matrix product [..., M, K] x [..., K, N], batch dims broadcast."""
+
+    name = "graph.matmul"
+    lhs = operand_def(TensorType)
+    rhs = operand_def(TensorType)
+    result = result_def(TensorType)
+
+
+@irdl_op_definition
+class Conv2dOp(GraphOp):
+    """Grouped 2-D convolution, NCHW input, OIHW weight, optional fused relu."""
+
+    name = "graph.conv2d"
+    input = operand_def(TensorType)
+    weight = operand_def(TensorType)
+    result = result_def(TensorType)
+    strides = prop_def(Attribute)
+    padding = prop_def(Attribute)
+    activation = prop_def(Attribute)
+    groups = prop_def(Attribute)
+
+
+@irdl_op_definition
+class EnlargeOp(GraphOp):
+    """Zero-pad a convolution weight symmetrically to a larger kernel."""
+
+    name = "graph.enlarge"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    kernel = prop_def(Attribute)
+
+
+@irdl_op_definition
+class Pool2dOp(GraphOp):
+    """Average or max pooling over NCHW; average counts padded zeros."""
+
+    name = "graph.pool2d"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    kind = prop_def(Attribute)
+    kernel = prop_def(Attribute)
+    strides = prop_def(Attribute)
+    padding = prop_def(Attribute)
+
+
+@irdl_op_definition
+class ConcatOp(GraphOp):
+    """Concatenate along `axis`."""
+
+    name = "graph.concat"
+    inputs = var_operand_def(TensorType)
+    result = result_def(TensorType)
+    axis = prop_def(Attribute)
+
+
+@irdl_op_definition
+class SplitOp(GraphOp):
+    """Split along `axis` into pieces of the given `sizes`."""
+
+    name = "graph.split"
+    input = operand_def(TensorType)
+    outputs = var_result_def(TensorType)
+    axis = prop_def(Attribute)
+    sizes = prop_def(Attribute)
+
+
+class _ConstantOp(GraphOp):
+    assembly_format = "attr-dict `:` type($result)"
+    result = result_def(TensorType)
+    traits = traits_def(Pure(), ConstantLike())
+
+
+@irdl_op_definition
+class OnesOp(_ConstantOp):
+    """A tensor of ones."""
+
+    name = "graph.ones"
+    shape = prop_def(Attribute)
+    dtype = prop_def(Attribute)
+
+
+@irdl_op_definition
+class ZerosOp(_ConstantOp):
+    """A tensor of zeros."""
+
+    name = "graph.zeros"
+    shape = prop_def(Attribute)
+    dtype = prop_def(Attribute)
+
+
+@irdl_op_definition
+class CPoolOp(_ConstantOp):
+    """TASO's C_pool: a depthwise [C,1,kh,kw] kernel of 1/(kh*kw), so that
+    conv2d(x, C_pool, groups=C) equals average pooling."""
+
+    name = "graph.c_pool"
+    channels = prop_def(Attribute)
+    kernel = prop_def(Attribute)
+    dtype = prop_def(Attribute)
+
+
+@irdl_op_definition
+class IConvOp(_ConstantOp):
+    """TASO's I_conv: the [C,C,kh,kw] kernel whose convolution is the identity."""
+
+    name = "graph.i_conv"
+    channels = prop_def(Attribute)
+    kernel = prop_def(Attribute)
+    dtype = prop_def(Attribute)
+
+
+@irdl_op_definition
+class IMatmulOp(_ConstantOp):
+    """TASO's I_matmul: the identity matrix of the given size."""
+
+    name = "graph.i_matmul"
+    size = prop_def(Attribute)
+    dtype = prop_def(Attribute)
+
+
+@irdl_op_definition
+class ConstantOp(_ConstantOp):
+    """A small dense constant written in the IR (weights live outside the text)."""
+
+    name = "graph.constant"
+    value = prop_def(Attribute)
+
+
+@irdl_op_definition
+class ReshapeOp(GraphOp):
+    """Reinterpret the row-major elements with a new static `shape`."""
+
+    name = "graph.reshape"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    shape = prop_def(Attribute)
+
+
+@irdl_op_definition
+class SoftmaxOp(GraphOp):
+    """exp(x) / sum(exp(x)) along `axis`."""
+
+    name = "graph.softmax"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    axis = prop_def(Attribute)
+
+
+@irdl_op_definition
+class ReduceOp(GraphOp):
+    """Sum, mean or max over `axes`, keeping them as size 1 when `keepdims`."""
+
+    name = "graph.reduce"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    kind = prop_def(Attribute)
+    axes = prop_def(Attribute)
+    keepdims = prop_def(Attribute)
+
+
+@irdl_op_definition
+class BatchnormOp(GraphOp):
+    """Inference batch normalization over channel axis 1:
+    (x - mean) / sqrt(var + epsilon) * scale + bias."""
+
+    name = "graph.batchnorm"
+    input = operand_def(TensorType)
+    scale = operand_def(TensorType)
+    bias = operand_def(TensorType)
+    mean = operand_def(TensorType)
+    var = operand_def(TensorType)
+    result = result_def(TensorType)
+    epsilon = prop_def(Attribute)
+
+
+@irdl_op_definition
+class LayernormOp(GraphOp):
+    """Normalize over dims [axis, rank) then apply gamma and beta of that shape."""
+
+    name = "graph.layernorm"
+    input = operand_def(TensorType)
+    gamma = operand_def(TensorType)
+    beta = operand_def(TensorType)
+    result = result_def(TensorType)
+    axis = prop_def(Attribute)
+    epsilon = prop_def(Attribute)
+
+
+@irdl_op_definition
+class EmbeddingOp(GraphOp):
+    """Row lookup: table[ids], result shape ids.shape + [features]."""
+
+    name = "graph.embedding"
+    ids = operand_def(TensorType)
+    table = operand_def(TensorType)
+    result = result_def(TensorType)
+
+
+GRAPH_OPS: tuple[type[GraphOp], ...] = (
+    AddOp,
+    MulOp,
+    ScaleOp,
+    ReluOp,
+    SigmoidOp,
+    TanhOp,
+    GeluOp,
+    TransposeOp,
+    MatmulOp,
+    Conv2dOp,
+    EnlargeOp,
+    Pool2dOp,
+    ConcatOp,
+    SplitOp,
+    OnesOp,
+    ZerosOp,
+    CPoolOp,
+    IConvOp,
+    IMatmulOp,
+    ConstantOp,
+    ReshapeOp,
+    SoftmaxOp,
+    ReduceOp,
+    BatchnormOp,
+    LayernormOp,
+    EmbeddingOp,
+)
+
+OPS_BY_NAME: Mapping[str, type[GraphOp]] = {op.op_name(): op for op in GRAPH_OPS}
+"""Op classes by short name (`"conv2d"`), the key the backends and `dag` use."""
+
+Graph = Dialect("graph", list(GRAPH_OPS), [])

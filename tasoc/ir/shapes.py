@@ -1,0 +1,412 @@
+"""Shape and dtype inference for every `graph` op, in plain Python.
+
+One function per op maps operand signatures and Python-valued attributes to result
+signatures. The xDSL verifiers, the builder and the light `dag` all call these, so
+the typing rules of the IR live in exactly one place. A violated rule raises
+`ShapeError` with a message that names the mismatch; the caller adds the op name.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+
+class DType(StrEnum):
+    """Element types a tensor of the `graph` dialect may have."""
+
+    F32 = "f32"
+    F16 = "f16"
+    BF16 = "bf16"
+    I32 = "i32"
+    I64 = "i64"
+
+    @property
+    def is_float(self) -> bool:
+        return self in (DType.F32, DType.F16, DType.BF16)
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSig:
+    """The static type of a tensor: its shape and element type."""
+
+    shape: tuple[int, ...]
+    dtype: DType
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def __str__(self) -> str:
+        return "x".join([*map(str, self.shape), self.dtype.value])
+
+
+@dataclass(frozen=True, slots=True)
+class ConstData:
+    """The value of a small dense constant, hashable so the `dag` can intern it."""
+
+    shape: tuple[int, ...]
+    dtype: DType
+    values: tuple[float | int, ...]
+
+
+class ShapeError(ValueError):
+    """An op's operands or attributes do not type-check."""
+
+
+Attrs = Mapping[str, Any]
+InferFn = Callable[[Sequence[TensorSig], Attrs], list[TensorSig]]
+
+INFER: dict[str, InferFn] = {}
+"""Shape inference by op name (without the `graph.` prefix)."""
+
+ARITY: dict[str, tuple[int, int | None]] = {}
+"""(min, max) number of operands by op name; max None means variadic."""
+
+
+def _rule(*names: str, arity: tuple[int, int | None]) -> Callable[[InferFn], InferFn]:
+    def register(fn: InferFn) -> InferFn:
+        for name in names:
+            INFER[name] = fn
+            ARITY[name] = arity
+        return fn
+
+    return register
+
+
+def infer(op: str, inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    """Result signatures of `op` applied to `inputs` with `attrs`; raises ShapeError."""
+    low, high = ARITY[op]
+    if len(inputs) < low or (high is not None and len(inputs) > high):
+        expected = f"{low}" if low == high else f"{low}..{high if high is not None else 'n'}"
+        raise ShapeError(f"expected {expected} operands, got {len(inputs)}")
+    return INFER[op](inputs, attrs)
+
+
+def _fmt(shape: Sequence[int]) -> str:
+    return "x".join(map(str, shape)) if shape else "scalar"
+
+
+def _same_dtype(*sigs: TensorSig) -> DType:
+    dtypes = {s.dtype for s in sigs}
+    if len(dtypes) != 1:
+        raise ShapeError(f"element types differ: {', '.join(sorted(dtypes))}")
+    return sigs[0].dtype
+
+
+def _float(sig: TensorSig, what: str = "operand") -> None:
+    if not sig.dtype.is_float:
+        raise ShapeError(f"{what} must have a float element type, got {sig.dtype}")
+
+
+def _axis(axis: int, rank: int) -> int:
+    if not -rank <= axis < rank:
+        raise ShapeError(f"axis {axis} out of range for rank {rank}")
+    return axis % rank
+
+
+def broadcast_shapes(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
+    """NumPy broadcasting of two static shapes."""
+    rank = max(len(a), len(b))
+    pa = (1,) * (rank - len(a)) + tuple(a)
+    pb = (1,) * (rank - len(b)) + tuple(b)
+    out = []
+    for x, y in zip(pa, pb, strict=True):
+        if x != y and 1 not in (x, y):
+            raise ShapeError(f"shapes {_fmt(a)} and {_fmt(b)} are not broadcastable")
+        out.append(max(x, y) if 0 not in (x, y) else 0)
+    return tuple(out)
+
+
+@_rule("add", "mul", arity=(2, 2))
+def _binary(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    lhs, rhs = inputs
+    return [TensorSig(broadcast_shapes(lhs.shape, rhs.shape), _same_dtype(lhs, rhs))]
+
+
+@_rule("relu", "sigmoid", "tanh", "gelu", arity=(1, 1))
+def _unary(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    _float(inputs[0])
+    return [inputs[0]]
+
+
+@_rule("scale", arity=(2, 2))
+def _scale(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    x, s = inputs
+    if s.rank != 0:
+        raise ShapeError(f"scalar operand must have rank 0, got {_fmt(s.shape)}")
+    _same_dtype(x, s)
+    return [x]
+
+
+@_rule("transpose", arity=(1, 1))
+def _transpose(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    (x,) = inputs
+    perm = tuple(attrs["perm"])
+    if sorted(perm) != list(range(x.rank)):
+        raise ShapeError(f"perm {list(perm)} is not a permutation of {x.rank} dimensions")
+    return [TensorSig(tuple(x.shape[p] for p in perm), x.dtype)]
+
+
+@_rule("matmul", arity=(2, 2))
+def _matmul(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    lhs, rhs = inputs
+    dtype = _same_dtype(lhs, rhs)
+    if lhs.rank < 2 or rhs.rank < 2:
+        raise ShapeError(f"operands must have rank >= 2, got {lhs.rank} and {rhs.rank}")
+    (m, k), (k2, n) = lhs.shape[-2:], rhs.shape[-2:]
+    if k != k2:
+        raise ShapeError(
+            f"contraction sizes differ: {_fmt(lhs.shape)} @ {_fmt(rhs.shape)} ({k} != {k2})"
+        )
+    batch = broadcast_shapes(lhs.shape[:-2], rhs.shape[:-2])
+    return [TensorSig((*batch, m, n), dtype)]
+
+
+def _pair(attrs: Attrs, name: str) -> tuple[int, int]:
+    value = tuple(attrs[name])
+    if len(value) != 2 or min(value) < 1:
+        raise ShapeError(f"{name} must be two positive integers, got {list(value)}")
+    return value[0], value[1]
+
+
+def window_pads(
+    padding: str | Sequence[int],
+    in_hw: tuple[int, int],
+    kernel: tuple[int, int],
+    strides: tuple[int, int],
+) -> tuple[int, int, int, int]:
+    """Explicit (top, left, bottom, right) padding of a 2-D window op.
+
+    `same` follows TASO and TensorFlow: the output has ceil(in / stride) rows, and
+    the odd padding element goes to the bottom/right.
+    """
+    if isinstance(padding, str):
+        if padding == "valid":
+            return (0, 0, 0, 0)
+        if padding != "same":
+            raise ShapeError(f"padding must be 'same', 'valid' or 4 integers, got '{padding}'")
+        pads = []
+        for size, k, s in zip(in_hw, kernel, strides, strict=True):
+            out = -(-size // s)
+            pads.append(max((out - 1) * s + k - size, 0))
+        (ph, pw) = pads
+        return (ph // 2, pw // 2, ph - ph // 2, pw - pw // 2)
+    pads4 = tuple(padding)
+    if len(pads4) != 4 or min(pads4) < 0:
+        raise ShapeError(f"explicit padding must be 4 non-negative integers, got {list(pads4)}")
+    return (pads4[0], pads4[1], pads4[2], pads4[3])
+
+
+def window_output(
+    in_hw: tuple[int, int],
+    kernel: tuple[int, int],
+    strides: tuple[int, int],
+    padding: str | Sequence[int],
+) -> tuple[int, int]:
+    top, left, bottom, right = window_pads(padding, in_hw, kernel, strides)
+    out = []
+    for size, k, s, pad in zip(in_hw, kernel, strides, (top + bottom, left + right), strict=True):
+        if size + pad < k:
+            raise ShapeError(f"window {k} is larger than the padded input {size + pad}")
+        out.append((size + pad - k) // s + 1)
+    return out[0], out[1]
+
+
+@_rule("conv2d", arity=(2, 2))
+def _conv2d(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    x, w = inputs
+    dtype = _same_dtype(x, w)
+    _float(x)
+    if x.rank != 4 or w.rank != 4:
+        raise ShapeError(f"input and weight must be 4-D (NCHW, OIHW), got {x.rank}-D and {w.rank}-D")
+    groups = int(attrs["groups"])
+    n, c, h, wd = x.shape
+    cout, cin_g, kh, kw = w.shape
+    if groups < 1 or c % groups or cout % groups:
+        raise ShapeError(f"groups={groups} must divide input channels {c} and output channels {cout}")
+    if cin_g * groups != c:
+        raise ShapeError(
+            f"weight expects {cin_g * groups} input channels ({cin_g} x {groups} groups), input has {c}"
+        )
+    if attrs["activation"] not in ("none", "relu"):
+        raise ShapeError(f"activation must be 'none' or 'relu', got '{attrs['activation']}'")
+    oh, ow = window_output((h, wd), (kh, kw), _pair(attrs, "strides"), attrs["padding"])
+    return [TensorSig((n, cout, oh, ow), dtype)]
+
+
+@_rule("enlarge", arity=(1, 1))
+def _enlarge(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    (w,) = inputs
+    if w.rank != 4:
+        raise ShapeError(f"weight must be 4-D (OIHW), got {w.rank}-D")
+    kh, kw = _pair(attrs, "kernel")
+    for have, want in ((w.shape[2], kh), (w.shape[3], kw)):
+        if want < have or (want - have) % 2:
+            raise ShapeError(
+                f"cannot enlarge kernel {_fmt(w.shape[2:])} to {kh}x{kw} symmetrically"
+            )
+    return [TensorSig((*w.shape[:2], kh, kw), w.dtype)]
+
+
+@_rule("pool2d", arity=(1, 1))
+def _pool2d(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    (x,) = inputs
+    _float(x)
+    if x.rank != 4:
+        raise ShapeError(f"input must be 4-D (NCHW), got {x.rank}-D")
+    if attrs["kind"] not in ("avg", "max"):
+        raise ShapeError(f"kind must be 'avg' or 'max', got '{attrs['kind']}'")
+    n, c, h, w = x.shape
+    oh, ow = window_output((h, w), _pair(attrs, "kernel"), _pair(attrs, "strides"), attrs["padding"])
+    return [TensorSig((n, c, oh, ow), x.dtype)]
+
+
+@_rule("concat", arity=(1, None))
+def _concat(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    dtype = _same_dtype(*inputs)
+    rank = inputs[0].rank
+    axis = _axis(int(attrs["axis"]), rank)
+    for sig in inputs:
+        if sig.rank != rank or any(
+            a != b for i, (a, b) in enumerate(zip(sig.shape, inputs[0].shape, strict=True)) if i != axis
+        ):
+            raise ShapeError(
+                f"operand {_fmt(sig.shape)} does not match {_fmt(inputs[0].shape)} off axis {axis}"
+            )
+    shape = list(inputs[0].shape)
+    shape[axis] = sum(s.shape[axis] for s in inputs)
+    return [TensorSig(tuple(shape), dtype)]
+
+
+@_rule("split", arity=(1, 1))
+def _split(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    (x,) = inputs
+    axis = _axis(int(attrs["axis"]), x.rank)
+    sizes = tuple(attrs["sizes"])
+    if not sizes or min(sizes) < 1 or sum(sizes) != x.shape[axis]:
+        raise ShapeError(f"sizes {list(sizes)} do not sum to dimension {axis} of size {x.shape[axis]}")
+    results = []
+    for size in sizes:
+        shape = list(x.shape)
+        shape[axis] = size
+        results.append(TensorSig(tuple(shape), x.dtype))
+    return results
+
+
+def _dtype_attr(attrs: Attrs) -> DType:
+    return DType(attrs["dtype"])
+
+
+@_rule("ones", "zeros", arity=(0, 0))
+def _filled(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    shape = tuple(attrs["shape"])
+    if min(shape, default=0) < 0:
+        raise ShapeError(f"shape {list(shape)} has a negative dimension")
+    return [TensorSig(shape, _dtype_attr(attrs))]
+
+
+@_rule("c_pool", arity=(0, 0))
+def _c_pool(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    channels = int(attrs["channels"])
+    kh, kw = _pair(attrs, "kernel")
+    if channels < 1:
+        raise ShapeError(f"channels must be positive, got {channels}")
+    return [TensorSig((channels, 1, kh, kw), _dtype_attr(attrs))]
+
+
+@_rule("i_conv", arity=(0, 0))
+def _i_conv(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    channels = int(attrs["channels"])
+    kh, kw = _pair(attrs, "kernel")
+    if channels < 1 or kh % 2 == 0 or kw % 2 == 0:
+        raise ShapeError(f"identity kernel needs positive channels and odd sizes, got {kh}x{kw}")
+    return [TensorSig((channels, channels, kh, kw), _dtype_attr(attrs))]
+
+
+@_rule("i_matmul", arity=(0, 0))
+def _i_matmul(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    size = int(attrs["size"])
+    if size < 1:
+        raise ShapeError(f"size must be positive, got {size}")
+    return [TensorSig((size, size), _dtype_attr(attrs))]
+
+
+@_rule("constant", arity=(0, 0))
+def _constant(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    value: ConstData = attrs["value"]
+    return [TensorSig(value.shape, value.dtype)]
+
+
+@_rule("reshape", arity=(1, 1))
+def _reshape(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    (x,) = inputs
+    shape = tuple(attrs["shape"])
+    if min(shape, default=0) < 0 or math.prod(shape) != x.size:
+        raise ShapeError(f"cannot reshape {_fmt(x.shape)} ({x.size} elements) to {_fmt(shape)}")
+    return [TensorSig(shape, x.dtype)]
+
+
+@_rule("softmax", arity=(1, 1))
+def _softmax(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    (x,) = inputs
+    _float(x)
+    _axis(int(attrs["axis"]), x.rank)
+    return [x]
+
+
+@_rule("reduce", arity=(1, 1))
+def _reduce(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    (x,) = inputs
+    if attrs["kind"] not in ("sum", "mean", "max"):
+        raise ShapeError(f"kind must be 'sum', 'mean' or 'max', got '{attrs['kind']}'")
+    axes = sorted({_axis(a, x.rank) for a in attrs["axes"]})
+    if len(axes) != len(attrs["axes"]) or not axes:
+        raise ShapeError(f"axes {list(attrs['axes'])} must be distinct and non-empty")
+    if attrs["keepdims"]:
+        shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+    else:
+        shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
+    return [TensorSig(shape, x.dtype)]
+
+
+@_rule("batchnorm", arity=(5, 5))
+def _batchnorm(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    x, *stats = inputs
+    _float(x)
+    _same_dtype(x, *stats)
+    if x.rank < 2:
+        raise ShapeError(f"input must have a channel dimension, got rank {x.rank}")
+    for name, sig in zip(("scale", "bias", "mean", "var"), stats, strict=True):
+        if sig.shape != (x.shape[1],):
+            raise ShapeError(f"{name} must have shape {x.shape[1]}, got {_fmt(sig.shape)}")
+    return [x]
+
+
+@_rule("layernorm", arity=(3, 3))
+def _layernorm(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    x, gamma, beta = inputs
+    _float(x)
+    _same_dtype(x, gamma, beta)
+    axis = _axis(int(attrs["axis"]), x.rank)
+    for name, sig in (("gamma", gamma), ("beta", beta)):
+        if sig.shape != x.shape[axis:]:
+            raise ShapeError(f"{name} must have shape {_fmt(x.shape[axis:])}, got {_fmt(sig.shape)}")
+    return [x]
+
+
+@_rule("embedding", arity=(2, 2))
+def _embedding(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    ids, table = inputs
+    if ids.dtype not in (DType.I32, DType.I64):
+        raise ShapeError(f"indices must be i32 or i64, got {ids.dtype}")
+    if table.rank != 2:
+        raise ShapeError(f"table must be 2-D (vocabulary x features), got {_fmt(table.shape)}")
+    return [TensorSig((*ids.shape, table.shape[1]), table.dtype)]
