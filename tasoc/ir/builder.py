@@ -108,7 +108,13 @@ class GraphBuilder:
     ) -> SSAValue:
         pad = padding if isinstance(padding, str) else tuple(padding)
         return self._one(
-            G.Conv2dOp, x, w, strides=tuple(strides), padding=pad, activation=activation, groups=groups
+            G.Conv2dOp,
+            x,
+            w,
+            strides=tuple(strides),
+            padding=pad,
+            activation=activation,
+            groups=groups,
         )
 
     def enlarge(self, w: SSAValue, kernel: Sequence[int]) -> SSAValue:

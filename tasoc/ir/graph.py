@@ -26,7 +26,6 @@ from xdsl.dialects.builtin import (
     Float32Type,
     FloatAttr,
     IntegerAttr,
-    IntegerType,
     StringAttr,
     TensorType,
     f64,

@@ -78,7 +78,5 @@ def make_function(
     """
     block.add_op(func.ReturnOp(*outputs))
     arg_attrs = ArrayAttr([DictionaryAttr({PARAM_ATTR: UnitAttr()} if p else {}) for p in params])
-    function_type = FunctionType.from_lists(
-        [a.type for a in block.args], [v.type for v in outputs]
-    )
+    function_type = FunctionType.from_lists([a.type for a in block.args], [v.type for v in outputs])
     return func.FuncOp(name, function_type, Region(block), arg_attrs=arg_attrs)

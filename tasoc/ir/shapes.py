@@ -226,15 +226,20 @@ def _conv2d(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
     dtype = _same_dtype(x, w)
     _float(x)
     if x.rank != 4 or w.rank != 4:
-        raise ShapeError(f"input and weight must be 4-D (NCHW, OIHW), got {x.rank}-D and {w.rank}-D")
+        raise ShapeError(
+            f"input and weight must be 4-D (NCHW, OIHW), got {x.rank}-D and {w.rank}-D"
+        )
     groups = int(attrs["groups"])
     n, c, h, wd = x.shape
     cout, cin_g, kh, kw = w.shape
     if groups < 1 or c % groups or cout % groups:
-        raise ShapeError(f"groups={groups} must divide input channels {c} and output channels {cout}")
+        raise ShapeError(
+            f"groups={groups} must divide input channels {c} and output channels {cout}"
+        )
     if cin_g * groups != c:
         raise ShapeError(
-            f"weight expects {cin_g * groups} input channels ({cin_g} x {groups} groups), input has {c}"
+            f"weight expects {cin_g * groups} input channels "
+            f"({cin_g} x {groups} groups), input has {c}"
         )
     if attrs["activation"] not in ("none", "relu"):
         raise ShapeError(f"activation must be 'none' or 'relu', got '{attrs['activation']}'")
@@ -265,7 +270,8 @@ def _pool2d(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
     if attrs["kind"] not in ("avg", "max"):
         raise ShapeError(f"kind must be 'avg' or 'max', got '{attrs['kind']}'")
     n, c, h, w = x.shape
-    oh, ow = window_output((h, w), _pair(attrs, "kernel"), _pair(attrs, "strides"), attrs["padding"])
+    kernel, strides = _pair(attrs, "kernel"), _pair(attrs, "strides")
+    oh, ow = window_output((h, w), kernel, strides, attrs["padding"])
     return [TensorSig((n, c, oh, ow), x.dtype)]
 
 
@@ -275,9 +281,8 @@ def _concat(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
     rank = inputs[0].rank
     axis = _axis(int(attrs["axis"]), rank)
     for sig in inputs:
-        if sig.rank != rank or any(
-            a != b for i, (a, b) in enumerate(zip(sig.shape, inputs[0].shape, strict=True)) if i != axis
-        ):
+        off_axis = [d for i, d in enumerate(sig.shape) if i != axis]
+        if sig.rank != rank or off_axis != [d for i, d in enumerate(inputs[0].shape) if i != axis]:
             raise ShapeError(
                 f"operand {_fmt(sig.shape)} does not match {_fmt(inputs[0].shape)} off axis {axis}"
             )
@@ -292,7 +297,9 @@ def _split(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
     axis = _axis(int(attrs["axis"]), x.rank)
     sizes = tuple(attrs["sizes"])
     if not sizes or min(sizes) < 1 or sum(sizes) != x.shape[axis]:
-        raise ShapeError(f"sizes {list(sizes)} do not sum to dimension {axis} of size {x.shape[axis]}")
+        raise ShapeError(
+            f"sizes {list(sizes)} do not sum to dimension {axis} of size {x.shape[axis]}"
+        )
     results = []
     for size in sizes:
         shape = list(x.shape)
@@ -398,7 +405,9 @@ def _layernorm(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
     axis = _axis(int(attrs["axis"]), x.rank)
     for name, sig in (("gamma", gamma), ("beta", beta)):
         if sig.shape != x.shape[axis:]:
-            raise ShapeError(f"{name} must have shape {_fmt(x.shape[axis:])}, got {_fmt(sig.shape)}")
+            raise ShapeError(
+                f"{name} must have shape {_fmt(x.shape[axis:])}, got {_fmt(sig.shape)}"
+            )
     return [x]
 
 
