@@ -1,0 +1,31 @@
+"""The benchmark model zoo: built-in models the driver reads as `zoo:NAME?k=v&k2=v2`.
+
+Importing this package registers every model; see `docs/models.md` for the list.
+"""
+
+from tasoc.models import bert, nasrnn  # noqa: F401  (importing registers the models)
+from tasoc.models.registry import (
+    ModelStats,
+    ZooError,
+    ZooModel,
+    build_model,
+    get_model,
+    list_models,
+    model_stats,
+    parse_spec,
+    register,
+    stats_table,
+)
+
+__all__ = [
+    "ModelStats",
+    "ZooError",
+    "ZooModel",
+    "build_model",
+    "get_model",
+    "list_models",
+    "model_stats",
+    "parse_spec",
+    "register",
+    "stats_table",
+]

@@ -1,0 +1,258 @@
+"""The model zoo registry: built-in benchmark models addressed as `zoo:NAME?k=v&k2=v2`.
+
+A zoo model is a plain builder function with keyword-only options, registered with
+`@register`. Its options, their defaults and their types are read from the function's
+signature, so the defaults documented in `docs/models.md`, the ones the driver parses
+against and the ones the code uses cannot drift apart:
+
+    @register(source="...", small={"hidden": 64})
+    def mymodel(*, hidden: int = 512) -> ModuleOp:
+        '''One-line summary shown by `tasoc zoo`.'''
+
+`build_model("bert?layers=2&hidden=256")` parses each value to the type of its default
+and calls the builder. Every mistake a user can make in a spec (unknown model, unknown
+option, a value of the wrong type, options that do not fit together) raises `ZooError`
+with one line that says what to type instead, because the driver prints it as is.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import NamedTuple
+
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+
+from tasoc.ir.program import arg_infos, entry_function
+
+OptionValue = int | float | bool | str
+Builder = Callable[..., ModuleOp]
+
+SCHEME = "zoo:"
+"""The driver's prefix for zoo inputs; `build_model` accepts specs with or without it."""
+
+_OPTION_TYPES: tuple[type, ...] = (bool, int, float, str)
+_TRUE_WORDS = frozenset({"true", "1", "yes", "on"})
+_FALSE_WORDS = frozenset({"false", "0", "no", "off"})
+
+
+class ZooError(ValueError):
+    """A zoo spec names an unknown model or option, or gives an unusable value."""
+
+
+@dataclass(frozen=True, slots=True)
+class ZooModel:
+    """One registered model: how to build it and what to tell a user about it."""
+
+    name: str
+    builder: Builder
+    summary: str
+    source: str
+    defaults: Mapping[str, OptionValue]
+    small: Mapping[str, OptionValue] = field(default_factory=dict)
+    """Option overrides giving a variant that builds and runs in well under a second;
+    used by the tests and the stats table."""
+
+    def option_types(self) -> dict[str, type]:
+        """The type each option's value is parsed to: the type of its default."""
+        return {name: type(value) for name, value in self.defaults.items()}
+
+    def spec(self, options: Mapping[str, OptionValue] | None = None) -> str:
+        """The spec string (`NAME?k=v&...`) that builds this model with `options`."""
+        if not options:
+            return self.name
+        query = "&".join(f"{key}={_format_value(value)}" for key, value in options.items())
+        return f"{self.name}?{query}"
+
+    def build(self, **options: OptionValue) -> ModuleOp:
+        """Build with `options` (already typed) over the defaults.
+
+        A builder rejects option values that do not fit together by raising ZooError
+        without naming itself; the message gets the model's name here.
+        """
+        for key in options:
+            if key not in self.defaults:
+                raise self.unknown_option(key)
+        try:
+            return self.builder(**{**self.defaults, **options})
+        except ZooError as err:
+            raise ZooError(f"{SCHEME}{self.name}: {err}") from None
+
+    def unknown_option(self, key: str) -> ZooError:
+        """The error for an option this model does not have, listing the ones it has."""
+        return ZooError(
+            f"{SCHEME}{self.name}: unknown option '{key}'; "
+            f"valid options: {', '.join(self.defaults)}"
+        )
+
+
+_REGISTRY: dict[str, ZooModel] = {}
+
+
+def register(
+    *, source: str, small: Mapping[str, OptionValue] | None = None, name: str | None = None
+) -> Callable[[Builder], Builder]:
+    """Register a builder function as the zoo model `name` (default: the function's name).
+
+    The function's keyword-only parameters are the model's options; each needs a
+    default of type int, float, bool or str, because that default's type is how a
+    value given in a spec is parsed. The first docstring line is the summary.
+    """
+
+    def decorate(builder: Builder) -> Builder:
+        model_name = name or builder.__name__
+        if model_name in _REGISTRY:
+            raise ValueError(f"zoo model '{model_name}' is registered twice")
+        defaults = _options_of(builder)
+        small_options = dict(small or {})
+        unknown = sorted(set(small_options) - set(defaults))
+        if unknown:
+            raise ValueError(f"zoo model '{model_name}': small variant sets unknown {unknown}")
+        doc = inspect.getdoc(builder)
+        if not doc:
+            raise ValueError(f"zoo model '{model_name}' needs a docstring (its summary)")
+        _REGISTRY[model_name] = ZooModel(
+            name=model_name,
+            builder=builder,
+            summary=doc.splitlines()[0],
+            source=source,
+            defaults=MappingProxyType(defaults),
+            small=MappingProxyType(small_options),
+        )
+        return builder
+
+    return decorate
+
+
+def _options_of(builder: Builder) -> dict[str, OptionValue]:
+    defaults: dict[str, OptionValue] = {}
+    for param in inspect.signature(builder).parameters.values():
+        if param.kind is not inspect.Parameter.KEYWORD_ONLY:
+            raise TypeError(f"{builder.__name__}: option '{param.name}' must be keyword-only")
+        if type(param.default) not in _OPTION_TYPES:
+            raise TypeError(
+                f"{builder.__name__}: option '{param.name}' needs an int, float, bool or str "
+                f"default, got {param.default!r}"
+            )
+        defaults[param.name] = param.default
+    return defaults
+
+
+def list_models() -> list[ZooModel]:
+    """Every registered model, sorted by name."""
+    return [_REGISTRY[name] for name in sorted(_REGISTRY)]
+
+
+def get_model(name: str) -> ZooModel:
+    """The model called `name`; raises ZooError listing the known names."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        known = ", ".join(sorted(_REGISTRY))
+        raise ZooError(f"unknown zoo model '{name}'; known models: {known}") from None
+
+
+def parse_spec(spec: str) -> tuple[ZooModel, dict[str, OptionValue]]:
+    """Split `NAME?k=v&k2=v2` (optionally prefixed `zoo:`) into a model and typed options."""
+    name, _, query = spec.removeprefix(SCHEME).partition("?")
+    model = get_model(name)
+    types = model.option_types()
+    options: dict[str, OptionValue] = {}
+    for item in query.split("&") if query else ():
+        key, equals, text = item.partition("=")
+        if not equals:
+            raise ZooError(f"{SCHEME}{name}: expected 'option=value', got '{item}'")
+        if key not in types:
+            raise model.unknown_option(key)
+        if key in options:
+            raise ZooError(f"{SCHEME}{name}: option '{key}' is given twice")
+        options[key] = _parse_value(name, key, text, types[key])
+    return model, options
+
+
+def build_model(spec: str) -> ModuleOp:
+    """Build the zoo model that `spec` (`NAME` or `NAME?k=v&k2=v2`) describes."""
+    model, options = parse_spec(spec)
+    return model.build(**options)
+
+
+def _parse_value(model: str, key: str, text: str, kind: type) -> OptionValue:
+    if kind is str:
+        return text
+    if kind is bool:
+        word = text.lower()
+        if word in _TRUE_WORDS | _FALSE_WORDS:
+            return word in _TRUE_WORDS
+    else:
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    raise ZooError(f"{SCHEME}{model}: option '{key}' expects {_type_words(kind)}, got '{text}'")
+
+
+def _type_words(kind: type) -> str:
+    return {
+        int: "an integer",
+        float: "a number",
+        bool: "a boolean (true/false)",
+    }[kind]
+
+
+def _format_value(value: OptionValue) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+# ------------------------------------------------------------------ option checks
+
+
+def require_positive(**sizes: int) -> None:
+    """Raise ZooError naming the first of `sizes` (option=value) that is not positive.
+
+    Called by builders before they touch the graph builder, so a bad option is
+    reported as the user wrote it rather than as a shape error deep in a layer.
+    """
+    for option, value in sizes.items():
+        if value < 1:
+            raise ZooError(f"option '{option}' must be positive, got {value}")
+
+
+# ------------------------------------------------------------------------- stats
+
+
+class ModelStats(NamedTuple):
+    """Size of a program: graph ops in `@main` (not counting the return) and weight elements."""
+
+    ops: int
+    params: int
+
+
+def model_stats(module: ModuleOp) -> ModelStats:
+    """Op count and weight-element count of a program, the sizes the zoo table reports."""
+    function = entry_function(module)
+    ops = sum(1 for op in function.body.block.ops if not isinstance(op, func.ReturnOp))
+    params = sum(info.sig.size for info in arg_infos(function) if info.is_param)
+    return ModelStats(ops, params)
+
+
+def stats_table(models: list[ZooModel] | None = None) -> str:
+    """A markdown table of op and parameter counts of each model, default and small.
+
+    This is the table in `docs/models.md`; `python -m tasoc.models` prints it.
+    """
+    rows = [
+        "| model | variant | spec | ops | params |",
+        "| --- | --- | --- | ---: | ---: |",
+    ]
+    for model in models if models is not None else list_models():
+        variants = [("default", {})]
+        if model.small:
+            variants.append(("small", dict(model.small)))
+        for variant, options in variants:
+            stats = model_stats(model.build(**options))
+            spec = f"`{SCHEME}{model.spec(options)}`"
+            rows.append(f"| {model.name} | {variant} | {spec} | {stats.ops} | {stats.params:,} |")
+    return "\n".join(rows)
