@@ -15,6 +15,7 @@ what the builder, the light `dag` and the backends see.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -77,12 +78,19 @@ def dtype_of(element_type: Attribute) -> DType:
         raise ShapeError(f"unsupported element type {element_type}") from None
 
 
+@functools.cache
 def tensor_type(sig: TensorSig) -> TensorType:
+    """The xDSL type of `sig`; cached because building an xDSL type verifies it."""
     return TensorType(dtype_to_xdsl(sig.dtype), sig.shape)
 
 
+@functools.cache
 def sig_of(type_: Attribute) -> TensorSig:
-    """The TensorSig of a static ranked tensor type; raises ShapeError otherwise."""
+    """The TensorSig of a static ranked tensor type; raises ShapeError otherwise.
+
+    Cached: xDSL attributes are immutable and hashable, and this runs for every
+    operand of every op the verifier visits.
+    """
     if not isinstance(type_, TensorType):
         raise ShapeError(f"expected a ranked tensor type, got {type_}")
     shape = tuple(type_.get_shape())

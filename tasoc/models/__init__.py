@@ -3,7 +3,20 @@
 Importing this package registers every model; see `docs/models.md` for the list.
 """
 
-from tasoc.models import bert, nasrnn  # noqa: F401  (importing registers the models)
+from tasoc.models import (  # noqa: F401  (importing registers the models)
+    alexnet,
+    bert,
+    candle_uno,
+    dlrm,
+    inception,
+    nasnet,
+    nasrnn,
+    resnet,
+    rnn,
+    squeezenet,
+    transformer,
+    vgg,
+)
 from tasoc.models.registry import (
     ModelStats,
     ZooError,

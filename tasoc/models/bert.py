@@ -17,63 +17,20 @@ block of width 4 x hidden, residual + layer norm. Like TASO's graph it starts fr
 hidden states (no embedding lookup) and has no biases, so every projection is one
 `graph.matmul` with a weight, the shape TASO's matmul rewrites look for. The input
 is `[batch, seq, hidden]`; matmuls against `[hidden, hidden]` weights broadcast over
-the batch.
+the batch. The layer is built from the pieces in `tasoc.models.attention`, which
+`zoo:transformer` shares.
 """
 
 from __future__ import annotations
 
-import math
-
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import SSAValue
 
 from tasoc.ir.builder import GraphBuilder
-from tasoc.models.registry import ZooError, register, require_positive
+from tasoc.models.attention import TransformerBlocks, require_heads_divide
+from tasoc.models.registry import register, require_positive
 
 FFN_EXPANSION = 4
 """Width of the feed-forward block relative to the hidden size, as in BERT."""
-
-
-class _EncoderLayer:
-    """Emits one encoder layer; holds the shapes every layer shares."""
-
-    def __init__(self, g: GraphBuilder, batch: int, seq: int, hidden: int, heads: int) -> None:
-        self.g = g
-        self.batch, self.seq, self.hidden, self.heads = batch, seq, hidden, heads
-        self.head_dim = hidden // heads
-        # One scalar for all layers: softmax(Q K^T / sqrt(d)) keeps logits at unit scale.
-        self.inv_sqrt_head_dim = g.constant(1.0 / math.sqrt(self.head_dim))
-
-    def _split_heads(self, t: SSAValue, perm: tuple[int, int, int, int]) -> SSAValue:
-        """[batch, seq, hidden] -> [batch, seq, heads, head_dim], then permuted by `perm`."""
-        per_head = self.g.reshape(t, (self.batch, self.seq, self.heads, self.head_dim))
-        return self.g.transpose(per_head, perm)
-
-    def _norm(self, x: SSAValue, prefix: str) -> SSAValue:
-        gamma = self.g.param(f"{prefix}_gamma", (self.hidden,))
-        beta = self.g.param(f"{prefix}_beta", (self.hidden,))
-        return self.g.layernorm(x, gamma, beta, axis=-1)
-
-    def _linear(self, t: SSAValue, weight: str, rows: int, cols: int) -> SSAValue:
-        return self.g.matmul(t, self.g.param(weight, (rows, cols)))
-
-    def __call__(self, x: SSAValue, prefix: str) -> SSAValue:
-        """The layer's output for input `x`; its weights are named `{prefix}_...`."""
-        g, hidden = self.g, self.hidden
-        q = self._split_heads(self._linear(x, f"{prefix}_wq", hidden, hidden), (0, 2, 1, 3))
-        # K goes straight to [batch, heads, head_dim, seq]: that is K^T for Q @ K^T.
-        k_t = self._split_heads(self._linear(x, f"{prefix}_wk", hidden, hidden), (0, 2, 3, 1))
-        v = self._split_heads(self._linear(x, f"{prefix}_wv", hidden, hidden), (0, 2, 1, 3))
-        scores = g.scale(g.matmul(q, k_t), self.inv_sqrt_head_dim)
-        context = g.matmul(g.softmax(scores, axis=-1), v)
-        merged = g.reshape(g.transpose(context, (0, 2, 1, 3)), (self.batch, self.seq, hidden))
-        attended = self._linear(merged, f"{prefix}_wo", hidden, hidden)
-        x = self._norm(g.add(x, attended), f"{prefix}_ln1")
-
-        width = FFN_EXPANSION * hidden
-        up = g.gelu(self._linear(x, f"{prefix}_ffn_w1", hidden, width))
-        down = self._linear(up, f"{prefix}_ffn_w2", width, hidden)
-        return self._norm(g.add(x, down), f"{prefix}_ln2")
 
 
 @register(
@@ -86,11 +43,17 @@ def bert(
 ) -> ModuleOp:
     """BERT encoder layers (attention + feed-forward) on [batch, seq, hidden] hidden states."""
     require_positive(layers=layers, hidden=hidden, heads=heads, seq=seq, batch=batch)
-    if hidden % heads:
-        raise ZooError(f"option 'hidden' ({hidden}) must be divisible by 'heads' ({heads})")
+    require_heads_divide(hidden, heads)
     g = GraphBuilder()
     x = g.input("x", (batch, seq, hidden))
-    layer = _EncoderLayer(g, batch, seq, hidden, heads)
+    blocks = TransformerBlocks(
+        g,
+        batch=batch,
+        hidden=hidden,
+        heads=heads,
+        ffn_width=FFN_EXPANSION * hidden,
+        activation=g.gelu,
+    )
     for index in range(layers):
-        x = layer(x, f"l{index}")
+        x = blocks.encoder_layer(x, f"l{index}")
     return g.build(x)
