@@ -1,0 +1,39 @@
+"""Backends: run a `graph` program.
+
+- `tasoc.backends.numpy`: the reference interpreter, the semantic ground truth.
+- `tasoc.backends.jax`: lowering to a jitted JAX function (XLA on CPU or GPU).
+- `tasoc.backends.inputs`: argument values (random, from `.npz`) and their checks.
+
+This module holds the one vocabulary they share: which NumPy dtype holds each IR
+element type (bfloat16 is `ml_dtypes.bfloat16`, the type JAX itself uses).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import ml_dtypes
+import numpy as np
+
+from tasoc.ir.shapes import DType
+
+NUMPY_DTYPES: Mapping[DType, np.dtype] = {
+    DType.F32: np.dtype(np.float32),
+    DType.F16: np.dtype(np.float16),
+    DType.BF16: np.dtype(ml_dtypes.bfloat16),
+    DType.I32: np.dtype(np.int32),
+    DType.I64: np.dtype(np.int64),
+}
+"""The NumPy dtype that holds each IR element type."""
+
+_DTYPE_NAMES = {dtype: kind.value for kind, dtype in NUMPY_DTYPES.items()}
+
+
+def numpy_dtype(dtype: DType | str) -> np.dtype:
+    return NUMPY_DTYPES[DType(dtype)]
+
+
+def describe(array: np.ndarray) -> str:
+    """`2x3xf32`-style text for an array's type, as `TensorSig` prints types."""
+    element = _DTYPE_NAMES.get(array.dtype, str(array.dtype))
+    return "x".join([*map(str, array.shape), element])

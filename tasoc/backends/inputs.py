@@ -1,0 +1,137 @@
+"""Argument values for running a program: random, loaded from `.npz`, and checked.
+
+Every backend runs `@main` on a list of arrays in argument order. `random_inputs`
+makes such a list deterministically from a seed, reading the IR to keep the values
+meaningful: a model's weights are drawn N(0, 1/fan_in) so that deep stacks of
+matmuls and convolutions neither explode nor vanish (an 8-layer BERT stays finite),
+batchnorm variances are positive, and embedding ids index a real row. `load_inputs`
+takes named values from a file (`tasoc run --params`). `check_arguments` is the one
+place that says whether a list of arrays fits a program's signature.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation, SSAValue
+
+from tasoc.backends import describe, numpy_dtype
+from tasoc.ir import graph as G
+from tasoc.ir.program import ArgInfo, arg_infos, entry_function
+from tasoc.ir.shapes import TensorSig
+
+_LAYOUT_OPS = (G.ReshapeOp, G.TransposeOp, G.ConcatOp, G.SplitOp)
+"""Ops that move elements without changing them: a weight reshaped or transposed
+before a matmul is still that matmul's weight, an id reshaped is still an id."""
+
+_INT_RANGE = (-8, 8)
+"""Integers that are neither ids nor fed to a known op are drawn from this range."""
+
+_VAR_RANGE = (0.5, 1.5)
+"""Batchnorm variances: positive and near 1, like those of a trained network."""
+
+
+def check_arguments(infos: Sequence[ArgInfo], args: Sequence[np.ndarray]) -> None:
+    """Raise ValueError, naming the argument, unless `args` fit `infos` exactly."""
+    if len(args) != len(infos):
+        names = ", ".join(info.name for info in infos)
+        raise ValueError(f"@main takes {len(infos)} arguments ({names}), got {len(args)}")
+    for index, (info, arg) in enumerate(zip(infos, args, strict=True)):
+        array = np.asarray(arg)
+        if array.shape != info.sig.shape or array.dtype != numpy_dtype(info.sig.dtype):
+            raise ValueError(
+                f"argument '{info.name}' (#{index}) expects {info.sig}, got {describe(array)}"
+            )
+
+
+def _uses(value: SSAValue) -> Iterator[tuple[Operation, int, SSAValue]]:
+    """(op, operand index, value as that op sees it) for every use of `value`,
+    looking through layout ops to the op that does arithmetic with it."""
+    for use in value.uses:
+        if isinstance(use.operation, _LAYOUT_OPS):
+            for result in use.operation.results:
+                yield from _uses(result)
+        else:
+            yield use.operation, use.index, value
+
+
+def _fan_in(op: Operation, index: int, value: SSAValue) -> int | None:
+    """Fan-in of `value` as the weight operand `index` of a contraction, else None."""
+    shape = G.sig_of(value.type).shape
+    if isinstance(op, G.Conv2dOp) and index == 1:
+        return math.prod(shape[1:])
+    if isinstance(op, G.MatmulOp):
+        return shape[-1] if index == 0 else shape[-2]
+    return None
+
+
+def _random_value(info: ArgInfo, value: SSAValue, rng: np.random.Generator) -> np.ndarray:
+    sig: TensorSig = info.sig
+    dtype = numpy_dtype(sig.dtype)
+    uses = list(_uses(value))
+    if not sig.dtype.is_float:
+        rows = [
+            G.sig_of(op.operands[1].type).shape[0]
+            for op, index, _ in uses
+            if isinstance(op, G.EmbeddingOp) and index == 0
+        ]
+        if rows and min(rows) < 1 and sig.size:
+            raise ValueError(f"argument '{info.name}' indexes an embedding table with no rows")
+        low, high = (0, min(rows)) if rows else _INT_RANGE
+        return rng.integers(low, high, sig.shape).astype(dtype)
+    if any(isinstance(op, G.BatchnormOp) and index == 4 for op, index, _ in uses):
+        return rng.uniform(*_VAR_RANGE, sig.shape).astype(dtype)
+    fan_ins = [f for op, index, seen in uses if (f := _fan_in(op, index, seen))]
+    scale = 1.0 / math.sqrt(max(fan_ins)) if info.is_param and fan_ins else 1.0
+    return (rng.standard_normal(sig.shape) * scale).astype(dtype)
+
+
+def random_inputs(module: ModuleOp, seed: int = 0) -> list[np.ndarray]:
+    """Deterministic random values for every argument of `@main`, in order.
+
+    Floats are N(0, 1); a weight (`{graph.param}`) used as a matmul or convolution
+    operand is scaled by 1/sqrt(fan_in); batchnorm variances are uniform in
+    [0.5, 1.5]; integer ids are uniform over the rows of every table they index.
+    """
+    function = entry_function(module)
+    rng = np.random.default_rng(seed)
+    return [
+        _random_value(info, arg, rng)
+        for info, arg in zip(arg_infos(function), function.body.block.args, strict=True)
+    ]
+
+
+def load_inputs(module: ModuleOp, npz_path: str | Path, seed: int = 0) -> list[np.ndarray]:
+    """Arguments of `@main` taken by name from an `.npz` file (`tasoc run --params`).
+
+    Every weight must be in the file; activation inputs missing from it are drawn as
+    `random_inputs(module, seed)` would. Values are cast to the declared element type
+    within their kind (float64 weights load into f32, say); a name matching no
+    argument, a missing weight, a wrong shape or a float/integer mix raises ValueError.
+    """
+    infos = arg_infos(entry_function(module))
+    with np.load(npz_path) as data:
+        stored = {name: data[name] for name in data.files}
+    unknown = sorted(stored.keys() - {info.name for info in infos})
+    if unknown:
+        raise ValueError(f"{npz_path}: no argument of @main is named {', '.join(unknown)}")
+    missing = [info.name for info in infos if info.is_param and info.name not in stored]
+    if missing:
+        raise ValueError(f"{npz_path}: missing weights {', '.join(missing)}")
+    fallback = random_inputs(module, seed)
+    values = []
+    for info, default in zip(infos, fallback, strict=True):
+        if info.name not in stored:
+            values.append(default)
+            continue
+        array = stored[info.name]
+        target = numpy_dtype(info.sig.dtype)
+        same_kind = np.issubdtype(array.dtype, np.integer) == (not info.sig.dtype.is_float)
+        if array.shape != info.sig.shape or not same_kind:
+            raise ValueError(f"{npz_path}: '{info.name}' expects {info.sig}, got {describe(array)}")
+        values.append(array.astype(target))
+    return values

@@ -1,0 +1,5 @@
+"""The JAX backend: a `graph` program as one jitted JAX function."""
+
+from tasoc.backends.jax.lowering import JAX_KERNELS, JaxProgram, bench, jax_dtype, lower
+
+__all__ = ["JAX_KERNELS", "JaxProgram", "bench", "jax_dtype", "lower"]

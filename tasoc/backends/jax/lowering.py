@@ -1,0 +1,403 @@
+"""Lower a `graph` program to one jitted JAX function.
+
+`lower(module)` reads `@main` once into a flat list of steps (kernel, attributes,
+operand slots, result slots), so the returned program no longer depends on the
+xDSL module: a pass may rewrite the module afterwards without changing what the
+program computes. `jax.jit` traces that list on the first call, and XLA compiles
+the whole graph as one computation, fusing what it can.
+
+Semantics follow the reference kernels (`tasoc.backends.numpy.kernels`); the
+differences a user can observe are:
+
+- Precision. Float16/bfloat16 operands of element-wise and normalizing ops are
+  widened to float32 and the result rounded back once, as the reference does
+  (XLA fuses the conversions, so memory traffic stays half precision). Matmul and
+  convolution keep half-precision operands and accumulate in float32
+  (`preferred_element_type`), which is how GPUs run them fast. Float32 matmuls and
+  convolutions request `Precision.HIGHEST`, so GPUs do not silently use TF32.
+- 64-bit integers. JAX without x64 mode has no int64 and tasoc does not turn x64
+  on (that would change every user's JAX process). i64 tensors are int32 inside
+  the program: `JaxProgram` casts i64 arguments to int32, refusing values that do
+  not fit, and casts i64 results back to int64.
+- Embedding ids outside the table yield NaN rows (`jnp.take(mode="fill")`); the
+  reference raises instead. A jitted function cannot raise on data.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+
+from tasoc.backends import numpy_dtype
+from tasoc.backends.inputs import check_arguments
+from tasoc.backends.numpy.interpreter import KernelTypeError
+from tasoc.backends.numpy.kernels import AnyKernel, in_float32
+from tasoc.ir.graph import GraphOp, sig_of
+from tasoc.ir.program import ArgInfo, arg_infos, entry_function, return_values
+from tasoc.ir.shapes import ConstData, DType, TensorSig, window_pads
+
+JaxKernel = Callable[[Mapping[str, Any], Sequence[jax.Array]], list[jax.Array]]
+
+_HIGHEST = lax.Precision.HIGHEST
+
+
+def jax_dtype(dtype: DType | str) -> np.dtype:
+    """The dtype JAX uses for an IR element type (i64 is int32 unless x64 is on)."""
+    return jax.dtypes.canonicalize_dtype(numpy_dtype(dtype))
+
+
+JAX_KERNELS: dict[str, JaxKernel] = {}
+"""JAX lowering by op short name; the same keys as the reference `KERNELS`."""
+
+
+def _kernel(*names: str, widen: bool = True) -> Callable[[JaxKernel], JaxKernel]:
+    """Register a lowering; `widen` applies the reference's float32 policy to it."""
+
+    def register(fn: JaxKernel) -> JaxKernel:
+        wrapped: AnyKernel = in_float32(fn) if widen else fn
+        for name in names:
+            JAX_KERNELS[name] = wrapped
+        return fn
+
+    return register
+
+
+# ------------------------------------------------------------------ element-wise
+
+
+@_kernel("add")
+def _add(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
+    return [jnp.add(inputs[0], inputs[1])]
+
+
+@_kernel("mul")
+def _mul(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
+    return [jnp.multiply(inputs[0], inputs[1])]
+
+
+@_kernel("scale")
+def _scale(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
+    return [jnp.multiply(inputs[0], inputs[1])]
+
+
+@_kernel("relu")
+def _relu(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
+    return [jax.nn.relu(inputs[0])]
+
+
+@_kernel("sigmoid")
+def _sigmoid(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
+    return [jax.nn.sigmoid(inputs[0])]
+
+
+@_kernel("tanh")
+def _tanh(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
+    return [jnp.tanh(inputs[0])]
+
+
+@_kernel("gelu")
+def _gelu(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
+    return [jax.nn.gelu(inputs[0], approximate=False)]
+
+
+# ------------------------------------------------------------------------ linear
+
+
+@_kernel("transpose")
+def _transpose(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
+    return [jnp.transpose(inputs[0], attrs["perm"])]
+
+
+def _accumulator(dtype: np.dtype) -> np.dtype | None:
+    """float32 accumulation for every float contraction; integers keep their type."""
+    return np.dtype(np.float32) if jnp.issubdtype(dtype, jnp.floating) else None
+
+
+@_kernel("matmul", widen=False)
+def _matmul(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
+    lhs, rhs = inputs
+    out = jnp.matmul(lhs, rhs, precision=_HIGHEST, preferred_element_type=_accumulator(lhs.dtype))
+    return [out.astype(lhs.dtype)]
+
+
+def _explicit_pads(
+    attrs: Mapping[str, Any], in_hw: Sequence[int], kernel: tuple[int, int]
+) -> list[tuple[int, int]]:
+    """[(top, bottom), (left, right)]: the reference's padding, in lax's layout."""
+    top, left, bottom, right = window_pads(
+        attrs["padding"], (in_hw[0], in_hw[1]), kernel, attrs["strides"]
+    )
+    return [(top, bottom), (left, right)]
+
+
+@_kernel("conv2d", widen=False)
+def _conv2d(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
+    x, w = inputs
+    out = lax.conv_general_dilated(
+        x,
+        w,
+        window_strides=attrs["strides"],
+        padding=_explicit_pads(attrs, x.shape[2:], (w.shape[2], w.shape[3])),
+        dimension_numbers=("NCHW", "OIHW", "NCHW"),
+        feature_group_count=attrs["groups"],
+        precision=_HIGHEST,
+        preferred_element_type=np.float32,
+    )
+    if attrs["activation"] == "relu":
+        out = jax.nn.relu(out)
+    return [out.astype(x.dtype)]
+
+
+@_kernel("enlarge")
+def _enlarge(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
+    (w,) = inputs
+    kh, kw = attrs["kernel"]
+    dh, dw = (kh - w.shape[2]) // 2, (kw - w.shape[3]) // 2
+    return [jnp.pad(w, ((0, 0), (0, 0), (dh, dh), (dw, dw)))]
+
+
+@_kernel("pool2d")
+def _pool2d(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
+    (x,) = inputs
+    kh, kw = attrs["kernel"]
+    window, strides = (1, 1, kh, kw), (1, 1, *attrs["strides"])
+    padding = [(0, 0), (0, 0), *_explicit_pads(attrs, x.shape[2:], (kh, kw))]
+    if attrs["kind"] == "max":
+        init = np.array(-np.inf, x.dtype)
+        return [lax.reduce_window(x, init, lax.max, window, strides, padding)]
+    total = lax.reduce_window(x, np.array(0, x.dtype), lax.add, window, strides, padding)
+    return [total / (kh * kw)]
+
+
+# --------------------------------------------------------------------- structure
+
+
+@_kernel("concat")
+def _concat(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
+    return [jnp.concatenate(inputs, axis=attrs["axis"])]
+
+
+@_kernel("split")
+def _split(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
+    cuts = np.cumsum(attrs["sizes"])[:-1].tolist()
+    return list(jnp.split(inputs[0], cuts, axis=attrs["axis"]))
+
+
+@_kernel("reshape")
+def _reshape(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
+    return [jnp.reshape(inputs[0], attrs["shape"])]
+
+
+# --------------------------------------------------------------------- constants
+
+
+@_kernel("ones")
+def _ones(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
+    return [jnp.ones(attrs["shape"], jax_dtype(attrs["dtype"]))]
+
+
+@_kernel("zeros")
+def _zeros(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
+    return [jnp.zeros(attrs["shape"], jax_dtype(attrs["dtype"]))]
+
+
+@_kernel("c_pool")
+def _c_pool(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
+    kh, kw = attrs["kernel"]
+    shape = (attrs["channels"], 1, kh, kw)
+    return [jnp.full(shape, 1.0 / (kh * kw), jax_dtype(attrs["dtype"]))]
+
+
+@_kernel("i_conv")
+def _i_conv(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
+    kh, kw = attrs["kernel"]
+    eye = jnp.eye(attrs["channels"], dtype=jax_dtype(attrs["dtype"]))[:, :, None, None]
+    return [jnp.pad(eye, ((0, 0), (0, 0), (kh // 2, kh // 2), (kw // 2, kw // 2)))]
+
+
+@_kernel("i_matmul")
+def _i_matmul(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
+    return [jnp.eye(attrs["size"], dtype=jax_dtype(attrs["dtype"]))]
+
+
+@_kernel("constant")
+def _constant(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
+    value: ConstData = attrs["value"]
+    return [jnp.asarray(value.values, jax_dtype(value.dtype)).reshape(value.shape)]
+
+
+# -------------------------------------------------------------------- model ops
+
+
+@_kernel("softmax")
+def _softmax(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
+    return [jax.nn.softmax(inputs[0], axis=attrs["axis"])]
+
+
+@_kernel("reduce")
+def _reduce(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
+    x = inputs[0]
+    axes, keepdims = tuple(attrs["axes"]), attrs["keepdims"]
+    if attrs["kind"] == "max":
+        return [jnp.max(x, axis=axes, keepdims=keepdims)]
+    total = jnp.sum(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
+    if attrs["kind"] == "sum":
+        return [total]
+    count = int(np.prod([x.shape[a] for a in axes]))
+    if jnp.issubdtype(x.dtype, jnp.integer):
+        return [jnp.sign(total) * (jnp.abs(total) // count)]
+    return [total / count]
+
+
+@_kernel("batchnorm")
+def _batchnorm(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
+    x, scale, bias, mean, var = inputs
+    shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+    normalized = (x - mean.reshape(shape)) / jnp.sqrt(var.reshape(shape) + attrs["epsilon"])
+    return [normalized * scale.reshape(shape) + bias.reshape(shape)]
+
+
+@_kernel("layernorm")
+def _layernorm(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
+    x, gamma, beta = inputs
+    axes = tuple(range(attrs["axis"] % x.ndim, x.ndim))
+    centred = x - jnp.mean(x, axis=axes, keepdims=True)
+    var = jnp.mean(centred * centred, axis=axes, keepdims=True)
+    return [centred / jnp.sqrt(var + attrs["epsilon"]) * gamma + beta]
+
+
+@_kernel("embedding")
+def _embedding(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
+    ids, table = inputs
+    return [jnp.take(table, ids, axis=0, mode="fill", fill_value=jnp.nan)]
+
+
+# ------------------------------------------------------------------ the program
+
+
+@dataclass(frozen=True, slots=True)
+class _Step:
+    """One op of `@main`, detached from xDSL: values are slots in a flat list."""
+
+    name: str
+    attrs: Mapping[str, Any]
+    operands: tuple[int, ...]
+    results: tuple[int, ...]
+    result_sigs: tuple[TensorSig, ...]
+
+
+def _evaluate(
+    steps: Sequence[_Step], outputs: Sequence[int], args: Sequence[jax.Array]
+) -> tuple[jax.Array, ...]:
+    """Run the steps on (traced) arrays; checks each result's type at trace time."""
+    values: dict[int, jax.Array] = dict(enumerate(args))
+    for step in steps:
+        results = JAX_KERNELS[step.name](step.attrs, [values[i] for i in step.operands])
+        for index, (sig, array) in enumerate(zip(step.result_sigs, results, strict=True)):
+            if tuple(array.shape) != sig.shape or array.dtype != jax_dtype(sig.dtype):
+                raise KernelTypeError(
+                    f"graph.{step.name} JAX lowering returned {array.dtype}{list(array.shape)} "
+                    f"for result #{index}, typed {sig}"
+                )
+        values.update(zip(step.results, results, strict=True))
+    return tuple(values[i] for i in outputs)
+
+
+@dataclass(frozen=True)
+class JaxProgram:
+    """A lowered program: `fn` is the jitted function (JAX arrays in and out, in
+    `@main` order); calling the program itself takes and returns NumPy arrays of the
+    IR's dtypes, handling the i64 <-> int32 conversion."""
+
+    fn: Callable[..., tuple[jax.Array, ...]]
+    arg_infos: tuple[ArgInfo, ...]
+    result_sigs: tuple[TensorSig, ...]
+
+    def device_args(self, args: Sequence[np.ndarray]) -> tuple[jax.Array, ...]:
+        """Check `args` against `@main` and put them on the default device."""
+        check_arguments(self.arg_infos, args)
+        converted = []
+        for info, arg in zip(self.arg_infos, args, strict=True):
+            target = jax_dtype(info.sig.dtype)
+            array = np.asarray(arg)
+            if array.dtype != target:
+                limits = np.iinfo(target)
+                if array.size and (array.min() < limits.min or array.max() > limits.max):
+                    raise ValueError(
+                        f"argument '{info.name}' holds values outside {target}, which JAX "
+                        f"uses for {info.sig.dtype} without x64 mode"
+                    )
+                array = array.astype(target)
+            converted.append(jax.device_put(array))
+        return tuple(converted)
+
+    def __call__(self, *arrays: np.ndarray) -> list[np.ndarray]:
+        results = self.fn(*self.device_args(arrays))
+        return [
+            np.asarray(r).astype(numpy_dtype(sig.dtype), copy=False)
+            for r, sig in zip(results, self.result_sigs, strict=True)
+        ]
+
+
+def lower(module: ModuleOp) -> JaxProgram:
+    """Lower `@main` of `module` to a jitted JAX function (compiled on first call).
+
+    Raises ValueError for an op that has no JAX lowering.
+    """
+    function = entry_function(module)
+    block = function.body.block
+    slots = {value: index for index, value in enumerate(block.args)}
+    steps = []
+    for op in block.ops:
+        if isinstance(op, func.ReturnOp):
+            continue
+        if not isinstance(op, GraphOp) or op.op_name() not in JAX_KERNELS:
+            raise ValueError(f"no JAX lowering for op '{op.name}'")
+        results = tuple(range(len(slots), len(slots) + len(op.results)))
+        slots.update(zip(op.results, results, strict=True))
+        steps.append(
+            _Step(
+                name=op.op_name(),
+                attrs=op.py_attrs(),
+                operands=tuple(slots[v] for v in op.operands),
+                results=results,
+                result_sigs=tuple(sig_of(r.type) for r in op.results),
+            )
+        )
+    returned = return_values(function)
+    outputs = tuple(slots[v] for v in returned)
+
+    def program(*args: jax.Array) -> tuple[jax.Array, ...]:
+        return _evaluate(steps, outputs, args)
+
+    return JaxProgram(
+        fn=jax.jit(program),
+        arg_infos=tuple(arg_infos(function)),
+        result_sigs=tuple(sig_of(v.type) for v in returned),
+    )
+
+
+def bench(program: JaxProgram, args: Sequence[np.ndarray], repeats: int = 10) -> list[float]:
+    """Seconds per call of `program.fn` on `args`, `repeats` times.
+
+    The arguments are moved to the device once and one untimed call compiles and
+    warms up first; each timed call waits for its results (`block_until_ready`),
+    since JAX dispatches asynchronously.
+    """
+    device_args = program.device_args(args)
+    jax.block_until_ready(program.fn(*device_args))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(program.fn(*device_args))
+        times.append(time.perf_counter() - start)
+    return times

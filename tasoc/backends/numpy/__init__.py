@@ -1,0 +1,6 @@
+"""The NumPy reference interpreter: one kernel per `graph` op, run by xDSL's interpreter."""
+
+from tasoc.backends.numpy.interpreter import run_reference
+from tasoc.backends.numpy.kernels import KERNELS, Kernel
+
+__all__ = ["KERNELS", "Kernel", "run_reference"]

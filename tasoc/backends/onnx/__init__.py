@@ -1,0 +1,36 @@
+"""The ONNX bridge: import ONNX models into the `graph` dialect and export back.
+
+- `import_onnx(model, input_shapes)` -> (module, weight values by argument name)
+- `export_onnx(module, param_values)` -> `onnx.ModelProto` (opset 17; 22 when the
+  program has bfloat16 values); `save_onnx` writes it atomically.
+
+What maps to what, the tolerances and the errors are in `docs/onnx.md`.
+"""
+
+from tasoc.backends.onnx.exporter import (
+    BFLOAT16_OPSET,
+    EXPORT_OPSET,
+    OnnxExportError,
+    export_onnx,
+    save_onnx,
+)
+from tasoc.backends.onnx.importer import (
+    MAX_OPSET,
+    MIN_OPSET,
+    OnnxImportError,
+    canonical_padding,
+    import_onnx,
+)
+
+__all__ = [
+    "BFLOAT16_OPSET",
+    "EXPORT_OPSET",
+    "MAX_OPSET",
+    "MIN_OPSET",
+    "OnnxExportError",
+    "OnnxImportError",
+    "canonical_padding",
+    "export_onnx",
+    "import_onnx",
+    "save_onnx",
+]

@@ -1,0 +1,513 @@
+"""Export a `graph` program to ONNX (opset 17), so any ONNX runtime can run it.
+
+`export_onnx(module, param_values)` writes `@main` as an ONNX graph: activation
+arguments are graph inputs, weights (`{graph.param}`) initializers holding their
+values (not also inputs, so runtimes may fold and fuse them), results the graph
+outputs; the argument order is recorded in the model's metadata. Each `graph` op becomes the
+ONNX nodes that compute exactly what the numpy reference computes; the table is in
+`docs/onnx.md`. Where an op has several ONNX spellings, the exporter picks the one
+the importer reads back as the same op, so `import_onnx(export_onnx(m))` prints
+like `m` up to the differences `docs/onnx.md` lists.
+
+Opset 17 is the first with LayerNormalization; GELU is written in its erf form
+(opset 20's Gelu is not needed), which onnxruntime fuses back into one kernel.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from importlib.metadata import version
+from os import PathLike
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import SSAValue
+
+from tasoc.backends import describe, numpy_dtype
+from tasoc.backends.inputs import random_inputs
+from tasoc.backends.onnx.importer import (
+    ARGUMENT_ORDER_KEY,
+    DTYPES_BY_ONNX,
+    GELU_SQRT2,
+    NODE_FORMS_KEY,
+)
+from tasoc.ir import graph as G
+from tasoc.ir.program import ArgInfo, arg_infos, entry_function, return_values
+from tasoc.ir.shapes import ConstData, DType, window_pads
+
+EXPORT_OPSET = 17
+"""The default-domain opset of exported models: the first with LayerNormalization,
+and old enough for most runtimes."""
+
+BFLOAT16_OPSET = 22
+"""The opset of models with bfloat16 values: the first in which every op the exporter
+writes accepts bfloat16 (Conv, the pools and ConstantOfShape gain it in 20-22)."""
+
+_ONNX_DTYPES: Mapping[DType, int] = {kind: onnx_type for onnx_type, kind in DTYPES_BY_ONNX.items()}
+
+
+class OnnxExportError(ValueError):
+    """The program or its weight values cannot be exported; one line says why."""
+
+
+def export_onnx(
+    module: ModuleOp,
+    param_values: Mapping[str, np.ndarray] | None = None,
+    seed: int = 0,
+) -> onnx.ModelProto:
+    """The ONNX model of `module`'s `@main`, checked with `onnx.checker`.
+
+    `param_values` gives every weight by argument name (cast to its element type
+    within its kind). Without it the weights are drawn as `random_inputs(module,
+    seed)` draws them: deterministic, and sized so that deep models stay finite.
+    """
+    function = entry_function(module)
+    infos = arg_infos(function)
+    values = _weights(module, infos, param_values, seed)
+    model = _Exporter(function, infos, values).model()
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as err:
+        raise OnnxExportError(
+            f"the exported model is invalid: {str(err).splitlines()[0]}"
+        ) from None
+    return model
+
+
+def save_onnx(model: onnx.ModelProto, path: str | PathLike[str]) -> None:
+    """Write `model` to `path` atomically: a failure never leaves a half-written file."""
+    target = Path(path)
+    data = model.SerializeToString()
+    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _weights(
+    module: ModuleOp,
+    infos: Sequence[ArgInfo],
+    given: Mapping[str, np.ndarray] | None,
+    seed: int,
+) -> dict[int, np.ndarray]:
+    """Weight values by argument index, checked against the signature."""
+    params = {index: info for index, info in enumerate(infos) if info.is_param}
+    if given is None:
+        drawn = random_inputs(module, seed)
+        return {index: drawn[index] for index in params}
+    repeated = sorted(name for name, n in Counter(i.name for i in params.values()).items() if n > 1)
+    if repeated:
+        raise OnnxExportError(
+            f"several weights are named {', '.join(repeated)}; values cannot be matched by name"
+        )
+    names = {info.name for info in params.values()}
+    unknown, missing = sorted(given.keys() - names), sorted(names - given.keys())
+    if unknown or missing:
+        problems = [f"no weight named {', '.join(unknown)}"] if unknown else []
+        problems += [f"missing values for {', '.join(missing)}"] if missing else []
+        raise OnnxExportError("param_values: " + "; ".join(problems))
+    values = {}
+    for index, info in params.items():
+        array = np.asarray(given[info.name])
+        same_kind = np.issubdtype(array.dtype, np.integer) == (not info.sig.dtype.is_float)
+        if array.shape != info.sig.shape or not same_kind:
+            raise OnnxExportError(
+                f"param_values: '{info.name}' expects {info.sig}, got {describe(array)}"
+            )
+        values[index] = array.astype(numpy_dtype(info.sig.dtype))
+    return values
+
+
+def _tensor(name: str, array: np.ndarray, dtype: DType) -> TensorProto:
+    """A raw-data initializer (raw bytes carry bfloat16, which NumPy lacks, too)."""
+    data = np.asarray(array).astype(numpy_dtype(dtype), order="C")
+    return helper.make_tensor(name, _ONNX_DTYPES[dtype], data.shape, data.tobytes(), raw=True)
+
+
+def _value_info(name: str, value: SSAValue) -> onnx.ValueInfoProto:
+    sig = G.sig_of(value.type)
+    return helper.make_tensor_value_info(name, _ONNX_DTYPES[sig.dtype], sig.shape)
+
+
+OpExporter = Callable[["_Exporter", G.GraphOp, list[str], list[str]], None]
+EXPORTERS: dict[str, OpExporter] = {}
+"""How each `graph` op (by short name) is written as ONNX nodes."""
+
+
+def _exports(*names: str) -> Callable[[OpExporter], OpExporter]:
+    def register(fn: OpExporter) -> OpExporter:
+        for name in names:
+            EXPORTERS[name] = fn
+        return fn
+
+    return register
+
+
+class _Exporter:
+    """Writes one function's ops, in block order, as ONNX nodes."""
+
+    def __init__(
+        self, function: func.FuncOp, infos: Sequence[ArgInfo], weights: Mapping[int, np.ndarray]
+    ) -> None:
+        self.function = function
+        self.infos = infos
+        self.weights = weights
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[TensorProto] = []
+        self.names: dict[SSAValue, str] = {}
+        self.taken: set[str] = set()
+        self.node_counts: Counter[str] = Counter()
+        """Nodes written so far for each op (node names are the op's, numbered)."""
+        self.helper_constants: dict[tuple[str, bytes, tuple[int, ...]], str] = {}
+        self.current = ""
+        self.forms: dict[str, str] = {}
+        values = [*function.body.block.args, *(r for op in function.body.ops for r in op.results)]
+        uses_bf16 = any(G.sig_of(v.type).dtype == DType.BF16 for v in values)
+        self.opset = BFLOAT16_OPSET if uses_bf16 else EXPORT_OPSET
+
+    def fresh(self, base: str) -> str:
+        """A value name not used yet: `base`, else `base.1`, `base.2`, ..."""
+        name, count = base, 0
+        while name in self.taken:
+            count += 1
+            name = f"{base}.{count}"
+        self.taken.add(name)
+        return name
+
+    def node(
+        self,
+        op_type: str,
+        inputs: Sequence[str],
+        outputs: Sequence[str],
+        form: str | None = None,
+        **attrs: object,
+    ) -> None:
+        """Append a node named after the current op; `form` records the IR form the
+        node was written from (importer.NODE_FORMS_KEY)."""
+        count = self.node_counts[self.current]
+        self.node_counts[self.current] += 1
+        label = f"{self.current}/{count}" if count else self.current
+        given = {key: value for key, value in attrs.items() if value != []}
+        node = helper.make_node(op_type, inputs, outputs, name=label, **given)
+        # An empty list (the perm of a rank-0 transpose) has no type to infer.
+        node.attribute.extend(
+            helper.make_attribute(key, [], attr_type=onnx.AttributeProto.INTS)
+            for key in attrs.keys() - given.keys()
+        )
+        self.nodes.append(node)
+        if form is not None:
+            self.forms[label] = form
+
+    def temporary(self, suffix: str) -> str:
+        return self.fresh(f"{self.current}.{suffix}")
+
+    def constant(self, array: np.ndarray, dtype: DType, what: str) -> str:
+        """A helper initializer (a reshape target, GELU's sqrt 2), shared when equal."""
+        data = np.asarray(array).astype(numpy_dtype(dtype))
+        key = (dtype.value, data.tobytes(), data.shape)
+        if key not in self.helper_constants:
+            name = self.fresh(what)
+            self.initializers.append(_tensor(name, data, dtype))
+            self.helper_constants[key] = name
+        return self.helper_constants[key]
+
+    def ints(self, values: Sequence[int], what: str) -> str:
+        return self.constant(np.asarray(values, np.int64).reshape(-1), DType.I64, what)
+
+    def model(self) -> onnx.ModelProto:
+        block = self.function.body.block
+        inputs = []
+        for index, (info, arg) in enumerate(zip(self.infos, block.args, strict=True)):
+            name = self.fresh(info.name)
+            self.names[arg] = name
+            if info.is_param:
+                self.initializers.append(_tensor(name, self.weights[index], info.sig.dtype))
+            else:
+                inputs.append(_value_info(name, arg))
+        for index, op in enumerate(block.ops):
+            if isinstance(op, func.ReturnOp):
+                break
+            if not isinstance(op, G.GraphOp):
+                raise OnnxExportError(f"cannot export op '{op.name}': not a graph op")
+            self.current = f"{op.op_name()}.{index}"
+            outs = [
+                self.fresh(
+                    result.name_hint or self.current + (f".{k}" if len(op.results) > 1 else "")
+                )
+                for k, result in enumerate(op.results)
+            ]
+            self.names.update(zip(op.results, outs, strict=True))
+            EXPORTERS[op.op_name()](self, op, [self.names[v] for v in op.operands], outs)
+        outputs = []
+        arguments = set(block.args)
+        for index, value in enumerate(return_values(self.function)):
+            name = self.names[value]
+            if value in arguments or name in {o.name for o in outputs}:
+                # ONNX outputs are distinct values produced by nodes.
+                self.current = f"output.{index}"
+                alias = self.fresh(self.current)
+                self.node("Identity", [name], [alias])
+                name = alias
+            outputs.append(_value_info(name, value))
+        graph = helper.make_graph(
+            self.nodes, self.function.sym_name.data, inputs, outputs, self.initializers
+        )
+        opset = helper.make_opsetid("", self.opset)
+        model = helper.make_model(
+            graph,
+            opset_imports=[opset],
+            # The oldest IR version that can carry the opset, so older runtimes read it.
+            ir_version=helper.find_min_ir_version_for([opset]),
+            producer_name="tasoc",
+            producer_version=version("tasoc"),
+        )
+        order = [self.names[arg] for arg in block.args]
+        helper.set_model_props(
+            model, {ARGUMENT_ORDER_KEY: json.dumps(order), NODE_FORMS_KEY: json.dumps(self.forms)}
+        )
+        return model
+
+
+def _dtype(value: SSAValue) -> DType:
+    return G.sig_of(value.type).dtype
+
+
+def _shape(value: SSAValue) -> tuple[int, ...]:
+    return G.sig_of(value.type).shape
+
+
+# ---------------------------------------------------------------------- element-wise
+
+_SAME_NAME = {
+    "add": "Add",
+    "mul": "Mul",
+    "scale": "Mul",
+    "relu": "Relu",
+    "sigmoid": "Sigmoid",
+    "tanh": "Tanh",
+    "matmul": "MatMul",
+}
+
+
+@_exports(*_SAME_NAME)
+def _direct(ex: _Exporter, op: G.GraphOp, ins: list[str], outs: list[str]) -> None:
+    # A Mul with a scalar operand reads back as graph.scale unless recorded as a mul.
+    ex.node(_SAME_NAME[op.op_name()], ins, outs, form="mul" if op.op_name() == "mul" else None)
+
+
+@_exports("gelu")
+def _gelu(ex: _Exporter, op: G.GraphOp, ins: list[str], outs: list[str]) -> None:
+    dtype = _dtype(op.results[0])
+    scaled, erf, plus_one, times = (ex.temporary(s) for s in ("scaled", "erf", "plus_one", "x"))
+    ex.node("Div", [ins[0], ex.constant(np.asarray(GELU_SQRT2), dtype, "gelu.sqrt2")], [scaled])
+    ex.node("Erf", [scaled], [erf])
+    ex.node("Add", [erf, ex.constant(np.asarray(1.0), dtype, "gelu.one")], [plus_one])
+    ex.node("Mul", [ins[0], plus_one], [times])
+    ex.node("Mul", [times, ex.constant(np.asarray(0.5), dtype, "gelu.half")], outs)
+
+
+# ---------------------------------------------------------------------------- linear
+
+
+@_exports("transpose")
+def _transpose(ex: _Exporter, op: G.GraphOp, ins: list[str], outs: list[str]) -> None:
+    ex.node("Transpose", ins, outs, perm=list(op.py_attrs()["perm"]))
+
+
+def _explicit_pads(op: G.GraphOp, kernel: Sequence[int]) -> list[int]:
+    """ONNX pads [top, left, bottom, right] of a window op (`same` made explicit)."""
+    attrs = op.py_attrs()
+    in_hw = _shape(op.operands[0])[2:]
+    return list(window_pads(attrs["padding"], in_hw, tuple(kernel), attrs["strides"]))
+
+
+def _padding_form(op: G.GraphOp) -> str:
+    padding = op.py_attrs()["padding"]
+    return padding if isinstance(padding, str) else "explicit"
+
+
+@_exports("conv2d")
+def _conv2d(ex: _Exporter, op: G.GraphOp, ins: list[str], outs: list[str]) -> None:
+    attrs = op.py_attrs()
+    kernel = list(_shape(op.operands[1])[2:])
+    fused_relu = attrs["activation"] == "relu"
+    conv_out = [ex.temporary("conv")] if fused_relu else outs
+    ex.node(
+        "Conv",
+        ins,
+        conv_out,
+        form=_padding_form(op),
+        kernel_shape=kernel,
+        strides=list(attrs["strides"]),
+        pads=_explicit_pads(op, kernel),
+        group=attrs["groups"],
+    )
+    if fused_relu:
+        ex.node("Relu", conv_out, outs, form="fused")
+
+
+@_exports("enlarge")
+def _enlarge(ex: _Exporter, op: G.GraphOp, ins: list[str], outs: list[str]) -> None:
+    _, _, kh, kw = _shape(op.operands[0])
+    big_h, big_w = op.py_attrs()["kernel"]
+    dh, dw = (big_h - kh) // 2, (big_w - kw) // 2
+    padded = ex.temporary("padded")
+    ex.node("Pad", [ins[0], ex.ints([0, 0, dh, dw, 0, 0, dh, dw], f"{ex.current}.pads")], [padded])
+    # The Identity keeps onnxruntime (1.2x) from fusing this Pad into a Conv that reads
+    # it as its *weight*, a fusion meant for Pad -> Conv input that breaks the model.
+    ex.node("Identity", [padded], outs)
+
+
+@_exports("pool2d")
+def _pool2d(ex: _Exporter, op: G.GraphOp, ins: list[str], outs: list[str]) -> None:
+    attrs = op.py_attrs()
+    kh, kw = attrs["kernel"]
+    pads = _explicit_pads(op, (kh, kw))
+    top, left, bottom, right = pads
+    window = {"kernel_shape": [kh, kw], "strides": list(attrs["strides"]), "pads": pads}
+    if max(top, bottom) < kh and max(left, right) < kw:
+        if attrs["kind"] == "max":
+            ex.node("MaxPool", ins, outs, form=_padding_form(op), **window)
+        else:  # graph.pool2d averages over the whole window, padded zeros included
+            ex.node("AveragePool", ins, outs, _padding_form(op), count_include_pad=1, **window)
+        return
+    # onnxruntime rejects pools whose padding is not smaller than the kernel (some
+    # windows hold only padding), also after fusing a Pad node into the pool.
+    dtype = _dtype(op.operands[0])
+    if attrs["kind"] == "avg":  # TASO's identity: a depthwise convolution with C_pool
+        channels = _shape(op.operands[0])[1]
+        kernel = ex.temporary("c_pool")
+        _fill(ex, (channels, 1, kh, kw), 1.0 / (kh * kw), dtype, [kernel])
+        form = f"avg_pool {_padding_form(op)}"
+        ex.node("Conv", [ins[0], kernel], outs, form, group=channels, **window)
+        return
+    # Max pooling pads with -inf, which onnxruntime does not fuse into the pool.
+    padded = ex.temporary("padded")
+    fill = ex.constant(np.asarray(-np.inf), dtype, "max_pool.fill")
+    spatial = ex.ints([0, 0, top, left, 0, 0, bottom, right], f"{ex.current}.pads")
+    ex.node("Pad", [ins[0], spatial, fill], [padded])
+    ex.node("MaxPool", [padded], outs, _padding_form(op), **{**window, "pads": [0, 0, 0, 0]})
+
+
+# ------------------------------------------------------------------------- structure
+
+
+@_exports("concat")
+def _concat(ex: _Exporter, op: G.GraphOp, ins: list[str], outs: list[str]) -> None:
+    ex.node("Concat", ins, outs, axis=op.py_attrs()["axis"])
+
+
+@_exports("split")
+def _split(ex: _Exporter, op: G.GraphOp, ins: list[str], outs: list[str]) -> None:
+    attrs = op.py_attrs()
+    sizes = ex.ints(attrs["sizes"], f"{ex.current}.sizes")
+    ex.node("Split", [ins[0], sizes], outs, axis=attrs["axis"])
+
+
+@_exports("reshape")
+def _reshape(ex: _Exporter, op: G.GraphOp, ins: list[str], outs: list[str]) -> None:
+    ex.node("Reshape", [ins[0], ex.ints(op.py_attrs()["shape"], f"{ex.current}.shape")], outs)
+
+
+# ------------------------------------------------------------------------- constants
+
+
+def _fill(
+    ex: _Exporter,
+    shape: Sequence[int],
+    value: float,
+    dtype: DType,
+    outs: list[str],
+    form: str | None = None,
+) -> None:
+    fill = _tensor("value", np.asarray([value]), dtype)
+    ex.node("ConstantOfShape", [ex.ints(shape, f"{ex.current}.shape")], outs, form, value=fill)
+
+
+@_exports("ones", "zeros", "c_pool")
+def _filled(ex: _Exporter, op: G.GraphOp, ins: list[str], outs: list[str]) -> None:
+    attrs = op.py_attrs()
+    if op.op_name() == "c_pool":
+        kh, kw = attrs["kernel"]
+        shape, value = (attrs["channels"], 1, kh, kw), 1.0 / (kh * kw)
+    else:
+        shape, value = attrs["shape"], 1.0 if op.op_name() == "ones" else 0.0
+    _fill(ex, shape, value, attrs["dtype"], outs, form=op.op_name())
+
+
+@_exports("i_matmul")
+def _i_matmul(ex: _Exporter, op: G.GraphOp, ins: list[str], outs: list[str]) -> None:
+    attrs = op.py_attrs()
+    square = ex.temporary("zeros")
+    _fill(ex, (attrs["size"], attrs["size"]), 0.0, attrs["dtype"], [square])
+    ex.node("EyeLike", [square], outs)
+
+
+def _literal(
+    ex: _Exporter, op: G.GraphOp, array: np.ndarray, dtype: DType, outs: list[str]
+) -> None:
+    ex.node("Constant", [], outs, op.op_name(), value=_tensor("value", array, dtype))
+
+
+@_exports("i_conv")
+def _i_conv(ex: _Exporter, op: G.GraphOp, ins: list[str], outs: list[str]) -> None:
+    attrs = op.py_attrs()
+    channels, (kh, kw) = attrs["channels"], attrs["kernel"]
+    kernel = np.zeros((channels, channels, kh, kw))
+    kernel[:, :, kh // 2, kw // 2] = np.eye(channels)
+    _literal(ex, op, kernel, attrs["dtype"], outs)
+
+
+@_exports("constant")
+def _constant(ex: _Exporter, op: G.GraphOp, ins: list[str], outs: list[str]) -> None:
+    value: ConstData = op.py_attrs()["value"]
+    _literal(ex, op, np.asarray(value.values).reshape(value.shape), value.dtype, outs)
+
+
+# ------------------------------------------------------------------------- model ops
+
+
+@_exports("softmax")
+def _softmax(ex: _Exporter, op: G.GraphOp, ins: list[str], outs: list[str]) -> None:
+    ex.node("Softmax", ins, outs, axis=op.py_attrs()["axis"])
+
+
+@_exports("reduce")
+def _reduce(ex: _Exporter, op: G.GraphOp, ins: list[str], outs: list[str]) -> None:
+    attrs = op.py_attrs()
+    keepdims = int(attrs["keepdims"])
+    op_type = {"sum": "ReduceSum", "mean": "ReduceMean", "max": "ReduceMax"}[attrs["kind"]]
+    if op_type == "ReduceSum" or ex.opset >= 18:  # axes became an input in 13 and 18
+        axes = ex.ints(attrs["axes"], f"{ex.current}.axes")
+        ex.node(op_type, [ins[0], axes], outs, keepdims=keepdims)
+    else:
+        ex.node(op_type, ins, outs, axes=list(attrs["axes"]), keepdims=keepdims)
+
+
+@_exports("batchnorm")
+def _batchnorm(ex: _Exporter, op: G.GraphOp, ins: list[str], outs: list[str]) -> None:
+    ex.node("BatchNormalization", ins, outs, epsilon=op.py_attrs()["epsilon"])
+
+
+@_exports("layernorm")
+def _layernorm(ex: _Exporter, op: G.GraphOp, ins: list[str], outs: list[str]) -> None:
+    attrs = op.py_attrs()
+    ex.node("LayerNormalization", ins, outs, axis=attrs["axis"], epsilon=attrs["epsilon"])
+
+
+@_exports("embedding")
+def _embedding(ex: _Exporter, op: G.GraphOp, ins: list[str], outs: list[str]) -> None:
+    ids, table = ins
+    ex.node("Gather", [table, ids], outs, axis=0)

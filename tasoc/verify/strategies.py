@@ -1,0 +1,484 @@
+"""Hypothesis strategies for property-testing passes on random, well-typed programs.
+
+`graphs()` draws small verified `builtin.module { func.func @main }` programs that
+mix every `graph` op kind on tiny shapes: element-wise ops with broadcasting,
+scale, transpose, batched matmul, grouped/strided/padded convolutions with fused
+relu, pooling, concat/split/reshape, softmax, reductions, normalizations,
+embeddings and TASO's constants, with weights as `{graph.param}` arguments. A pass
+that claims to preserve meaning can then be checked against the reference:
+
+    from hypothesis import given, settings
+    from tasoc.verify.equivalence import equivalent
+    from tasoc.verify.strategies import graphs
+
+    @settings(max_examples=50, deadline=None)
+    @given(graphs(max_ops=8))
+    def test_my_pass_preserves_meaning(module):
+        assert equivalent(module, my_pass(module.clone())).ok
+
+(clone first when the pass rewrites in place). `graphs(ops=["conv2d"], max_ops=1)`
+draws single-op programs, which is how the backend tests cover each op.
+
+Each op kind has an emitter that picks its operands from the values built so far
+when one has a fitting type (so graphs are connected and values are reused) and
+otherwise makes a fresh argument of a fitting type; typing questions are answered
+by `shapes.infer`, the same rules the verifier uses. Results nobody uses become
+the program's outputs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
+
+from hypothesis import strategies as st
+from hypothesis.vendor.pretty import RepresentationPrinter, for_type_by_name
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import SSAValue
+
+from tasoc.ir.builder import GraphBuilder
+from tasoc.ir.graph import OPS_BY_NAME, sig_of
+from tasoc.ir.shapes import ConstData, DType, ShapeError, TensorSig, infer
+
+
+def _pretty_module(module: ModuleOp, printer: RepresentationPrinter, cycle: bool) -> None:
+    for index, line in enumerate(str(module).splitlines()):
+        if index:
+            printer.break_()
+        printer.text(line)
+
+
+# Hypothesis would print a failing module as nested xDSL dataclasses (megabytes for
+# a few ops, and slow enough to stall the run); print it as IR text instead.
+for_type_by_name(ModuleOp.__module__, ModuleOp.__name__, _pretty_module)
+
+
+def tensor_sigs(
+    min_rank: int = 0,
+    max_rank: int = 4,
+    min_side: int = 1,
+    max_side: int = 4,
+    dtypes: Sequence[DType | str] = (DType.F32,),
+) -> st.SearchStrategy[TensorSig]:
+    """Static tensor types with rank and side lengths in the given ranges."""
+    shapes = st.lists(st.integers(min_side, max_side), min_size=min_rank, max_size=max_rank).map(
+        tuple
+    )
+    return st.builds(TensorSig, shapes, st.sampled_from([DType(d) for d in dtypes]))
+
+
+def _fits(op: str, sigs: Sequence[TensorSig], attrs: dict[str, Any]) -> bool:
+    try:
+        infer(op, sigs, attrs)
+    except ShapeError:
+        return False
+    return True
+
+
+class _GraphMaker:
+    """The state of one drawn program: the builder and the values made so far."""
+
+    def __init__(self, draw: st.DrawFn, dtype: DType) -> None:
+        self.draw = draw
+        self.dtype = dtype
+        self.builder = GraphBuilder()
+        self.pool: list[SSAValue] = []
+        """Values of the program's float type that later ops may consume."""
+        self.produced: list[SSAValue] = []
+        self._args = 0
+
+    # ----------------------------------------------------------------- values
+    def sig(self, value: SSAValue) -> TensorSig:
+        return sig_of(value.type)
+
+    def new_arg(self, sig: TensorSig, param: bool | None = None) -> SSAValue:
+        """A fresh argument; a weight (`{graph.param}`) if `param`, drawn if None."""
+        is_param = self.draw(st.booleans()) if param is None else param
+        self._args += 1
+        name = f"{'w' if is_param else 'x'}{self._args}"
+        make = self.builder.param if is_param else self.builder.input
+        value = make(name, sig.shape, sig.dtype.value)
+        if sig.dtype == self.dtype:
+            self.pool.append(value)
+        return value
+
+    def existing(self, accepts: Callable[[TensorSig], bool]) -> SSAValue | None:
+        """A value from the pool of a type `accepts` allows, or None (also by chance,
+        so that fresh arguments keep appearing)."""
+        candidates = [v for v in self.pool if accepts(self.sig(v))]
+        if not candidates or self.draw(st.integers(0, 3)) == 0:
+            return None
+        return self.draw(st.sampled_from(candidates))
+
+    def operand(
+        self,
+        accepts: Callable[[TensorSig], bool],
+        fresh: Callable[[], TensorSig],
+        param: bool | None = None,
+    ) -> SSAValue:
+        """An existing fitting value, or a new argument of type `fresh()`."""
+        found = self.existing(accepts)
+        return found if found is not None else self.new_arg(fresh(), param)
+
+    def any_float(self, min_rank: int = 0, max_rank: int = 4) -> SSAValue:
+        return self.operand(
+            lambda s: min_rank <= s.rank <= max_rank,
+            lambda: self.fresh(min_rank, max_rank),
+            param=False,
+        )
+
+    def fresh(self, min_rank: int = 0, max_rank: int = 4) -> TensorSig:
+        return self.draw(tensor_sigs(min_rank, max_rank, dtypes=[self.dtype]))
+
+    def nchw(self) -> SSAValue:
+        shape = st.tuples(
+            st.integers(1, 2), st.integers(1, 4), st.integers(1, 5), st.integers(1, 5)
+        )
+        return self.operand(
+            lambda s: s.rank == 4, lambda: TensorSig(self.draw(shape), self.dtype), param=False
+        )
+
+    def emit(self, op: str, *operands: SSAValue, **attrs: Any) -> list[SSAValue]:
+        results = list(self.builder.emit(OPS_BY_NAME[op], *operands, **attrs).results)
+        self.pool.extend(r for r in results if self.sig(r).dtype == self.dtype)
+        self.produced.extend(results)
+        return results
+
+    # --------------------------------------------------------------- attributes
+    def axis(self, rank: int) -> int:
+        return self.draw(st.integers(-rank, rank - 1))
+
+    def window(self, in_hw: Sequence[int]) -> dict[str, Any]:
+        """Strides, padding and a kernel size that fits the padded input."""
+        padding = self.draw(
+            st.one_of(st.sampled_from(["same", "valid"]), st.tuples(*[st.integers(0, 1)] * 4))
+        )
+        if padding == "same":
+            limits = (3, 3)
+        elif padding == "valid":
+            limits = (min(3, in_hw[0]), min(3, in_hw[1]))
+        else:
+            limits = (
+                min(3, in_hw[0] + padding[0] + padding[2]),
+                min(3, in_hw[1] + padding[1] + padding[3]),
+            )
+        kernel = tuple(self.draw(st.integers(1, limit)) for limit in limits)
+        strides = self.draw(st.tuples(st.integers(1, 2), st.integers(1, 2)))
+        return {"padding": padding, "kernel": kernel, "strides": strides}
+
+    def shape_like_pool(self, min_rank: int = 0) -> tuple[int, ...]:
+        """The shape of an existing value (so constants combine with it), or fresh."""
+        found = self.existing(lambda s: s.rank >= min_rank)
+        return self.sig(found).shape if found is not None else self.fresh(min_rank).shape
+
+    def finish(self) -> ModuleOp:
+        outputs = [v for v in self.produced if not v.uses]
+        module = self.builder.build(*outputs)
+        module.verify()
+        return module
+
+
+# ---------------------------------------------------------------------- emitters
+
+Emitter = Callable[[_GraphMaker], None]
+
+
+def _unary(name: str) -> Emitter:
+    def emit(m: _GraphMaker) -> None:
+        m.emit(name, m.any_float())
+
+    return emit
+
+
+def _broadcasting(name: str) -> Emitter:
+    def emit(m: _GraphMaker) -> None:
+        x = m.any_float()
+        shape = m.sig(x).shape
+
+        def partner_sig() -> TensorSig:
+            # A suffix of x's shape with some dimensions collapsed to 1 broadcasts.
+            suffix = shape[m.draw(st.integers(0, len(shape))) :]
+            dims = tuple(1 if m.draw(st.booleans()) else d for d in suffix)
+            return TensorSig(dims, m.dtype)
+
+        y = m.operand(lambda s: _fits(name, [m.sig(x), s], {}), partner_sig)
+        m.emit(name, *((x, y) if m.draw(st.booleans()) else (y, x)))
+
+    return emit
+
+
+def _scale(m: _GraphMaker) -> None:
+    x = m.any_float()
+    scalar = m.operand(lambda s: s.rank == 0, lambda: TensorSig((), m.dtype))
+    m.emit("scale", x, scalar)
+
+
+def _transpose(m: _GraphMaker) -> None:
+    x = m.any_float()
+    m.emit("transpose", x, perm=tuple(m.draw(st.permutations(range(m.sig(x).rank)))))
+
+
+def _matmul(m: _GraphMaker) -> None:
+    x = m.any_float(min_rank=2)
+    shape = m.sig(x).shape
+    side = st.integers(1, 4)
+    if m.draw(st.booleans()):
+        rhs = m.operand(
+            lambda s: _fits("matmul", [m.sig(x), s], {}),
+            lambda: TensorSig((shape[-1], m.draw(side)), m.dtype),
+            param=True,
+        )
+        m.emit("matmul", x, rhs)
+    else:
+        lhs = m.operand(
+            lambda s: _fits("matmul", [s, m.sig(x)], {}),
+            lambda: TensorSig((m.draw(side), shape[-2]), m.dtype),
+        )
+        m.emit("matmul", lhs, x)
+
+
+def _conv2d(m: _GraphMaker) -> None:
+    x = m.nchw()
+    channels, in_hw = m.sig(x).shape[1], m.sig(x).shape[2:]
+    window = m.window(in_hw)
+    attrs = {
+        "strides": window["strides"],
+        "padding": window["padding"],
+        "activation": m.draw(st.sampled_from(["none", "relu"])),
+    }
+
+    def groups_of(w: TensorSig) -> int:
+        """The groups count a weight implies; 0 when it cannot apply to x."""
+        return channels // w.shape[1] if w.rank == 4 and channels % w.shape[1] == 0 else 0
+
+    def fresh_weight() -> TensorSig:
+        groups = m.draw(st.sampled_from([g for g in range(1, channels + 1) if channels % g == 0]))
+        out_channels = groups * m.draw(st.integers(1, 2))
+        return TensorSig((out_channels, channels // groups, *window["kernel"]), m.dtype)
+
+    weight = m.operand(
+        lambda s: (
+            groups_of(s) > 0 and _fits("conv2d", [m.sig(x), s], {**attrs, "groups": groups_of(s)})
+        ),
+        fresh_weight,
+        param=True,
+    )
+    m.emit("conv2d", x, weight, **attrs, groups=groups_of(m.sig(weight)))
+
+
+def _enlarge(m: _GraphMaker) -> None:
+    kernel = st.tuples(*[st.integers(1, 3)] * 4)
+    w = m.operand(lambda s: s.rank == 4, lambda: TensorSig(m.draw(kernel), m.dtype), param=True)
+    _, _, kh, kw = m.sig(w).shape
+    grow = st.integers(0, 1)
+    m.emit("enlarge", w, kernel=(kh + 2 * m.draw(grow), kw + 2 * m.draw(grow)))
+
+
+def _pool2d(m: _GraphMaker) -> None:
+    x = m.nchw()
+    kind = m.draw(st.sampled_from(["avg", "max"]))
+    m.emit("pool2d", x, kind=kind, **m.window(m.sig(x).shape[2:]))
+
+
+def _concat(m: _GraphMaker) -> None:
+    x = m.any_float(min_rank=1)
+    sig = m.sig(x)
+    axis = m.axis(sig.rank)
+    operands = [x]
+    for _ in range(m.draw(st.integers(1, 2))):
+        shape = list(sig.shape)
+        shape[axis] = m.draw(st.integers(1, 3))
+        part = m.operand(
+            lambda s: _fits("concat", [sig, s], {"axis": axis}),
+            lambda shape=tuple(shape): TensorSig(shape, m.dtype),
+        )
+        operands.insert(m.draw(st.integers(0, len(operands))), part)
+    m.emit("concat", *operands, axis=axis)
+
+
+def _pieces(m: _GraphMaker, length: int, max_cuts: int) -> list[tuple[int, int]]:
+    """A random partition of range(length) into consecutive non-empty (start, end)."""
+    cuts = m.draw(st.sets(st.integers(1, length - 1), max_size=max_cuts)) if length > 1 else set()
+    bounds = [0, *sorted(cuts), length] if length else []
+    return list(itertools.pairwise(bounds))
+
+
+def _split(m: _GraphMaker) -> None:
+    x = m.any_float(min_rank=1)
+    axis = m.axis(m.sig(x).rank)
+    pieces = _pieces(m, m.sig(x).shape[axis], max_cuts=2)
+    m.emit("split", x, axis=axis, sizes=tuple(end - start for start, end in pieces))
+
+
+def _factors(n: int) -> list[int]:
+    """Prime factors of n, with repetition."""
+    factors, p = [], 2
+    while n > 1:
+        while n % p == 0:
+            factors.append(p)
+            n //= p
+        p += 1
+    return factors
+
+
+def _reshape(m: _GraphMaker) -> None:
+    x = m.any_float()
+    factors = m.draw(st.permutations(_factors(m.sig(x).size)))
+    # Group the shuffled prime factors into dimensions, then sprinkle in 1s.
+    dims = [math.prod(factors[a:b]) for a, b in _pieces(m, len(factors), max_cuts=3)]
+    for _ in range(m.draw(st.integers(0, 1))):
+        dims.insert(m.draw(st.integers(0, len(dims))), 1)
+    m.emit("reshape", x, shape=tuple(dims))
+
+
+def _softmax(m: _GraphMaker) -> None:
+    x = m.any_float(min_rank=1)
+    m.emit("softmax", x, axis=m.axis(m.sig(x).rank))
+
+
+def _reduce(m: _GraphMaker) -> None:
+    x = m.any_float(min_rank=1)
+    rank = m.sig(x).rank
+    axes = m.draw(st.sets(st.integers(0, rank - 1), min_size=1))
+    negated = [a - rank if m.draw(st.booleans()) else a for a in sorted(axes)]
+    m.emit(
+        "reduce",
+        x,
+        kind=m.draw(st.sampled_from(["sum", "mean", "max"])),
+        axes=tuple(negated),
+        keepdims=m.draw(st.booleans()),
+    )
+
+
+def _exactly(m: _GraphMaker, shape: tuple[int, ...]) -> SSAValue:
+    """A value of exactly `shape` (normalization parameters): reused, or a new weight."""
+    return m.operand(lambda s: s.shape == shape, lambda: TensorSig(shape, m.dtype), param=True)
+
+
+def _layernorm(m: _GraphMaker) -> None:
+    x = m.any_float(min_rank=1)
+    axis = m.axis(m.sig(x).rank)
+    tail = m.sig(x).shape[axis:]
+    epsilon = m.draw(st.sampled_from([1e-5, 1e-3]))
+    m.emit("layernorm", x, _exactly(m, tail), _exactly(m, tail), axis=axis, epsilon=epsilon)
+
+
+def _batchnorm(m: _GraphMaker) -> None:
+    x = m.any_float(min_rank=2)
+    channels = (m.sig(x).shape[1],)
+    scale, bias, mean = (_exactly(m, channels) for _ in range(3))
+    # The variance is always a fresh weight: `random_inputs` draws it positive.
+    var = m.new_arg(TensorSig(channels, m.dtype), param=True)
+    epsilon = m.draw(st.sampled_from([1e-5, 1e-3]))
+    m.emit("batchnorm", x, scale, bias, mean, var, epsilon=epsilon)
+
+
+def _embedding(m: _GraphMaker) -> None:
+    id_type = m.draw(st.sampled_from([DType.I32, DType.I64]))
+    ids = m.new_arg(m.draw(tensor_sigs(1, 2, dtypes=[id_type])), param=False)
+    table_shape = st.tuples(st.integers(1, 6), st.integers(1, 4))
+    table = m.operand(
+        lambda s: s.rank == 2, lambda: TensorSig(m.draw(table_shape), m.dtype), param=True
+    )
+    m.emit("embedding", ids, table)
+
+
+def _filled(name: str) -> Emitter:
+    def emit(m: _GraphMaker) -> None:
+        m.emit(name, shape=m.shape_like_pool(), dtype=m.dtype)
+
+    return emit
+
+
+def _constant(m: _GraphMaker) -> None:
+    shape = m.shape_like_pool()
+    # Quarters are exact in every float type, so the printed IR round-trips exactly.
+    quarters = m.draw(
+        st.lists(st.integers(-8, 8), min_size=math.prod(shape), max_size=math.prod(shape))
+    )
+    m.emit("constant", value=ConstData(shape, m.dtype, tuple(q / 4 for q in quarters)))
+
+
+def _channels(m: _GraphMaker) -> int:
+    """The channel count of an existing NCHW value, so the kernel fits it."""
+    found = m.existing(lambda s: s.rank == 4)
+    return m.sig(found).shape[1] if found is not None else m.draw(st.integers(1, 4))
+
+
+def _c_pool(m: _GraphMaker) -> None:
+    kernel = m.draw(st.tuples(st.integers(1, 3), st.integers(1, 3)))
+    m.emit("c_pool", channels=_channels(m), kernel=kernel, dtype=m.dtype)
+
+
+def _i_conv(m: _GraphMaker) -> None:
+    kernel = m.draw(st.tuples(st.sampled_from([1, 3]), st.sampled_from([1, 3])))
+    m.emit("i_conv", channels=_channels(m), kernel=kernel, dtype=m.dtype)
+
+
+def _i_matmul(m: _GraphMaker) -> None:
+    size = m.shape_like_pool(min_rank=1)[-1]
+    m.emit("i_matmul", size=size, dtype=m.dtype)
+
+
+EMITTERS: dict[str, Emitter] = {
+    **{name: _unary(name) for name in ("relu", "sigmoid", "tanh", "gelu")},
+    **{name: _broadcasting(name) for name in ("add", "mul")},
+    **{name: _filled(name) for name in ("ones", "zeros")},
+    "scale": _scale,
+    "transpose": _transpose,
+    "matmul": _matmul,
+    "conv2d": _conv2d,
+    "enlarge": _enlarge,
+    "pool2d": _pool2d,
+    "concat": _concat,
+    "split": _split,
+    "reshape": _reshape,
+    "softmax": _softmax,
+    "reduce": _reduce,
+    "layernorm": _layernorm,
+    "batchnorm": _batchnorm,
+    "embedding": _embedding,
+    "constant": _constant,
+    "c_pool": _c_pool,
+    "i_conv": _i_conv,
+    "i_matmul": _i_matmul,
+}
+"""How `graphs()` emits each op kind, by op short name (every op in `GRAPH_OPS`)."""
+
+
+@st.composite
+def _graphs(
+    draw: st.DrawFn, ops: Sequence[str], min_ops: int, max_ops: int, dtypes: Sequence[DType]
+) -> ModuleOp:
+    maker = _GraphMaker(draw, draw(st.sampled_from(dtypes)))
+    maker.new_arg(maker.fresh(), param=False)
+    for _ in range(draw(st.integers(min_ops, max_ops))):
+        EMITTERS[draw(st.sampled_from(ops))](maker)
+    return maker.finish()
+
+
+def graphs(
+    max_ops: int = 8,
+    ops: Collection[str] | None = None,
+    min_ops: int = 1,
+    dtypes: Sequence[DType | str] = (DType.F32,),
+) -> st.SearchStrategy[ModuleOp]:
+    """Random verified programs of `min_ops..max_ops` ops drawn from `ops`.
+
+    `ops` are op short names (default: every op of the `graph` dialect); each op
+    draws its own operands and attributes, adding weights as needed. The program's
+    float type is drawn from `dtypes` (embedding ids are i32 or i64). Raises
+    ValueError for unknown op names or an empty range.
+    """
+    names = sorted(EMITTERS if ops is None else ops)
+    unknown = sorted(set(names) - EMITTERS.keys())
+    if unknown or not names:
+        raise ValueError(f"graphs(ops=...): unknown or no op names {unknown}")
+    if not 0 <= min_ops <= max_ops:
+        raise ValueError(f"graphs(): need 0 <= min_ops <= max_ops, got {min_ops}, {max_ops}")
+    kinds = [DType(d) for d in dtypes]
+    if not kinds or not all(k.is_float for k in kinds):
+        raise ValueError(f"graphs(dtypes=...): need float types, got {list(dtypes)}")
+    return _graphs(names, min_ops, max_ops, kinds)

@@ -1,0 +1,199 @@
+"""`tasoc.verify`: the hypothesis strategies and numeric equivalence checking."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import Phase, find, given, settings
+from xdsl.context import Context
+from xdsl.dialects import builtin, func
+from xdsl.parser import Parser
+
+from tasoc.ir import graph as G
+from tasoc.ir.builder import GraphBuilder
+from tasoc.ir.program import arg_infos, entry_function
+from tasoc.ir.shapes import DType, TensorSig
+from tasoc.verify.equivalence import compare, equivalent
+from tasoc.verify.strategies import EMITTERS, graphs, tensor_sigs
+
+
+def parse(text: str) -> builtin.ModuleOp:
+    ctx = Context()
+    for dialect in (builtin.Builtin, func.Func, G.Graph):
+        ctx.load_dialect(dialect)
+    return Parser(ctx, text).parse_module()
+
+
+def graph_ops(module: builtin.ModuleOp) -> list[G.GraphOp]:
+    return [op for op in module.walk() if isinstance(op, G.GraphOp)]
+
+
+# ---------------------------------------------------------------- strategies
+
+
+def test_every_op_has_an_emitter() -> None:
+    assert set(EMITTERS) == set(G.OPS_BY_NAME)
+
+
+@settings(max_examples=40, deadline=None)
+@given(module=graphs(dtypes=[DType.F32, DType.F16, DType.BF16]))
+def test_generated_graphs_verify_and_round_trip_through_text(module: builtin.ModuleOp) -> None:
+    module.verify()
+    text = str(module)
+    reparsed = parse(text)
+    reparsed.verify()
+    assert str(reparsed) == text
+
+
+@settings(max_examples=30, deadline=None)
+@given(sig=tensor_sigs(min_rank=1, max_rank=3, max_side=5, dtypes=["f16", "i32"]))
+def test_tensor_sigs_stay_in_bounds(sig: TensorSig) -> None:
+    assert 1 <= sig.rank <= 3
+    assert all(1 <= d <= 5 for d in sig.shape)
+    assert sig.dtype in (DType.F16, DType.I32)
+
+
+class OpSummary(NamedTuple):
+    """What the coverage tests look at, small enough for hypothesis to print."""
+
+    name: str
+    attrs: dict[str, Any]
+    consumers: tuple[str, ...]
+
+
+def summarize(module: builtin.ModuleOp) -> tuple[tuple[OpSummary, ...], bool]:
+    """The module's graph ops and whether it has a weight argument."""
+    ops = tuple(
+        OpSummary(op.op_name(), op.py_attrs(), tuple(u.operation.name for u in op.results[0].uses))
+        for op in graph_ops(module)
+    )
+    return ops, any(info.is_param for info in arg_infos(entry_function(module)))
+
+
+def findable(condition: Callable[[tuple[OpSummary, ...], bool], bool], **kwargs: Any) -> None:
+    """Assert that `graphs(**kwargs)` can draw a module satisfying `condition`."""
+    find(
+        graphs(**kwargs).map(summarize),
+        lambda summary: condition(*summary),
+        settings=settings(max_examples=300, database=None, phases=[Phase.generate]),
+    )
+
+
+@pytest.mark.parametrize(
+    "predicate",
+    [
+        lambda attrs: attrs["groups"] > 1,
+        lambda attrs: attrs["strides"] == (2, 2),
+        lambda attrs: isinstance(attrs["padding"], tuple),
+        lambda attrs: attrs["padding"] == "valid",
+        lambda attrs: attrs["activation"] == "relu",
+    ],
+)
+def test_convolutions_cover_their_attributes(predicate: Callable[[dict[str, Any]], bool]) -> None:
+    findable(
+        lambda ops, _: any(op.name == "conv2d" and predicate(op.attrs) for op in ops),
+        ops=["conv2d"],
+        max_ops=1,
+    )
+
+
+@pytest.mark.parametrize(
+    ("constant", "consumer"),
+    [("c_pool", "conv2d"), ("i_conv", "conv2d"), ("enlarge", "conv2d"), ("i_matmul", "matmul")],
+)
+def test_constants_feed_the_ops_they_exist_for(constant: str, consumer: str) -> None:
+    findable(
+        lambda ops, _: any(
+            op.name == constant and f"graph.{consumer}" in op.consumers for op in ops
+        ),
+        ops=[constant, consumer],
+        max_ops=3,
+    )
+
+
+def test_graphs_mix_many_op_kinds_and_mark_weights() -> None:
+    findable(lambda ops, has_weight: has_weight and len({op.name for op in ops}) >= 6)
+
+
+def test_graphs_rejects_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="unknown or no op names"):
+        graphs(ops=["conv3d"])
+    with pytest.raises(ValueError, match="min_ops <= max_ops"):
+        graphs(min_ops=3, max_ops=2)
+    with pytest.raises(ValueError, match="float types"):
+        graphs(dtypes=["i32"])
+
+
+# --------------------------------------------------------------- equivalence
+
+
+def test_compare_scales_the_absolute_tolerance_by_the_output_magnitude() -> None:
+    expected = np.array([1000.0, 0.0], np.float32)
+    assert compare([expected], [expected + np.float32([0.0, 5e-3])]).ok
+    assert not compare([expected], [expected + np.float32([0.0, 5e-2])]).ok
+    assert not compare([expected], [expected * np.float32(1.001)]).ok
+
+
+def test_compare_reports_errors_per_output() -> None:
+    expected = [np.array([1.0, 2.0], np.float32), np.array([3, 4], np.int32)]
+    actual = [np.array([1.0, 2.5], np.float32), np.array([3, 4], np.int32)]
+    report = compare(expected, actual)
+    assert not report.ok
+    assert not report
+    first, second = report.outputs
+    assert first.max_abs_error == pytest.approx(0.5)
+    assert first.max_rel_error == pytest.approx(0.25)
+    assert second.ok and second.max_abs_error == 0
+    assert report.summary().startswith("NOT equivalent: output #0 (2xf32): max abs error 0.5")
+    assert "\n" not in report.summary()
+
+
+def test_compare_uses_looser_defaults_for_half_precision() -> None:
+    for dtype, close, far in [(np.float16, 1.005, 1.05), (ml_dtypes.bfloat16, 1.03, 1.1)]:
+        expected = np.array([1.0, 2.0], dtype)
+        assert compare([expected], [(expected.astype(np.float32) * close).astype(dtype)]).ok
+        assert not compare([expected], [(expected.astype(np.float32) * far).astype(dtype)]).ok
+    integers = np.array([7], np.int64)
+    assert not compare([integers], [integers + 1], rtol=1e-3, atol=0).ok
+    assert not compare([integers], [integers + 1]).ok
+
+
+def test_compare_handles_non_finite_values_and_mismatched_types() -> None:
+    special = np.array([np.nan, np.inf, -np.inf, 1], np.float32)
+    assert compare([special], [special.copy()]).ok
+    assert not compare([special], [np.array([0, np.inf, -np.inf, 1], np.float32)]).ok
+    assert not compare([special], [np.array([np.nan, 1e30, -np.inf, 1], np.float32)]).ok
+    shape = compare([np.zeros((2, 3), np.float32)], [np.zeros((3, 2), np.float32)])
+    assert "shape differs: expected 2x3xf32, got 3x2xf32" in shape.summary()
+    dtype = compare([np.zeros(2, np.float32)], [np.zeros(2, np.float16)])
+    assert "dtype differs" in dtype.summary() and not dtype.ok
+    count = compare([np.zeros(2)], [])
+    assert count.summary() == "NOT equivalent: expected 1 outputs, got 0"
+
+
+def two_layer(activation: str) -> builtin.ModuleOp:
+    g = GraphBuilder()
+    x, w = g.input("x", (4, 8)), g.param("w", (8, 8))
+    h = g.matmul(x, w)
+    return g.build(g.relu(h) if activation == "relu" else g.gelu(h))
+
+
+@pytest.mark.parametrize("backend", ["numpy", "jax"])
+def test_equivalent_runs_both_programs_on_the_same_inputs(backend: str) -> None:
+    assert equivalent(two_layer("relu"), two_layer("relu"), backend=backend).ok
+    report = equivalent(two_layer("relu"), two_layer("gelu"), seed=3, backend=backend)
+    assert not report.ok
+    assert report.summary().startswith("NOT equivalent: output #0 (4x8xf32)")
+
+
+def test_equivalent_refuses_different_signatures_and_unknown_backends() -> None:
+    g = GraphBuilder()
+    other = g.build(g.relu(g.input("x", (4, 9))))
+    with pytest.raises(ValueError, match="programs take different arguments"):
+        equivalent(two_layer("relu"), other)
+    with pytest.raises(ValueError, match="unknown backend 'torch'"):
+        equivalent(two_layer("relu"), two_layer("relu"), backend="torch")  # type: ignore[arg-type]
