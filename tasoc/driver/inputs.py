@@ -1,0 +1,185 @@
+"""Reading INPUT: a `.mlir` file, `-` (stdin) or a zoo model `zoo:NAME?k=v&...`.
+
+`tasoc opt` feeds these through xDSL's frontend table (`mlir`, `zoo`), `tasoc run`
+through `load_module`; both parse with `LocatingParser`, which remembers where each op
+starts, so that a verifier failure is reported at its `file:line:col` like a parse
+error is. xDSL's parser does not attach source locations to ops, and without them a
+shape mismatch in a 2,000-line model would name the op but not where it is.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from io import BytesIO
+from typing import IO
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation
+from xdsl.parser import Parser
+from xdsl.universe import Universe
+from xdsl.utils.exceptions import VerifyException
+from xdsl.utils.lexer import Span
+
+from tasoc.driver.errors import DriverError, one_line
+from tasoc.ir.graph import Graph
+
+STDIN = "-"
+ZOO_SCHEME = "zoo:"
+MLIR = "mlir"
+ZOO = "zoo"
+FILE_FRONTENDS = (MLIR,)
+"""File extensions (without the dot) the driver reads; `.onnx` joins with the importer."""
+
+
+def register_dialects(ctx: Context) -> None:
+    """Make every dialect xDSL knows parseable, and `graph` even without the plugin entry.
+
+    Registration is lazy (a factory per dialect), so this costs nothing per dialect
+    until the IR uses it; the explicit `graph` covers an install whose entry points
+    were not refreshed.
+    """
+    for name, factory in Universe.get_multiverse().all_dialects.items():
+        ctx.register_dialect(name, factory)
+    if Graph.name not in ctx.registered_dialect_names:
+        ctx.register_dialect(Graph.name, lambda: Graph)
+
+
+def make_context() -> Context:
+    ctx = Context()
+    register_dialects(ctx)
+    return ctx
+
+
+def input_name(spec: str | None) -> str:
+    """How INPUT is named in messages (and in parse-error locations)."""
+    return "<stdin>" if spec in (None, STDIN) else spec
+
+
+def open_input(spec: str | None, frontend: str | None = None) -> tuple[IO[bytes], str]:
+    """A byte stream for INPUT and the frontend that reads it.
+
+    A zoo spec becomes a stream holding the spec itself (`NAME?k=v`), so that the zoo
+    is one more frontend in xDSL's table. `frontend` overrides the file extension, as
+    xdsl-opt's `-f` does.
+    """
+    if spec in (None, STDIN):
+        return sys.stdin.buffer, frontend or MLIR
+    if spec.startswith(ZOO_SCHEME):
+        return BytesIO(spec.removeprefix(ZOO_SCHEME).encode()), ZOO
+    extension = os.path.splitext(spec)[1].removeprefix(".")
+    if frontend is None and extension not in FILE_FRONTENDS:
+        problem = f"unknown file extension '.{extension}'" if extension else "no file extension"
+        expected = ", ".join(f".{known}" for known in FILE_FRONTENDS)
+        raise DriverError(f"{spec}: {problem}; expected {expected}, '-' or {ZOO_SCHEME}NAME")
+    try:
+        return open(spec, "rb"), frontend or extension
+    except OSError as err:
+        raise DriverError(f"cannot read '{spec}': {err.strerror or err}") from None
+
+
+class SourceMap:
+    """Where each parsed op starts in its text, to locate verifier failures.
+
+    Spans are kept (cheap) and turned into `file:line:col` only when asked, because
+    computing a line number scans the text up to the op.
+    """
+
+    def __init__(self) -> None:
+        self._starts: dict[Operation, Span] = {}
+
+    def record(self, op: Operation, start: Span) -> None:
+        self._starts[op] = start
+
+    def location(self, op: Operation) -> str | None:
+        start = self._starts.get(op)
+        return None if start is None else str(start.get_location())
+
+    def clear(self) -> None:
+        self._starts.clear()
+
+
+class LocatingParser(Parser):
+    """xDSL's MLIR parser, recording in a SourceMap where each op starts.
+
+    `line_offset` shifts reported lines for a chunk of a `--split-input-file` input,
+    as xDSL does for its parse errors.
+    """
+
+    def __init__(
+        self, ctx: Context, text: str, name: str, sources: SourceMap, line_offset: int = 0
+    ) -> None:
+        super().__init__(ctx, text, name)
+        self._sources = sources
+        self._line_offset = line_offset
+
+    def parse_operation(self) -> Operation:
+        start = Span(self.pos, self.pos, self.lexer.input, self._line_offset)
+        op = super().parse_operation()
+        self._sources.record(op, start)
+        return op
+
+
+def parse_mlir(
+    ctx: Context,
+    data: bytes,
+    name: str,
+    sources: SourceMap,
+    line_offset: int = 0,
+    implicit_module: bool = True,
+) -> ModuleOp:
+    """Parse MLIR text; ParseError (carrying its location) propagates to the driver."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise DriverError(f"{name}: not UTF-8 text (byte {err.start})") from None
+    return LocatingParser(ctx, text, name, sources, line_offset).parse_module(implicit_module)
+
+
+def build_zoo_model(spec: str) -> ModuleOp:
+    """Build `zoo:NAME?k=v` (given without the scheme); ZooError becomes a DriverError."""
+    # Imported here: building the zoo registry is only worth it when a zoo input is asked for.
+    from tasoc.models import ZooError, build_model
+
+    try:
+        return build_model(spec)
+    except ZooError as err:
+        raise DriverError(str(err)) from None
+
+
+def verify_error(
+    module: ModuleOp, err: VerifyException, sources: SourceMap, when: str = ""
+) -> DriverError:
+    """A one-line DriverError for a failed `module.verify()`, at the failing op's location.
+
+    `module.verify()` does not say which op failed, so the ops are verified one at a
+    time (only on this error path) to find the first that fails and has a location.
+    """
+    message = one_line(str(err).splitlines()[0]) if str(err) else "verification failed"
+    for op in module.walk():
+        try:
+            op.verify(verify_nested_ops=False)
+        except VerifyException:
+            location = sources.location(op)
+            if location is not None:
+                return DriverError(f"{location}: {when}{message}")
+    return DriverError(f"{when}{message}")
+
+
+def load_module(spec: str, ctx: Context | None = None) -> ModuleOp:
+    """Read, parse and verify INPUT as one module (what `tasoc run` does)."""
+    ctx = ctx or make_context()
+    stream, frontend = open_input(spec)
+    data = stream.read()
+    if stream is not sys.stdin.buffer:
+        stream.close()
+    if frontend == ZOO:
+        return build_zoo_model(data.decode())
+    sources = SourceMap()
+    module = parse_mlir(ctx, data, input_name(spec), sources)
+    try:
+        module.verify()
+    except VerifyException as err:
+        raise verify_error(module, err, sources) from None
+    return module

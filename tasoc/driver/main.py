@@ -1,0 +1,94 @@
+"""`tasoc`: the command-line driver (`tasoc opt|run|zoo`).
+
+`main` dispatches on the first word and turns every failure into the one-line
+contract of `errors.py`. The subcommands are imported on demand: `run` loads JAX
+(about a second and a half), which `tasoc opt` and `tasoc zoo` never need.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from importlib.metadata import version
+
+from tasoc.driver.errors import OneLineArgumentParser, report_failure
+
+Command = Callable[[Sequence[str]], int]
+
+
+def _opt(argv: Sequence[str]) -> int:
+    from tasoc.driver.opt import opt_command
+
+    return opt_command(argv)
+
+
+def _run(argv: Sequence[str]) -> int:
+    from tasoc.driver.run import run_command
+
+    return run_command(argv)
+
+
+def zoo_command(argv: Sequence[str]) -> int:
+    """`tasoc zoo`: each model with its one-line summary and options (defaults)."""
+    parser = OneLineArgumentParser(
+        prog="tasoc zoo",
+        description="List the built-in models, usable as INPUT 'zoo:NAME?option=value&...'.",
+    )
+    parser.parse_args(argv)
+    from tasoc.models import list_models
+
+    models = list_models()
+    width = max((len(model.name) for model in models), default=0)
+    for model in models:
+        print(f"{model.name:<{width}}  {model.summary}")
+        options = ", ".join(f"{key}={_option_text(value)}" for key, value in model.defaults.items())
+        print(f"{'':<{width}}  options: {options or '(none)'}")
+    return 0
+
+
+def _option_text(value: object) -> str:
+    """An option's default as it is written in a zoo spec (`true`, not `True`)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+COMMANDS: dict[str, tuple[Command, str]] = {
+    "opt": (_opt, "parse a program, run a pass pipeline (-p), print the IR"),
+    "run": (_run, "run @main on random inputs with JAX or the numpy reference"),
+    "zoo": (zoo_command, "list the built-in models usable as INPUT 'zoo:NAME'"),
+}
+
+
+def _top_level_parser() -> OneLineArgumentParser:
+    """Only for `tasoc --help`, `--version` and a wrong command: subcommands parse their own
+    arguments (`opt` with xdsl-opt's parser)."""
+    parser = OneLineArgumentParser(
+        prog="tasoc",
+        description="tasoc: a search-based compiler for deep-learning computation graphs.",
+        epilog="INPUT is a .mlir file, '-' for stdin, or a model 'zoo:NAME?option=value&...'. "
+        "Run 'tasoc COMMAND --help' for a command's options.",
+    )
+    parser.add_argument("--version", action="version", version=f"tasoc {version('tasoc')}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (_, summary) in COMMANDS.items():
+        commands.add_parser(name, help=summary, add_help=False)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run `tasoc` with `argv` (default: the process's arguments); return the exit status."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if args and args[0] in COMMANDS:
+            command, _ = COMMANDS[args[0]]
+            return command(args[1:])
+        _top_level_parser().parse_args(args)
+        return 0
+    except SystemExit as exit_request:  # --help and --version exit through argparse
+        code = exit_request.code
+        return code if isinstance(code, int) else 0 if code is None else 1
+    except BaseException as failure:
+        return report_failure(failure)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

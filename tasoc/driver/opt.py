@@ -1,0 +1,331 @@
+"""`tasoc opt`: parse a program, run a pass pipeline, print the IR — xdsl-opt with tasoc's rules.
+
+`TasocOptMain` subclasses xDSL's `xDSLOptMain`, so `-p` pipelines, `--print-op-generic`,
+`--split-input-file`, `--verify-diagnostics` and the other xdsl-opt flags behave
+exactly as in xdsl-opt (and lit tests written for one read like the other). What it
+changes is what a compiler driver owes its users:
+
+- inputs: `.mlir` files, `-` (stdin) and `zoo:NAME?k=v` models (`inputs.py`);
+- passes: the curated table `PASSES` instead of every pass xDSL ships;
+- errors: one line `tasoc: error: ...` with `file:line:col` (`errors.py`), also for
+  verifier failures, and bad pipelines named pass by pass;
+- `-o OUT` is written atomically, so a failure never leaves it half-written;
+- `--verify-each` checks numeric equivalence after every pass; `--report` writes a
+  JSON `RunReport` (timings, op counts, the passes' own sections); `--seed` is in it;
+- `--time-passes` prints on stderr (as mlir-opt does), so stdout stays valid IR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from importlib.metadata import version
+from typing import IO
+
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass, PassPipeline
+from xdsl.printer import Printer
+from xdsl.universe import Universe
+from xdsl.utils.arg_spec import parse_pipeline
+from xdsl.utils.exceptions import ArgSpecParseError, VerifyException
+from xdsl.xdsl_opt_main import xDSLOptMain
+
+from tasoc.driver.errors import (
+    DriverError,
+    OneLineArgumentParser,
+    non_negative_int,
+    one_line,
+    pipeline_syntax_message,
+)
+from tasoc.driver.inputs import (
+    MLIR,
+    ZOO,
+    SourceMap,
+    build_zoo_model,
+    input_name,
+    open_input,
+    parse_mlir,
+    register_dialects,
+    verify_error,
+)
+from tasoc.passes.report import PassRecord, RunReport, reporting
+
+PassFactory = Callable[[], type[ModulePass]]
+
+
+def _lazy_pass(module: str, class_name: str) -> PassFactory:
+    """A factory importing the pass class on first use, so `tasoc opt` starts fast
+    whatever the passes it could run import (z3, JAX, ...)."""
+    return lambda: getattr(importlib.import_module(module), class_name)
+
+
+PASSES: dict[str, PassFactory] = {
+    "canonicalize": _lazy_pass("xdsl.transforms.canonicalize", "CanonicalizePass"),
+    "cse": _lazy_pass(
+        "xdsl.transforms.common_subexpression_elimination", "CommonSubexpressionElimination"
+    ),
+    "dce": _lazy_pass("xdsl.transforms.dead_code_elimination", "DeadCodeElimination"),
+}
+"""The passes `-p` accepts, by pipeline name. tasoc's passes join this table."""
+
+
+def op_counts(module: ModuleOp) -> dict[str, int]:
+    """How many ops of each name the module holds (the module itself excluded)."""
+    return dict(Counter(op.name for op in module.walk() if op is not module))
+
+
+class AtomicOutput:
+    """A text file written beside its destination and moved over it only on success.
+
+    `os.replace` within one directory is atomic, so readers see the old file or the
+    new one, and an error midway leaves an existing file untouched.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        directory = os.path.dirname(os.path.abspath(path))
+        try:
+            descriptor, self._temp_path = tempfile.mkstemp(
+                prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory
+            )
+        except OSError as err:
+            raise DriverError(f"cannot write '{path}': {err.strerror or err}") from None
+        self.stream: IO[str] = os.fdopen(descriptor, "w", encoding="utf-8")
+
+    def commit(self) -> None:
+        self.stream.close()
+        try:
+            os.chmod(self._temp_path, self._mode())
+            os.replace(self._temp_path, self.path)
+        except OSError as err:
+            self.discard()
+            raise DriverError(f"cannot write '{self.path}': {err.strerror or err}") from None
+
+    def discard(self) -> None:
+        self.stream.close()
+        if os.path.exists(self._temp_path):
+            os.unlink(self._temp_path)
+
+    def _mode(self) -> int:
+        """The replaced file's permissions, or the umask's default for a new file
+        (mkstemp's private 0600 would surprise the user)."""
+        try:
+            return os.stat(self.path).st_mode & 0o777
+        except OSError:
+            umask = os.umask(0)
+            os.umask(umask)
+            return 0o666 & ~umask
+
+
+class TasocOptMain(xDSLOptMain):
+    """xdsl-opt configured as `tasoc opt`; see the module docstring for the differences."""
+
+    version_format = f"tasoc {version('tasoc')} (xDSL {{xdsl_version}})"
+
+    def __init__(self, args: Sequence[str]) -> None:
+        self.sources = SourceMap()
+        self._line_offset = 0
+        self._output: AtomicOutput | None = None
+        self._pass_started = 0.0
+        self._ops_before: dict[str, int] = {}
+        self._module_before_pass: ModuleOp | None = None
+        super().__init__(description="Optimize a tasoc program with a pass pipeline.", args=args)
+        self.report = RunReport(
+            input=input_name(self.args.input_file), pipeline=self.args.passes, seed=self.args.seed
+        )
+
+    # ----------------------------------------------------------------- registration
+    def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
+        # xDSLOptMain builds a plain ArgumentParser; make it ours so that usage errors
+        # follow the one-line contract, and name it as users invoke it.
+        arg_parser.__class__ = OneLineArgumentParser
+        arg_parser.prog = "tasoc opt"
+        arg_parser.epilog = (
+            "input_file is a .mlir file, '-' or absent for stdin, or a built-in model "
+            "'zoo:NAME?option=value&...' (see 'tasoc zoo'). Errors are one line "
+            "'tasoc: error: ...' with exit status 1."
+        )
+        super().register_all_arguments(arg_parser)
+        arg_parser.add_argument(
+            "--seed",
+            type=non_negative_int,
+            default=0,
+            help="seed for passes that search or sample, and for --verify-each inputs",
+        )
+        arg_parser.add_argument(
+            "--report", metavar="R.json", help="write a JSON run report (timings, op counts)"
+        )
+        arg_parser.add_argument(
+            "--verify-each",
+            action="store_true",
+            help="after every pass, check the program still computes the same results",
+        )
+
+    def register_all_dialects(self) -> None:
+        register_dialects(self.ctx)
+
+    def register_all_targets(self) -> None:
+        """Text IR only: xDSL's other targets (LLVM, assembly, ...) have nothing to say
+        about `graph` programs."""
+        self.available_targets[MLIR] = Universe.get_multiverse().all_targets[MLIR]
+
+    def register_all_passes(self) -> None:
+        for name, factory in PASSES.items():
+            self.register_pass(name, factory)
+
+    def register_all_frontends(self) -> None:
+        self.available_frontends[MLIR] = self._parse_mlir
+        self.available_frontends[ZOO] = lambda stream: build_zoo_model(stream.read().decode())
+
+    def setup_pipeline(self) -> None:
+        """Build the pipeline pass by pass, so an error names the pass at fault."""
+        spec_text = self.args.passes
+        passes: list[ModulePass] = []
+        try:
+            specs = list(parse_pipeline(spec_text))
+        except ArgSpecParseError as err:
+            raise DriverError(
+                f"invalid pipeline '{spec_text}': {pipeline_syntax_message(err)}"
+            ) from None
+        for spec in specs:
+            factory = self.available_passes.get(spec.name)
+            if factory is None:
+                raise DriverError(
+                    f"unknown pass '{spec.name}' in pipeline '{spec_text}'; "
+                    f"available passes: {', '.join(sorted(self.available_passes))}"
+                )
+            try:
+                passes.append(factory().from_pass_spec(spec))
+            except (ValueError, TypeError) as err:
+                raise DriverError(f"bad options for pass '{spec.name}': {err}") from None
+        self.pipeline = PassPipeline(tuple(passes), self._between_passes)
+
+    # ------------------------------------------------------------------- input/output
+    def get_input_stream(self) -> tuple[IO[bytes], str]:
+        return open_input(self.args.input_file, self.args.frontend)
+
+    def get_input_name(self) -> str:
+        return input_name(self.args.input_file)
+
+    def parse_chunk(
+        self, chunk: IO[bytes], file_extension: str, start_offset: int = 0
+    ) -> ModuleOp | None:
+        # The frontend table's signature carries only the stream; the chunk's line offset
+        # (for `--split-input-file` locations) reaches `_parse_mlir` through here.
+        self._line_offset = start_offset
+        self.sources.clear()
+        return super().parse_chunk(chunk, file_extension, start_offset)
+
+    def _parse_mlir(self, stream: IO[bytes]) -> ModuleOp:
+        return parse_mlir(
+            self.ctx,
+            stream.read(),
+            self.get_input_name(),
+            self.sources,
+            self._line_offset,
+            implicit_module=not self.args.no_implicit_module,
+        )
+
+    def prepare_output(self) -> IO[str]:
+        if self.args.output_file is None:
+            return sys.stdout
+        self._output = AtomicOutput(self.args.output_file)
+        return self._output.stream
+
+    def run(self) -> None:
+        """Run as xdsl-opt does, then move `-o` and the report into place together.
+
+        The report file is opened first, so a bad `--report` path fails before any work.
+        """
+        report_output = AtomicOutput(self.args.report) if self.args.report else None
+        try:
+            with reporting(self.report):
+                super().run()
+            if report_output is not None:
+                json.dump(self.report.to_json(), report_output.stream, indent=2, sort_keys=True)
+                report_output.stream.write("\n")
+        except BaseException:
+            for output in (self._output, report_output):
+                if output is not None:
+                    output.discard()
+            raise
+        for output in (self._output, report_output):
+            if output is not None:
+                output.commit()
+
+    # ------------------------------------------------------------------ between passes
+    def _between_passes(
+        self, previous: ModulePass | None, module: ModuleOp, upcoming: ModulePass | None
+    ) -> None:
+        """Verify, measure and check around each pass (xDSL calls this before the first
+        pass, between passes and after the last)."""
+        if previous is None:
+            self._verify(module, None)
+            self._ops_before = op_counts(module)
+        else:
+            self._after_pass(previous, module, print_ir=upcoming is not None)
+        if upcoming is not None:
+            if self.args.verify_each:
+                self._module_before_pass = module.clone()
+            self._pass_started = time.perf_counter()
+
+    def _after_pass(self, previous: ModulePass, module: ModuleOp, print_ir: bool) -> None:
+        seconds = time.perf_counter() - self._pass_started
+        if self.args.time_passes:
+            print(f"Pass {previous.name} took {seconds} seconds", file=sys.stderr)
+        self._verify(module, previous)
+        ops_after = op_counts(module)
+        self.report.passes.append(
+            PassRecord(previous.name, str(previous.spec()), seconds, self._ops_before, ops_after)
+        )
+        self._ops_before = ops_after
+        self._check_equivalent(previous, module)
+        if print_ir and self.args.print_between_passes:
+            print(f"IR after {previous.name}:")
+            Printer(stream=sys.stdout).print_op(module)
+            print("\n\n\n")
+
+    def _verify(self, module: ModuleOp, previous: ModulePass | None) -> None:
+        if self.args.disable_verify:
+            return
+        try:
+            module.verify()
+        except VerifyException as err:
+            if self.args.verify_diagnostics:
+                raise  # xdsl-opt prints it and exits 0: lit tests check verifier messages
+            when = f"IR after pass '{previous.name}' does not verify: " if previous else ""
+            raise verify_error(module, err, self.sources, when) from None
+
+    def _check_equivalent(self, previous: ModulePass, module: ModuleOp) -> None:
+        """`--verify-each`: run the program before and after `previous` on the same
+        random inputs and fail if any output differs beyond tolerance."""
+        if not self.args.verify_each or self._module_before_pass is None:
+            return
+        # Imported here: the numeric check loads the backends, which plain `opt` never needs.
+        from tasoc.verify.equivalence import equivalent
+
+        try:
+            result = equivalent(self._module_before_pass, module, seed=self.args.seed)
+        except ValueError as err:  # not a tasoc program, or the pass changed @main's arguments
+            raise DriverError(
+                f"--verify-each cannot compare the program before and after pass "
+                f"'{previous.name}': {err}"
+            ) from None
+        if not result.ok:
+            raise DriverError(
+                f"pass '{previous.name}' changed the program's results: "
+                f"{one_line(result.summary())}"
+            )
+
+
+def opt_command(argv: Sequence[str]) -> int:
+    """`tasoc opt ARGS...`; returns the exit status (errors propagate to `main`)."""
+    TasocOptMain(argv).run()
+    return 0

@@ -1,0 +1,150 @@
+"""`tasoc run`: run `@main` once with JAX or the numpy reference, optionally check and time it.
+
+The arguments are random (`random_inputs`, deterministic in `--seed`) or named values
+from an `.npz` (`--params`). Each output is printed with its type and a checksum
+(mean and largest magnitude) that is enough to tell two runs apart at a glance;
+`--check` compares with the reference interpreter at the tolerances of
+`tasoc.verify.equivalence`, and `--bench N` reports the median and best of N timed
+runs after a warm-up (JAX compiles on the first call).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import zipfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from xdsl.dialects.builtin import ModuleOp
+
+from tasoc.backends.inputs import describe, load_inputs, random_inputs
+from tasoc.backends.numpy import run_reference
+from tasoc.driver.errors import DriverError, OneLineArgumentParser, non_negative_int
+from tasoc.driver.inputs import load_module
+from tasoc.ir.program import ProgramError, entry_function, return_values, value_name
+from tasoc.verify.equivalence import compare
+
+BACKENDS = ("jax", "numpy")
+
+
+def _parser() -> OneLineArgumentParser:
+    parser = OneLineArgumentParser(
+        prog="tasoc run",
+        description="Run @main of a program on random (or given) inputs and print its outputs.",
+    )
+    parser.add_argument("input", metavar="INPUT", help="a .mlir file, '-' or zoo:NAME?k=v&...")
+    parser.add_argument("--backend", choices=BACKENDS, default="jax", help="default: jax")
+    parser.add_argument(
+        "--check", action="store_true", help="compare the outputs with the numpy reference"
+    )
+    parser.add_argument(
+        "--bench", type=non_negative_int, default=0, metavar="N", help="time N runs after a warm-up"
+    )
+    parser.add_argument(
+        "--params", metavar="P.npz", help="argument values by name (weights required)"
+    )
+    parser.add_argument(
+        "--seed", type=non_negative_int, default=0, help="seed of the random inputs"
+    )
+    return parser
+
+
+def _arguments(module: ModuleOp, params: str | None, seed: int) -> list[np.ndarray]:
+    if params is None:
+        return random_inputs(module, seed)
+    try:
+        return load_inputs(module, params, seed)
+    except OSError as err:
+        raise DriverError(f"cannot read --params file '{params}': {err.strerror or err}") from None
+    except (ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
+        # np.load raises these for a file that is not an .npz; load_inputs names the file.
+        message = str(err) if params in str(err) else f"{params}: {err}"
+        raise DriverError(f"bad --params file: {message}") from None
+
+
+@dataclass(frozen=True)
+class Executable:
+    """The program made runnable on one backend: `run(args)` returns its outputs,
+    `time(args, repeats)` the seconds of each of `repeats` runs after a warm-up."""
+
+    run: Callable[[Sequence[np.ndarray]], list[np.ndarray]]
+    time: Callable[[Sequence[np.ndarray], int], list[float]]
+
+
+def prepare(module: ModuleOp, backend: str) -> Executable:
+    if backend == "numpy":
+        return Executable(
+            run=lambda args: run_reference(module, args),
+            time=lambda args, repeats: _time_calls(lambda: run_reference(module, args), repeats),
+        )
+    # Imported here: JAX takes over a second to import, and `--backend numpy` never needs it.
+    from tasoc.backends.jax import bench, lower
+
+    try:
+        program = lower(module)
+    except ValueError as err:  # an op without a JAX lowering
+        raise DriverError(f"cannot run on jax: {err}") from None
+    return Executable(
+        run=lambda args: program(*args),
+        time=lambda args, repeats: bench(program, args, repeats),
+    )
+
+
+def _time_calls(call: Callable[[], object], repeats: int) -> list[float]:
+    call()  # a warm-up, as `bench` does for JAX, so both backends are timed alike
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def checksum(array: np.ndarray) -> str:
+    """Mean and largest magnitude: cheap, and different for almost any wrong result."""
+    values = np.asarray(array, dtype=np.float64)
+    if values.size == 0:
+        return "empty"
+    return f"mean {values.mean():.6g}  abs-max {np.abs(values).max():.6g}"
+
+
+def _milliseconds(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f} ms"
+
+
+def run_command(argv: Sequence[str]) -> int:
+    """`tasoc run ARGS...`; returns the exit status (errors propagate to `main`)."""
+    args = _parser().parse_args(argv)
+    module = load_module(args.input)
+    try:
+        returned = return_values(entry_function(module))
+        inputs = _arguments(module, args.params, args.seed)
+    except ProgramError as err:
+        raise DriverError(f"{args.input}: {err}") from None
+    executable = prepare(module, args.backend)
+    outputs = executable.run(inputs)
+
+    print(f"{args.input} on {args.backend} (seed {args.seed}):")
+    for index, (value, array) in enumerate(zip(returned, outputs, strict=True)):
+        name = value_name(value, f"output #{index}")
+        print(f"  {name}: {describe(array)}  {checksum(array)}")
+
+    if args.check:
+        result = compare(run_reference(module, inputs), outputs)
+        for output in result.outputs:
+            print(f"  check {output.describe()}")
+        if not result.ok:
+            raise DriverError(
+                f"{args.backend} results differ from the numpy reference: {result.summary()}"
+            )
+        print("check: equivalent to the numpy reference")
+
+    if args.bench:
+        times = executable.time(inputs, args.bench)
+        print(
+            f"bench: {args.bench} runs on {args.backend}, median "
+            f"{_milliseconds(statistics.median(times))}, min {_milliseconds(min(times))}"
+        )
+    return 0

@@ -1,0 +1,1 @@
+"""Compiler passes of tasoc (xDSL ModulePasses), one sub-package per optimizer."""

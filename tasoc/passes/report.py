@@ -1,0 +1,83 @@
+"""The run report: what each pass of a `tasoc opt` run did, written to `--report`.
+
+It lives beside the passes (which write to it) rather than in the driver (which
+reads it), so that passes never import the driver:
+
+    from tasoc.passes.report import current_report
+
+    report = current_report()              # the active `tasoc opt` run, or a scratch one
+    seed = report.seed                     # `--seed N`
+    report.section("equality-rewrite").update(cost_before=c0, cost_after=c1)
+
+`tasoc opt --report R.json` writes `RunReport.to_json()`; the format is in docs/driver.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class PassRecord:
+    """What one pass of the pipeline did, as the driver measured it."""
+
+    name: str
+    """The pass's name (`cse`)."""
+    spec: str
+    """The pass with its options as in a pipeline (`canonicalize`, `cse`, `x{k=v}`)."""
+    seconds: float
+    """Wall time of the pass alone (verification and checks excluded)."""
+    ops_before: dict[str, int]
+    """Op counts by op name (`graph.matmul`) before the pass."""
+    ops_after: dict[str, int]
+    """Op counts by op name after the pass."""
+
+
+@dataclass
+class RunReport:
+    """The record of one `tasoc opt` run; passes add their own sections.
+
+    The driver fills `input`, `pipeline`, `seed` and `passes`; a pass puts what it
+    decided (costs before/after, search statistics, ...) under `section(its name)`.
+    Everything stored must be JSON-serializable (numbers, strings, lists, dicts).
+    """
+
+    input: str = ""
+    pipeline: str = ""
+    seed: int = 0
+    passes: list[PassRecord] = field(default_factory=list)
+    sections: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def section(self, name: str) -> dict[str, Any]:
+        """The dict a pass called `name` writes to, created empty on first use."""
+        return self.sections.setdefault(name, {})
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as plain JSON data (the `--report` file's content)."""
+        return asdict(self)
+
+
+_ACTIVE_REPORT: ContextVar[RunReport | None] = ContextVar("tasoc_run_report", default=None)
+
+
+def current_report() -> RunReport:
+    """The report of the running `tasoc opt`; a fresh scratch report outside one.
+
+    Returning a scratch report rather than None lets a pass write unconditionally,
+    whether the driver or a Python user is running it.
+    """
+    return _ACTIVE_REPORT.get() or RunReport()
+
+
+@contextmanager
+def reporting(report: RunReport) -> Iterator[RunReport]:
+    """Make `report` the one `current_report()` returns while the block runs."""
+    token = _ACTIVE_REPORT.set(report)
+    try:
+        yield report
+    finally:
+        _ACTIVE_REPORT.reset(token)
