@@ -216,3 +216,28 @@ def test_attribute_codec_round_trip() -> None:
         decoded = G.from_attr(G.to_attr(value))
         assert decoded == value
         assert type(decoded) is type(value)
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("w_1", "ends in '_<digits>'.*'w1'"),
+        ("1w", "not a valid IR identifier"),
+        ("x", "used twice"),
+    ],
+)
+def test_builder_rejects_argument_names_the_ir_cannot_keep(name: str, message: str) -> None:
+    g = GraphBuilder()
+    g.input("x", (2,))
+    with pytest.raises(ValueError, match=message):
+        g.param(name, (2,))
+
+
+def test_properties_print_in_declared_order_whatever_the_keyword_order() -> None:
+    g = GraphBuilder()
+    x = g.input("x", (1, 2, 4, 4))
+    a = g.emit(G.Pool2dOp, x, padding="valid", strides=(2, 2), kernel=(2, 2), kind="max")
+    b = g.emit(G.Pool2dOp, x, kind="max", kernel=(2, 2), strides=(2, 2), padding="valid")
+    assert str(a).split("=", 1)[1] == str(b).split("=", 1)[1]
+    with pytest.raises(ShapeError, match="unknown attribute"):
+        g.emit(G.ReluOp, x, alpha=0.1)

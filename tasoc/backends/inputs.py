@@ -99,8 +99,10 @@ def random_inputs(module: ModuleOp, seed: int = 0) -> list[np.ndarray]:
     """
     function = entry_function(module)
     rng = np.random.default_rng(seed)
+    # np.asarray: numpy returns scalars, not 0-d arrays, for rank-0 draws, and
+    # runtimes such as onnxruntime accept only arrays.
     return [
-        _random_value(info, arg, rng)
+        np.asarray(_random_value(info, arg, rng))
         for info, arg in zip(arg_infos(function), function.body.block.args, strict=True)
     ]
 

@@ -12,6 +12,7 @@ Every method checks its operands the way the verifier does (the same
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,10 +34,13 @@ class GraphBuilder:
         self.name = name
         self.block = Block()
         self._params: list[bool] = []
+        self._names: set[str] = set()
         self._built = False
 
     # ---------------------------------------------------------------- arguments
     def _argument(self, name: str, shape: Sequence[int], dtype: str, param: bool) -> SSAValue:
+        _check_argument_name(name, self._names)
+        self._names.add(name)
         sig = TensorSig(tuple(int(d) for d in shape), DType(dtype))
         if any(d < 0 for d in sig.shape):
             raise ShapeError(f"argument '{name}': negative dimension in {list(shape)}")
@@ -210,6 +214,28 @@ class GraphBuilder:
         self._built = True
         function = make_function(self.name, self.block, self._params, outputs)
         return ModuleOp([function])
+
+
+_PRINTABLE_NAME = re.compile(r"[A-Za-z_$.-][\w$.-]*")
+_NUMBERED_SUFFIX = re.compile(r"_\d+$")
+
+
+def _check_argument_name(name: str, taken: set[str]) -> None:
+    """Reject names the IR cannot keep, since weights are matched to values by name.
+
+    xDSL prints a value name only if it is a valid MLIR identifier, and strips a
+    trailing `_<digits>` (its own uniquing suffix), so `w_1` and `w_2` would both
+    print as `%w...` and their `.npz` values could not be told apart.
+    """
+    if not _PRINTABLE_NAME.fullmatch(name):
+        raise ValueError(f"argument name '{name}' is not a valid IR identifier")
+    if _NUMBERED_SUFFIX.search(name):
+        raise ValueError(
+            f"argument name '{name}' ends in '_<digits>', which the IR printer strips; "
+            f"use e.g. '{_NUMBERED_SUFFIX.sub(lambda m: m.group(0)[1:], name)}'"
+        )
+    if name in taken:
+        raise ValueError(f"argument name '{name}' is used twice")
 
 
 def shape_of(value: SSAValue) -> tuple[int, ...]:

@@ -165,15 +165,21 @@ class GraphOp(IRDLOperation):
 
         Raises ShapeError (naming the op) when the operands do not type-check.
         """
+        declared = cls.get_irdl_definition().properties
+        unknown = sorted(set(attrs) - set(declared))
+        if unknown:
+            raise ShapeError(f"{cls.name}: unknown attribute(s) {', '.join(unknown)}")
         sigs = [sig_of(v.type) for v in operands]
         try:
             results = infer(cls.op_name(), sigs, attrs)
         except ShapeError as err:
             raise ShapeError(f"{cls.name}: {err}") from None
+        # Properties in declaration order, whatever the keyword order, so that equal
+        # programs always print equal text.
         return cls.create(
             operands=list(operands),
             result_types=[tensor_type(r) for r in results],
-            properties={name: to_attr(value) for name, value in attrs.items()},
+            properties={name: to_attr(attrs[name]) for name in declared if name in attrs},
         )
 
     def verify_(self) -> None:

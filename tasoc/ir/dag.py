@@ -1,0 +1,553 @@
+"""A light, immutable, hash-consed view of a `graph` program, for search passes.
+
+Search passes (equality-rewrite, soap-shard, placement) look at thousands of
+candidate graphs. Cloning an xDSL module per candidate costs ~0.2 s at 5,000 ops
+and xDSL's use-lists make every edit a mutation, so a pass converts the module once
+with `from_module`, searches over `Dag`s, and writes the winner back with
+`to_module`.
+
+* `Node` — one op application: `op` (the short name, `"conv2d"`), `attrs` (the
+  Python values of `GraphOp.py_attrs()` as `(name, value)` pairs in the op's
+  declared property order), `inputs` (`Value`s) and `sigs` (result types, inferred
+  with `shapes.infer` when the node is made, so an ill-typed node — and therefore
+  an ill-typed substitution — fails at once with `ShapeError`). Program arguments
+  are nodes too (`op == "arg"`, made with `Node.arg`).
+* `Value` — a `(node, index)` pair naming one result of a node.
+* `Dag` — the ordered arguments, the output values and the function name, plus
+  the ops in one deterministic topological order.
+
+Hash-consing. Nodes are interned process-wide (a weak table, like tinygrad's UOp
+cache): building a node structurally equal to a live one returns that very object.
+So equality of nodes is identity, hashing is the C-level identity hash, equal
+subgraphs of two candidate graphs are shared rather than copied, and comparing two
+`Dag`s compares only their arguments and outputs. Unpickling re-interns, so a
+pickled graph comes back as the same objects in the same process. Interning is
+exact about attribute values: `0.0` and `-0.0`, `1` and `1.0` and `True`, the
+string `"f32"` and `DType.F32` give different nodes, because they print as
+different IR.
+
+Consequences a pass author must know:
+* *CSE for free, and on purpose*: two identical ops of a module (same op, attributes
+  and inputs) become one node, and ops that do not reach an output are dropped
+  (all `graph` ops are pure). `to_module(from_module(m))` is therefore semantically
+  equal to `m`, not op-for-op identical; `from_module(to_module(d)) == d` holds
+  exactly.
+* Arguments are identified by their position, not their name: xDSL normalizes a
+  name hint by dropping a `_<digits>` suffix (`w_1` is stored as `w`, printed as
+  `%w_1` only to make it unique), so names may repeat. `Node.arg` applies the same
+  normalization so names survive the trip through xDSL unchanged.
+* There are no use-lists; `Dag.consumers()` computes them on demand.
+
+Everything is iterative: graphs tens of thousands of ops deep never touch the
+recursion limit, and pickling writes a flat table instead of nested objects.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+import weakref
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, NamedTuple
+
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Attribute, Block, SSAValue
+from xdsl.ir.core import IRWithName
+
+from tasoc.ir.graph import OPS_BY_NAME, GraphOp, sig_of, tensor_type, to_attr
+from tasoc.ir.program import (
+    ENTRY,
+    ProgramError,
+    arg_infos,
+    entry_function,
+    make_function,
+    return_values,
+)
+from tasoc.ir.shapes import ConstData, ShapeError, TensorSig, infer
+
+ARG = "arg"
+"""The `op` of argument nodes."""
+
+_ATTR_NAMES: dict[str, tuple[str, ...]] = {
+    name: tuple(op.get_irdl_definition().properties) for name, op in OPS_BY_NAME.items()
+}
+"""Each op's attribute names in declaration order: the canonical order of `Node.attrs`
+and the order `to_module` writes them in, so the text matches the builder's."""
+
+Attrs = tuple[tuple[str, Any], ...]
+
+
+class Value(NamedTuple):
+    """Result `index` of `node`: what an xDSL `SSAValue` is in the light graph."""
+
+    node: Node
+    index: int = 0
+
+    @property
+    def sig(self) -> TensorSig:
+        return self.node.sigs[self.index]
+
+
+class Use(NamedTuple):
+    """Operand `operand` of `node` reads the value this use is listed under."""
+
+    node: Node
+    operand: int
+
+
+class Node:
+    """One interned op application (see the module docstring); never mutated.
+
+    `Node("relu", [x.out])`, `Node("conv2d", [x.out, w.out], strides=(1, 1),
+    padding="same", activation="none", groups=1)`: inputs are `Value`s, attributes are
+    keyword arguments (all of the op's, no others; lists are taken as tuples).
+    """
+
+    __slots__ = ("__weakref__", "attrs", "inputs", "op", "sigs")
+
+    op: str
+    attrs: Attrs
+    inputs: tuple[Value, ...]
+    sigs: tuple[TensorSig, ...]
+
+    def __new__(cls, op: str, inputs: Sequence[Value] = (), **attrs: Any) -> Node:
+        if op == ARG:
+            raise ValueError("argument nodes are made with Node.arg")
+        return _make(op, tuple(inputs), attrs)
+
+    @staticmethod
+    def arg(index: int, name: str, sig: TensorSig, is_param: bool = False) -> Node:
+        """Argument `index` of a program; `is_param` marks a weight (`{graph.param}`).
+
+        The name is normalized the way xDSL normalizes name hints (a trailing
+        `_<digits>` is dropped); a name xDSL cannot print raises ValueError.
+        """
+        if index < 0:
+            raise ValueError(f"argument index must be non-negative, got {index}")
+        attrs = (
+            ("index", int(index)),
+            ("name", IRWithName.extract_valid_name(name)),
+            ("is_param", bool(is_param)),
+        )
+        return _intern(ARG, attrs, (), (sig,))
+
+    # ----------------------------------------------------------------- reading
+    @property
+    def is_arg(self) -> bool:
+        return self.op == ARG
+
+    def attr(self, name: str) -> Any:
+        """The value of attribute `name` (KeyError when the op has none)."""
+        for key, value in self.attrs:
+            if key == name:
+                return value
+        raise KeyError(f"{self.op} has no attribute '{name}'")
+
+    @property
+    def results(self) -> tuple[Value, ...]:
+        return tuple(Value(self, i) for i in range(len(self.sigs)))
+
+    @property
+    def out(self) -> Value:
+        """The only result; ValueError for multi-result nodes (use `results`)."""
+        if len(self.sigs) != 1:
+            raise ValueError(f"{self.op} has {len(self.sigs)} results; pick one from .results")
+        return Value(self, 0)
+
+    # --------------------------------------------------------- immutability
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"Node is immutable (cannot set '{name}')")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"Node is immutable (cannot delete '{name}')")
+
+    def __copy__(self) -> Node:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Node:
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        order = _topological([self])
+        return (_unpickle_node, (_flatten(order),))
+
+    def __repr__(self) -> str:
+        if self.is_arg:
+            return f"Node.arg({self.attr('index')}, {self.attr('name')!r}, {self.sigs[0]})"
+        sigs = ", ".join(map(str, self.sigs))
+        return f"Node({self.op}, {len(self.inputs)} inputs -> {sigs})"
+
+
+class Dag:
+    """A whole program: arguments in order, outputs, and the function's name.
+
+    `ops` holds every non-argument node reachable from the outputs, in a
+    deterministic topological order (depth-first from the outputs, operands left to
+    right). Two dags are equal when they have the same name, arguments and outputs;
+    thanks to interning that takes time proportional to those, not to the graph.
+    """
+
+    __slots__ = ("_consumers", "_hash", "args", "name", "ops", "outputs")
+
+    args: tuple[Node, ...]
+    outputs: tuple[Value, ...]
+    name: str
+    ops: tuple[Node, ...]
+
+    def __init__(self, args: Sequence[Node], outputs: Sequence[Value], name: str = ENTRY) -> None:
+        args = tuple(args)
+        outputs = tuple(outputs)
+        for i, node in enumerate(args):
+            if not (isinstance(node, Node) and node.is_arg and node.attr("index") == i):
+                raise ValueError(f"args[{i}] must be Node.arg({i}, ...), got {node!r}")
+        if not outputs:
+            raise ValueError("a program needs at least one output")
+        for value in outputs:
+            if not isinstance(value, Value):
+                raise TypeError(f"outputs must be Values, got {value!r}")
+        ops = []
+        known_args = set(args)
+        for node in _topological([v.node for v in outputs]):
+            if not node.is_arg:
+                ops.append(node)
+            elif node not in known_args:
+                raise ValueError(f"{node!r} is used but is not one of the dag's arguments")
+        init = object.__setattr__
+        init(self, "args", args)
+        init(self, "outputs", outputs)
+        init(self, "name", name)
+        init(self, "ops", tuple(ops))
+        init(self, "_hash", hash((name, args, outputs)))
+        init(self, "_consumers", None)
+
+    @property
+    def num_ops(self) -> int:
+        return len(self.ops)
+
+    @property
+    def output_sigs(self) -> tuple[TensorSig, ...]:
+        return tuple(v.sig for v in self.outputs)
+
+    def consumers(self) -> Mapping[Value, tuple[Use, ...]]:
+        """Every value's uses by ops of this dag, in `ops` order (outputs are not uses).
+
+        Computed on first call and kept: the dag is immutable.
+        """
+        if self._consumers is None:
+            uses: dict[Value, list[Use]] = {}
+            for node in self.ops:
+                for position, value in enumerate(node.inputs):
+                    uses.setdefault(value, []).append(Use(node, position))
+            object.__setattr__(self, "_consumers", {v: tuple(u) for v, u in uses.items()})
+        return self._consumers  # type: ignore[return-value]
+
+    def replace(self, mapping: Mapping[Value, Value]) -> Dag:
+        """The dag in which every use of each key (and each output that is a key) reads
+        its mapped value instead.
+
+        Replacement values are taken as they are (they may be built on the old ones);
+        every op downstream of a replaced value is rebuilt, so its type is inferred
+        again and an ill-typed substitution raises ShapeError. The program's result
+        types must not change (ShapeError); values the graph does not contain raise
+        KeyError.
+        """
+        live = {*self.ops, *self.args}
+        for old in mapping:
+            if old.node not in live or not 0 <= old.index < len(old.node.sigs):
+                raise KeyError(f"{old!r} is not a value of this dag")
+        rebuilt: dict[Node, Node] = {}
+
+        def updated(value: Value) -> Value:
+            if value in mapping:
+                return mapping[value]
+            node = rebuilt.get(value.node)
+            return value if node is None else Value(node, value.index)
+
+        for node in self.ops:
+            inputs = tuple(updated(v) for v in node.inputs)
+            if inputs != node.inputs:
+                rebuilt[node] = _intern(node.op, node.attrs, inputs, None)
+        outputs = tuple(updated(v) for v in self.outputs)
+        for old, new in zip(self.outputs, outputs, strict=True):
+            if old.sig != new.sig:
+                raise ShapeError(
+                    f"replace changes a result of @{self.name} from {old.sig} to {new.sig}"
+                )
+        return Dag(self.args, outputs, self.name)
+
+    # ------------------------------------------------------------ identity
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Dag)
+            and self._hash == other._hash
+            and self.name == other.name
+            and self.args == other.args
+            and self.outputs == other.outputs
+        )
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"Dag is immutable (cannot set '{name}')")
+
+    def __copy__(self) -> Dag:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Dag:
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        order = [*self.args, *self.ops]
+        index = {node: i for i, node in enumerate(order)}
+        outputs = tuple((index[v.node], v.index) for v in self.outputs)
+        return (_unpickle_dag, (self.name, len(self.args), _flatten(order), outputs))
+
+    def __repr__(self) -> str:
+        return (
+            f"Dag(@{self.name}: {len(self.args)} args, {len(self.ops)} ops, "
+            f"{len(self.outputs)} outputs)"
+        )
+
+
+# ----------------------------------------------------------------- interning
+
+_NODES: weakref.WeakValueDictionary[tuple[Any, ...], Node] = weakref.WeakValueDictionary()
+_NODES_LOCK = threading.Lock()
+
+
+def _exact(value: Any) -> Any:
+    """An interning key for an attribute value that is equal only for values that
+    print as the same IR (Python's `==` equates 0.0 with -0.0, 1 with True and 1.0,
+    and the StrEnum DType.F32 with the string "f32")."""
+    kind = type(value)
+    if kind is str or kind is int or kind is tuple:
+        return value
+    if kind is float:
+        return (float, value.hex())
+    if kind is ConstData:
+        return (ConstData, value.shape, value.dtype, tuple(_exact(v) for v in value.values))
+    return (kind, value)
+
+
+def _intern(
+    op: str, attrs: Attrs, inputs: tuple[Value, ...], arg_sigs: tuple[TensorSig, ...] | None
+) -> Node:
+    """The unique node for this structure; result types are inferred for ops and
+    given (`arg_sigs`) for arguments. `attrs` must already be in canonical order."""
+    key = (op, tuple((name, _exact(value)) for name, value in attrs), inputs, arg_sigs)
+    node = _NODES.get(key)
+    if node is not None:
+        return node
+    if arg_sigs is None:
+        sigs = _infer(op, attrs, inputs)
+    elif len(arg_sigs) != 1 or not isinstance(arg_sigs[0], TensorSig):
+        raise TypeError(f"an argument has one TensorSig, got {arg_sigs!r}")
+    else:
+        sigs = arg_sigs
+    node = object.__new__(Node)
+    init = object.__setattr__
+    init(node, "op", op)
+    init(node, "attrs", attrs)
+    init(node, "inputs", inputs)
+    init(node, "sigs", sigs)
+    with _NODES_LOCK:
+        return _NODES.setdefault(key, node)
+
+
+def _infer(op: str, attrs: Attrs, inputs: tuple[Value, ...]) -> tuple[TensorSig, ...]:
+    input_sigs = []
+    for position, value in enumerate(inputs):
+        if not isinstance(value, Value) or not isinstance(value.node, Node):
+            raise TypeError(f"{op}: operand #{position} must be a Value, got {value!r}")
+        if not 0 <= value.index < len(value.node.sigs):
+            raise ShapeError(
+                f"graph.{op}: operand #{position} names result {value.index} of {value.node!r}"
+            )
+        input_sigs.append(value.node.sigs[value.index])
+    try:
+        return tuple(infer(op, input_sigs, dict(attrs)))
+    except ShapeError as err:
+        raise ShapeError(f"graph.{op}: {err}") from None
+
+
+def _make(op: str, inputs: tuple[Value, ...], attrs: Mapping[str, Any]) -> Node:
+    """Check the attribute names of a `graph` op, put them in canonical order and intern."""
+    names = _ATTR_NAMES.get(op)
+    if names is None:
+        raise ShapeError(f"unknown op 'graph.{op}'")
+    if len(attrs) != len(names) or not all(n in attrs for n in names):
+        raise ShapeError(
+            f"graph.{op}: attributes {sorted(attrs)} differ from the expected {sorted(names)}"
+        )
+    canonical = tuple((n, _freeze(attrs[n])) for n in names)
+    return _intern(op, canonical, inputs, None)
+
+
+def _freeze(value: Any) -> Any:
+    """Lists become tuples, so `strides=[1, 1]` means the same as `(1, 1)`."""
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _topological(roots: Iterable[Node]) -> list[Node]:
+    """Nodes reachable from `roots` (arguments included), operands before users:
+    an iterative depth-first post-order, operands left to right, roots in order."""
+    order: list[Node] = []
+    seen: set[Node] = set()
+    for root in roots:
+        if root in seen:
+            continue
+        seen.add(root)
+        stack = [(root, 0)]
+        while stack:
+            node, next_input = stack[-1]
+            inputs = node.inputs
+            while next_input < len(inputs) and inputs[next_input].node in seen:
+                next_input += 1
+            if next_input == len(inputs):
+                stack.pop()
+                order.append(node)
+            else:
+                child = inputs[next_input].node
+                seen.add(child)
+                stack[-1] = (node, next_input + 1)
+                stack.append((child, 0))
+    return order
+
+
+# ------------------------------------------------------------------ pickling
+
+_Entry = tuple[str, Attrs, tuple[tuple[int, int], ...], tuple[TensorSig, ...] | None]
+
+
+def _flatten(order: Sequence[Node]) -> list[_Entry]:
+    """Nodes in topological order as a flat table whose operands are row numbers."""
+    index: dict[Node, int] = {}
+    table: list[_Entry] = []
+    for row, node in enumerate(order):
+        index[node] = row
+        refs = tuple((index[v.node], v.index) for v in node.inputs)
+        table.append((node.op, node.attrs, refs, node.sigs if node.is_arg else None))
+    return table
+
+
+def _unflatten(table: Sequence[_Entry]) -> list[Node]:
+    nodes: list[Node] = []
+    for op, attrs, refs, arg_sigs in table:
+        inputs = tuple(Value(nodes[row], index) for row, index in refs)
+        nodes.append(_intern(op, attrs, inputs, arg_sigs))
+    return nodes
+
+
+def _unpickle_node(table: Sequence[_Entry]) -> Node:
+    return _unflatten(table)[-1]
+
+
+def _unpickle_dag(
+    name: str, num_args: int, table: Sequence[_Entry], outputs: Sequence[tuple[int, int]]
+) -> Dag:
+    nodes = _unflatten(table)
+    return Dag(nodes[:num_args], [Value(nodes[row], index) for row, index in outputs], name)
+
+
+# ---------------------------------------------------------------- conversion
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Hold off Python's cyclic garbage collector while converting.
+
+    A conversion allocates tens of objects per op and frees none of them, yet every
+    few thousand allocations the collector walks the young objects and, often enough,
+    the whole heap; on a 10k-op module that was over half of the conversion time
+    (0.9 s instead of 0.3 s). Collection is deferred, not skipped.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+@_collector_paused()
+def from_module(module: ModuleOp) -> Dag:
+    """The dag of a program's entry function (see the module docstring for the CSE
+    effect). Raises ProgramError for ops outside the `graph` dialect and ShapeError
+    when an op's result types disagree with inference (an unverified module)."""
+    function = entry_function(module)
+    args = tuple(
+        Node.arg(i, info.name, info.sig, info.is_param)
+        for i, info in enumerate(arg_infos(function))
+    )
+    values: dict[SSAValue, Value] = {
+        block_arg: Value(node, 0)
+        for block_arg, node in zip(function.body.block.args, args, strict=True)
+    }
+    sigs_of_types: dict[Attribute, TensorSig] = {}
+    for op in function.body.block.ops:
+        if isinstance(op, func.ReturnOp):
+            continue
+        if not isinstance(op, GraphOp):
+            raise ProgramError(f"'{op.name}' cannot be represented in a dag (graph ops only)")
+        node = _make(op.op_name(), tuple(values[v] for v in op.operands), op.py_attrs())
+        for i, result in enumerate(op.results):
+            sig = sigs_of_types.get(result.type)
+            if sig is None:
+                sig = sigs_of_types[result.type] = sig_of(result.type)
+            if sig != node.sigs[i]:
+                raise ShapeError(
+                    f"'{op.name}': result #{i} has type {sig}, inference says {node.sigs[i]}"
+                )
+            values[result] = Value(node, i)
+    outputs = tuple(values[v] for v in return_values(function))
+    return Dag(args, outputs, function.sym_name.data)
+
+
+@_collector_paused()
+def to_module(dag: Dag) -> ModuleOp:
+    """The program of `dag`: ops in `dag.ops` order, arguments named and marked as
+    in the dag. Types and attributes are already known, so ops are built with
+    `GraphOp.create` (no per-op inference or verification) and equal types and
+    attributes are shared xDSL objects."""
+    types: dict[TensorSig, Attribute] = {}
+    attributes: dict[Any, Attribute] = {}
+
+    def type_of(sig: TensorSig) -> Attribute:
+        found = types.get(sig)
+        if found is None:
+            found = types[sig] = tensor_type(sig)
+        return found
+
+    def attribute_of(value: Any) -> Attribute:
+        key = _exact(value)
+        found = attributes.get(key)
+        if found is None:
+            found = attributes[key] = to_attr(value)
+        return found
+
+    block = Block(arg_types=[type_of(node.sigs[0]) for node in dag.args])
+    results: dict[Node, Sequence[SSAValue]] = {}
+    for block_arg, node in zip(block.args, dag.args, strict=True):
+        block_arg.name_hint = node.attr("name")
+        results[node] = (block_arg,)
+    ops = []
+    for node in dag.ops:
+        op = OPS_BY_NAME[node.op].create(
+            operands=[results[v.node][v.index] for v in node.inputs],
+            result_types=[type_of(sig) for sig in node.sigs],
+            properties={name: attribute_of(value) for name, value in node.attrs},
+        )
+        results[node] = op.results
+        ops.append(op)
+    block.add_ops(ops)
+    function = make_function(
+        dag.name,
+        block,
+        [node.attr("is_param") for node in dag.args],
+        [results[v.node][v.index] for v in dag.outputs],
+    )
+    return ModuleOp([function])
