@@ -1,16 +1,19 @@
-"""Export a `graph` program to ONNX (opset 17), so any ONNX runtime can run it.
+"""Export a `graph` program to ONNX, so any ONNX runtime can run it.
 
 `export_onnx(module, param_values)` writes `@main` as an ONNX graph: activation
 arguments are graph inputs, weights (`{graph.param}`) initializers holding their
 values (not also inputs, so runtimes may fold and fuse them), results the graph
-outputs; the argument order is recorded in the model's metadata. Each `graph` op becomes the
-ONNX nodes that compute exactly what the numpy reference computes; the table is in
-`docs/onnx.md`. Where an op has several ONNX spellings, the exporter picks the one
-the importer reads back as the same op, so `import_onnx(export_onnx(m))` prints
-like `m` up to the differences `docs/onnx.md` lists.
+outputs. Each `graph` op becomes ONNX nodes that compute what the numpy reference
+computes; the table is in `docs/onnx.md`.
 
-Opset 17 is the first with LayerNormalization; GELU is written in its erf form
-(opset 20's Gelu is not needed), which onnxruntime fuses back into one kernel.
+Where ONNX spells several equal IR forms one way (a Conv's pads for `same` and for
+explicit padding, Mul for `mul` and `scale`), the exporter records the form of each
+node, and the argument order, in the model's metadata (importer.NODE_FORMS_KEY,
+ARGUMENT_ORDER_KEY), so that `import_onnx(export_onnx(m))` gives `m` back.
+
+Opset 17 is the first with LayerNormalization; programs with bfloat16 values use
+opset 22, where every op written here accepts bfloat16. GELU is written in its erf
+form, the one PyTorch writes and runtimes recognize.
 """
 
 from __future__ import annotations
@@ -66,8 +69,10 @@ def export_onnx(
     """The ONNX model of `module`'s `@main`, checked with `onnx.checker`.
 
     `param_values` gives every weight by argument name (cast to its element type
-    within its kind). Without it the weights are drawn as `random_inputs(module,
-    seed)` draws them: deterministic, and sized so that deep models stay finite.
+    within its kind); values for names the program does not take are ignored, so an
+    imported model's weights still fit after a pass dropped one. Without it the
+    weights are drawn as `random_inputs(module, seed)` draws them: deterministic,
+    and sized so that deep models stay finite.
     """
     function = entry_function(module)
     infos = arg_infos(function)
@@ -112,12 +117,9 @@ def _weights(
         raise OnnxExportError(
             f"several weights are named {', '.join(repeated)}; values cannot be matched by name"
         )
-    names = {info.name for info in params.values()}
-    unknown, missing = sorted(given.keys() - names), sorted(names - given.keys())
-    if unknown or missing:
-        problems = [f"no weight named {', '.join(unknown)}"] if unknown else []
-        problems += [f"missing values for {', '.join(missing)}"] if missing else []
-        raise OnnxExportError("param_values: " + "; ".join(problems))
+    missing = sorted({info.name for info in params.values()} - given.keys())
+    if missing:
+        raise OnnxExportError(f"param_values: missing values for {', '.join(missing)}")
     values = {}
     for index, info in params.items():
         array = np.asarray(given[info.name])

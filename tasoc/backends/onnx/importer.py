@@ -73,8 +73,9 @@ NODE_FORMS_KEY = "tasoc.node_forms"
 """Model metadata written by the exporter: a JSON object mapping node names to the
 IR form a node was written from, where ONNX has one spelling for several equal IR
 forms: a Conv/pool's padding (`same`, `valid`, `explicit`), a Relu `fused` into the
-Conv before it, a Mul that was a `scale` or a `mul`, a constant that was `ones`,
-`zeros`, `c_pool`, `i_conv` or a `constant`. The importer follows a form only where
+Conv before it, a Mul that was a `mul` (a Mul by a scalar is otherwise a `scale`), a
+constant that was `ones`, `zeros`, `c_pool`, `i_conv` or a `constant`, a Conv that was
+an average pool (`avg_pool same`; see the exporter). The importer follows a form only where
 it means the same as the node (a stale entry is ignored), so the metadata chooses
 among equal programs and never changes what one computes."""
 
@@ -155,7 +156,7 @@ def canonical_padding(
     return next((name for name in ("valid", "same") if meanings[name] == pads), pads)
 
 
-def f32_decimal(value: float) -> float:
+def _f32_decimal(value: float) -> float:
     """The shortest decimal that rounds to the same float32 as `value`.
 
     ONNX float attributes are float32 while IR attributes are f64: an epsilon of
@@ -386,7 +387,7 @@ class _Importer:
     def param_arg(self, known: Known) -> BlockArgument:
         arg = self.new_arg(known.name, TensorSig(known.array.shape, self.dtype(known)), True)
         assert arg.name_hint is not None
-        self.param_values[arg.name_hint] = np.ascontiguousarray(known.array)
+        self.param_values[arg.name_hint] = np.array(known.array, order="C")
         return arg
 
     def input_sig(self, info: onnx.ValueInfoProto) -> TensorSig:
@@ -398,18 +399,16 @@ class _Importer:
         if tensor.elem_type not in DTYPES_BY_ONNX:
             element = TensorProto.DataType.Name(tensor.elem_type)
             raise OnnxImportError(f"input '{name}' has unsupported element type {element}")
-        declared: list[int | str] | None = None
-        if tensor.HasField("shape"):
-            declared = [
-                d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
-                for d in tensor.shape.dim
-            ]
+        # The checker makes inputs declare their rank; a dimension may be symbolic.
+        declared = [
+            d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+            for d in tensor.shape.dim
+        ]
         given = self.input_shapes.get(name)
         if given is not None:
             shape = tuple(int(d) for d in given)
-            fits = declared is None or (
-                len(declared) == len(shape)
-                and all(isinstance(d, str) or d == s for d, s in zip(declared, shape, strict=True))
+            fits = len(declared) == len(shape) and all(
+                isinstance(d, str) or d == s for d, s in zip(declared, shape, strict=True)
             )
             if not fits or min(shape, default=1) < 1:
                 raise OnnxImportError(
@@ -417,10 +416,10 @@ class _Importer:
                     f"which does not fit its declared shape {_dims(declared)}"
                 )
             return TensorSig(shape, DTYPES_BY_ONNX[tensor.elem_type])
-        if declared is None or any(isinstance(d, str) for d in declared):
+        if any(isinstance(d, str) for d in declared):
             raise OnnxImportError(
-                f"input '{name}' has a dynamic shape {_dims(declared)}; give a static one "
-                f"with input_shapes={{'{name}': (...)}}"
+                f"input '{name}' has a dynamic shape {_dims(declared)}: give it a static one "
+                f"(input_shapes, or tasoc's --input-shape {name}=...)"
             )
         return TensorSig(tuple(int(d) for d in declared), DTYPES_BY_ONNX[tensor.elem_type])
 
@@ -445,9 +444,6 @@ class _Importer:
         if not isinstance(value, Known):
             self.fail(f"{what} ('{name}') must be a constant, not computed at run time")
         return value.array
-
-    def is_known(self, name: str) -> bool:
-        return isinstance(self.value(name), Known)
 
     def data(self, name: str) -> SSAValue:
         """Input `name` as an SSA value, materializing a known value once."""
@@ -617,7 +613,7 @@ class _Importer:
         ):
             arrays = [v.array for v in values if isinstance(v, Known)]
             folded = np.asarray(folder(self, node, attrs, arrays))
-            results: list[Value] = [Known(node.output[0], folded, Origin.DERIVED)]
+            results: list[Value | None] = [Known(node.output[0], folded, Origin.DERIVED)]
         elif node.op_type in HANDLERS:
             results = HANDLERS[node.op_type](self, node, attrs)
         else:
@@ -658,9 +654,8 @@ class _Importer:
         sig = G.sig_of(value.type)
         tensor = info.type.tensor_type
         declared_dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]
-        shape_fits = not tensor.HasField("shape") or (
-            len(declared_dims) == sig.rank
-            and all(d is None or d == s for d, s in zip(declared_dims, sig.shape, strict=True))
+        shape_fits = len(declared_dims) == sig.rank and all(
+            d is None or d == s for d, s in zip(declared_dims, sig.shape, strict=True)
         )
         dtype_fits = tensor.elem_type == 0 or DTYPES_BY_ONNX.get(tensor.elem_type) == sig.dtype
         if not (shape_fits and dtype_fits):
@@ -684,9 +679,7 @@ class _Importer:
                 self.block.erase_arg(arg)
 
 
-def _dims(dims: Sequence[int | str | None] | None) -> str:
-    if dims is None:
-        return "[unknown rank]"
+def _dims(dims: Sequence[int | str | None]) -> str:
     return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
 
 
@@ -754,7 +747,9 @@ def _find_gelus(
         if node.op_type != "Erf" or only_user(node.input[0]) != erf:
             continue
         scaled = producer.get(node.input[0])
-        x = scaled_input(scaled) if scaled is not None else None
+        if scaled is None:
+            continue
+        x = scaled_input(scaled)
         plus_one = only_user(node.output[0])
         one = partner(plus_one, "Add", node.output[0])
         if x is None or plus_one is None or one is None or not scalar_is(one, 1.0):
@@ -787,14 +782,14 @@ def _input(node: onnx.NodeProto, index: int) -> str | None:
 
 
 def _ints(
-    imp: _Importer, node: onnx.NodeProto, attrs: dict[str, Any], attr: str, index: int, what: str
+    imp: _Importer, node: onnx.NodeProto, attrs: dict[str, Any], attr: str, index: int
 ) -> list[int] | None:
     """An integer list given as attribute `attr` (older opsets) or as known input
     `index` (newer ones), or None when the node gives neither."""
     if attr in attrs:
         return [int(v) for v in attrs[attr]]
     name = _input(node, index)
-    return None if name is None else [int(v) for v in imp.known(name, what).reshape(-1)]
+    return None if name is None else [int(v) for v in imp.known(name, attr).reshape(-1)]
 
 
 def _axis(imp: _Importer, axis: int, rank: int) -> int:
@@ -1051,7 +1046,9 @@ def _div(imp: _Importer, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Va
         )
     if not _is_float(divisor.array):
         imp.fail("integer division of run-time values is not expressible")
-    reciprocal = Known(f"{divisor.name}.reciprocal", 1 / divisor.array, Origin.DERIVED)
+    # The reciprocal of a weight is a weight (named `<weight>.reciprocal`), of a literal a literal.
+    origin = Origin.INITIALIZER if divisor.origin is Origin.INITIALIZER else Origin.DERIVED
+    reciprocal = Known(f"{divisor.name}.reciprocal", np.asarray(1 / divisor.array), origin)
     imp.env[reciprocal.name] = reciprocal
     return [_multiply(imp, node.input[0], reciprocal.name)]
 
@@ -1242,8 +1239,8 @@ def _pad(imp: _Importer, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Va
     (which is how the exporter writes it); other paddings have no graph op."""
     x = imp.data(node.input[0])
     rank = len(imp.shape(x))
-    pads = _ints(imp, node, attrs, "pads", 1, "pads") or []
-    axes = _ints(imp, node, attrs, "axes", 3, "axes")
+    pads = _ints(imp, node, attrs, "pads", 1) or []
+    axes = _ints(imp, node, attrs, "axes", 3)
     if axes is not None:
         full = [0] * (2 * rank)
         for i, axis in enumerate(axes):
@@ -1288,7 +1285,7 @@ def _split(imp: _Importer, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[
     shape = imp.shape(x)
     axis = int(attrs.get("axis", 0))
     size = shape[_axis(imp, axis, len(shape))]
-    sizes = _ints(imp, node, attrs, "split", 1, "split")
+    sizes = _ints(imp, node, attrs, "split", 1)
     if sizes is None:
         count = int(attrs.get("num_outputs", len(node.output)))
         if "num_outputs" in attrs:  # opset 18: the last piece may be smaller
@@ -1341,7 +1338,7 @@ def _flatten(imp: _Importer, node: onnx.NodeProto, attrs: dict[str, Any]) -> lis
 @_handles("Squeeze")
 def _squeeze(imp: _Importer, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Value | None]:
     shape = imp.shape(node.input[0])
-    axes = _ints(imp, node, attrs, "axes", 1, "axes")
+    axes = _ints(imp, node, attrs, "axes", 1)
     if axes is None:
         drop = {i for i, d in enumerate(shape) if d == 1}
     else:
@@ -1354,7 +1351,7 @@ def _squeeze(imp: _Importer, node: onnx.NodeProto, attrs: dict[str, Any]) -> lis
 @_handles("Unsqueeze")
 def _unsqueeze(imp: _Importer, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Value | None]:
     shape = list(imp.shape(node.input[0]))
-    axes = _ints(imp, node, attrs, "axes", 1, "axes") or []
+    axes = _ints(imp, node, attrs, "axes", 1) or []
     rank = len(shape) + len(axes)
     for axis in sorted(_axis(imp, a, rank) for a in axes):
         shape.insert(axis, 1)
@@ -1408,7 +1405,7 @@ def _gather(imp: _Importer, node: onnx.NodeProto, attrs: dict[str, Any]) -> list
 def _reduction(kind: str) -> Handler:
     def handler(imp: _Importer, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Value | None]:
         x = imp.data(node.input[0])
-        axes = _ints(imp, node, attrs, "axes", 1, "axes") or []
+        axes = _ints(imp, node, attrs, "axes", 1) or []
         if not axes and attrs.get("noop_with_empty_axes", 0):
             return [x]
         axes = axes or list(range(len(imp.shape(x))))
@@ -1444,7 +1441,7 @@ def _batch_norm(imp: _Importer, node: onnx.NodeProto, attrs: dict[str, Any]) -> 
     if attrs.get("training_mode", 0):
         imp.fail("training mode is not supported (the importer builds inference graphs)")
     x, scale, bias, mean, var = (imp.data(name) for name in node.input[:5])
-    epsilon = f32_decimal(attrs.get("epsilon", 1e-5))
+    epsilon = _f32_decimal(attrs.get("epsilon", 1e-5))
     return [imp.op(G.BatchnormOp, x, scale, bias, mean, var, epsilon=epsilon)]
 
 
@@ -1464,5 +1461,5 @@ def _layer_norm(imp: _Importer, node: onnx.NodeProto, attrs: dict[str, Any]) -> 
         beta = imp.data(bias)
         if imp.shape(beta) != normalized:
             beta = imp.reshape(beta, normalized)
-    epsilon = f32_decimal(attrs.get("epsilon", 1e-5))
+    epsilon = _f32_decimal(attrs.get("epsilon", 1e-5))
     return [imp.op(G.LayernormOp, x, gamma, beta, axis=axis, epsilon=epsilon)]
