@@ -20,6 +20,7 @@ from typing import NoReturn
 from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError
 
 PREFIX = "tasoc: error: "
+NOTE_PREFIX = "tasoc: note: "
 DEBUG_ENV = "TASOC_DEBUG"
 """Set to `1` to get the Python traceback of an internal error instead of one line."""
 
@@ -93,6 +94,12 @@ def describe(exc: BaseException) -> str | None:
         # Verifier and pass failures; their `__notes__` (a dump of the module) are dropped.
         return one_line(str(exc).splitlines()[0]) if str(exc) else type(exc).__name__
     return None
+
+
+def note(message: str) -> None:
+    """Tell the user something worth knowing about a run that succeeded, on one stderr
+    line (stdout may be the IR)."""
+    print(f"{NOTE_PREFIX}{one_line(message)}", file=sys.stderr)
 
 
 def report_failure(exc: BaseException) -> int:

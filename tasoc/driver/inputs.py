@@ -1,19 +1,22 @@
-"""Reading INPUT: a `.mlir` file, `-` (stdin) or a zoo model `zoo:NAME?k=v&...`.
+"""Reading INPUT: a `.mlir` or `.onnx` file, `-` (stdin) or a zoo model `zoo:NAME?k=v&...`.
 
-`tasoc opt` feeds these through xDSL's frontend table (`mlir`, `zoo`), `tasoc run`
-through `load_module`; both parse with `LocatingParser`, which remembers where each op
-starts, so that a verifier failure is reported at its `file:line:col` like a parse
-error is. xDSL's parser does not attach source locations to ops, and without them a
-shape mismatch in a 2,000-line model would name the op but not where it is.
+`tasoc opt` feeds these through xDSL's frontend table (`mlir`, `onnx`, `zoo`),
+`tasoc run` through `load_program`; both import ONNX with `onnx_bridge.import_model`
+and parse text with `LocatingParser`, which remembers where each op starts, so that
+a verifier failure is reported at its `file:line:col` like a parse error is. xDSL's
+parser does not attach source locations to ops, and without them a shape mismatch in a
+2,000-line model would name the op but not where it is.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 from io import BytesIO
 from typing import IO
 
+import numpy as np
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
@@ -23,14 +26,15 @@ from xdsl.utils.exceptions import VerifyException
 from xdsl.utils.lexer import Span
 
 from tasoc.driver.errors import DriverError, one_line
+from tasoc.driver.onnx_bridge import ONNX, InputShapes, import_model, require_onnx_for_shapes
 from tasoc.ir.graph import Graph
 
 STDIN = "-"
 ZOO_SCHEME = "zoo:"
 MLIR = "mlir"
 ZOO = "zoo"
-FILE_FRONTENDS = (MLIR,)
-"""File extensions (without the dot) the driver reads; `.onnx` joins with the importer."""
+FILE_FRONTENDS = (MLIR, ONNX)
+"""File extensions (without the dot) the driver reads."""
 
 
 def register_dialects(ctx: Context) -> None:
@@ -167,19 +171,36 @@ def verify_error(
     return DriverError(f"{when}{message}")
 
 
-def load_module(spec: str, ctx: Context | None = None) -> ModuleOp:
-    """Read, parse and verify INPUT as one module (what `tasoc run` does)."""
-    ctx = ctx or make_context()
+@dataclass(frozen=True)
+class Program:
+    """A loaded INPUT: the verified module and, for an ONNX input, the weight values it
+    carried by `@main` argument name (None when INPUT holds no values: text IR, zoo)."""
+
+    module: ModuleOp
+    weights: dict[str, np.ndarray] | None
+
+
+def load_program(spec: str, input_shapes: InputShapes | None = None) -> Program:
+    """Read, import or parse, and verify INPUT as one program (what `tasoc run` does)."""
+    shapes = input_shapes or {}
     stream, frontend = open_input(spec)
     data = stream.read()
     if stream is not sys.stdin.buffer:
         stream.close()
+    require_onnx_for_shapes(frontend, shapes)
+    if frontend == ONNX:
+        return Program(*import_model(data, input_name(spec), shapes))
     if frontend == ZOO:
-        return build_zoo_model(data.decode())
+        return Program(build_zoo_model(data.decode()), None)
     sources = SourceMap()
-    module = parse_mlir(ctx, data, input_name(spec), sources)
+    module = parse_mlir(make_context(), data, input_name(spec), sources)
     try:
         module.verify()
     except VerifyException as err:
         raise verify_error(module, err, sources) from None
-    return module
+    return Program(module, None)
+
+
+def load_module(spec: str) -> ModuleOp:
+    """Read, parse and verify INPUT as one module (its weight values, if any, dropped)."""
+    return load_program(spec).module

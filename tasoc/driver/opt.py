@@ -5,11 +5,15 @@
 exactly as in xdsl-opt (and lit tests written for one read like the other). What it
 changes is what a compiler driver owes its users:
 
-- inputs: `.mlir` files, `-` (stdin) and `zoo:NAME?k=v` models (`inputs.py`);
+- inputs: `.mlir` and `.onnx` files, `-` (stdin) and `zoo:NAME?k=v` models (`inputs.py`);
+  an ONNX model's weight values are kept beside the module, never put in the text;
+- outputs: `-o OUT` is text IR, or an ONNX model when OUT ends in `.onnx`; text IR from
+  an ONNX input gets the weights beside it in `OUT`'s stem `.npz` (`onnx_bridge.py`);
 - passes: the curated table `PASSES` instead of every pass xDSL ships;
 - errors: one line `tasoc: error: ...` with `file:line:col` (`errors.py`), also for
   verifier failures, and bad pipelines named pass by pass;
-- `-o OUT` is written atomically, so a failure never leaves it half-written;
+- `-o OUT` (and the `.npz`) are written atomically, so a failure never leaves them
+  half-written;
 - `--verify-each` checks numeric equivalence after every pass; `--report` writes a
   JSON `RunReport` (timings, op counts, the passes' own sections); `--seed` is in it;
 - `--time-passes` prints on stderr (as mlir-opt does), so stdout stays valid IR.
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import io
 import json
 import os
 import sys
@@ -27,8 +32,9 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from importlib.metadata import version
-from typing import IO
+from typing import IO, Any
 
+import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass, PassPipeline
 from xdsl.printer import Printer
@@ -40,7 +46,9 @@ from xdsl.xdsl_opt_main import xDSLOptMain
 from tasoc.driver.errors import (
     DriverError,
     OneLineArgumentParser,
+    UsageError,
     non_negative_int,
+    note,
     one_line,
     pipeline_syntax_message,
 )
@@ -54,6 +62,18 @@ from tasoc.driver.inputs import (
     parse_mlir,
     register_dialects,
     verify_error,
+)
+from tasoc.driver.onnx_bridge import (
+    ONNX,
+    collect_input_shapes,
+    export_model,
+    import_model,
+    input_shape_arg,
+    program_weights,
+    require_onnx_for_shapes,
+    takes_weights,
+    weights_path,
+    write_npz,
 )
 from tasoc.passes.report import PassRecord, RunReport, reporting
 
@@ -82,13 +102,14 @@ def op_counts(module: ModuleOp) -> dict[str, int]:
 
 
 class AtomicOutput:
-    """A text file written beside its destination and moved over it only on success.
+    """A file written beside its destination and moved over it only on success.
 
     `os.replace` within one directory is atomic, so readers see the old file or the
-    new one, and an error midway leaves an existing file untouched.
+    new one, and an error midway leaves an existing file untouched. `stream` takes
+    text, or bytes when `binary` (an ONNX model, an `.npz`).
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, binary: bool = False) -> None:
         self.path = path
         directory = os.path.dirname(os.path.abspath(path))
         try:
@@ -97,7 +118,9 @@ class AtomicOutput:
             )
         except OSError as err:
             raise DriverError(f"cannot write '{path}': {err.strerror or err}") from None
-        self.stream: IO[str] = os.fdopen(descriptor, "w", encoding="utf-8")
+        self.stream: IO[Any] = (
+            os.fdopen(descriptor, "wb") if binary else os.fdopen(descriptor, "w", encoding="utf-8")
+        )
 
     def commit(self) -> None:
         self.stream.close()
@@ -132,7 +155,14 @@ class TasocOptMain(xDSLOptMain):
     def __init__(self, args: Sequence[str]) -> None:
         self.sources = SourceMap()
         self._line_offset = 0
-        self._output: AtomicOutput | None = None
+        self._outputs: list[AtomicOutput] = []
+        """`-o OUT` and the `.npz` beside it, committed together when the run succeeds."""
+        self._onnx_output: AtomicOutput | None = None
+        self._weights_output: AtomicOutput | None = None
+        self._input_format = MLIR
+        self._weights: dict[str, np.ndarray] | None = None
+        """The weight values an ONNX input carried, by `@main` argument name."""
+        self._notes: list[str] = []
         self._pass_started = 0.0
         self._ops_before: dict[str, int] = {}
         self._module_before_pass: ModuleOp | None = None
@@ -140,6 +170,12 @@ class TasocOptMain(xDSLOptMain):
         self.report = RunReport(
             input=input_name(self.args.input_file), pipeline=self.args.passes, seed=self.args.seed
         )
+        self.input_shapes = collect_input_shapes(self.args.input_shape)
+        if self._writes_onnx() and self.args.split_input_file:
+            raise UsageError(
+                "--split-input-file makes several modules, and an .onnx output holds one; "
+                "write text IR instead"
+            )
 
     # ----------------------------------------------------------------- registration
     def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
@@ -148,9 +184,10 @@ class TasocOptMain(xDSLOptMain):
         arg_parser.__class__ = OneLineArgumentParser
         arg_parser.prog = "tasoc opt"
         arg_parser.epilog = (
-            "input_file is a .mlir file, '-' or absent for stdin, or a built-in model "
-            "'zoo:NAME?option=value&...' (see 'tasoc zoo'). Errors are one line "
-            "'tasoc: error: ...' with exit status 1."
+            "input_file is a .mlir or .onnx file, '-' or absent for stdin, or a built-in "
+            "model 'zoo:NAME?option=value&...' (see 'tasoc zoo'). -o OUT.onnx writes an "
+            "ONNX model, any other OUT text IR (beside it OUT's stem .npz with the weights "
+            "of an ONNX input). Errors are one line 'tasoc: error: ...' with exit status 1."
         )
         super().register_all_arguments(arg_parser)
         arg_parser.add_argument(
@@ -167,6 +204,14 @@ class TasocOptMain(xDSLOptMain):
             action="store_true",
             help="after every pass, check the program still computes the same results",
         )
+        arg_parser.add_argument(
+            "--input-shape",
+            action="append",
+            type=input_shape_arg,
+            metavar="NAME=DIMS",
+            help="static shape of an .onnx input with dynamic dims, e.g. input=1x3x224x224 "
+            "(repeatable)",
+        )
 
     def register_all_dialects(self) -> None:
         register_dialects(self.ctx)
@@ -182,6 +227,7 @@ class TasocOptMain(xDSLOptMain):
 
     def register_all_frontends(self) -> None:
         self.available_frontends[MLIR] = self._parse_mlir
+        self.available_frontends[ONNX] = self._import_onnx
         self.available_frontends[ZOO] = lambda stream: build_zoo_model(stream.read().decode())
 
     def setup_pipeline(self) -> None:
@@ -209,7 +255,16 @@ class TasocOptMain(xDSLOptMain):
 
     # ------------------------------------------------------------------- input/output
     def get_input_stream(self) -> tuple[IO[bytes], str]:
-        return open_input(self.args.input_file, self.args.frontend)
+        stream, self._input_format = open_input(self.args.input_file, self.args.frontend)
+        try:
+            require_onnx_for_shapes(self._input_format, self.input_shapes)
+            if self._input_format == ONNX and self.args.split_input_file:
+                raise UsageError("--split-input-file splits text IR, not an .onnx input")
+        except UsageError:
+            if stream is not sys.stdin.buffer:
+                stream.close()
+            raise
+        return stream, self._input_format
 
     def get_input_name(self) -> str:
         return input_name(self.args.input_file)
@@ -233,14 +288,51 @@ class TasocOptMain(xDSLOptMain):
             implicit_module=not self.args.no_implicit_module,
         )
 
+    def _import_onnx(self, stream: IO[bytes]) -> ModuleOp:
+        module, self._weights = import_model(
+            stream.read(), self.get_input_name(), self.input_shapes
+        )
+        return module
+
+    def _writes_onnx(self) -> bool:
+        path = self.args.output_file
+        return path is not None and os.path.splitext(path)[1] == f".{ONNX}"
+
     def prepare_output(self) -> IO[str]:
-        if self.args.output_file is None:
+        """The stream xDSL prints text IR to. The files are opened here, before any
+        work, so that a bad `-o` path fails first."""
+        path = self.args.output_file
+        if path is None:
             return sys.stdout
-        self._output = AtomicOutput(self.args.output_file)
-        return self._output.stream
+        if self._writes_onnx():
+            self._onnx_output = AtomicOutput(path, binary=True)
+            self._outputs.append(self._onnx_output)
+            return io.StringIO()  # the text IR goes nowhere; the model is written instead
+        self._outputs.append(AtomicOutput(path))
+        if self._input_format == ONNX:
+            self._weights_output = AtomicOutput(weights_path(path), binary=True)
+            self._outputs.append(self._weights_output)
+        return self._outputs[0].stream
+
+    def output_resulting_program(self, prog: ModuleOp) -> str:
+        """Text IR for xDSL to print, after writing what goes beside or instead of it:
+        the `.npz` of an ONNX input's weights, or the ONNX model for `-o OUT.onnx`."""
+        if self._weights_output is not None and self._weights is not None:
+            write_npz(self._weights_output.stream, program_weights(prog, self._weights))
+        if self._onnx_output is None:
+            return super().output_resulting_program(prog)
+        model = export_model(prog, self._weights, self.args.seed)
+        self._onnx_output.stream.write(model.SerializeToString())
+        if self._weights is None and takes_weights(prog):
+            self._notes.append(
+                f"{self.args.output_file} has random weights (--seed {self.args.seed}): "
+                f"{self.get_input_name()} carries no weight values"
+            )
+        return ""
 
     def run(self) -> None:
-        """Run as xdsl-opt does, then move `-o` and the report into place together.
+        """Run as xdsl-opt does, then move `-o` (with its `.npz`) and the report into
+        place together.
 
         The report file is opened first, so a bad `--report` path fails before any work.
         """
@@ -252,13 +344,15 @@ class TasocOptMain(xDSLOptMain):
                 json.dump(self.report.to_json(), report_output.stream, indent=2, sort_keys=True)
                 report_output.stream.write("\n")
         except BaseException:
-            for output in (self._output, report_output):
+            for output in [*self._outputs, report_output]:
                 if output is not None:
                     output.discard()
             raise
-        for output in (self._output, report_output):
+        for output in [*self._outputs, report_output]:
             if output is not None:
                 output.commit()
+        for message in self._notes:
+            note(message)
 
     # ------------------------------------------------------------------ between passes
     def _between_passes(

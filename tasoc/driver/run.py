@@ -1,11 +1,13 @@
 """`tasoc run`: run `@main` once with JAX or the numpy reference, optionally check and time it.
 
 The arguments are random (`random_inputs`, deterministic in `--seed`) or named values
-from an `.npz` (`--params`). Each output is printed with its type and a checksum
+from an `.npz` (`--params`); an `.onnx` INPUT brings its own weights (its initializers),
+and only the activations are random. Each output is printed with its type and a checksum
 (mean and largest magnitude) that is enough to tell two runs apart at a glance;
 `--check` compares with the reference interpreter at the tolerances of
-`tasoc.verify.equivalence`, and `--bench N` reports the median and best of N timed
-runs after a warm-up (JAX compiles on the first call).
+`tasoc.verify.equivalence`, `--check-onnxruntime` compares with onnxruntime running the
+ONNX model (the input model itself, or the program exported), and `--bench N` reports
+the median and best of N timed runs after a warm-up (JAX compiles on the first call).
 """
 
 from __future__ import annotations
@@ -15,16 +17,33 @@ import time
 import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
 from tasoc.backends.inputs import describe, load_inputs, random_inputs
 from tasoc.backends.numpy import run_reference
-from tasoc.driver.errors import DriverError, OneLineArgumentParser, non_negative_int
-from tasoc.driver.inputs import load_module
-from tasoc.ir.program import ProgramError, entry_function, return_values, value_name
+from tasoc.driver.errors import DriverError, OneLineArgumentParser, UsageError, non_negative_int
+from tasoc.driver.inputs import Program, load_program
+from tasoc.driver.onnx_bridge import (
+    collect_input_shapes,
+    export_model,
+    input_shape_arg,
+    onnxruntime_outputs,
+)
+from tasoc.ir.program import (
+    ArgInfo,
+    ProgramError,
+    arg_infos,
+    entry_function,
+    return_values,
+    value_name,
+)
 from tasoc.verify.equivalence import compare
+
+if TYPE_CHECKING:
+    import onnx
 
 BACKENDS = ("jax", "numpy")
 
@@ -34,10 +53,18 @@ def _parser() -> OneLineArgumentParser:
         prog="tasoc run",
         description="Run @main of a program on random (or given) inputs and print its outputs.",
     )
-    parser.add_argument("input", metavar="INPUT", help="a .mlir file, '-' or zoo:NAME?k=v&...")
+    parser.add_argument(
+        "input", metavar="INPUT", help="a .mlir or .onnx file, '-' or zoo:NAME?k=v&..."
+    )
     parser.add_argument("--backend", choices=BACKENDS, default="jax", help="default: jax")
     parser.add_argument(
         "--check", action="store_true", help="compare the outputs with the numpy reference"
+    )
+    parser.add_argument(
+        "--check-onnxruntime",
+        action="store_true",
+        help="compare the outputs with onnxruntime running the .onnx INPUT (other inputs: "
+        "the program exported to ONNX with the same weights)",
     )
     parser.add_argument(
         "--bench", type=non_negative_int, default=0, metavar="N", help="time N runs after a warm-up"
@@ -46,12 +73,30 @@ def _parser() -> OneLineArgumentParser:
         "--params", metavar="P.npz", help="argument values by name (weights required)"
     )
     parser.add_argument(
+        "--input-shape",
+        action="append",
+        type=input_shape_arg,
+        metavar="NAME=DIMS",
+        help="static shape of an .onnx input with dynamic dims, e.g. input=1x3x224x224 "
+        "(repeatable)",
+    )
+    parser.add_argument(
         "--seed", type=non_negative_int, default=0, help="seed of the random inputs"
     )
     return parser
 
 
-def _arguments(module: ModuleOp, params: str | None, seed: int) -> list[np.ndarray]:
+def _arguments(program: Program, params: str | None, seed: int) -> list[np.ndarray]:
+    module = program.module
+    if program.weights is not None:
+        if params is not None:
+            raise UsageError("--params gives weights, and an .onnx INPUT carries its own")
+        infos = arg_infos(entry_function(module))
+        drawn = random_inputs(module, seed)
+        return [
+            program.weights[info.name] if info.is_param else value
+            for info, value in zip(infos, drawn, strict=True)
+        ]
     if params is None:
         return random_inputs(module, seed)
     try:
@@ -114,13 +159,40 @@ def _milliseconds(seconds: float) -> str:
     return f"{seconds * 1e3:.3f} ms"
 
 
+def _onnx_model(
+    spec: str, program: Program, infos: Sequence[ArgInfo], inputs: Sequence[np.ndarray], seed: int
+) -> onnx.ModelProto:
+    """The ONNX model onnxruntime runs for `--check-onnxruntime`: an ONNX INPUT as the
+    user's runtime would run it, else the program exported with the run's own weights."""
+    if program.weights is not None:
+        import onnx
+
+        return onnx.load(spec)
+    weights = {info.name: value for info, value in zip(infos, inputs, strict=True) if info.is_param}
+    return export_model(program.module, weights, seed)
+
+
+def _check_against(
+    expected_from: str, expected: Sequence[np.ndarray], outputs: Sequence[np.ndarray], backend: str
+) -> None:
+    """Print each output's errors against `expected`; fail unless all are within tolerance."""
+    result = compare(expected, outputs)
+    for output in result.outputs:
+        print(f"  check {output.describe()}")
+    if not result.ok:
+        raise DriverError(f"{backend} results differ from {expected_from}: {result.summary()}")
+    print(f"check: equivalent to {expected_from}")
+
+
 def run_command(argv: Sequence[str]) -> int:
     """`tasoc run ARGS...`; returns the exit status (errors propagate to `main`)."""
     args = _parser().parse_args(argv)
-    module = load_module(args.input)
+    program = load_program(args.input, collect_input_shapes(args.input_shape))
+    module = program.module
     try:
         returned = return_values(entry_function(module))
-        inputs = _arguments(module, args.params, args.seed)
+        infos = arg_infos(entry_function(module))
+        inputs = _arguments(program, args.params, args.seed)
     except ProgramError as err:
         raise DriverError(f"{args.input}: {err}") from None
     executable = prepare(module, args.backend)
@@ -132,14 +204,12 @@ def run_command(argv: Sequence[str]) -> int:
         print(f"  {name}: {describe(array)}  {checksum(array)}")
 
     if args.check:
-        result = compare(run_reference(module, inputs), outputs)
-        for output in result.outputs:
-            print(f"  check {output.describe()}")
-        if not result.ok:
-            raise DriverError(
-                f"{args.backend} results differ from the numpy reference: {result.summary()}"
-            )
-        print("check: equivalent to the numpy reference")
+        _check_against("the numpy reference", run_reference(module, inputs), outputs, args.backend)
+    if args.check_onnxruntime:
+        model = _onnx_model(args.input, program, infos, inputs, args.seed)
+        activations = [arg for info, arg in zip(infos, inputs, strict=True) if not info.is_param]
+        expected = onnxruntime_outputs(model, activations)
+        _check_against("onnxruntime", expected, outputs, args.backend)
 
     if args.bench:
         times = executable.time(inputs, args.bench)
