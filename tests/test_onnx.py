@@ -843,3 +843,13 @@ def test_dynamic_shapes_need_input_shapes() -> None:
     assert arg_infos(entry_function(module))[0].sig.shape == (4, 3)
     assert "does not fit its declared shape" in import_error(model, input_shapes={"x": (4, 2)})
     assert "does not take" in import_error(model, input_shapes={"z": (1,)})
+
+
+def test_export_refuses_models_over_the_protobuf_limit_in_one_line() -> None:
+    from tasoc.backends.onnx.exporter import OnnxExportError, export_onnx
+    from tasoc.models import build_model
+
+    module = build_model("dlrm")  # 1.7 G weights: 6.2 GiB of f32
+    with pytest.raises(OnnxExportError, match=r"GiB of weights.*2 GiB") as info:
+        export_onnx(module)
+    assert "\n" not in str(info.value)

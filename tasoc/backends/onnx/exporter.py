@@ -57,6 +57,10 @@ writes accepts bfloat16 (Conv, the pools and ConstantOfShape gain it in 20-22)."
 _ONNX_DTYPES: Mapping[DType, int] = {kind: onnx_type for onnx_type, kind in DTYPES_BY_ONNX.items()}
 
 
+_PROTOBUF_LIMIT = 2**31
+"""Bytes a serialized protobuf may hold; larger ONNX models need external data."""
+
+
 class OnnxExportError(ValueError):
     """The program or its weight values cannot be exported; one line says why."""
 
@@ -76,6 +80,16 @@ def export_onnx(
     """
     function = entry_function(module)
     infos = arg_infos(function)
+    weight_bytes = sum(
+        info.sig.size * numpy_dtype(info.sig.dtype).itemsize for info in infos if info.is_param
+    )
+    if weight_bytes >= _PROTOBUF_LIMIT:
+        # Checked before drawing any weight: such a model cannot be one protobuf, and
+        # drawing gigabytes of values only to fail would waste minutes.
+        raise OnnxExportError(
+            f"the program has ~{weight_bytes / 2**30:.1f} GiB of weights; an ONNX protobuf "
+            "holds at most 2 GiB and export with external data is not supported yet"
+        )
     values = _weights(module, infos, param_values, seed)
     model = _Exporter(function, infos, values).model()
     try:
