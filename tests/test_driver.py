@@ -17,6 +17,7 @@ from typing import ClassVar
 
 import numpy as np
 import pytest
+from conftest import assert_one_line_error
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
@@ -48,42 +49,11 @@ SMALL_NASRNN = "zoo:nasrnn?hidden=32&length=2"
 TASOC_SCRIPT = Path(sys.executable).parent / "tasoc"
 
 
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-
-@pytest.fixture
-def tasoc(capsys: pytest.CaptureFixture[str]):
-    """Run `tasoc ARGS...` in this process; return its exit status and output."""
-
-    def run(*args: str) -> Result:
-        code = main(list(args))
-        captured = capsys.readouterr()
-        return Result(code, captured.out, captured.err)
-
-    return run
-
-
 @pytest.fixture
 def good(tmp_path: Path) -> Path:
     path = tmp_path / "good.mlir"
     path.write_text(GOOD)
     return path
-
-
-def assert_one_line_error(result: Result, *fragments: str) -> str:
-    """Exit status 1, exactly one stderr line `tasoc: error: ...` holding `fragments`."""
-    assert result.code == 1, result
-    assert "Traceback" not in result.err + result.out
-    lines = result.err.splitlines()
-    assert len(lines) == 1, lines
-    assert lines[0].startswith("tasoc: error: "), lines
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
-    return lines[0]
 
 
 def graph_op_counts(text: str) -> dict[str, int]:

@@ -16,13 +16,13 @@ import numpy as np
 import onnx
 import onnxruntime
 import pytest
+from conftest import assert_one_line_error
 from onnx import TensorProto, helper, numpy_helper
 
 from tasoc.backends.inputs import load_inputs, random_inputs
 from tasoc.backends.numpy import run_reference
 from tasoc.driver import run as run_module
 from tasoc.driver.inputs import load_module, load_program
-from tasoc.driver.main import main
 from tasoc.ir.program import arg_infos, entry_function
 from tasoc.verify.equivalence import compare
 
@@ -46,26 +46,6 @@ func.func @main(%x: tensor<2xf32>) -> tensor<2xf32> {
 """
 
 OLD_OUTPUT = b"previous contents\n"
-
-
-class Result:
-    def __init__(self, code: int, out: str, err: str) -> None:
-        self.code, self.out, self.err = code, out, err
-
-    def __repr__(self) -> str:
-        return f"Result({self.code}, out={self.out[-300:]!r}, err={self.err!r})"
-
-
-@pytest.fixture
-def tasoc(capsys: pytest.CaptureFixture[str]):
-    """Run `tasoc ARGS...` in this process; return its exit status and output."""
-
-    def run(*args: str | Path) -> Result:
-        code = main([str(arg) for arg in args])
-        captured = capsys.readouterr()
-        return Result(code, captured.out, captured.err)
-
-    return run
 
 
 def _weight(rng: np.random.Generator, name: str, shape: Sequence[int]) -> onnx.TensorProto:
@@ -145,18 +125,6 @@ def cnn(tmp_path: Path) -> Path:
 @pytest.fixture
 def mlp(tmp_path: Path) -> Path:
     return save(mlp_model(), tmp_path / "mlp.onnx")
-
-
-def assert_one_line_error(result: Result, *fragments: str) -> str:
-    """Exit status 1, exactly one stderr line `tasoc: error: ...` holding `fragments`."""
-    assert result.code == 1, result
-    assert "Traceback" not in result.err + result.out
-    lines = result.err.splitlines()
-    assert len(lines) == 1, lines
-    assert lines[0].startswith("tasoc: error: "), lines
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
-    return lines[0]
 
 
 # ------------------------------------------------------------------------------ tasoc opt
