@@ -21,6 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from tasoc.backends.inputs import load_inputs, random_inputs
 from tasoc.backends.numpy import run_reference
+from tasoc.backends.onnx import importer
 from tasoc.driver import run as run_module
 from tasoc.driver.inputs import load_module, load_program
 from tasoc.ir.program import arg_infos, entry_function
@@ -111,8 +112,8 @@ def save(model: onnx.ModelProto, path: Path) -> Path:
     return path
 
 
-def onnxruntime_run(model: onnx.ModelProto | Path, x: np.ndarray) -> list[np.ndarray]:
-    source = str(model) if isinstance(model, Path) else model.SerializeToString()
+def onnxruntime_run(model: onnx.ModelProto | Path | str, x: np.ndarray) -> list[np.ndarray]:
+    source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
     session = onnxruntime.InferenceSession(source, providers=["CPUExecutionProvider"])
     return [np.asarray(out) for out in session.run(None, {session.get_inputs()[0].name: x})]
 
@@ -210,6 +211,26 @@ def test_opt_zoo_model_to_onnx_passes_the_checker(tasoc, tmp_path: Path) -> None
     assert sum(node.op_type == "Conv" for node in model.graph.node) >= 50
 
 
+def test_models_over_2_gib_go_through_external_data(
+    tasoc, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the protobuf limit lowered, a small zoo model takes the path of one over
+    2 GiB: `-o` writes the model and its `.data` file, and both commands read them."""
+    monkeypatch.setattr(importer, "PROTOBUF_LIMIT", 4096)
+    out = tmp_path / "r.onnx"
+    assert tasoc("opt", "zoo:resnet50?image=32&width=0.125&classes=10", "-o", out).code == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.onnx", "r.onnx.data"]
+    assert out.stat().st_size < (tmp_path / "r.onnx.data").stat().st_size
+    result = tasoc("run", out, "--check", "--check-onnxruntime")
+    assert result.code == 0, result
+    assert "check: equivalent to onnxruntime" in result.out
+    back = tmp_path / "r.mlir"
+    assert tasoc("opt", out, "-o", back).code == 0
+    assert (tmp_path / "r.npz").exists()
+    (tmp_path / "r.onnx.data").unlink()
+    assert_one_line_error(tasoc("run", out), "r.onnx", "r.onnx.data")
+
+
 # ------------------------------------------------------------------------------ tasoc run
 
 
@@ -249,7 +270,9 @@ def test_run_text_program_checks_its_export_against_onnxruntime(tasoc, tmp_path:
 def test_run_reports_a_difference_from_onnxruntime(
     tasoc, mlp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def shifted(model: onnx.ModelProto, activations: Sequence[np.ndarray]) -> list[np.ndarray]:
+    def shifted(
+        model: onnx.ModelProto | str, activations: Sequence[np.ndarray]
+    ) -> list[np.ndarray]:
         return [out + 0.5 for out in onnxruntime_run(model, activations[0])]
 
     monkeypatch.setattr(run_module, "onnxruntime_outputs", shifted)

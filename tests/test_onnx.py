@@ -30,9 +30,11 @@ from tasoc.backends.onnx import (
     OnnxImportError,
     export_onnx,
     import_onnx,
+    importer,
     save_onnx,
 )
-from tasoc.backends.onnx.importer import NODE_FORMS_KEY, ir_name
+from tasoc.backends.onnx.importer import NODE_FORMS_KEY, fits_in_protobuf, ir_name
+from tasoc.backends.onnx.runtime import inference_session
 from tasoc.ir import graph as G
 from tasoc.ir.builder import GraphBuilder
 from tasoc.ir.program import arg_infos, entry_function
@@ -845,11 +847,89 @@ def test_dynamic_shapes_need_input_shapes() -> None:
     assert "does not take" in import_error(model, input_shapes={"z": (1,)})
 
 
-def test_export_refuses_models_over_the_protobuf_limit_in_one_line() -> None:
-    from tasoc.backends.onnx.exporter import OnnxExportError, export_onnx
-    from tasoc.models import build_model
+def activation_feeds(model: onnx.ModelProto, module: ModuleOp) -> dict[str, np.ndarray]:
+    """Random activations of `module` by the input names of its exported `model`."""
+    infos = arg_infos(entry_function(module))
+    drawn = [np.asarray(a) for i, a in zip(infos, random_inputs(module), strict=True)]
+    activations = [a for i, a in zip(infos, drawn, strict=True) if not i.is_param]
+    return dict(zip((i.name for i in model.graph.input), activations, strict=True))
 
-    module = build_model("dlrm")  # 1.7 G weights: 6.2 GiB of f32
-    with pytest.raises(OnnxExportError, match=r"GiB of weights.*2 GiB") as info:
-        export_onnx(module)
+
+def weighty_module() -> ModuleOp:
+    """A program whose weights (16 KiB, 8 KiB, 2 KiB and a 128 B bias) cross
+    EXTERNAL_DATA_THRESHOLD on both sides."""
+    g = GraphBuilder()
+    hidden = g.relu(g.matmul(g.input("x", (4, 64)), g.param("w1", (64, 64))))
+    out = g.add(g.matmul(hidden, g.param("w2", (64, 32))), g.param("b", (4, 32)))
+    return g.build(g.matmul(out, g.param("w3", (32, 16))))
+
+
+def same_weights(a: onnx.ModelProto, b: onnx.ModelProto) -> bool:
+    arrays = [
+        {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer} for model in (a, b)
+    ]
+    return arrays[0].keys() == arrays[1].keys() and all(
+        np.array_equal(arrays[0][name], arrays[1][name]) for name in arrays[0]
+    )
+
+
+def saved_with_external_data(tmp_path: Path) -> tuple[onnx.ModelProto, Path]:
+    model = export_onnx(weighty_module())
+    path = tmp_path / "model.onnx"
+    save_onnx(model, path, external_data=True)
+    return model, path
+
+
+def test_external_data_round_trips_and_runs(tmp_path: Path) -> None:
+    model, path = saved_with_external_data(tmp_path)
+    before = model.SerializeToString()
+    assert model.SerializeToString() == before  # the caller's model keeps its weights
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx", "model.onnx.data"]
+    assert path.stat().st_size < (tmp_path / "model.onnx.data").stat().st_size
+    header = onnx.load(path, load_external_data=False)
+    external = [t.name for t in header.graph.initializer if t.data_location == TensorProto.EXTERNAL]
+    assert external == ["w1", "w2", "w3"]  # the bias stays inline
+    assert all(
+        int(next(e.value for e in t.external_data if e.key == "offset")) % 4096 == 0
+        for t in header.graph.initializer
+        if t.name in external
+    )
+    assert same_weights(onnx.load(path), model)
+    module, weights = import_onnx(path)
+    same_module, expected_weights = import_onnx(model)
+    assert canonical_text(module) == canonical_text(same_module)
+    assert weights.keys() == expected_weights.keys()
+    assert all(np.array_equal(weights[name], expected_weights[name]) for name in weights)
+    feeds = activation_feeds(model, module)
+    session = inference_session(path)
+    assert compare(run_ort(model, feeds), session.run(None, feeds)).ok
+
+
+def test_models_over_the_protobuf_limit_get_external_data(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the limit lowered, an ordinary model stands in for one over 2 GiB: export
+    skips the in-memory check, saving and onnxruntime go through external data."""
+    model = export_onnx(weighty_module())
+    monkeypatch.setattr(importer, "PROTOBUF_LIMIT", model.ByteSize() - 1)
+    assert not fits_in_protobuf(model)
+    large = export_onnx(weighty_module())
+    save_onnx(large, tmp_path / "large.onnx")
+    assert (tmp_path / "large.onnx.data").exists()
+    assert same_weights(onnx.load(tmp_path / "large.onnx"), model)
+    feeds = activation_feeds(model, weighty_module())
+    assert compare(run_ort(model, feeds), inference_session(large).run(None, feeds)).ok
+    with pytest.raises(OnnxExportError, match=r"GiB, more than one protobuf holds") as info:
+        save_onnx(large, tmp_path / "inline.onnx", external_data=False)
     assert "\n" not in str(info.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["large.onnx", "large.onnx.data"]
+
+
+def test_broken_external_data_is_one_line(tmp_path: Path) -> None:
+    _, path = saved_with_external_data(tmp_path)
+    data = tmp_path / "model.onnx.data"
+    assert "import the model from its path" in import_error(path.read_bytes())
+    data.write_bytes(data.read_bytes()[:5000])
+    assert "external data of" in import_error(path) and "truncated" in import_error(path)
+    data.unlink()
+    assert "model.onnx.data" in import_error(path)

@@ -184,12 +184,14 @@ def load_program(spec: str, input_shapes: InputShapes | None = None) -> Program:
     """Read, import or parse, and verify INPUT as one program (what `tasoc run` does)."""
     shapes = input_shapes or {}
     stream, frontend = open_input(spec)
-    data = stream.read()
-    if stream is not sys.stdin.buffer:
+    from_file = stream is not sys.stdin.buffer
+    # An ONNX file is imported by path, so that external data beside it is found.
+    data = b"" if frontend == ONNX and from_file else stream.read()
+    if from_file:
         stream.close()
     require_onnx_for_shapes(frontend, shapes)
     if frontend == ONNX:
-        return Program(*import_model(data, input_name(spec), shapes))
+        return Program(*import_model(spec if from_file else data, input_name(spec), shapes))
     if frontend == ZOO:
         return Program(build_zoo_model(data.decode()), None)
     sources = SourceMap()

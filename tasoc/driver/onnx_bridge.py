@@ -67,13 +67,14 @@ def require_onnx_for_shapes(frontend: str, shapes: InputShapes) -> None:
 
 
 def import_model(
-    data: bytes, name: str, shapes: InputShapes
+    source: bytes | str, name: str, shapes: InputShapes
 ) -> tuple[ModuleOp, dict[str, np.ndarray]]:
-    """`import_onnx` on the bytes of INPUT; its one-line error, prefixed with INPUT's name."""
+    """`import_onnx` on INPUT (its path, or the bytes read from stdin); its one-line
+    error, prefixed with INPUT's name."""
     from tasoc.backends.onnx import OnnxImportError, import_onnx
 
     try:
-        return import_onnx(data, shapes)
+        return import_onnx(source, shapes)
     except OnnxImportError as err:
         # The importer names its Python parameter; on the command line it is the option.
         message = re.sub(r"^input_shapes ", "--input-shape ", one_line(str(err)))
@@ -119,16 +120,23 @@ def write_npz(stream: IO[bytes], values: Mapping[str, np.ndarray]) -> None:
 
 
 def onnxruntime_outputs(
-    model: onnx.ModelProto, activations: Sequence[np.ndarray]
+    source: onnx.ModelProto | str, activations: Sequence[np.ndarray]
 ) -> list[np.ndarray]:
-    """Run `model` under onnxruntime (CPU) with `activations` as its non-initializer inputs.
+    """Run `source` (a model, or an ONNX file with its external data) under onnxruntime
+    (CPU) with `activations` as its non-initializer inputs.
 
     They pair by position: the activation arguments of an imported `@main` are the
     model's non-initializer inputs in order, as are the inputs of an exported model.
     """
     import onnx
-    import onnxruntime
 
+    from tasoc.backends.onnx.runtime import inference_session
+
+    model = (
+        source
+        if isinstance(source, onnx.ModelProto)
+        else onnx.load(source, load_external_data=False)
+    )
     initializers = {tensor.name for tensor in model.graph.initializer}
     inputs = [info for info in model.graph.input if info.name not in initializers]
     if len(inputs) != len(activations):
@@ -142,10 +150,7 @@ def onnxruntime_outputs(
         for info, value in zip(inputs, activations, strict=True)
     }
     try:
-        session = onnxruntime.InferenceSession(
-            model.SerializeToString(), providers=["CPUExecutionProvider"]
-        )
-        return [np.asarray(output) for output in session.run(None, feeds)]
+        return [np.asarray(output) for output in inference_session(source).run(None, feeds)]
     except Exception as err:  # its C++ binding raises direct Exception subclasses (Fail, ...)
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise DriverError(f"onnxruntime cannot run the model: {first}") from None

@@ -32,7 +32,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from importlib.metadata import version
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
@@ -76,6 +76,9 @@ from tasoc.driver.onnx_bridge import (
     write_npz,
 )
 from tasoc.passes.report import PassRecord, RunReport, reporting
+
+if TYPE_CHECKING:
+    import onnx
 
 PassFactory = Callable[[], type[ModulePass]]
 
@@ -147,6 +150,40 @@ class AtomicOutput:
             return 0o666 & ~umask
 
 
+class OnnxOutput:
+    """`-o OUT.onnx`: the model, and `OUT.onnx.data` when it needs external data (over
+    2 GiB), staged beside OUT and moved into place on commit, like AtomicOutput."""
+
+    def __init__(self, path: str) -> None:
+        from tasoc.backends.onnx.exporter import StagedOnnx
+
+        self.path = path
+        try:
+            self._staged = StagedOnnx(path)
+        except OSError as err:
+            raise DriverError(f"cannot write '{path}': {err.strerror or err}") from None
+
+    def write(self, model: onnx.ModelProto) -> None:
+        from tasoc.backends.onnx import OnnxExportError
+
+        try:
+            self._staged.write(model)
+        except OnnxExportError as err:
+            raise DriverError(f"cannot export to ONNX: {err}") from None
+        except OSError as err:
+            raise DriverError(f"cannot write '{self.path}': {err.strerror or err}") from None
+
+    def commit(self) -> None:
+        try:
+            self._staged.commit()
+        except OSError as err:
+            self.discard()
+            raise DriverError(f"cannot write '{self.path}': {err.strerror or err}") from None
+
+    def discard(self) -> None:
+        self._staged.discard()
+
+
 class TasocOptMain(xDSLOptMain):
     """xdsl-opt configured as `tasoc opt`; see the module docstring for the differences."""
 
@@ -155,9 +192,9 @@ class TasocOptMain(xDSLOptMain):
     def __init__(self, args: Sequence[str]) -> None:
         self.sources = SourceMap()
         self._line_offset = 0
-        self._outputs: list[AtomicOutput] = []
+        self._outputs: list[AtomicOutput | OnnxOutput] = []
         """`-o OUT` and the `.npz` beside it, committed together when the run succeeds."""
-        self._onnx_output: AtomicOutput | None = None
+        self._onnx_output: OnnxOutput | None = None
         self._weights_output: AtomicOutput | None = None
         self._input_format = MLIR
         self._weights: dict[str, np.ndarray] | None = None
@@ -289,9 +326,9 @@ class TasocOptMain(xDSLOptMain):
         )
 
     def _import_onnx(self, stream: IO[bytes]) -> ModuleOp:
-        module, self._weights = import_model(
-            stream.read(), self.get_input_name(), self.input_shapes
-        )
+        # A file is imported by path, so that external data beside it is found.
+        source = stream.read() if stream is sys.stdin.buffer else self.args.input_file
+        module, self._weights = import_model(source, self.get_input_name(), self.input_shapes)
         return module
 
     def _writes_onnx(self) -> bool:
@@ -305,7 +342,7 @@ class TasocOptMain(xDSLOptMain):
         if path is None:
             return sys.stdout
         if self._writes_onnx():
-            self._onnx_output = AtomicOutput(path, binary=True)
+            self._onnx_output = OnnxOutput(path)
             self._outputs.append(self._onnx_output)
             return io.StringIO()  # the text IR goes nowhere; the model is written instead
         self._outputs.append(AtomicOutput(path))
@@ -322,7 +359,7 @@ class TasocOptMain(xDSLOptMain):
         if self._onnx_output is None:
             return super().output_resulting_program(prog)
         model = export_model(prog, self._weights, self.args.seed)
-        self._onnx_output.stream.write(model.SerializeToString())
+        self._onnx_output.write(model)
         if self._weights is None and takes_weights(prog):
             self._notes.append(
                 f"{self.args.output_file} has random weights (--seed {self.args.seed}): "

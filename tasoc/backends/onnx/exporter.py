@@ -20,16 +20,19 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from importlib.metadata import version
 from os import PathLike
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto, external_data_helper, helper
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
@@ -41,6 +44,7 @@ from tasoc.backends.onnx.importer import (
     DTYPES_BY_ONNX,
     GELU_SQRT2,
     NODE_FORMS_KEY,
+    fits_in_protobuf,
 )
 from tasoc.ir import graph as G
 from tasoc.ir.program import ArgInfo, arg_infos, entry_function, return_values
@@ -57,10 +61,6 @@ writes accepts bfloat16 (Conv, the pools and ConstantOfShape gain it in 20-22)."
 _ONNX_DTYPES: Mapping[DType, int] = {kind: onnx_type for onnx_type, kind in DTYPES_BY_ONNX.items()}
 
 
-_PROTOBUF_LIMIT = 2**31
-"""Bytes a serialized protobuf may hold; larger ONNX models need external data."""
-
-
 class OnnxExportError(ValueError):
     """The program or its weight values cannot be exported; one line says why."""
 
@@ -70,7 +70,8 @@ def export_onnx(
     param_values: Mapping[str, np.ndarray] | None = None,
     seed: int = 0,
 ) -> onnx.ModelProto:
-    """The ONNX model of `module`'s `@main`, checked with `onnx.checker`.
+    """The ONNX model of `module`'s `@main`, checked with `onnx.checker` (here, or by
+    `save_onnx` for a model over protobuf's 2 GiB, which only a file can hold).
 
     `param_values` gives every weight by argument name (cast to its element type
     within its kind); values for names the program does not take are ignored, so an
@@ -80,39 +81,137 @@ def export_onnx(
     """
     function = entry_function(module)
     infos = arg_infos(function)
-    weight_bytes = sum(
-        info.sig.size * numpy_dtype(info.sig.dtype).itemsize for info in infos if info.is_param
-    )
-    if weight_bytes >= _PROTOBUF_LIMIT:
-        # Checked before drawing any weight: such a model cannot be one protobuf, and
-        # drawing gigabytes of values only to fail would waste minutes.
-        raise OnnxExportError(
-            f"the program has ~{weight_bytes / 2**30:.1f} GiB of weights; an ONNX protobuf "
-            "holds at most 2 GiB and export with external data is not supported yet"
-        )
     values = _weights(module, infos, param_values, seed)
     model = _Exporter(function, infos, values).model()
+    if fits_in_protobuf(model):
+        _check(model)
+    # A larger model cannot be serialized whole, which the in-memory check needs;
+    # `save_onnx` checks it once written with external data.
+    return model
+
+
+def external_data_path(path: str | PathLike[str]) -> Path:
+    """Where `save_onnx` puts the tensors of `path` written with external data:
+    `model.onnx` -> `model.onnx.data`, beside it (ONNX records the name relative to
+    the model's directory, so the pair moves together)."""
+    target = Path(path)
+    return target.with_name(f"{target.name}.data")
+
+
+def save_onnx(
+    model: onnx.ModelProto, path: str | PathLike[str], external_data: bool | None = None
+) -> None:
+    """Write `model` to `path` atomically: a failure never leaves a half-written file.
+
+    With `external_data` (default: only when the model exceeds protobuf's 2 GiB) the
+    initializers of at least EXTERNAL_DATA_THRESHOLD bytes go to `external_data_path(path)`
+    and the model file keeps references to them; `onnx.load(path)`, onnxruntime and
+    `import_onnx(path)` read the pair. `model` is left as it was.
+    """
+    staged = StagedOnnx(path)
+    try:
+        staged.write(model, external_data)
+        staged.commit()
+    except BaseException:
+        staged.discard()
+        raise
+
+
+class StagedOnnx:
+    """An ONNX model (and its external data file) staged in a private directory beside
+    its destination, moved into place by `commit`.
+
+    The files are written under their final names, so the model's reference to its data
+    file holds both in the staging directory, where `onnx.checker` checks them by path,
+    and after the move. Creating the stage up front makes a bad destination fail before
+    any work. `os.replace` within one file system is atomic; the data file moves first,
+    so a model file is never seen without its data. (Files made in the stage get the
+    umask's default mode; only the directory is private.)
+    """
+
+    def __init__(self, path: str | PathLike[str]) -> None:
+        self.target = Path(path)
+        self.directory = Path(
+            tempfile.mkdtemp(prefix=f".{self.target.name}.", dir=self.target.parent)
+        )
+        self.written: list[Path] = []
+
+    def write(self, model: onnx.ModelProto, external_data: bool | None = None) -> None:
+        """Serialize `model` into the stage and check it (see `save_onnx`)."""
+        fits = fits_in_protobuf(model)
+        if external_data is None:
+            external_data = not fits
+        elif not external_data and not fits:
+            raise OnnxExportError(
+                f"the model has {model.ByteSize() / 2**30:.1f} GiB, more than one protobuf "
+                "holds (2 GiB); write it with external data"
+            )
+        model_file = self.directory / self.target.name
+        if external_data:
+            data_file = self.directory / external_data_path(self.target).name
+            with open(data_file, "wb") as stream, _externalized(model, stream, data_file.name):
+                model_file.write_bytes(model.SerializeToString())
+            self.written = [data_file, model_file]
+            _check(str(model_file))
+        else:
+            model_file.write_bytes(model.SerializeToString())
+            self.written = [model_file]
+
+    def commit(self) -> None:
+        for staged in self.written:
+            os.replace(staged, self.target.parent / staged.name)
+        self.discard()
+
+    def discard(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+EXTERNAL_DATA_THRESHOLD = 1024
+"""Initializers of fewer bytes stay inside the model file when writing external data
+(as `onnx.save_model` does): shape constants are read with the graph."""
+
+_ALIGNMENT = 4096
+"""External tensors start at multiples of this (a page), so runtimes can map them."""
+
+
+@contextmanager
+def _externalized(model: onnx.ModelProto, stream: IO[bytes], location: str) -> Iterator[None]:
+    """Within the block, `model`'s large initializers point into `stream` (written here)
+    instead of holding their bytes; afterwards they hold them again.
+
+    Moving the bytes out and back, rather than copying the model, keeps memory at one
+    copy of the weights, which for the models that need external data is gigabytes.
+    """
+    moved: list[tuple[TensorProto, bytes]] = []
+    try:
+        for tensor in model.graph.initializer:
+            if not tensor.HasField("raw_data") or len(tensor.raw_data) < EXTERNAL_DATA_THRESHOLD:
+                continue
+            padding = -stream.tell() % _ALIGNMENT
+            stream.write(bytes(padding))
+            offset = stream.tell()
+            raw = tensor.raw_data
+            stream.write(raw)
+            moved.append((tensor, raw))
+            external_data_helper.set_external_data(tensor, location, offset, len(raw))
+            tensor.data_location = TensorProto.EXTERNAL
+            tensor.ClearField("raw_data")
+        yield
+    finally:
+        for tensor, raw in moved:
+            tensor.ClearField("external_data")
+            tensor.data_location = TensorProto.DEFAULT
+            tensor.raw_data = raw
+
+
+def _check(model: onnx.ModelProto | str) -> None:
+    """`onnx.checker` on a model or a model file, failing as one OnnxExportError line."""
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as err:
         raise OnnxExportError(
             f"the exported model is invalid: {str(err).splitlines()[0]}"
         ) from None
-    return model
-
-
-def save_onnx(model: onnx.ModelProto, path: str | PathLike[str]) -> None:
-    """Write `model` to `path` atomically: a failure never leaves a half-written file."""
-    target = Path(path)
-    data = model.SerializeToString()
-    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def _weights(
@@ -146,10 +245,25 @@ def _weights(
     return values
 
 
-def _tensor(name: str, array: np.ndarray, dtype: DType) -> TensorProto:
-    """A raw-data initializer (raw bytes carry bfloat16, which NumPy lacks, too)."""
+def _add_tensor(tensor: TensorProto, name: str, array: np.ndarray, dtype: DType) -> None:
+    """Fill `tensor`, already in its model, as a raw-data initializer (raw bytes carry
+    bfloat16, which NumPy lacks, too).
+
+    Filled in place because protobuf copies a message into a repeated field by
+    serializing it, which fails for a tensor over 2 GiB (a Criteo-sized embedding).
+    """
     data = np.asarray(array).astype(numpy_dtype(dtype), order="C")
-    return helper.make_tensor(name, _ONNX_DTYPES[dtype], data.shape, data.tobytes(), raw=True)
+    tensor.name = name
+    tensor.data_type = _ONNX_DTYPES[dtype]
+    tensor.dims.extend(data.shape)
+    tensor.raw_data = data.tobytes()
+
+
+def _tensor(name: str, array: np.ndarray, dtype: DType) -> TensorProto:
+    """A raw-data tensor standing alone (a Constant node's value)."""
+    tensor = TensorProto()
+    _add_tensor(tensor, name, array, dtype)
+    return tensor
 
 
 def _value_info(name: str, value: SSAValue) -> onnx.ValueInfoProto:
@@ -181,7 +295,8 @@ class _Exporter:
         self.infos = infos
         self.weights = weights
         self.nodes: list[onnx.NodeProto] = []
-        self.initializers: list[TensorProto] = []
+        self.initializers: list[tuple[str, np.ndarray, DType]] = []
+        """Added to the model in place once it exists (see `_add_tensor`)."""
         self.names: dict[SSAValue, str] = {}
         self.taken: set[str] = set()
         self.node_counts: Counter[str] = Counter()
@@ -235,7 +350,7 @@ class _Exporter:
         key = (dtype.value, data.tobytes(), data.shape)
         if key not in self.helper_constants:
             name = self.fresh(what)
-            self.initializers.append(_tensor(name, data, dtype))
+            self.initializers.append((name, data, dtype))
             self.helper_constants[key] = name
         return self.helper_constants[key]
 
@@ -249,7 +364,7 @@ class _Exporter:
             name = self.fresh(info.name)
             self.names[arg] = name
             if info.is_param:
-                self.initializers.append(_tensor(name, self.weights[index], info.sig.dtype))
+                self.initializers.append((name, self.weights[index], info.sig.dtype))
             else:
                 inputs.append(_value_info(name, arg))
         for index, op in enumerate(block.ops):
@@ -277,9 +392,7 @@ class _Exporter:
                 self.node("Identity", [name], [alias])
                 name = alias
             outputs.append(_value_info(name, value))
-        graph = helper.make_graph(
-            self.nodes, self.function.sym_name.data, inputs, outputs, self.initializers
-        )
+        graph = helper.make_graph(self.nodes, self.function.sym_name.data, inputs, outputs)
         opset = helper.make_opsetid("", self.opset)
         model = helper.make_model(
             graph,
@@ -293,6 +406,8 @@ class _Exporter:
         helper.set_model_props(
             model, {ARGUMENT_ORDER_KEY: json.dumps(order), NODE_FORMS_KEY: json.dumps(self.forms)}
         )
+        for name, array, dtype in self.initializers:
+            _add_tensor(model.graph.initializer.add(), name, array, dtype)
         return model
 
 

@@ -1,0 +1,42 @@
+"""onnxruntime sessions for exported models of any size.
+
+onnxruntime takes a model as serialized bytes or as a path. Bytes are limited to
+protobuf's 2 GiB, so a larger model is saved with external data into a temporary
+directory and opened from there. onnxruntime is imported only when a session is made.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Sequence
+from os import PathLike
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import onnx
+
+from tasoc.backends.onnx.exporter import save_onnx
+from tasoc.backends.onnx.importer import fits_in_protobuf
+
+if TYPE_CHECKING:
+    import onnxruntime
+
+CPU = ("CPUExecutionProvider",)
+
+
+def inference_session(
+    model: onnx.ModelProto | str | PathLike[str], providers: Sequence[str] = CPU
+) -> onnxruntime.InferenceSession:
+    """An onnxruntime session for `model` (in memory, or a file with or without external
+    data), with `providers` in order of preference."""
+    import onnxruntime
+
+    if not isinstance(model, onnx.ModelProto):
+        return onnxruntime.InferenceSession(str(model), providers=list(providers))
+    if fits_in_protobuf(model):
+        return onnxruntime.InferenceSession(model.SerializeToString(), providers=list(providers))
+    with tempfile.TemporaryDirectory(prefix="tasoc-onnx-") as directory:
+        path = Path(directory) / "model.onnx"
+        save_onnx(model, path, external_data=True)
+        # The session holds the weights once built, so the files may go.
+        return onnxruntime.InferenceSession(str(path), providers=list(providers))
