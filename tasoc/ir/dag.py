@@ -76,7 +76,7 @@ from tasoc.ir.shapes import ConstData, ShapeError, TensorSig, infer
 ARG = "arg"
 """The `op` of argument nodes."""
 
-_ATTR_NAMES: dict[str, tuple[str, ...]] = {
+ATTR_NAMES: dict[str, tuple[str, ...]] = {
     name: tuple(op.get_irdl_definition().properties) for name, op in OPS_BY_NAME.items()
 }
 """Each op's attribute names in declaration order: the canonical order of `Node.attrs`
@@ -406,7 +406,7 @@ def _infer(op: str, attrs: Attrs, inputs: tuple[Value, ...]) -> tuple[TensorSig,
 
 def _make(op: str, inputs: tuple[Value, ...], attrs: Mapping[str, Any]) -> Node:
     """Check the attribute names of a `graph` op, put them in canonical order and intern."""
-    names = _ATTR_NAMES.get(op)
+    names = ATTR_NAMES.get(op)
     if names is None:
         raise ShapeError(f"unknown op 'graph.{op}'")
     if len(attrs) != len(names) or not all(n in attrs for n in names):

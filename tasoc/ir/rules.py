@@ -1,0 +1,685 @@
+"""What a rewrite rule is, and its text format.
+
+A rule says that two small `graph` programs compute the same tensors: a *source*
+pattern (what the optimizer looks for) and a *target* pattern (what it may put in
+its place). Rules are IR, not code: the generator (`tasoc.passes.rewrite`) writes
+them, the prover (`tasoc.verify`) proves them, and the search applies them, each
+reading the same objects, so none of them needs to know who made a rule.
+
+The pieces:
+
+* `RuleInput` — a variable standing for any tensor of a given rank (`x: 4`).
+* `PatternOp` — one op application in a pattern: the op's short name (`conv2d`),
+  operands (input or result names), results, and *every* attribute of the op as an
+  `AttrTerm`: a literal (`1`, `"same"`, `[1, 1]`), a parameter variable (`$s`,
+  shared between source and target, so a rule holds for every value of it), or a
+  term over shapes (`dim(y, 1)`, `shape(x)`, `dtype(x)`) for attributes that
+  follow from the operands, such as the sizes of a split that undoes a concat.
+* `Pattern` — ops in a topological order and the names of its outputs.
+* `Rule` — name, inputs, source, target (output i of the source equals output i of
+  the target: multi-output rules pair by position), `preconditions` (`Condition`s
+  over parameters and shapes, for rules that hold only for some shapes, like
+  grouped convolution), `provenance` (the generator settings that found it) and
+  `proof` (`ProofStatus`: whether the verifier proved it, how, in what time).
+
+Instantiating a rule at concrete shapes and parameter values (`Rule.instantiate`)
+gives the two patterns as `dag.Dag`s, type-checked by the op's shape rules; that is
+how rules are tested numerically and how a matcher checks a match.
+
+The text format (`format_rules`/`parse_rules`) is documented in docs/rules.md.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+from tasoc.ir.dag import ATTR_NAMES, Dag, Node, Value
+from tasoc.ir.shapes import DType, ShapeError, TensorSig
+
+# ------------------------------------------------------------------------------ terms
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    """A parameter variable (`$s`): any value, the same wherever the rule names it."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return f"${self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Dim:
+    """`dim(v, axis)`: the size of pattern value `v` along `axis` (negative counts
+    from the end; a parameter, `dim(x, $a)`, in axioms that hold for any axis)."""
+
+    value: str
+    axis: int | Param
+
+    def __str__(self) -> str:
+        return f"dim({self.value}, {self.axis})"
+
+
+@dataclass(frozen=True, slots=True)
+class ShapeOf:
+    """`shape(v)`: the whole shape of pattern value `v` (a constant's shape)."""
+
+    value: str
+
+    def __str__(self) -> str:
+        return f"shape({self.value})"
+
+
+@dataclass(frozen=True, slots=True)
+class DTypeOf:
+    """`dtype(v)`: the element type of pattern value `v` (a constant's dtype)."""
+
+    value: str
+
+    def __str__(self) -> str:
+        return f"dtype({self.value})"
+
+
+Literal = int | float | str | bool
+AttrTerm = Literal | Param | Dim | ShapeOf | DTypeOf | tuple["AttrTerm", ...]
+"""An attribute in a pattern: literals, `Param`s and shape terms, nested in tuples
+(`[dim(y, 1), dim(z, 1)]`, `[$s, $s]`)."""
+
+
+class RuleError(ValueError):
+    """A malformed rule (text that does not parse, names that do not resolve, a pattern
+    that does not type-check); the message is one line and names the rule."""
+
+
+def term_params(term: AttrTerm) -> set[str]:
+    """The parameter names a term mentions."""
+    if isinstance(term, Param):
+        return {term.name}
+    if isinstance(term, Dim) and isinstance(term.axis, Param):
+        return {term.axis.name}
+    if isinstance(term, tuple):
+        return set().union(*(term_params(t) for t in term)) if term else set()
+    return set()
+
+
+def term_values(term: AttrTerm) -> set[str]:
+    """The pattern values whose shape or dtype a term reads."""
+    if isinstance(term, Dim | ShapeOf | DTypeOf):
+        return {term.value}
+    if isinstance(term, tuple):
+        return set().union(*(term_values(t) for t in term)) if term else set()
+    return set()
+
+
+# ---------------------------------------------------------------------------- patterns
+
+
+@dataclass(frozen=True, slots=True)
+class RuleInput:
+    """A tensor variable of a rule: any tensor of rank `rank`."""
+
+    name: str
+    rank: int
+
+
+@dataclass(frozen=True, slots=True)
+class PatternOp:
+    """`results = op{attrs}(operands)` inside a pattern."""
+
+    results: tuple[str, ...]
+    op: str
+    operands: tuple[str, ...]
+    attrs: tuple[tuple[str, AttrTerm], ...] = ()
+
+    def attr(self, name: str) -> AttrTerm:
+        for key, value in self.attrs:
+            if key == name:
+                return value
+        raise KeyError(f"{self.op} has no attribute '{name}'")
+
+
+@dataclass(frozen=True, slots=True)
+class Pattern:
+    """Ops in topological order (each operand is a rule input or an earlier result)
+    and the values the pattern produces, in order."""
+
+    ops: tuple[PatternOp, ...]
+    outputs: tuple[str, ...]
+
+    @property
+    def num_ops(self) -> int:
+        """Ops that compute (constants count: they are materialized)."""
+        return len(self.ops)
+
+    def op_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for op in self.ops:
+            counts[op.op] = counts.get(op.op, 0) + 1
+        return counts
+
+
+class Relation(StrEnum):
+    EQ = "=="
+    NE = "!="
+    DIVIDES = "divides"
+    """`a divides b`: b is a multiple of a."""
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """A shape precondition: `lhs relation rhs` over parameters, shape terms and literals
+    (`$s == [1, 1]`, `$g divides dim(x, 1)`)."""
+
+    lhs: AttrTerm
+    relation: Relation
+    rhs: AttrTerm
+
+    def holds(self, env: Mapping[str, Any], dims: DimLookup) -> bool:
+        left, right = evaluate(self.lhs, env, dims), evaluate(self.rhs, env, dims)
+        if self.relation is Relation.EQ:
+            return left == right
+        if self.relation is Relation.NE:
+            return left != right
+        return isinstance(left, int) and isinstance(right, int) and left != 0 and right % left == 0
+
+    def __str__(self) -> str:
+        return f"{format_term(self.lhs)} {self.relation.value} {format_term(self.rhs)}"
+
+
+class Proof(StrEnum):
+    PROVEN = "proven"
+    """The prover showed `axioms ∧ src ≠ tgt` unsat for every output pair."""
+    REFUTED = "refuted"
+    """The prover found a model of `src ≠ tgt`: the rule is false under the axioms."""
+    UNKNOWN = "unknown"
+    """The prover gave up (timeout); the rule is never applied."""
+    UNCHECKED = "unchecked"
+    """Not yet given to the prover (a generator's candidate)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProofStatus:
+    status: Proof = Proof.UNCHECKED
+    detail: str = ""
+    """How: the prover and time, or why it failed (one line)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """`src` equals `tgt` (output by output) for all tensors of the inputs' ranks and
+    all parameter values satisfying `preconditions`."""
+
+    name: str
+    inputs: tuple[RuleInput, ...]
+    src: Pattern
+    tgt: Pattern
+    preconditions: tuple[Condition, ...] = ()
+    provenance: str = ""
+    proof: ProofStatus = field(default_factory=ProofStatus)
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        """The parameter variables, in order of first mention."""
+        seen: dict[str, None] = {}
+        for pattern in (self.src, self.tgt):
+            for op in pattern.ops:
+                for _, term in op.attrs:
+                    seen.update(dict.fromkeys(sorted(term_params(term))))
+        for condition in self.preconditions:
+            seen.update(
+                dict.fromkeys(sorted(term_params(condition.lhs) | term_params(condition.rhs)))
+            )
+        return tuple(seen)
+
+    @property
+    def is_proven(self) -> bool:
+        return self.proof.status is Proof.PROVEN
+
+    def with_proof(self, proof: ProofStatus) -> Rule:
+        return replace(self, proof=proof)
+
+    def reversed(self, name: str | None = None) -> Rule:
+        """The same equality read right to left."""
+        return replace(self, name=name or f"{self.name}.rev", src=self.tgt, tgt=self.src)
+
+    def instantiate(
+        self, shapes: Mapping[str, Sequence[int]], params: Mapping[str, Any], dtype: str = "f32"
+    ) -> tuple[Any, Any]:
+        """The source and target as `dag.Dag`s over arguments of the given shapes (by
+        input name), with every parameter bound; RuleError when a precondition fails
+        or a pattern does not type-check at these shapes."""
+        return instantiate(self, shapes, params, dtype)
+
+
+# ------------------------------------------------------------------------- evaluation
+
+DimLookup = Mapping[str, tuple[int, ...]]
+"""Shapes of pattern values by name (inputs and results), for evaluating shape terms."""
+
+
+def evaluate(term: AttrTerm, env: Mapping[str, Any], shapes: DimLookup) -> Any:
+    """The concrete value of `term` with parameters from `env` and value shapes from
+    `shapes` (and dtypes under the key `"<name>:dtype"`); tuples stay tuples."""
+    if isinstance(term, Param):
+        if term.name not in env:
+            raise RuleError(f"parameter ${term.name} is not bound")
+        return env[term.name]
+    if isinstance(term, Dim):
+        shape = shapes[term.value]
+        axis = evaluate(term.axis, env, shapes)
+        if not (isinstance(axis, int) and -len(shape) <= axis < len(shape)):
+            raise RuleError(f"{term}: '{term.value}' has rank {len(shape)}")
+        return shape[axis]
+    if isinstance(term, ShapeOf):
+        return tuple(shapes[term.value])
+    if isinstance(term, DTypeOf):
+        return shapes[f"{term.value}:dtype"]
+    if isinstance(term, tuple):
+        return tuple(evaluate(t, env, shapes) for t in term)
+    return term
+
+
+# ----------------------------------------------------------------------- text format
+
+FORMAT_VERSION = 1
+
+
+def format_term(term: AttrTerm) -> str:
+    if isinstance(term, tuple):
+        return "[" + ", ".join(format_term(t) for t in term) + "]"
+    if isinstance(term, bool):
+        return "true" if term else "false"
+    if isinstance(term, str):
+        return '"' + term.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(term, float):
+        text = repr(term)
+        return text if math.isfinite(term) else f'"{text}"'
+    return str(term)
+
+
+def format_rules(rules: Iterable[Rule], header: Sequence[str] = ()) -> str:
+    """The text of a rule file: `header` lines as `//` comments, then one block a rule."""
+    lines = [f"// tasoc rules, format {FORMAT_VERSION}"]
+    lines += [f"// {line}" if line else "//" for line in header]
+    for rule in rules:
+        lines.append("")
+        lines.extend(_format_rule(rule))
+    return "\n".join(lines) + "\n"
+
+
+def _format_rule(rule: Rule) -> list[str]:
+    inputs = ", ".join(f"{i.name}: {i.rank}" for i in rule.inputs)
+    lines = [f"rule {rule.name}({inputs}) {{"]
+    for condition in rule.preconditions:
+        lines.append(f"  where {condition}")
+    for label, pattern in (("src", rule.src), ("tgt", rule.tgt)):
+        lines.append(f"  {label} {{")
+        for op in pattern.ops:
+            attrs = ", ".join(f"{k} = {format_term(v)}" for k, v in op.attrs)
+            lines.append(
+                f"    {', '.join(op.results)} = {op.op}"
+                + (f"{{{attrs}}}" if attrs else "")
+                + f"({', '.join(op.operands)})"
+            )
+        lines.append(f"    return {', '.join(pattern.outputs)}")
+        lines.append("  }")
+    if rule.provenance:
+        lines.append(f"  provenance {format_term(rule.provenance)}")
+    proof = rule.proof
+    lines.append(
+        f"  proof {proof.status.value}" + (f" {format_term(proof.detail)}" if proof.detail else "")
+    )
+    lines.append("}")
+    return lines
+
+
+_TOKEN = re.compile(
+    r"""(?P<skip>\s+|//[^\n]*)
+      | (?P<string>"(?:[^"\\\n]|\\.)*")
+      | (?P<number>-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)
+      | (?P<param>\$[A-Za-z_]\w*)
+      | (?P<name>[A-Za-z_][\w.\-]*)
+      | (?P<punct>==|!=|[{}()\[\],:=])""",
+    re.VERBOSE,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Token:
+    kind: str
+    text: str
+    line: int
+
+
+def _tokens(text: str) -> list[_Token]:
+    tokens, line, position = [], 1, 0
+    while position < len(text):
+        match = _TOKEN.match(text, position)
+        if match is None:
+            raise RuleError(f"line {line}: unexpected character {text[position]!r}")
+        kind = match.lastgroup or ""
+        if kind != "skip":
+            tokens.append(_Token(kind, match.group(), line))
+        line += match.group().count("\n")
+        position = match.end()
+    tokens.append(_Token("end", "", line))
+    return tokens
+
+
+class _Parser:
+    """Recursive descent over the grammar in docs/rules.md."""
+
+    def __init__(self, text: str) -> None:
+        self.tokens = _tokens(text)
+        self.at = 0
+
+    # ------------------------------------------------------------------ primitives
+    @property
+    def peek(self) -> _Token:
+        return self.tokens[self.at]
+
+    def error(self, message: str) -> RuleError:
+        token = self.peek
+        found = "end of file" if token.kind == "end" else repr(token.text)
+        return RuleError(f"line {token.line}: {message}, found {found}")
+
+    def take(self, text: str) -> _Token:
+        if self.peek.text != text or self.peek.kind == "string":
+            raise self.error(f"expected '{text}'")
+        self.at += 1
+        return self.tokens[self.at - 1]
+
+    def accept(self, text: str) -> bool:
+        if self.peek.text == text and self.peek.kind != "string":
+            self.at += 1
+            return True
+        return False
+
+    def name(self, what: str) -> str:
+        if self.peek.kind != "name":
+            raise self.error(f"expected {what}")
+        self.at += 1
+        return self.tokens[self.at - 1].text
+
+    def integer(self) -> int:
+        token = self.peek
+        if token.kind != "number" or not re.fullmatch(r"-?\d+", token.text):
+            raise self.error("expected an integer")
+        self.at += 1
+        return int(token.text)
+
+    def string(self) -> str:
+        if self.peek.kind != "string":
+            raise self.error("expected a string")
+        self.at += 1
+        return _unquote(self.tokens[self.at - 1].text)
+
+    def names(self, what: str) -> tuple[str, ...]:
+        names = [self.name(what)]
+        while self.accept(","):
+            names.append(self.name(what))
+        return tuple(names)
+
+    # --------------------------------------------------------------------- grammar
+    def rules(self) -> list[Rule]:
+        rules = []
+        while self.peek.kind != "end":
+            rules.append(self.rule())
+        return rules
+
+    def rule(self) -> Rule:
+        self.take("rule")
+        line = self.peek.line
+        name = self.name("a rule name")
+        self.take("(")
+        inputs = []
+        while not self.accept(")"):
+            if inputs:
+                self.take(",")
+            input_name = self.name("an input name")
+            self.take(":")
+            inputs.append(RuleInput(input_name, self.integer()))
+        self.take("{")
+        conditions = []
+        while self.accept("where"):
+            lhs = self.term()
+            relation = self.peek.text
+            if relation not in {r.value for r in Relation}:
+                raise self.error("expected '==', '!=' or 'divides'")
+            self.at += 1
+            conditions.append(Condition(lhs, Relation(relation), self.term()))
+        self.take("src")
+        src = self.pattern()
+        self.take("tgt")
+        tgt = self.pattern()
+        provenance = self.string() if self.accept("provenance") else ""
+        proof = ProofStatus()
+        if self.accept("proof"):
+            status = self.name("a proof status")
+            if status not in {p.value for p in Proof}:
+                raise RuleError(
+                    f"line {self.tokens[self.at - 1].line}: unknown proof status '{status}'"
+                )
+            detail = self.string() if self.peek.kind == "string" else ""
+            proof = ProofStatus(Proof(status), detail)
+        self.take("}")
+        rule = Rule(name, tuple(inputs), src, tgt, tuple(conditions), provenance, proof)
+        try:
+            check_rule(rule)
+        except RuleError as err:
+            raise RuleError(f"line {line}: {err}") from None
+        return rule
+
+    def pattern(self) -> Pattern:
+        self.take("{")
+        ops = []
+        while not self.accept("return"):
+            results = self.names("a result name")
+            self.take("=")
+            op = self.name("an op name")
+            attrs = []
+            if self.accept("{"):
+                while not self.accept("}"):
+                    if attrs:
+                        self.take(",")
+                    key = self.name("an attribute name")
+                    self.take("=")
+                    attrs.append((key, self.term()))
+            self.take("(")
+            operands = () if self.accept(")") else self.names("an operand")
+            if operands:
+                self.take(")")
+            ops.append(PatternOp(results, op, operands, tuple(attrs)))
+        outputs = self.names("an output name")
+        self.take("}")
+        return Pattern(tuple(ops), outputs)
+
+    def term(self) -> AttrTerm:
+        token = self.peek
+        if token.kind == "number":
+            self.at += 1
+            return float(token.text) if re.search(r"[.eE]", token.text) else int(token.text)
+        if token.kind == "string":
+            return self.string()
+        if token.kind == "param":
+            self.at += 1
+            return Param(token.text[1:])
+        if self.accept("["):
+            items: list[AttrTerm] = []
+            while not self.accept("]"):
+                if items:
+                    self.take(",")
+                items.append(self.term())
+            return tuple(items)
+        if token.text in ("true", "false"):
+            self.at += 1
+            return token.text == "true"
+        if token.text in ("dim", "shape", "dtype"):
+            self.at += 1
+            self.take("(")
+            value = self.name("a value name")
+            if token.text == "dim":
+                self.take(",")
+                axis: int | Param
+                if self.peek.kind == "param":
+                    axis = Param(self.peek.text[1:])
+                    self.at += 1
+                else:
+                    axis = self.integer()
+                self.take(")")
+                return Dim(value, axis)
+            self.take(")")
+            return ShapeOf(value) if token.text == "shape" else DTypeOf(value)
+        raise self.error("expected an attribute value")
+
+
+def _unquote(text: str) -> str:
+    return re.sub(r"\\(.)", r"\1", text[1:-1])
+
+
+def parse_rules(text: str) -> list[Rule]:
+    """The rules of a rule file's text; RuleError (one line, with the line number) for
+    text that does not parse or a rule that is malformed (`check_rule`)."""
+    rules = _Parser(text).rules()
+    seen: set[str] = set()
+    for rule in rules:
+        if rule.name in seen:
+            raise RuleError(f"rule '{rule.name}' is defined twice")
+        seen.add(rule.name)
+    return rules
+
+
+# -------------------------------------------------------------------------- checking
+
+
+def check_rule(rule: Rule) -> None:
+    """RuleError unless `rule` is well formed: known ops with all of their attributes,
+    every name defined once before use, as many source as target outputs, and every
+    parameter of the target also bound by the source (a match must fix it)."""
+    try:
+        if not rule.inputs:
+            raise RuleError("a rule needs at least one input")
+        input_names = [i.name for i in rule.inputs]
+        if len(set(input_names)) != len(input_names):
+            raise RuleError("an input name repeats")
+        for label, pattern in (("src", rule.src), ("tgt", rule.tgt)):
+            _check_pattern(label, pattern, set(input_names))
+        if len(rule.src.outputs) != len(rule.tgt.outputs):
+            raise RuleError(
+                f"src has {len(rule.src.outputs)} outputs and tgt {len(rule.tgt.outputs)}"
+            )
+        bound = {p for op in rule.src.ops for _, term in op.attrs for p in term_params(term)}
+        for op in rule.tgt.ops:
+            for key, term in op.attrs:
+                free = term_params(term) - bound
+                if free:
+                    raise RuleError(
+                        f"tgt: {op.op} attribute {key} uses ${sorted(free)[0]}, which src "
+                        "does not bind"
+                    )
+        defined = set(input_names) | _results(rule.src)
+        for condition in rule.preconditions:
+            unknown = (term_values(condition.lhs) | term_values(condition.rhs)) - defined
+            if unknown:
+                raise RuleError(f"precondition '{condition}' names unknown value '{min(unknown)}'")
+    except RuleError as err:
+        raise RuleError(f"rule '{rule.name}': {err}") from None
+
+
+def _results(pattern: Pattern) -> set[str]:
+    return {name for op in pattern.ops for name in op.results}
+
+
+def _check_pattern(label: str, pattern: Pattern, inputs: set[str]) -> None:
+    defined = set(inputs)
+    for op in pattern.ops:
+        names = ATTR_NAMES.get(op.op)
+        if names is None:
+            raise RuleError(f"{label}: unknown op '{op.op}'")
+        given = [key for key, _ in op.attrs]
+        if sorted(given) != sorted(names):
+            raise RuleError(f"{label}: {op.op} takes attributes {list(names)}, got {given}")
+        for operand in op.operands:
+            if operand not in defined:
+                raise RuleError(f"{label}: {op.op} uses '{operand}' before it is defined")
+        for _, term in op.attrs:
+            unknown = term_values(term) - defined
+            if unknown:
+                raise RuleError(f"{label}: {op.op} reads the shape of unknown '{min(unknown)}'")
+        for result in op.results:
+            if result in defined:
+                raise RuleError(f"{label}: '{result}' is defined twice")
+            defined.add(result)
+    if not pattern.outputs:
+        raise RuleError(f"{label}: no outputs")
+    for output in pattern.outputs:
+        if output not in defined:
+            raise RuleError(f"{label}: returns unknown '{output}'")
+
+
+# --------------------------------------------------------------------- instantiation
+
+
+def instantiate(
+    rule: Rule, shapes: Mapping[str, Sequence[int]], params: Mapping[str, Any], dtype: str = "f32"
+) -> tuple[Dag, Dag]:
+    """See `Rule.instantiate`."""
+    element = DType(dtype)
+    args = []
+    for index, rule_input in enumerate(rule.inputs):
+        shape = tuple(shapes[rule_input.name])
+        if len(shape) != rule_input.rank:
+            raise RuleError(
+                f"rule '{rule.name}': input {rule_input.name} has rank {rule_input.rank}, "
+                f"given shape {list(shape)}"
+            )
+        args.append(Node.arg(index, rule_input.name, TensorSig(shape, element)))
+    inputs = {node.attr("name"): node.out for node in args}
+    src = _build(rule, "src", rule.src, inputs, params)
+    known = _shape_table({**inputs, **src})
+    for condition in rule.preconditions:
+        if not condition.holds(params, known):
+            raise RuleError(f"rule '{rule.name}': precondition '{condition}' does not hold")
+    tgt = _build(rule, "tgt", rule.tgt, inputs, params)
+    return (
+        Dag(args, [src[name] for name in rule.src.outputs]),
+        Dag(args, [tgt[name] for name in rule.tgt.outputs]),
+    )
+
+
+def _shape_table(values: Mapping[str, Value]) -> dict[str, Any]:
+    table: dict[str, Any] = {}
+    for name, value in values.items():
+        table[name] = value.sig.shape
+        table[f"{name}:dtype"] = value.sig.dtype.value
+    return table
+
+
+def _build(
+    rule: Rule,
+    label: str,
+    pattern: Pattern,
+    inputs: Mapping[str, Value],
+    params: Mapping[str, Any],
+) -> dict[str, Value]:
+    values = dict(inputs)
+    for op in pattern.ops:
+        known = _shape_table(values)
+        try:
+            attrs = {key: evaluate(term, params, known) for key, term in op.attrs}
+            node = Node(op.op, [values[name] for name in op.operands], **attrs)
+        except (ShapeError, RuleError, ValueError, TypeError) as err:
+            raise RuleError(f"rule '{rule.name}': {label}: {op.op}: {err}") from None
+        if len(node.results) != len(op.results):
+            raise RuleError(
+                f"rule '{rule.name}': {label}: {op.op} has {len(node.results)} results, "
+                f"the pattern names {len(op.results)}"
+            )
+        values.update(zip(op.results, node.results, strict=True))
+    return values
