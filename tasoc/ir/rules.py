@@ -31,6 +31,8 @@ The text format (`format_rules`/`parse_rules`) is documented in docs/rules.md.
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -208,6 +210,9 @@ class ProofStatus:
     status: Proof = Proof.UNCHECKED
     detail: str = ""
     """How: the prover and time, or why it failed (one line)."""
+    digest: str = ""
+    """`rule_digest` of the rule when the status was given: a rule edited afterwards no
+    longer matches it, so a tampered file cannot pass an unproven rule off as proven."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,8 +246,14 @@ class Rule:
     def is_proven(self) -> bool:
         return self.proof.status is Proof.PROVEN
 
-    def with_proof(self, proof: ProofStatus) -> Rule:
-        return replace(self, proof=proof)
+    def with_proof(self, status: Proof, detail: str = "") -> Rule:
+        """This rule with a new proof status, stamped with its digest."""
+        return replace(self, proof=ProofStatus(status, detail, rule_digest(self)))
+
+    @property
+    def proof_is_current(self) -> bool:
+        """Whether the proof status was given to exactly this rule (see ProofStatus.digest)."""
+        return self.proof.digest == rule_digest(self)
 
     def reversed(self, name: str | None = None) -> Rule:
         """The same equality read right to left."""
@@ -255,6 +266,73 @@ class Rule:
         input name), with every parameter bound; RuleError when a precondition fails
         or a pattern does not type-check at these shapes."""
         return instantiate(self, shapes, params, dtype)
+
+
+# ------------------------------------------------------------------ parameter domains
+
+ATTR_DOMAINS: Mapping[tuple[str, str], tuple[Any, ...]] = {
+    ("conv2d", "strides"): ((1, 1), (2, 2)),
+    ("conv2d", "padding"): ("same", "valid"),
+    ("conv2d", "activation"): ("none", "relu"),
+    ("conv2d", "groups"): (1, 2),
+    ("pool2d", "kind"): ("avg", "max"),
+    ("pool2d", "kernel"): ((1, 1), (2, 2), (3, 3)),
+    ("pool2d", "strides"): ((1, 1), (2, 2)),
+    ("pool2d", "padding"): ("same", "valid"),
+    ("enlarge", "kernel"): ((3, 3), (5, 5)),
+    ("c_pool", "kernel"): ((1, 1), (3, 3)),
+    ("i_conv", "kernel"): ((1, 1), (3, 3)),
+}
+"""The values a parameter of each op attribute ranges over when rules are enumerated,
+validated or tested numerically: small, but each covering the cases that behave
+differently (unit and non-unit strides, both paddings and activations, grouped and
+ungrouped convolution). Axes and permutations depend on rank (`param_domain`)."""
+
+
+def param_domain(rule: Rule, name: str) -> tuple[Any, ...]:
+    """The values `$name` of `rule` takes in enumeration and tests: the intersection of
+    the domains of every attribute it stands for (in the order of the first), where an
+    axis ranges over the operand's axes and a permutation over all permutations.
+    Preconditions are not applied here; `Rule.instantiate` checks them."""
+    ranks = _static_ranks(rule)
+    domain: tuple[Any, ...] | None = None
+    for pattern in (rule.src, rule.tgt):
+        for op in pattern.ops:
+            rank = ranks.get(op.operands[0]) if op.operands else None
+            for key, term in op.attrs:
+                if name not in term_params(term):
+                    continue
+                values = _attr_domain(op.op, key, rank) if term == Param(name) else None
+                if values is None:
+                    continue
+                domain = values if domain is None else tuple(v for v in domain if v in values)
+    if domain is None:
+        raise RuleError(f"rule '{rule.name}': no domain for ${name}")
+    return domain
+
+
+def _attr_domain(op: str, key: str, rank: int | None) -> tuple[Any, ...] | None:
+    if key == "axis" and rank is not None:
+        return tuple(range(rank))
+    if key == "perm" and rank is not None:
+        return tuple(itertools.permutations(range(rank)))
+    return ATTR_DOMAINS.get((op, key))
+
+
+def _static_ranks(rule: Rule) -> dict[str, int]:
+    """Ranks of pattern values as far as they follow from the inputs' ranks without
+    attribute values (enough to bound axes and permutations)."""
+    ranks = {i.name: i.rank for i in rule.inputs}
+    for pattern in (rule.src, rule.tgt):
+        for op in pattern.ops:
+            operand_ranks = [ranks.get(name) for name in op.operands]
+            rank = operand_ranks[0] if operand_ranks else None
+            if op.op == "matmul" and None not in operand_ranks:
+                rank = max(r for r in operand_ranks if r is not None)
+            for result in op.results:
+                if rank is not None:
+                    ranks.setdefault(result, rank)
+    return ranks
 
 
 # ------------------------------------------------------------------------- evaluation
@@ -283,6 +361,14 @@ def evaluate(term: AttrTerm, env: Mapping[str, Any], shapes: DimLookup) -> Any:
     if isinstance(term, tuple):
         return tuple(evaluate(t, env, shapes) for t in term)
     return term
+
+
+def rule_digest(rule: Rule) -> str:
+    """A short hash of what the rule says (inputs, patterns, preconditions), not of its
+    name, provenance or proof."""
+    unproven = replace(rule, name="_", provenance="", proof=ProofStatus())
+    text = "\n".join(_format_rule(unproven))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 # ----------------------------------------------------------------------- text format
@@ -332,9 +418,9 @@ def _format_rule(rule: Rule) -> list[str]:
     if rule.provenance:
         lines.append(f"  provenance {format_term(rule.provenance)}")
     proof = rule.proof
-    lines.append(
-        f"  proof {proof.status.value}" + (f" {format_term(proof.detail)}" if proof.detail else "")
-    )
+    detail = f" {format_term(proof.detail)}" if proof.detail else ""
+    digest = f" digest {format_term(proof.digest)}" if proof.digest else ""
+    lines.append(f"  proof {proof.status.value}{detail}{digest}")
     lines.append("}")
     return lines
 
@@ -467,7 +553,8 @@ class _Parser:
                     f"line {self.tokens[self.at - 1].line}: unknown proof status '{status}'"
                 )
             detail = self.string() if self.peek.kind == "string" else ""
-            proof = ProofStatus(Proof(status), detail)
+            digest = self.string() if self.accept("digest") else ""
+            proof = ProofStatus(Proof(status), detail, digest)
         self.take("}")
         rule = Rule(name, tuple(inputs), src, tgt, tuple(conditions), provenance, proof)
         try:
