@@ -1,4 +1,4 @@
-"""`tasoc`: the command-line driver (`tasoc opt|run|zoo`).
+"""`tasoc`: the command-line driver (`tasoc opt|run|zoo|rules`).
 
 `main` dispatches on the first word and turns every failure into the one-line
 contract of `errors.py`. The subcommands are imported on demand: `run` loads JAX
@@ -28,6 +28,12 @@ def _run(argv: Sequence[str]) -> int:
     return run_command(argv)
 
 
+def _rules(argv: Sequence[str]) -> int:
+    from tasoc.driver.rules import rules_command
+
+    return rules_command(argv)
+
+
 def zoo_command(argv: Sequence[str]) -> int:
     """`tasoc zoo`: each model with its one-line summary and options (defaults)."""
     parser = OneLineArgumentParser(
@@ -55,6 +61,7 @@ COMMANDS: dict[str, tuple[Command, str]] = {
     "opt": (_opt, "parse a program, run a pass pipeline (-p), print the IR"),
     "run": (_run, "run @main on random inputs with JAX or the numpy reference"),
     "zoo": (zoo_command, "list the built-in models usable as INPUT 'zoo:NAME'"),
+    "rules": (_rules, "generate, verify, validate and list rewrite rules"),
 }
 
 

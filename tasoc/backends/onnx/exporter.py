@@ -149,7 +149,7 @@ class StagedOnnx:
         model_file = self.directory / self.target.name
         if external_data:
             data_file = self.directory / external_data_path(self.target).name
-            with open(data_file, "wb") as stream, _externalized(model, stream, data_file.name):
+            with open(data_file, "w+b") as stream, _externalized(model, stream, data_file.name):
                 model_file.write_bytes(model.SerializeToString())
             self.written = [data_file, model_file]
             _check(str(model_file))
@@ -176,32 +176,33 @@ _ALIGNMENT = 4096
 
 @contextmanager
 def _externalized(model: onnx.ModelProto, stream: IO[bytes], location: str) -> Iterator[None]:
-    """Within the block, `model`'s large initializers point into `stream` (written here)
-    instead of holding their bytes; afterwards they hold them again.
+    """Within the block, `model`'s large initializers point into `stream` (written here,
+    opened for reading too) instead of holding their bytes; afterwards they hold them
+    again, read back from `stream`.
 
-    Moving the bytes out and back, rather than copying the model, keeps memory at one
-    copy of the weights, which for the models that need external data is gigabytes.
+    Moving the bytes out and back, rather than copying the model or keeping them aside,
+    keeps memory at one copy of the weights plus one tensor, which for the models that
+    need external data is gigabytes.
     """
-    moved: list[tuple[TensorProto, bytes]] = []
+    moved: list[tuple[TensorProto, int, int]] = []
     try:
         for tensor in model.graph.initializer:
             if not tensor.HasField("raw_data") or len(tensor.raw_data) < EXTERNAL_DATA_THRESHOLD:
                 continue
-            padding = -stream.tell() % _ALIGNMENT
-            stream.write(bytes(padding))
+            stream.write(bytes(-stream.tell() % _ALIGNMENT))
             offset = stream.tell()
-            raw = tensor.raw_data
-            stream.write(raw)
-            moved.append((tensor, raw))
-            external_data_helper.set_external_data(tensor, location, offset, len(raw))
+            length = stream.write(tensor.raw_data)
+            moved.append((tensor, offset, length))
+            external_data_helper.set_external_data(tensor, location, offset, length)
             tensor.data_location = TensorProto.EXTERNAL
             tensor.ClearField("raw_data")
         yield
     finally:
-        for tensor, raw in moved:
+        for tensor, offset, length in moved:
+            stream.seek(offset)
+            tensor.raw_data = stream.read(length)
             tensor.ClearField("external_data")
             tensor.data_location = TensorProto.DEFAULT
-            tensor.raw_data = raw
 
 
 def _check(model: onnx.ModelProto | str) -> None:
