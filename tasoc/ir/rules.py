@@ -712,6 +712,11 @@ def _check_pattern(label: str, pattern: Pattern, inputs: set[str]) -> None:
 
 # --------------------------------------------------------------------- instantiation
 
+ELEMENTWISE = frozenset({"add", "mul"})
+"""Binary element-wise ops. In a rule they denote the op on operands of one shape, as
+in TASO: several properties (a conv of a sum of kernels, concat of sums) are false
+when an operand broadcasts, so neither instantiation nor matching lets one do so."""
+
 
 def instantiate(
     rule: Rule, shapes: Mapping[str, Sequence[int]], params: Mapping[str, Any], dtype: str = "f32"
@@ -758,9 +763,16 @@ def _build(
     values = dict(inputs)
     for op in pattern.ops:
         known = _shape_table(values)
+        operands = [values[name] for name in op.operands]
+        if op.op in ELEMENTWISE and len({value.sig.shape for value in operands}) > 1:
+            shapes = " and ".join(str(list(value.sig.shape)) for value in operands)
+            raise RuleError(
+                f"rule '{rule.name}': {label}: {op.op} of {shapes}: in a rule, element-wise "
+                "ops take operands of one shape (no broadcasting)"
+            )
         try:
             attrs = {key: evaluate(term, params, known) for key, term in op.attrs}
-            node = Node(op.op, [values[name] for name in op.operands], **attrs)
+            node = Node(op.op, operands, **attrs)
         except (ShapeError, RuleError, ValueError, TypeError) as err:
             raise RuleError(f"rule '{rule.name}': {label}: {op.op}: {err}") from None
         if len(node.results) != len(op.results):
