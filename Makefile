@@ -1,12 +1,13 @@
 # One entry point for setting up, testing and demonstrating tasoc.
 #   make demo   set up .venv, optimize zoo:bert and run zoo:nasrnn against the reference
 #   make test   set up .venv and run the whole test suite (lit + pytest)
+#   make rules  regenerate the shipped rewrite-rule library (docs/rules.md)
 VENV    := .venv
 PY      := $(VENV)/bin/python
 TASOC   := $(VENV)/bin/tasoc
 STAMP   := $(VENV)/.installed
 
-.PHONY: setup test lit pytest lint demo bench clean
+.PHONY: setup test lit pytest lint demo bench rules bench-rules clean
 
 setup: $(STAMP)
 
@@ -34,6 +35,14 @@ demo: setup
 
 bench: setup
 	$(PY) benchmarks/ir.py
+
+# Regenerate the shipped rewrite-rule library: every rule up to 3 ops over TASO's
+# Table 2.1 operators, proven with z3 (unproven ones are reported and left out).
+rules: setup
+	$(TASOC) rules generate --max-ops 3 --verify -o tasoc/passes/rewrite/rules/default.rules
+
+bench-rules: setup
+	$(PY) benchmarks/rules.py
 
 clean:
 	rm -rf $(VENV) demo-bert.mlir .pytest_cache

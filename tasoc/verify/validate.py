@@ -52,6 +52,7 @@ import z3
 
 from tasoc.ir.dag import Dag, Node, Value
 from tasoc.ir.rules import (
+    ELEMENTWISE,
     Condition,
     DimLookup,
     Pattern,
@@ -295,8 +296,11 @@ def _build_known(
             continue
         except RuleError:
             return None
+        operands = [values[name] for name in op.operands]
+        if op.op in ELEMENTWISE and len({value.sig.shape for value in operands}) > 1:
+            return None  # rules' element-wise ops never broadcast
         try:
-            node = Node(op.op, [values[name] for name in op.operands], **attrs)
+            node = Node(op.op, operands, **attrs)
         except (ShapeError, ValueError, TypeError):
             return None
         if len(node.results) != len(op.results):

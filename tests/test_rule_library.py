@@ -1,0 +1,166 @@
+"""The shipped rule library and `tasoc rules`: every shipped rule proven and numerically
+true at several shapes, tampered and malformed files refused, and the commands."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import assert_one_line_error
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tasoc.backends.numpy import run_reference
+from tasoc.ir import dag
+from tasoc.ir.rules import Proof, Rule, RuleError, format_rules
+from tasoc.passes.rewrite.library import library_path, load_library, read_rules
+from tasoc.verify.validate import instances
+
+LIBRARY = load_library()
+SHIPPED = library_path()
+
+
+def test_the_shipped_library_is_proven_and_current() -> None:
+    rules = read_rules(SHIPPED)
+    assert len(rules) == len(LIBRARY.rules) >= 250
+    assert all(rule.is_proven and rule.proof_is_current for rule in rules)
+    assert any(rule.preconditions for rule in rules)  # shape-guarded rules are kept
+    assert any(len(rule.src.outputs) > 1 for rule in rules)  # and multi-output ones
+    header = SHIPPED.read_text().splitlines()[:4]
+    assert any("tasoc rules generate --max-ops 3" in line for line in header)
+
+
+def some_instances(rule: Rule, count: int = 40) -> list[object]:
+    """The first instances of `rule` with dims up to 3, from every parameter binding."""
+    return list(itertools.islice(instances(rule, bound=3), count))
+
+
+@given(st.data())
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_every_shipped_rule_holds_numerically(data: st.DataObject) -> None:
+    rule = data.draw(st.sampled_from(LIBRARY.rules), label="rule")
+    found = some_instances(rule)
+    assert found, f"{rule.name} has no instance with dims up to 3"
+    instance = data.draw(st.sampled_from(found), label="instance")
+    src, tgt = rule.instantiate(dict(instance.shapes), dict(instance.params))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16), label="seed"))
+    args = [rng.uniform(-1, 1, node.sigs[0].shape).astype(np.float32) for node in src.args]
+    expected = run_reference(dag.to_module(src), args)
+    for left, right in zip(expected, run_reference(dag.to_module(tgt), args), strict=True):
+        np.testing.assert_allclose(left, right, rtol=1e-4, atol=1e-5)
+
+
+# ----------------------------------------------------------------------- bad files
+
+
+def tampered_copy(tmp_path: Path) -> Path:
+    text = SHIPPED.read_text()
+    first = LIBRARY.rules[0]
+    block = format_rules([first]).split("\n", 2)[2]
+    assert block in text
+    edited = block.replace("return", "return", 1)
+    for old, new in (("add(", "mul("), ("mul(", "add("), ("matmul(", "add(")):
+        if old in block:
+            edited = block.replace(old, new, 1)
+            break
+    assert edited != block
+    path = tmp_path / "tampered.rules"
+    path.write_text(text.replace(block, edited))
+    return path
+
+
+def test_a_tampered_library_is_refused(tmp_path: Path, tasoc) -> None:
+    path = tampered_copy(tmp_path)
+    with pytest.raises(RuleError, match="was changed after its proof status was given"):
+        load_library(path)
+    assert_one_line_error(tasoc("rules", "list", path), "not used", "tasoc rules verify")
+
+
+def test_unproven_rules_are_never_applied(tmp_path: Path) -> None:
+    rules = [LIBRARY.rules[0], LIBRARY.rules[1].with_proof(Proof.UNKNOWN, "timeout")]
+    path = tmp_path / "mixed.rules"
+    path.write_text(format_rules(rules))
+    library = load_library(path)
+    assert library.rules == (rules[0],)
+    assert library.unproven == (rules[1],)
+
+
+@pytest.mark.parametrize(
+    ("text", "fragments"),
+    [
+        ("rule broken(x: 2) { src { return x }", ["broken.rules: line 1", "expected 'tgt'"]),
+        ("\x00\xff", ["broken.rules", "unexpected character"]),
+    ],
+)
+def test_malformed_rule_files_are_one_line_errors(
+    tmp_path: Path, tasoc, text: str, fragments: list[str]
+) -> None:
+    path = tmp_path / "broken.rules"
+    path.write_text(text)
+    assert_one_line_error(tasoc("rules", "list", path), *fragments)
+    assert_one_line_error(tasoc("rules", "verify", path), *fragments)
+
+
+def test_missing_files_and_unknown_libraries(tasoc, tmp_path: Path) -> None:
+    assert_one_line_error(tasoc("rules", "list", tmp_path / "none.rules"), "cannot read")
+    assert_one_line_error(tasoc("rules", "list", "nonesuch"), "unknown rule library 'nonesuch'")
+
+
+# ------------------------------------------------------------------------ commands
+
+
+def test_list_shows_counts_by_operator(tasoc) -> None:
+    result = tasoc("rules", "list")
+    assert result.code == 0, result
+    assert f"{len(LIBRARY.rules)} proven rules applied" in result.out
+    assert "rules by operator:" in result.out
+    assert "matmul" in result.out and "conv2d" in result.out
+
+
+def test_generate_verify_round_trip(tasoc, tmp_path: Path) -> None:
+    out = tmp_path / "fuse.rules"
+    result = tasoc(
+        "rules", "generate", "--max-ops", "3", "--ops", "matmul,concat,split", "--verify",
+        "--jobs", "1", "-o", out,
+    )  # fmt: skip
+    assert result.code == 0, result
+    assert "final rules" in result.out and f"rules to {out}" in result.out
+    rules = read_rules(out)
+    assert rules and all(rule.is_proven for rule in rules)
+    assert any(len(rule.src.outputs) == 2 for rule in rules)  # the shared-input fusion
+    verified = tasoc("rules", "verify", out, "--jobs", "1")
+    assert verified.code == 0, verified
+    assert f"{len(rules)} rules: {len(rules)} proven" in verified.out
+
+
+def test_verify_fails_on_a_false_rule(tasoc, tmp_path: Path) -> None:
+    path = tmp_path / "false.rules"
+    path.write_text(
+        "rule commuted(x: 2, y: 2) {\n  src {\n    a = matmul(x, y)\n    return a\n  }\n"
+        "  tgt {\n    a = matmul(y, x)\n    return a\n  }\n}\n"
+    )
+    out = tmp_path / "checked.rules"
+    result = tasoc("rules", "verify", path, "--jobs", "1", "--timeout", "2", "-o", out)
+    assert_one_line_error(result, "1 of 1 rules", "not proven", "commuted")
+    assert "commuted: unknown" in result.out or "commuted: refuted" in result.out
+    assert not read_rules(out)[0].is_proven
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["generate", "--max-ops", "0"], "expected a positive integer"),
+        (["generate", "--max-ops", "2", "--ops", "softmax"], "--ops"),
+        (["frobnicate"], "invalid choice"),
+    ],
+)
+def test_bad_options_are_one_line_errors(tasoc, args: list[str], fragment: str) -> None:
+    assert_one_line_error(tasoc("rules", *args), fragment)
+
+
+def test_axioms_are_listed_with_their_sources(tasoc) -> None:
+    result = tasoc("rules", "axioms")
+    assert result.code == 0, result
+    assert "TASO Table 2.2" in result.out and "axioms" in result.out.splitlines()[-1]
