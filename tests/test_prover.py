@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from rule_examples import ENLARGE, MATMUL_COMMUTES, MATMUL_FUSION, RELU_OVER_ADD
 
 from tasoc.backends.numpy import KERNELS
 from tasoc.ir.dag import Dag, Value
@@ -126,22 +127,6 @@ def prove(text: str, axioms: list[Rule] = AXIOMS, timeout_s: float = 10.0) -> Ru
     (rule,) = parse_rules(text)
     return prove_rule(rule, axioms, timeout_s)
 
-
-MATMUL_FUSION = """
-rule matmul-fusion(x: 2, y: 2, z: 2) {
-  src {
-    a = matmul(x, y)
-    b = matmul(x, z)
-    return a, b
-  }
-  tgt {
-    c = concat{axis = 1}(y, z)
-    d = matmul(x, c)
-    e, f = split{axis = 1, sizes = [dim(y, 1), dim(z, 1)]}(d)
-    return e, f
-  }
-}
-"""
 
 TRUE_RULES = {
     # Two outputs: concat-matmul, then the split of a concat of *matmul results*,
@@ -289,22 +274,6 @@ def test_true_rule_is_proven(name: str) -> None:
     assert rule.proof.detail.startswith("z3 ") and rule.proof.detail.endswith(" ms")
 
 
-RELU_OVER_ADD = """
-rule relu-over-add(x: 2, y: 2) {
-  src {
-    a = add(x, y)
-    b = relu(a)
-    return b
-  }
-  tgt {
-    a = relu(x)
-    b = relu(y)
-    c = add(a, b)
-    return c
-  }
-}
-"""
-
 FALSE_RULES = {
     "relu-over-add": RELU_OVER_ADD,
     "conv-relu-is-linear": """
@@ -334,18 +303,7 @@ rule split-on-another-axis(x: 2, y: 2) {
   }
 }
 """,
-    "matmul-commutes": """
-rule matmul-commutes(x: 2, y: 2) {
-  src {
-    a = matmul(x, y)
-    return a
-  }
-  tgt {
-    a = matmul(y, x)
-    return a
-  }
-}
-""",
+    "matmul-commutes": MATMUL_COMMUTES,
     # transposes-compose with the permutations composed the wrong way round.
     "transposes-compose-backwards": TRUE_RULES["transposes-compose"].replace(
         "[1, 3, 2, 0]", "[2, 1, 3, 0]"
@@ -396,21 +354,6 @@ def test_false_rule_is_false(name: str) -> None:
     assert any(differs(src, tgt) for _, src, tgt in cases) or name == "split-on-another-axis"
     assert cases or name == "split-on-another-axis"
 
-
-ENLARGE = """
-rule enlarge-kernel(x: 4, w: 4) {
-  where $s == [1, 1]
-  src {
-    a = conv2d{strides = $s, padding = "same", activation = $act, groups = 1}(x, w)
-    return a
-  }
-  tgt {
-    k = enlarge{kernel = [3, 3]}(w)
-    a = conv2d{strides = $s, padding = "same", activation = $act, groups = 1}(x, k)
-    return a
-  }
-}
-"""
 
 GROUPED = """
 rule grouped-conv-fusion(x: 4, y: 4, w: 4, v: 4) {

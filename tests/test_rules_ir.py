@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rule_examples import ENLARGE, MATMUL_FUSION
 
 from tasoc.backends.numpy import run_reference
 from tasoc.ir import dag
@@ -27,37 +28,7 @@ from tasoc.ir.rules import (
     parse_rules,
 )
 
-FUSE = """
-rule matmul-concat-fuse(x: 2, y: 2, z: 2) {
-  src {
-    a = matmul(x, y)
-    b = matmul(x, z)
-    return a, b
-  }
-  tgt {
-    c = concat{axis = 1}(y, z)
-    d = matmul(x, c)
-    e, f = split{axis = 1, sizes = [dim(y, 1), dim(z, 1)]}(d)
-    return e, f
-  }
-  provenance "hand-written"
-}
-"""
-
-ENLARGE = """
-rule conv-enlarge(x: 4, w: 4) {
-  where $s == [1, 1]
-  src {
-    a = conv2d{strides = $s, padding = "same", activation = $c, groups = 1}(x, w)
-    return a
-  }
-  tgt {
-    k = enlarge{kernel = [5, 5]}(w)
-    a = conv2d{strides = $s, padding = "same", activation = $c, groups = 1}(x, k)
-    return a
-  }
-}
-"""
+FUSE = MATMUL_FUSION
 
 
 def one(text: str) -> Rule:
@@ -139,7 +110,7 @@ def test_proof_digest_detects_edits() -> None:
 def test_param_domains_follow_the_attribute_and_rank() -> None:
     enlarge = one(ENLARGE)
     assert param_domain(enlarge, "s") == ((1, 1), (2, 2))
-    assert param_domain(enlarge, "c") == ("none", "relu")
+    assert param_domain(enlarge, "act") == ("none", "relu")
     concat = one(
         "rule c(x: 3, y: 3) { src { a = concat{axis = $a}(x, y) return a }"
         " tgt { a = concat{axis = $a}(x, y) return a } }"
@@ -167,16 +138,16 @@ def test_instantiate_builds_typed_dags_that_compute_the_same() -> None:
 
 def test_instantiate_checks_preconditions_ranks_and_types() -> None:
     rule = one(ENLARGE)
-    shapes = {"x": (1, 2, 6, 6), "w": (3, 2, 3, 3)}
-    _, tgt = rule.instantiate(shapes, {"s": (1, 1), "c": "relu"})
-    assert tgt.ops[0].sigs[0].shape == (3, 2, 5, 5)
+    shapes = {"x": (1, 2, 6, 6), "w": (3, 2, 1, 1)}
+    _, tgt = rule.instantiate(shapes, {"s": (1, 1), "act": "relu"})
+    assert tgt.ops[0].sigs[0].shape == (3, 2, 3, 3)
     with pytest.raises(RuleError, match=r"precondition '\$s == \[1, 1\]' does not hold"):
-        rule.instantiate(shapes, {"s": (2, 2), "c": "none"})
+        rule.instantiate(shapes, {"s": (2, 2), "act": "none"})
     with pytest.raises(RuleError, match="input x has rank 4"):
-        rule.instantiate({"x": (2, 6, 6), "w": (3, 2, 3, 3)}, {"s": (1, 1), "c": "none"})
+        rule.instantiate({"x": (2, 6, 6), "w": (3, 2, 1, 1)}, {"s": (1, 1), "act": "none"})
     with pytest.raises(RuleError, match=r"src: conv2d: .*input channels"):
-        rule.instantiate({"x": (1, 4, 6, 6), "w": (3, 2, 3, 3)}, {"s": (1, 1), "c": "none"})
-    with pytest.raises(RuleError, match=r"parameter \$c is not bound"):
+        rule.instantiate({"x": (1, 4, 6, 6), "w": (3, 2, 1, 1)}, {"s": (1, 1), "act": "none"})
+    with pytest.raises(RuleError, match=r"parameter \$act is not bound"):
         rule.instantiate(shapes, {"s": (1, 1)})
 
 
@@ -185,5 +156,5 @@ def test_reversed_swaps_the_patterns() -> None:
     back = rule.reversed()
     assert (back.src, back.tgt, back.name) == (rule.tgt, rule.src, "matmul-concat-fuse.rev")
     assert back.params == rule.params == ()
-    assert one(ENLARGE).params == ("s", "c")  # in order of first mention
+    assert one(ENLARGE).params == ("s", "act")  # in order of first mention
     assert PatternOp(("a",), "relu", ("x",)).attrs == ()

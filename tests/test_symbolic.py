@@ -15,6 +15,7 @@ import pytest
 import z3
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from rule_examples import MATMUL_COMMUTES, MATMUL_FUSION, RELU_OVER_ADD
 
 from tasoc.backends.numpy.kernels import KERNELS
 from tasoc.ir.rules import Condition, Param, Relation, Rule, RuleError, param_domain, parse_rules
@@ -273,7 +274,8 @@ def test_symbolic_conv_is_a_polynomial_in_the_inputs() -> None:
 
 RULES = {
     rule.name: rule
-    for rule in parse_rules("""
+    for rule in parse_rules(
+        """
 rule add-comm(x: 2, y: 2) {
   src {
     a = add(x, y)
@@ -317,20 +319,10 @@ rule concat-split(x: 3, y: 3) {
     return x, y
   }
 }
-rule matmul-concat-fuse(x: 2, y: 2, z: 2) {
-  src {
-    a = matmul(x, y)
-    b = matmul(x, z)
-    return a, b
-  }
-  tgt {
-    c = concat{axis = 1}(y, z)
-    d = matmul(x, c)
-    e, f = split{axis = 1, sizes = [dim(y, 1), dim(z, 1)]}(d)
-    return e, f
-  }
-}
-rule max-pool-relu(x: 4) {
+"""
+        + MATMUL_FUSION.strip()
+        + "\n"
+        + """rule max-pool-relu(x: 4) {
   src {
     a = relu(x)
     b = pool2d{kind = "max", kernel = $k, strides = $s, padding = $p}(a)
@@ -350,19 +342,6 @@ rule sigmoid-tanh(x: 1) {
   tgt {
     a = tanh(x)
     return a
-  }
-}
-rule relu-add(x: 2, y: 2) {
-  src {
-    a = add(x, y)
-    b = relu(a)
-    return b
-  }
-  tgt {
-    a = relu(x)
-    b = relu(y)
-    c = add(a, b)
-    return c
   }
 }
 rule conv-linear(x: 4, y: 4, w: 4) {
@@ -390,16 +369,6 @@ rule conv-enlarge(x: 4, w: 4) {
     return a
   }
 }
-rule matmul-comm(x: 2, y: 2) {
-  src {
-    a = matmul(x, y)
-    return a
-  }
-  tgt {
-    a = matmul(y, x)
-    return a
-  }
-}
 rule concat-split-axes(x: 2, y: 2) {
   src {
     a = concat{axis = 0}(x, y)
@@ -410,7 +379,10 @@ rule concat-split-axes(x: 2, y: 2) {
     return x, y
   }
 }
-""")
+"""
+        + RELU_OVER_ADD
+        + MATMUL_COMMUTES
+    )
 }
 
 
@@ -430,10 +402,10 @@ def test_validation_accepts_true_rules(name: str) -> None:
 @pytest.mark.parametrize(
     ("name", "where"),
     [
-        ("relu-add", "src is"),  # a concrete difference: relu does not distribute
+        ("relu-over-add", "src is"),  # a concrete difference: relu does not distribute
         ("conv-linear", '$c = "relu"'),  # linear only without the activation
         ("conv-enlarge", "$s = [2, 2]"),  # TASO's property needs stride 1 in tasoc
-        ("matmul-comm", "output 0"),
+        ("matmul-commutes", "output 0"),
         ("concat-split-axes", "src shape"),
         ("sigmoid-tanh", "functions uninterpreted"),  # a z3 model, no concrete difference
     ],
@@ -505,7 +477,7 @@ def test_timeout_is_reported() -> None:
 
 
 def test_rules_validate_in_parallel_in_order() -> None:
-    names = ["relu-add", "add-comm"]
+    names = ["relu-over-add", "add-comm"]
     results = validate_rules([RULES[n] for n in names], bound=2, jobs=2)
     assert [r.rule for r in results] == names
     assert [r.ok for r in results] == [False, True]
