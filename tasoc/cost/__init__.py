@@ -1,0 +1,63 @@
+"""Operator and graph cost: what a search pass minimizes.
+
+Two models implement `CostModel` (`cost(dag)` in predicted seconds, `math.inf` over
+a memory limit): `AnalyticCost`, a roofline on a `Device` preset, and
+`MeasuredCost`, op times measured once with JAX and cached on disk. Both price
+graphs under the same model of XLA's fusion (`tasoc.cost.fusion`), because a sum
+of standalone op times misranks graphs that XLA compiles into fewer kernels; a
+search should still re-time its best few candidates with `time_end_to_end`.
+
+Passes import this package, never a backend: `measured` runs JAX itself, lazily.
+"""
+
+from __future__ import annotations
+
+from tasoc.cost.analytic import AnalyticCost, roofline, roofline_work
+from tasoc.cost.devices import CPU, DEVICES, H100, H200, Device
+from tasoc.cost.fusion import Schedule, peak_bytes, schedule, weight_bytes
+from tasoc.cost.measured import MeasuredCost, time_end_to_end
+from tasoc.cost.model import CostError, CostModel, FusedSumCost, Work
+from tasoc.cost.stats import OpStats, node_stats
+
+COST_MODELS = ("analytic", "analytic-h100", "analytic-h200", "measured")
+"""The names `make_cost_model` accepts ("analytic" is the CPU preset)."""
+
+
+def make_cost_model(name: str, memory_limit: float | None = None) -> CostModel:
+    """The cost model called `name` (one of `COST_MODELS`); ValueError otherwise.
+
+    A memory limit below a graph's weights is reported by `cost(dag)` (CostError),
+    since only the graph tells how large its weights are.
+    """
+    if name == "measured":
+        return MeasuredCost(memory_limit=memory_limit)
+    presets = {"analytic": CPU, "analytic-h100": H100, "analytic-h200": H200}
+    if name not in presets:
+        raise ValueError(f"unknown cost model '{name}' (expected {', '.join(COST_MODELS)})")
+    return AnalyticCost(presets[name], memory_limit=memory_limit)
+
+
+__all__ = [
+    "COST_MODELS",
+    "CPU",
+    "DEVICES",
+    "H100",
+    "H200",
+    "AnalyticCost",
+    "CostError",
+    "CostModel",
+    "Device",
+    "FusedSumCost",
+    "MeasuredCost",
+    "OpStats",
+    "Schedule",
+    "Work",
+    "make_cost_model",
+    "node_stats",
+    "peak_bytes",
+    "roofline",
+    "roofline_work",
+    "schedule",
+    "time_end_to_end",
+    "weight_bytes",
+]

@@ -1,0 +1,58 @@
+"""The analytic cost model: a roofline per kernel on a `Device`, under XLA-style fusion.
+
+An op adds FLOPs / peak of compute and bytes / bandwidth of memory time to its
+kernel, the bytes being what it moves once fused (`tasoc.cost.fusion.traffic`); a
+kernel takes the larger of the two sums plus one launch. It needs no hardware and
+is exact about what it counts, so it ranks graphs well where they differ in FLOPs,
+traffic or kernel count, and knows nothing of how close XLA's kernels come to the
+peak for a given shape (on the development CPU, 8 to 160 GFLOP/s for ResNet-50's
+convolutions): `MeasuredCost` does.
+"""
+
+from __future__ import annotations
+
+from tasoc.cost.devices import CPU, Device
+from tasoc.cost.fusion import traffic
+from tasoc.cost.model import FusedSumCost, Work
+from tasoc.cost.stats import CONTRACTIONS
+from tasoc.ir.dag import Node
+
+
+def roofline_work(node: Node, fused: int, internal: bool, device: Device) -> Work:
+    """(compute seconds, memory seconds) of `node` on `device` in this fusion variant."""
+    flops, moved = traffic(node, fused, internal)
+    rate = device.flops_rate(node.sigs[0].dtype, node.op in CONTRACTIONS)
+    return flops / rate, moved / device.mem_bandwidth
+
+
+def roofline(node: Node, fused: int, internal: bool, device: Device) -> float:
+    """Seconds `node` alone takes on `device` in this fusion variant, launch excluded."""
+    return max(roofline_work(node, fused, internal, device))
+
+
+class AnalyticCost(FusedSumCost):
+    """Roofline time on `device` (a preset from `tasoc.cost.devices` or your own).
+
+    `fusion=False` prices every op as its own kernel (TASO's sum of standalone
+    times); `fold_weights=False` charges ops on weights alone at every run.
+    """
+
+    def __init__(
+        self,
+        device: Device = CPU,
+        memory_limit: float | None = None,
+        fusion: bool = True,
+        fold_weights: bool = True,
+    ) -> None:
+        super().__init__(device, memory_limit, fusion, fold_weights)
+
+    def op_work(self, node: Node, fused: int, internal: bool) -> Work:
+        return roofline_work(node, fused, internal, self.device)
+
+    def describe(self) -> str:
+        d = self.device
+        return (
+            f"analytic roofline on {d.name} ({d.peak_flops / 1e9:.0f} GFLOP/s, "
+            f"{d.mem_bandwidth / 1e9:.0f} GB/s, {d.launch_overhead_s * 1e6:g} us/kernel), "
+            f"{self._options()}"
+        )

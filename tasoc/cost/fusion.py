@@ -1,0 +1,188 @@
+"""Which ops XLA runs as one kernel, what traffic that saves, and what stays live.
+
+Summing standalone op times misranks graphs under XLA: `conv2d -> batchnorm ->
+relu` is one kernel there, not three, and the two intermediates never reach memory.
+The model here is deliberately simple and local, so one pass over a graph applies it:
+
+* an op *runs* unless it is an argument, a constant (XLA embeds those), or — with
+  `fold_weights` — computed from weights and constants alone: TASO preprocesses
+  such ops once for inference (thesis §2.9.3), so a concatenation of two weight
+  matrices costs nothing per run;
+* a fusible op (`stats.FUSIBLE_OPS`) joins the kernel of the producer of its first
+  operand that can take it: a running op whose results feed no other running op and
+  no program output. The fused op then reads that operand from registers and
+  launches nothing; the producer writes nothing.
+
+Chains fuse transitively (conv -> batchnorm -> relu -> add is one kernel when each
+link has a single consumer). Not modelled: multi-output fusion of siblings,
+duplicating a cheap producer into several consumers, and folding transposes into
+a contraction's dimension numbers.
+
+Memory follows the schedule `dag.ops`: weights (with `fold_weights`, the
+preprocessed ones the running ops read) stay resident, program inputs are live
+throughout (the caller owns them), and every other tensor lives from the op that
+makes it to its last reader, or to the end for outputs. Fused intermediates count
+as if written, so the peak is an upper bound.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+from tasoc.cost.stats import FREE_OPS, FUSIBLE_OPS, node_stats, sig_bytes
+from tasoc.ir.dag import Dag, Node
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """What the schedule needs to know about a node, computed once per node.
+
+    `computed` is false for arguments and constants (they never run); `weight` says
+    the node depends on weights and constants only; `producers` are the distinct
+    nodes its operands come from, in operand order; `out_bytes` its results' size.
+    """
+
+    computed: bool
+    weight: bool
+    fusible: bool
+    producers: tuple[Node, ...]
+    out_bytes: int
+
+
+_INFO: weakref.WeakKeyDictionary[Node, NodeInfo] = weakref.WeakKeyDictionary()
+
+
+def node_info(node: Node) -> NodeInfo:
+    """The cached `NodeInfo` of `node` (iterative: deep graphs are fine)."""
+    info = _INFO.get(node)
+    if info is not None:
+        return info
+    stack = [node]
+    while stack:
+        top = stack[-1]
+        missing = [v.node for v in top.inputs if v.node not in _INFO]
+        if missing:
+            stack.extend(missing)
+            continue
+        stack.pop()
+        if top not in _INFO:
+            _INFO[top] = _make_info(top)
+    return _INFO[node]
+
+
+def _make_info(node: Node) -> NodeInfo:
+    producers = tuple(dict.fromkeys(v.node for v in node.inputs))
+    is_param = node.is_arg and bool(node.attr("is_param"))
+    weight = is_param or (not node.is_arg and all(_INFO[p].weight for p in producers))
+    return NodeInfo(
+        computed=not (node.is_arg or node.op in FREE_OPS),
+        weight=weight,
+        fusible=node.op in FUSIBLE_OPS,
+        producers=producers,
+        out_bytes=sum(sig_bytes(sig) for sig in node.sigs),
+    )
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Schedule:
+    """The running ops of a dag in `dag.ops` order, with fusion decisions.
+
+    `fused[i]` is the operand position whose producer's kernel `ops[i]` joins (-1:
+    it starts a kernel of its own); `internal[i]` says its results stay inside a
+    kernel (its only consumer fused into it), so they are never written.
+    """
+
+    dag: Dag
+    running: dict[Node, NodeInfo]
+    fused: tuple[int, ...]
+    internal: tuple[bool, ...]
+
+    @property
+    def ops(self) -> tuple[Node, ...]:
+        return tuple(self.running)
+
+    def peak_bytes(self) -> int:
+        """Peak bytes resident while running the ops in order (module docstring).
+
+        Liveness is tracked per node: a multi-result op's results die together.
+        """
+        running = self.running
+        last_read: dict[Node, int] = {}
+        for step, info in enumerate(running.values()):
+            for producer in info.producers:
+                last_read[producer] = step
+        for value in self.dag.outputs:
+            last_read[value.node] = len(running)
+        freed = [0] * (len(running) + 1)
+        resident = live = 0
+        for node, step in last_read.items():
+            info = running.get(node)
+            if info is not None:
+                freed[step] += info.out_bytes
+            elif (info := node_info(node)).weight:
+                resident += info.out_bytes
+        for arg in self.dag.args:
+            info = node_info(arg)
+            live += 0 if info.weight else info.out_bytes
+        peak = live
+        for step, (node, info) in enumerate(running.items()):
+            live += info.out_bytes
+            peak = max(peak, live)
+            live -= freed[step] + (0 if node in last_read else info.out_bytes)
+        return resident + peak
+
+
+def schedule(dag: Dag, fuse: bool = True, fold_weights: bool = True) -> Schedule:
+    """The fused schedule of `dag` (see the module docstring)."""
+    running = {}
+    for node in dag.ops:
+        info = node_info(node)
+        if info.computed and not (fold_weights and info.weight):
+            running[node] = info
+    if not fuse:
+        return Schedule(dag, running, (-1,) * len(running), (False,) * len(running))
+    consumers: dict[Node, int] = {}
+    for info in running.values():
+        for producer in info.producers:
+            consumers[producer] = consumers.get(producer, 0) + 1
+    returned = {v.node for v in dag.outputs}
+    fused_at: dict[Node, int] = {}
+    for node, info in running.items():
+        if info.fusible:
+            for position, value in enumerate(node.inputs):
+                producer = value.node
+                alone = consumers.get(producer) == 1 and producer not in returned
+                if alone and producer in running:
+                    fused_at[node] = position
+                    break
+    absorbed = {node.inputs[position].node for node, position in fused_at.items()}
+    return Schedule(
+        dag,
+        running,
+        tuple(fused_at.get(node, -1) for node in running),
+        tuple(node in absorbed for node in running),
+    )
+
+
+def traffic(node: Node, fused: int, internal: bool) -> tuple[int, int]:
+    """(FLOPs, bytes moved) of `node` inside a fused kernel: reads of the operand
+    taken from the producer's kernel (every use of it) and, for internal results,
+    the writes are gone."""
+    stats = node_stats(node)
+    read = stats.bytes_read
+    if fused >= 0:
+        producer = node.inputs[fused].node
+        read -= sum(sig_bytes(v.sig) for v in node.inputs if v.node is producer)
+    written = 0 if internal else stats.bytes_written
+    return stats.flops, read + written
+
+
+def weight_bytes(dag: Dag) -> int:
+    """Bytes of the program's weight arguments (`{graph.param}`)."""
+    return sum(info.out_bytes for info in map(node_info, dag.args) if info.weight)
+
+
+def peak_bytes(dag: Dag, fold_weights: bool = True) -> int:
+    """Peak bytes resident while running `dag.ops` in order (module docstring)."""
+    return schedule(dag, fuse=False, fold_weights=fold_weights).peak_bytes()

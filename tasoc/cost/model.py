@@ -1,0 +1,122 @@
+"""The cost-model interface passes program against, and the fused-sum evaluator
+that both concrete models share.
+
+A search evaluates thousands of candidate dags that share almost all their nodes
+(nodes are hash-consed), so `FusedSumCost` caches each node's work per fusion
+variant, keyed weakly by the node itself: evaluating a candidate is one pass over
+its ops with a dictionary lookup each, and only the nodes a rewrite created (and
+those whose fusion it changed) are ever priced.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from typing import Protocol, runtime_checkable
+
+from tasoc.cost.devices import Device
+from tasoc.cost.fusion import Schedule, schedule, weight_bytes
+from tasoc.ir.dag import Dag, Node
+
+
+class CostError(ValueError):
+    """A cost that cannot be computed (an impossible memory limit, for one)."""
+
+
+@runtime_checkable
+class CostModel(Protocol):
+    """Predicted run time of a graph in seconds; `math.inf` when it cannot run
+    (over the memory limit)."""
+
+    def cost(self, dag: Dag) -> float: ...
+
+    def describe(self) -> str: ...
+
+
+def check_memory_limit(memory_limit: float | None) -> float | None:
+    if memory_limit is not None and not memory_limit > 0:
+        raise ValueError(f"memory limit must be a positive number of bytes, got {memory_limit}")
+    return memory_limit
+
+
+_Variant = tuple[int, bool]
+Work = tuple[float, float]
+"""(compute seconds, memory seconds) an op adds to its kernel."""
+
+
+class FusedSumCost:
+    """A graph's time as the sum of its kernels' times under the fusion model
+    (`tasoc.cost.fusion`), infinite when its peak memory exceeds `memory_limit`.
+
+    A kernel (an op and the ops fused into it) takes `device.launch_overhead_s` plus
+    the roofline of its members' summed work: max(sum of compute seconds, sum of
+    memory seconds), so a memory-bound epilogue hides under a compute-bound matmul.
+    Subclasses say what work one op adds in one fusion variant (`op_work`). `misses`
+    counts the (node, variant) works computed rather than found in the cache, so
+    tests and benchmarks can see the cache work.
+    """
+
+    def __init__(
+        self,
+        device: Device,
+        memory_limit: float | None = None,
+        fusion: bool = True,
+        fold_weights: bool = True,
+    ) -> None:
+        self.device = device
+        self.memory_limit = check_memory_limit(memory_limit)
+        self.fusion = fusion
+        self.fold_weights = fold_weights
+        self.misses = 0
+        self._works: weakref.WeakKeyDictionary[Node, dict[_Variant, Work]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def cost(self, dag: Dag) -> float:
+        plan = schedule(dag, self.fusion, self.fold_weights)
+        if self.memory_limit is not None and _over_memory(plan, self.memory_limit):
+            return math.inf
+        works = self._works
+        kernel_of: dict[Node, int] = {}
+        compute: list[float] = []
+        memory: list[float] = []
+        for node, fused, internal in zip(plan.running, plan.fused, plan.internal, strict=True):
+            variants = works.get(node)
+            if variants is None:
+                variants = works[node] = {}
+            work = variants.get((fused, internal))
+            if work is None:
+                work = variants[fused, internal] = self.op_work(node, fused, internal)
+                self.misses += 1
+            if fused < 0:
+                kernel = kernel_of[node] = len(compute)
+                compute.append(work[0])
+                memory.append(work[1])
+            else:
+                kernel = kernel_of[node] = kernel_of[node.inputs[fused].node]
+                compute[kernel] += work[0]
+                memory[kernel] += work[1]
+        launches = len(compute) * self.device.launch_overhead_s
+        return launches + sum(map(max, compute, memory))
+
+    def op_work(self, node: Node, fused: int, internal: bool) -> Work:
+        """What `node` adds to its kernel in this fusion variant (`fusion.Schedule`)."""
+        raise NotImplementedError
+
+    def _options(self) -> str:
+        """The shared part of `describe()`."""
+        parts = ["XLA fusion" if self.fusion else "no fusion"]
+        if self.fold_weights:
+            parts.append("weight-only ops preprocessed")
+        if self.memory_limit is not None:
+            parts.append(f"memory limit {self.memory_limit:.0f} bytes")
+        return ", ".join(parts)
+
+
+def _over_memory(plan: Schedule, limit: float) -> bool:
+    """Whether the schedule's peak memory exceeds `limit`; CostError when even the
+    graph's weights do not fit, since no rewrite removes the weights a graph is given."""
+    weights = weight_bytes(plan.dag)
+    if limit < weights:
+        raise CostError(f"impossible memory limit: {limit:.0f} bytes < weights {weights} bytes")
+    return plan.peak_bytes() > limit

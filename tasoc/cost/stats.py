@@ -1,0 +1,147 @@
+"""What one op does, independent of any machine: FLOPs and bytes moved.
+
+`node_stats` counts an op as a standalone kernel would run it: every operand read
+once from memory, every result written once. Fusion (`tasoc.cost.fusion`) later
+removes the traffic of intermediates that never reach memory. Element-wise
+transcendentals count a few FLOPs each (`_FLOPS_PER_ELEMENT`): rough, but they are
+memory-bound on every preset, so the figure rarely decides anything.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tasoc.ir.dag import Node
+from tasoc.ir.shapes import DType, TensorSig
+
+ITEM_BYTES: dict[DType, int] = {
+    DType.F32: 4,
+    DType.F16: 2,
+    DType.BF16: 2,
+    DType.I32: 4,
+    DType.I64: 8,
+}
+
+FREE_OPS = frozenset({"ones", "zeros", "c_pool", "i_conv", "i_matmul", "constant"})
+"""Constants: XLA embeds them in the compiled program, so they cost no kernel."""
+
+FUSIBLE_OPS = frozenset(
+    {
+        "add",
+        "mul",
+        "scale",
+        "relu",
+        "sigmoid",
+        "tanh",
+        "gelu",
+        "batchnorm",
+        "reshape",
+        "transpose",
+        "split",
+        "concat",
+        "enlarge",
+    }
+)
+"""Ops XLA computes inside the loop of a neighbouring kernel: element-wise maps
+(inference batchnorm is a per-channel affine map) and index remappings. Each can
+run as the epilogue of the kernel that produces its operand."""
+
+CONTRACTIONS = frozenset({"matmul", "conv2d"})
+
+_FLOPS_PER_ELEMENT: dict[str, int] = {
+    "add": 1,
+    "mul": 1,
+    "scale": 1,
+    "relu": 1,
+    "sigmoid": 4,
+    "tanh": 4,
+    "gelu": 8,
+    "batchnorm": 4,
+    "layernorm": 8,
+    "softmax": 5,
+}
+"""FLOPs per result element of the element-wise and normalizing ops."""
+
+_MOVEMENT_OPS = frozenset({"reshape", "transpose", "split", "concat", "enlarge", "embedding"})
+
+
+@dataclass(frozen=True, slots=True)
+class OpStats:
+    """Work of one op run on its own: FLOPs, bytes read and bytes written."""
+
+    flops: int
+    bytes_read: int
+    bytes_written: int
+
+    @property
+    def bytes(self) -> int:
+        return self.bytes_read + self.bytes_written
+
+
+def sig_bytes(sig: TensorSig) -> int:
+    return sig.size * ITEM_BYTES[sig.dtype]
+
+
+def _matmul_flops(node: Node) -> int:
+    (out,) = node.sigs
+    return 2 * out.size * node.inputs[0].sig.shape[-1]
+
+
+def _conv2d_flops(node: Node) -> int:
+    (out,) = node.sigs
+    _, cin_per_group, kh, kw = node.inputs[1].sig.shape
+    activation = out.size if node.attr("activation") == "relu" else 0
+    return 2 * out.size * cin_per_group * kh * kw + activation
+
+
+def _pool2d_flops(node: Node) -> int:
+    kh, kw = node.attr("kernel")
+    return node.sigs[0].size * kh * kw
+
+
+def _reduce_flops(node: Node) -> int:
+    return node.inputs[0].sig.size
+
+
+_FLOPS: dict[str, Callable[[Node], int]] = {
+    "matmul": _matmul_flops,
+    "conv2d": _conv2d_flops,
+    "pool2d": _pool2d_flops,
+    "reduce": _reduce_flops,
+}
+
+_ZERO = OpStats(0, 0, 0)
+
+_CACHE: weakref.WeakKeyDictionary[Node, OpStats] = weakref.WeakKeyDictionary()
+
+
+def node_stats(node: Node) -> OpStats:
+    """FLOPs and bytes of `node` run as a standalone kernel (cached per node).
+
+    Arguments and constants cost nothing; layout ops (reshape, transpose, split,
+    concat, enlarge) and embedding lookups move data without arithmetic. An
+    embedding reads only the rows it gathers, not the whole table.
+    """
+    stats = _CACHE.get(node)
+    if stats is None:
+        stats = _CACHE[node] = _compute(node)
+    return stats
+
+
+def _compute(node: Node) -> OpStats:
+    if node.is_arg or node.op in FREE_OPS:
+        return _ZERO
+    written = sum(sig_bytes(sig) for sig in node.sigs)
+    if node.op == "embedding":
+        read = sig_bytes(node.inputs[0].sig) + written
+    else:
+        read = sum(sig_bytes(value.sig) for value in node.inputs)
+    if node.op in _MOVEMENT_OPS:
+        flops = 0
+    elif node.op in _FLOPS:
+        flops = _FLOPS[node.op](node)
+    else:
+        flops = _FLOPS_PER_ELEMENT[node.op] * node.sigs[0].size
+    return OpStats(flops, read, written)
