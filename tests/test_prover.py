@@ -20,6 +20,7 @@ from tasoc.ir.dag import Dag, Value
 from tasoc.ir.rules import Proof, Rule, RuleError, RuleInput, param_domain, parse_rules
 from tasoc.verify.axioms import load_axioms
 from tasoc.verify.prover import _is_rank_exact, prove_rule, prove_rules, redundant_axioms
+from tasoc.verify.validate import validate_rule
 
 AXIOMS = load_axioms()
 
@@ -312,6 +313,24 @@ rule split-on-another-axis(x: 2, y: 2) {
     # The generator's g3-0095: it holds where the concats split at the same point, but a
     # product of concats also type-checks where they do not (x 1x1, y 1x2, z 2x1, u 1x1).
     # Axioms without typing preconditions once proved it.
+    # g3-0250, the same for a convolution over channel concats (x: 1x1x1x1, y: 1x2x1x1,
+    # z: 1x2x1x1, u: 1x1x1x1); conv-concat-channels once lacked its channel precondition.
+    "conv-concat-split-points-differ": """
+rule conv-concat-split-points-differ(x: 4, y: 4, z: 4, u: 4) {
+  src {
+    a = concat{axis = 1}(x, y)
+    b = concat{axis = 1}(z, u)
+    c = conv2d{strides = $s, padding = $p, activation = "none", groups = 1}(a, b)
+    return c
+  }
+  tgt {
+    a = concat{axis = 1}(y, x)
+    b = concat{axis = 1}(u, z)
+    c = conv2d{strides = $s, padding = $p, activation = "none", groups = 1}(a, b)
+    return c
+  }
+}
+""",
     "concat-matmul-split-points-differ": """
 rule concat-matmul-split-points-differ(x: 2, y: 2, z: 2, u: 2) {
   src {
@@ -350,6 +369,10 @@ def test_false_rule_is_false(name: str) -> None:
     """Numerically false where it type-checks; the split on another axis never does,
     and must not be proven all the same."""
     (rule,) = parse_rules(FALSE_RULES[name])
+    if name == "conv-concat-split-points-differ":
+        # Random shapes rarely type-check here; the exhaustive small-shape search does.
+        assert validate_rule(rule, bound=2, max_instances=400).failed > 0
+        return
     cases = instances(rule)
     assert any(differs(src, tgt) for _, src, tgt in cases) or name == "split-on-another-axis"
     assert cases or name == "split-on-another-axis"

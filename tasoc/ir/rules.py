@@ -734,7 +734,7 @@ def instantiate(
         args.append(Node.arg(index, rule_input.name, TensorSig(shape, element)))
     inputs = {node.attr("name"): node.out for node in args}
     src = _build(rule, "src", rule.src, inputs, params)
-    known = _shape_table({**inputs, **src})
+    known = shape_table({**inputs, **src})
     for condition in rule.preconditions:
         if not condition.holds(params, known):
             raise RuleError(f"rule '{rule.name}': precondition '{condition}' does not hold")
@@ -745,12 +745,26 @@ def instantiate(
     )
 
 
-def _shape_table(values: Mapping[str, Value]) -> dict[str, Any]:
+def shape_table(values: Mapping[str, Value]) -> dict[str, Any]:
+    """The `DimLookup` of pattern values bound to dag values: each one's shape, and its
+    dtype under `"<name>:dtype"` as a `DType` (so that a `dtype(x)` attribute builds
+    the same node as the IR's own `dtype = f32`)."""
     table: dict[str, Any] = {}
     for name, value in values.items():
         table[name] = value.sig.shape
-        table[f"{name}:dtype"] = value.sig.dtype.value
+        table[f"{name}:dtype"] = value.sig.dtype
     return table
+
+
+def build_pattern(
+    rule: Rule, pattern: Pattern, inputs: Mapping[str, Value], params: Mapping[str, Any]
+) -> dict[str, Value]:
+    """The nodes of `pattern` (`rule.src` or `rule.tgt`) built on `inputs` (rule input
+    name -> dag value) with `params` bound: every pattern value by name, inputs
+    included. RuleError when the pattern does not type-check on these values. This is
+    how a matcher builds the target of a match inside a larger dag."""
+    label = "src" if pattern is rule.src else "tgt"
+    return _build(rule, label, pattern, inputs, params)
 
 
 def _build(
@@ -762,7 +776,7 @@ def _build(
 ) -> dict[str, Value]:
     values = dict(inputs)
     for op in pattern.ops:
-        known = _shape_table(values)
+        known = shape_table(values)
         operands = [values[name] for name in op.operands]
         if op.op in ELEMENTWISE and len({value.sig.shape for value in operands}) > 1:
             shapes = " and ".join(str(list(value.sig.shape)) for value in operands)
