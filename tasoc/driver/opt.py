@@ -95,6 +95,7 @@ PASSES: dict[str, PassFactory] = {
         "xdsl.transforms.common_subexpression_elimination", "CommonSubexpressionElimination"
     ),
     "dce": _lazy_pass("xdsl.transforms.dead_code_elimination", "DeadCodeElimination"),
+    "equality-rewrite": _lazy_pass("tasoc.passes.rewrite.equality_rewrite", "EqualityRewritePass"),
 }
 """The passes `-p` accepts, by pipeline name. tasoc's passes join this table."""
 

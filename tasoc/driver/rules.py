@@ -16,16 +16,13 @@ import argparse
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
 
 from tasoc.driver.errors import DriverError, OneLineArgumentParser, non_negative_int
 from tasoc.driver.opt import AtomicOutput
 from tasoc.ir.rules import Proof, Rule, RuleError, format_rules
-
-Progress = Callable[[int, int], None]
-"""`progress(done, total)`, called as work completes."""
+from tasoc.passes.progress import progress_bar
 
 
 def rules_command(argv: Sequence[str]) -> int:
@@ -44,7 +41,7 @@ def _generate(args: argparse.Namespace) -> int:
     from tasoc.passes.rewrite.generator import generate
 
     ops = [op.strip() for op in args.ops.split(",")] if args.ops else None
-    with _progress_bar("enumerating") as progress:
+    with progress_bar("enumerating") as progress:
         try:
             rules, report = generate(args.max_ops, ops, seed=args.seed, progress=progress)
         except ValueError as err:  # an op the generator cannot enumerate
@@ -114,7 +111,7 @@ def _prove(rules: Sequence[Rule], timeout: float, jobs: int | None) -> tuple[lis
     from tasoc.verify.prover import prove_rules
 
     start = time.perf_counter()
-    with _progress_bar("proving") as progress:
+    with progress_bar("proving", "rule") as progress:
         proven = prove_rules(
             rules,
             load_axioms(),
@@ -209,24 +206,6 @@ def _write_rules(rules: Sequence[Rule], output: str | None, header: Sequence[str
         raise
     target.commit()
     print(f"wrote {len(rules)} rules to {output}")
-
-
-@contextmanager
-def _progress_bar(what: str) -> Iterator[Progress]:
-    """A tqdm bar on a terminal's stderr; silent otherwise (logs and tests)."""
-    from tqdm import tqdm
-
-    bar: Any = tqdm(desc=what, unit="", disable=not sys.stderr.isatty(), leave=False)
-
-    def progress(done: int, total: int) -> None:
-        bar.total = total
-        bar.n = done
-        bar.refresh()
-
-    try:
-        yield progress
-    finally:
-        bar.close()
 
 
 def _print_lines(lines: Sequence[str]) -> None:

@@ -1,0 +1,131 @@
+"""`equality-rewrite`: replace a graph by a cheaper, mathematically equal graph.
+
+    tasoc opt model.mlir -p 'equality-rewrite{alpha=1.05 budget=1000 timeout=30}'
+
+The pass converts `@main` to a light `Dag` once, searches over equal graphs with the
+proven rules of a rule library (`rules=default`), and writes the cheapest graph found
+back into the module. Only proven rules with a current proof are applied
+(`library.load_library`), each in both directions. The search is TASO's backtracking
+search (`search.py`); the cost is a `tasoc.cost` model (`cost=analytic` by default).
+
+What it decided goes to the run report (`tasoc opt --report r.json`, section
+`equality-rewrite`): predicted cost before and after, search time, graphs expanded
+and generated, why the search stopped, and how often each rule was applied on the
+way to the result. A graph that no rule matches is returned unchanged, with a note.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+from xdsl.utils.exceptions import PassFailedException
+
+from tasoc.cost import CostError, make_cost_model
+from tasoc.ir import dag as dag_module
+from tasoc.ir.rules import RuleError
+from tasoc.passes.progress import progress_bar
+from tasoc.passes.report import current_report
+from tasoc.passes.rewrite.library import load_library
+from tasoc.passes.rewrite.match import directed, find_matches
+from tasoc.passes.rewrite.search import SearchLimits, backtracking_search
+
+SEARCHES = ("backtrack",)
+"""The search strategies this pass offers."""
+
+
+class RewriteError(PassFailedException):
+    """A bad option, cost model or rule library: one line, which the driver prints as
+    `tasoc: error: equality-rewrite: ...`."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"equality-rewrite: {message}")
+
+
+@dataclass(frozen=True)
+class EqualityRewritePass(ModulePass):
+    """Options: `alpha` (relaxation, > 1 explores worse graphs), `budget` (graphs
+    expanded), `timeout` (seconds), `search` (`backtrack`), `cost` (a
+    `tasoc.cost.make_cost_model` name), `rules` (a shipped library or a rule file),
+    `memory_limit` (bytes; graphs over it cost infinity)."""
+
+    name: ClassVar[str] = "equality-rewrite"
+
+    alpha: float = 1.05
+    budget: int = 1000
+    timeout: float = 30.0
+    search: str = "backtrack"
+    cost: str = "analytic"
+    rules: str = "default"
+    memory_limit: int | None = None
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        self._check_options()
+        try:
+            library = load_library(self.rules)
+            cost_model = make_cost_model(self.cost, self.memory_limit)
+        except (RuleError, ValueError) as err:
+            raise RewriteError(str(err)) from None
+        graph = dag_module.from_module(op)
+        rules = directed(library.rules)
+        section = current_report().section(self.name)
+        section.update(
+            rules=str(library.path),
+            rules_loaded=len(library.rules),
+            rules_not_proven=len(library.unproven),
+            cost_model=cost_model.describe(),
+        )
+        if next(find_matches(graph, rules), None) is None:
+            section.update(note="no rule matches this graph; it is returned unchanged")
+            return
+        limits = SearchLimits(self.alpha, self.budget, self.timeout)
+        try:
+            with progress_bar(self.name, "graph", self.budget, delay=1.0) as update:
+                result = backtracking_search(
+                    graph, rules, cost_model, limits,
+                    lambda expanded, best: update(expanded, best=f"{best:.3g}"),
+                )  # fmt: skip
+        except CostError as err:
+            raise RewriteError(str(err)) from None
+        section.update(
+            search=self.search,
+            alpha=self.alpha,
+            budget=self.budget,
+            timeout_s=self.timeout,
+            cost_before=result.cost_before,
+            cost_after=result.cost_after,
+            predicted_speedup=result.cost_before / result.cost_after
+            if result.cost_after > 0
+            else None,
+            ops_before=graph.num_ops,
+            ops_after=result.best.num_ops,
+            search_seconds=round(result.seconds, 3),
+            graphs_expanded=result.expanded,
+            graphs_generated=result.generated,
+            stopped=result.stopped,
+            rules_applied=dict(sorted(result.applied.items())),
+        )
+        if result.best != graph:
+            _replace_body(op, dag_module.to_module(result.best))
+
+    def _check_options(self) -> None:
+        if self.search not in SEARCHES:
+            raise RewriteError(f"unknown search '{self.search}' (available: {', '.join(SEARCHES)})")
+        if not self.alpha >= 1.0:
+            raise RewriteError(f"alpha must be at least 1, got {self.alpha}")
+        if self.budget < 1 or self.timeout <= 0:
+            raise RewriteError("budget and timeout must be positive")
+
+
+def _replace_body(module: ModuleOp, new: ModuleOp) -> None:
+    """Move `new`'s ops into `module` in place of its own (a pass edits its module)."""
+    block = module.body.block
+    for old in list(block.ops):
+        old.detach()
+        old.erase()
+    for moved in list(new.body.block.ops):
+        moved.detach()
+        block.add_op(moved)

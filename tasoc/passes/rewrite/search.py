@@ -1,0 +1,122 @@
+"""TASO's backtracking search over equal graphs (thesis §2.7, Algorithm 2).
+
+A priority queue holds graphs ordered by predicted cost. The cheapest is taken out,
+every match of every rule is applied to it, and each new graph is kept when it costs
+less than `alpha` times the best graph found so far: `alpha > 1` lets the search pass
+through slightly worse graphs to reach much better ones (TASO's relaxed search,
+default 1.05). The search stops when the queue is empty, when `budget` graphs have
+been expanded, or at `timeout`, and returns the best graph found.
+
+Everything is deterministic: matches come in a fixed order, and ties in the queue are
+broken by the order graphs were found. Graphs are `Dag`s, hash-consed, so two paths
+to one graph are recognized by `==` and the graph is expanded once.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from tasoc.cost import CostModel
+from tasoc.ir.dag import Dag
+from tasoc.ir.rules import Rule
+from tasoc.passes.rewrite.apply import apply
+from tasoc.passes.rewrite.match import find_matches
+
+Progress = Callable[[int, float], None]
+"""`progress(graphs expanded, best cost so far)`, called after each expansion."""
+
+
+@dataclass(frozen=True)
+class SearchLimits:
+    alpha: float = 1.05
+    """Keep a new graph when it costs less than alpha x the best cost found."""
+    budget: int = 1000
+    """Graphs expanded at most."""
+    timeout_s: float = 30.0
+    """Seconds before the search stops with the best graph found."""
+    max_ops_growth: float = 1.5
+    """Graphs with more than this times the original's ops are not kept (TASO's size
+    cap: rules that only grow a graph would otherwise fill the queue)."""
+
+
+@dataclass
+class SearchResult:
+    """The best graph and how the search got there."""
+
+    best: Dag
+    cost_before: float
+    cost_after: float
+    expanded: int
+    """Graphs taken out of the queue and expanded."""
+    generated: int
+    """New graphs produced by rule applications (a discarded graph produced again
+    counts again)."""
+    seconds: float
+    stopped: str
+    """`exhausted`, `budget` or `timeout`."""
+    applied: Counter[str] = field(default_factory=Counter)
+    """How often each rule was applied on the path from the input to the best graph."""
+
+
+def backtracking_search(
+    dag: Dag,
+    rules: Sequence[Rule],
+    cost_model: CostModel,
+    limits: SearchLimits = SearchLimits(),
+    progress: Progress | None = None,
+) -> SearchResult:
+    """The cheapest graph equal to `dag` that the search reaches (see module docstring).
+
+    `rules` are applied as given: pass both directions (`match.directed`)."""
+    start = time.perf_counter()
+    deadline = start + limits.timeout_s
+    size_cap = max(dag.num_ops * limits.max_ops_growth, dag.num_ops + 4)
+    cost_before = cost_model.cost(dag)
+    best, best_cost = dag, cost_before
+    history: dict[Dag, tuple[str, ...]] = {dag: ()}
+    order = itertools.count()
+    queue: list[tuple[float, int, Dag]] = [(cost_before, next(order), dag)]
+    expanded = generated = 0
+    stopped = "exhausted"
+    while queue:
+        if expanded >= limits.budget:
+            stopped = "budget"
+            break
+        if time.perf_counter() > deadline:
+            stopped = "timeout"
+            break
+        _, _, graph = heapq.heappop(queue)
+        expanded += 1
+        for match in find_matches(graph, rules):
+            new = apply(graph, match)
+            if new is None or new in history or new.num_ops > size_cap:
+                continue
+            generated += 1
+            new_cost = cost_model.cost(new)
+            if new_cost < best_cost:
+                best, best_cost = new, new_cost
+            if new_cost < limits.alpha * best_cost or new is best:
+                # Only kept graphs are remembered: a discarded one may come back and be
+                # costed again (cheap: node costs are cached), but memory stays bounded
+                # by the queue, not by every graph ever generated.
+                history[new] = (*history[graph], match.rule.name)
+                heapq.heappush(queue, (new_cost, next(order), new))
+            if time.perf_counter() > deadline:
+                break
+        if progress is not None:
+            progress(expanded, best_cost)
+    return SearchResult(
+        best=best,
+        cost_before=cost_before,
+        cost_after=best_cost,
+        expanded=expanded,
+        generated=generated,
+        seconds=time.perf_counter() - start,
+        stopped=stopped,
+        applied=Counter(history[best]),
+    )

@@ -1,0 +1,129 @@
+"""The equality-rewrite pass: equal graphs out on every small zoo model and on random
+graphs, what it reports, determinism, and its one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import assert_one_line_error
+from hypothesis import HealthCheck, given, settings
+from test_rule_library import tampered_copy
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+
+from tasoc.backends.inputs import random_inputs
+from tasoc.backends.numpy import run_reference
+from tasoc.ir import dag
+from tasoc.ir.builder import GraphBuilder
+from tasoc.models import build_model, list_models
+from tasoc.passes.report import RunReport, reporting
+from tasoc.passes.rewrite.equality_rewrite import EqualityRewritePass
+from tasoc.verify.equivalence import compare
+from tasoc.verify.strategies import graphs
+
+QUICK = EqualityRewritePass(budget=15, timeout=10.0)
+"""A short search: enough to apply rules, fast enough for every zoo model."""
+
+
+def rewritten(module: ModuleOp, rewrite: EqualityRewritePass = QUICK) -> tuple[ModuleOp, dict]:
+    """The module after the pass (on a clone) and the pass's report section."""
+    report = RunReport()
+    result = module.clone()
+    with reporting(report):
+        rewrite.apply(Context(), result)
+    result.verify()
+    return result, report.sections.get(rewrite.name, {})
+
+
+def assert_equal_programs(before: ModuleOp, after: ModuleOp) -> None:
+    arguments = random_inputs(before, seed=0)
+    check = compare(run_reference(before, arguments), run_reference(after, arguments))
+    assert check.ok, check.summary()
+
+
+@pytest.mark.parametrize("model", list_models(), ids=lambda m: m.name)
+def test_every_small_zoo_model_stays_equal(model) -> None:
+    module = build_model(model.spec(model.small))
+    after, section = rewritten(module)
+    assert_equal_programs(module, after)
+    if "note" not in section:
+        assert section["cost_after"] <= section["cost_before"]
+
+
+@given(graphs(max_ops=6))
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_random_graphs_stay_equal(module: ModuleOp) -> None:
+    after, _ = rewritten(module, EqualityRewritePass(budget=5, timeout=5.0))
+    assert_equal_programs(module, after)
+
+
+def fusable() -> ModuleOp:
+    """Two small matmuls sharing an input (TASO's Figure 2.2): one launch-bound matmul on
+    concatenated weights (folded ahead of time) is cheaper than two."""
+    g = GraphBuilder()
+    x = g.input("x", (4, 32))
+    a, b = g.param("a", (32, 16)), g.param("b", (32, 16))
+    return g.build(g.matmul(x, a), g.matmul(x, b))
+
+
+def test_the_search_finds_a_cheaper_graph_and_reports_it() -> None:
+    module = fusable()
+    after, section = rewritten(module, EqualityRewritePass(budget=50))
+    assert_equal_programs(module, after)
+    assert section["cost_after"] < section["cost_before"]
+    assert section["predicted_speedup"] > 1
+    assert section["rules_applied"] and section["graphs_expanded"] >= 1
+    assert section["stopped"] in ("exhausted", "budget", "timeout")
+    assert section["rules_loaded"] >= 250
+
+
+def test_the_search_is_deterministic() -> None:
+    first, _ = rewritten(fusable(), EqualityRewritePass(budget=30))
+    second, _ = rewritten(fusable(), EqualityRewritePass(budget=30))
+    assert str(first) == str(second)
+
+
+def test_a_graph_no_rule_touches_is_returned_unchanged_with_a_note() -> None:
+    g = GraphBuilder()
+    module = g.build(g.softmax(g.input("x", (2, 8)), axis=1))
+    after, section = rewritten(module)
+    assert str(after) == str(module)
+    assert "no rule matches" in section["note"]
+
+
+def test_nasrnn_from_the_command_line(tasoc, tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    out = tmp_path / "o.mlir"
+    result = tasoc(
+        "opt", "zoo:nasrnn?hidden=32&length=2", "-p", "equality-rewrite{budget=20}",
+        "--verify-each", "--report", report, "-o", out,
+    )  # fmt: skip
+    assert result.code == 0, result
+    section = json.loads(report.read_text())["sections"]["equality-rewrite"]
+    assert section["cost_after"] <= section["cost_before"]
+    assert dag.from_module(build_model("nasrnn?hidden=32&length=2")).num_ops > 0
+
+
+@pytest.mark.parametrize(
+    ("options", "fragment"),
+    [
+        ("rules=nonesuch", "unknown rule library 'nonesuch'"),
+        ("search=annealing", "unknown search 'annealing'"),
+        ("alpha=0.5", "alpha must be at least 1"),
+        ("cost=psychic", "psychic"),
+        ("memory-limit=10", "impossible memory limit"),
+    ],
+)
+def test_bad_options_are_one_line_errors(tasoc, options: str, fragment: str) -> None:
+    result = tasoc("opt", "zoo:nasrnn?hidden=32&length=2", "-p", f"equality-rewrite{{{options}}}")
+    assert_one_line_error(result, "equality-rewrite", fragment)
+
+
+def test_a_tampered_rule_file_is_refused(tasoc, tmp_path: Path) -> None:
+    tampered = tampered_copy(tmp_path)
+    result = tasoc(
+        "opt", "zoo:nasrnn?hidden=32&length=2", "-p", f'equality-rewrite{{rules="{tampered}"}}'
+    )
+    assert_one_line_error(result, "equality-rewrite", "changed after its proof")
