@@ -54,9 +54,9 @@ class EqualityRewritePass(ModulePass):
 
     name: ClassVar[str] = "equality-rewrite"
 
-    alpha: float = 1.05
+    alpha: int | float = 1.05
     budget: int = 1000
-    timeout: float = 30.0
+    timeout: int | float = 30.0
     search: str = "backtrack"
     cost: str = "analytic"
     rules: str = "default"
