@@ -119,7 +119,7 @@ def test_matmul_fusion_matches_both_matmuls_in_both_orders() -> None:
     first = found[0]
     assert first.inputs["z"] == n["a"].out
     assert first.outputs == (n["ab"].out, n["ac"].out)
-    assert first.rule is MATMUL_FUSION and first.params == {}
+    assert first.rule == MATMUL_FUSION and first.params == {}
 
     fused = apply(graph, first)
     assert fused is not None
