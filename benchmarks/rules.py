@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -82,14 +83,20 @@ def run_size(max_ops: int, timeout: float, jobs: int | None, budget: float) -> S
     command = [sys.executable, __file__, "--child", str(max_ops), "--timeout", str(timeout)]
     if jobs:
         command += ["--jobs", str(jobs)]
+    # A session of its own, so that stopping it also stops the prover's worker processes.
+    child = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=budget)
+        stdout, stderr = child.communicate(timeout=budget)
     except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.communicate()
         return SizeResult(max_ops, outcome=f"stopped after {budget:g} s")
-    if done.returncode != 0:
-        lines = done.stderr.strip().splitlines()
-        return SizeResult(max_ops, outcome=f"failed: {lines[-1] if lines else done.returncode}")
-    return SizeResult(**json.loads(done.stdout.strip().splitlines()[-1]))
+    if child.returncode != 0:
+        lines = stderr.strip().splitlines()
+        return SizeResult(max_ops, outcome=f"failed: {lines[-1] if lines else child.returncode}")
+    return SizeResult(**json.loads(stdout.strip().splitlines()[-1]))
 
 
 def axiom_checks(bound: int, timeout: float, jobs: int | None) -> list[str]:
