@@ -15,7 +15,6 @@ from xdsl.dialects.builtin import ModuleOp
 
 from tasoc.backends.inputs import random_inputs
 from tasoc.backends.numpy import run_reference
-from tasoc.ir import dag
 from tasoc.ir.builder import GraphBuilder
 from tasoc.models import build_model, list_models
 from tasoc.passes.report import RunReport, reporting
@@ -102,8 +101,9 @@ def test_nasrnn_from_the_command_line(tasoc, tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.code == 0, result
     section = json.loads(report.read_text())["sections"]["equality-rewrite"]
-    assert section["cost_after"] <= section["cost_before"]
-    assert dag.from_module(build_model("nasrnn?hidden=32&length=2")).num_ops > 0
+    assert section["cost_after"] < section["cost_before"]  # nasrnn has rules that pay off
+    assert section["rules_applied"] and section["graphs_expanded"] >= 1
+    assert "graph.matmul" in out.read_text()
 
 
 @pytest.mark.parametrize(

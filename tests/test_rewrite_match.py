@@ -18,7 +18,6 @@ from tasoc.ir.dag import Dag, Node
 from tasoc.ir.rules import Rule, check_rule
 from tasoc.ir.shapes import DType, TensorSig
 from tasoc.passes.rewrite.apply import apply
-from tasoc.passes.rewrite.fold import weight_only
 from tasoc.passes.rewrite.library import load_library
 from tasoc.passes.rewrite.match import Match, directed, find_matches
 from tasoc.verify.equivalence import compare, equivalent
@@ -284,21 +283,6 @@ def test_a_target_that_does_not_type_check_is_refused() -> None:
     found = matches(graph, pool_fusion)
     assert len(found) == 2
     assert all(apply(graph, m) is None for m in found)
-
-
-# --------------------------------------------------------------- weight folding
-
-
-def test_weight_only_ops_are_those_reading_only_weights_and_constants() -> None:
-    x = arg(0, "x", 1, 2, 5, 5)
-    y = arg(1, "y", 3, 2, 3, 3, param=True)
-    z = arg(2, "z", 3, 2, 1, 1, param=True)
-    enlarged = Node("enlarge", [z.out], kernel=(3, 3))
-    kernel = Node("add", [y.out, enlarged.out])
-    conv = Node("conv2d", [x.out, kernel.out], **CONV)
-    identity = Node("i_conv", channels=3, kernel=(1, 1), dtype=DType.F32)
-    out = Node("conv2d", [conv.out, identity.out], **CONV)
-    assert weight_only(Dag([x, y, z], [out.out])) == {enlarged, kernel, identity}
 
 
 # ---------------------------------------------------------------------- property

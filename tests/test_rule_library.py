@@ -60,7 +60,7 @@ def tampered_copy(tmp_path: Path) -> Path:
     first = LIBRARY.rules[0]
     block = format_rules([first]).split("\n", 2)[2]
     assert block in text
-    edited = block.replace("return", "return", 1)
+    edited = block
     for old, new in (("add(", "mul("), ("mul(", "add("), ("matmul(", "add(")):
         if old in block:
             edited = block.replace(old, new, 1)

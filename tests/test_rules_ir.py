@@ -16,7 +16,6 @@ from tasoc.ir.rules import (
     Dim,
     Param,
     Pattern,
-    PatternOp,
     Proof,
     Relation,
     Rule,
@@ -157,4 +156,3 @@ def test_reversed_swaps_the_patterns() -> None:
     assert (back.src, back.tgt, back.name) == (rule.tgt, rule.src, "matmul-concat-fuse.rev")
     assert back.params == rule.params == ()
     assert one(ENLARGE).params == ("s", "act")  # in order of first mention
-    assert PatternOp(("a",), "relu", ("x",)).attrs == ()

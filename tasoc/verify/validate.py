@@ -61,6 +61,7 @@ from tasoc.ir.rules import (
     RuleError,
     evaluate,
     param_domain,
+    shape_table,
 )
 from tasoc.ir.shapes import DType, ShapeError, TensorSig
 from tasoc.verify import symbolic
@@ -266,18 +267,9 @@ _PROPOSERS: dict[str, Proposer] = {
 }
 
 
-def _shape_table(values: Mapping[str, Value]) -> dict[str, Any]:
-    """Shapes and dtypes by pattern value name, as `rules.evaluate` reads them."""
-    table: dict[str, Any] = {}
-    for name, value in values.items():
-        table[name] = value.sig.shape
-        table[f"{name}:dtype"] = value.sig.dtype.value
-    return table
-
-
 def _attrs(op: PatternOp, params: Mapping[str, Any], values: Mapping[str, Value]) -> dict[str, Any]:
     """The op's attribute values; KeyError when a term reads a value not built yet."""
-    known = _shape_table(values)
+    known = shape_table(values)
     return {key: evaluate(term, params, known) for key, term in op.attrs}
 
 
@@ -342,7 +334,7 @@ class _Space:
             if values is None:
                 return None
             built.append(values)
-        src_shapes = _shape_table(built[0])
+        src_shapes = shape_table(built[0])
         if not all(_may_hold(c, self.params, src_shapes) for c in self.rule.preconditions):
             return None
         return built

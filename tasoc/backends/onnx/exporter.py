@@ -202,7 +202,7 @@ def _externalized(model: onnx.ModelProto, stream: IO[bytes], location: str) -> I
             stream.seek(offset)
             tensor.raw_data = stream.read(length)
             tensor.ClearField("external_data")
-            tensor.data_location = TensorProto.DEFAULT
+            tensor.ClearField("data_location")
 
 
 def _check(model: onnx.ModelProto | str) -> None:

@@ -174,10 +174,21 @@ PROTOBUF_LIMIT = 2**31
 
 def fits_in_protobuf(model: onnx.ModelProto) -> bool:
     """Whether `model` serializes as one protobuf (under 2 GiB); larger models are only
-    written, read and checked with their tensors in an external data file."""
+    written, read and checked with their tensors in an external data file.
+
+    upb sizes a message by encoding it, so the initializers' raw bytes (known from their
+    dims) are added up first: a model over the limit is told so without encoding
+    gigabytes only to fail."""
+    raw = sum(
+        math.prod(tensor.dims) * onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+        for tensor in model.graph.initializer
+        if tensor.HasField("raw_data")
+    )
+    if raw >= PROTOBUF_LIMIT:
+        return False
     try:
         return model.ByteSize() < PROTOBUF_LIMIT
-    except EncodeError:  # upb sizes a message by encoding it, which fails over 2 GiB
+    except EncodeError:  # the rest of the model pushed it over
         return False
 
 
