@@ -465,3 +465,17 @@ def test_console_script_round_trip_and_error(tmp_path: Path) -> None:
     assert failed.stderr.startswith("tasoc: error: ") and failed.stderr.count("\n") == 1
     assert "Traceback" not in failed.stderr
     assert printed.stdout == (tmp_path / "b.mlir").read_text()
+
+
+def test_a_reader_that_stops_early_gets_no_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`tasoc opt model | head` (as `make demo` does): when the reader has gone, the run
+    ends quietly with status 1 instead of an 'internal error: BrokenPipeError' line."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader went away
+    closed_pipe = os.fdopen(write_end, "w")
+    monkeypatch.setattr(sys, "stdout", closed_pipe)
+    assert main(["opt", "zoo:inception_v3"]) == 1
+    closed_pipe.close()
+    assert capsys.readouterr().err == ""

@@ -7,6 +7,7 @@ contract of `errors.py`. The subcommands are imported on demand: `run` loads JAX
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import version
@@ -93,6 +94,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exit_request:  # --help and --version exit through argparse
         code = exit_request.code
         return code if isinstance(code, int) else 0 if code is None else 1
+    except BrokenPipeError:
+        # The reader went away (`tasoc opt m.mlir | head`): stop quietly, as Unix tools do,
+        # and point stdout at /dev/null so that flushing it at exit cannot fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except BaseException as failure:
         return report_failure(failure)
 
