@@ -78,6 +78,8 @@ def import_model(
     except OnnxImportError as err:
         # The importer names its Python parameter; on the command line it is the option.
         message = re.sub(r"^input_shapes ", "--input-shape ", one_line(str(err)))
+        if isinstance(source, str):  # the message starts with INPUT's name already
+            message = message.replace(f"'{source}'", "the file")
         raise DriverError(f"{name}: {message}") from None
 
 
