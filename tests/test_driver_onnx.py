@@ -286,8 +286,18 @@ SQRT = helper.make_node("Sqrt", ["y"], ["s"], name="root")
 
 # (name, model bytes or None for mlp.onnx, arguments after `opt INPUT`, error fragments)
 OPT_FAILURES = [
-    ("truncated", lambda: mlp_model().SerializeToString()[:40], [], ["is not an ONNX model"]),
-    ("not onnx", lambda: b"func.func @main() {}\n", [], ["is not an ONNX model"]),
+    (
+        "truncated",
+        lambda: mlp_model().SerializeToString()[:40],
+        [],
+        ["bad.onnx: the file is not an ONNX model"],
+    ),
+    (
+        "not onnx",
+        lambda: b"func.func @main() {}\n",
+        [],
+        ["bad.onnx: the file is not an ONNX model"],
+    ),
     (
         "unsupported op",
         lambda: mlp_model([SQRT]).SerializeToString(),
@@ -380,4 +390,4 @@ def test_run_onnx_errors_are_one_line(tasoc, tmp_path: Path, mlp: Path) -> None:
     )
     broken = tmp_path / "broken.onnx"
     broken.write_bytes(mlp.read_bytes()[:50])
-    assert_one_line_error(tasoc("run", broken), "broken.onnx", "is not an ONNX model")
+    assert_one_line_error(tasoc("run", broken), "broken.onnx: the file is not an ONNX model")
