@@ -49,8 +49,9 @@ type-check to the same result types, element-wise ops do not broadcast
 pass must apply rules under those conditions.
 
 Running proofs: z3 objects do not pickle, so `prove_rules` sends `Rule`s to spawned
-worker processes, each of which builds the axiom formulas once (`_theory`) and proves
-rule after rule in push/pop scopes of one solver.
+worker processes (`tasoc.verify.pool`), each of which builds the axiom formulas once
+(`_theory`) and proves rule after rule in push/pop scopes of one solver; a worker that
+overruns a rule's hard limit is stopped and replaced.
 """
 
 from __future__ import annotations
@@ -60,8 +61,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache, lru_cache
-from multiprocessing import get_context
+from functools import cache, lru_cache, partial
 from typing import Any
 
 import z3
@@ -80,6 +80,7 @@ from tasoc.ir.rules import (
     Rule,
     ShapeOf,
 )
+from tasoc.verify.pool import Task, run_tasks
 
 MAX_RANK = 4
 """The largest rank the list and matmul shape facts and the identity permutations cover."""
@@ -765,14 +766,29 @@ def prove_rules(
     progress: Progress | None = None,
 ) -> list[Rule]:
     """`prove_rule` for each of `rules` (in their order), on `jobs` worker processes
-    (default: one per available core; 1 proves in this process)."""
-    tasks = [(_prove_task, (rule, timeout_s)) for rule in rules]
+    (default: one per available core; 1 proves in this process).
+
+    z3's timeout is soft and some problems overrun it by minutes (`tasoc.verify.pool`),
+    so a worker that has not answered `hard_limit(timeout_s)` seconds after it was given
+    a rule is stopped and the rule left UNKNOWN. In this process (`jobs=1`) nothing can
+    stop z3, so only the soft timeout applies."""
+    tasks = [Task(_prove_task, (rule, timeout_s), partial(_overran, rule)) for rule in rules]
     results: list[Rule] = []
-    for done, proven in enumerate(_run(tasks, tuple(axioms), jobs), 1):
+    for done, proven in enumerate(_run(tasks, tuple(axioms), jobs, hard_limit(timeout_s)), 1):
         results.append(proven)
         if progress is not None:
             progress(done, len(rules), proven)
     return results
+
+
+def hard_limit(timeout_s: float) -> float:
+    """Seconds after which a proof that z3 has not ended is stopped: twice its timeout,
+    plus slack for a busy machine."""
+    return 2 * timeout_s + 5
+
+
+def _overran(rule: Rule, why: str) -> Rule:
+    return rule.with_proof(Proof.UNKNOWN, f"timeout: {why}")
 
 
 def redundant_axioms(
@@ -782,11 +798,16 @@ def redundant_axioms(
     operator properties should hold no property that the rest entail). A redundant
     axiom is harmless to soundness but costs the prover time; one that the others
     prove unexpectedly can point at a wrong axiom."""
-    tasks = [(_redundancy_task, (index, timeout_s)) for index in range(len(axioms))]
-    return [
-        (axiom.name, redundant)
-        for axiom, redundant in zip(axioms, _run(tasks, tuple(axioms), jobs), strict=True)
+    tasks = [
+        Task(_redundancy_task, (index, timeout_s), _not_redundant) for index in range(len(axioms))
     ]
+    answers = _run(tasks, tuple(axioms), jobs, hard_limit(timeout_s))
+    return [(axiom.name, redundant) for axiom, redundant in zip(axioms, answers, strict=True)]
+
+
+def _not_redundant(why: str) -> bool:
+    """An axiom whose redundancy check overran: the others did not prove it."""
+    return False
 
 
 # ------------------------------------------------------------------- worker processes
@@ -794,37 +815,30 @@ def redundant_axioms(
 _worker_axioms: tuple[Rule, ...] = ()
 """The axioms, in a worker process (set once by `_init_worker`)."""
 
-Task = tuple[Callable[..., Any], tuple[Any, ...]]
-"""`(function, args)`: run as `function(axioms, *args)`."""
-
 
 def _init_worker(axioms: tuple[Rule, ...]) -> None:
+    """Remember the axioms and build their theory before the worker reports ready."""
     global _worker_axioms
     _worker_axioms = axioms
+    _theory(axioms)
 
 
-def _in_worker(task: Task) -> Any:
-    function, args = task
-    return function(_worker_axioms, *args)
+def _prove_task(rule: Rule, timeout_s: float) -> Rule:
+    return _theory(_worker_axioms).prove(rule, timeout_s)
 
 
-def _prove_task(axioms: tuple[Rule, ...], rule: Rule, timeout_s: float) -> Rule:
-    return _theory(axioms).prove(rule, timeout_s)
+def _redundancy_task(index: int, timeout_s: float) -> bool:
+    others = _worker_axioms[:index] + _worker_axioms[index + 1 :]
+    return _Theory(others).prove(_worker_axioms[index], timeout_s).is_proven
 
 
-def _redundancy_task(axioms: tuple[Rule, ...], index: int, timeout_s: float) -> bool:
-    others = axioms[:index] + axioms[index + 1 :]
-    return _Theory(others).prove(axioms[index], timeout_s).is_proven
-
-
-def _run(tasks: Sequence[Task], axioms: tuple[Rule, ...], jobs: int | None) -> Iterator[Any]:
-    """The results of `tasks`, in order, from `jobs` processes that know `axioms`.
-
-    Workers are spawned, not forked: a forked child would inherit this process's z3
-    state (and any threads), which z3 does not support."""
+def _run(
+    tasks: Sequence[Task], axioms: tuple[Rule, ...], jobs: int | None, limit_s: float
+) -> Iterator[Any]:
+    """The results of `tasks`, in order, from `jobs` processes that know `axioms`."""
     jobs = min(jobs or len(os.sched_getaffinity(0)), len(tasks))
     if jobs <= 1:
-        yield from (function(axioms, *args) for function, args in tasks)
+        _init_worker(axioms)
+        yield from (task.function(*task.args) for task in tasks)
         return
-    with get_context("spawn").Pool(jobs, _init_worker, (axioms,)) as pool:
-        yield from pool.imap(_in_worker, tasks)
+    yield from run_tasks(tasks, _init_worker, (axioms,), jobs, limit_s)
