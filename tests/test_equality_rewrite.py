@@ -25,6 +25,12 @@ from tasoc.verify.strategies import graphs
 QUICK = EqualityRewritePass(budget=15, timeout=10.0)
 """A short search: enough to apply rules, fast enough for every zoo model."""
 
+QUICK_SEARCHES = {
+    "backtrack": QUICK,
+    "egraph": EqualityRewritePass(search="egraph", timeout=10.0, node_limit=3000),
+}
+"""Each search, short."""
+
 
 def rewritten(module: ModuleOp, rewrite: EqualityRewritePass = QUICK) -> tuple[ModuleOp, dict]:
     """The module after the pass (on a clone) and the pass's report section."""
@@ -42,20 +48,25 @@ def assert_equal_programs(before: ModuleOp, after: ModuleOp) -> None:
     assert check.ok, check.summary()
 
 
+@pytest.mark.parametrize("search", QUICK_SEARCHES)
 @pytest.mark.parametrize("model", list_models(), ids=lambda m: m.name)
-def test_every_small_zoo_model_stays_equal(model) -> None:
+def test_every_small_zoo_model_stays_equal(model, search: str) -> None:
     module = build_model(model.spec(model.small))
-    after, section = rewritten(module)
+    after, section = rewritten(module, QUICK_SEARCHES[search])
     assert_equal_programs(module, after)
     if "note" not in section:
         assert section["cost_after"] <= section["cost_before"]
 
 
-@given(graphs(max_ops=6))
+@pytest.mark.parametrize("search", QUICK_SEARCHES)
+@given(module=graphs(max_ops=6))
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-def test_random_graphs_stay_equal(module: ModuleOp) -> None:
-    after, _ = rewritten(module, EqualityRewritePass(budget=5, timeout=5.0))
+def test_random_graphs_stay_equal(search: str, module: ModuleOp) -> None:
+    rewrite = EqualityRewritePass(search=search, budget=5, timeout=5.0, node_limit=500)
+    after, section = rewritten(module, rewrite)
     assert_equal_programs(module, after)
+    if "note" not in section:
+        assert section["cost_after"] <= section["cost_before"]
 
 
 def fusable() -> ModuleOp:

@@ -24,16 +24,18 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
 
-from tasoc.cost import CostError, make_cost_model
+from tasoc.cost import CostError, CostModel, make_cost_model
 from tasoc.ir import dag as dag_module
-from tasoc.ir.rules import RuleError
+from tasoc.ir.dag import Dag
+from tasoc.ir.rules import Rule, RuleError
 from tasoc.passes.progress import progress_bar
 from tasoc.passes.report import current_report
+from tasoc.passes.rewrite.egraph import EGraphLimits, egraph_search
 from tasoc.passes.rewrite.library import load_library
 from tasoc.passes.rewrite.match import directed, find_matches
-from tasoc.passes.rewrite.search import SearchLimits, backtracking_search
+from tasoc.passes.rewrite.search import SearchLimits, SearchResult, backtracking_search
 
-SEARCHES = ("backtrack",)
+SEARCHES = ("backtrack", "egraph")
 """The search strategies this pass offers."""
 
 
@@ -61,6 +63,7 @@ class EqualityRewritePass(ModulePass):
     cost: str = "analytic"
     rules: str = "default"
     memory_limit: int | None = None
+    node_limit: int = EGraphLimits.node_limit
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         self._check_options()
@@ -81,13 +84,8 @@ class EqualityRewritePass(ModulePass):
         if next(find_matches(graph, rules), None) is None:
             section.update(note="no rule matches this graph; it is returned unchanged")
             return
-        limits = SearchLimits(self.alpha, self.budget, self.timeout)
         try:
-            with progress_bar(self.name, "graph", self.budget, delay=1.0) as update:
-                result = backtracking_search(
-                    graph, rules, cost_model, limits,
-                    lambda expanded, best: update(expanded, best=f"{best:.3g}"),
-                )  # fmt: skip
+            result = self._search(graph, rules, cost_model)
         except CostError as err:
             raise RewriteError(str(err)) from None
         section.update(
@@ -103,13 +101,27 @@ class EqualityRewritePass(ModulePass):
             ops_before=graph.num_ops,
             ops_after=result.best.num_ops,
             search_seconds=round(result.seconds, 3),
-            graphs_expanded=result.expanded,
-            graphs_generated=result.generated,
             stopped=result.stopped,
+            **result.details,
             rules_applied=dict(sorted(result.applied.items())),
         )
         if result.best != graph:
             _replace_body(op, dag_module.to_module(result.best))
+
+    def _search(self, graph: Dag, rules: list[Rule], cost_model: CostModel) -> SearchResult:
+        if self.search == "egraph":
+            limits = EGraphLimits(node_limit=self.node_limit)
+            with progress_bar(self.name, "round", limits.rounds, delay=1.0) as update:
+                return egraph_search(
+                    graph, rules, cost_model, limits, self.timeout,
+                    lambda rounds, enodes: update(rounds, enodes=enodes),
+                )  # fmt: skip
+        limits = SearchLimits(self.alpha, self.budget, self.timeout)
+        with progress_bar(self.name, "graph", self.budget, delay=1.0) as update:
+            return backtracking_search(
+                graph, rules, cost_model, limits,
+                lambda expanded, best: update(expanded, best=f"{best:.3g}"),
+            )  # fmt: skip
 
     def _check_options(self) -> None:
         if self.search not in SEARCHES:

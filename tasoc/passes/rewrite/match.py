@@ -147,13 +147,13 @@ def find_matches(dag: Dag, rules: Sequence[Rule]) -> Iterator[Match]:
     rules in order, and for each the matches in the order of `dag.ops`."""
     graph = _Graph(dag)
     for rule in rules:
-        yield from _match_rule(graph, _compile(rule))
+        yield from _match_rule(graph, compile_plan(rule))
 
 
 # -------------------------------------------------------------------------- plans
 
 
-class _Reach(Enum):
+class Reach(Enum):
     """How a plan step finds the candidate nodes for its pattern op."""
 
     SCAN = "scan"
@@ -165,39 +165,41 @@ class _Reach(Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class _Step:
+class Step:
     op: str
     results: tuple[str, ...]
     operands: tuple[str, ...]
     attrs: tuple[AttrTerm, ...]
     """The op's attribute terms in `ATTR_NAMES` order, the order of `Node.attrs`."""
-    reach: _Reach
+    reach: Reach
     via: str = ""
     position: int = 0
 
 
 @dataclass(frozen=True, slots=True)
-class _Plan:
+class Plan:
     rule: Rule
-    steps: tuple[_Step, ...]
+    steps: tuple[Step, ...]
     ranks: Mapping[str, int]
     """Rule input name -> rank."""
 
 
 @functools.lru_cache(maxsize=4096)
-def _compile(rule: Rule) -> _Plan:
+def compile_plan(rule: Rule) -> Plan:
+    """The order in which to match `rule.src`'s ops (module docstring), compiled once
+    per rule; the e-graph matcher follows the same plans."""
     pattern = rule.src
     producer = {name: index for index, op in enumerate(pattern.ops) for name in op.results}
-    order: list[tuple[int, _Reach, str, int]] = []
+    order: list[tuple[int, Reach, str, int]] = []
     placed: set[int] = set()
 
-    def place(index: int, reach: _Reach, via: str = "", position: int = 0) -> None:
+    def place(index: int, reach: Reach, via: str = "", position: int = 0) -> None:
         placed.add(index)
         order.append((index, reach, via, position))
         for operand in pattern.ops[index].operands:
             source = producer.get(operand)
             if source is not None and source not in placed:
-                place(source, _Reach.PRODUCER, operand)
+                place(source, Reach.PRODUCER, operand)
 
     roots = [producer[name] for name in pattern.outputs if name in producer]
     roots += range(len(pattern.ops))
@@ -218,18 +220,18 @@ def _compile(rule: Rule) -> _Plan:
             None,
         )
         if reached is None:
-            place(next(i for i in roots if i not in placed), _Reach.SCAN)
+            place(next(i for i in roots if i not in placed), Reach.SCAN)
         else:
             index, position, operand = reached
-            place(index, _Reach.CONSUMER, operand, position)
+            place(index, Reach.CONSUMER, operand, position)
     steps = tuple(_step(pattern, index, reach, via, pos) for index, reach, via, pos in order)
-    return _Plan(rule, steps, {i.name: i.rank for i in rule.inputs})
+    return Plan(rule, steps, {i.name: i.rank for i in rule.inputs})
 
 
-def _step(pattern: Pattern, index: int, reach: _Reach, via: str, position: int) -> _Step:
+def _step(pattern: Pattern, index: int, reach: Reach, via: str, position: int) -> Step:
     op = pattern.ops[index]
     attrs = tuple(op.attr(name) for name in ATTR_NAMES[op.op])
-    return _Step(op.op, op.results, op.operands, attrs, reach, via, position)
+    return Step(op.op, op.results, op.operands, attrs, reach, via, position)
 
 
 # ----------------------------------------------------------------------- matching
@@ -245,11 +247,11 @@ class _Graph:
         self.uses: Mapping[Value, tuple[Use, ...]] = dag.consumers()
         self.outputs = frozenset(dag.outputs)
 
-    def candidates(self, step: _Step, values: Mapping[str, Value]) -> Sequence[Node]:
-        if step.reach is _Reach.SCAN:
+    def candidates(self, step: Step, values: Mapping[str, Value]) -> Sequence[Node]:
+        if step.reach is Reach.SCAN:
             return self.by_op.get(step.op, ())
         value = values[step.via]
-        if step.reach is _Reach.PRODUCER:
+        if step.reach is Reach.PRODUCER:
             return (value.node,)
         return [use.node for use in self.uses.get(value, ()) if use.operand == step.position]
 
@@ -265,7 +267,7 @@ class _State:
     deferred: tuple[tuple[AttrTerm, Any], ...]
 
 
-def _match_rule(graph: _Graph, plan: _Plan) -> Iterator[Match]:
+def _match_rule(graph: _Graph, plan: Plan) -> Iterator[Match]:
     start = _State({}, {}, (), ())
     for state in _extend(graph, plan, 0, start):
         if _complete(graph, plan, state):
@@ -278,7 +280,7 @@ def _match_rule(graph: _Graph, plan: _Plan) -> Iterator[Match]:
             )
 
 
-def _extend(graph: _Graph, plan: _Plan, at: int, state: _State) -> Iterator[_State]:
+def _extend(graph: _Graph, plan: Plan, at: int, state: _State) -> Iterator[_State]:
     if at == len(plan.steps):
         yield state
         return
@@ -289,7 +291,7 @@ def _extend(graph: _Graph, plan: _Plan, at: int, state: _State) -> Iterator[_Sta
             yield from _extend(graph, plan, at + 1, bound)
 
 
-def _bind(plan: _Plan, step: _Step, node: Node, state: _State) -> _State | None:
+def _bind(plan: Plan, step: Step, node: Node, state: _State) -> _State | None:
     """`state` with `step`'s op bound to `node`, or None where they disagree."""
     if (
         node.op != step.op
@@ -313,17 +315,17 @@ def _bind(plan: _Plan, step: _Step, node: Node, state: _State) -> _State | None:
     params = dict(state.params)
     deferred = list(state.deferred)
     for term, (_, actual) in zip(step.attrs, node.attrs, strict=True):
-        if not _unify(term, actual, params, deferred):
+        if not unify(term, actual, params, deferred):
             return None
     return _State(values, params, (*state.nodes, node), tuple(deferred))
 
 
-def _unify(term: AttrTerm, actual: Any, params: dict[str, Any], deferred: list[Any]) -> bool:
+def unify(term: AttrTerm, actual: Any, params: dict[str, Any], deferred: list[Any]) -> bool:
     """Whether `term` can denote `actual`, binding parameters in `params`; shape terms
     are put off to `deferred` (they may read values not bound yet)."""
     if isinstance(term, Param):
         if term.name in params:
-            return _same(params[term.name], actual)
+            return same_attr(params[term.name], actual)
         params[term.name] = actual
         return True
     if isinstance(term, Dim | ShapeOf | DTypeOf):
@@ -333,12 +335,12 @@ def _unify(term: AttrTerm, actual: Any, params: dict[str, Any], deferred: list[A
         return (
             isinstance(actual, tuple)
             and len(actual) == len(term)
-            and all(_unify(t, a, params, deferred) for t, a in zip(term, actual, strict=True))
+            and all(unify(t, a, params, deferred) for t, a in zip(term, actual, strict=True))
         )
-    return _same(term, actual)
+    return same_attr(term, actual)
 
 
-def _same(expected: Any, actual: Any) -> bool:
+def same_attr(expected: Any, actual: Any) -> bool:
     """Equality as the IR sees it: `True` is not `1` (the node interning tells them
     apart too); tuples element by element; a `DType` equals its name."""
     if isinstance(expected, tuple) or isinstance(actual, tuple):
@@ -346,19 +348,20 @@ def _same(expected: Any, actual: Any) -> bool:
             isinstance(expected, tuple)
             and isinstance(actual, tuple)
             and len(expected) == len(actual)
-            and all(_same(e, a) for e, a in zip(expected, actual, strict=True))
+            and all(same_attr(e, a) for e, a in zip(expected, actual, strict=True))
         )
     return isinstance(expected, bool) == isinstance(actual, bool) and expected == actual
 
 
-def _complete(graph: _Graph, plan: _Plan, state: _State) -> bool:
+def _complete(graph: _Graph, plan: Plan, state: _State) -> bool:
     """The checks that need the whole match: shape terms, preconditions, and that the
     matched subgraph can be replaced (internal values unused outside it, no input
     computed inside it)."""
     table = shape_table(state.values)
     try:
         if not all(
-            _same(evaluate(term, state.params, table), actual) for term, actual in state.deferred
+            same_attr(evaluate(term, state.params, table), actual)
+            for term, actual in state.deferred
         ):
             return False
         if not all(c.holds(state.params, table) for c in plan.rule.preconditions):

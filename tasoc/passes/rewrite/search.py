@@ -20,6 +20,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from tasoc.cost import CostModel
 from tasoc.ir.dag import Dag
@@ -51,16 +52,15 @@ class SearchResult:
     best: Dag
     cost_before: float
     cost_after: float
-    expanded: int
-    """Graphs taken out of the queue and expanded."""
-    generated: int
-    """New graphs produced by rule applications (a discarded graph produced again
-    counts again)."""
     seconds: float
     stopped: str
-    """`exhausted`, `budget` or `timeout`."""
+    """Why the search ended: `exhausted`, `budget` or `timeout` for backtracking."""
     applied: Counter[str] = field(default_factory=Counter)
-    """How often each rule was applied on the path from the input to the best graph."""
+    """How often each rule was applied on the way to the best graph."""
+    details: dict[str, Any] = field(default_factory=dict)
+    """The search's own figures, for the run report: `graphs_expanded` (taken out of
+    the queue) and `graphs_generated` (produced by rule applications; a discarded
+    graph produced again counts again) for backtracking."""
 
 
 def backtracking_search(
@@ -114,9 +114,8 @@ def backtracking_search(
         best=best,
         cost_before=cost_before,
         cost_after=best_cost,
-        expanded=expanded,
-        generated=generated,
         seconds=time.perf_counter() - start,
         stopped=stopped,
         applied=Counter(history[best]),
+        details={"graphs_expanded": expanded, "graphs_generated": generated},
     )

@@ -1,0 +1,149 @@
+"""E-matching: where a rule's source pattern occurs in an e-graph.
+
+It follows the same plans as matching on a dag (`match.compile_plan`): the first op
+of each connected piece of the pattern is looked up among all e-nodes of its kind, an
+operand's producer among the e-nodes of the operand's class, and a consumer among
+the e-nodes that read a bound class at the right operand position. Where a dag gives
+one node per value, a class gives several e-nodes, so each step may branch.
+
+A match binds pattern values to classes and `$parameters` to attribute values, under
+the same checks as on a dag: input ranks, element-wise operands of one shape, shape
+terms and preconditions evaluated at the classes' types. The checks that protect a
+dag from losing a value (internal values used elsewhere, cycles) have no counterpart
+here: an e-graph keeps every alternative, and extraction rules out cycles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tasoc.ir.rules import ELEMENTWISE, Rule, RuleError, evaluate, shape_table
+from tasoc.passes.rewrite.egraph.egraph import PROJECT, ClassId, EGraph, ENode
+from tasoc.passes.rewrite.match import Plan, Reach, Step, compile_plan, same_attr, unify
+
+
+@dataclass(frozen=True)
+class EMatch:
+    """One occurrence of `rule.src` in an e-graph."""
+
+    rule: Rule
+    inputs: dict[str, ClassId]
+    params: dict[str, Any]
+    outputs: tuple[ClassId, ...]
+    """The classes of `rule.src.outputs`: each is unioned with the target's output."""
+
+
+class Index:
+    """What e-matching asks of an e-graph, built once per saturation round (after
+    `rebuild`): e-nodes by op, and the users of each class by operand position."""
+
+    def __init__(self, egraph: EGraph) -> None:
+        self.egraph = egraph
+        self.by_op: dict[str, list[tuple[ClassId, ENode]]] = {}
+        self.users: dict[tuple[ClassId, int], list[tuple[ClassId, ENode]]] = {}
+        for cid, enode in egraph.items():
+            self.by_op.setdefault(enode[0], []).append((cid, enode))
+            for position, child in enumerate(enode[2]):
+                self.users.setdefault((child, position), []).append((cid, enode))
+
+    def candidates(
+        self, step: Step, values: Mapping[str, ClassId]
+    ) -> Sequence[tuple[ClassId, ENode]]:
+        """The (class, e-node) pairs that `step`'s op could be bound to."""
+        if step.reach is Reach.SCAN:
+            return self.by_op.get(step.op, ())
+        bound = values[step.via]
+        if step.reach is Reach.CONSUMER:
+            return [
+                pair for pair in self.users.get((bound, step.position), ()) if pair[1][0] == step.op
+            ]
+        classes = self.egraph.classes
+        if len(step.results) == 1:
+            return [(bound, enode) for enode in classes[bound] if enode[0] == step.op]
+        # A result of a multi-result op: through its projection to the tuple class.
+        index = step.results.index(step.via)
+        return [
+            (owner, enode)
+            for projection in classes[bound]
+            if projection[0] == PROJECT and projection[1][0][1] == index
+            for owner in projection[2]
+            for enode in classes[owner]
+            if enode[0] == step.op
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class _State:
+    values: dict[str, ClassId]
+    params: dict[str, Any]
+    nodes: tuple[tuple[ClassId, ENode], ...]
+    deferred: tuple[tuple[Any, Any], ...]
+
+
+def ematch(index: Index, rule: Rule) -> Iterator[EMatch]:
+    """Every match of `rule.src` in the indexed e-graph."""
+    plan = compile_plan(rule)
+    for state in _extend(index, plan, 0, _State({}, {}, (), ())):
+        if _complete(index.egraph, plan, state):
+            yield EMatch(
+                rule,
+                {i.name: state.values[i.name] for i in rule.inputs},
+                state.params,
+                tuple(state.values[name] for name in rule.src.outputs),
+            )
+
+
+def _extend(index: Index, plan: Plan, at: int, state: _State) -> Iterator[_State]:
+    if at == len(plan.steps):
+        yield state
+        return
+    step = plan.steps[at]
+    for pair in index.candidates(step, state.values):
+        bound = _bind(index.egraph, plan, step, pair, state)
+        if bound is not None:
+            yield from _extend(index, plan, at + 1, bound)
+
+
+def _bind(
+    egraph: EGraph, plan: Plan, step: Step, pair: tuple[ClassId, ENode], state: _State
+) -> _State | None:
+    """`state` with `step`'s op bound to e-node `pair`, or None where they disagree."""
+    cid, (op, attrs, children) = pair
+    sigs = egraph.sigs(cid)
+    if len(children) != len(step.operands) or len(sigs) != len(step.results) or pair in state.nodes:
+        return None
+    if op in ELEMENTWISE and len({egraph.sig(child).shape for child in children}) > 1:
+        return None
+    results = [cid] if len(sigs) == 1 else [egraph.result_class(cid, i) for i in range(len(sigs))]
+    values = dict(state.values)
+    for name, value in zip(step.results, results, strict=True):
+        if values.setdefault(name, value) != value:
+            return None
+    for name, value in zip(step.operands, children, strict=True):
+        if values.setdefault(name, value) != value:
+            return None
+        rank = plan.ranks.get(name)
+        if rank is not None and len(egraph.sig(value).shape) != rank:
+            return None
+    params = dict(state.params)
+    deferred: list[Any] = list(state.deferred)
+    for term, (_, actual) in zip(step.attrs, attrs, strict=True):
+        if not unify(term, actual, params, deferred):
+            return None
+    return _State(values, params, (*state.nodes, pair), tuple(deferred))
+
+
+def _complete(egraph: EGraph, plan: Plan, state: _State) -> bool:
+    """Shape terms and preconditions, at the bound classes' types."""
+    if not state.deferred and not plan.rule.preconditions:
+        return True
+    table = shape_table({name: egraph.placeholder(cid) for name, cid in state.values.items()})
+    try:
+        return all(
+            same_attr(evaluate(term, state.params, table), actual)
+            for term, actual in state.deferred
+        ) and all(c.holds(state.params, table) for c in plan.rule.preconditions)
+    except (RuleError, KeyError, TypeError):
+        return False

@@ -1,0 +1,276 @@
+"""Extraction: the cheapest graph an e-graph holds, by integer linear programming.
+
+Each e-node gets a cost (`node_cost`: what running it alone costs; nothing for
+arguments, result projections and ops computed from weights alone), and extraction
+chooses one e-node per needed class so that the chosen e-nodes' total cost is least
+(Tensat §4.2, after egg's extraction):
+
+    minimize    Σ cost(n) x_n            x_n ∈ {0, 1}: e-node n is chosen
+    subject to  Σ_{n ∈ r} x_n ≥ 1        for each output class r
+                Σ_{m ∈ c} x_m ≥ x_n      for each e-node n and each child class c
+
+Cycles are broken before (`acyclic`), so any feasible choice is a graph. A shared
+class is paid for once, so the ILP sees the common subexpressions that the greedy
+extractor double-counts.
+
+scipy's `milp` (HiGHS) solves it within `time_limit_s`; the greedy bottom-up choice
+(`greedy`) is the fallback when it proves nothing in time, and is kept when it is
+cheaper. The costs are a sum over e-nodes, not the fused model of `tasoc.cost`: the
+search re-prices the extracted graph with the full model.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+from scipy.optimize import Bounds, LinearConstraint, milp
+from scipy.sparse import coo_array
+
+from tasoc.ir.dag import Dag, Node, Value
+from tasoc.passes.rewrite.egraph.egraph import ARGUMENT, PROJECT, ClassId, EGraph, ENode
+
+NodeCost = Callable[[ClassId, ENode], float]
+
+Choice = dict[ClassId, ENode]
+
+
+@dataclass(frozen=True)
+class Extraction:
+    choice: Choice
+    cost: float
+    """The chosen e-nodes' summed `node_cost`."""
+    method: str
+    """`ilp (optimal)`, `ilp (time limit)` or `greedy (...)` with why the ILP was not used."""
+
+
+Classes = Mapping[ClassId, Sequence[ENode]]
+"""The e-nodes extraction may choose from, per class."""
+
+
+def acyclic(egraph: EGraph, roots: Sequence[ClassId]) -> dict[ClassId, list[ENode]]:
+    """The classes the outputs can depend on, each with the e-nodes that extraction may
+    choose: cycles broken by dropping, on each, its youngest e-node (`EGraph.ages`).
+
+    An e-graph can hold cycles (a weight equal to the concat of the two halves of a
+    split of itself). The input graph's e-nodes (age 0) have none, so every cycle has a
+    younger e-node and dropping those never loses the input graph: extraction stays
+    feasible. Tensat filters cycles during saturation instead; pruning once after it
+    keeps saturation simple, and the ILP free of ordering constraints, which made it
+    time out on every model with cycles."""
+    roots = [egraph.find(root) for root in roots]
+    classes = {cid: list(egraph.classes[cid]) for cid in _reachable(egraph, roots)}
+    finished: set[ClassId] = set()
+    while (cycle := _find_cycle(roots, classes, finished)) is not None:
+        cid, enode = max(cycle, key=lambda pair: (egraph.ages.get(pair[1], 0), pair[0]))
+        classes[cid].remove(enode)
+    return _extractable(classes)
+
+
+def _reachable(egraph: EGraph, roots: Sequence[ClassId]) -> list[ClassId]:
+    seen: dict[ClassId, None] = {}
+    stack = [egraph.find(root) for root in reversed(roots)]
+    while stack:
+        cid = stack.pop()
+        if cid in seen:
+            continue
+        seen[cid] = None
+        for enode in egraph.classes[cid]:
+            stack.extend(child for child in enode[2] if child not in seen)
+    return list(seen)
+
+
+def _find_cycle(
+    roots: Sequence[ClassId], classes: Classes, finished: set[ClassId]
+) -> list[tuple[ClassId, ENode]] | None:
+    """The (class, e-node) steps of one cycle among `classes`, or None. Classes in
+    `finished` are known to reach no cycle, and those found so are added: dropping
+    e-nodes never puts one back on a cycle, so the set carries over between calls."""
+    for root in roots:
+        if root in finished:
+            continue
+        path: list[tuple[ClassId, ENode]] = []
+        on_path: dict[ClassId, int] = {root: 0}
+        stack = [(root, iter([(enode, child) for enode in classes[root] for child in enode[2]]))]
+        while stack:
+            cid, edges = stack[-1]
+            edge = next(edges, None)
+            if edge is None:
+                stack.pop()
+                del on_path[cid]
+                finished.add(cid)
+                if path:
+                    path.pop()
+                continue
+            enode, child = edge
+            if child in on_path:
+                return [*path[on_path[child] :], (cid, enode)]
+            if child in finished:
+                continue
+            path.append((cid, enode))
+            on_path[child] = len(path)
+            stack.append(
+                (child, iter([(e, grandchild) for e in classes[child] for grandchild in e[2]]))
+            )
+    return None
+
+
+def _extractable(classes: Classes) -> dict[ClassId, list[ENode]]:
+    """`classes` without the e-nodes that read a class left with no e-node to choose."""
+    alive: set[ClassId] = set()
+    changed = True
+    while changed:
+        changed = False
+        for cid, nodes in classes.items():
+            if cid not in alive and any(all(c in alive for c in n[2]) for n in nodes):
+                alive.add(cid)
+                changed = True
+    return {
+        cid: [n for n in nodes if all(c in alive for c in n[2])]
+        for cid, nodes in classes.items()
+        if cid in alive
+    }
+
+
+def greedy(classes: Classes, node_cost: NodeCost) -> Choice:
+    """egg's bottom-up extraction: each class takes its e-node of least tree cost (own
+    cost plus its children's), to a fixed point. Costs must be positive, so that a
+    chosen e-node's children cost strictly less and the choice has no cycle."""
+    best: dict[ClassId, float] = {}
+    choice: Choice = {}
+    changed = True
+    while changed:
+        changed = False
+        for cid, nodes in classes.items():
+            for enode in nodes:
+                children = enode[2]
+                if not all(child in best for child in children):
+                    continue
+                total = node_cost(cid, enode) + sum(best[child] for child in children)
+                if total < best.get(cid, math.inf):
+                    best[cid], choice[cid] = total, enode
+                    changed = True
+    return choice
+
+
+def extract(
+    egraph: EGraph,
+    roots: Sequence[ClassId],
+    node_cost: NodeCost,
+    time_limit_s: float,
+) -> Extraction:
+    """The cheapest choice for `roots` (module docstring)."""
+    roots = [egraph.find(root) for root in roots]
+    classes = acyclic(egraph, roots)
+    fallback = _priced(roots, greedy(classes, node_cost), node_cost, "greedy")
+    if time_limit_s <= 0:
+        return replace(fallback, method="greedy (no time left for the ILP)")
+    pairs = [(cid, enode) for cid, nodes in classes.items() for enode in nodes]
+    column = {pair: i for i, pair in enumerate(pairs)}
+    rows = _Rows()
+    for root in dict.fromkeys(roots):
+        rows.add({column[root, n]: 1.0 for n in classes[root]}, 1.0, math.inf)
+    for (_, enode), j in column.items():
+        for child in dict.fromkeys(enode[2]):
+            coefficients = {column[child, m]: 1.0 for m in classes[child]}
+            coefficients[j] = -1.0
+            rows.add(coefficients, 0.0, math.inf)
+    solution = milp(
+        np.array([node_cost(cid, enode) for cid, enode in pairs]),
+        constraints=rows.constraint(len(pairs)),
+        integrality=np.ones(len(pairs)),
+        bounds=Bounds(0.0, 1.0),
+        options={"time_limit": time_limit_s, "mip_rel_gap": 1e-6},
+    )
+    if solution.x is None:
+        return replace(fallback, method=f"greedy (the ILP found nothing: {solution.message})")
+    chosen: Choice = {}
+    for (cid, enode), j in column.items():
+        if solution.x[j] > 0.5 and (
+            cid not in chosen or node_cost(cid, enode) < node_cost(cid, chosen[cid])
+        ):
+            chosen[cid] = enode
+    method = "ilp (optimal)" if solution.status == 0 else "ilp (time limit)"
+    ilp = _priced(roots, chosen, node_cost, method)
+    return ilp if ilp.cost <= fallback.cost else replace(fallback, method="greedy (beat the ILP)")
+
+
+class _Rows:
+    """Sparse constraint rows, built one at a time."""
+
+    def __init__(self) -> None:
+        self.rows: list[int] = []
+        self.cols: list[int] = []
+        self.data: list[float] = []
+        self.lower: list[float] = []
+        self.upper: list[float] = []
+
+    def add(self, coefficients: Mapping[int, float], lower: float, upper: float) -> None:
+        row = len(self.lower)
+        for col, value in coefficients.items():
+            self.rows.append(row)
+            self.cols.append(col)
+            self.data.append(value)
+        self.lower.append(lower)
+        self.upper.append(upper)
+
+    def constraint(self, columns: int) -> LinearConstraint:
+        matrix = coo_array((self.data, (self.rows, self.cols)), shape=(len(self.lower), columns))
+        return LinearConstraint(matrix.tocsr(), self.lower, self.upper)
+
+
+def _priced(
+    roots: Sequence[ClassId], choice: Choice, node_cost: NodeCost, method: str
+) -> Extraction:
+    """The extraction of `choice`, costed over the classes the outputs actually use."""
+    used: dict[ClassId, None] = {}
+    stack = list(roots)
+    while stack:
+        cid = stack.pop()
+        if cid not in used:
+            used[cid] = None
+            stack.extend(choice[cid][2])
+    return Extraction(choice, sum(node_cost(cid, choice[cid]) for cid in used), method)
+
+
+def to_dag(
+    egraph: EGraph,
+    roots: Sequence[ClassId],
+    choice: Choice,
+    args: Sequence[Node],
+    name: str,
+) -> Dag:
+    """The graph of the chosen e-nodes (which must have no cycle), as a `Dag` over the
+    original `args`."""
+    built: dict[ClassId, Node | Value] = {}
+    for cid in _children_first(egraph, roots, choice):
+        op, attrs, children = choice[cid]
+        if op == ARGUMENT:
+            built[cid] = attrs[0][1].out
+        elif op == PROJECT:
+            owner = built[children[0]]
+            assert isinstance(owner, Node)
+            built[cid] = owner.results[attrs[0][1]]
+        else:
+            inputs = [built[child] for child in children]
+            node = Node(op, inputs, **dict(attrs))  # type: ignore[arg-type]
+            built[cid] = node.out if len(node.sigs) == 1 else node
+    outputs = [built[egraph.find(root)] for root in roots]
+    return Dag(args, outputs, name)  # type: ignore[arg-type]
+
+
+def _children_first(egraph: EGraph, roots: Sequence[ClassId], choice: Choice) -> list[ClassId]:
+    order: list[ClassId] = []
+    seen: set[ClassId] = set()
+    stack: list[tuple[ClassId, bool]] = [(egraph.find(root), False) for root in reversed(roots)]
+    while stack:
+        cid, expanded = stack.pop()
+        if expanded:
+            order.append(cid)
+        elif cid not in seen:
+            seen.add(cid)
+            stack.append((cid, True))
+            stack.extend((child, False) for child in reversed(choice[cid][2]))
+    return order

@@ -1,0 +1,129 @@
+"""Equality saturation: apply every match of every rule, round after round.
+
+Each round matches all rules against the e-graph as it stood at the round's start
+(so the order of rules does not matter), then adds each match's target and unions
+it with the matched source, then rebuilds. The e-graph is *saturated* when a round
+changes nothing: it then holds every graph the rules can reach. Real rule sets do
+not saturate on real models (associativity and concat/split rules grow without
+bound), so a round stops early at `node_limit` e-nodes or at the deadline.
+
+Following Tensat (Yang et al., MLSys 2021, §4): single-output rules run every round,
+while multi-output rules (two matmuls sharing an input fused into one and a split)
+run only in the first `multi_rounds` rounds, because each application adds a
+concat and a split that further rules multiply.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from tasoc.ir.rules import Rule, RuleError, build_pattern
+from tasoc.ir.shapes import ShapeError
+from tasoc.passes.rewrite.egraph.egraph import EGraph
+from tasoc.passes.rewrite.egraph.ematch import EMatch, Index, ematch
+
+Progress = Callable[[int, int], None]
+"""`progress(rounds done, e-nodes)`, after each round."""
+
+
+@dataclass(frozen=True)
+class SaturationLimits:
+    node_limit: int = 20_000
+    """Stop adding targets once the e-graph holds this many e-nodes."""
+    rounds: int = 15
+    """Rounds at most."""
+    multi_rounds: int = 1
+    """Rounds in which multi-output rules are applied."""
+
+
+@dataclass
+class Saturation:
+    """What saturating did."""
+
+    rounds: int = 0
+    stopped: str = "saturated"
+    """`saturated`, `node limit`, `rounds` or `timeout`."""
+    matches: int = 0
+    applied: Counter[str] = field(default_factory=Counter)
+    """How often each rule's application merged two classes (changed the e-graph)."""
+
+
+def saturate(
+    egraph: EGraph,
+    rules: Sequence[Rule],
+    limits: SaturationLimits,
+    deadline: float,
+    progress: Progress | None = None,
+) -> Saturation:
+    """Grow `egraph` with `rules` (applied as given: pass both directions) until it is
+    saturated or a limit is reached; see the module docstring."""
+    single = [rule for rule in rules if len(rule.src.outputs) == 1]
+    multi = [rule for rule in rules if len(rule.src.outputs) > 1]
+    result = Saturation()
+    while True:
+        if result.rounds >= limits.rounds:
+            result.stopped = "rounds"
+            break
+        active = single + multi if result.rounds < limits.multi_rounds else single
+        egraph.generation = result.rounds + 1
+        matches = _matches(egraph, active, deadline)
+        result.matches += len(matches)
+        changed = False
+        for match in matches:
+            if egraph.num_nodes >= limits.node_limit:
+                result.stopped = "node limit"
+                break
+            if time.perf_counter() > deadline:
+                result.stopped = "timeout"
+                break
+            if _apply(egraph, match):
+                result.applied[match.rule.name] += 1
+                changed = True
+        egraph.rebuild()
+        result.rounds += 1
+        if progress is not None:
+            progress(result.rounds, egraph.num_nodes)
+        if result.stopped != "saturated":
+            break
+        if time.perf_counter() > deadline:
+            result.stopped = "timeout"
+            break
+        if not changed:
+            break
+    return result
+
+
+def _matches(egraph: EGraph, rules: Sequence[Rule], deadline: float) -> list[EMatch]:
+    """Every match of `rules`, found before any is applied."""
+    index = Index(egraph)
+    found: list[EMatch] = []
+    for rule in rules:
+        found.extend(ematch(index, rule))
+        if time.perf_counter() > deadline:
+            break
+    return found
+
+
+def _apply(egraph: EGraph, match: EMatch) -> bool:
+    """Add `match`'s target and union it with the source; whether a class merged. A
+    target that does not type-check on the bound classes, or whose type differs from
+    the source's, is skipped (as on a dag: a rule holds where both sides type-check)."""
+    rule = match.rule
+    inputs = {name: egraph.placeholder(cid) for name, cid in match.inputs.items()}
+    try:
+        built = build_pattern(rule, rule.tgt, inputs, match.params)
+    except (RuleError, ShapeError):
+        return False
+    targets = [built[name] for name in rule.tgt.outputs]
+    if any(
+        value.sig != egraph.sig(source)
+        for value, source in zip(targets, match.outputs, strict=True)
+    ):
+        return False
+    merged = False
+    for value, source in zip(targets, match.outputs, strict=True):
+        merged |= egraph.union(source, egraph.add_value(value))
+    return merged

@@ -1,0 +1,124 @@
+"""`search=egraph`: equality saturation, then ILP extraction (Tensat, MLSys 2021).
+
+    result = egraph_search(dag, directed(rules), cost_model, EGraphLimits(), timeout_s=30)
+
+The input graph goes into an e-graph, the rules saturate it (`saturate.py`) for at
+most `saturation_share` of the time, and the ILP (`extract.py`) picks the cheapest
+graph it holds under per-op costs from the cost model, in the time left. The graph
+extracted is then priced with the full cost model (fusion and memory included) and
+returned only when it beats the input, so the search never makes a graph worse by
+its own measure.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+from tasoc.cost import CostError, CostModel, FusedSumCost
+from tasoc.ir.dag import Dag, Node
+from tasoc.ir.rules import Rule
+from tasoc.passes.rewrite.egraph.egraph import ARGUMENT, PROJECT, ClassId, EGraph, ENode
+from tasoc.passes.rewrite.egraph.extract import extract, to_dag
+from tasoc.passes.rewrite.egraph.saturate import Progress, SaturationLimits, saturate
+from tasoc.passes.rewrite.search import SearchResult
+
+MIN_NODE_COST = 1e-12
+"""Every e-node costs at least this (seconds), so greedy extraction has no cycles."""
+
+
+@dataclass(frozen=True)
+class EGraphLimits(SaturationLimits):
+    saturation_share: float = 0.7
+    """The share of the timeout saturation may use; extraction gets the rest."""
+
+
+def egraph_search(
+    dag: Dag,
+    rules: list[Rule],
+    cost_model: CostModel,
+    limits: EGraphLimits = EGraphLimits(),
+    timeout_s: float = 30.0,
+    progress: Progress | None = None,
+) -> SearchResult:
+    """The cheapest graph equal to `dag` that saturation and extraction find."""
+    if not isinstance(cost_model, FusedSumCost):
+        raise CostError("search=egraph needs a cost model that prices single ops")
+    start = time.perf_counter()
+    cost_before = cost_model.cost(dag)
+    egraph = EGraph()
+    roots, _ = egraph.add_dag(dag)
+    deadline = start + timeout_s * limits.saturation_share
+    saturation = saturate(egraph, rules, limits, deadline, progress)
+    node_cost = _NodeCosts(egraph, cost_model)
+    time_left = start + timeout_s - time.perf_counter()
+    extraction = extract(egraph, roots, node_cost, time_left)
+    candidate = to_dag(egraph, roots, extraction.choice, dag.args, dag.name)
+    candidate_cost = cost_model.cost(candidate)
+    improved = candidate_cost < cost_before
+    return SearchResult(
+        best=candidate if improved else dag,
+        cost_before=cost_before,
+        cost_after=candidate_cost if improved else cost_before,
+        seconds=time.perf_counter() - start,
+        stopped=saturation.stopped,
+        applied=saturation.applied if improved else Counter(),
+        details={
+            "rounds": saturation.rounds,
+            "matches": saturation.matches,
+            "enodes": egraph.num_nodes,
+            "eclasses": egraph.num_classes,
+            "extraction": extraction.method,
+            "extracted_cost": candidate_cost,
+        },
+    )
+
+
+class _NodeCosts:
+    """What one e-node costs run alone (`FusedSumCost.op_work`, unfused), cached per
+    e-node; nothing for arguments, projections, and ops on weights and constants alone
+    when the model folds them."""
+
+    def __init__(self, egraph: EGraph, cost_model: FusedSumCost) -> None:
+        self.egraph = egraph
+        self.model = cost_model
+        self.weight_only = _weight_only(egraph) if cost_model.fold_weights else set()
+        self._cache: dict[ENode, float] = {}
+
+    def __call__(self, cid: ClassId, enode: ENode) -> float:
+        cost = self._cache.get(enode)
+        if cost is None:
+            cost = self._cache[enode] = max(self._cost(enode), MIN_NODE_COST)
+        return cost
+
+    def _cost(self, enode: ENode) -> float:
+        op, attrs, children = enode
+        if op in (ARGUMENT, PROJECT) or all(c in self.weight_only for c in children):
+            return 0.0
+        inputs = [self.egraph.placeholder(child) for child in children]
+        node = Node(op, inputs, **dict(attrs))
+        launch = self.model.device.launch_overhead_s
+        cost = launch + max(self.model.op_work(node, -1, False))
+        return cost if math.isfinite(cost) else math.inf
+
+
+def _weight_only(egraph: EGraph) -> set[ClassId]:
+    """Classes computable from weights and constants alone (thesis §2.9.3: folded
+    before inference), to a fixed point."""
+    known: set[ClassId] = set()
+    changed = True
+    while changed:
+        changed = False
+        for cid, (op, attrs, children) in egraph.items():
+            if cid in known:
+                continue
+            if op == ARGUMENT:
+                if attrs[0][1].attr("is_param"):
+                    known.add(cid)
+                    changed = True
+            elif all(child in known for child in children):
+                known.add(cid)
+                changed = True
+    return known
