@@ -12,12 +12,12 @@ its own measure.
 
 from __future__ import annotations
 
-import math
 import time
 from collections import Counter
 from dataclasses import dataclass
 
 from tasoc.cost import CostError, CostModel, FusedSumCost
+from tasoc.cost.stats import FREE_OPS, FUSIBLE_OPS
 from tasoc.ir.dag import Dag, Node
 from tasoc.ir.rules import Rule
 from tasoc.passes.rewrite.egraph.egraph import ARGUMENT, PROJECT, ClassId, EGraph, ENode
@@ -77,9 +77,11 @@ def egraph_search(
 
 
 class _NodeCosts:
-    """What one e-node costs run alone (`FusedSumCost.op_work`, unfused), cached per
-    e-node; nothing for arguments, projections, and ops on weights and constants alone
-    when the model folds them."""
+    """What one e-node costs (`FusedSumCost.op_work`), cached per e-node: a kernel
+    launch plus its roofline, or for an op XLA fuses (`FUSIBLE_OPS`) whose first
+    operand is computed by a kernel, its work inside that kernel, as it usually runs;
+    nothing for constants, arguments, projections, and ops on weights alone when the
+    model folds them."""
 
     def __init__(self, egraph: EGraph, cost_model: FusedSumCost) -> None:
         self.egraph = egraph
@@ -93,15 +95,26 @@ class _NodeCosts:
             cost = self._cache[enode] = max(self._cost(enode), MIN_NODE_COST)
         return cost
 
+    def _runs(self, cid: ClassId) -> bool:
+        """Whether class `cid` is computed by a kernel that a fusible reader can join:
+        not given (an argument, a constant, a folded weight), and not one result of
+        a multi-result op, whose kernel has other readers (`tasoc.cost.fusion`)."""
+        if cid in self.weight_only:
+            return False
+        given = (ARGUMENT, PROJECT, *FREE_OPS)
+        return all(op not in given for op, _, _ in self.egraph.classes[cid])
+
     def _cost(self, enode: ENode) -> float:
         op, attrs, children = enode
         if op in (ARGUMENT, PROJECT) or all(c in self.weight_only for c in children):
             return 0.0
+        if op in FREE_OPS:
+            return 0.0
         inputs = [self.egraph.placeholder(child) for child in children]
         node = Node(op, inputs, **dict(attrs))
-        launch = self.model.device.launch_overhead_s
-        cost = launch + max(self.model.op_work(node, -1, False))
-        return cost if math.isfinite(cost) else math.inf
+        if self.model.fusion and op in FUSIBLE_OPS and self._runs(children[0]):
+            return max(self.model.op_work(node, 0, False))
+        return self.model.device.launch_overhead_s + max(self.model.op_work(node, -1, False))
 
 
 def _weight_only(egraph: EGraph) -> set[ClassId]:
