@@ -223,7 +223,7 @@ def time_end_to_end(
     beforehand and passed in as weights, as the cost models assume. Arguments are
     `random_inputs(..., seed)` of each dag.
     """
-    runners = [_runner(dag, fold_weights, seed) for dag in dags]
+    runners = [end_to_end_sampler(dag, fold_weights, seed) for dag in dags]
     samples: list[list[float]] = [[] for _ in dags]
     for _ in range(repeats):
         for run, times in zip(runners, samples, strict=True):
@@ -231,8 +231,10 @@ def time_end_to_end(
     return [statistics.median(times) for times in samples]
 
 
-def _runner(dag: Dag, fold_weights: bool, seed: int) -> Callable[[], float]:
-    """A function timing one sample of `dag` (seconds per call), after warm-up."""
+def end_to_end_sampler(dag: Dag, fold_weights: bool = True, seed: int = 0) -> Callable[[], float]:
+    """A function timing one sample of `dag` (seconds per call, averaged over enough
+    calls to last `_MIN_SAMPLE_S`), jitted and warmed up; what `time_end_to_end` and
+    benchmarks that interleave their own runs call."""
     import jax
 
     from tasoc.backends.inputs import random_inputs

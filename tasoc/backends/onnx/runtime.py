@@ -25,18 +25,23 @@ CPU = ("CPUExecutionProvider",)
 
 
 def inference_session(
-    model: onnx.ModelProto | str | PathLike[str], providers: Sequence[str] = CPU
+    model: onnx.ModelProto | str | PathLike[str],
+    providers: Sequence[str] = CPU,
+    options: onnxruntime.SessionOptions | None = None,
 ) -> onnxruntime.InferenceSession:
     """An onnxruntime session for `model` (in memory, or a file with or without external
-    data), with `providers` in order of preference."""
+    data), with `providers` in order of preference and session `options`."""
     import onnxruntime
 
+    def session(source: str | bytes) -> onnxruntime.InferenceSession:
+        return onnxruntime.InferenceSession(source, options, providers=list(providers))
+
     if not isinstance(model, onnx.ModelProto):
-        return onnxruntime.InferenceSession(str(model), providers=list(providers))
+        return session(str(model))
     if fits_in_protobuf(model):
-        return onnxruntime.InferenceSession(model.SerializeToString(), providers=list(providers))
+        return session(model.SerializeToString())
     with tempfile.TemporaryDirectory(prefix="tasoc-onnx-") as directory:
         path = Path(directory) / "model.onnx"
         save_onnx(model, path, external_data=True)
         # The session holds the weights once built, so the files may go.
-        return onnxruntime.InferenceSession(str(path), providers=list(providers))
+        return session(str(path))
