@@ -89,6 +89,26 @@ def test_the_search_finds_a_cheaper_graph_and_reports_it() -> None:
     assert section["rules_loaded"] >= 250
 
 
+@pytest.mark.parametrize("search", QUICK_SEARCHES)
+def test_both_searches_fuse_the_matmuls(search: str) -> None:
+    module = fusable()
+    after, section = rewritten(module, EqualityRewritePass(search=search, budget=50))
+    assert_equal_programs(module, after)
+    assert section["cost_after"] < section["cost_before"]
+    assert "graph.split" in str(after)
+
+
+def test_retime_measures_the_input_and_the_best_candidates_and_keeps_the_fastest() -> None:
+    module = fusable()
+    after, section = rewritten(module, EqualityRewritePass(budget=50, retime=2))
+    timed = section["retimed"]
+    assert 2 <= len(timed) <= 3 and sum(t["input"] for t in timed) == 1
+    assert [t["measured_s"] for t in timed] == sorted(t["measured_s"] for t in timed)
+    assert section["ops_after"] == timed[0]["ops"]
+    assert ("graph.split" in str(after)) == (not timed[0]["input"])
+    assert_equal_programs(module, after)
+
+
 def test_the_search_is_deterministic() -> None:
     first, _ = rewritten(fusable(), EqualityRewritePass(budget=30))
     second, _ = rewritten(fusable(), EqualityRewritePass(budget=30))
@@ -125,6 +145,8 @@ def test_nasrnn_from_the_command_line(tasoc, tmp_path: Path) -> None:
         ("alpha=0.5", "alpha must be at least 1"),
         ("cost=psychic", "psychic"),
         ("memory-limit=10", "impossible memory limit"),
+        ("retime=-1", "retime must not be negative"),
+        ("search=egraph node-limit=0", "node-limit must be positive"),
     ],
 )
 def test_bad_options_are_one_line_errors(tasoc, options: str, fragment: str) -> None:

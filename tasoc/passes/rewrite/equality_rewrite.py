@@ -33,10 +33,15 @@ from tasoc.passes.report import current_report
 from tasoc.passes.rewrite.egraph import EGraphLimits, egraph_search
 from tasoc.passes.rewrite.library import load_library
 from tasoc.passes.rewrite.match import directed, find_matches
+from tasoc.passes.rewrite.retime import retime
 from tasoc.passes.rewrite.search import SearchLimits, SearchResult, backtracking_search
 
 SEARCHES = ("backtrack", "egraph")
 """The search strategies this pass offers."""
+
+RETIME_MEASURED = {"measured": 3}
+"""Candidates re-timed end to end when `retime` is not given, per cost model: a pass
+told to measure op times measures whole graphs too; an analytic one stays offline."""
 
 
 class RewriteError(PassFailedException):
@@ -64,6 +69,7 @@ class EqualityRewritePass(ModulePass):
     rules: str = "default"
     memory_limit: int | None = None
     node_limit: int = EGraphLimits.node_limit
+    retime: int | None = None
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         self._check_options()
@@ -105,8 +111,22 @@ class EqualityRewritePass(ModulePass):
             **result.details,
             rules_applied=dict(sorted(result.applied.items())),
         )
-        if result.best != graph:
-            _replace_body(op, dag_module.to_module(result.best))
+        best = result.best
+        retime_count = self.retime if self.retime is not None else RETIME_MEASURED.get(self.cost, 0)
+        if retime_count > 0 and best != graph:
+            timed = retime(graph, result.cost_before, result.candidates, retime_count)
+            best = timed[0].graph
+            section.update(
+                retimed=[
+                    {"ops": t.graph.num_ops, "predicted": t.predicted, "measured_s": t.measured_s,
+                     "input": t.graph == graph}
+                    for t in timed
+                ],
+                ops_after=best.num_ops,
+                cost_after=next(t.predicted for t in timed if t.graph == best),
+            )  # fmt: skip
+        if best != graph:
+            _replace_body(op, dag_module.to_module(best))
 
     def _search(self, graph: Dag, rules: list[Rule], cost_model: CostModel) -> SearchResult:
         if self.search == "egraph":
@@ -130,6 +150,10 @@ class EqualityRewritePass(ModulePass):
             raise RewriteError(f"alpha must be at least 1, got {self.alpha}")
         if self.budget < 1 or self.timeout <= 0:
             raise RewriteError("budget and timeout must be positive")
+        if self.node_limit < 1:
+            raise RewriteError(f"node-limit must be positive, got {self.node_limit}")
+        if self.retime is not None and self.retime < 0:
+            raise RewriteError(f"retime must not be negative, got {self.retime}")
 
 
 def _replace_body(module: ModuleOp, new: ModuleOp) -> None:

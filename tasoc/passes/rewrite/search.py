@@ -40,6 +40,8 @@ class SearchLimits:
     """Graphs expanded at most."""
     timeout_s: float = 30.0
     """Seconds before the search stops with the best graph found."""
+    candidates: int = 4
+    """How many of the cheapest graphs found the result lists (`SearchResult.candidates`)."""
     max_ops_growth: float = 1.5
     """Graphs with more than this times the original's ops are not kept (TASO's size
     cap: rules that only grow a graph would otherwise fill the queue)."""
@@ -57,6 +59,9 @@ class SearchResult:
     """Why the search ended: `exhausted`, `budget` or `timeout` for backtracking."""
     applied: Counter[str] = field(default_factory=Counter)
     """How often each rule was applied on the way to the best graph."""
+    candidates: list[tuple[Dag, float]] = field(default_factory=list)
+    """The cheapest distinct graphs found, with their predicted costs, cheapest first
+    (`best` among them): what the pass re-times end to end before choosing."""
     details: dict[str, Any] = field(default_factory=dict)
     """The search's own figures, for the run report: `graphs_expanded` (taken out of
     the queue) and `graphs_generated` (produced by rule applications; a discarded
@@ -79,6 +84,7 @@ def backtracking_search(
     cost_before = cost_model.cost(dag)
     best, best_cost = dag, cost_before
     history: dict[Dag, tuple[str, ...]] = {dag: ()}
+    costs: dict[Dag, float] = {dag: cost_before}
     order = itertools.count()
     queue: list[tuple[float, int, Dag]] = [(cost_before, next(order), dag)]
     expanded = generated = 0
@@ -105,6 +111,7 @@ def backtracking_search(
                 # costed again (cheap: node costs are cached), but memory stays bounded
                 # by the queue, not by every graph ever generated.
                 history[new] = (*history[graph], match.rule.name)
+                costs[new] = new_cost
                 heapq.heappush(queue, (new_cost, next(order), new))
             if time.perf_counter() > deadline:
                 break
@@ -118,4 +125,5 @@ def backtracking_search(
         stopped=stopped,
         applied=Counter(history[best]),
         details={"graphs_expanded": expanded, "graphs_generated": generated},
+        candidates=sorted(costs.items(), key=lambda item: item[1])[: limits.candidates],
     )

@@ -14,9 +14,9 @@ class is paid for once, so the ILP sees the common subexpressions that the greed
 extractor double-counts.
 
 scipy's `milp` (HiGHS) solves it within `time_limit_s`; the greedy bottom-up choice
-(`greedy`) is the fallback when it proves nothing in time, and is kept when it is
-cheaper. The costs are a sum over e-nodes, not the fused model of `tasoc.cost`: the
-search re-prices the extracted graph with the full model.
+(`greedy`) is returned beside it, and alone when the ILP proves nothing in time. The
+costs are a sum over e-nodes, not the fused model of `tasoc.cost`: the search
+re-prices every extracted graph with the full model.
 """
 
 from __future__ import annotations
@@ -160,13 +160,14 @@ def extract(
     roots: Sequence[ClassId],
     node_cost: NodeCost,
     time_limit_s: float,
-) -> Extraction:
-    """The cheapest choice for `roots` (module docstring)."""
+) -> list[Extraction]:
+    """The ILP's choice for `roots` (module docstring) and the greedy one, cheapest
+    first; only the greedy one when the ILP has no time or finds nothing."""
     roots = [egraph.find(root) for root in roots]
     classes = acyclic(egraph, roots)
     fallback = _priced(roots, greedy(classes, node_cost), node_cost, "greedy")
     if time_limit_s <= 0:
-        return replace(fallback, method="greedy (no time left for the ILP)")
+        return [replace(fallback, method="greedy (no time left for the ILP)")]
     pairs = [(cid, enode) for cid, nodes in classes.items() for enode in nodes]
     column = {pair: i for i, pair in enumerate(pairs)}
     rows = _Rows()
@@ -185,7 +186,7 @@ def extract(
         options={"time_limit": time_limit_s, "mip_rel_gap": 1e-6},
     )
     if solution.x is None:
-        return replace(fallback, method=f"greedy (the ILP found nothing: {solution.message})")
+        return [replace(fallback, method=f"greedy (the ILP found nothing: {solution.message})")]
     chosen: Choice = {}
     for (cid, enode), j in column.items():
         if solution.x[j] > 0.5 and (
@@ -193,8 +194,7 @@ def extract(
         ):
             chosen[cid] = enode
     method = "ilp (optimal)" if solution.status == 0 else "ilp (time limit)"
-    ilp = _priced(roots, chosen, node_cost, method)
-    return ilp if ilp.cost <= fallback.cost else replace(fallback, method="greedy (beat the ILP)")
+    return sorted([_priced(roots, chosen, node_cost, method), fallback], key=lambda e: e.cost)
 
 
 class _Rows:

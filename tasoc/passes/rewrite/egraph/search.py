@@ -4,10 +4,10 @@
 
 The input graph goes into an e-graph, the rules saturate it (`saturate.py`) for at
 most `saturation_share` of the time, and the ILP (`extract.py`) picks the cheapest
-graph it holds under per-op costs from the cost model, in the time left. The graph
-extracted is then priced with the full cost model (fusion and memory included) and
-returned only when it beats the input, so the search never makes a graph worse by
-its own measure.
+graph it holds under per-op costs from the cost model, in the time left, beside a
+greedy pick. The graphs extracted are then priced with the full cost model (fusion
+and memory included), and the input stays unless one beats it, so the search never
+makes a graph worse by its own measure.
 """
 
 from __future__ import annotations
@@ -54,24 +54,31 @@ def egraph_search(
     saturation = saturate(egraph, rules, limits, deadline, progress)
     node_cost = _NodeCosts(egraph, cost_model)
     time_left = start + timeout_s - time.perf_counter()
-    extraction = extract(egraph, roots, node_cost, time_left)
-    candidate = to_dag(egraph, roots, extraction.choice, dag.args, dag.name)
-    candidate_cost = cost_model.cost(candidate)
-    improved = candidate_cost < cost_before
+    extractions = extract(egraph, roots, node_cost, time_left)
+    priced: dict[Dag, float] = {dag: cost_before}
+    methods: dict[Dag, str] = {}
+    for extraction in extractions:
+        candidate = to_dag(egraph, roots, extraction.choice, dag.args, dag.name)
+        priced.setdefault(candidate, cost_model.cost(candidate))
+        methods.setdefault(candidate, extraction.method)
+    candidates = sorted(priced.items(), key=lambda item: item[1])
+    best, best_cost = candidates[0]
     return SearchResult(
-        best=candidate if improved else dag,
+        best=best,
         cost_before=cost_before,
-        cost_after=candidate_cost if improved else cost_before,
+        cost_after=best_cost,
         seconds=time.perf_counter() - start,
         stopped=saturation.stopped,
-        applied=saturation.applied if improved else Counter(),
+        applied=saturation.applied if best != dag else Counter(),
+        candidates=candidates,
         details={
             "rounds": saturation.rounds,
             "matches": saturation.matches,
             "enodes": egraph.num_nodes,
             "eclasses": egraph.num_classes,
-            "extraction": extraction.method,
-            "extracted_cost": candidate_cost,
+            "extraction": methods.get(
+                best, f"none cheaper than the input ({extractions[0].method})"
+            ),
         },
     )
 
