@@ -109,6 +109,18 @@ def test_retime_measures_the_input_and_the_best_candidates_and_keeps_the_fastest
     assert_equal_programs(module, after)
 
 
+@pytest.mark.parametrize("search", QUICK_SEARCHES)
+def test_split_size_searches_pieces_and_keeps_the_graph_equal(search: str) -> None:
+    model = next(m for m in list_models() if m.name == "nasrnn")
+    module = build_model(model.spec(model.small))
+    rewrite = EqualityRewritePass(search=search, split_size=25, budget=10, timeout=20.0)
+    after, section = rewritten(module, rewrite)
+    assert_equal_programs(module, after)
+    assert section["pieces"] >= 4 and section["stopped"] == "pieces searched"
+    assert len(section["cut_sizes"]) == section["pieces"] - 1
+    assert section["cost_after"] < section["cost_before"]
+
+
 def test_the_search_is_deterministic() -> None:
     first, _ = rewritten(fusable(), EqualityRewritePass(budget=30))
     second, _ = rewritten(fusable(), EqualityRewritePass(budget=30))
@@ -146,6 +158,7 @@ def test_nasrnn_from_the_command_line(tasoc, tmp_path: Path) -> None:
         ("cost=psychic", "psychic"),
         ("memory-limit=10", "impossible memory limit"),
         ("retime=-1", "retime must not be negative"),
+        ("split-size=0", "split-size must be positive"),
         ("search=egraph node-limit=0", "node-limit must be positive"),
     ],
 )

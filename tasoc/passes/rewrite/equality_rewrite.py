@@ -16,6 +16,9 @@ way to the result. A graph that no rule matches is returned unchanged, with a no
 
 from __future__ import annotations
 
+import math
+import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -35,9 +38,13 @@ from tasoc.passes.rewrite.library import load_library
 from tasoc.passes.rewrite.match import directed, find_matches
 from tasoc.passes.rewrite.retime import retime
 from tasoc.passes.rewrite.search import SearchLimits, SearchResult, backtracking_search
+from tasoc.passes.rewrite.split import optimize_in_pieces
 
 SEARCHES = ("backtrack", "egraph")
 """The search strategies this pass offers."""
+
+MIN_PIECE_SECONDS = 0.5
+"""The least time a piece's search gets, when the split has used up the timeout."""
 
 RETIME_MEASURED = {"measured": 3}
 """Candidates re-timed end to end when `retime` is not given, per cost model: a pass
@@ -70,6 +77,7 @@ class EqualityRewritePass(ModulePass):
     memory_limit: int | None = None
     node_limit: int = EGraphLimits.node_limit
     retime: int | None = None
+    split_size: int | None = None
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         self._check_options()
@@ -91,7 +99,10 @@ class EqualityRewritePass(ModulePass):
             section.update(note="no rule matches this graph; it is returned unchanged")
             return
         try:
-            result = self._search(graph, rules, cost_model)
+            if self.split_size is not None and graph.num_ops > self.split_size:
+                result = self._search_in_pieces(graph, rules, cost_model)
+            else:
+                result = self._search(graph, rules, cost_model, self.timeout)
         except CostError as err:
             raise RewriteError(str(err)) from None
         section.update(
@@ -128,15 +139,54 @@ class EqualityRewritePass(ModulePass):
         if best != graph:
             _replace_body(op, dag_module.to_module(best))
 
-    def _search(self, graph: Dag, rules: list[Rule], cost_model: CostModel) -> SearchResult:
+    def _search_in_pieces(
+        self, graph: Dag, rules: list[Rule], cost_model: CostModel
+    ) -> SearchResult:
+        """MetaFlow's split (`split.optimize_in_pieces`): each piece, then the ops
+        around each cut, searched on their own. Bisecting until pieces have at most
+        `split_size` ops gives about k = 2^⌈log2(ops / split_size)⌉ pieces and k - 1
+        cuts; each search gets an equal share of the time left."""
+        start = time.perf_counter()
+        deadline = start + self.timeout
+        pieces = 2 ** math.ceil(math.log2(graph.num_ops / self.split_size))
+        searches_left = [2 * pieces]
+        applied: Counter[str] = Counter()
+
+        def optimize(piece: Dag) -> Dag:
+            share = (deadline - time.perf_counter()) / max(searches_left[0], 1)
+            searches_left[0] -= 1
+            result = self._search(piece, rules, cost_model, max(share, MIN_PIECE_SECONDS))
+            applied.update(result.applied)
+            return result.best
+
+        split = optimize_in_pieces(graph, rules, self.split_size, optimize, cost=cost_model.cost)
+        cost_before, cost_after = cost_model.cost(graph), cost_model.cost(split.dag)
+        return SearchResult(
+            best=split.dag,
+            cost_before=cost_before,
+            cost_after=cost_after,
+            seconds=time.perf_counter() - start,
+            stopped="pieces searched",
+            applied=applied if split.dag != graph else Counter(),
+            candidates=sorted({graph: cost_before, split.dag: cost_after}.items(), key=_cost),
+            details={
+                "pieces": split.pieces,
+                "cut_sizes": list(split.cut_sizes),
+                "cut_matches_broken": list(split.cut_weights),
+            },
+        )
+
+    def _search(
+        self, graph: Dag, rules: list[Rule], cost_model: CostModel, timeout: float
+    ) -> SearchResult:
         if self.search == "egraph":
             limits = EGraphLimits(node_limit=self.node_limit)
             with progress_bar(self.name, "round", limits.rounds, delay=1.0) as update:
                 return egraph_search(
-                    graph, rules, cost_model, limits, self.timeout,
+                    graph, rules, cost_model, limits, timeout,
                     lambda rounds, enodes: update(rounds, enodes=enodes),
                 )  # fmt: skip
-        limits = SearchLimits(self.alpha, self.budget, self.timeout)
+        limits = SearchLimits(self.alpha, self.budget, timeout)
         with progress_bar(self.name, "graph", self.budget, delay=1.0) as update:
             return backtracking_search(
                 graph, rules, cost_model, limits,
@@ -150,6 +200,8 @@ class EqualityRewritePass(ModulePass):
             raise RewriteError(f"alpha must be at least 1, got {self.alpha}")
         if self.budget < 1 or self.timeout <= 0:
             raise RewriteError("budget and timeout must be positive")
+        if self.split_size is not None and self.split_size < 1:
+            raise RewriteError(f"split-size must be positive, got {self.split_size}")
         if self.node_limit < 1:
             raise RewriteError(f"node-limit must be positive, got {self.node_limit}")
         if self.retime is not None and self.retime < 0:
@@ -165,3 +217,7 @@ def _replace_body(module: ModuleOp, new: ModuleOp) -> None:
     for moved in list(new.body.block.ops):
         moved.detach()
         block.add_op(moved)
+
+
+def _cost(candidate: tuple[Dag, float]) -> float:
+    return candidate[1]

@@ -54,6 +54,7 @@ class EGraph:
         self._placeholders: dict[ClassId, Value] = {}
         self._placeholder_class: dict[Node, ClassId] = {}
         self._dirty = False
+        self._num_nodes = 0
         self.generation = 0
         """Stamped on each new e-node as its age (`ages`): saturation counts rounds."""
         self.ages: dict[ENode, int] = {}
@@ -78,7 +79,8 @@ class EGraph:
 
     @property
     def num_nodes(self) -> int:
-        return sum(len(nodes) for nodes in self.classes.values())
+        """E-nodes held (kept as a count: saturation asks before every application)."""
+        return self._num_nodes
 
     @property
     def num_classes(self) -> int:
@@ -125,6 +127,7 @@ class EGraph:
         self._parent.append(cid)
         self._sigs.append(sigs)
         self.classes[cid] = [enode]
+        self._num_nodes += 1
         self._memo[enode] = cid
         self.ages[enode] = self.generation
         if len(sigs) > 1:
@@ -187,6 +190,7 @@ class EGraph:
                     if other != root:
                         self.union(other, root)
             self.classes = {cid: list(group) for cid, group in sorted(grouped.items())}
+            self._num_nodes = sum(len(nodes) for nodes in self.classes.values())
             self._memo = memo
             ages: dict[ENode, int] = {}
             for enode, age in self.ages.items():

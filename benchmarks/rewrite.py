@@ -1,0 +1,490 @@
+"""`equality-rewrite` on TASO's and Tensat's evaluation models: what the search predicts,
+and what JAX and onnxruntime then measure.
+
+    .venv/bin/python benchmarks/rewrite.py [--models a,b] [--searches backtrack,egraph] \
+        [--timeout 30] [--cost analytic] [--alpha A] [--budget N] [--repeats 20] \
+        [--measure-seconds 20] [--memory-limit 8] [--timeout-per-model 600] [--small] \
+        [--markdown]
+
+For each model (`MODELS`, built at its paper's shapes) and each search, a child process
+runs the pass as `tasoc opt -p 'equality-rewrite{search=S timeout=T cost=C ...}'` does,
+through the driver's own `TasocOptMain` (so options are parsed and checked as on the
+command line, the result is verified, and the pass writes its section of the driver's
+`RunReport`). The row then shows:
+
+- ops before and after, and the search's wall time and why it stopped;
+- the *predicted* speedup, `cost_before / cost_after` of the pass's cost model
+  (`analytic` is a simulated roofline, not a measurement);
+- the optimized program's largest absolute output difference from the original under
+  JAX on the same random inputs (`verify.equivalence.equivalent`); a difference beyond
+  its tolerances marks the row **NO** and makes the exit status 1;
+- the *measured* speedup under `jax.jit` and under onnxruntime (both programs exported
+  with the same weights, fed the same inputs). The two programs run in alternating
+  pairs in one process (original first in even pairs, optimized first in odd ones, so
+  neither always runs warm), and the figure is the median of the per-pair ratios
+  original / optimized with their interquartile range: drift in the machine's speed
+  between pairs cancels out of each ratio. A sample repeats a fast program until it
+  takes `SAMPLE_S`; onnxruntime's idle threads do not spin (`ort_session`). Weight-only
+  ops are computed once beforehand on both sides, as the cost model assumes: JAX by
+  `tasoc.cost.measured`'s weight folding, onnxruntime by its constant folding of
+  initializers. Pairs stop at `--repeats`, or once a backend has measured for
+  `--measure-seconds` (after at least `MIN_PAIRS`).
+
+Each (model, search) runs in its own child with `--timeout-per-model`, so a crash, an
+out-of-memory kill or a timeout is a row (with what the child finished before it), and
+a search the pass does not know is a row `error: ...`. A run is first estimated at
+`RUN_COPIES` times `benchmarks/zoo.py`'s estimate (two programs, each through both
+backends); a model over `--memory-limit` runs at batch 1 instead when it has a larger
+batch (the model column shows the spec that ran), or is skipped. `--small` runs each
+model's small variant instead (a smoke test). Results are recorded in docs/rewrite.md;
+this script only measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from importlib.metadata import version
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from xdsl.dialects.builtin import ModuleOp
+from zoo import GB, estimated_bytes
+
+from tasoc.models.registry import SCHEME, ZooModel, build_model, get_model, model_stats
+
+if TYPE_CHECKING:
+    import onnx
+    import onnxruntime
+
+MODELS = (
+    "bert",
+    "nasrnn",
+    "resnext50",
+    "nasnet_a",
+    "resnet50",
+    "inception_v3",
+    "squeezenet",
+    "vgg19",
+)
+"""The models of TASO's (Jia's thesis §2.9) and Tensat's evaluations, by zoo name."""
+
+PASS = "equality-rewrite"
+SEED = 0
+"""Seed of the random inputs every measurement and check uses."""
+
+RUN_COPIES = 2
+"""A run holds two programs (original and optimized), each as `zoo.py` runs one."""
+
+MIN_PAIRS = 5
+"""A backend measures at least this many pairs, however long they take."""
+
+SAMPLE_S = 0.02
+"""A sample repeats a fast program until it takes this long: on a machine shared with
+other work, a 1 ms sample (`time_end_to_end`'s) is often one preempted time slice."""
+
+
+# ------------------------------------------------------------------ in the child
+
+
+@dataclass
+class Speedup:
+    """Median and quartiles of the per-pair ratios original time / optimized time."""
+
+    median: float
+    q1: float
+    q3: float
+    pairs: int
+
+    @classmethod
+    def of(cls, ratios: list[float]) -> Speedup:
+        if len(ratios) == 1:
+            return cls(ratios[0], ratios[0], ratios[0], 1)
+        q1, median, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
+        return cls(median, q1, q3, len(ratios))
+
+    def __str__(self) -> str:
+        return f"{self.median:.3f} ({self.q1:.3f}-{self.q3:.3f}, n={self.pairs})"
+
+
+@dataclass
+class Result:
+    """What a child found; printed as a JSON line when each phase starts and at the end,
+    so a child stopped midway still reports what it finished and where it was."""
+
+    phase: str = "search"
+    ops_before: int | None = None
+    ops_after: int | None = None
+    predicted: float | None = None
+    search_s: float | None = None
+    stopped: str = ""
+    max_abs_error: float | None = None
+    agree: bool | None = None
+    jax: Speedup | None = None
+    ort: Speedup | None = None
+    error: str | None = None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Result:
+        result = cls(**data)
+        result.jax = Speedup(**data["jax"]) if data["jax"] else None
+        result.ort = Speedup(**data["ort"]) if data["ort"] else None
+        return result
+
+
+def optimize(spec: str, pipeline: str) -> tuple[ModuleOp, ModuleOp, dict[str, Any]]:
+    """The model, the model after `pipeline`, and the pass's report section (with
+    `seconds`, the pass's wall time as the driver measured it)."""
+    from tasoc.driver.inputs import build_zoo_model
+    from tasoc.driver.opt import TasocOptMain
+    from tasoc.passes.report import reporting
+
+    driver = TasocOptMain([f"{SCHEME}{spec}", "-p", pipeline])
+    original = build_zoo_model(spec)
+    optimized = original.clone()
+    with reporting(driver.report):
+        driver.pipeline.apply(driver.ctx, optimized)
+    section = driver.report.section(PASS)
+    return original, optimized, {**section, "seconds": driver.report.passes[0].seconds}
+
+
+def interleaved_speedup(
+    original: Callable[[], float], optimized: Callable[[], float], pairs: int, seconds: float
+) -> Speedup:
+    """Alternate the two samplers (each returns seconds per call) for `pairs` pairs, or
+    until `seconds` have passed after at least `MIN_PAIRS`; see the module docstring."""
+    ratios: list[float] = []
+    start = time.perf_counter()
+    for index in range(pairs):
+        if index >= MIN_PAIRS and time.perf_counter() - start > seconds:
+            break
+        if index % 2:
+            new, old = optimized(), original()
+        else:
+            old, new = original(), optimized()
+        ratios.append(old / new)
+    return Speedup.of(ratios)
+
+
+def jax_speedup(original: ModuleOp, optimized: ModuleOp, pairs: int, seconds: float) -> Speedup:
+    # `time_end_to_end` returns each program's median, not the pairs: use its sampler.
+    from tasoc.cost.measured import end_to_end_sampler
+    from tasoc.ir.dag import from_module
+
+    samplers = [
+        lengthened(end_to_end_sampler(from_module(m), fold_weights=True, seed=SEED))
+        for m in (original, optimized)
+    ]
+    return interleaved_speedup(*samplers, pairs, seconds)
+
+
+def timed(call: Callable[[], object]) -> Callable[[], float]:
+    """A sampler of one call's seconds, after two warm-up calls."""
+    call()
+    call()
+
+    def sample() -> float:
+        start = time.perf_counter()
+        call()
+        return time.perf_counter() - start
+
+    return sample
+
+
+def lengthened(sample: Callable[[], float]) -> Callable[[], float]:
+    """`sample` averaged over as many samples as take `SAMPLE_S`, so that one sample of a
+    fast program spans several scheduler time slices."""
+    count = max(1, min(1000, math.ceil(SAMPLE_S / max(sample(), 1e-9))))
+    return lambda: statistics.fmean(sample() for _ in range(count))
+
+
+def ort_session(model: onnx.ModelProto) -> onnxruntime.InferenceSession:
+    """A CPU session whose idle threads do not spin: two sessions live in one process, and
+    the spinning threads of the one just run would take cores from the other (on a busy
+    2-core machine that doubles the interquartile range)."""
+    import onnxruntime
+
+    from tasoc.backends.onnx.runtime import inference_session
+
+    options = onnxruntime.SessionOptions()
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return inference_session(model, options=options)
+
+
+def ort_call(module: ModuleOp, arguments: list[Any]) -> Callable[[], object]:
+    """One onnxruntime run of `module` exported with `arguments`' weights, on its
+    activations (the exporter makes activation arguments the inputs, in order)."""
+    from tasoc.backends.onnx import export_onnx
+    from tasoc.ir.program import arg_infos, entry_function
+
+    infos = arg_infos(entry_function(module))
+    weights = {i.name: a for i, a in zip(infos, arguments, strict=True) if i.is_param}
+    model = export_onnx(module, param_values=weights)
+    activations = [a for i, a in zip(infos, arguments, strict=True) if not i.is_param]
+    feeds = dict(zip((value.name for value in model.graph.input), activations, strict=True))
+    session = ort_session(model)
+    return lambda: session.run(None, feeds)
+
+
+def ort_speedup(original: ModuleOp, optimized: ModuleOp, pairs: int, seconds: float) -> Speedup:
+    from tasoc.backends.inputs import random_inputs
+
+    arguments = random_inputs(original, SEED)
+    samplers = [lengthened(timed(ort_call(m, arguments))) for m in (original, optimized)]
+    return interleaved_speedup(*samplers, pairs, seconds)
+
+
+def error_line(error: Exception) -> str:
+    from tasoc.driver.errors import describe, one_line
+
+    return describe(error) or f"{type(error).__name__}: {one_line(str(error))}"
+
+
+def run_child(spec: str, pipeline: str, pairs: int, seconds: float) -> None:
+    """Search, check and measure `spec`, printing a `Result` line at each phase."""
+    from tasoc.verify.equivalence import equivalent
+
+    result = Result()
+
+    def start(phase: str) -> None:
+        result.phase = phase
+        print(json.dumps(asdict(result)), flush=True)
+
+    try:
+        start("search")
+        original, optimized, section = optimize(spec, pipeline)
+        result.ops_before = model_stats(original).ops
+        result.ops_after = model_stats(optimized).ops
+        result.predicted = section.get("predicted_speedup", 1.0)
+        result.search_s = section.get("search_seconds", section["seconds"])
+        stopped = section.get("stopped")
+        result.stopped = f"stopped: {stopped}" if stopped else section.get("note", "")
+        start("check")
+        check = equivalent(original, optimized, seed=SEED, backend="jax")
+        result.max_abs_error = max((o.max_abs_error for o in check.outputs), default=0.0)
+        result.agree = check.ok
+        start("jax")
+        result.jax = jax_speedup(original, optimized, pairs, seconds)
+        start("onnxruntime")
+        result.ort = ort_speedup(original, optimized, pairs, seconds)
+        result.phase = "done"
+    except Exception as error:
+        result.error = error_line(error)
+    print(json.dumps(asdict(result)), flush=True)
+
+
+# ----------------------------------------------------------------- in the parent
+
+
+@dataclass
+class Row:
+    """One line of the table: a (spec, search) and what its child reported."""
+
+    spec: str
+    search: str
+    outcome: str = ""
+    """Empty when the child finished, else why not (skipped, timed out, killed)."""
+    result: Result | None = None
+
+
+def pass_pipeline(args: argparse.Namespace, search: str) -> str:
+    """The `-p` text for `search` with the options given on the command line."""
+    options = {
+        "search": search,
+        "timeout": args.timeout,
+        "cost": args.cost,
+        "alpha": args.alpha,
+        "budget": args.budget,
+    }
+    text = " ".join(f"{key}={value}" for key, value in options.items() if value is not None)
+    return f"{PASS}{{{text}}}"
+
+
+def fitting_spec(model: ZooModel, small: bool, limit: float) -> tuple[str, str]:
+    """(spec to run, '') or (the default spec, why it is skipped): the paper's shapes,
+    else batch 1 when that fits `limit` GB (module docstring)."""
+    if small:
+        return model.spec(dict(model.small)), ""
+    candidates = [model.spec()]
+    if model.defaults.get("batch", 1) != 1:
+        candidates.append(model.spec({"batch": 1}))
+    need = 0.0
+    for spec in candidates:
+        need = RUN_COPIES * estimated_bytes(build_model(spec)) / GB
+        if need <= limit:
+            return spec, ""
+    return candidates[0], f"skipped: needs ~{need:.1f} GB > {limit:g} GB"
+
+
+def last_result(stdout: str | bytes | None) -> Result | None:
+    text = stdout.decode(errors="replace") if isinstance(stdout, bytes) else stdout or ""
+    lines = [line for line in text.splitlines() if line.startswith("{")]
+    return Result.from_json(json.loads(lines[-1])) if lines else None
+
+
+def run_row(spec: str, search: str, args: argparse.Namespace) -> Row:
+    """One child for (spec, search), stopped after `--timeout-per-model` seconds."""
+    command = [sys.executable, __file__, "--child", spec, "--pipeline", pass_pipeline(args, search)]
+    command += ["--repeats", str(args.repeats), "--measure-seconds", str(args.measure_seconds)]
+    print(f"{spec} {search} ...", file=sys.stderr, flush=True)
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=args.timeout_per_model
+        )
+    except subprocess.TimeoutExpired as stopped:
+        result = last_result(stopped.stdout)
+        during = f" during {result.phase}" if result else ""
+        row = Row(spec, search, f"timed out after {args.timeout_per_model:g} s{during}", result)
+    else:
+        row = Row(spec, search, result=last_result(done.stdout))
+        if done.returncode != 0:
+            lines = done.stderr.strip().splitlines()
+            why = lines[-1] if lines else f"exit status {done.returncode}"
+            if done.returncode < 0:
+                why = f"killed by signal {-done.returncode} (out of memory?)"
+            row.outcome = f"failed: {why}"
+    print(f"  {row.outcome or 'done'} in {time.perf_counter() - start:.1f} s", file=sys.stderr)
+    return row
+
+
+def cells(row: Row, markdown: bool) -> list[str]:
+    """The table cells of `row` (see `header`); what did not happen is '—'."""
+    r = row.result or Result()
+
+    def shown(value: object, form: str = "") -> str:
+        return "—" if value is None else format(value, form)
+
+    ops = "—" if r.ops_before is None else f"{r.ops_before} → {r.ops_after}"
+    error = "—" if r.max_abs_error is None else f"{r.max_abs_error:.1e}"
+    if r.agree is False:
+        error = f"**NO** {error}"
+    failure = ""
+    if r.error:
+        failure = f"error: {r.error}" if r.phase == "search" else f"error ({r.phase}): {r.error}"
+    notes = [r.stopped, failure, row.outcome]
+    return [
+        f"`{row.spec}`" if markdown else row.spec,
+        row.search,
+        ops,
+        shown(r.predicted, ".3f"),
+        shown(r.jax),
+        shown(r.ort),
+        error,
+        shown(r.search_s, ".1f"),
+        "; ".join(note for note in notes if note),
+    ]
+
+
+def header(cost: str) -> list[str]:
+    predicted = "simulated" if cost.startswith("analytic") else "cost model"
+    return [
+        "model",
+        "search",
+        "ops",
+        f"predicted speedup ({cost}, {predicted})",
+        "JAX speedup (IQR, pairs)",
+        "ORT speedup (IQR, pairs)",
+        "max abs err",
+        "search s",
+        "notes",
+    ]
+
+
+def table(rows: list[list[str]], markdown: bool) -> str:
+    """Markdown (ready to paste) or plain aligned columns."""
+    if markdown:
+        separator = ["---", "---", "---:", "---:", "---:", "---:", "---:", "---:", "---"]
+        return "\n".join(f"| {' | '.join(row)} |" for row in [rows[0], separator, *rows[1:]])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def environment(argv: list[str]) -> list[str]:
+    versions = ", ".join(
+        f"{name} {version(name)}" for name in ("jax", "jaxlib", "onnxruntime", "onnx", "xdsl")
+    )
+    return [
+        f"{datetime.date.today()}, {cpu_name()} ({platform.machine()}, "
+        f"{len(os.sched_getaffinity(0))} cores), Python {platform.python_version()}, {versions}",
+        f"command: benchmarks/rewrite.py {' '.join(argv)}",
+    ]
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", help=f"comma-separated (default: {','.join(MODELS)})")
+    parser.add_argument("--searches", default="backtrack,egraph", help="comma-separated")
+    parser.add_argument("--timeout", type=float, default=30.0, help="search seconds")
+    parser.add_argument("--cost", default="analytic", help="the pass's cost model")
+    parser.add_argument("--alpha", type=float, help="the pass's alpha (default: the pass's)")
+    parser.add_argument("--budget", type=int, help="the pass's budget (default: the pass's)")
+    parser.add_argument("--repeats", type=int, default=20, help="A/B pairs per backend at most")
+    parser.add_argument(
+        "--measure-seconds", type=float, default=20.0, help="measuring time per backend"
+    )
+    parser.add_argument("--memory-limit", type=float, default=8.0, help="GB (default 8)")
+    parser.add_argument("--timeout-per-model", type=float, default=600.0, help="seconds")
+    parser.add_argument("--small", action="store_true", help="run the small variants")
+    parser.add_argument("--markdown", action="store_true", help="a markdown table")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--pipeline", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error("--repeats must be positive")
+    args.models = args.models.split(",") if args.models else list(MODELS)
+    try:
+        args.models = [get_model(name) for name in args.models]
+    except ValueError as err:
+        parser.error(str(err))
+    return args
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    args = parse_args(argv)
+    if args.child:
+        run_child(args.child, args.pipeline, args.repeats, args.measure_seconds)
+        return
+    rows: list[Row] = []
+    for model in args.models:
+        spec, skipped = fitting_spec(model, args.small, args.memory_limit)
+        for search in args.searches.split(","):
+            rows.append(Row(spec, search, skipped) if skipped else run_row(spec, search, args))
+    lines = environment(argv)
+    print("\n".join(f"- {line}" if args.markdown else line for line in lines))
+    print()
+    print(table([header(args.cost), *(cells(row, args.markdown) for row in rows)], args.markdown))
+    if any(row.result and row.result.agree is False for row in rows):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

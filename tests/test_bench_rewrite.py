@@ -1,0 +1,83 @@
+"""benchmarks/rewrite.py: one real run on a small model, and its parts on made-up data."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "rewrite.py"
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_rewrite", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve annotations through it
+    spec.loader.exec_module(module)
+    return module
+
+
+def table_rows(output: str) -> dict[str, list[str]]:
+    """Markdown body rows by search name."""
+    rows = [line.strip("|").split(" | ") for line in output.splitlines() if line.startswith("| `")]
+    return {cells[1].strip(): [cell.strip() for cell in cells] for cells in rows}
+
+
+def test_small_model_end_to_end() -> None:
+    command = [sys.executable, str(SCRIPT), "--models", "nasrnn", "--small"]
+    command += ["--searches", "backtrack,nosuch", "--timeout", "1", "--repeats", "2"]
+    command += ["--measure-seconds", "0.5", "--markdown"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "onnxruntime" in done.stdout.splitlines()[0]
+    rows = table_rows(done.stdout)
+    model, _, ops, predicted, jax, ort, error, search_s, _ = rows["backtrack"]
+    assert model == "`nasrnn?hidden=32&length=2`"
+    assert ops.startswith("92 → ")
+    assert float(predicted) >= 1.0  # the search never returns a graph it predicts slower
+    for speedup in (jax, ort):
+        assert speedup.endswith("n=2)") and float(speedup.split()[0]) > 0
+    assert float(error) < 1e-4
+    assert 0.5 < float(search_s) < 5
+    assert rows["nosuch"][2:8] == ["—"] * 6
+    assert rows["nosuch"][8].startswith("error: equality-rewrite: unknown search 'nosuch'")
+
+
+def test_ratios_pair_up_and_stop_on_time(bench: ModuleType) -> None:
+    calls: list[str] = []
+
+    def sampler(name: str, seconds: float):
+        return lambda: calls.append(name) or seconds
+
+    speedup = bench.interleaved_speedup(sampler("a", 3.0), sampler("b", 1.5), 50, 0.0)
+    assert (speedup.median, speedup.q1, speedup.q3) == (2.0, 2.0, 2.0)
+    assert speedup.pairs == bench.MIN_PAIRS
+    assert calls[:4] == ["a", "b", "b", "a"]  # each side goes first in turn
+
+
+def test_a_stopped_child_keeps_what_it_finished(bench: ModuleType) -> None:
+    finished = bench.Result(phase="jax", ops_before=10, ops_after=8, predicted=1.25)
+    finished.jax = bench.Speedup(1.1, 1.0, 1.2, 7)
+    output = f"noise\n{json.dumps(asdict(bench.Result()))}\n{json.dumps(asdict(finished))}\n"
+    result = bench.last_result(output.encode())
+    assert result == finished
+    row = bench.Row("m", "backtrack", "timed out after 9 s during jax", result)
+    cells = bench.cells(row, markdown=False)
+    assert cells[:6] == ["m", "backtrack", "10 → 8", "1.250", "1.100 (1.000-1.200, n=7)", "—"]
+    assert cells[-1] == "timed out after 9 s during jax"
+
+
+def test_unknown_model_is_a_usage_error() -> None:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--models", "nosuchnet"], capture_output=True, text=True
+    )
+    assert done.returncode == 2
+    assert "unknown zoo model 'nosuchnet'" in done.stderr
