@@ -1,17 +1,21 @@
 """`equality-rewrite`: replace a graph by a cheaper, mathematically equal graph.
 
-    tasoc opt model.mlir -p 'equality-rewrite{alpha=1.05 budget=1000 timeout=30}'
+    tasoc opt model.mlir -p 'equality-rewrite{search=egraph timeout=30}'
 
 The pass converts `@main` to a light `Dag` once, searches over equal graphs with the
 proven rules of a rule library (`rules=default`), and writes the cheapest graph found
 back into the module. Only proven rules with a current proof are applied
-(`library.load_library`), each in both directions. The search is TASO's backtracking
-search (`search.py`); the cost is a `tasoc.cost` model (`cost=analytic` by default).
+(`library.load_library`), each in both directions. Two searches: TASO's backtracking
+search (`search.py`, the default) and equality saturation with ILP extraction
+(`egraph/`). With `split-size`, a large graph is searched in pieces (`split.py`,
+MetaFlow's split); with `retime`, the best candidates are timed end to end under JAX
+before one is chosen (`retime.py`). The cost is a `tasoc.cost` model
+(`cost=analytic` by default).
 
 What it decided goes to the run report (`tasoc opt --report r.json`, section
-`equality-rewrite`): predicted cost before and after, search time, graphs expanded
-and generated, why the search stopped, and how often each rule was applied on the
-way to the result. A graph that no rule matches is returned unchanged, with a note.
+`equality-rewrite`): predicted cost before and after, search time, the search's own
+figures, why it stopped, and how often each rule was applied. A graph that no rule
+matches is returned unchanged, with a note.
 """
 
 from __future__ import annotations
@@ -61,10 +65,12 @@ class RewriteError(PassFailedException):
 
 @dataclass(frozen=True)
 class EqualityRewritePass(ModulePass):
-    """Options: `alpha` (relaxation, > 1 explores worse graphs), `budget` (graphs
-    expanded), `timeout` (seconds), `search` (`backtrack`), `cost` (a
-    `tasoc.cost.make_cost_model` name), `rules` (a shipped library or a rule file),
-    `memory_limit` (bytes; graphs over it cost infinity)."""
+    """Options (docs/rewrite.md): `search` (`backtrack` or `egraph`), `timeout`
+    (seconds), `alpha` and `budget` (backtracking's relaxation and graphs expanded),
+    `node_limit` (e-nodes saturation stops at), `cost` (a `make_cost_model` name),
+    `retime` (candidates re-timed end to end; default 3 with `cost=measured`, else 0),
+    `split_size` (search graphs of more ops in pieces), `rules` (a shipped library or a
+    rule file), `memory_limit` (bytes; graphs over it cost infinity)."""
 
     name: ClassVar[str] = "equality-rewrite"
 
