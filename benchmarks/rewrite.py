@@ -36,7 +36,7 @@ a search the pass does not know is a row `error: ...`. A run is first estimated 
 `RUN_COPIES` times `benchmarks/zoo.py`'s estimate (two programs, each through both
 backends); a model over `--memory-limit` runs at batch 1 instead when it has a larger
 batch (the model column shows the spec that ran), or is skipped. `--small` runs each
-model's small variant instead (a smoke test). Results are recorded in docs/rewrite.md;
+model's small variant instead (a smoke test). Results are recorded in docs/benchmarks.md;
 this script only measures.
 """
 
