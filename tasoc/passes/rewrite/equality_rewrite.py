@@ -155,12 +155,13 @@ class EqualityRewritePass(ModulePass):
         start = time.perf_counter()
         deadline = start + self.timeout
         pieces = 2 ** math.ceil(math.log2(graph.num_ops / self.split_size))
-        searches_left = [2 * pieces]
+        searches_left = 2 * pieces
         applied: Counter[str] = Counter()
 
         def optimize(piece: Dag) -> Dag:
-            share = (deadline - time.perf_counter()) / max(searches_left[0], 1)
-            searches_left[0] -= 1
+            nonlocal searches_left
+            share = (deadline - time.perf_counter()) / max(searches_left, 1)
+            searches_left -= 1
             result = self._search(piece, rules, cost_model, max(share, MIN_PIECE_SECONDS))
             applied.update(result.applied)
             return result.best

@@ -28,17 +28,18 @@ variants as rules of their own.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from tasoc.ir.dag import ATTR_NAMES, Dag, Node, Use, Value
+from tasoc.ir.dag import ATTR_NAMES, Attrs, Dag, Node, Use, Value
 from tasoc.ir.rules import (
     ELEMENTWISE,
     AttrTerm,
     Condition,
     Dim,
+    DimLookup,
     DTypeOf,
     Param,
     Pattern,
@@ -257,19 +258,104 @@ class _Graph:
 
 
 @dataclass(frozen=True, slots=True)
-class _State:
-    """A partial match: pattern value bindings, parameters, matched nodes, and the
-    shape terms to check once every value they read is bound."""
+class PartialMatch:
+    """A partial match: pattern value bindings, parameters, the occurrences bound so
+    far (dag nodes, or e-nodes with their class), and the shape terms to check once
+    every value they read is bound. Shared with the e-graph matcher."""
 
-    values: dict[str, Value]
+    values: dict[str, Any]
     params: dict[str, Any]
-    nodes: tuple[Node, ...]
+    nodes: tuple[Hashable, ...]
     deferred: tuple[tuple[AttrTerm, Any], ...]
 
 
+def walk(
+    plan: Plan,
+    candidates: Callable[[Step, Mapping[str, Any]], Iterable[Any]],
+    bind: Callable[[Step, Any, PartialMatch], PartialMatch | None],
+) -> Iterator[PartialMatch]:
+    """Every binding of all of `plan`'s steps: each step's `candidates` given the
+    values bound so far, kept where `bind` accepts them (depth first, in order)."""
+
+    def extend(at: int, state: PartialMatch) -> Iterator[PartialMatch]:
+        if at == len(plan.steps):
+            yield state
+            return
+        step = plan.steps[at]
+        for candidate in candidates(step, state.values):
+            bound = bind(step, candidate, state)
+            if bound is not None:
+                yield from extend(at + 1, bound)
+
+    yield from extend(0, PartialMatch({}, {}, (), ()))
+
+
+def bind_occurrence(
+    plan: Plan,
+    step: Step,
+    state: PartialMatch,
+    occurrence: Hashable,
+    results: Sequence[Any],
+    operands: Sequence[Any],
+    shape_of: Callable[[Any], tuple[int, ...]],
+    attrs: Attrs,
+) -> PartialMatch | None:
+    """`state` with `step`'s op bound to `occurrence` of an op of its kind, which
+    computes `results` from `operands` (`shape_of` each) with `attrs`; None where
+    they disagree: counts, an occurrence bound already, element-wise operands of two
+    shapes, a value bound to two things, an input of another rank, or attributes the
+    pattern's terms cannot denote."""
+    if (
+        len(operands) != len(step.operands)
+        or len(results) != len(step.results)
+        or occurrence in state.nodes
+    ):
+        return None
+    if step.op in ELEMENTWISE and len({shape_of(value) for value in operands}) > 1:
+        return None
+    values = dict(state.values)
+    for name, value in zip(step.results, results, strict=True):
+        if values.setdefault(name, value) != value:
+            return None
+    for name, value in zip(step.operands, operands, strict=True):
+        if values.setdefault(name, value) != value:
+            return None
+        rank = plan.ranks.get(name)
+        if rank is not None and len(shape_of(value)) != rank:
+            return None
+    params = dict(state.params)
+    deferred = list(state.deferred)
+    for term, (_, actual) in zip(step.attrs, attrs, strict=True):
+        if not unify(term, actual, params, deferred):
+            return None
+    return PartialMatch(values, params, (*state.nodes, occurrence), tuple(deferred))
+
+
+def shape_terms_hold(plan: Plan, state: PartialMatch, table: DimLookup) -> bool:
+    """Whether the deferred shape terms denote their attributes and the rule's
+    preconditions hold, at the bound values' shapes (`table`)."""
+    try:
+        return all(
+            same_attr(evaluate(term, state.params, table), actual)
+            for term, actual in state.deferred
+        ) and all(c.holds(state.params, table) for c in plan.rule.preconditions)
+    except (RuleError, KeyError, TypeError):
+        return False
+
+
+def _shape(value: Value) -> tuple[int, ...]:
+    return value.sig.shape
+
+
 def _match_rule(graph: _Graph, plan: Plan) -> Iterator[Match]:
-    start = _State({}, {}, (), ())
-    for state in _extend(graph, plan, 0, start):
+    def bind(step: Step, node: Node, state: PartialMatch) -> PartialMatch | None:
+        if node.op != step.op:
+            return None
+        return bind_occurrence(
+            plan, step, state, node, node.results, node.inputs, _shape, node.attrs
+        )
+
+    for state in walk(plan, graph.candidates, bind):
         if _complete(graph, plan, state):
             rule = plan.rule
             yield Match(
@@ -278,46 +364,6 @@ def _match_rule(graph: _Graph, plan: Plan) -> Iterator[Match]:
                 state.params,
                 tuple(state.values[name] for name in rule.src.outputs),
             )
-
-
-def _extend(graph: _Graph, plan: Plan, at: int, state: _State) -> Iterator[_State]:
-    if at == len(plan.steps):
-        yield state
-        return
-    step = plan.steps[at]
-    for node in graph.candidates(step, state.values):
-        bound = _bind(plan, step, node, state)
-        if bound is not None:
-            yield from _extend(graph, plan, at + 1, bound)
-
-
-def _bind(plan: Plan, step: Step, node: Node, state: _State) -> _State | None:
-    """`state` with `step`'s op bound to `node`, or None where they disagree."""
-    if (
-        node.op != step.op
-        or len(node.inputs) != len(step.operands)
-        or len(node.sigs) != len(step.results)
-        or node in state.nodes
-    ):
-        return None
-    if step.op in ELEMENTWISE and len({value.sig.shape for value in node.inputs}) > 1:
-        return None
-    values = dict(state.values)
-    for name, value in zip(step.results, node.results, strict=True):
-        if values.setdefault(name, value) != value:
-            return None
-    for name, value in zip(step.operands, node.inputs, strict=True):
-        if values.setdefault(name, value) != value:
-            return None
-        rank = plan.ranks.get(name)
-        if rank is not None and len(value.sig.shape) != rank:
-            return None
-    params = dict(state.params)
-    deferred = list(state.deferred)
-    for term, (_, actual) in zip(step.attrs, node.attrs, strict=True):
-        if not unify(term, actual, params, deferred):
-            return None
-    return _State(values, params, (*state.nodes, node), tuple(deferred))
 
 
 def unify(term: AttrTerm, actual: Any, params: dict[str, Any], deferred: list[Any]) -> bool:
@@ -353,20 +399,11 @@ def same_attr(expected: Any, actual: Any) -> bool:
     return isinstance(expected, bool) == isinstance(actual, bool) and expected == actual
 
 
-def _complete(graph: _Graph, plan: Plan, state: _State) -> bool:
+def _complete(graph: _Graph, plan: Plan, state: PartialMatch) -> bool:
     """The checks that need the whole match: shape terms, preconditions, and that the
     matched subgraph can be replaced (internal values unused outside it, no input
     computed inside it)."""
-    table = shape_table(state.values)
-    try:
-        if not all(
-            same_attr(evaluate(term, state.params, table), actual)
-            for term, actual in state.deferred
-        ):
-            return False
-        if not all(c.holds(state.params, table) for c in plan.rule.preconditions):
-            return False
-    except (RuleError, KeyError, TypeError):
+    if not shape_terms_hold(plan, state, shape_table(state.values)):
         return False
     matched = set(state.nodes)
     if any(state.values[i.name].node in matched for i in plan.rule.inputs):

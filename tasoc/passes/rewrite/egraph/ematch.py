@@ -19,9 +19,18 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tasoc.ir.rules import ELEMENTWISE, Rule, RuleError, evaluate, shape_table
+from tasoc.ir.rules import Rule, shape_table
 from tasoc.passes.rewrite.egraph.egraph import PROJECT, ClassId, EGraph, ENode
-from tasoc.passes.rewrite.match import Plan, Reach, Step, compile_plan, same_attr, unify
+from tasoc.passes.rewrite.match import (
+    PartialMatch,
+    Plan,
+    Reach,
+    Step,
+    bind_occurrence,
+    compile_plan,
+    shape_terms_hold,
+    walk,
+)
 
 
 @dataclass(frozen=True)
@@ -74,19 +83,25 @@ class Index:
         ]
 
 
-@dataclass(frozen=True, slots=True)
-class _State:
-    values: dict[str, ClassId]
-    params: dict[str, Any]
-    nodes: tuple[tuple[ClassId, ENode], ...]
-    deferred: tuple[tuple[Any, Any], ...]
-
-
 def ematch(index: Index, rule: Rule) -> Iterator[EMatch]:
     """Every match of `rule.src` in the indexed e-graph."""
     plan = compile_plan(rule)
-    for state in _extend(index, plan, 0, _State({}, {}, (), ())):
-        if _complete(index.egraph, plan, state):
+    egraph = index.egraph
+
+    def bind(step: Step, pair: tuple[ClassId, ENode], state: PartialMatch) -> PartialMatch | None:
+        cid, (_, attrs, children) = pair
+        sigs = egraph.sigs(cid)
+        if len(sigs) != len(step.results):
+            return None
+        multi = len(sigs) > 1
+        results = [egraph.result_class(cid, i) for i in range(len(sigs))] if multi else [cid]
+        return bind_occurrence(plan, step, state, pair, results, children, shape_of, attrs)
+
+    def shape_of(cid: ClassId) -> tuple[int, ...]:
+        return egraph.sig(cid).shape
+
+    for state in walk(plan, index.candidates, bind):
+        if _complete(egraph, plan, state):
             yield EMatch(
                 rule,
                 {i.name: state.values[i.name] for i in rule.inputs},
@@ -95,55 +110,9 @@ def ematch(index: Index, rule: Rule) -> Iterator[EMatch]:
             )
 
 
-def _extend(index: Index, plan: Plan, at: int, state: _State) -> Iterator[_State]:
-    if at == len(plan.steps):
-        yield state
-        return
-    step = plan.steps[at]
-    for pair in index.candidates(step, state.values):
-        bound = _bind(index.egraph, plan, step, pair, state)
-        if bound is not None:
-            yield from _extend(index, plan, at + 1, bound)
-
-
-def _bind(
-    egraph: EGraph, plan: Plan, step: Step, pair: tuple[ClassId, ENode], state: _State
-) -> _State | None:
-    """`state` with `step`'s op bound to e-node `pair`, or None where they disagree."""
-    cid, (op, attrs, children) = pair
-    sigs = egraph.sigs(cid)
-    if len(children) != len(step.operands) or len(sigs) != len(step.results) or pair in state.nodes:
-        return None
-    if op in ELEMENTWISE and len({egraph.sig(child).shape for child in children}) > 1:
-        return None
-    results = [cid] if len(sigs) == 1 else [egraph.result_class(cid, i) for i in range(len(sigs))]
-    values = dict(state.values)
-    for name, value in zip(step.results, results, strict=True):
-        if values.setdefault(name, value) != value:
-            return None
-    for name, value in zip(step.operands, children, strict=True):
-        if values.setdefault(name, value) != value:
-            return None
-        rank = plan.ranks.get(name)
-        if rank is not None and len(egraph.sig(value).shape) != rank:
-            return None
-    params = dict(state.params)
-    deferred: list[Any] = list(state.deferred)
-    for term, (_, actual) in zip(step.attrs, attrs, strict=True):
-        if not unify(term, actual, params, deferred):
-            return None
-    return _State(values, params, (*state.nodes, pair), tuple(deferred))
-
-
-def _complete(egraph: EGraph, plan: Plan, state: _State) -> bool:
+def _complete(egraph: EGraph, plan: Plan, state: PartialMatch) -> bool:
     """Shape terms and preconditions, at the bound classes' types."""
     if not state.deferred and not plan.rule.preconditions:
         return True
     table = shape_table({name: egraph.placeholder(cid) for name, cid in state.values.items()})
-    try:
-        return all(
-            same_attr(evaluate(term, state.params, table), actual)
-            for term, actual in state.deferred
-        ) and all(c.holds(state.params, table) for c in plan.rule.preconditions)
-    except (RuleError, KeyError, TypeError):
-        return False
+    return shape_terms_hold(plan, state, table)
