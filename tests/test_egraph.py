@@ -25,7 +25,7 @@ from tasoc.models import build_model, list_models
 from tasoc.passes.rewrite.egraph import EGraph, EGraphError, EGraphLimits, egraph_search
 from tasoc.passes.rewrite.egraph.egraph import PROJECT
 from tasoc.passes.rewrite.egraph.ematch import Index, ematch
-from tasoc.passes.rewrite.egraph.extract import acyclic, extract, greedy, to_dag
+from tasoc.passes.rewrite.egraph.extract import Pricing, acyclic, extract, greedy, to_dag
 from tasoc.passes.rewrite.egraph.saturate import SaturationLimits, saturate
 from tasoc.passes.rewrite.search import SearchLimits, backtracking_search
 from tasoc.verify.equivalence import compare
@@ -158,7 +158,9 @@ def test_cycles_are_pruned_without_losing_the_input_graph() -> None:
     assert to_dag(egraph, [root], choice, graph.args, graph.name) == graph
 
 
-def test_the_ilp_pays_for_a_shared_class_once_where_greedy_double_counts() -> None:
+@pytest.mark.parametrize("unit", [1.0, 1e-9])
+def test_the_ilp_pays_for_a_shared_class_once_where_greedy_double_counts(unit: float) -> None:
+    # unit=1e-9: costs in seconds of nanosecond ops, far below HiGHS's tolerances
     # out = add(f(s), g(s)) with s expensive, or add(f(t), g(u)) with t, u cheaper than s
     # each but more than s together: greedy picks t and u, the ILP shares s.
     x = arg(0, "x", 8, 8)
@@ -173,14 +175,59 @@ def test_the_ilp_pays_for_a_shared_class_once_where_greedy_double_counts() -> No
     egraph.union(egraph.add_value(g, known), egraph.add_value(Node("tanh", [u]).out, known))
     egraph.rebuild()
     prices = {"relu": 10.0, "gelu": 6.0, "softmax": 6.0}
-    cost = lambda cid, enode: prices.get(enode[0], 1e-3)  # noqa: E731
+    cost = lambda cid, enode: prices.get(enode[0], 1e-3) * unit  # noqa: E731
     greedy_pick = greedy(acyclic(egraph, [root]), cost)
     assert {e[0] for e in greedy_pick.values()} >= {"gelu", "softmax"}
     extraction, _greedy = extract(egraph, [root], cost, time_limit_s=10)
     assert extraction.method == "ilp (optimal)"
     chosen = to_dag(egraph, [root], extraction.choice, graph.args, graph.name)
     assert {node.op for node in chosen.ops} == {"relu", "sigmoid", "tanh", "add"}
-    assert extraction.cost == pytest.approx(10.0 + 4e-3)  # relu, sigmoid, tanh, add, x
+    assert extraction.cost == pytest.approx((10.0 + 4e-3) * unit)  # relu, sigmoid, tanh, add, x
+
+
+class _JoinsTanh:
+    """Fusion pricing for the test below: a relu costs 1 alone and 0.25 inside its
+    operand's kernel, which it can join when that is a tanh (say, not a sigmoid)."""
+
+    def fused(self, enode: tuple) -> float | None:
+        return 0.25 if enode[0] == "relu" else None
+
+    def joinable(self, cid: int, enode: tuple) -> bool:
+        return enode[0] == "tanh"
+
+
+def test_extraction_charges_a_fusible_op_its_launch_only_where_it_cannot_join() -> None:
+    # relu(y) with y = sigmoid(x) (0.5) or tanh(x) (0.8). Priced alone, 0.5 + 1 beats
+    # 0.8 + 1; when relu joins tanh's kernel, 0.8 + 0.25 wins.
+    x = arg(0, "x", 8, 8)
+    graph = Dag([x], [Node("relu", [Node("sigmoid", [x.out]).out]).out])
+    egraph = EGraph()
+    (root,), args = egraph.add_dag(graph)
+    known = {x: next(iter(args))}
+    sigmoid = egraph.add_value(Node("sigmoid", [x.out]).out, known)
+    egraph.union(sigmoid, egraph.add_value(Node("tanh", [x.out]).out, known))
+    egraph.rebuild()
+    prices = {"relu": 1.0, "tanh": 0.8, "sigmoid": 0.5}
+    cost = lambda cid, enode: prices.get(enode[0], 1e-3)  # noqa: E731
+    pricing = Pricing(cost, _JoinsTanh())
+    alone = extract(egraph, [root], cost, time_limit_s=10)[0]
+    fused, local = extract(egraph, [root], pricing, time_limit_s=10)
+    assert fused.method == "ilp (optimal)"
+    ops = lambda e: {enode[0] for enode in e.choice.values()}  # noqa: E731
+    assert "sigmoid" in ops(alone) and "tanh" in ops(fused)
+    assert fused.cost == pytest.approx(0.8 + 0.25 + 1e-3)  # tanh, fused relu, x
+    # Greedy picks each class's cheapest tree: sigmoid, then relu alone.
+    assert local.cost == pytest.approx(0.5 + 1.0 + 1e-3)
+
+
+def test_polishing_finds_what_per_enode_prices_miss_on_squeezenet() -> None:
+    graph = from_module(build_model("squeezenet"))
+    cost = AnalyticCost()
+    plain = egraph_search(graph, RULES, cost, EGraphLimits(polish_budget=0), timeout_s=30)
+    polished = egraph_search(graph, RULES, cost, EGraphLimits(), timeout_s=30)
+    assert "polish_gain" not in plain.details and polished.details["polish_gain"] > 1
+    assert polished.cost_after < plain.cost_after
+    assert_equal(graph, polished.best)
 
 
 def test_egraph_search_is_at_least_as_good_as_backtracking_on_nasrnn() -> None:

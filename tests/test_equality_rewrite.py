@@ -22,12 +22,13 @@ from tasoc.passes.rewrite.equality_rewrite import EqualityRewritePass
 from tasoc.verify.equivalence import compare
 from tasoc.verify.strategies import graphs
 
-QUICK = EqualityRewritePass(budget=15, timeout=10.0)
-"""A short search: enough to apply rules, fast enough for every zoo model."""
+QUICK = EqualityRewritePass(budget=15, timeout=10.0, retime=0)
+"""A short search: enough to apply rules, fast enough for every zoo model (nothing
+re-timed, so the choice is the cost model's alone)."""
 
 QUICK_SEARCHES = {
     "backtrack": QUICK,
-    "egraph": EqualityRewritePass(search="egraph", timeout=10.0, node_limit=3000),
+    "egraph": EqualityRewritePass(search="egraph", timeout=10.0, node_limit=3000, retime=0),
 }
 """Each search, short."""
 
@@ -62,7 +63,7 @@ def test_every_small_zoo_model_stays_equal(model, search: str) -> None:
 @given(module=graphs(max_ops=6))
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_random_graphs_stay_equal(search: str, module: ModuleOp) -> None:
-    rewrite = EqualityRewritePass(search=search, budget=5, timeout=5.0, node_limit=500)
+    rewrite = EqualityRewritePass(search=search, budget=5, timeout=5.0, node_limit=500, retime=0)
     after, section = rewritten(module, rewrite)
     assert_equal_programs(module, after)
     if "note" not in section:
@@ -80,7 +81,7 @@ def fusable() -> ModuleOp:
 
 def test_the_search_finds_a_cheaper_graph_and_reports_it() -> None:
     module = fusable()
-    after, section = rewritten(module, EqualityRewritePass(budget=50))
+    after, section = rewritten(module, EqualityRewritePass(budget=50, retime=0))
     assert_equal_programs(module, after)
     assert section["cost_after"] < section["cost_before"]
     assert section["predicted_speedup"] > 1
@@ -92,7 +93,7 @@ def test_the_search_finds_a_cheaper_graph_and_reports_it() -> None:
 @pytest.mark.parametrize("search", QUICK_SEARCHES)
 def test_both_searches_fuse_the_matmuls(search: str) -> None:
     module = fusable()
-    after, section = rewritten(module, EqualityRewritePass(search=search, budget=50))
+    after, section = rewritten(module, EqualityRewritePass(search=search, budget=50, retime=0))
     assert_equal_programs(module, after)
     assert section["cost_after"] < section["cost_before"]
     assert "graph.split" in str(after)
@@ -106,14 +107,25 @@ def test_retime_measures_the_input_and_the_best_candidates_and_keeps_the_fastest
     assert [t["measured_s"] for t in timed] == sorted(t["measured_s"] for t in timed)
     assert section["ops_after"] == timed[0]["ops"]
     assert ("graph.split" in str(after)) == (not timed[0]["input"])
+    assert section["predicted_speedup"] == section["cost_before"] / section["cost_after"]
+    assert section["cost_after"] == timed[0]["predicted"]
+    assert (section["rules_applied"] == {}) == timed[0]["input"]
     assert_equal_programs(module, after)
+
+
+@pytest.mark.parametrize(("cost", "retimes"), [("analytic", True), ("analytic-h100", False)])
+def test_candidates_are_retimed_by_default_when_the_cost_model_prices_this_machine(
+    cost: str, retimes: bool
+) -> None:
+    _, section = rewritten(fusable(), EqualityRewritePass(budget=50, cost=cost))
+    assert ("retimed" in section) == retimes
 
 
 @pytest.mark.parametrize("search", QUICK_SEARCHES)
 def test_split_size_searches_pieces_and_keeps_the_graph_equal(search: str) -> None:
     model = next(m for m in list_models() if m.name == "nasrnn")
     module = build_model(model.spec(model.small))
-    rewrite = EqualityRewritePass(search=search, split_size=25, budget=10, timeout=20.0)
+    rewrite = EqualityRewritePass(search=search, split_size=25, budget=10, timeout=20.0, retime=0)
     after, section = rewritten(module, rewrite)
     assert_equal_programs(module, after)
     assert section["pieces"] >= 4 and section["stopped"] == "pieces searched"
@@ -122,8 +134,8 @@ def test_split_size_searches_pieces_and_keeps_the_graph_equal(search: str) -> No
 
 
 def test_the_search_is_deterministic() -> None:
-    first, _ = rewritten(fusable(), EqualityRewritePass(budget=30))
-    second, _ = rewritten(fusable(), EqualityRewritePass(budget=30))
+    first, _ = rewritten(fusable(), EqualityRewritePass(budget=30, retime=0))
+    second, _ = rewritten(fusable(), EqualityRewritePass(budget=30, retime=0))
     assert str(first) == str(second)
 
 

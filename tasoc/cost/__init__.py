@@ -15,7 +15,7 @@ from __future__ import annotations
 from tasoc.cost.analytic import AnalyticCost, roofline, roofline_work
 from tasoc.cost.devices import CPU, DEVICES, H100, H200, Device
 from tasoc.cost.fusion import Schedule, peak_bytes, schedule, weight_bytes
-from tasoc.cost.measured import MeasuredCost, time_end_to_end
+from tasoc.cost.measured import MeasuredCost, prices_this_machine, time_end_to_end
 from tasoc.cost.model import CostError, CostModel, FusedSumCost, Work
 from tasoc.cost.stats import OpStats, node_stats
 
@@ -55,6 +55,7 @@ __all__ = [
     "make_cost_model",
     "node_stats",
     "peak_bytes",
+    "prices_this_machine",
     "roofline",
     "roofline_work",
     "schedule",

@@ -84,6 +84,14 @@ def current_device() -> tuple[str, Device]:
     return name, preset
 
 
+def prices_this_machine(cost_model: object) -> bool:
+    """Whether `cost_model` prices the device JAX runs on here (its preset is the one
+    `current_device` picks), so that timing candidates on this machine can correct it;
+    a model of another device (`analytic-h100` on a CPU host) cannot be."""
+    device = getattr(cost_model, "device", None)
+    return device is not None and device == current_device()[1]
+
+
 def op_key(node: Node) -> str:
     """What identifies a measurement: op, attributes and operand types, as text."""
     attrs = ", ".join(f"{name}={_attr_text(value)}" for name, value in node.attrs)

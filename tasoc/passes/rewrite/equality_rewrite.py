@@ -31,7 +31,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
 
-from tasoc.cost import CostError, CostModel, make_cost_model
+from tasoc.cost import CostError, CostModel, make_cost_model, prices_this_machine
 from tasoc.ir import dag as dag_module
 from tasoc.ir.dag import Dag
 from tasoc.ir.rules import Rule, RuleError
@@ -50,9 +50,11 @@ SEARCHES = ("backtrack", "egraph")
 MIN_PIECE_SECONDS = 0.5
 """The least time a piece's search gets, when the split has used up the timeout."""
 
-RETIME_MEASURED = {"measured": 3}
-"""Candidates re-timed end to end when `retime` is not given, per cost model: a pass
-told to measure op times measures whole graphs too; an analytic one stays offline."""
+DEFAULT_RETIME = 3
+"""Candidates re-timed end to end when `retime` is not given and the cost model prices
+the machine the pass runs on (`tasoc.cost.prices_this_machine`): no cost model ranks
+XLA's compiled programs exactly, and a graph measured slower than the input must not
+be returned. With a model of another device nothing is timed."""
 
 
 class RewriteError(PassFailedException):
@@ -68,7 +70,8 @@ class EqualityRewritePass(ModulePass):
     """Options (docs/rewrite.md): `search` (`backtrack` or `egraph`), `timeout`
     (seconds), `alpha` and `budget` (backtracking's relaxation and graphs expanded),
     `node_limit` (e-nodes saturation stops at), `cost` (a `make_cost_model` name),
-    `retime` (candidates re-timed end to end; default 3 with `cost=measured`, else 0),
+    `retime` (candidates re-timed end to end; default 3 when the cost model prices this
+    machine, else 0),
     `split_size` (search graphs of more ops in pieces), `rules` (a shipped library or a
     rule file), `memory_limit` (bytes; graphs over it cost infinity)."""
 
@@ -111,39 +114,43 @@ class EqualityRewritePass(ModulePass):
                 result = self._search(graph, rules, cost_model, self.timeout)
         except CostError as err:
             raise RewriteError(str(err)) from None
+        best, cost_after, applied = result.best, result.cost_after, result.applied
+        retime_count = self._retime_count(cost_model)
+        if retime_count > 0 and best != graph:
+            timed = retime(graph, result.cost_before, result.candidates, retime_count)
+            kept = timed[0]
+            if kept.graph == graph:
+                applied = Counter()
+            best, cost_after = kept.graph, kept.predicted
+            section.update(
+                retimed=[
+                    {"ops": t.graph.num_ops, "predicted": t.predicted, "measured_s": t.measured_s,
+                     "input": t.graph == graph, "search_best": t.graph == result.best}
+                    for t in timed
+                ],
+            )  # fmt: skip
         section.update(
             search=self.search,
             alpha=self.alpha,
             budget=self.budget,
             timeout_s=self.timeout,
             cost_before=result.cost_before,
-            cost_after=result.cost_after,
-            predicted_speedup=result.cost_before / result.cost_after
-            if result.cost_after > 0
-            else None,
+            cost_after=cost_after,
+            predicted_speedup=result.cost_before / cost_after if cost_after > 0 else None,
             ops_before=graph.num_ops,
-            ops_after=result.best.num_ops,
+            ops_after=best.num_ops,
             search_seconds=round(result.seconds, 3),
             stopped=result.stopped,
             **result.details,
-            rules_applied=dict(sorted(result.applied.items())),
+            rules_applied=dict(sorted(applied.items())),
         )
-        best = result.best
-        retime_count = self.retime if self.retime is not None else RETIME_MEASURED.get(self.cost, 0)
-        if retime_count > 0 and best != graph:
-            timed = retime(graph, result.cost_before, result.candidates, retime_count)
-            best = timed[0].graph
-            section.update(
-                retimed=[
-                    {"ops": t.graph.num_ops, "predicted": t.predicted, "measured_s": t.measured_s,
-                     "input": t.graph == graph}
-                    for t in timed
-                ],
-                ops_after=best.num_ops,
-                cost_after=next(t.predicted for t in timed if t.graph == best),
-            )  # fmt: skip
         if best != graph:
             _replace_body(op, dag_module.to_module(best))
+
+    def _retime_count(self, cost_model: CostModel) -> int:
+        if self.retime is not None:
+            return self.retime
+        return DEFAULT_RETIME if prices_this_machine(cost_model) else 0
 
     def _search_in_pieces(
         self, graph: Dag, rules: list[Rule], cost_model: CostModel

@@ -1,6 +1,6 @@
 """Extraction: the cheapest graph an e-graph holds, by integer linear programming.
 
-Each e-node gets a cost (`node_cost`: what running it alone costs; nothing for
+Each e-node gets a cost (`NodeCost`: what running it alone costs; nothing for
 arguments, result projections and ops computed from weights alone), and extraction
 chooses one e-node per needed class so that the chosen e-nodes' total cost is least
 (Tensat §4.2, after egg's extraction):
@@ -13,6 +13,19 @@ Cycles are broken before (`acyclic`), so any feasible choice is a graph. A share
 class is paid for once, so the ILP sees the common subexpressions that the greedy
 extractor double-counts.
 
+Fusion (`FusionCost`): an element-wise e-node costs less when it joins the kernel of
+its first operand, which it can only when the e-node chosen for that operand is
+computed by a kernel (not an argument, a constant, a folded weight or one result of
+a multi-result op). Which it is depends on the choice, so the ILP gets, per fusible
+e-node n with first operand class c, a continuous y_n ≥ 0 charged the difference:
+
+    cost(n) = fused(n) x_n + (alone(n) - fused(n)) y_n,
+    y_n ≥ x_n - Σ_{m ∈ c, m joinable} x_m
+
+which is exactly "pay the launch unless the operand's chosen e-node can be joined".
+Pricing every e-node as if it ran alone, or as if always fused, misranks graphs
+that differ only in what feeds an element-wise op.
+
 scipy's `milp` (HiGHS) solves it within `time_limit_s`; the greedy bottom-up choice
 (`greedy`) is returned beside it, and alone when the ILP proves nothing in time. The
 costs are a sum over e-nodes, not the fused model of `tasoc.cost`: the search
@@ -24,6 +37,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
@@ -33,15 +47,58 @@ from tasoc.ir.dag import Dag, Node, Value
 from tasoc.passes.rewrite.egraph.egraph import ARGUMENT, PROJECT, ClassId, EGraph, ENode
 
 NodeCost = Callable[[ClassId, ENode], float]
+"""What an e-node costs running as its own kernel (or nothing, for what runs no kernel)."""
+
+
+class FusionCost(Protocol):
+    """The fusion side of e-node costs (module docstring)."""
+
+    def fused(self, enode: ENode) -> float | None:
+        """What `enode` costs inside its first operand's kernel; None if it never joins."""
+        ...
+
+    def joinable(self, cid: ClassId, enode: ENode) -> bool:
+        """Whether a fusible reader of class `cid` can join the kernel of `enode`."""
+        ...
+
+
+@dataclass(frozen=True)
+class Pricing:
+    """How extraction prices a choice: `node_cost` per e-node, lowered by `fusion`."""
+
+    node_cost: NodeCost
+    fusion: FusionCost | None = None
+
+    def fused(self, enode: ENode) -> float | None:
+        """`enode`'s fused cost where that is cheaper than running alone, else None."""
+        if self.fusion is None or not enode[2]:
+            return None
+        return self.fusion.fused(enode)
+
+    def cost(self, cid: ClassId, enode: ENode, choice: Mapping[ClassId, ENode]) -> float:
+        """`enode`'s cost when the classes it reads are computed as `choice` says."""
+        fused = self.fused(enode)
+        if fused is not None and self.fusion is not None:
+            operand = enode[2][0]
+            if operand in choice and self.fusion.joinable(operand, choice[operand]):
+                return fused
+        return self.node_cost(cid, enode)
+
 
 Choice = dict[ClassId, ENode]
+
+ILP_SCALE = 1e6
+"""What the greedy choice costs in the ILP's objective. Costs are seconds, often
+microseconds in all, below HiGHS's absolute gap and feasibility tolerances (1e-6 and
+1e-7), which would then call a choice several percent off the optimum optimal."""
+MIN_COST = 1e-300
 
 
 @dataclass(frozen=True)
 class Extraction:
     choice: Choice
     cost: float
-    """The chosen e-nodes' summed `node_cost`."""
+    """The chosen e-nodes' summed cost (`Pricing.cost`)."""
     method: str
     """`ilp (optimal)`, `ilp (time limit)` or `greedy (...)` with why the ILP was not used."""
 
@@ -134,10 +191,12 @@ def _extractable(classes: Classes) -> dict[ClassId, list[ENode]]:
     }
 
 
-def greedy(classes: Classes, node_cost: NodeCost) -> Choice:
+def greedy(classes: Classes, pricing: Pricing | NodeCost) -> Choice:
     """egg's bottom-up extraction: each class takes its e-node of least tree cost (own
-    cost plus its children's), to a fixed point. Costs must be positive, so that a
-    chosen e-node's children cost strictly less and the choice has no cycle."""
+    cost, given its operands' current choices, plus its children's), to a fixed point.
+    Costs must be positive, so that a chosen e-node's children cost strictly less and
+    the choice has no cycle."""
+    pricing = _pricing(pricing)
     best: dict[ClassId, float] = {}
     choice: Choice = {}
     changed = True
@@ -148,7 +207,8 @@ def greedy(classes: Classes, node_cost: NodeCost) -> Choice:
                 children = enode[2]
                 if not all(child in best for child in children):
                     continue
-                total = node_cost(cid, enode) + sum(best[child] for child in children)
+                own = pricing.cost(cid, enode, choice)
+                total = own + sum(best[child] for child in children)
                 if total < best.get(cid, math.inf):
                     best[cid], choice[cid] = total, enode
                     changed = True
@@ -158,18 +218,20 @@ def greedy(classes: Classes, node_cost: NodeCost) -> Choice:
 def extract(
     egraph: EGraph,
     roots: Sequence[ClassId],
-    node_cost: NodeCost,
+    pricing: Pricing | NodeCost,
     time_limit_s: float,
 ) -> list[Extraction]:
     """The ILP's choice for `roots` (module docstring) and the greedy one, cheapest
     first; only the greedy one when the ILP has no time or finds nothing."""
+    pricing = _pricing(pricing)
     roots = [egraph.find(root) for root in roots]
     classes = acyclic(egraph, roots)
-    fallback = _priced(roots, greedy(classes, node_cost), node_cost, "greedy")
+    fallback = _priced(roots, greedy(classes, pricing), pricing, "greedy")
     if time_limit_s <= 0:
         return [replace(fallback, method="greedy (no time left for the ILP)")]
     pairs = [(cid, enode) for cid, nodes in classes.items() for enode in nodes]
     column = {pair: i for i, pair in enumerate(pairs)}
+    costs = [pricing.node_cost(cid, enode) for cid, enode in pairs]
     rows = _Rows()
     for root in dict.fromkeys(roots):
         rows.add({column[root, n]: 1.0 for n in classes[root]}, 1.0, math.inf)
@@ -178,10 +240,23 @@ def extract(
             coefficients = {column[child, m]: 1.0 for m in classes[child]}
             coefficients[j] = -1.0
             rows.add(coefficients, 0.0, math.inf)
+    fusion = pricing.fusion
+    for (_, enode), j in list(column.items()):
+        fused = pricing.fused(enode)
+        if fusion is None or fused is None or fused >= costs[j]:
+            continue
+        operand = enode[2][0]
+        joined = {column[operand, m]: 1.0 for m in classes[operand] if fusion.joinable(operand, m)}
+        unjoined = len(costs)  # y_j: e-node j is chosen and cannot join its operand's kernel
+        costs.append(costs[j] - fused)
+        costs[j] = fused
+        rows.add({**joined, unjoined: 1.0, j: -1.0}, 0.0, math.inf)
+    integral = np.zeros(len(costs))
+    integral[: len(pairs)] = 1
     solution = milp(
-        np.array([node_cost(cid, enode) for cid, enode in pairs]),
-        constraints=rows.constraint(len(pairs)),
-        integrality=np.ones(len(pairs)),
+        np.array(costs) * (ILP_SCALE / max(fallback.cost, MIN_COST)),
+        constraints=rows.constraint(len(costs)),
+        integrality=integral,
         bounds=Bounds(0.0, 1.0),
         options={"time_limit": time_limit_s, "mip_rel_gap": 1e-6},
     )
@@ -190,11 +265,16 @@ def extract(
     chosen: Choice = {}
     for (cid, enode), j in column.items():
         if solution.x[j] > 0.5 and (
-            cid not in chosen or node_cost(cid, enode) < node_cost(cid, chosen[cid])
+            cid not in chosen or costs[j] < costs[column[cid, chosen[cid]]]
         ):
             chosen[cid] = enode
     method = "ilp (optimal)" if solution.status == 0 else "ilp (time limit)"
-    return sorted([_priced(roots, chosen, node_cost, method), fallback], key=lambda e: e.cost)
+    return sorted([_priced(roots, chosen, pricing, method), fallback], key=lambda e: e.cost)
+
+
+def _pricing(pricing: Pricing | NodeCost) -> Pricing:
+    """A bare `NodeCost` prices every e-node as running alone."""
+    return pricing if isinstance(pricing, Pricing) else Pricing(pricing)
 
 
 class _Rows:
@@ -221,9 +301,7 @@ class _Rows:
         return LinearConstraint(matrix.tocsr(), self.lower, self.upper)
 
 
-def _priced(
-    roots: Sequence[ClassId], choice: Choice, node_cost: NodeCost, method: str
-) -> Extraction:
+def _priced(roots: Sequence[ClassId], choice: Choice, pricing: Pricing, method: str) -> Extraction:
     """The extraction of `choice`, costed over the classes the outputs actually use."""
     used: dict[ClassId, None] = {}
     stack = list(roots)
@@ -232,7 +310,7 @@ def _priced(
         if cid not in used:
             used[cid] = None
             stack.extend(choice[cid][2])
-    return Extraction(choice, sum(node_cost(cid, choice[cid]) for cid in used), method)
+    return Extraction(choice, sum(pricing.cost(cid, choice[cid], choice) for cid in used), method)
 
 
 def to_dag(

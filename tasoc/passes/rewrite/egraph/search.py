@@ -4,10 +4,20 @@
 
 The input graph goes into an e-graph, the rules saturate it (`saturate.py`) for at
 most `saturation_share` of the time, and the ILP (`extract.py`) picks the cheapest
-graph it holds under per-op costs from the cost model, in the time left, beside a
-greedy pick. The graphs extracted are then priced with the full cost model (fusion
-and memory included), and the input stays unless one beats it, so the search never
-makes a graph worse by its own measure.
+graph it holds under per-op costs from the cost model, beside a greedy pick. The
+graphs extracted are then priced with the full cost model (fusion and memory
+included), and the input stays unless one beats it, so the search never makes a
+graph worse by its own measure.
+
+Extraction prices each e-node by itself (with the fusion rule of `extract.py`: an
+element-wise op is cheap where it can join its operand's kernel) and adds the prices
+up; the cost model's kernels cost max(compute, memory) over their members, and some
+rewrites pay off only in combination, reachable only after the first round where
+multi-output rules ran (on squeezenet: a pooling split over a concatenation, then two
+poolings batched into one). A short backtracking search from the cheapest extracted
+graph under the full cost model (`polish_budget` expansions, at most `polish_share`
+of the timeout) *polishes* it: cheap, since the graph is already good, and it picks
+up what the e-graph's prices and rounds miss.
 """
 
 from __future__ import annotations
@@ -21,9 +31,9 @@ from tasoc.cost.stats import FREE_OPS, FUSIBLE_OPS
 from tasoc.ir.dag import Dag, Node
 from tasoc.ir.rules import Rule
 from tasoc.passes.rewrite.egraph.egraph import ARGUMENT, PROJECT, ClassId, EGraph, ENode
-from tasoc.passes.rewrite.egraph.extract import extract, to_dag
+from tasoc.passes.rewrite.egraph.extract import Pricing, extract, to_dag
 from tasoc.passes.rewrite.egraph.saturate import Progress, SaturationLimits, saturate
-from tasoc.passes.rewrite.search import SearchResult
+from tasoc.passes.rewrite.search import SearchLimits, SearchResult, backtracking_search
 
 MIN_NODE_COST = 1e-12
 """Every e-node costs at least this (seconds), so greedy extraction has no cycles."""
@@ -32,7 +42,14 @@ MIN_NODE_COST = 1e-12
 @dataclass(frozen=True)
 class EGraphLimits(SaturationLimits):
     saturation_share: float = 0.7
-    """The share of the timeout saturation may use; extraction gets the rest."""
+    """The share of the timeout saturation may use; extraction and polishing share
+    the rest, extraction taking at most `extraction_share` of it."""
+    extraction_share: float = 0.7
+    polish_budget: int = 10
+    """Graphs the polishing backtracking search expands at most (0: no polishing)."""
+    polish_share: float = 0.2
+    """The share of the timeout polishing may use at most (of what is left)."""
+    polish_alpha: float = SearchLimits.alpha
 
 
 def egraph_search(
@@ -50,17 +67,41 @@ def egraph_search(
     cost_before = cost_model.cost(dag)
     egraph = EGraph()
     roots, _ = egraph.add_dag(dag)
-    deadline = start + timeout_s * limits.saturation_share
-    saturation = saturate(egraph, rules, limits, deadline, progress)
+    saturation_deadline = start + timeout_s * limits.saturation_share
+    saturation = saturate(egraph, rules, limits, saturation_deadline, progress)
     node_cost = _NodeCosts(egraph, cost_model)
-    time_left = start + timeout_s - time.perf_counter()
-    extractions = extract(egraph, roots, node_cost, time_left)
+    deadline = start + timeout_s
+    extraction_time = (deadline - time.perf_counter()) * limits.extraction_share
+    extractions = extract(egraph, roots, node_cost.pricing(), extraction_time)
     priced: dict[Dag, float] = {dag: cost_before}
     methods: dict[Dag, str] = {}
     for extraction in extractions:
         candidate = to_dag(egraph, roots, extraction.choice, dag.args, dag.name)
         priced.setdefault(candidate, cost_model.cost(candidate))
         methods.setdefault(candidate, extraction.method)
+    extracted = min(priced, key=priced.__getitem__)
+    applied = Counter(saturation.applied)
+    details: dict[str, object] = {
+        "rounds": saturation.rounds,
+        "matches": saturation.matches,
+        "enodes": egraph.num_nodes,
+        "eclasses": egraph.num_classes,
+        "extraction": methods.get(
+            extracted, f"none cheaper than the input ({extractions[0].method})"
+        ),
+    }
+    polish_time = min(deadline - time.perf_counter(), timeout_s * limits.polish_share)
+    if limits.polish_budget > 0 and polish_time > 0:
+        polish = backtracking_search(
+            extracted,
+            rules,
+            cost_model,
+            SearchLimits(limits.polish_alpha, limits.polish_budget, polish_time),
+        )
+        priced.update((g, c) for g, c in polish.candidates if g not in priced)
+        applied.update(polish.applied)
+        details["polish_expanded"] = polish.details["graphs_expanded"]
+        details["polish_gain"] = priced[extracted] / polish.cost_after
     candidates = sorted(priced.items(), key=lambda item: item[1])
     best, best_cost = candidates[0]
     return SearchResult(
@@ -69,59 +110,59 @@ def egraph_search(
         cost_after=best_cost,
         seconds=time.perf_counter() - start,
         stopped=saturation.stopped,
-        applied=saturation.applied if best != dag else Counter(),
+        applied=applied if best != dag else Counter(),
         candidates=candidates,
-        details={
-            "rounds": saturation.rounds,
-            "matches": saturation.matches,
-            "enodes": egraph.num_nodes,
-            "eclasses": egraph.num_classes,
-            "extraction": methods.get(
-                best, f"none cheaper than the input ({extractions[0].method})"
-            ),
-        },
+        details=details,
     )
 
 
 class _NodeCosts:
-    """What one e-node costs (`FusedSumCost.op_work`), cached per e-node: a kernel
-    launch plus its roofline, or for an op XLA fuses (`FUSIBLE_OPS`) whose first
-    operand is computed by a kernel, its work inside that kernel, as it usually runs;
-    nothing for constants, arguments, projections, and ops on weights alone when the
-    model folds them."""
+    """What one e-node costs (`FusedSumCost.op_work`), cached: a kernel launch plus its
+    roofline when it runs alone; for an op XLA fuses (`FUSIBLE_OPS`), its work inside
+    its first operand's kernel too (`fused`), which extraction charges only where that
+    operand's chosen e-node is computed by a kernel (`joinable`); nothing for
+    constants, arguments, projections, and ops on weights alone when the model folds
+    them."""
 
     def __init__(self, egraph: EGraph, cost_model: FusedSumCost) -> None:
         self.egraph = egraph
         self.model = cost_model
         self.weight_only = _weight_only(egraph) if cost_model.fold_weights else set()
-        self._cache: dict[ENode, float] = {}
+        self._alone: dict[ENode, float] = {}
+        self._fused: dict[ENode, float | None] = {}
+
+    def pricing(self) -> Pricing:
+        return Pricing(self, self)
 
     def __call__(self, cid: ClassId, enode: ENode) -> float:
-        cost = self._cache.get(enode)
+        cost = self._alone.get(enode)
         if cost is None:
-            cost = self._cache[enode] = max(self._cost(enode), MIN_NODE_COST)
+            cost = self._alone[enode] = self._cost(enode, -1)
         return cost
 
-    def _runs(self, cid: ClassId) -> bool:
-        """Whether class `cid` is computed by a kernel that a fusible reader can join:
-        not given (an argument, a constant, a folded weight), and not one result of
-        a multi-result op, whose kernel has other readers (`tasoc.cost.fusion`)."""
-        if cid in self.weight_only:
-            return False
-        given = (ARGUMENT, PROJECT, *FREE_OPS)
-        return all(op not in given for op, _, _ in self.egraph.classes[cid])
+    def fused(self, enode: ENode) -> float | None:
+        if enode not in self._fused:
+            fusible = self.model.fusion and enode[0] in FUSIBLE_OPS and not self._free(enode)
+            self._fused[enode] = self._cost(enode, 0) if fusible else None
+        return self._fused[enode]
 
-    def _cost(self, enode: ENode) -> float:
+    def joinable(self, cid: ClassId, enode: ENode) -> bool:
+        """Not given (an argument, a constant, a folded weight), and not one result of
+        a multi-result op, whose kernel has other readers (`tasoc.cost.fusion`)."""
+        return cid not in self.weight_only and enode[0] not in (ARGUMENT, PROJECT, *FREE_OPS)
+
+    def _free(self, enode: ENode) -> bool:
+        op, _, children = enode
+        weight_only = all(c in self.weight_only for c in children)
+        return op in (ARGUMENT, PROJECT, *FREE_OPS) or weight_only
+
+    def _cost(self, enode: ENode, fused: int) -> float:
+        if self._free(enode):
+            return MIN_NODE_COST
         op, attrs, children = enode
-        if op in (ARGUMENT, PROJECT) or all(c in self.weight_only for c in children):
-            return 0.0
-        if op in FREE_OPS:
-            return 0.0
-        inputs = [self.egraph.placeholder(child) for child in children]
-        node = Node(op, inputs, **dict(attrs))
-        if self.model.fusion and op in FUSIBLE_OPS and self._runs(children[0]):
-            return max(self.model.op_work(node, 0, False))
-        return self.model.device.launch_overhead_s + max(self.model.op_work(node, -1, False))
+        node = Node(op, [self.egraph.placeholder(child) for child in children], **dict(attrs))
+        launch = self.model.device.launch_overhead_s if fused < 0 else 0.0
+        return max(launch + max(self.model.op_work(node, fused, False)), MIN_NODE_COST)
 
 
 def _weight_only(egraph: EGraph) -> set[ClassId]:
