@@ -2,7 +2,7 @@
 and what JAX and onnxruntime then measure.
 
     .venv/bin/python benchmarks/rewrite.py [--models a,b] [--searches backtrack,egraph] \
-        [--timeout 30] [--cost analytic] [--alpha A] [--budget N] [--repeats 20] \
+        [--timeout 30] [--cost analytic] [--alpha A] [--budget N] [--retime N] [--repeats 20] \
         [--measure-seconds 20] [--memory-limit 8] [--timeout-per-model 600] [--small] \
         [--markdown]
 
@@ -14,7 +14,10 @@ command line, the result is verified, and the pass writes its section of the dri
 
 - ops before and after, and the search's wall time and why it stopped;
 - the *predicted* speedup, `cost_before / cost_after` of the pass's cost model
-  (`analytic` is a simulated roofline, not a measurement);
+  (`analytic` is a simulated roofline, not a measurement) for the graph the pass
+  returned: where the pass re-timed its candidates (`retime`, on by default when the
+  cost model prices this machine), the notes say which one it kept and what the
+  search's own best predicted;
 - the optimized program's largest absolute output difference from the original under
   JAX on the same random inputs (`verify.equivalence.equivalent`); a difference beyond
   its tolerances marks the row **NO** and makes the exit status 1;
@@ -131,6 +134,8 @@ class Result:
     predicted: float | None = None
     search_s: float | None = None
     stopped: str = ""
+    kept: str = ""
+    """What re-timing kept, when the pass re-timed candidates (`retime_note`)."""
     max_abs_error: float | None = None
     agree: bool | None = None
     jax: Speedup | None = None
@@ -253,6 +258,23 @@ def error_line(error: Exception) -> str:
     return describe(error) or f"{type(error).__name__}: {one_line(str(error))}"
 
 
+def retime_note(section: dict[str, Any]) -> str:
+    """Which graph the pass's re-timing kept, and what the search alone predicted: the
+    predicted speedup column is the kept graph's."""
+    timed = section.get("retimed")
+    if not timed:
+        return ""
+    kept = timed[0]
+    which = "the input" if kept["input"] else "the search's best"
+    if not kept["input"] and not kept["search_best"]:
+        which = "a runner-up"
+    note = f"retime kept {which} of {len(timed)}"
+    best = next((t for t in timed if t["search_best"]), None)
+    if best is not None:
+        note += f"; search predicted {section['cost_before'] / best['predicted']:.3f}"
+    return note
+
+
 def run_child(spec: str, pipeline: str, pairs: int, seconds: float) -> None:
     """Search, check and measure `spec`, printing a `Result` line at each phase."""
     from tasoc.verify.equivalence import equivalent
@@ -272,6 +294,7 @@ def run_child(spec: str, pipeline: str, pairs: int, seconds: float) -> None:
         result.search_s = section.get("search_seconds", section["seconds"])
         stopped = section.get("stopped")
         result.stopped = f"stopped: {stopped}" if stopped else section.get("note", "")
+        result.kept = retime_note(section)
         start("check")
         check = equivalent(original, optimized, seed=SEED, backend="jax")
         result.max_abs_error = max((o.max_abs_error for o in check.outputs), default=0.0)
@@ -308,6 +331,7 @@ def pass_pipeline(args: argparse.Namespace, search: str) -> str:
         "cost": args.cost,
         "alpha": args.alpha,
         "budget": args.budget,
+        "retime": args.retime,
     }
     text = " ".join(f"{key}={value}" for key, value in options.items() if value is not None)
     return f"{PASS}{{{text}}}"
@@ -375,7 +399,7 @@ def cells(row: Row, markdown: bool) -> list[str]:
     failure = ""
     if r.error:
         failure = f"error: {r.error}" if r.phase == "search" else f"error ({r.phase}): {r.error}"
-    notes = [r.stopped, failure, row.outcome]
+    notes = [r.stopped, r.kept, failure, row.outcome]
     return [
         f"`{row.spec}`" if markdown else row.spec,
         row.search,
@@ -446,6 +470,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--cost", default="analytic", help="the pass's cost model")
     parser.add_argument("--alpha", type=float, help="the pass's alpha (default: the pass's)")
     parser.add_argument("--budget", type=int, help="the pass's budget (default: the pass's)")
+    parser.add_argument(
+        "--retime",
+        type=int,
+        help="candidates the pass re-times end to end (default: the pass's; 0: none)",
+    )
     parser.add_argument("--repeats", type=int, default=20, help="A/B pairs per backend at most")
     parser.add_argument(
         "--measure-seconds", type=float, default=20.0, help="measuring time per backend"

@@ -81,3 +81,15 @@ def test_unknown_model_is_a_usage_error() -> None:
     )
     assert done.returncode == 2
     assert "unknown zoo model 'nosuchnet'" in done.stderr
+
+
+def test_the_notes_say_what_retiming_kept(bench: ModuleType) -> None:
+    timed = [
+        {"input": True, "search_best": False, "predicted": 4.0},
+        {"input": False, "search_best": True, "predicted": 2.0},
+    ]
+    section = {"cost_before": 4.0, "retimed": timed}
+    assert bench.retime_note(section) == "retime kept the input of 2; search predicted 2.000"
+    timed.reverse()
+    assert bench.retime_note(section).startswith("retime kept the search's best of 2")
+    assert bench.retime_note({"cost_before": 4.0}) == ""
