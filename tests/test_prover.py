@@ -251,6 +251,39 @@ rule transposes-compose(x: 4) {
   }
 }
 """,
+    # BERT's projections: a batch of rows times two weights, fused (broadcast axioms).
+    "broadcast-matmul-fusion": """
+rule broadcast-matmul-fusion(x: 3, y: 2, z: 2) {
+  src {
+    a = matmul(x, y)
+    b = matmul(x, z)
+    return a, b
+  }
+  tgt {
+    c = concat{axis = 1}(y, z)
+    d = matmul(x, c)
+    e, f = split{axis = 2, sizes = [dim(y, 1), dim(z, 1)]}(d)
+    return e, f
+  }
+}
+""",
+    # Split along the batch axis: the split's sizes are the matmuls' batch dims only
+    # because a batch times one matrix keeps its batch (a shape fact).
+    "broadcast-batch-split": """
+rule broadcast-batch-split(x: 3, y: 3, z: 2) {
+  src {
+    a = matmul(x, z)
+    b = matmul(y, z)
+    return a, b
+  }
+  tgt {
+    c = concat{axis = 0}(x, y)
+    d = matmul(c, z)
+    e, f = split{axis = 0, sizes = [dim(x, 0), dim(y, 0)]}(d)
+    return e, f
+  }
+}
+""",
     # The matmul type-checks only for a square x, where dim(x, 0) is dim(x, 1).
     "square-identity": """
 rule square-identity(x: 2) {

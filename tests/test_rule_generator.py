@@ -63,6 +63,7 @@ CASES: list[tuple[str, dict[str, Any], list[tuple[int, ...]]]] = [
     ("relu", {}, [(2, 3, 4, 5)]),
     ("transpose", {"perm": (1, 0)}, [(3, 5)]),
     ("matmul", {}, [(2, 3), (3, 4)]),
+    ("matmul", {}, [(2, 3, 4), (4, 5)]),
     ("concat", {"axis": 1}, [(2, 3), (2, 4)]),
     ("split", {"axis": 0, "sizes": (1, 3)}, [(4, 2)]),
     ("enlarge", {"kernel": (5, 5)}, [(3, 2, 1, 3)]),
@@ -211,6 +212,37 @@ def test_matmuls_sharing_an_input_are_fused_with_concat_and_split() -> None:
     assert f"{fused_half}[0] , {fused_half}[1] => matmul(z,x) , matmul(z,y)" in texts
     split = next(op for op in fused[0].src.ops if op.op == "split")
     assert all(type(size).__name__ == "Dim" for size in split.attr("sizes"))  # type: ignore[union-attr]
+
+
+def with_ranks(rule: Rule) -> str:
+    """`one_line(rule)` followed by the inputs' ranks."""
+    return f"{one_line(rule)} @ " + ",".join(f"{i.name}:{i.rank}" for i in rule.inputs)
+
+
+def test_the_batched_world_is_there_for_broadcast_matmul_only() -> None:
+    assert [w.name for w in worlds(["add", "concat", "split"])] == ["matrix", "conv"]
+    (batched,) = [w for w in worlds(["add", "matmul"]) if w.name == "batched"]
+    assert {i.dims for i in batched.inputs} == {("B", "N", "D"), ("D", "D")}
+
+
+def test_broadcast_matmuls_sharing_an_input_are_fused() -> None:
+    """BERT's Q/K/V projections, a batch of rows [B, N, D] times [D, D] weights: fused
+    into one matmul of the concatenated weights, split along the last axis; and the
+    relatives over the batch and row axes (split trees through a broadcast matmul)."""
+    rules, _ = generated(3, ("matmul", "concat", "split"))
+    found = {with_ranks(rule): rule for rule in rules}
+    fused = "split(matmul(z,concat(x,y)))"
+    rule = found[f"{fused}[0] , {fused}[1] => matmul(z,x) , matmul(z,y) @ x:2,y:2,z:3"]
+    concat, _, split = rule.src.ops
+    assert (concat.attr("axis"), split.attr("axis")) == (1, 2)
+    assert [(d.value, d.axis) for d in split.attr("sizes")] == [("x", 1), ("y", 1)]  # type: ignore[union-attr]
+    assert "concat(matmul(x,y),matmul(x,z)) => matmul(x,concat(y,z)) @ x:3,y:2,z:2" in found
+    rows = "split(matmul(concat(x,y),z))[0]"
+    batch_or_rows = [r for r in rules if one_line(r).startswith(rows) and r.inputs[0].rank == 3]
+    assert {r.src.ops[-1].attr("axis") for r in batch_or_rows} == {0, 1}
+    rules, _ = generated(3, ("add", "matmul"))
+    lines = {with_ranks(rule) for rule in rules}
+    assert "add(matmul(x,y),matmul(x,z)) => matmul(x,add(y,z)) @ x:3,y:2,z:2" in lines
 
 
 def test_convolution_rules_of_taso_are_found() -> None:

@@ -15,7 +15,9 @@ from hypothesis import strategies as st
 from tasoc.backends.numpy import run_reference
 from tasoc.ir import dag
 from tasoc.ir.rules import Proof, Rule, RuleError, format_rules
+from tasoc.models.registry import build_model
 from tasoc.passes.rewrite.library import library_path, load_library, read_rules
+from tasoc.passes.rewrite.match import directed, find_matches
 from tasoc.verify.validate import instances
 
 LIBRARY = load_library()
@@ -30,6 +32,28 @@ def test_the_shipped_library_is_proven_and_current() -> None:
     assert any(len(rule.src.outputs) > 1 for rule in rules)  # and multi-output ones
     header = SHIPPED.read_text().splitlines()[:4]
     assert any("tasoc rules generate --max-ops 3" in line for line in header)
+
+
+def test_the_library_fuses_bert_projections_sharing_an_input() -> None:
+    """The broadcast-matmul fusion (two matmuls of a rank-3 x by rank-2 weights ==
+    one matmul of the concatenated weights, split) is shipped, proven, and matches
+    every pair of a small BERT's Q/K/V projections."""
+    sides = [{"matmul": 2}, {"concat": 1, "matmul": 1, "split": 1}]
+    fusions = [
+        rule
+        for rule in LIBRARY.rules
+        if sorted(i.rank for i in rule.inputs) == [2, 2, 3]
+        and sorted((rule.src.op_counts(), rule.tgt.op_counts()), key=len) == sides
+    ]
+    assert fusions and all(rule.is_proven for rule in fusions)
+    bert = dag.from_module(build_model("bert?layers=1&hidden=64&heads=4&seq=16"))
+    fused = {
+        frozenset(value.node.attr("name") for value in match.inputs.values() if value.sig.rank == 2)
+        for match in find_matches(bert, directed(fusions))
+        if len(match.outputs) == 2
+    }
+    pairs = itertools.combinations(("l0_wq", "l0_wk", "l0_wv"), 2)
+    assert fused == {frozenset(pair) for pair in pairs}
 
 
 def some_instances(rule: Rule, count: int = 40) -> list[object]:

@@ -263,16 +263,21 @@ def _shape_facts(v: _Vocabulary) -> list[z3.BoolRef]:
         return [wider(t), z3.Implies(v.shape(x) == v.shape(y), v.shape(t) == v.shape(x))]
 
     def matmul(t: Term) -> list[Any]:
-        """[..., M, K] @ [..., K, N] is [..., M, N], whichever side has more batch axes."""
+        """[..., M, K] @ [..., K, N] is [..., M, N], whichever side has more batch axes;
+        the leading batch axes that only one side has are that side's (a batch of
+        matrices times one matrix keeps the batch)."""
         known = [wider(t)]
         for rx, ry in itertools.product(range(2, MAX_RANK + 1), repeat=2):
             rank = max(rx, ry)
+            longer = x if rx > ry else y
+            own_batch = [v.dim(t, axis) == v.dim(longer, axis) for axis in range(abs(rx - ry))]
             known.append(
                 z3.Implies(
                     z3.And(v.rank(x) == rx, v.rank(y) == ry),
                     z3.And(
                         v.dim(t, rank - 1) == v.dim(y, ry - 1),
                         v.dim(t, rank - 2) == v.dim(x, rx - 2),
+                        *own_batch,
                     ),
                 )
             )

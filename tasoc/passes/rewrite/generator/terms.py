@@ -12,7 +12,8 @@ shape at every shape set, its role, its closure (the terms it depends on, i.e. t
 smallest graph computing it), the pool inputs it reads, its fingerprint class and its
 *split trees* — TASO's record, per axis, of the concatenation a split may undo
 (thesis §2.3.1), carried through the ops that keep that axis apart (a matmul keeps
-the columns of its right operand, a convolution the output channels of its weight).
+the batch and row axes of its left operand and the columns of its right one, a
+convolution the output channels of its weight).
 """
 
 from __future__ import annotations
@@ -188,8 +189,9 @@ class Table:
         if form.op != "scale" and any(a.role is Role.SCALAR for a in args):
             return False
         shapes = [a.shapes[0] for a in args]
-        if form.op == "matmul":
-            return len(shapes[0]) == len(shapes[1]) == 2 and shapes[0][1] == shapes[1][0]
+        if form.op == "matmul":  # a matrix, or a batch of them times one matrix
+            lhs, rhs = shapes
+            return len(lhs) >= 2 and len(rhs) == 2 and lhs[-1] == rhs[0]
         if form.op == "concat":
             axis = dict(form.literal)["axis"]
             return (
@@ -256,8 +258,8 @@ class Table:
             ]
         if op == "transpose":
             return [tuple(first[p] for p in attrs["perm"])]
-        if op == "matmul":
-            return [(first[0], args[1].trees[1])]
+        if op == "matmul":  # the right operand is a matrix (`_admits`)
+            return [(*first[:-1], args[1].trees[1])]
         if op == "conv2d":
             channels = args[1].trees[0] if attrs["groups"] == 1 else None
             return [(first[0], channels, None, None)]

@@ -7,6 +7,13 @@ the convolution constants live; element-wise ops, `concat` and `split` live in b
 A graph never mixes worlds (an `add` of a matrix and an activation does not type-check
 anyway), so each world is enumerated on its own, which keeps the cross products out.
 
+tasoc adds a third, small world for what transformers do with matrices: a rank-3
+activation `[B, N, D]` times a rank-2 weight, a `matmul` that broadcasts the weight over
+the batch axis (BERT's Q/K/V projections). A rule states its inputs' ranks, so the
+matrix world's rules never match these matmuls; this world finds their rules, the
+fusion of projections sharing an input above all. It exists for that `matmul` and is
+left out without it.
+
 Shapes are symbolic (`("N", "D")`) and instantiated at several *shape sets*: the first
 `FINGERPRINT_SETS` give the integer fingerprints, all of them the float re-tests and
 the final validation. Every symbol takes a different value in every fingerprint set,
@@ -107,6 +114,8 @@ class World:
     forms: tuple[Form, ...]
     sizes: tuple[Mapping[str, int], ...]
     """Symbol sizes per shape set; the first FINGERPRINT_SETS are fingerprint sets."""
+    anchor: str | None = None
+    """The op the world exists for: without it the world is not enumerated."""
 
 
 TABLE_2_1: tuple[str, ...] = (
@@ -136,22 +145,29 @@ _WINDOW = tuple((key, ATTR_DOMAINS[("conv2d", key)][0]) for key in ("strides", "
 """Unit strides and `same` padding, as TASO enumerates (`emit` tries the others)."""
 
 
-def _shared_forms(data_inputs: Sequence[PoolInput]) -> list[Form]:
-    """Forms both worlds have: element-wise ops, concat/split on the two leading
-    axes, and a tensor of ones shaped like each kind of data input."""
-    forms = [
-        Form("add", 2, same_shape=True, commutative=True),
-        Form("mul", 2, same_shape=True, commutative=True),
-        Form("scale", 2, roles=(None, Role.SCALAR)),
-        Form("relu", 1),
-    ]
-    for axis in (0, 1):
+def _concat_split_forms(axes: Sequence[int]) -> list[Form]:
+    """`concat` and the `split` that undoes it, along each of `axes`."""
+    forms = []
+    for axis in axes:
         forms.append(Form("concat", 2, literal=(("axis", axis),)))
         forms.append(
             Form(
                 "split", 1, literal=(("axis", axis),), derived=(("sizes", Derive.SPLIT_SIZES, ""),)
             )
         )
+    return forms
+
+
+def _shared_forms(data_inputs: Sequence[PoolInput]) -> list[Form]:
+    """Forms TASO's two worlds have: element-wise ops, concat/split on the two leading
+    axes, and a tensor of ones shaped like each kind of data input."""
+    forms = [
+        Form("add", 2, same_shape=True, commutative=True),
+        Form("mul", 2, same_shape=True, commutative=True),
+        Form("scale", 2, roles=(None, Role.SCALAR)),
+        Form("relu", 1),
+        *_concat_split_forms((0, 1)),
+    ]
     for pool_input in data_inputs:
         forms.append(
             Form(
@@ -242,15 +258,34 @@ def conv_world() -> World:
     return World("conv", (a1, a2, w1, w2, u, s), tuple(forms), sizes)
 
 
+def batched_world() -> World:
+    """Broadcast matmul: two activations x (B x N x D), two square weights w (D x D),
+    two scalars. Kept small, as its graphs are many: the linear ops a projection
+    meets (`matmul` with a weight on the right, `add`, `scale`) and concat/split on
+    every axis — the batch and row axes of x, the rows and columns of w, x's last
+    axis, along which the outputs of fused projections come apart."""
+    x1, x2 = (PoolInput(f"x{i}", ("B", "N", "D"), Role.DATA) for i in (1, 2))
+    w1, w2 = (PoolInput(f"w{i}", ("D", "D"), Role.WEIGHT) for i in (1, 2))
+    s1, s2 = (PoolInput(f"s{i}", (), Role.SCALAR) for i in (1, 2))
+    forms = [
+        Form("add", 2, same_shape=True, commutative=True),
+        Form("scale", 2, roles=(None, Role.SCALAR)),
+        Form("matmul", 2, roles=(None, Role.WEIGHT)),
+        *_concat_split_forms((0, 1, 2)),
+    ]
+    sizes = ({"B": 2, "N": 3, "D": 5}, {"B": 3, "N": 5, "D": 4}, {"B": 5, "N": 2, "D": 3})
+    return World("batched", (x1, x2, w1, w2, s1, s2), tuple(forms), sizes, anchor="matmul")
+
+
 def worlds(ops: Sequence[str]) -> list[World]:
-    """The worlds restricted to the forms of `ops` (a world left without forms is
-    dropped), with scalars only where `scale` can read them."""
+    """The worlds restricted to the forms of `ops` (a world left without forms or
+    without its anchor op is dropped), with scalars only where `scale` can read them."""
     chosen = set(ops)
     result = []
-    for world in (matrix_world(), conv_world()):
+    for world in (matrix_world(), conv_world(), batched_world()):
         forms = tuple(form for form in world.forms if form.op in chosen)
-        if not forms:
+        if not forms or (world.anchor is not None and world.anchor not in chosen):
             continue
         inputs = tuple(i for i in world.inputs if i.role is not Role.SCALAR or "scale" in chosen)
-        result.append(World(world.name, inputs, forms, world.sizes))
+        result.append(World(world.name, inputs, forms, world.sizes, world.anchor))
     return result
