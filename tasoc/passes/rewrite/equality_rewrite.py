@@ -71,9 +71,9 @@ class EqualityRewritePass(ModulePass):
     (seconds), `alpha` and `budget` (backtracking's relaxation and graphs expanded),
     `node_limit` (e-nodes saturation stops at), `cost` (a `make_cost_model` name),
     `retime` (candidates re-timed end to end; default 3 when the cost model prices this
-    machine, else 0),
-    `split_size` (search graphs of more ops in pieces), `rules` (a shipped library or a
-    rule file), `memory_limit` (bytes; graphs over it cost infinity)."""
+    machine, else 0), `split_size` (search graphs of more ops in pieces), `rules` (a
+    shipped library or a rule file), `memory_limit` (bytes; graphs over it cost
+    infinity)."""
 
     name: ClassVar[str] = "equality-rewrite"
 
