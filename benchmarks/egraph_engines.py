@@ -56,7 +56,7 @@ from tasoc.ir.dag import Dag, Value, from_module
 from tasoc.ir.rules import ELEMENTWISE, AttrTerm, Dim, DTypeOf, Param, Pattern, Rule, ShapeOf
 from tasoc.models import build_model
 from tasoc.passes.rewrite.egraph.egraph import ARGUMENT, ClassId, EGraph, ENode
-from tasoc.passes.rewrite.egraph.extract import greedy
+from tasoc.passes.rewrite.egraph.extract import children_first, greedy
 from tasoc.passes.rewrite.egraph.saturate import SaturationLimits, saturate
 from tasoc.passes.rewrite.library import load_library
 from tasoc.passes.rewrite.match import compile_plan, directed
@@ -199,26 +199,11 @@ def ast_cost(cid: ClassId, enode: ENode) -> float:
 
 def tree_cost(choice: dict[ClassId, ENode], root: ClassId) -> float:
     memo: dict[ClassId, float] = {}
-    order = _children_first(choice, [root])
+    order = children_first(choice, [root])
     for cid in order:
         enode = choice[cid]
         memo[cid] = ast_cost(cid, enode) + sum(memo[c] for c in enode[2])
     return memo[root]
-
-
-def _children_first(choice: dict[ClassId, ENode], roots: Sequence[ClassId]) -> list[ClassId]:
-    order: list[ClassId] = []
-    seen: set[ClassId] = set()
-    stack = [(root, False) for root in roots]
-    while stack:
-        cid, expanded = stack.pop()
-        if expanded:
-            order.append(cid)
-        elif cid not in seen:
-            seen.add(cid)
-            stack.append((cid, True))
-            stack.extend((child, False) for child in choice[cid][2])
-    return order
 
 
 def run_tasoc(dag: Dag, rules: list[Rule], rounds: int, node_limit: int) -> Run:
@@ -236,7 +221,7 @@ def run_tasoc(dag: Dag, rules: list[Rule], rounds: int, node_limit: int) -> Run:
     choice = greedy(egraph.classes, ast_cost)
     extracted = time.perf_counter()
     roots = [egraph.find(root) for root in roots]
-    used = _children_first(choice, roots)
+    used = children_first(choice, roots)
     return Run(
         setup_s=ready - start,
         load_s=loaded - ready,

@@ -41,7 +41,7 @@ from typing import Any
 from tasoc.cost.analytic import roofline, roofline_work
 from tasoc.cost.devices import CPU, DEVICES, H100, Device
 from tasoc.cost.fusion import node_info, schedule
-from tasoc.cost.model import FusedSumCost, Work
+from tasoc.cost.model import CostModel, FusedSumCost, Work
 from tasoc.ir.dag import Dag, Node, Value, to_module
 from tasoc.ir.shapes import DType, TensorSig
 
@@ -84,12 +84,11 @@ def current_device() -> tuple[str, Device]:
     return name, preset
 
 
-def prices_this_machine(cost_model: object) -> bool:
+def prices_this_machine(cost_model: CostModel) -> bool:
     """Whether `cost_model` prices the device JAX runs on here (its preset is the one
     `current_device` picks), so that timing candidates on this machine can correct it;
     a model of another device (`analytic-h100` on a CPU host) cannot be."""
-    device = getattr(cost_model, "device", None)
-    return device is not None and device == current_device()[1]
+    return isinstance(cost_model, FusedSumCost) and cost_model.device == current_device()[1]
 
 
 def op_key(node: Node) -> str:

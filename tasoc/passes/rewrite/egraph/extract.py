@@ -90,8 +90,9 @@ Choice = dict[ClassId, ENode]
 ILP_SCALE = 1e6
 """What the greedy choice costs in the ILP's objective. Costs are seconds, often
 microseconds in all, below HiGHS's absolute gap and feasibility tolerances (1e-6 and
-1e-7), which would then call a choice several percent off the optimum optimal."""
+1e-7), under which it called choices up to 1% off the optimum "optimal"."""
 MIN_COST = 1e-300
+"""The least greedy cost the scale divides by (costs may all be zero)."""
 
 
 @dataclass(frozen=True)
@@ -323,7 +324,7 @@ def to_dag(
     """The graph of the chosen e-nodes (which must have no cycle), as a `Dag` over the
     original `args`."""
     built: dict[ClassId, Node | Value] = {}
-    for cid in _children_first(egraph, roots, choice):
+    for cid in children_first(choice, [egraph.find(root) for root in roots]):
         op, attrs, children = choice[cid]
         if op == ARGUMENT:
             built[cid] = attrs[0][1].out
@@ -339,10 +340,12 @@ def to_dag(
     return Dag(args, outputs, name)  # type: ignore[arg-type]
 
 
-def _children_first(egraph: EGraph, roots: Sequence[ClassId], choice: Choice) -> list[ClassId]:
+def children_first(choice: Choice, roots: Sequence[ClassId]) -> list[ClassId]:
+    """The classes `roots` (canonical ids) use under `choice`, each after the classes
+    its chosen e-node reads, in a fixed order (first root's first operand first)."""
     order: list[ClassId] = []
     seen: set[ClassId] = set()
-    stack: list[tuple[ClassId, bool]] = [(egraph.find(root), False) for root in reversed(roots)]
+    stack: list[tuple[ClassId, bool]] = [(root, False) for root in reversed(roots)]
     while stack:
         cid, expanded = stack.pop()
         if expanded:

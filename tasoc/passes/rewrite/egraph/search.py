@@ -45,11 +45,13 @@ class EGraphLimits(SaturationLimits):
     """The share of the timeout saturation may use; extraction and polishing share
     the rest, extraction taking at most `extraction_share` of it."""
     extraction_share: float = 0.7
+    """The share of the time left after saturation the ILP may use."""
     polish_budget: int = 10
     """Graphs the polishing backtracking search expands at most (0: no polishing)."""
     polish_share: float = 0.2
     """The share of the timeout polishing may use at most (of what is left)."""
     polish_alpha: float = SearchLimits.alpha
+    """The polishing search's `alpha` (backtracking's relaxation)."""
 
 
 def egraph_search(
