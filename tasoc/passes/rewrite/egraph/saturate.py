@@ -10,7 +10,10 @@ bound), so a round stops early at `node_limit` e-nodes or at the deadline.
 Following Tensat (Yang et al., MLSys 2021, §4): single-output rules run every round,
 while multi-output rules (two matmuls sharing an input fused into one and a split)
 run only in the first `multi_rounds` rounds, because each application adds a
-concat and a split that further rules multiply.
+concat and a split that further rules multiply. After saturation, batching rules
+(multi-output rules that concatenate two operands) go on alone as *chains*
+(`batching.py`): one step a round along each group of operands, so n matmuls that
+share a weight become one without every pair meeting every other.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from dataclasses import dataclass, field
 
 from tasoc.ir.rules import Rule, RuleError, build_pattern
 from tasoc.ir.shapes import ShapeError
-from tasoc.passes.rewrite.egraph.egraph import EGraph
+from tasoc.passes.rewrite.egraph.batching import Apply, BatchChains, batch_concat
+from tasoc.passes.rewrite.egraph.egraph import ClassId, EGraph
 from tasoc.passes.rewrite.egraph.ematch import EMatch, Index, ematch
 
 Progress = Callable[[int, int], None]
@@ -37,6 +41,8 @@ class SaturationLimits:
     """Rounds at most."""
     multi_rounds: int = 1
     """Rounds in which multi-output rules are applied."""
+    batch_chains: bool = True
+    """Grow batching rules' chains after saturation (`batching.py`)."""
 
 
 @dataclass
@@ -49,6 +55,10 @@ class Saturation:
     matches: int = 0
     applied: Counter[str] = field(default_factory=Counter)
     """How often each rule's application merged two classes (changed the e-graph)."""
+    chain_rounds: int = 0
+    """Rounds of batch chains after saturation (`batching.py`)."""
+    chain_steps: int = 0
+    """Chain steps taken in them."""
 
 
 def saturate(
@@ -62,6 +72,18 @@ def saturate(
     saturated or a limit is reached; see the module docstring."""
     single = [rule for rule in rules if len(rule.src.outputs) == 1]
     multi = [rule for rule in rules if len(rule.src.outputs) > 1]
+    batching = [rule for rule in multi if batch_concat(rule)] if limits.batch_chains else []
+    chains = BatchChains(egraph)
+
+    def apply(match: EMatch) -> ClassId | None:
+        """Apply `match` and count it where it merged; the class a batching rule's
+        target concatenated."""
+        merged, joined = _apply(egraph, match)
+        if merged:
+            result.applied[match.rule.name] += 1
+        chains.note(joined)
+        return joined
+
     result = Saturation()
     while True:
         if result.rounds >= limits.rounds:
@@ -79,9 +101,9 @@ def saturate(
             if time.perf_counter() > deadline:
                 result.stopped = "timeout"
                 break
-            if _apply(egraph, match):
-                result.applied[match.rule.name] += 1
-                changed = True
+            applied_before = result.applied.total()
+            apply(match)
+            changed |= result.applied.total() > applied_before
         egraph.rebuild()
         result.rounds += 1
         if progress is not None:
@@ -93,7 +115,31 @@ def saturate(
             break
         if not changed:
             break
+    if batching and result.stopped in ("saturated", "rounds"):
+        _grow_chains(egraph, batching, chains, apply, result, limits, deadline)
     return result
+
+
+def _grow_chains(
+    egraph: EGraph,
+    batching: Sequence[Rule],
+    chains: BatchChains,
+    apply: Apply,
+    result: Saturation,
+    limits: SaturationLimits,
+    deadline: float,
+) -> None:
+    """Chain rounds with the batching rules alone, until no chain grows or a limit is
+    reached. Alone because the nested concatenations chains make would feed concat
+    associativity and the concat/matmul rules, which multiply them without bound."""
+    while egraph.num_nodes < limits.node_limit and time.perf_counter() < deadline:
+        egraph.generation += 1
+        steps = chains.grow(_matches(egraph, batching, deadline), apply)
+        egraph.rebuild()
+        if not steps:
+            return
+        result.chain_rounds += 1
+        result.chain_steps += steps
 
 
 def _matches(egraph: EGraph, rules: Sequence[Rule], deadline: float) -> list[EMatch]:
@@ -107,23 +153,26 @@ def _matches(egraph: EGraph, rules: Sequence[Rule], deadline: float) -> list[EMa
     return found
 
 
-def _apply(egraph: EGraph, match: EMatch) -> bool:
-    """Add `match`'s target and union it with the source; whether a class merged. A
-    target that does not type-check on the bound classes, or whose type differs from
-    the source's, is skipped (as on a dag: a rule holds where both sides type-check)."""
+def _apply(egraph: EGraph, match: EMatch) -> tuple[bool, ClassId | None]:
+    """Add `match`'s target and union it with the source: whether a class merged, and
+    for a batching rule the class of its target's concatenation. A target that does
+    not type-check on the bound classes, or whose type differs from the source's, is
+    skipped (as on a dag: a rule holds where both sides type-check)."""
     rule = match.rule
     inputs = {name: egraph.placeholder(cid) for name, cid in match.inputs.items()}
     try:
         built = build_pattern(rule, rule.tgt, inputs, match.params)
     except (RuleError, ShapeError):
-        return False
+        return False, None
     targets = [built[name] for name in rule.tgt.outputs]
     if any(
         value.sig != egraph.sig(source)
         for value, source in zip(targets, match.outputs, strict=True)
     ):
-        return False
+        return False, None
     merged = False
     for value, source in zip(targets, match.outputs, strict=True):
         merged |= egraph.union(source, egraph.add_value(value))
-    return merged
+    concat = batch_concat(rule)
+    joined = None if concat is None else egraph.add_value(built[concat.results[0]])
+    return merged, joined

@@ -85,6 +85,8 @@ def egraph_search(
     applied = Counter(saturation.applied)
     details: dict[str, object] = {
         "rounds": saturation.rounds,
+        "chain_rounds": saturation.chain_rounds,
+        "chain_steps": saturation.chain_steps,
         "matches": saturation.matches,
         "enodes": egraph.num_nodes,
         "eclasses": egraph.num_classes,

@@ -1,0 +1,90 @@
+"""Batch chains (`egraph/batching.py`): n matmuls that share a weight become one on
+stacked rows, through steps of the proven two-operand rule, and the result is equal."""
+
+from __future__ import annotations
+
+import time
+
+from test_egraph import assert_equal
+from test_rewrite_match import BY_NAME, MATMUL_FUSION, RULES, arg
+
+from tasoc.cost import AnalyticCost
+from tasoc.ir.dag import Dag, Node, from_module
+from tasoc.models import build_model
+from tasoc.passes.rewrite.egraph import EGraph, EGraphLimits, egraph_search
+from tasoc.passes.rewrite.egraph.batching import batch_concat
+from tasoc.passes.rewrite.egraph.saturate import SaturationLimits, saturate
+
+ROW_BATCHING = BY_NAME["g3-0196.rev"]
+"""matmul(x, z), matmul(y, z) -> split(matmul(concat{0}(x, y), z)): stacked rows."""
+
+STEPS = 4
+"""Time steps (rows) of `shared_weight`."""
+
+
+def shared_weight(steps: int = STEPS) -> Dag:
+    """`steps` one-row inputs, each through the same weight: an RNN's input projections."""
+    w = arg(0, "w", 16, 16, param=True)
+    xs = [arg(1 + t, f"x{t}", 1, 16) for t in range(steps)]
+    return Dag([w, *xs], [Node("matmul", [x.out, w.out]).out for x in xs])
+
+
+def row_counts(egraph: EGraph, weight: int) -> set[int]:
+    """The row counts of every matmul by class `weight` in `egraph`."""
+    return {
+        egraph.sig(children[0]).shape[0]
+        for _, (op, _, children) in egraph.items()
+        if op == "matmul" and children[1] == weight
+    }
+
+
+def saturated(graph: Dag, limits: SaturationLimits) -> tuple[EGraph, int]:
+    egraph = EGraph()
+    _, args = egraph.add_dag(graph)
+    weight = next(cid for cid, node in args.items() if node.attr("is_param"))
+    saturate(egraph, [ROW_BATCHING], limits, time.perf_counter() + 60)
+    return egraph, weight
+
+
+def test_batching_rules_are_the_multi_output_rules_that_concatenate_two_inputs() -> None:
+    assert batch_concat(ROW_BATCHING) is not None
+    assert batch_concat(MATMUL_FUSION) is not None  # the column twin
+    assert batch_concat(BY_NAME["g3-0196"]) is None  # the other direction splits
+    assert batch_concat(BY_NAME["g3-0001"]) is None  # one output
+    batching = [rule.name for rule in RULES if batch_concat(rule)]
+    assert batching and all(name.endswith(".rev") for name in batching)
+
+
+def test_a_chain_stacks_every_row_and_never_a_row_twice() -> None:
+    egraph, weight = saturated(shared_weight(), SaturationLimits())
+    # Round 1 joins every pair; the chain then grows one row a round, to all four.
+    # A row joined twice (a pair's concatenation taken as a member) would give more.
+    assert row_counts(egraph, weight) == {1, 2, 3, 4}
+
+
+def test_without_chains_multi_output_rules_stop_at_pairs() -> None:
+    egraph, weight = saturated(shared_weight(), SaturationLimits(batch_chains=False))
+    assert row_counts(egraph, weight) == {1, 2}
+
+
+def test_the_search_extracts_one_matmul_for_all_rows_and_it_is_equal() -> None:
+    graph = shared_weight()
+    result = egraph_search(graph, [ROW_BATCHING], AnalyticCost(), timeout_s=30)
+    matmuls = [node for node in result.best.ops if node.op == "matmul"]
+    assert [node.sigs[0].shape for node in matmuls] == [(STEPS, 16)]
+    assert result.details["chain_steps"] >= STEPS - 2
+    assert result.cost_after < result.cost_before
+    assert_equal(graph, result.best)
+
+
+def test_nasrnn_input_projections_are_batched_across_time_steps() -> None:
+    """The rewrite that makes nasrnn faster on a CPU: each input weight multiplies all
+    time steps' inputs at once (`docs/benchmarks.md`); the recurrent ones cannot be
+    batched (step t+1's state needs step t's), and extraction rules those cycles out."""
+    graph = from_module(build_model("nasrnn?hidden=256&length=4"))
+    limits = EGraphLimits(polish_budget=0)
+    result = egraph_search(graph, RULES, AnalyticCost(), limits, timeout_s=60)
+    batched = [n for n in result.best.ops if n.op == "matmul" and n.sigs[0].shape[0] == 4]
+    assert len(batched) == 8  # one per input weight, over all 4 steps
+    assert result.cost_after < result.cost_before
+    assert_equal(graph, result.best)
