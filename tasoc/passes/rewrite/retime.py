@@ -32,7 +32,7 @@ def retime(
     original_cost: float,
     candidates: Sequence[tuple[Dag, float]],
     count: int,
-    repeats: int = 5,
+    repeats: int = 9,
 ) -> list[Timed]:
     """`original` and the `count` cheapest other `candidates` (cheapest first), timed
     end to end; fastest first."""

@@ -16,9 +16,11 @@ bound to those two, in class order `m1, m2, ...`; and step k applies the rule to
 match that joins the chain so far, `concat(...(m1, m2)..., mk)`, with `m(k+1)`. That
 match exists because the previous step added `matmul(concat(...), z)`. Every step is
 an ordinary match of the proven rule, found by e-matching, so the chain is as sound as
-the rule; only which matches are applied is new. A group that grows a member (a chain
-made `X = concat(x0, ..., x4)`, and now `matmul(X, w_i)` share `X`) starts a chain of
-its own: nasrnn's input projections become one matmul of all steps by all weights.
+the rule; only which matches are applied is new. Concatenations batching made are
+never members, and groups that share one are skipped (they are pairwise alternatives
+to the chains), except the concatenation of a complete chain: when a chain made
+`X = concat(x0, ..., x4)`, the matmuls `X @ w_i` that share it start a chain of their
+own.
 """
 
 from __future__ import annotations
@@ -91,23 +93,35 @@ class BatchChains:
                 groups.setdefault(key, []).append((first, second, match))
         steps = 0
         for key, found in sorted(groups.items(), key=lambda item: repr(item[0])):
-            members = self._members(found)
-            chain = self.chains.get(key)
-            if chain is None and members:
-                chain = _Chain(members[0], (members[0],))
-            following = [m for m in members if chain is not None and m not in chain.members]
-            if chain is None or not following:
-                if chain is not None:
-                    self.complete.add(chain.prefix)
-                continue
-            step = _step(found, chain.prefix, following[0])
-            joined = None if step is None else apply(step)
-            if joined is None:
-                continue
-            self.made.add(joined)
-            self.chains[key] = _Chain(joined, (*chain.members, following[0]))
-            steps += 1
+            chain = self._extended(self.chains.get(key), self._members(found), found, apply)
+            if chain is not None:
+                self.chains[key] = chain
+                steps += 1
         return steps
+
+    def _extended(
+        self,
+        chain: _Chain | None,
+        members: Sequence[ClassId],
+        found: Sequence[tuple[ClassId, ClassId, EMatch]],
+        apply: Apply,
+    ) -> _Chain | None:
+        """`chain` (a new one at the first member) joined with its next member, or
+        None when it has none left (it is then complete) or the step does not apply."""
+        if chain is None:
+            if not members:
+                return None
+            chain = _Chain(members[0], (members[0],))
+        following = [m for m in members if m not in chain.members]
+        if not following:
+            self.complete.add(chain.prefix)
+            return None
+        step = _step(found, chain.prefix, following[0])
+        joined = None if step is None else apply(step)
+        if joined is None:
+            return None
+        self.made.add(joined)
+        return _Chain(joined, (*chain.members, following[0]))
 
     def _members(self, found: Sequence[tuple[ClassId, ClassId, EMatch]]) -> list[ClassId]:
         """The group's members in class order: the classes it joins, without the

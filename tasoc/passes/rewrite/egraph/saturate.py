@@ -116,7 +116,7 @@ def saturate(
         if not changed:
             break
     if batching and result.stopped in ("saturated", "rounds"):
-        _grow_chains(egraph, batching, chains, apply, result, limits, deadline)
+        _grow_chains(egraph, batching, chains, apply, result, limits, deadline, progress)
     return result
 
 
@@ -128,10 +128,12 @@ def _grow_chains(
     result: Saturation,
     limits: SaturationLimits,
     deadline: float,
+    progress: Progress | None,
 ) -> None:
     """Chain rounds with the batching rules alone, until no chain grows or a limit is
     reached. Alone because the nested concatenations chains make would feed concat
-    associativity and the concat/matmul rules, which multiply them without bound."""
+    associativity and the concat/matmul rules, which multiply them without bound.
+    `progress` hears of the e-nodes, with the saturation rounds unchanged."""
     while egraph.num_nodes < limits.node_limit and time.perf_counter() < deadline:
         egraph.generation += 1
         steps = chains.grow(_matches(egraph, batching, deadline), apply)
@@ -140,6 +142,8 @@ def _grow_chains(
             return
         result.chain_rounds += 1
         result.chain_steps += steps
+        if progress is not None:
+            progress(result.rounds, egraph.num_nodes)
 
 
 def _matches(egraph: EGraph, rules: Sequence[Rule], deadline: float) -> list[EMatch]:
