@@ -16,9 +16,12 @@ from xdsl.dialects.builtin import ModuleOp
 from tasoc.backends.inputs import random_inputs
 from tasoc.backends.numpy import run_reference
 from tasoc.ir.builder import GraphBuilder
+from tasoc.ir.dag import from_module
 from tasoc.models import build_model, list_models
 from tasoc.passes.report import RunReport, reporting
+from tasoc.passes.rewrite import retime as retime_module
 from tasoc.passes.rewrite.equality_rewrite import EqualityRewritePass
+from tasoc.passes.rewrite.retime import WIN_SHARE
 from tasoc.verify.equivalence import compare
 from tasoc.verify.strategies import graphs
 
@@ -105,13 +108,45 @@ def test_retime_measures_the_input_and_the_best_candidates_and_keeps_the_fastest
     after, section = rewritten(module, EqualityRewritePass(budget=50, retime=2))
     timed = section["retimed"]
     assert 2 <= len(timed) <= 3 and sum(t["input"] for t in timed) == 1
-    assert [t["measured_s"] for t in timed] == sorted(t["measured_s"] for t in timed)
-    assert section["ops_after"] == timed[0]["ops"]
+    kept, *others = timed
+    assert [t["measured_s"] for t in others] == sorted(t["measured_s"] for t in others)
+    assert all((t["wins"] is None) == t["input"] for t in timed)
+    assert kept["input"] or kept["wins"] >= WIN_SHARE * 9
+    assert section["ops_after"] == kept["ops"]
     assert ("graph.split" in str(after)) == (not timed[0]["input"])
     assert section["predicted_speedup"] == section["cost_before"] / section["cost_after"]
     assert section["cost_after"] == timed[0]["predicted"]
     assert (section["rules_applied"] == {}) == timed[0]["input"]
     assert_equal_programs(module, after)
+
+
+def rounds_of(*medians_and_wins: tuple[float, int]) -> list[list[float]]:
+    """Nine rounds of samples: the input's at 1.0, and per candidate one whose median is
+    the given one and that beats the input in the given number of rounds."""
+    rounds = [[1.0] * 9]
+    for median, wins in medians_and_wins:
+        rounds.append([median] * wins + [1.5] * (9 - wins))
+        rounds[-1].sort()
+    return rounds
+
+
+@pytest.mark.parametrize(
+    ("samples", "kept"),
+    [
+        (rounds_of((0.8, 9)), 1),  # faster in every round: kept
+        (rounds_of((0.9, 6)), 0),  # a lower median, but faster in only 6 of 9: noise
+        (rounds_of((0.9, 8), (0.7, 9)), 2),  # both measurably faster: the lowest median
+    ],
+)
+def test_retime_keeps_the_input_unless_a_candidate_is_measurably_faster(
+    monkeypatch: pytest.MonkeyPatch, samples: list[list[float]], kept: int
+) -> None:
+    graphs = [from_module(build_model(f"nasrnn?hidden=8&length={n}")) for n in (1, 2, 3)]
+    monkeypatch.setattr(retime_module, "time_rounds", lambda dags, repeats: samples)
+    candidates = [(graph, 1.0) for graph in graphs[1 : len(samples)]]
+    timed = retime_module.retime(graphs[0], 2.0, candidates, count=len(candidates))
+    assert timed[0].graph == graphs[kept]
+    assert [t.wins for t in timed if t.graph == graphs[0]] == [None]
 
 
 @pytest.mark.parametrize(("cost", "retimes"), [("analytic", True), ("analytic-h100", False)])

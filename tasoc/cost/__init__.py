@@ -15,7 +15,7 @@ from __future__ import annotations
 from tasoc.cost.analytic import AnalyticCost, roofline, roofline_work
 from tasoc.cost.devices import CPU, DEVICES, H100, H200, Device
 from tasoc.cost.fusion import Schedule, peak_bytes, schedule, weight_bytes
-from tasoc.cost.measured import MeasuredCost, prices_this_machine, time_end_to_end
+from tasoc.cost.measured import MeasuredCost, prices_this_machine, time_end_to_end, time_rounds
 from tasoc.cost.model import CostError, CostModel, FusedSumCost, Work
 from tasoc.cost.stats import OpStats, node_stats
 
@@ -60,5 +60,6 @@ __all__ = [
     "roofline_work",
     "schedule",
     "time_end_to_end",
+    "time_rounds",
     "weight_bytes",
 ]

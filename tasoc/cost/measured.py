@@ -224,11 +224,21 @@ class MeasuredCost(FusedSumCost):
 def time_end_to_end(
     dags: Sequence[Dag], repeats: int = 5, fold_weights: bool = True, seed: int = 0
 ) -> list[float]:
-    """Median seconds per run of each whole dag, jitted, on the default JAX device.
+    """Median seconds per run of each whole dag, jitted, on the default JAX device
+    (`time_rounds`' samples, each program's median)."""
+    return [statistics.median(times) for times in time_rounds(dags, repeats, fold_weights, seed)]
+
+
+def time_rounds(
+    dags: Sequence[Dag], repeats: int = 5, fold_weights: bool = True, seed: int = 0
+) -> list[list[float]]:
+    """`repeats` samples of seconds per run of each whole dag (one list per dag, in
+    round order), jitted, on the default JAX device.
 
     The programs are timed interleaved (A, B, C, A, B, C, ...) so that drift in the
-    machine's speed hits all of them alike; each is compiled and warmed up first.
-    With `fold_weights`, ops computed from weights alone are evaluated once
+    machine's speed hits all of them alike, and sample i of every program comes from
+    round i, so programs can be compared round by round; each is compiled and warmed
+    up first. With `fold_weights`, ops computed from weights alone are evaluated once
     beforehand and passed in as weights, as the cost models assume. Arguments are
     `random_inputs(..., seed)` of each dag.
     """
@@ -237,7 +247,7 @@ def time_end_to_end(
     for _ in range(repeats):
         for run, times in zip(runners, samples, strict=True):
             times.append(run())
-    return [statistics.median(times) for times in samples]
+    return samples
 
 
 def end_to_end_sampler(dag: Dag, fold_weights: bool = True, seed: int = 0) -> Callable[[], float]:

@@ -127,7 +127,8 @@ class EqualityRewritePass(ModulePass):
             section.update(
                 retimed=[
                     {"ops": t.graph.num_ops, "predicted": t.predicted, "measured_s": t.measured_s,
-                     "input": t.graph == graph, "search_best": t.graph == result.best}
+                     "wins": t.wins, "input": t.graph == graph,
+                     "search_best": t.graph == result.best}
                     for t in timed
                 ],
             )  # fmt: skip
