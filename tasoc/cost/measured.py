@@ -55,9 +55,10 @@ _FLOOR = ("relu", TensorSig((1,), DType.F32))
 
 _MIN_SAMPLE_S = 0.02
 """`time_end_to_end` repeats a fast program within one sample until it takes this long,
-so timer resolution and scheduling noise stay small against what is measured: with
-1 ms, one sample of a 1.6 ms program (nasrnn) was one call, often one preempted time
-slice on a shared machine, and re-timing chose between graphs by noise."""
+so timer resolution and scheduling noise stay small against what is measured. (With
+1 ms, and the calls per sample calibrated on a call that also compiled, a sample was
+one call: single calls of nasrnn ranged 0.7-1.5x of each other on our 2-core machine,
+and re-timing chose between graphs by noise.)"""
 
 
 def cache_dir(override: str | os.PathLike[str] | None = None) -> Path:
@@ -252,8 +253,9 @@ def time_rounds(
 
 def end_to_end_sampler(dag: Dag, fold_weights: bool = True, seed: int = 0) -> Callable[[], float]:
     """A function timing one sample of `dag` (seconds per call, averaged over enough
-    calls to last `_MIN_SAMPLE_S`), jitted and warmed up; what `time_end_to_end` and
-    benchmarks that interleave their own runs call."""
+    calls to last `_MIN_SAMPLE_S`, counted on a call after the one that compiles),
+    jitted and warmed up; what `time_rounds` and benchmarks that interleave their own
+    runs call."""
     import jax
 
     from tasoc.backends.inputs import random_inputs
@@ -266,8 +268,8 @@ def end_to_end_sampler(dag: Dag, fold_weights: bool = True, seed: int = 0) -> Ca
             values = [*values, *lower(to_module(weights))(*values)]
     program = lower(to_module(dag))
     args = program.device_args(values)
+    jax.block_until_ready(program.fn(*args))  # compiles
     start = time.perf_counter()
-    jax.block_until_ready(program.fn(*args))
     jax.block_until_ready(program.fn(*args))
     warm = max(time.perf_counter() - start, 1e-9)
     calls = max(1, min(100, math.ceil(_MIN_SAMPLE_S / warm)))
