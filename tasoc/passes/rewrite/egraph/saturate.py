@@ -75,14 +75,17 @@ def saturate(
     batching = [rule for rule in multi if batch_concat(rule)] if limits.batch_chains else []
     chains = BatchChains(egraph)
 
-    def apply(match: EMatch) -> ClassId | None:
-        """Apply `match` and count it where it merged; the class a batching rule's
-        target concatenated."""
+    def apply(match: EMatch) -> tuple[bool, ClassId | None]:
+        """Apply `match`, counting it where it merged; whether it did, and the class a
+        batching rule's target concatenated."""
         merged, joined = _apply(egraph, match)
         if merged:
             result.applied[match.rule.name] += 1
         chains.note(joined)
-        return joined
+        return merged, joined
+
+    def chain_step(match: EMatch) -> ClassId | None:
+        return apply(match)[1]
 
     result = Saturation()
     while True:
@@ -101,9 +104,7 @@ def saturate(
             if time.perf_counter() > deadline:
                 result.stopped = "timeout"
                 break
-            applied_before = result.applied.total()
-            apply(match)
-            changed |= result.applied.total() > applied_before
+            changed |= apply(match)[0]
         egraph.rebuild()
         result.rounds += 1
         if progress is not None:
@@ -116,7 +117,7 @@ def saturate(
         if not changed:
             break
     if batching and result.stopped in ("saturated", "rounds"):
-        _grow_chains(egraph, batching, chains, apply, result, limits, deadline, progress)
+        _grow_chains(egraph, batching, chains, chain_step, result, limits, deadline, progress)
     return result
 
 
