@@ -1,5 +1,5 @@
 # One entry point for setting up, testing and demonstrating tasoc.
-#   make demo   set up .venv, optimize zoo:bert and run zoo:nasrnn against the reference
+#   make demo   set up .venv, optimize zoo:bert and zoo:nasrnn, run them against the reference
 #   make test   set up .venv and run the whole test suite (lit + pytest)
 #   make rules  regenerate the shipped rewrite-rule library (docs/rules.md)
 VENV    := .venv
@@ -32,6 +32,9 @@ demo: setup
 	$(TASOC) opt demo-bert.mlir | head -n 20
 	$(TASOC) run demo-bert.mlir --check
 	$(TASOC) run zoo:nasrnn --check --bench 10
+	$(TASOC) opt 'zoo:nasrnn?hidden=256' -p 'equality-rewrite{timeout=10}' --verify-each \
+	  --report demo-rewrite.json -o demo-nasrnn.mlir
+	$(TASOC) run demo-nasrnn.mlir --check
 
 bench: setup
 	$(PY) benchmarks/ir.py
