@@ -50,6 +50,7 @@ from xdsl.traits import Commutative, ConstantLike, Pure
 from xdsl.utils.exceptions import VerifyException
 
 from tasoc.ir.shapes import ConstData, DType, ShapeError, TensorSig, infer
+from tasoc.ir.traits import Broadcasting, Contraction, DataMovement, Elementwise, Fusible
 
 PARAM_ATTR = "graph.param"
 """Argument attribute marking a `func.func` argument as a weight."""
@@ -210,7 +211,7 @@ class AddOp(GraphOp):
     lhs = operand_def(TensorType)
     rhs = operand_def(TensorType)
     result = result_def(TensorType)
-    traits = traits_def(Pure(), Commutative())
+    traits = traits_def(Pure(), Commutative(), Elementwise(), Broadcasting(), Fusible())
 
 
 @irdl_op_definition
@@ -221,7 +222,7 @@ class MulOp(GraphOp):
     lhs = operand_def(TensorType)
     rhs = operand_def(TensorType)
     result = result_def(TensorType)
-    traits = traits_def(Pure(), Commutative())
+    traits = traits_def(Pure(), Commutative(), Elementwise(), Broadcasting(), Fusible())
 
 
 @irdl_op_definition
@@ -232,11 +233,13 @@ class ScaleOp(GraphOp):
     input = operand_def(TensorType)
     scalar = operand_def(TensorType)
     result = result_def(TensorType)
+    traits = traits_def(Elementwise(), Fusible())
 
 
 class _UnaryOp(GraphOp):
     input = operand_def(TensorType)
     result = result_def(TensorType)
+    traits = traits_def(Elementwise(), Fusible())
 
 
 @irdl_op_definition
@@ -275,6 +278,7 @@ class TransposeOp(GraphOp):
     input = operand_def(TensorType)
     result = result_def(TensorType)
     perm = prop_def(Attribute)
+    traits = traits_def(DataMovement(), Fusible())
 
 
 @irdl_op_definition
@@ -285,6 +289,7 @@ class MatmulOp(GraphOp):
     lhs = operand_def(TensorType)
     rhs = operand_def(TensorType)
     result = result_def(TensorType)
+    traits = traits_def(Broadcasting(), Contraction())
 
 
 @irdl_op_definition
@@ -299,6 +304,7 @@ class Conv2dOp(GraphOp):
     padding = prop_def(Attribute)
     activation = prop_def(Attribute)
     groups = prop_def(Attribute)
+    traits = traits_def(Contraction())
 
 
 @irdl_op_definition
@@ -309,6 +315,7 @@ class EnlargeOp(GraphOp):
     input = operand_def(TensorType)
     result = result_def(TensorType)
     kernel = prop_def(Attribute)
+    traits = traits_def(DataMovement(), Fusible())
 
 
 @irdl_op_definition
@@ -332,6 +339,7 @@ class ConcatOp(GraphOp):
     inputs = var_operand_def(TensorType)
     result = result_def(TensorType)
     axis = prop_def(Attribute)
+    traits = traits_def(DataMovement(), Fusible())
 
 
 @irdl_op_definition
@@ -343,6 +351,7 @@ class SplitOp(GraphOp):
     outputs = var_result_def(TensorType)
     axis = prop_def(Attribute)
     sizes = prop_def(Attribute)
+    traits = traits_def(DataMovement(), Fusible())
 
 
 class _ConstantOp(GraphOp):
@@ -415,6 +424,7 @@ class ReshapeOp(GraphOp):
     input = operand_def(TensorType)
     result = result_def(TensorType)
     shape = prop_def(Attribute)
+    traits = traits_def(DataMovement(), Fusible())
 
 
 @irdl_op_definition
@@ -452,6 +462,7 @@ class BatchnormOp(GraphOp):
     var = operand_def(TensorType)
     result = result_def(TensorType)
     epsilon = prop_def(Attribute)
+    traits = traits_def(Fusible())
 
 
 @irdl_op_definition
@@ -475,6 +486,7 @@ class EmbeddingOp(GraphOp):
     ids = operand_def(TensorType)
     table = operand_def(TensorType)
     result = result_def(TensorType)
+    traits = traits_def(DataMovement())
 
 
 GRAPH_OPS: tuple[type[GraphOp], ...] = (
