@@ -31,6 +31,7 @@ from tasoc.driver.main import main
 from tasoc.ir import graph as G
 from tasoc.ir.program import arg_infos, entry_function
 from tasoc.models import list_models, parse_spec
+from tasoc.passes.registry import TASOC_PASSES
 from tasoc.passes.report import current_report
 
 GOOD = """\
@@ -98,7 +99,8 @@ OPT_FAILURES = [
     ("bad zoo option value", None, ["zoo:nasrnn?hidden=big"], ["'hidden'", "'big'"]),
     ("pipeline syntax", GOOD, ["-p", "cse{"], ["invalid pipeline 'cse{'", "column 5"]),
     ("unknown pass", GOOD, ["-p", "cse,nosuchpass"], ["unknown pass 'nosuchpass'", "dce"]),
-    ("bad pass option", GOOD, ["-p", "cse{depth=3}"], ["bad options for pass 'cse'", "depth"]),
+    ("bad pass option", GOOD, ["-p", "cse{depth=3}"], ["pass 'cse' has no option 'depth'"]),
+    ("trailing comma", GOOD, ["-p", "cse,"], ["invalid pipeline 'cse,'", "column 5"]),
     ("missing file", None, ["missing.mlir"], ["cannot read 'missing.mlir'", "No such file"]),
     ("unknown extension", None, ["model.txt"], ["model.txt: unknown file extension '.txt'"]),
     ("unknown option", GOOD, ["--no-such-flag"], ["unrecognized arguments: --no-such-flag"]),
@@ -256,7 +258,7 @@ class RecordSeedPass(ModulePass):
 
 
 def test_report_json(tasoc, good: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(opt_module.PASSES, RecordSeedPass.name, lambda: RecordSeedPass)
+    monkeypatch.setitem(TASOC_PASSES, RecordSeedPass.name, lambda: RecordSeedPass)
     report_path = tmp_path / "r.json"
     pipeline = "cse,dce,test-record-seed"
     result = tasoc("opt", str(good), "-p", pipeline, "--seed", "7", "--report", str(report_path))
@@ -271,6 +273,7 @@ def test_report_json(tasoc, good: Path, tmp_path: Path, monkeypatch: pytest.Monk
     assert dce["ops_before"] == cse["ops_after"]
     assert all(p["seconds"] >= 0 for p in report["passes"])
     assert report["sections"] == {"test-record-seed": {"seed_seen": 7}}
+    assert [p["section"] for p in report["passes"]] == [{}, {}, {"seed_seen": 7}]
 
 
 def test_current_report_outside_the_driver_is_scratch() -> None:
@@ -311,7 +314,7 @@ def test_verify_each_passes_for_correct_passes(tasoc, good: Path) -> None:
 def test_verify_each_catches_a_wrong_pass(
     tasoc, good: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(opt_module.PASSES, ReluToSigmoidPass.name, lambda: ReluToSigmoidPass)
+    monkeypatch.setitem(TASOC_PASSES, ReluToSigmoidPass.name, lambda: ReluToSigmoidPass)
     out = tmp_path / "out.mlir"
     out.write_text("previous result\n")
     args = ("opt", str(good), "-p", f"cse,{ReluToSigmoidPass.name}", "-o", str(out))
@@ -327,9 +330,7 @@ def test_verify_each_catches_a_wrong_pass(
 def test_pass_leaving_invalid_ir_is_named(
     tasoc, good: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(
-        opt_module.PASSES, SwapMatmulOperandsPass.name, lambda: SwapMatmulOperandsPass
-    )
+    monkeypatch.setitem(TASOC_PASSES, SwapMatmulOperandsPass.name, lambda: SwapMatmulOperandsPass)
     assert_one_line_error(
         tasoc("opt", str(good), "-p", SwapMatmulOperandsPass.name),
         "IR after pass 'test-swap-matmul' does not verify",

@@ -9,20 +9,25 @@ changes is what a compiler driver owes its users:
   an ONNX model's weight values are kept beside the module, never put in the text;
 - outputs: `-o OUT` is text IR, or an ONNX model when OUT ends in `.onnx`; text IR from
   an ONNX input gets the weights beside it in `OUT`'s stem `.npz` (`onnx_bridge.py`);
-- passes: the curated table `PASSES` instead of every pass xDSL ships;
+- passes: `tasoc.passes.get_all_passes()` (xDSL's chosen few, tasoc's own, installed
+  ones) instead of every pass xDSL ships, plus `--load-pass-plugin` files (`plugins.py`);
+  each pass is built before any runs, an option error naming pass and option
+  (`pass_options.py`);
+- weights: a `.mlir` INPUT's weight values come from `--params` or the `.npz` beside
+  it (`weights.py`), and go to `-o OUT.onnx` or beside `-o OUT`;
 - errors: one line `tasoc: error: ...` with `file:line:col` (`errors.py`), also for
   verifier failures, and bad pipelines named pass by pass;
 - `-o OUT` (and the `.npz`) are written atomically, so a failure never leaves them
   half-written;
 - `--verify-each` checks numeric equivalence after every pass; `--report` writes a
   JSON `RunReport` (timings, op counts, the passes' own sections); `--seed` is in it;
-- `--time-passes` prints on stderr (as mlir-opt does), so stdout stays valid IR.
+- `--time-passes` and `--pass-statistics` (`statistics.py`) print on stderr (as
+  mlir-opt does), so stdout stays valid IR.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import io
 import json
 import os
@@ -30,7 +35,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from importlib.metadata import version
 from typing import IO, TYPE_CHECKING, Any
 
@@ -39,7 +44,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass, PassPipeline
 from xdsl.printer import Printer
 from xdsl.universe import Universe
-from xdsl.utils.arg_spec import parse_pipeline
+from xdsl.utils.arg_spec import ArgSpec, parse_pipeline
 from xdsl.utils.exceptions import ArgSpecParseError, VerifyException
 from xdsl.xdsl_opt_main import xDSLOptMain
 
@@ -75,29 +80,15 @@ from tasoc.driver.onnx_bridge import (
     weights_path,
     write_npz,
 )
+from tasoc.driver.pass_options import build_pass
+from tasoc.driver.plugins import load_pass_plugin
+from tasoc.driver.statistics import format_statistics
+from tasoc.driver.weights import WeightsFile, find_weights, load_weights
+from tasoc.passes.registry import PassRegistryError, get_all_passes
 from tasoc.passes.report import PassRecord, RunReport, reporting
 
 if TYPE_CHECKING:
     import onnx
-
-PassFactory = Callable[[], type[ModulePass]]
-
-
-def _lazy_pass(module: str, class_name: str) -> PassFactory:
-    """A factory importing the pass class on first use, so `tasoc opt` starts fast
-    whatever the passes it could run import (z3, JAX, ...)."""
-    return lambda: getattr(importlib.import_module(module), class_name)
-
-
-PASSES: dict[str, PassFactory] = {
-    "canonicalize": _lazy_pass("xdsl.transforms.canonicalize", "CanonicalizePass"),
-    "cse": _lazy_pass(
-        "xdsl.transforms.common_subexpression_elimination", "CommonSubexpressionElimination"
-    ),
-    "dce": _lazy_pass("xdsl.transforms.dead_code_elimination", "DeadCodeElimination"),
-    "equality-rewrite": _lazy_pass("tasoc.passes.rewrite.equality_rewrite", "EqualityRewritePass"),
-}
-"""The passes `-p` accepts, by pipeline name. tasoc's passes join this table."""
 
 
 def op_counts(module: ModuleOp) -> dict[str, int]:
@@ -199,7 +190,9 @@ class TasocOptMain(xDSLOptMain):
         self._weights_output: AtomicOutput | None = None
         self._input_format = MLIR
         self._weights: dict[str, np.ndarray] | None = None
-        """The weight values an ONNX input carried, by `@main` argument name."""
+        """The weight values of the input, by `@main` argument name: an ONNX input's
+        initializers, or the `.npz` of a text input (`_weights_file`)."""
+        self._weights_file: WeightsFile | None = None
         self._notes: list[str] = []
         self._pass_started = 0.0
         self._ops_before: dict[str, int] = {}
@@ -214,6 +207,10 @@ class TasocOptMain(xDSLOptMain):
                 "--split-input-file makes several modules, and an .onnx output holds one; "
                 "write text IR instead"
             )
+        if self.args.split_input_file and self.args.params is not None:
+            raise UsageError("--params gives the weights of one program, not of split input")
+        if not self.args.split_input_file:
+            self._weights_file = find_weights(self.args.input_file, self.args.params)
 
     # ----------------------------------------------------------------- registration
     def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
@@ -250,6 +247,25 @@ class TasocOptMain(xDSLOptMain):
             help="static shape of an .onnx input with dynamic dims, e.g. input=1x3x224x224 "
             "(repeatable)",
         )
+        arg_parser.add_argument(
+            "--params",
+            metavar="P.npz",
+            help="weight values of a text INPUT by argument name (default: INPUT's stem "
+            ".npz when it exists), used for -o OUT.onnx and written beside -o OUT",
+        )
+        arg_parser.add_argument(
+            "--pass-statistics",
+            action="store_true",
+            help="after the run, print what each pass did on stderr",
+        )
+        arg_parser.add_argument(
+            "--load-pass-plugin",
+            action="append",
+            default=[],
+            metavar="PLUGIN",
+            help="a .py file or an importable module whose ModulePass classes join the "
+            "passes of -p (repeatable)",
+        )
 
     def register_all_dialects(self) -> None:
         register_dialects(self.ctx)
@@ -260,8 +276,19 @@ class TasocOptMain(xDSLOptMain):
         self.available_targets[MLIR] = Universe.get_multiverse().all_targets[MLIR]
 
     def register_all_passes(self) -> None:
-        for name, factory in PASSES.items():
+        try:
+            passes = get_all_passes()
+        except PassRegistryError as err:
+            raise DriverError(str(err)) from None
+        for name, factory in passes.items():
             self.register_pass(name, factory)
+
+    def _load_plugins(self) -> None:
+        """`--load-pass-plugin`: runs after the arguments are parsed (xDSL registers
+        passes before), and before the pipeline is built from the passes it adds."""
+        for plugin in self.args.load_pass_plugin:
+            for name, pass_class in load_pass_plugin(plugin, self.available_passes).items():
+                self.register_pass(name, lambda pass_class=pass_class: pass_class)
 
     def register_all_frontends(self) -> None:
         self.available_frontends[MLIR] = self._parse_mlir
@@ -269,27 +296,39 @@ class TasocOptMain(xDSLOptMain):
         self.available_frontends[ZOO] = lambda stream: build_zoo_model(stream.read().decode())
 
     def setup_pipeline(self) -> None:
-        """Build the pipeline pass by pass, so an error names the pass at fault."""
+        """Build the pipeline pass by pass, before any runs, so an error names the pass
+        (and the option) at fault."""
+        self._load_plugins()
+        passes = [self._build_pass(spec) for spec in self._pipeline_specs()]
+        self.pipeline = PassPipeline(tuple(passes), self._between_passes)
+
+    def _pipeline_specs(self) -> list[ArgSpec]:
         spec_text = self.args.passes
-        passes: list[ModulePass] = []
+        if spec_text.rstrip().endswith(","):
+            # xDSL's parser takes a trailing comma for the end of the pipeline.
+            column = len(spec_text.rstrip()) + 1
+            raise DriverError(
+                f"invalid pipeline '{spec_text}': at column {column}: Expected pass name here"
+            )
         try:
-            specs = list(parse_pipeline(spec_text))
+            return list(parse_pipeline(spec_text))
         except ArgSpecParseError as err:
             raise DriverError(
                 f"invalid pipeline '{spec_text}': {pipeline_syntax_message(err)}"
             ) from None
-        for spec in specs:
-            factory = self.available_passes.get(spec.name)
-            if factory is None:
-                raise DriverError(
-                    f"unknown pass '{spec.name}' in pipeline '{spec_text}'; "
-                    f"available passes: {', '.join(sorted(self.available_passes))}"
-                )
-            try:
-                passes.append(factory().from_pass_spec(spec))
-            except (ValueError, TypeError) as err:
-                raise DriverError(f"bad options for pass '{spec.name}': {err}") from None
-        self.pipeline = PassPipeline(tuple(passes), self._between_passes)
+
+    def _build_pass(self, spec: ArgSpec) -> ModulePass:
+        factory = self.available_passes.get(spec.name)
+        if factory is None:
+            raise DriverError(
+                f"unknown pass '{spec.name}' in pipeline '{self.args.passes}'; "
+                f"available passes: {', '.join(sorted(self.available_passes))}"
+            )
+        try:
+            pass_class = factory()
+        except PassRegistryError as err:
+            raise DriverError(str(err)) from None
+        return build_pass(pass_class, spec)
 
     # ------------------------------------------------------------------- input/output
     def get_input_stream(self) -> tuple[IO[bytes], str]:
@@ -298,6 +337,8 @@ class TasocOptMain(xDSLOptMain):
             require_onnx_for_shapes(self._input_format, self.input_shapes)
             if self._input_format == ONNX and self.args.split_input_file:
                 raise UsageError("--split-input-file splits text IR, not an .onnx input")
+            if self._input_format == ONNX and self.args.params is not None:
+                raise UsageError("--params gives weights, and an .onnx INPUT carries its own")
         except UsageError:
             if stream is not sys.stdin.buffer:
                 stream.close()
@@ -314,7 +355,10 @@ class TasocOptMain(xDSLOptMain):
         # (for `--split-input-file` locations) reaches `_parse_mlir` through here.
         self._line_offset = start_offset
         self.sources.clear()
-        return super().parse_chunk(chunk, file_extension, start_offset)
+        module = super().parse_chunk(chunk, file_extension, start_offset)
+        if module is not None and self._weights_file is not None:
+            self._weights = load_weights(module, self._weights_file)
+        return module
 
     def _parse_mlir(self, stream: IO[bytes]) -> ModuleOp:
         return parse_mlir(
@@ -347,14 +391,14 @@ class TasocOptMain(xDSLOptMain):
             self._outputs.append(self._onnx_output)
             return io.StringIO()  # the text IR goes nowhere; the model is written instead
         self._outputs.append(AtomicOutput(path))
-        if self._input_format == ONNX:
+        if self._input_format == ONNX or self._weights_file is not None:
             self._weights_output = AtomicOutput(weights_path(path), binary=True)
             self._outputs.append(self._weights_output)
         return self._outputs[0].stream
 
     def output_resulting_program(self, prog: ModuleOp) -> str:
         """Text IR for xDSL to print, after writing what goes beside or instead of it:
-        the `.npz` of an ONNX input's weights, or the ONNX model for `-o OUT.onnx`."""
+        the `.npz` of the input's weights, or the ONNX model for `-o OUT.onnx`."""
         if self._weights_output is not None and self._weights is not None:
             write_npz(self._weights_output.stream, program_weights(prog, self._weights))
         if self._onnx_output is None:
@@ -391,6 +435,8 @@ class TasocOptMain(xDSLOptMain):
                 output.commit()
         for message in self._notes:
             note(message)
+        if self.args.pass_statistics and self.report.passes:
+            print(format_statistics(self.report), file=sys.stderr)
 
     # ------------------------------------------------------------------ between passes
     def _between_passes(
@@ -406,6 +452,7 @@ class TasocOptMain(xDSLOptMain):
         if upcoming is not None:
             if self.args.verify_each:
                 self._module_before_pass = module.clone()
+            self.report.begin_pass(upcoming.name)
             self._pass_started = time.perf_counter()
 
     def _after_pass(self, previous: ModulePass, module: ModuleOp, print_ir: bool) -> None:
@@ -414,7 +461,7 @@ class TasocOptMain(xDSLOptMain):
             print(f"Pass {previous.name} took {seconds} seconds", file=sys.stderr)
         self._verify(module, previous)
         ops_after = op_counts(module)
-        self.report.passes.append(
+        self.report.end_pass(
             PassRecord(previous.name, str(previous.spec()), seconds, self._ops_before, ops_after)
         )
         self._ops_before = ops_after

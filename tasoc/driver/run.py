@@ -1,8 +1,9 @@
 """`tasoc run`: run `@main` once with JAX or the numpy reference, optionally check and time it.
 
 The arguments are random (`random_inputs`, deterministic in `--seed`) or named values
-from an `.npz` (`--params`); an `.onnx` INPUT brings its own weights (its initializers),
-and only the activations are random. Each output is printed with its type and a checksum
+from an `.npz` (`--params`, or the `.npz` beside a `.mlir` INPUT: `weights.py`); an
+`.onnx` INPUT brings its own weights (its initializers), and only the activations are
+random. Each output is printed with its type and a checksum
 (mean and largest magnitude) that is enough to tell two runs apart at a glance;
 `--check` compares with the reference interpreter at the tolerances of
 `tasoc.verify.equivalence`, `--check-onnxruntime` compares with onnxruntime running the
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import statistics
 import time
-import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
-from tasoc.backends.inputs import describe, load_inputs, random_inputs
+from tasoc.backends.inputs import describe, random_inputs
 from tasoc.backends.numpy import run_reference
 from tasoc.driver.errors import DriverError, OneLineArgumentParser, UsageError, non_negative_int
 from tasoc.driver.inputs import Program, load_program
@@ -32,6 +32,7 @@ from tasoc.driver.onnx_bridge import (
     input_shape_arg,
     onnxruntime_outputs,
 )
+from tasoc.driver.weights import WeightsFile, find_weights, load_arguments
 from tasoc.ir.program import (
     ArgInfo,
     ProgramError,
@@ -70,7 +71,10 @@ def _parser() -> OneLineArgumentParser:
         "--bench", type=non_negative_int, default=0, metavar="N", help="time N runs after a warm-up"
     )
     parser.add_argument(
-        "--params", metavar="P.npz", help="argument values by name (weights required)"
+        "--params",
+        metavar="P.npz",
+        help="argument values by name (weights required); default: INPUT's stem .npz "
+        "beside a .mlir INPUT, when it exists",
     )
     parser.add_argument(
         "--input-shape",
@@ -86,27 +90,19 @@ def _parser() -> OneLineArgumentParser:
     return parser
 
 
-def _arguments(program: Program, params: str | None, seed: int) -> list[np.ndarray]:
+def _arguments(program: Program, weights: WeightsFile | None, seed: int) -> list[np.ndarray]:
+    """`@main`'s arguments: an ONNX input's weights, the file's values, or random."""
     module = program.module
     if program.weights is not None:
-        if params is not None:
-            raise UsageError("--params gives weights, and an .onnx INPUT carries its own")
         infos = arg_infos(entry_function(module))
         drawn = random_inputs(module, seed)
         return [
             program.weights[info.name] if info.is_param else value
             for info, value in zip(infos, drawn, strict=True)
         ]
-    if params is None:
+    if weights is None:
         return random_inputs(module, seed)
-    try:
-        return load_inputs(module, params, seed)
-    except OSError as err:
-        raise DriverError(f"cannot read --params file '{params}': {err.strerror or err}") from None
-    except (ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
-        # np.load raises these for a file that is not an .npz; load_inputs names the file.
-        message = str(err) if params in str(err) else f"{params}: {err}"
-        raise DriverError(f"bad --params file: {message}") from None
+    return load_arguments(module, weights, seed)
 
 
 @dataclass(frozen=True)
@@ -188,16 +184,20 @@ def run_command(argv: Sequence[str]) -> int:
     args = _parser().parse_args(argv)
     program = load_program(args.input, collect_input_shapes(args.input_shape))
     module = program.module
+    weights = find_weights(args.input, args.params) if program.weights is None else None
+    if program.weights is not None and args.params is not None:
+        raise UsageError("--params gives weights, and an .onnx INPUT carries its own")
     try:
         returned = return_values(entry_function(module))
         infos = arg_infos(entry_function(module))
-        inputs = _arguments(program, args.params, args.seed)
+        inputs = _arguments(program, weights, args.seed)
     except ProgramError as err:
         raise DriverError(f"{args.input}: {err}") from None
     executable = prepare(module, args.backend)
     outputs = executable.run(inputs)
 
-    print(f"{args.input} on {args.backend} (seed {args.seed}):")
+    values_from = f", values from {weights.path}" if weights is not None else ""
+    print(f"{args.input} on {args.backend} (seed {args.seed}{values_from}):")
     for index, (value, array) in enumerate(zip(returned, outputs, strict=True)):
         name = value_name(value, f"output #{index}")
         print(f"  {name}: {describe(array)}  {checksum(array)}")

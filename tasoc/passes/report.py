@@ -35,6 +35,9 @@ class PassRecord:
     """Op counts by op name (`graph.matmul`) before the pass."""
     ops_after: dict[str, int]
     """Op counts by op name after the pass."""
+    section: dict[str, Any] = field(default_factory=dict)
+    """What this run of the pass wrote to its report section (empty if nothing): a pass
+    run twice in one pipeline has one record per run, each with its own section."""
 
 
 @dataclass
@@ -42,7 +45,8 @@ class RunReport:
     """The record of one `tasoc opt` run; passes add their own sections.
 
     The driver fills `input`, `pipeline`, `seed` and `passes`; a pass puts what it
-    decided (costs before/after, search statistics, ...) under `section(its name)`.
+    decided (costs before/after, search statistics, ...) under `section(its name)`,
+    which the driver also files with the pass's record.
     Everything stored must be JSON-serializable (numbers, strings, lists, dicts).
     """
 
@@ -55,6 +59,18 @@ class RunReport:
     def section(self, name: str) -> dict[str, Any]:
         """The dict a pass called `name` writes to, created empty on first use."""
         return self.sections.setdefault(name, {})
+
+    def begin_pass(self, name: str) -> None:
+        """Start a fresh section for a run of pass `name` (the driver calls this before
+        each pass): without it, a pass run twice in one pipeline would write its second
+        run's figures over its first's. `sections` keeps each pass's latest run; every
+        run's own section goes into its PassRecord (`end_pass`)."""
+        self.sections.pop(name, None)
+
+    def end_pass(self, record: PassRecord) -> None:
+        """Record a finished pass, with the section its run wrote."""
+        record.section = self.sections.get(record.name, {})
+        self.passes.append(record)
 
     def to_json(self) -> dict[str, Any]:
         """The report as plain JSON data (the `--report` file's content)."""
