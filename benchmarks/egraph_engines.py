@@ -53,7 +53,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tasoc.ir.builder import GraphBuilder
 from tasoc.ir.dag import Dag, Value, from_module
-from tasoc.ir.rules import ELEMENTWISE, AttrTerm, Dim, DTypeOf, Param, Pattern, Rule, ShapeOf
+from tasoc.ir.rules import (
+    SAME_SHAPE_OPERANDS,
+    AttrTerm,
+    Dim,
+    DTypeOf,
+    Param,
+    Pattern,
+    Rule,
+    ShapeOf,
+)
 from tasoc.models import build_model
 from tasoc.passes.rewrite.egraph.egraph import ARGUMENT, ClassId, EGraph, ENode
 from tasoc.passes.rewrite.egraph.extract import children_first, greedy
@@ -364,7 +373,7 @@ def encode_rule(lang: SimpleNamespace, rule: Rule) -> Any:
     conditions += [
         eq(lang.shape(src[op.operands[0]])).to(lang.shape(src[op.operands[1]]))
         for op in rule.src.ops
-        if op.op in ELEMENTWISE
+        if op.op in SAME_SHAPE_OPERANDS
     ]
     (output,) = rule.src.outputs
     (target,) = rule.tgt.outputs

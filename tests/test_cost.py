@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.traits import ConstantLike
 
 from tasoc.cost import (
     CPU,
@@ -22,16 +23,18 @@ from tasoc.cost import (
     CostModel,
     Device,
     MeasuredCost,
+    OpStats,
     make_cost_model,
     node_stats,
     peak_bytes,
-    schedule,
+    plan_fusion,
     time_end_to_end,
     weight_bytes,
 )
 from tasoc.cost import measured as measured_module
 from tasoc.cost.measured import _preprocess_weights, cache_dir, op_key
 from tasoc.ir.dag import ATTR_NAMES, Dag, Node, from_module
+from tasoc.ir.op_sets import ops_with
 from tasoc.ir.shapes import ConstData, DType, TensorSig
 from tasoc.verify.strategies import graphs
 
@@ -128,6 +131,18 @@ def test_constants_are_free_and_layout_ops_only_move_data() -> None:
         assert (stats.flops, stats.bytes_read, stats.bytes_written) == (0, 96, 96)
 
 
+@pytest.mark.parametrize("op", sorted(ops_with(ConstantLike)))
+@settings(max_examples=3, deadline=None)
+@given(data=st.data())
+def test_every_constant_like_op_is_free_and_never_runs(op: str, data: st.DataObject) -> None:
+    dag = from_module(data.draw(graphs(max_ops=2, ops=[op])))
+    constants = [node for node in dag.ops if node.op == op]
+    assert constants
+    for node in constants:
+        assert node_stats(node) == OpStats(0, 0, 0)
+    assert not set(constants) & set(plan_fusion(dag, fold_weights=False).ops)
+
+
 @pytest.mark.parametrize("op", sorted(ATTR_NAMES))
 @settings(max_examples=3, deadline=None)
 @given(data=st.data())
@@ -164,16 +179,16 @@ def test_fusion_chains_and_stops_at_shared_or_returned_values() -> None:
     conv = Node("conv2d", [x.out, w.out], **CONV)
     norm = Node("batchnorm", [conv.out, *stats], epsilon=1e-5)
     relu = Node("relu", [norm.out])
-    plan = schedule(Dag([x, w, *(s.node for s in stats)], [relu.out]))
+    plan = plan_fusion(Dag([x, w, *(s.node for s in stats)], [relu.out]))
     assert plan.fused == (-1, 0, 0)
     assert plan.internal == (True, True, False)
 
     shared = Node("add", [relu.out, norm.out])  # norm now feeds two ops
-    plan = schedule(Dag([x, w, *(s.node for s in stats)], [shared.out]))
+    plan = plan_fusion(Dag([x, w, *(s.node for s in stats)], [shared.out]))
     assert dict(zip(plan.ops, plan.fused, strict=True))[relu] == -1
     assert dict(zip(plan.ops, plan.internal, strict=True))[norm] is False
 
-    plan = schedule(Dag([x, w, *(s.node for s in stats)], [relu.out, conv.out]))
+    plan = plan_fusion(Dag([x, w, *(s.node for s in stats)], [relu.out, conv.out]))
     assert dict(zip(plan.ops, plan.fused, strict=True))[norm] == -1
 
 
@@ -183,7 +198,7 @@ def test_merging_small_matmuls_through_concat_is_predicted_cheaper(device: Devic
     separate, merged = two_matmuls(8, 64, 64, False), two_matmuls(8, 64, 64, True)
     # one kernel instead of two; the concatenation of weights is preprocessed
     assert model.cost(merged) < model.cost(separate)
-    assert len(schedule(merged).ops) == 2 and schedule(merged).fused[-1] == 0
+    assert len(plan_fusion(merged).ops) == 2 and plan_fusion(merged).fused[-1] == 0
     # charged at every run, the concatenation costs more than the launch it saves
     unfolded = AnalyticCost(device, fold_weights=False)
     assert unfolded.cost(merged) > unfolded.cost(separate)
@@ -216,7 +231,7 @@ def tanh_chain() -> Dag:
     return Dag([x, b], [value])
 
 
-def test_peak_memory_of_the_schedule() -> None:
+def test_peak_memory_follows_the_op_order() -> None:
     dag = tanh_chain()
     # weight + input + two live activations at each step
     assert weight_bytes(dag) == 1024

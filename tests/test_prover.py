@@ -17,7 +17,8 @@ from rule_examples import ENLARGE, MATMUL_COMMUTES, MATMUL_FUSION, RELU_OVER_ADD
 
 from tasoc.backends.numpy import KERNELS
 from tasoc.ir.dag import Dag, Value
-from tasoc.ir.rules import Proof, Rule, RuleError, RuleInput, param_domain, parse_rules
+from tasoc.ir.rule_text import parse_rules
+from tasoc.ir.rules import Proof, Rule, RuleError, RuleInput, param_domain
 from tasoc.verify.axioms import load_axioms
 from tasoc.verify.prover import _is_rank_exact, prove_rule, prove_rules, redundant_axioms
 from tasoc.verify.validate import validate_rule

@@ -21,8 +21,8 @@ from tasoc.passes.rewrite.apply import apply
 from tasoc.passes.rewrite.library import load_library
 from tasoc.passes.rewrite.match import Match, directed, find_matches
 from tasoc.verify.equivalence import compare, equivalent
+from tasoc.verify.instances import instances
 from tasoc.verify.strategies import graphs
-from tasoc.verify.validate import instances
 
 LIBRARY = load_library().rules
 RULES = directed(LIBRARY)

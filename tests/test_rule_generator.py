@@ -14,14 +14,8 @@ import pytest
 from tasoc.backends.numpy.interpreter import run_reference
 from tasoc.backends.numpy.kernels import KERNELS
 from tasoc.ir.dag import to_module
-from tasoc.ir.rules import (
-    Rule,
-    RuleError,
-    check_rule,
-    format_rules,
-    param_domain,
-    parse_rules,
-)
+from tasoc.ir.rule_text import format_rules, parse_rules
+from tasoc.ir.rules import Rule, RuleError, check_rule, param_domain
 from tasoc.passes.rewrite.generator import STAGES, GenerationReport, generate
 from tasoc.passes.rewrite.generator.enumeration import enumerate_world
 from tasoc.passes.rewrite.generator.evaluate import PRIME, apply

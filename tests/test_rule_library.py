@@ -14,11 +14,12 @@ from hypothesis import strategies as st
 
 from tasoc.backends.numpy import run_reference
 from tasoc.ir import dag
-from tasoc.ir.rules import Proof, Rule, RuleError, format_rules
+from tasoc.ir.rule_text import format_rules
+from tasoc.ir.rules import Proof, Rule, RuleError
 from tasoc.models.registry import build_model
 from tasoc.passes.rewrite.library import library_path, load_library, read_rules
 from tasoc.passes.rewrite.match import directed, find_matches
-from tasoc.verify.validate import instances
+from tasoc.verify.instances import instances
 
 LIBRARY = load_library()
 SHIPPED = library_path()

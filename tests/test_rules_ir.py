@@ -11,6 +11,7 @@ from rule_examples import ENLARGE, MATMUL_FUSION
 
 from tasoc.backends.numpy import run_reference
 from tasoc.ir import dag
+from tasoc.ir.rule_text import format_rules, parse_rules
 from tasoc.ir.rules import (
     Condition,
     Dim,
@@ -22,9 +23,7 @@ from tasoc.ir.rules import (
     RuleError,
     RuleInput,
     ShapeOf,
-    format_rules,
     param_domain,
-    parse_rules,
 )
 
 FUSE = MATMUL_FUSION

@@ -18,10 +18,12 @@ from hypothesis import strategies as st
 from rule_examples import MATMUL_COMMUTES, MATMUL_FUSION, RELU_OVER_ADD
 
 from tasoc.backends.numpy.kernels import KERNELS
-from tasoc.ir.rules import Condition, Param, Relation, Rule, RuleError, param_domain, parse_rules
+from tasoc.ir.rule_text import parse_rules
+from tasoc.ir.rules import Condition, Param, Relation, Rule, RuleError, param_domain
 from tasoc.ir.shapes import ConstData, DType, ShapeError, TensorSig, infer
 from tasoc.verify import symbolic
-from tasoc.verify.validate import Instance, instances, validate_rule, validate_rules
+from tasoc.verify.instances import Instance, instances
+from tasoc.verify.validate import validate_rule, validate_rules
 
 # ------------------------------------------------- symbolic ops vs reference kernels
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from tasoc.cost.analytic import AnalyticCost, roofline, roofline_work
 from tasoc.cost.devices import CPU, DEVICES, H100, H200, Device
-from tasoc.cost.fusion import Schedule, peak_bytes, schedule, weight_bytes
+from tasoc.cost.fusion import FusionPlan, peak_bytes, plan_fusion, weight_bytes
 from tasoc.cost.measured import MeasuredCost, prices_this_machine, time_end_to_end, time_rounds
 from tasoc.cost.model import CostError, CostModel, FusedSumCost, Work
 from tasoc.cost.stats import OpStats, node_stats
@@ -48,17 +48,17 @@ __all__ = [
     "CostModel",
     "Device",
     "FusedSumCost",
+    "FusionPlan",
     "MeasuredCost",
     "OpStats",
-    "Schedule",
     "Work",
     "make_cost_model",
     "node_stats",
     "peak_bytes",
+    "plan_fusion",
     "prices_this_machine",
     "roofline",
     "roofline_work",
-    "schedule",
     "time_end_to_end",
     "time_rounds",
     "weight_bytes",

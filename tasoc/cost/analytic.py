@@ -14,14 +14,15 @@ from __future__ import annotations
 from tasoc.cost.devices import CPU, Device
 from tasoc.cost.fusion import traffic
 from tasoc.cost.model import FusedSumCost, Work
-from tasoc.cost.stats import CONTRACTIONS
 from tasoc.ir.dag import Node
+from tasoc.ir.op_sets import ops_with
+from tasoc.ir.traits import Contraction
 
 
 def roofline_work(node: Node, fused: int, internal: bool, device: Device) -> Work:
     """(compute seconds, memory seconds) of `node` on `device` in this fusion variant."""
     flops, moved = traffic(node, fused, internal)
-    rate = device.flops_rate(node.sigs[0].dtype, node.op in CONTRACTIONS)
+    rate = device.flops_rate(node.sigs[0].dtype, node.op in ops_with(Contraction))
     return flops / rate, moved / device.mem_bandwidth
 
 

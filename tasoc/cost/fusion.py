@@ -4,11 +4,11 @@ Summing standalone op times misranks graphs under XLA: `conv2d -> batchnorm ->
 relu` is one kernel there, not three, and the two intermediates never reach memory.
 The model here is deliberately simple and local, so one pass over a graph applies it:
 
-* an op *runs* unless it is an argument, a constant (XLA embeds those), or — with
+* an op *runs* unless it is an argument, a constant (`ConstantLike`: XLA embeds those), or — with
   `fold_weights` — computed from weights and constants alone: TASO preprocesses
   such ops once for inference (thesis §2.9.3), so a concatenation of two weight
   matrices costs nothing per run;
-* a fusible op (`stats.FUSIBLE_OPS`) joins the kernel of the producer of its first
+* a fusible op (trait `Fusible`) joins the kernel of the producer of its first
   operand that can take it: a running op whose results feed no other running op and
   no program output. The fused op then reads that operand from registers and
   launches nothing; the producer writes nothing.
@@ -18,7 +18,7 @@ link has a single consumer). Not modelled: multi-output fusion of siblings,
 duplicating a cheap producer into several consumers, and folding transposes into
 a contraction's dimension numbers.
 
-Memory follows the schedule `dag.ops`: weights (with `fold_weights`, the
+Memory follows the op order `dag.ops`: weights (with `fold_weights`, the
 preprocessed ones the running ops read) stay resident, program inputs are live
 throughout (the caller owns them), and every other tensor lives from the op that
 makes it to its last reader, or to the end for outputs. Fused intermediates count
@@ -30,13 +30,17 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass
 
-from tasoc.cost.stats import FREE_OPS, FUSIBLE_OPS, node_stats, sig_bytes
+from xdsl.traits import ConstantLike
+
+from tasoc.cost.stats import node_stats, sig_bytes
 from tasoc.ir.dag import Dag, Node
+from tasoc.ir.op_sets import ops_with
+from tasoc.ir.traits import Fusible
 
 
 @dataclass(frozen=True, slots=True)
 class NodeInfo:
-    """What the schedule needs to know about a node, computed once per node.
+    """What a fusion plan needs to know about a node, computed once per node.
 
     `computed` is false for arguments and constants (they never run); `weight` says
     the node depends on weights and constants only; `producers` are the distinct
@@ -76,17 +80,17 @@ def _make_info(node: Node) -> NodeInfo:
     is_param = node.is_arg and bool(node.attr("is_param"))
     weight = is_param or (not node.is_arg and all(_INFO[p].weight for p in producers))
     return NodeInfo(
-        computed=not (node.is_arg or node.op in FREE_OPS),
+        computed=not (node.is_arg or node.op in ops_with(ConstantLike)),
         weight=weight,
-        fusible=node.op in FUSIBLE_OPS,
+        fusible=node.op in ops_with(Fusible),
         producers=producers,
         out_bytes=sum(sig_bytes(sig) for sig in node.sigs),
     )
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class Schedule:
-    """The running ops of a dag in `dag.ops` order, with fusion decisions.
+class FusionPlan:
+    """The running ops of a dag in `dag.ops` order, grouped into XLA kernels.
 
     `fused[i]` is the operand position whose producer's kernel `ops[i]` joins (-1:
     it starts a kernel of its own); `internal[i]` says its results stay inside a
@@ -133,15 +137,16 @@ class Schedule:
         return resident + peak
 
 
-def schedule(dag: Dag, fuse: bool = True, fold_weights: bool = True) -> Schedule:
-    """The fused schedule of `dag` (see the module docstring)."""
+def plan_fusion(dag: Dag, fuse: bool = True, fold_weights: bool = True) -> FusionPlan:
+    """Which ops of `dag` run and which kernel each joins (see the module docstring);
+    with `fuse=False` every running op is a kernel of its own."""
     running = {}
     for node in dag.ops:
         info = node_info(node)
         if info.computed and not (fold_weights and info.weight):
             running[node] = info
     if not fuse:
-        return Schedule(dag, running, (-1,) * len(running), (False,) * len(running))
+        return FusionPlan(dag, running, (-1,) * len(running), (False,) * len(running))
     consumers: dict[Node, int] = {}
     for info in running.values():
         for producer in info.producers:
@@ -157,7 +162,7 @@ def schedule(dag: Dag, fuse: bool = True, fold_weights: bool = True) -> Schedule
                     fused_at[node] = position
                     break
     absorbed = {node.inputs[position].node for node, position in fused_at.items()}
-    return Schedule(
+    return FusionPlan(
         dag,
         running,
         tuple(fused_at.get(node, -1) for node in running),
@@ -185,4 +190,4 @@ def weight_bytes(dag: Dag) -> int:
 
 def peak_bytes(dag: Dag, fold_weights: bool = True) -> int:
     """Peak bytes resident while running `dag.ops` in order (module docstring)."""
-    return schedule(dag, fuse=False, fold_weights=fold_weights).peak_bytes()
+    return plan_fusion(dag, fuse=False, fold_weights=fold_weights).peak_bytes()

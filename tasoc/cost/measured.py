@@ -40,7 +40,7 @@ from typing import Any
 
 from tasoc.cost.analytic import roofline, roofline_work
 from tasoc.cost.devices import CPU, DEVICES, H100, Device
-from tasoc.cost.fusion import node_info, schedule
+from tasoc.cost.fusion import node_info, plan_fusion
 from tasoc.cost.model import CostModel, FusedSumCost, Work
 from tasoc.ir.dag import Dag, Node, Value, to_module
 from tasoc.ir.shapes import DType, TensorSig
@@ -287,7 +287,7 @@ def _preprocess_weights(dag: Dag) -> tuple[Dag, Dag | None]:
     """`dag` with every weight-only value that a running op reads (or the program
     returns) turned into a new weight argument, and the dag computing those values
     from the original arguments (None when there are none)."""
-    plan = schedule(dag, fuse=False, fold_weights=True)
+    plan = plan_fusion(dag, fuse=False, fold_weights=True)
     read = [v for node in plan.running for v in node.inputs] + list(dag.outputs)
     folded = [
         v for v in dict.fromkeys(read) if v.node not in plan.running and node_info(v.node).computed

@@ -15,7 +15,7 @@ import weakref
 from typing import Protocol, runtime_checkable
 
 from tasoc.cost.devices import Device
-from tasoc.cost.fusion import Schedule, schedule, weight_bytes
+from tasoc.cost.fusion import FusionPlan, plan_fusion, weight_bytes
 from tasoc.ir.dag import Dag, Node
 
 
@@ -73,7 +73,7 @@ class FusedSumCost:
         )
 
     def cost(self, dag: Dag) -> float:
-        plan = schedule(dag, self.fusion, self.fold_weights)
+        plan = plan_fusion(dag, self.fusion, self.fold_weights)
         if self.memory_limit is not None and _over_memory(plan, self.memory_limit):
             return math.inf
         works = self._works
@@ -100,7 +100,7 @@ class FusedSumCost:
         return launches + sum(map(max, compute, memory))
 
     def op_work(self, node: Node, fused: int, internal: bool) -> Work:
-        """What `node` adds to its kernel in this fusion variant (`fusion.Schedule`)."""
+        """What `node` adds to its kernel in this fusion variant (`fusion.FusionPlan`)."""
         raise NotImplementedError
 
     def _options(self) -> str:
@@ -113,8 +113,8 @@ class FusedSumCost:
         return ", ".join(parts)
 
 
-def _over_memory(plan: Schedule, limit: float) -> bool:
-    """Whether the schedule's peak memory exceeds `limit`; CostError when even the
+def _over_memory(plan: FusionPlan, limit: float) -> bool:
+    """Whether the plan's peak memory exceeds `limit`; CostError when even the
     graph's weights do not fit, since no rewrite removes the weights a graph is given."""
     weights = weight_bytes(plan.dag)
     if limit < weights:

@@ -13,8 +13,12 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from xdsl.traits import ConstantLike
+
 from tasoc.ir.dag import Node
+from tasoc.ir.op_sets import ops_with
 from tasoc.ir.shapes import DType, TensorSig
+from tasoc.ir.traits import DataMovement
 
 ITEM_BYTES: dict[DType, int] = {
     DType.F32: 4,
@@ -23,32 +27,6 @@ ITEM_BYTES: dict[DType, int] = {
     DType.I32: 4,
     DType.I64: 8,
 }
-
-FREE_OPS = frozenset({"ones", "zeros", "c_pool", "i_conv", "i_matmul", "constant"})
-"""Constants: XLA embeds them in the compiled program, so they cost no kernel."""
-
-FUSIBLE_OPS = frozenset(
-    {
-        "add",
-        "mul",
-        "scale",
-        "relu",
-        "sigmoid",
-        "tanh",
-        "gelu",
-        "batchnorm",
-        "reshape",
-        "transpose",
-        "split",
-        "concat",
-        "enlarge",
-    }
-)
-"""Ops XLA computes inside the loop of a neighbouring kernel: element-wise maps
-(inference batchnorm is a per-channel affine map) and index remappings. Each can
-run as the epilogue of the kernel that produces its operand."""
-
-CONTRACTIONS = frozenset({"matmul", "conv2d"})
 
 _FLOPS_PER_ELEMENT: dict[str, int] = {
     "add": 1,
@@ -63,8 +41,6 @@ _FLOPS_PER_ELEMENT: dict[str, int] = {
     "softmax": 5,
 }
 """FLOPs per result element of the element-wise and normalizing ops."""
-
-_MOVEMENT_OPS = frozenset({"reshape", "transpose", "split", "concat", "enlarge", "embedding"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,9 +96,9 @@ _CACHE: weakref.WeakKeyDictionary[Node, OpStats] = weakref.WeakKeyDictionary()
 def node_stats(node: Node) -> OpStats:
     """FLOPs and bytes of `node` run as a standalone kernel (cached per node).
 
-    Arguments and constants cost nothing; layout ops (reshape, transpose, split,
-    concat, enlarge) and embedding lookups move data without arithmetic. An
-    embedding reads only the rows it gathers, not the whole table.
+    Arguments and constants (`ConstantLike`) cost nothing; layout ops and embedding
+    lookups (`DataMovement`) move data without arithmetic. An embedding reads only
+    the rows it gathers, not the whole table.
     """
     stats = _CACHE.get(node)
     if stats is None:
@@ -131,14 +107,14 @@ def node_stats(node: Node) -> OpStats:
 
 
 def _compute(node: Node) -> OpStats:
-    if node.is_arg or node.op in FREE_OPS:
+    if node.is_arg or node.op in ops_with(ConstantLike):
         return _ZERO
     written = sum(sig_bytes(sig) for sig in node.sigs)
     if node.op == "embedding":
         read = sig_bytes(node.inputs[0].sig) + written
     else:
         read = sum(sig_bytes(value.sig) for value in node.inputs)
-    if node.op in _MOVEMENT_OPS:
+    if node.op in ops_with(DataMovement):
         flops = 0
     elif node.op in _FLOPS:
         flops = _FLOPS[node.op](node)

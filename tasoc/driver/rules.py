@@ -21,7 +21,8 @@ from typing import Any
 
 from tasoc.driver.errors import DriverError, OneLineArgumentParser, non_negative_int
 from tasoc.driver.opt import AtomicOutput
-from tasoc.ir.rules import Proof, Rule, RuleError, format_rules
+from tasoc.ir.rule_text import format_rules
+from tasoc.ir.rules import Proof, Rule, RuleError
 from tasoc.passes.progress import progress_bar
 
 

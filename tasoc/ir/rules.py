@@ -1,4 +1,4 @@
-"""What a rewrite rule is, and its text format.
+"""What a rewrite rule is.
 
 A rule says that two small `graph` programs compute the same tensors: a *source*
 pattern (what the optimizer looks for) and a *target* pattern (what it may put in
@@ -26,7 +26,9 @@ Instantiating a rule at concrete shapes and parameter values (`Rule.instantiate`
 gives the two patterns as `dag.Dag`s, type-checked by the op's shape rules; that is
 how rules are tested numerically and how a matcher checks a match.
 
-The text format (`format_rules`/`parse_rules`) is documented in docs/rules.md.
+A rule prints itself (`str(rule)`) in the text format of docs/rules.md, and its proof
+digest (`rule_digest`) hashes that text; whole rule files are read and written by
+`tasoc.ir.rule_text` (`parse_rules`/`format_rules`).
 """
 
 from __future__ import annotations
@@ -34,14 +36,15 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
-import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
 from tasoc.ir.dag import ATTR_NAMES, Dag, Node, Value
+from tasoc.ir.op_sets import ops_with
 from tasoc.ir.shapes import DType, ShapeError, TensorSig
+from tasoc.ir.traits import Broadcasting, Elementwise
 
 # ------------------------------------------------------------------------------ terms
 
@@ -117,6 +120,20 @@ def term_values(term: AttrTerm) -> set[str]:
     if isinstance(term, tuple):
         return set().union(*(term_values(t) for t in term)) if term else set()
     return set()
+
+
+def format_term(term: AttrTerm) -> str:
+    """`term` as the text format writes it (docs/rules.md)."""
+    if isinstance(term, tuple):
+        return "[" + ", ".join(format_term(t) for t in term) + "]"
+    if isinstance(term, bool):
+        return "true" if term else "false"
+    if isinstance(term, str):
+        return '"' + term.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(term, float):
+        text = repr(term)
+        return text if math.isfinite(term) else f'"{text}"'
+    return str(term)
 
 
 # ---------------------------------------------------------------------------- patterns
@@ -259,6 +276,33 @@ class Rule:
         """The same equality read right to left."""
         return replace(self, name=name or f"{self.name}.rev", src=self.tgt, tgt=self.src)
 
+    def __str__(self) -> str:
+        """The rule's block in the text format (docs/rules.md): what `rule_digest`
+        hashes, and what `rule_text.format_rules` writes once per rule."""
+        inputs = ", ".join(f"{i.name}: {i.rank}" for i in self.inputs)
+        lines = [f"rule {self.name}({inputs}) {{"]
+        for condition in self.preconditions:
+            lines.append(f"  where {condition}")
+        for label, pattern in (("src", self.src), ("tgt", self.tgt)):
+            lines.append(f"  {label} {{")
+            for op in pattern.ops:
+                attrs = ", ".join(f"{k} = {format_term(v)}" for k, v in op.attrs)
+                lines.append(
+                    f"    {', '.join(op.results)} = {op.op}"
+                    + (f"{{{attrs}}}" if attrs else "")
+                    + f"({', '.join(op.operands)})"
+                )
+            lines.append(f"    return {', '.join(pattern.outputs)}")
+            lines.append("  }")
+        if self.provenance:
+            lines.append(f"  provenance {format_term(self.provenance)}")
+        proof = self.proof
+        detail = f" {format_term(proof.detail)}" if proof.detail else ""
+        digest = f" digest {format_term(proof.digest)}" if proof.digest else ""
+        lines.append(f"  proof {proof.status.value}{detail}{digest}")
+        lines.append("}")
+        return "\n".join(lines)
+
     def instantiate(
         self, shapes: Mapping[str, Sequence[int]], params: Mapping[str, Any], dtype: str = "f32"
     ) -> tuple[Any, Any]:
@@ -367,279 +411,8 @@ def rule_digest(rule: Rule) -> str:
     """A short hash of what the rule says (inputs, patterns, preconditions), not of its
     name, provenance or proof."""
     unproven = replace(rule, name="_", provenance="", proof=ProofStatus())
-    text = "\n".join(_format_rule(unproven))
+    text = str(unproven)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-# ----------------------------------------------------------------------- text format
-
-FORMAT_VERSION = 1
-
-
-def format_term(term: AttrTerm) -> str:
-    if isinstance(term, tuple):
-        return "[" + ", ".join(format_term(t) for t in term) + "]"
-    if isinstance(term, bool):
-        return "true" if term else "false"
-    if isinstance(term, str):
-        return '"' + term.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    if isinstance(term, float):
-        text = repr(term)
-        return text if math.isfinite(term) else f'"{text}"'
-    return str(term)
-
-
-def format_rules(rules: Iterable[Rule], header: Sequence[str] = ()) -> str:
-    """The text of a rule file: `header` lines as `//` comments, then one block a rule."""
-    lines = [f"// tasoc rules, format {FORMAT_VERSION}"]
-    lines += [f"// {line}" if line else "//" for line in header]
-    for rule in rules:
-        lines.append("")
-        lines.extend(_format_rule(rule))
-    return "\n".join(lines) + "\n"
-
-
-def _format_rule(rule: Rule) -> list[str]:
-    inputs = ", ".join(f"{i.name}: {i.rank}" for i in rule.inputs)
-    lines = [f"rule {rule.name}({inputs}) {{"]
-    for condition in rule.preconditions:
-        lines.append(f"  where {condition}")
-    for label, pattern in (("src", rule.src), ("tgt", rule.tgt)):
-        lines.append(f"  {label} {{")
-        for op in pattern.ops:
-            attrs = ", ".join(f"{k} = {format_term(v)}" for k, v in op.attrs)
-            lines.append(
-                f"    {', '.join(op.results)} = {op.op}"
-                + (f"{{{attrs}}}" if attrs else "")
-                + f"({', '.join(op.operands)})"
-            )
-        lines.append(f"    return {', '.join(pattern.outputs)}")
-        lines.append("  }")
-    if rule.provenance:
-        lines.append(f"  provenance {format_term(rule.provenance)}")
-    proof = rule.proof
-    detail = f" {format_term(proof.detail)}" if proof.detail else ""
-    digest = f" digest {format_term(proof.digest)}" if proof.digest else ""
-    lines.append(f"  proof {proof.status.value}{detail}{digest}")
-    lines.append("}")
-    return lines
-
-
-_TOKEN = re.compile(
-    r"""(?P<skip>\s+|//[^\n]*)
-      | (?P<string>"(?:[^"\\\n]|\\.)*")
-      | (?P<number>-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)
-      | (?P<param>\$[A-Za-z_]\w*)
-      | (?P<name>[A-Za-z_][\w.\-]*)
-      | (?P<punct>==|!=|[{}()\[\],:=])""",
-    re.VERBOSE,
-)
-
-
-@dataclass(frozen=True, slots=True)
-class _Token:
-    kind: str
-    text: str
-    line: int
-
-
-def _tokens(text: str) -> list[_Token]:
-    tokens, line, position = [], 1, 0
-    while position < len(text):
-        match = _TOKEN.match(text, position)
-        if match is None:
-            raise RuleError(f"line {line}: unexpected character {text[position]!r}")
-        kind = match.lastgroup or ""
-        if kind != "skip":
-            tokens.append(_Token(kind, match.group(), line))
-        line += match.group().count("\n")
-        position = match.end()
-    tokens.append(_Token("end", "", line))
-    return tokens
-
-
-class _Parser:
-    """Recursive descent over the grammar in docs/rules.md."""
-
-    def __init__(self, text: str) -> None:
-        self.tokens = _tokens(text)
-        self.at = 0
-
-    # ------------------------------------------------------------------ primitives
-    @property
-    def peek(self) -> _Token:
-        return self.tokens[self.at]
-
-    def error(self, message: str) -> RuleError:
-        token = self.peek
-        found = "end of file" if token.kind == "end" else repr(token.text)
-        return RuleError(f"line {token.line}: {message}, found {found}")
-
-    def take(self, text: str) -> _Token:
-        if self.peek.text != text or self.peek.kind == "string":
-            raise self.error(f"expected '{text}'")
-        self.at += 1
-        return self.tokens[self.at - 1]
-
-    def accept(self, text: str) -> bool:
-        if self.peek.text == text and self.peek.kind != "string":
-            self.at += 1
-            return True
-        return False
-
-    def name(self, what: str) -> str:
-        if self.peek.kind != "name":
-            raise self.error(f"expected {what}")
-        self.at += 1
-        return self.tokens[self.at - 1].text
-
-    def integer(self) -> int:
-        token = self.peek
-        if token.kind != "number" or not re.fullmatch(r"-?\d+", token.text):
-            raise self.error("expected an integer")
-        self.at += 1
-        return int(token.text)
-
-    def string(self) -> str:
-        if self.peek.kind != "string":
-            raise self.error("expected a string")
-        self.at += 1
-        return _unquote(self.tokens[self.at - 1].text)
-
-    def names(self, what: str) -> tuple[str, ...]:
-        names = [self.name(what)]
-        while self.accept(","):
-            names.append(self.name(what))
-        return tuple(names)
-
-    # --------------------------------------------------------------------- grammar
-    def rules(self) -> list[Rule]:
-        rules = []
-        while self.peek.kind != "end":
-            rules.append(self.rule())
-        return rules
-
-    def rule(self) -> Rule:
-        self.take("rule")
-        line = self.peek.line
-        name = self.name("a rule name")
-        self.take("(")
-        inputs = []
-        while not self.accept(")"):
-            if inputs:
-                self.take(",")
-            input_name = self.name("an input name")
-            self.take(":")
-            inputs.append(RuleInput(input_name, self.integer()))
-        self.take("{")
-        conditions = []
-        while self.accept("where"):
-            lhs = self.term()
-            relation = self.peek.text
-            if relation not in {r.value for r in Relation}:
-                raise self.error("expected '==', '!=' or 'divides'")
-            self.at += 1
-            conditions.append(Condition(lhs, Relation(relation), self.term()))
-        self.take("src")
-        src = self.pattern()
-        self.take("tgt")
-        tgt = self.pattern()
-        provenance = self.string() if self.accept("provenance") else ""
-        proof = ProofStatus()
-        if self.accept("proof"):
-            status = self.name("a proof status")
-            if status not in {p.value for p in Proof}:
-                raise RuleError(
-                    f"line {self.tokens[self.at - 1].line}: unknown proof status '{status}'"
-                )
-            detail = self.string() if self.peek.kind == "string" else ""
-            digest = self.string() if self.accept("digest") else ""
-            proof = ProofStatus(Proof(status), detail, digest)
-        self.take("}")
-        rule = Rule(name, tuple(inputs), src, tgt, tuple(conditions), provenance, proof)
-        try:
-            check_rule(rule)
-        except RuleError as err:
-            raise RuleError(f"line {line}: {err}") from None
-        return rule
-
-    def pattern(self) -> Pattern:
-        self.take("{")
-        ops = []
-        while not self.accept("return"):
-            results = self.names("a result name")
-            self.take("=")
-            op = self.name("an op name")
-            attrs = []
-            if self.accept("{"):
-                while not self.accept("}"):
-                    if attrs:
-                        self.take(",")
-                    key = self.name("an attribute name")
-                    self.take("=")
-                    attrs.append((key, self.term()))
-            self.take("(")
-            operands = () if self.accept(")") else self.names("an operand")
-            if operands:
-                self.take(")")
-            ops.append(PatternOp(results, op, operands, tuple(attrs)))
-        outputs = self.names("an output name")
-        self.take("}")
-        return Pattern(tuple(ops), outputs)
-
-    def term(self) -> AttrTerm:
-        token = self.peek
-        if token.kind == "number":
-            self.at += 1
-            return float(token.text) if re.search(r"[.eE]", token.text) else int(token.text)
-        if token.kind == "string":
-            return self.string()
-        if token.kind == "param":
-            self.at += 1
-            return Param(token.text[1:])
-        if self.accept("["):
-            items: list[AttrTerm] = []
-            while not self.accept("]"):
-                if items:
-                    self.take(",")
-                items.append(self.term())
-            return tuple(items)
-        if token.text in ("true", "false"):
-            self.at += 1
-            return token.text == "true"
-        if token.text in ("dim", "shape", "dtype"):
-            self.at += 1
-            self.take("(")
-            value = self.name("a value name")
-            if token.text == "dim":
-                self.take(",")
-                axis: int | Param
-                if self.peek.kind == "param":
-                    axis = Param(self.peek.text[1:])
-                    self.at += 1
-                else:
-                    axis = self.integer()
-                self.take(")")
-                return Dim(value, axis)
-            self.take(")")
-            return ShapeOf(value) if token.text == "shape" else DTypeOf(value)
-        raise self.error("expected an attribute value")
-
-
-def _unquote(text: str) -> str:
-    return re.sub(r"\\(.)", r"\1", text[1:-1])
-
-
-def parse_rules(text: str) -> list[Rule]:
-    """The rules of a rule file's text; RuleError (one line, with the line number) for
-    text that does not parse or a rule that is malformed (`check_rule`)."""
-    rules = _Parser(text).rules()
-    seen: set[str] = set()
-    for rule in rules:
-        if rule.name in seen:
-            raise RuleError(f"rule '{rule.name}' is defined twice")
-        seen.add(rule.name)
-    return rules
 
 
 # -------------------------------------------------------------------------- checking
@@ -712,10 +485,11 @@ def _check_pattern(label: str, pattern: Pattern, inputs: set[str]) -> None:
 
 # --------------------------------------------------------------------- instantiation
 
-ELEMENTWISE = frozenset({"add", "mul"})
-"""Binary element-wise ops. In a rule they denote the op on operands of one shape, as
-in TASO: several properties (a conv of a sum of kernels, concat of sums) are false
-when an operand broadcasts, so neither instantiation nor matching lets one do so."""
+SAME_SHAPE_OPERANDS = ops_with(Elementwise) & ops_with(Broadcasting)
+"""The element-wise ops that broadcast in the IR (`add`, `mul`). In a rule they denote
+the op on operands of one shape, as in TASO: several properties (a conv of a sum of
+kernels, concat of sums) are false when an operand broadcasts, so neither
+instantiation nor matching lets one do so."""
 
 
 def instantiate(
@@ -778,7 +552,7 @@ def _build(
     for op in pattern.ops:
         known = shape_table(values)
         operands = [values[name] for name in op.operands]
-        if op.op in ELEMENTWISE and len({value.sig.shape for value in operands}) > 1:
+        if op.op in SAME_SHAPE_OPERANDS and len({value.sig.shape for value in operands}) > 1:
             shapes = " and ".join(str(list(value.sig.shape)) for value in operands)
             raise RuleError(
                 f"rule '{rule.name}': {label}: {op.op} of {shapes}: in a rule, element-wise "

@@ -14,7 +14,8 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-from tasoc.ir.rules import Rule, RuleError, parse_rules
+from tasoc.ir.rule_text import parse_rules
+from tasoc.ir.rules import Rule, RuleError
 
 AXIOMS_FILE = "axioms.rules"
 

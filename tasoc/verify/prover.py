@@ -26,8 +26,9 @@ The encoding
 * The rule being proven gets its preconditions and what its types say (`_op_typing`)
   as hypotheses: a rule is claimed only where both patterns type-check, so the
   operands of its matmuls agree, its concats' operands agree off the axis, its
-  element-wise operands have one shape (`rules.ELEMENTWISE`: no broadcasting), an
-  `activation` parameter is "none" or "relu", and so on.
+  broadcasting element-wise ops have operands of one shape
+  (`rules.SAME_SHAPE_OPERANDS`: no broadcasting), an `activation` parameter is "none"
+  or "relu", and so on.
 * Background facts, which the rule format cannot state:
   - shapes (`_shape_facts`): how each op's result shape and dtype follow from its
     operands'. A split that undoes a concat names its sizes `dim(y, 1)` after the
@@ -45,7 +46,7 @@ whole timeout, and z3's timeout is honoured.
 
 What the model abstracts (as TASO's does): a proven rule holds wherever both patterns
 type-check to the same result types, element-wise ops do not broadcast
-(`rules.ELEMENTWISE`), and axis parameters stand for non-negative axes. The rewrite
+(`rules.SAME_SHAPE_OPERANDS`), and axis parameters stand for non-negative axes. The rewrite
 pass must apply rules under those conditions.
 
 Running proofs: z3 objects do not pickle, so `prove_rules` sends `Rule`s to spawned

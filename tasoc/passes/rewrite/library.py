@@ -20,7 +20,8 @@ from importlib.resources import files
 from os import PathLike
 from pathlib import Path
 
-from tasoc.ir.rules import Proof, Rule, RuleError, parse_rules
+from tasoc.ir.rule_text import parse_rules
+from tasoc.ir.rules import Proof, Rule, RuleError
 
 DEFAULT_LIBRARY = "default"
 """The name of the shipped library (`rules=default` in the pass options)."""

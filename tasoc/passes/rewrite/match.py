@@ -9,8 +9,9 @@ matched subgraph can be cut out and replaced (TASO, thesis §2.7):
   by matched nodes and is not a program output, else replacing the outputs would
   leave the old nodes alive and compute them twice;
 * no rule input is bound to a value a matched node computes;
-* each bound input has the rule input's rank; element-wise ops (`rules.ELEMENTWISE`)
-  match only operands of one shape, as rules mean them without broadcasting;
+* each bound input has the rule input's rank; broadcasting element-wise ops
+  (`rules.SAME_SHAPE_OPERANDS`) match only operands of one shape, as rules mean them
+  without broadcasting;
 * shape terms in attributes (`dim(y, 1)`, `shape(x)`, `dtype(x)`) evaluate to the
   node's actual attribute, and the rule's preconditions hold at the bound shapes.
 
@@ -35,7 +36,7 @@ from typing import Any
 
 from tasoc.ir.dag import ATTR_NAMES, Attrs, Dag, Node, Use, Value
 from tasoc.ir.rules import (
-    ELEMENTWISE,
+    SAME_SHAPE_OPERANDS,
     AttrTerm,
     Condition,
     Dim,
@@ -311,7 +312,7 @@ def bind_occurrence(
         or occurrence in state.nodes
     ):
         return None
-    if step.op in ELEMENTWISE and len({shape_of(value) for value in operands}) > 1:
+    if step.op in SAME_SHAPE_OPERANDS and len({shape_of(value) for value in operands}) > 1:
         return None
     values = dict(state.values)
     for name, value in zip(step.results, results, strict=True):

@@ -26,10 +26,13 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
+from xdsl.traits import ConstantLike
+
 from tasoc.cost import CostError, CostModel, FusedSumCost
-from tasoc.cost.stats import FREE_OPS, FUSIBLE_OPS
 from tasoc.ir.dag import Dag, Node
+from tasoc.ir.op_sets import ops_with
 from tasoc.ir.rules import Rule
+from tasoc.ir.traits import Fusible
 from tasoc.passes.rewrite.egraph.egraph import ARGUMENT, PROJECT, ClassId, EGraph, ENode
 from tasoc.passes.rewrite.egraph.extract import Pricing, extract, to_dag
 from tasoc.passes.rewrite.egraph.saturate import Progress, SaturationLimits, saturate
@@ -120,9 +123,14 @@ def egraph_search(
     )
 
 
+_FUSIBLE = ops_with(Fusible)
+_NO_KERNEL = ops_with(ConstantLike) | {ARGUMENT, PROJECT}
+"""E-node ops that never run a kernel: constants, arguments and result projections."""
+
+
 class _NodeCosts:
     """What one e-node costs (`FusedSumCost.op_work`), cached: a kernel launch plus its
-    roofline when it runs alone; for an op XLA fuses (`FUSIBLE_OPS`), its work inside
+    roofline when it runs alone; for an op XLA fuses (`Fusible`), its work inside
     its first operand's kernel too (`fused`), which extraction charges only where that
     operand's chosen e-node is computed by a kernel (`joinable`); nothing for
     constants, arguments, projections, and ops on weights alone when the model folds
@@ -146,19 +154,19 @@ class _NodeCosts:
 
     def fused(self, enode: ENode) -> float | None:
         if enode not in self._fused:
-            fusible = self.model.fusion and enode[0] in FUSIBLE_OPS and not self._free(enode)
+            fusible = self.model.fusion and enode[0] in _FUSIBLE and not self._free(enode)
             self._fused[enode] = self._cost(enode, 0) if fusible else None
         return self._fused[enode]
 
     def joinable(self, cid: ClassId, enode: ENode) -> bool:
         """Not given (an argument, a constant, a folded weight), and not one result of
         a multi-result op, whose kernel has other readers (`tasoc.cost.fusion`)."""
-        return cid not in self.weight_only and enode[0] not in (ARGUMENT, PROJECT, *FREE_OPS)
+        return cid not in self.weight_only and enode[0] not in _NO_KERNEL
 
     def _free(self, enode: ENode) -> bool:
         op, _, children = enode
         weight_only = all(c in self.weight_only for c in children)
-        return op in (ARGUMENT, PROJECT, *FREE_OPS) or weight_only
+        return op in _NO_KERNEL or weight_only
 
     def _cost(self, enode: ENode, fused: int) -> float:
         if self._free(enode):

@@ -1,0 +1,41 @@
+"""Op traits (`tasoc.ir.traits`) and the op-name sets derived from them
+(`tasoc.ir.op_sets.ops_with`): the sets are written out here as they stood when they
+were hand-written string sets in `cost/` and `ir/rules.py`, so moving a trait changes
+a test, not silently a cost or a rule."""
+
+from __future__ import annotations
+
+import pytest
+from xdsl.traits import Commutative, ConstantLike, OpTrait
+
+from tasoc.ir.op_sets import ops_with
+from tasoc.ir.rules import SAME_SHAPE_OPERANDS
+from tasoc.ir.traits import Broadcasting, Contraction, DataMovement, Elementwise, Fusible
+
+EXPECTED: dict[type[OpTrait], set[str]] = {
+    ConstantLike: {"ones", "zeros", "c_pool", "i_conv", "i_matmul", "constant"},
+    Fusible: {
+        "add", "mul", "scale", "relu", "sigmoid", "tanh", "gelu", "batchnorm",
+        "reshape", "transpose", "split", "concat", "enlarge",
+    },
+    Contraction: {"matmul", "conv2d"},
+    DataMovement: {"reshape", "transpose", "split", "concat", "enlarge", "embedding"},
+    Elementwise: {"add", "mul", "scale", "relu", "sigmoid", "tanh", "gelu"},
+    Broadcasting: {"add", "mul", "matmul"},
+    Commutative: {"add", "mul"},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("trait", list(EXPECTED), ids=lambda trait: trait.__name__)
+def test_each_trait_marks_the_ops_its_old_string_set_named(trait: type[OpTrait]) -> None:
+    assert ops_with(trait) == EXPECTED[trait]
+
+
+def test_rules_take_one_shape_for_the_broadcasting_element_wise_ops() -> None:
+    assert SAME_SHAPE_OPERANDS == {"add", "mul"}
+
+
+def test_constants_are_never_fused_or_counted_as_work() -> None:
+    constants = ops_with(ConstantLike)
+    for trait in (Fusible, Contraction, DataMovement, Elementwise):
+        assert not constants & ops_with(trait)
