@@ -296,7 +296,10 @@ def _split(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
     (x,) = inputs
     axis = _axis(int(attrs["axis"]), x.rank)
     sizes = tuple(attrs["sizes"])
-    if not sizes or min(sizes) < 1 or sum(sizes) != x.shape[axis]:
+    # Zero-size pieces are legal (ONNX allows them): empty tensors.
+    if min(sizes, default=0) < 0:
+        raise ShapeError(f"sizes {list(sizes)} must not be negative")
+    if not sizes or sum(sizes) != x.shape[axis]:
         raise ShapeError(
             f"sizes {list(sizes)} do not sum to dimension {axis} of size {x.shape[axis]}"
         )
@@ -377,6 +380,10 @@ def _reduce(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
     axes = sorted({_axis(a, x.rank) for a in attrs["axes"]})
     if len(axes) != len(attrs["axes"]) or not axes:
         raise ShapeError(f"axes {list(attrs['axes'])} must be distinct and non-empty")
+    # Over no values a sum is 0 and a max is -inf (ONNX's identities); a mean is 0/0,
+    # which ONNX leaves undefined, so it is refused rather than given a meaning.
+    if attrs["kind"] == "mean" and any(x.shape[a] == 0 for a in axes):
+        raise ShapeError(f"the mean over axes {axes} of the empty {_fmt(x.shape)} is undefined")
     if attrs["keepdims"]:
         shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
     else:
