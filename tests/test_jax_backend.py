@@ -69,6 +69,39 @@ def test_whole_half_precision_graphs_match_the_reference(module: ModuleOp) -> No
     assert_jax_matches_reference(module)
 
 
+@pytest.mark.parametrize("magnitude", [1.0, 1e10, 1e30, 1e36])
+def test_softmax_after_an_average_pool_of_huge_equal_values_is_uniform(magnitude: float) -> None:
+    """SqueezeNet's head with ONNX's constant test weights: equal logits near 1e30.
+
+    XLA fused the pool's `sum * (1/169)` into softmax's `x - max x` as a fused
+    multiply-add, so `x` there was not the value the maximum was taken of, every
+    exponent underflowed, and every output was 0/0 = NaN.
+    """
+    g = GraphBuilder()
+    x = g.input("x", (1, 1000, 13, 13))
+    pooled = g.pool2d(x, "avg", (13, 13), (1, 1), "valid")
+    module = g.build(g.softmax(g.reshape(pooled, (1, 1000))))
+    logits = np.full((1, 1000, 13, 13), magnitude, np.float32)
+    (result,) = lower(module)(logits)
+    np.testing.assert_allclose(result, 1 / 1000, rtol=1e-6)
+    np.testing.assert_array_equal(result, run_reference(module, [logits])[0])
+
+
+def test_empty_reductions_and_splits_match_the_reference() -> None:
+    g = GraphBuilder()
+    x = g.input("x", (2, 0, 3))
+    y = g.input("y", (2, 8))
+    module = g.build(
+        g.reduce(x, "max", (1,), keepdims=True),
+        g.reduce(x, "sum", (1,)),
+        *g.split(y, 1, (8, 0)),
+        *g.split(x, 1, (0, 0)),
+    )
+    assert_jax_matches_reference(module)
+    maximum = lower(module)(*random_inputs(module))[0]
+    np.testing.assert_array_equal(maximum, np.full((2, 1, 3), -np.inf))
+
+
 # ---------------------------------------------------------------- i64 handling
 
 

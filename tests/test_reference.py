@@ -25,6 +25,7 @@ from tasoc.backends.numpy import KERNELS, run_reference
 from tasoc.backends.numpy.interpreter import KernelTypeError
 from tasoc.ir.builder import GraphBuilder
 from tasoc.ir.graph import GRAPH_OPS, OPS_BY_NAME
+from tasoc.ir.shapes import ShapeError
 
 DTYPE_NAMES = {dtype: kind.value for kind, dtype in NUMPY_DTYPES.items()}
 RNG = np.random.default_rng(1234)
@@ -302,6 +303,20 @@ def test_split_into_three() -> None:
     ]
 
 
+def test_split_pieces_may_be_empty() -> None:
+    x = f32(np.arange(6).reshape(2, 3))
+    whole, after, before = run_op("split", x, axis=1, sizes=(3, 0, 0))
+    np.testing.assert_array_equal(whole, x)
+    assert after.shape == before.shape == (2, 0)
+    empty = run_op("split", np.zeros((0, 2), np.float32), axis=0, sizes=(0, 0, 0))
+    assert [p.shape for p in empty] == [(0, 2)] * 3
+
+
+def test_split_sizes_must_not_be_negative() -> None:
+    with pytest.raises(ShapeError, match=r"sizes \[4, -1\] must not be negative"):
+        single_op("split", [f32(np.arange(3))], axis=0, sizes=(4, -1))
+
+
 def test_reshape_is_row_major() -> None:
     x = f32(np.arange(6).reshape(2, 3))
     np.testing.assert_array_equal(run1("reshape", x, shape=(3, 2)), [[0, 1], [2, 3], [4, 5]])
@@ -368,6 +383,26 @@ def test_reduce_kinds_and_keepdims() -> None:
         run1("reduce", x, kind="mean", axes=(0,), keepdims=True), [[2.5, 3.5, 6]]
     )
     assert run1("reduce", x, kind="max", axes=(0, -1), keepdims=False) == 9
+
+
+def test_reductions_over_no_values_give_their_identity() -> None:
+    """ONNX's ReduceMax/ReduceSum over an empty set: -inf (the least integer), 0."""
+    x = np.zeros((2, 0, 3), np.float32)
+    maximum = run1("reduce", x, kind="max", axes=(1,), keepdims=True)
+    np.testing.assert_array_equal(maximum, np.full((2, 1, 3), -np.inf))
+    np.testing.assert_array_equal(run1("reduce", x, kind="sum", axes=(1,), keepdims=False), 0)
+    ids = np.zeros((0, 2), np.int32)
+    least = run1("reduce", ids, kind="max", axes=(0,), keepdims=False)
+    np.testing.assert_array_equal(least, [np.iinfo(np.int32).min] * 2)
+
+
+def test_the_mean_of_no_values_is_refused() -> None:
+    with pytest.raises(
+        ShapeError, match=r"the mean over axes \[1\] of the empty 2x0x3 is undefined"
+    ):
+        single_op(
+            "reduce", [np.zeros((2, 0, 3), np.float32)], kind="mean", axes=(1,), keepdims=True
+        )
 
 
 def test_integer_reduce_stays_integer_and_mean_rounds_toward_zero() -> None:

@@ -18,7 +18,8 @@ differences a user can observe are:
 - 64-bit integers. JAX without x64 mode has no int64 and tasoc does not turn x64
   on (that would change every user's JAX process). i64 tensors are int32 inside
   the program: `JaxProgram` casts i64 arguments to int32, refusing values that do
-  not fit, and casts i64 results back to int64.
+  not fit, and casts i64 results back to int64. So the max of no i64 values (a
+  reduction over an empty axis) is int32's least value here, int64's in the reference.
 - Embedding ids outside the table yield NaN rows (`jnp.take(mode="fill")`); the
   reference raises instead. A jitted function cannot raise on data.
 """
@@ -40,7 +41,7 @@ from xdsl.dialects.builtin import ModuleOp
 from tasoc.backends import numpy_dtype
 from tasoc.backends.inputs import check_arguments
 from tasoc.backends.numpy.interpreter import KernelTypeError
-from tasoc.backends.numpy.kernels import AnyKernel, in_float32
+from tasoc.backends.numpy.kernels import AnyKernel, in_float32, lowest
 from tasoc.ir.graph import GraphOp, sig_of
 from tasoc.ir.program import ArgInfo, arg_infos, entry_function, return_values
 from tasoc.ir.shapes import ConstData, DType, TensorSig, window_pads
@@ -240,7 +241,18 @@ def _constant(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax
 
 @_kernel("softmax")
 def _softmax(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
-    return [jax.nn.softmax(inputs[0], axis=attrs["axis"])]
+    """`exp(x - max x) / sum`, on a materialized `x`.
+
+    Subtracting the maximum keeps every exponent <= 0 and the maximum's own term 1,
+    but only if `x` in `x - max x` is the same number the maximum was taken of. XLA
+    fuses a cheap producer (an average pool's `sum * (1/k)`) into each consumer and
+    contracts `sum * c - max` into one fused multiply-add, whose unrounded product
+    can sit hundreds below the rounded maximum once |x| is large (1e10): every term
+    underflows and the row is 0/0 = NaN. The barrier makes XLA compute `x` once,
+    rounded, and read that value in both places.
+    """
+    materialized = lax.optimization_barrier(inputs[0])
+    return [jax.nn.softmax(materialized, axis=attrs["axis"])]
 
 
 @_kernel("reduce")
@@ -248,7 +260,7 @@ def _reduce(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.A
     x = inputs[0]
     axes, keepdims = tuple(attrs["axes"]), attrs["keepdims"]
     if attrs["kind"] == "max":
-        return [jnp.max(x, axis=axes, keepdims=keepdims)]
+        return [jnp.max(x, axis=axes, keepdims=keepdims, initial=lowest(x.dtype))]
     total = jnp.sum(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
     if attrs["kind"] == "sum":
         return [total]

@@ -249,12 +249,18 @@ def _softmax(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.
     return [exp / exp.sum(axis=axis, keepdims=True)]
 
 
+def lowest(dtype: np.dtype) -> float | int:
+    """The identity of max: the maximum of no values, -inf for floats and the least
+    value for integers (as ONNX's ReduceMax defines it)."""
+    return -math.inf if np.issubdtype(dtype, np.floating) else int(np.iinfo(dtype).min)
+
+
 @_kernel("reduce")
 def _reduce(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     x = inputs[0]
     axes, keepdims = tuple(attrs["axes"]), attrs["keepdims"]
     if attrs["kind"] == "max":
-        return [np.max(x, axis=axes, keepdims=keepdims)]
+        return [np.max(x, axis=axes, keepdims=keepdims, initial=lowest(x.dtype))]
     # dtype=x.dtype: NumPy would otherwise widen small integer sums to int64.
     total = np.sum(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
     if attrs["kind"] == "sum":
