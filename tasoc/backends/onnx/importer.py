@@ -611,9 +611,11 @@ class _Importer:
         size = G.sig_of(x.type).shape[axis]
         if start == 0 and stop == size:
             return x
-        sizes = [n for n in (start, stop - start, size - stop) if n]
-        pieces = self.ops(G.SplitOp, x, axis=axis, sizes=tuple(sizes))
-        return pieces[1 if start else 0]
+        # The piece before and after are left out when empty; the taken one never is.
+        sizes = (start, stop - start, size - stop)
+        kept = [i for i, n in enumerate(sizes) if n or i == 1]
+        pieces = self.ops(G.SplitOp, x, axis=axis, sizes=tuple(sizes[i] for i in kept))
+        return pieces[kept.index(1)]
 
     # -------------------------------------------------------------- driver
     def run(self) -> tuple[ModuleOp, dict[str, np.ndarray]]:
@@ -1443,9 +1445,7 @@ def _slice(imp: _Importer, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[
         if step != 1:
             imp.fail(f"step {step} on axis {axis} is not supported (only 1)")
         bounds = range(imp.shape(x)[axis])[start:end]
-        if not bounds:
-            imp.fail(f"the slice of axis {axis} is empty")
-        x = imp.take(x, axis, bounds.start, bounds.stop)
+        x = imp.take(x, axis, bounds.start, max(bounds.start, bounds.stop))
     return [x]
 
 
