@@ -7,18 +7,16 @@ import math
 import time
 
 import pytest
-from test_rewrite_match import (
+from rewrite_helpers import (
     ADD_COMMUTES,
     MATMUL_FUSION,
     RULES,
     arg,
+    assert_equal,
     matches,
-    module_of,
     sig,
 )
 
-from tasoc.backends.inputs import random_inputs
-from tasoc.backends.numpy import run_reference
 from tasoc.cost import AnalyticCost
 from tasoc.ir.dag import Dag, Node, from_module
 from tasoc.models import build_model, list_models
@@ -28,7 +26,6 @@ from tasoc.passes.rewrite.egraph.ematch import Index, ematch
 from tasoc.passes.rewrite.egraph.extract import Pricing, acyclic, extract, greedy, to_dag
 from tasoc.passes.rewrite.egraph.saturate import SaturationLimits, saturate
 from tasoc.passes.rewrite.search import SearchLimits, backtracking_search
-from tasoc.verify.equivalence import compare
 
 FAR = math.inf
 
@@ -37,13 +34,6 @@ def two_matmuls() -> Dag:
     """Two matmuls sharing an input: the multi-output fusion's source (TASO Fig. 2.2)."""
     x, a, b = arg(0, "x", 4, 32), arg(1, "a", 32, 16, param=True), arg(2, "b", 32, 16, param=True)
     return Dag([x, a, b], [Node("matmul", [x.out, a.out]).out, Node("matmul", [x.out, b.out]).out])
-
-
-def assert_equal(before: Dag, after: Dag) -> None:
-    module = module_of(before)
-    arguments = random_inputs(module, seed=0)
-    check = compare(run_reference(module, arguments), run_reference(module_of(after), arguments))
-    assert check.ok, check.summary()
 
 
 def test_equal_subexpressions_are_one_class() -> None:
@@ -155,7 +145,7 @@ def test_cycles_are_pruned_without_losing_the_input_graph() -> None:
     classes = acyclic(egraph, [root])
     assert len(classes[egraph.find(cx)]) == 1  # the concat e-node is dropped
     choice = greedy(classes, lambda cid, enode: 1.0)
-    assert to_dag(egraph, [root], choice, graph.args, graph.name) == graph
+    assert to_dag(egraph, [root], choice, graph) == graph
 
 
 @pytest.mark.parametrize("unit", [1.0, 1e-9])
@@ -180,7 +170,7 @@ def test_the_ilp_pays_for_a_shared_class_once_where_greedy_double_counts(unit: f
     assert {e[0] for e in greedy_pick.values()} >= {"gelu", "softmax"}
     extraction, _greedy = extract(egraph, [root], cost, time_limit_s=10)
     assert extraction.method == "ilp (optimal)"
-    chosen = to_dag(egraph, [root], extraction.choice, graph.args, graph.name)
+    chosen = to_dag(egraph, [root], extraction.choice, graph)
     assert {node.op for node in chosen.ops} == {"relu", "sigmoid", "tanh", "add"}
     assert extraction.cost == pytest.approx((10.0 + 4e-3) * unit)  # relu, sigmoid, tanh, add, x
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import time
 
-from test_egraph import assert_equal
-from test_rewrite_match import BY_NAME, MATMUL_FUSION, RULES, arg
+from rewrite_helpers import BY_NAME, MATMUL_FUSION, RULES, arg, assert_equal
 
 from tasoc.cost import AnalyticCost
 from tasoc.ir.dag import Dag, Node, from_module

@@ -9,55 +9,37 @@ import itertools
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from rewrite_helpers import (
+    ADD_COMMUTES,
+    BY_NAME,
+    LIBRARY,
+    MATMUL_FUSION,
+    RULES,
+    arg,
+    matches,
+    module_of,
+)
 from xdsl.dialects.builtin import ModuleOp
 
 from tasoc.backends.inputs import random_inputs
 from tasoc.backends.numpy import run_reference
 from tasoc.ir import dag
 from tasoc.ir.dag import Dag, Node
-from tasoc.ir.rules import Rule, check_rule
-from tasoc.ir.shapes import DType, TensorSig
+from tasoc.ir.rules import check_rule
 from tasoc.passes.rewrite.apply import apply
-from tasoc.passes.rewrite.library import load_library
-from tasoc.passes.rewrite.match import Match, directed, find_matches
+from tasoc.passes.rewrite.match import find_matches
 from tasoc.verify.equivalence import compare, equivalent
 from tasoc.verify.instances import instances
 from tasoc.verify.strategies import graphs
 
-LIBRARY = load_library().rules
-RULES = directed(LIBRARY)
-BY_NAME = {rule.name: rule for rule in RULES}
-
-MATMUL_FUSION = BY_NAME["g3-0197.rev"]
-"""matmul(z, x), matmul(z, y) -> split(matmul(z, concat(x, y))): two outputs."""
 CONV_RELU = BY_NAME["g3-0206"]
 """relu(conv2d{$strides, $padding, $activation}(x, y)) -> conv2d{activation = relu}."""
 CONV_ENLARGE = BY_NAME["g3-0287"]
 """conv(x, y) + conv(x, z) -> conv(x, y + enlarge(z)), where $padding == "same"."""
 CONCAT_ASSOC = BY_NAME["g3-0009"]
 """concat{$axis}(concat{$axis}(x, y), z) -> concat{$axis}(x, concat{$axis}(y, z))."""
-ADD_COMMUTES = BY_NAME["g3-0001"]
-"""add(x, y) -> add(y, x) on matrices."""
 
 CONV = {"strides": (1, 1), "padding": "same", "activation": "none", "groups": 1}
-
-
-def sig(*shape: int) -> TensorSig:
-    return TensorSig(tuple(shape), DType.F32)
-
-
-def arg(index: int, name: str, *shape: int, param: bool = False) -> Node:
-    return Node.arg(index, name, sig(*shape), is_param=param)
-
-
-def matches(graph: Dag, rule: Rule) -> list[Match]:
-    return list(find_matches(graph, [rule]))
-
-
-def module_of(graph: Dag) -> ModuleOp:
-    module = dag.to_module(graph)
-    module.verify()
-    return module
 
 
 def assert_same_results(before: Dag, after: Dag) -> None:
