@@ -1,7 +1,10 @@
 """What the rewrite tests share: the shipped library read both ways, a few of its rules
-by role, small graph builders, and the numeric check that a rewrite kept the results."""
+by role, small graph builders, the numeric check that a rewrite kept the results, and
+a copy of the library with one proven rule edited."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from xdsl.dialects.builtin import ModuleOp
 
@@ -9,9 +12,10 @@ from tasoc.backends.inputs import random_inputs
 from tasoc.backends.numpy import run_reference
 from tasoc.ir import dag
 from tasoc.ir.dag import Dag, Node
+from tasoc.ir.rule_text import format_rules
 from tasoc.ir.rules import Rule
 from tasoc.ir.shapes import DType, TensorSig
-from tasoc.passes.rewrite.library import load_library
+from tasoc.passes.rewrite.library import library_path, load_library
 from tasoc.passes.rewrite.match import Match, directed, find_matches
 from tasoc.verify.equivalence import compare
 
@@ -50,3 +54,20 @@ def assert_equal(before: Dag, after: Dag) -> None:
     arguments = random_inputs(module, seed=0)
     check = compare(run_reference(module, arguments), run_reference(module_of(after), arguments))
     assert check.ok, check.summary()
+
+
+def tampered_copy(tmp_path: Path) -> Path:
+    """A copy of the shipped library whose first rule has one op swapped for another
+    but keeps its proof status and digest."""
+    text = library_path().read_text()
+    block = format_rules([LIBRARY[0]]).split("\n", 2)[2]
+    assert block in text
+    edited = block
+    for old, new in (("add(", "mul("), ("mul(", "add("), ("matmul(", "add(")):
+        if old in block:
+            edited = block.replace(old, new, 1)
+            break
+    assert edited != block
+    path = tmp_path / "tampered.rules"
+    path.write_text(text.replace(block, edited))
+    return path

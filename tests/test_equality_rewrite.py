@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import assert_one_line_error
 from hypothesis import HealthCheck, given, settings
-from test_rule_library import tampered_copy
+from rewrite_helpers import tampered_copy
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 

@@ -11,6 +11,7 @@ import pytest
 from conftest import assert_one_line_error
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from rewrite_helpers import tampered_copy
 
 from tasoc.backends.numpy import run_reference
 from tasoc.ir import dag
@@ -78,22 +79,6 @@ def test_every_shipped_rule_holds_numerically(data: st.DataObject) -> None:
 
 
 # ----------------------------------------------------------------------- bad files
-
-
-def tampered_copy(tmp_path: Path) -> Path:
-    text = SHIPPED.read_text()
-    first = LIBRARY.rules[0]
-    block = format_rules([first]).split("\n", 2)[2]
-    assert block in text
-    edited = block
-    for old, new in (("add(", "mul("), ("mul(", "add("), ("matmul(", "add(")):
-        if old in block:
-            edited = block.replace(old, new, 1)
-            break
-    assert edited != block
-    path = tmp_path / "tampered.rules"
-    path.write_text(text.replace(block, edited))
-    return path
 
 
 def test_a_tampered_library_is_refused(tmp_path: Path, tasoc) -> None:
