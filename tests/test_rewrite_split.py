@@ -15,21 +15,22 @@ from xdsl.dialects.builtin import ModuleOp
 from tasoc.cost import make_cost_model
 from tasoc.ir.dag import Dag, Node, from_module, to_module
 from tasoc.ir.shapes import DType, TensorSig
+from tasoc.ir.subgraph import extract, splice
 from tasoc.models import build_model, get_model
 from tasoc.passes.rewrite.apply import apply
+from tasoc.passes.rewrite.backtrack import BacktrackLimits, backtracking_search
 from tasoc.passes.rewrite.library import load_library
 from tasoc.passes.rewrite.match import directed, find_matches
-from tasoc.passes.rewrite.search import SearchLimits, backtracking_search
 from tasoc.passes.rewrite.split import (
     _core,
     _hull,
+    _is_weight,
     _sites,
-    extract,
     match_weights,
     optimize_in_pieces,
     partition,
-    splice,
 )
+from tasoc.passes.search import Deadline
 from tasoc.verify.equivalence import equivalent
 from tasoc.verify.strategies import graphs
 
@@ -53,8 +54,8 @@ def small(name: str) -> Dag:
 
 def search(budget: int) -> Callable[[Dag], Dag]:
     """TASO's backtracking search as the optimizer of one piece."""
-    limits = SearchLimits(budget=budget, timeout_s=10.0)
-    return lambda graph: backtracking_search(graph, RULES, COST, limits).best
+    limits = BacktrackLimits(budget=budget)
+    return lambda graph: backtracking_search(graph, RULES, COST, limits, Deadline.after(10.0)).best
 
 
 def identity(graph: Dag) -> Dag:
@@ -183,12 +184,14 @@ def test_extract_makes_a_standalone_program_with_sensible_arguments() -> None:
     hidden = Node("relu", [Node("matmul", [x.out, weight.out]).out])
     out = Node("tanh", [Node("matmul", [hidden.out, weight.out]).out])
     graph = Dag([x, w], [out.out, hidden.out])
-    piece = extract(graph, [out, out.inputs[0].node])
+    piece = extract(graph, [out, out.inputs[0].node], is_weight=_is_weight)
     assert piece.inputs == (hidden.out, weight.out)
     assert piece.outputs == (out.out,)
     args = [(a.attr("name"), a.attr("is_param")) for a in piece.dag.args]
     assert args == [("relu", False), ("transpose", True)]
     assert [node.op for node in piece.dag.ops] == ["matmul", "tanh"]
+    unfolded = extract(graph, [out, out.inputs[0].node])
+    assert [a.attr("is_param") for a in unfolded.dag.args] == [False, False]
     first = extract(graph, [weight, hidden.inputs[0].node, hidden])
     assert [(a.attr("name"), a.attr("is_param")) for a in first.dag.args] == [
         ("w", True),

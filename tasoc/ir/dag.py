@@ -4,7 +4,15 @@ Search passes (equality-rewrite, soap-shard, placement) look at thousands of
 candidate graphs. Cloning an xDSL module per candidate costs ~0.2 s at 5,000 ops
 and xDSL's use-lists make every edit a mutation, so a pass converts the module once
 with `from_module`, searches over `Dag`s, and writes the winner back with
-`to_module`.
+`write_back`, which replaces `@main` and nothing else of the module.
+
+The light graph keeps everything `@main` says, or refuses it: tensor encodings
+(`tensor<4xf32, #memory.space<host>>`) are part of each value's `TensorSig`, every
+argument attribute is kept on its argument node, result and function attributes
+(`sym_visibility`, ...) on the `Dag`. What a node has no place for is refused with a
+one-line `ProgramError` naming the op (`representable`): ops of other dialects (a
+node is keyed by the `graph` op's short name), regions, successors, discardable op
+attributes, and bodies of several blocks.
 
 * `Node` — one op application: `op` (the short name, `"conv2d"`), `attrs` (the
   Python values of `GraphOp.py_attrs()` as `(name, value)` pairs in the op's
@@ -13,14 +21,15 @@ with `from_module`, searches over `Dag`s, and writes the winner back with
   an ill-typed substitution — fails at once with `ShapeError`). Program arguments
   are nodes too (`op == "arg"`, made with `Node.arg`).
 * `Value` — a `(node, index)` pair naming one result of a node.
-* `Dag` — the ordered arguments, the output values and the function name, plus
-  the ops in one deterministic topological order.
+* `Dag` — the ordered arguments, the output values, the function name and
+  attributes, plus the ops in one deterministic topological order (`position()`
+  gives each op's index in it).
 
 Hash-consing. Nodes are interned process-wide (a weak table, like tinygrad's UOp
 cache): building a node structurally equal to a live one returns that very object.
 So equality of nodes is identity, hashing is the C-level identity hash, equal
 subgraphs of two candidate graphs are shared rather than copied, and comparing two
-`Dag`s compares only their arguments and outputs. Unpickling re-interns, so a
+`Dag`s compares only their arguments, outputs and attributes. Unpickling re-interns, so a
 pickled graph comes back as the same objects in the same process. Interning is
 exact about attribute values: `0.0` and `-0.0`, `1` and `1.0` and `True`, the
 string `"f32"` and `DType.F32` give different nodes, because they print as
@@ -59,16 +68,22 @@ from typing import Any, NamedTuple
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Attribute, Block, SSAValue
+from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.ir.core import IRWithName
+from xdsl.rewriter import Rewriter
 
-from tasoc.ir.graph import OPS_BY_NAME, GraphOp, sig_of, tensor_type, to_attr
+from tasoc.ir.graph import OPS_BY_NAME, PARAM_ATTR, GraphOp, sig_of, tensor_type, to_attr
 from tasoc.ir.program import (
     ENTRY,
+    NamedAttrs,
     ProgramError,
     arg_infos,
+    entry_block,
     entry_function,
+    function_attributes,
     make_function,
+    named,
+    result_attributes,
     return_values,
 )
 from tasoc.ir.shapes import ConstData, ShapeError, TensorSig, infer
@@ -143,8 +158,16 @@ class Node:
         return _make(op, tuple(inputs), attrs)
 
     @staticmethod
-    def arg(index: int, name: str, sig: TensorSig, is_param: bool = False) -> Node:
-        """Argument `index` of a program; `is_param` marks a weight (`{graph.param}`).
+    def arg(
+        index: int,
+        name: str,
+        sig: TensorSig,
+        is_param: bool = False,
+        attributes: Mapping[str, Attribute] | NamedAttrs = (),
+    ) -> Node:
+        """Argument `index` of a program; `is_param` marks a weight (`{graph.param}`),
+        `attributes` are its other argument attributes (`{my.attr = 1}`), kept so that
+        writing the program back loses none.
 
         The name must survive as an xDSL name hint, which is what keeps it through
         `to_module`/`from_module` and the text: a valid MLIR identifier not ending in
@@ -157,7 +180,15 @@ class Node:
             raise ValueError(
                 f"argument name '{name}' ends in '_<digits>', which xDSL strips from names"
             )
-        attrs = (("index", int(index)), ("name", name), ("is_param", bool(is_param)))
+        others = named(dict(attributes))
+        if any(key == PARAM_ATTR for key, _ in others):
+            raise ValueError(f"'{PARAM_ATTR}' is given by is_param, not in attributes")
+        attrs = (
+            ("index", int(index)),
+            ("name", name),
+            ("is_param", bool(is_param)),
+            ("attributes", others),
+        )
         return _intern(ARG, attrs, (), (sig,))
 
     # ----------------------------------------------------------------- reading
@@ -208,22 +239,47 @@ class Node:
 
 
 class Dag:
-    """A whole program: arguments in order, outputs, and the function's name.
+    """A whole program: arguments in order, outputs, and the function's name and
+    attributes.
 
     `ops` holds every non-argument node reachable from the outputs, in a
     deterministic topological order (depth-first from the outputs, operands left to
-    right). Two dags are equal when they have the same name, arguments and outputs;
-    thanks to interning that takes time proportional to those, not to the graph.
+    right). `attributes` are the function's own (`sym_visibility`, discardable ones)
+    and `result_attributes` each output's (empty when no output has any), as
+    `program.function_attributes`/`result_attributes` read them: what the module says
+    of `@main` beyond its ops, so that `write_back` loses nothing. Two dags are equal
+    when they have the same name, attributes, arguments and outputs; thanks to
+    interning that takes time proportional to those, not to the graph.
     """
 
-    __slots__ = ("_consumers", "_hash", "args", "name", "ops", "outputs")
+    __slots__ = (
+        "_consumers",
+        "_hash",
+        "_position",
+        "args",
+        "attributes",
+        "name",
+        "ops",
+        "outputs",
+        "result_attributes",
+    )
 
     args: tuple[Node, ...]
     outputs: tuple[Value, ...]
     name: str
+    attributes: NamedAttrs
+    result_attributes: tuple[NamedAttrs, ...]
     ops: tuple[Node, ...]
 
-    def __init__(self, args: Sequence[Node], outputs: Sequence[Value], name: str = ENTRY) -> None:
+    def __init__(
+        self,
+        args: Sequence[Node],
+        outputs: Sequence[Value],
+        name: str = ENTRY,
+        *,
+        attributes: NamedAttrs = (),
+        result_attributes: Sequence[NamedAttrs] = (),
+    ) -> None:
         args = tuple(args)
         outputs = tuple(outputs)
         for i, node in enumerate(args):
@@ -234,6 +290,11 @@ class Dag:
         for value in outputs:
             if not isinstance(value, Value):
                 raise TypeError(f"outputs must be Values, got {value!r}")
+        result_attributes = tuple(result_attributes) if any(result_attributes) else ()
+        if result_attributes and len(result_attributes) != len(outputs):
+            raise ValueError(
+                f"{len(result_attributes)} result attribute sets for {len(outputs)} outputs"
+            )
         ops = []
         known_args = set(args)
         for node in _topological([v.node for v in outputs]):
@@ -245,9 +306,24 @@ class Dag:
         init(self, "args", args)
         init(self, "outputs", outputs)
         init(self, "name", name)
+        init(self, "attributes", tuple(attributes))
+        init(self, "result_attributes", result_attributes)
         init(self, "ops", tuple(ops))
-        init(self, "_hash", hash((name, args, outputs)))
+        init(self, "_hash", hash((name, self.attributes, result_attributes, args, outputs)))
         init(self, "_consumers", None)
+        init(self, "_position", None)
+
+    def with_outputs(self, outputs: Sequence[Value]) -> Dag:
+        """The program with the same arguments, name and attributes computing `outputs`
+        instead: what a search makes of a candidate graph, so that the function's and
+        the results' attributes survive it."""
+        return Dag(
+            self.args,
+            outputs,
+            self.name,
+            attributes=self.attributes,
+            result_attributes=self.result_attributes,
+        )
 
     @property
     def num_ops(self) -> int:
@@ -269,6 +345,14 @@ class Dag:
                     uses.setdefault(value, []).append(Use(node, position))
             object.__setattr__(self, "_consumers", {v: tuple(u) for v, u in uses.items()})
         return self._consumers  # type: ignore[return-value]
+
+    def position(self) -> Mapping[Node, int]:
+        """Each op's index in `ops`, a topological order (arguments have none): a node
+        can only depend on nodes of a lower index, which bounds walks that look for
+        paths between ops. Computed on first call and kept: the dag is immutable."""
+        if self._position is None:
+            object.__setattr__(self, "_position", {n: i for i, n in enumerate(self.ops)})
+        return self._position  # type: ignore[return-value]
 
     @_collector_paused()
     def replace(self, mapping: Mapping[Value, Value]) -> Dag:
@@ -303,7 +387,7 @@ class Dag:
                 raise ShapeError(
                     f"replace changes a result of @{self.name} from {old.sig} to {new.sig}"
                 )
-        return Dag(self.args, outputs, self.name)
+        return self.with_outputs(outputs)
 
     # ------------------------------------------------------------ identity
     def __eq__(self, other: object) -> bool:
@@ -313,6 +397,8 @@ class Dag:
             and self.name == other.name
             and self.args == other.args
             and self.outputs == other.outputs
+            and self.attributes == other.attributes
+            and self.result_attributes == other.result_attributes
         )
 
     def __hash__(self) -> int:
@@ -334,7 +420,8 @@ class Dag:
         order = [*self.args, *self.ops]
         index = {node: i for i, node in enumerate(order)}
         outputs = tuple((index[v.node], v.index) for v in self.outputs)
-        return (_unpickle_dag, (self.name, len(self.args), _flatten(order), outputs))
+        interface = (self.name, self.attributes, self.result_attributes)
+        return (_unpickle_dag, (interface, len(self.args), _flatten(order), outputs))
 
     def __repr__(self) -> str:
         return (
@@ -477,10 +564,20 @@ def _unpickle_node(table: Sequence[_Entry]) -> Node:
 
 
 def _unpickle_dag(
-    name: str, num_args: int, table: Sequence[_Entry], outputs: Sequence[tuple[int, int]]
+    interface: tuple[str, NamedAttrs, tuple[NamedAttrs, ...]],
+    num_args: int,
+    table: Sequence[_Entry],
+    outputs: Sequence[tuple[int, int]],
 ) -> Dag:
+    name, attributes, result_attributes = interface
     nodes = _unflatten(table)
-    return Dag(nodes[:num_args], [Value(nodes[row], index) for row, index in outputs], name)
+    return Dag(
+        nodes[:num_args],
+        [Value(nodes[row], index) for row, index in outputs],
+        name,
+        attributes=attributes,
+        result_attributes=result_attributes,
+    )
 
 
 # ---------------------------------------------------------------- conversion
@@ -489,24 +586,30 @@ def _unpickle_dag(
 @_collector_paused()
 def from_module(module: ModuleOp) -> Dag:
     """The dag of a program's entry function (see the module docstring for the CSE
-    effect). Raises ProgramError for ops outside the `graph` dialect and ShapeError
-    when an op's result types disagree with inference (an unverified module)."""
+    effect), with its argument, result and function attributes and every tensor's
+    encoding. Raises ProgramError, naming the op, for what a dag cannot hold exactly
+    (`representable`), and ShapeError when an op's result types disagree with
+    inference (an unverified module)."""
     function = entry_function(module)
+    block = entry_block(function)
     args = tuple(
-        Node.arg(i, info.name, info.sig, info.is_param)
+        Node.arg(i, info.name, info.sig, info.is_param, info.attributes)
         for i, info in enumerate(arg_infos(function))
     )
     values: dict[SSAValue, Value] = {
-        block_arg: Value(node, 0)
-        for block_arg, node in zip(function.body.block.args, args, strict=True)
+        block_arg: Value(node, 0) for block_arg, node in zip(block.args, args, strict=True)
     }
     sigs_of_types: dict[Attribute, TensorSig] = {}
-    for op in function.body.block.ops:
+    for op in block.ops:
         if isinstance(op, func.ReturnOp):
             continue
-        if not isinstance(op, GraphOp):
-            raise ProgramError(f"'{op.name}' cannot be represented in a dag (graph ops only)")
-        node = _make(op.op_name(), tuple(values[v] for v in op.operands), op.py_attrs())
+        graph_op = representable(op)
+        operands = []
+        for operand in op.operands:
+            if operand not in values:
+                raise ProgramError(f"'{op.name}' reads a value defined outside @main's block")
+            operands.append(values[operand])
+        node = _make(graph_op.op_name(), tuple(operands), graph_op.py_attrs())
         for i, result in enumerate(op.results):
             sig = sigs_of_types.get(result.type)
             if sig is None:
@@ -517,15 +620,40 @@ def from_module(module: ModuleOp) -> Dag:
                 )
             values[result] = Value(node, i)
     outputs = tuple(values[v] for v in return_values(function))
-    return Dag(args, outputs, function.sym_name.data)
+    return Dag(
+        args,
+        outputs,
+        function.sym_name.data,
+        attributes=function_attributes(function),
+        result_attributes=result_attributes(function),
+    )
 
 
-@_collector_paused()
-def to_module(dag: Dag) -> ModuleOp:
-    """The program of `dag`: ops in `dag.ops` order, arguments named and marked as
-    in the dag. Types and attributes are already known, so ops are built with
-    `GraphOp.create` (no per-op inference or verification) and equal types and
-    attributes are shared xDSL objects."""
+def representable(op: Operation) -> GraphOp:
+    """`op` as a `graph` op a node holds exactly; ProgramError naming it otherwise.
+
+    A node is keyed by a `graph` op's short name, attributes and operands, so an op of
+    another dialect (which might share a short name: `parallel.reduce`) or anything a
+    node has no place for (regions, successors, discardable attributes beside the
+    op's own) would be dropped or confused on the way back; refusing is the only
+    exact answer.
+    """
+    if not isinstance(op, GraphOp):
+        raise ProgramError(f"'{op.name}' cannot be represented in a dag (graph ops only)")
+    if op.regions or op.successors:
+        raise ProgramError(f"'{op.name}' has regions or successors, which a dag cannot hold")
+    if op.attributes:
+        names = ", ".join(sorted(op.attributes))
+        raise ProgramError(f"'{op.name}' has attributes a dag cannot hold: {names}")
+    return op
+
+
+def to_function(dag: Dag) -> func.FuncOp:
+    """The `func.func` of `dag`: ops in `dag.ops` order, arguments named, marked and
+    attributed as in the dag, results and the function attributed as in the dag.
+    Types and attributes are already known, so ops are built with `GraphOp.create`
+    (no per-op inference or verification) and equal types and attributes are shared
+    xDSL objects."""
     types: dict[TensorSig, Attribute] = {}
     attributes: dict[Any, Attribute] = {}
 
@@ -557,10 +685,31 @@ def to_module(dag: Dag) -> ModuleOp:
         results[node] = op.results
         ops.append(op)
     block.add_ops(ops)
-    function = make_function(
+    return make_function(
         dag.name,
         block,
         [node.attr("is_param") for node in dag.args],
         [results[v.node][v.index] for v in dag.outputs],
+        arg_attrs=[node.attr("attributes") for node in dag.args],
+        res_attrs=dag.result_attributes,
+        func_attrs=dag.attributes,
     )
-    return ModuleOp([function])
+
+
+def to_module(dag: Dag) -> ModuleOp:
+    """A module holding only `to_function(dag)` (a new program; to put a search's
+    result into an existing module, which may hold more, use `write_back`)."""
+    return ModuleOp([to_function(dag)])
+
+
+@_collector_paused()
+def write_back(module: ModuleOp, dag: Dag) -> None:
+    """Put `dag` in place of `module`'s entry function, the one `from_module` read.
+
+    Only that function is replaced, where it stood: every other op of the module
+    (helper functions, `parallel.mesh` declarations, ...) and the module's own
+    attributes stay as they are. The new function's body, type, argument, result and
+    function attributes are the dag's, which `from_module` read from the old one, so
+    what a search did not change comes back unchanged.
+    """
+    Rewriter.replace_op(entry_function(module), to_function(dag))

@@ -9,8 +9,8 @@ the typing rules of the IR live in exactly one place. A violated rule raises
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -31,10 +31,17 @@ class DType(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class TensorSig:
-    """The static type of a tensor: its shape and element type."""
+    """The static type of a tensor: its shape, element type and encoding.
+
+    `encoding` is the tensor type's encoding attribute (`tensor<4x4xf32, #enc>`), kept
+    as the IR's own immutable, hashable object, or None for a plain tensor. It is where
+    a memory space or a sharding lives (as JAX keeps them in the aval), so the light
+    graph must carry it rather than forget it; this module never looks inside it.
+    """
 
     shape: tuple[int, ...]
     dtype: DType
+    encoding: Hashable | None = None
 
     @property
     def rank(self) -> int:
@@ -45,7 +52,8 @@ class TensorSig:
         return math.prod(self.shape)
 
     def __str__(self) -> str:
-        return "x".join([*map(str, self.shape), self.dtype.value])
+        text = "x".join([*map(str, self.shape), self.dtype.value])
+        return text if self.encoding is None else f"{text}, {self.encoding}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,12 +90,31 @@ def _rule(*names: str, arity: tuple[int, int | None]) -> Callable[[InferFn], Inf
 
 
 def infer(op: str, inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
-    """Result signatures of `op` applied to `inputs` with `attrs`; raises ShapeError."""
+    """Result signatures of `op` applied to `inputs` with `attrs`; raises ShapeError.
+
+    The rules below see shapes and element types only; the results take the operands'
+    common encoding here, once for every op (`common_encoding`).
+    """
     low, high = ARITY[op]
     if len(inputs) < low or (high is not None and len(inputs) > high):
         expected = f"{low}" if low == high else f"{low}..{high if high is not None else 'n'}"
         raise ShapeError(f"expected {expected} operands, got {len(inputs)}")
-    return INFER[op](inputs, attrs)
+    encoding = common_encoding(inputs)
+    results = INFER[op](inputs, attrs)
+    if encoding is None:
+        return results
+    return [replace(result, encoding=encoding) for result in results]
+
+
+def common_encoding(inputs: Sequence[TensorSig]) -> Hashable | None:
+    """The encoding all `inputs` share, which an op's results take; ShapeError when
+    they differ (an op reading a host tensor and a device tensor, or two shardings,
+    needs an explicit move first). Ops without operands make plain tensors."""
+    encodings = {sig.encoding for sig in inputs}
+    if len(encodings) > 1:
+        shown = ", ".join(sorted("none" if e is None else str(e) for e in encodings))
+        raise ShapeError(f"operands have different tensor encodings: {shown}")
+    return next(iter(encodings), None)
 
 
 def _fmt(shape: Sequence[int]) -> str:

@@ -20,8 +20,6 @@ An application is refused (None) when it would not give an equal, valid program:
 
 from __future__ import annotations
 
-import functools
-
 from tasoc.ir.dag import Dag, Node
 from tasoc.ir.rules import RuleError, build_pattern
 from tasoc.ir.shapes import ShapeError
@@ -53,7 +51,7 @@ def creates_cycle(dag: Dag, match: Match) -> bool:
     output in `dag.ops` (a topological order): nothing before it can depend on it.
     """
     targets = {value.node for value in match.outputs}
-    position = _positions(dag)
+    position = dag.position()
     earliest = min(position.get(node, -1) for node in targets)
     stack: list[Node] = [value.node for value in match.inputs.values()]
     seen: set[Node] = set()
@@ -66,10 +64,3 @@ def creates_cycle(dag: Dag, match: Match) -> bool:
         seen.add(node)
         stack.extend(value.node for value in node.inputs)
     return False
-
-
-@functools.lru_cache(maxsize=4)
-def _positions(dag: Dag) -> dict[Node, int]:
-    """Each op's index in `dag.ops` (arguments have none). Kept for the last few dags:
-    a search applies many matches to one dag."""
-    return {node: index for index, node in enumerate(dag.ops)}

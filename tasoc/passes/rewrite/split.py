@@ -12,7 +12,8 @@ where few rule matches sit loses little.
 * `partition` splits the graph recursively, each time in two by a minimum cut that
   breaks as few matches and cuts as few values as it can (max-flow/min-cut,
   `scipy.sparse.csgraph.maximum_flow`).
-* `extract` makes a piece a standalone `Dag`; `splice` puts an optimized version back.
+* `tasoc.ir.subgraph` makes a piece a standalone `Dag` (`extract`) and puts an
+  optimized version back (`splice_many`).
 * `optimize_in_pieces` does it all: partition, optimize each piece, splice, and
   optimize the ops around each cut again (MetaFlow's local search at the splitting
   points); given the whole graph's cost, it keeps only what makes the graph cheaper.
@@ -27,8 +28,6 @@ extracted and replaced in that order without ever creating a cycle.
 
 from __future__ import annotations
 
-import functools
-import heapq
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -41,6 +40,7 @@ from scipy.sparse.csgraph import breadth_first_order, maximum_flow
 from tasoc.cost.fusion import node_info
 from tasoc.ir.dag import Dag, Node, Value
 from tasoc.ir.rules import Rule
+from tasoc.ir.subgraph import extract, splice, splice_many
 from tasoc.passes.rewrite.match import Match, find_matches
 
 _MAX_CAPACITY = 2**31 - 1
@@ -312,199 +312,6 @@ def _spans_by_depth(tree: _Tree) -> list[list[_Span]]:
     return levels
 
 
-# ------------------------------------------------------------- extract and splice
-
-
-@dataclass(frozen=True)
-class Piece:
-    """A convex set of ops of a dag, as a program of its own."""
-
-    nodes: tuple[Node, ...]
-    """The ops of the outer dag it covers, in `dag.ops` order."""
-    dag: Dag
-    """The ops rebuilt over fresh arguments: argument i stands for `inputs[i]`, output
-    j computes what `outputs[j]` does."""
-    inputs: tuple[Value, ...]
-    """The outer values the piece reads (program arguments or other ops' results)."""
-    outputs: tuple[Value, ...]
-    """The piece's values that ops outside it read or that are program outputs."""
-
-
-def extract(dag: Dag, nodes: Iterable[Node]) -> Piece:
-    """The ops `nodes` of `dag` as a standalone `Piece`.
-
-    An argument of the piece that is a program argument keeps its name and weight
-    mark; one that an outer op computes is named after that op and marked a weight
-    when it depends on weights and constants alone, so the cost model folds it in the
-    piece as it does in the whole graph. ValueError when `nodes` is empty, holds
-    something that is not an op of `dag`, or is not convex (a path leaves it and comes
-    back: the piece's inputs would depend on its outputs).
-    """
-    position = _positions(dag)
-    chosen = set(nodes)
-    if not chosen:
-        raise ValueError("a piece needs at least one op")
-    if any(node not in position for node in chosen):
-        raise ValueError("a piece can only hold ops of the dag it is extracted from")
-    order = tuple(sorted(chosen, key=position.__getitem__))
-    if _reenters(dag, chosen, position[order[-1]]):
-        raise ValueError("the ops are not convex: a path leaves them and comes back")
-    uses = dag.consumers()
-    returned = set(dag.outputs)
-    inputs = tuple(dict.fromkeys(v for node in order for v in node.inputs if v.node not in chosen))
-    outputs = tuple(
-        value
-        for node in order
-        for value in node.results
-        if value in returned or any(use.node not in chosen for use in uses.get(value, ()))
-    )
-    args = tuple(_arg_for(i, value) for i, value in enumerate(inputs))
-    values = {outer: arg.out for outer, arg in zip(inputs, args, strict=True)}
-    _rebuild(order, values)
-    piece = Dag(args, [values[value] for value in outputs], dag.name)
-    return Piece(order, piece, inputs, outputs)
-
-
-def _arg_for(index: int, value: Value) -> Node:
-    node = value.node
-    if node.is_arg:
-        return Node.arg(index, node.attr("name"), value.sig, node.attr("is_param"))
-    return Node.arg(index, node.op, value.sig, node_info(node).weight)
-
-
-def _reenters(dag: Dag, chosen: set[Node], last: int) -> bool:
-    """Whether a path from `chosen` through some other op comes back to `chosen`;
-    such a path ends before position `last` in the topological `dag.ops`."""
-    position = _positions(dag)
-    uses = dag.consumers()
-
-    def outside_users(node: Node) -> Iterable[Node]:
-        return (use.node for value in node.results for use in uses.get(value, ()))
-
-    stack = [user for node in chosen for user in outside_users(node) if user not in chosen]
-    seen: set[Node] = set()
-    while stack:
-        node = stack.pop()
-        if node in seen or position[node] > last:
-            continue
-        seen.add(node)
-        for user in outside_users(node):
-            if user in chosen:
-                return True
-            stack.append(user)
-    return False
-
-
-def _rebuild(nodes: Iterable[Node], values: dict[Value, Value]) -> list[Node]:
-    """Each of `nodes` (operands before users) made again over `values` (old value ->
-    new value; values not in it stay); records their results in `values`."""
-    built = []
-    for node in nodes:
-        inputs = [values.get(value, value) for value in node.inputs]
-        new = Node(node.op, inputs, **dict(node.attrs))
-        values.update(zip(node.results, new.results, strict=True))
-        built.append(new)
-    return built
-
-
-def splice(dag: Dag, piece: Piece, optimized: Dag) -> Dag:
-    """`dag` with `piece` (extracted from `dag`) replaced by `optimized`, a program
-    with the argument and output types of `piece.dag` (an optimized version of it).
-
-    `optimized` is rebuilt over the values bound to the piece's arguments and the
-    dag's uses of the piece's outputs read the rebuilt outputs; the piece's old ops
-    drop out. ValueError when the types differ or the piece is not part of `dag`.
-    """
-    return _splice_many(dag, [(piece, optimized)])[0]
-
-
-_Origin = Node | int
-"""What an op of a spliced dag comes from: the old op it rebuilds, or the index of
-the replacement whose optimized program it belongs to."""
-
-
-def _splice_many(
-    dag: Dag, replacements: Sequence[tuple[Piece, Dag]]
-) -> tuple[Dag, dict[Node, _Origin]]:
-    """`dag` with each disjoint piece replaced by its optimized program, in one pass.
-
-    Splicing pieces one by one would rebuild everything below each piece each time
-    (and the later pieces' ops with it, losing track of them); instead each piece is
-    one unit of a contracted graph whose units are rebuilt in a topological order.
-    Returns the new dag and each of its ops' origin (`_Origin`).
-    """
-    position = _positions(dag)
-    unit_of: dict[Node, _Origin] = {}
-    for r, (piece, optimized) in enumerate(replacements):
-        _check_signature(piece, optimized)
-        for node in piece.nodes:
-            if node not in position:
-                raise ValueError("the piece is not part of this dag")
-            if unit_of.setdefault(node, r) != r:
-                raise ValueError("the pieces overlap")
-    units: dict[_Origin, int] = {}
-    successors: dict[_Origin, set[_Origin]] = {}
-    waiting: Counter[_Origin] = Counter()
-    for node in dag.ops:
-        unit = unit_of.get(node, node)
-        units.setdefault(unit, position[node])
-        for value in node.inputs:
-            if value.node.is_arg:
-                continue
-            producer = unit_of.get(value.node, value.node)
-            followers = successors.setdefault(producer, set())
-            if producer != unit and unit not in followers:
-                followers.add(unit)
-                waiting[unit] += 1
-    ready = [(first, unit) for unit, first in units.items() if not waiting[unit]]
-    heapq.heapify(ready)
-    values: dict[Value, Value] = {}
-    origin: dict[Node, _Origin] = {}
-    done = 0
-    while ready:
-        _, unit = heapq.heappop(ready)
-        done += 1
-        if isinstance(unit, int):
-            for new in _instantiate(*replacements[unit], values):
-                origin.setdefault(new, unit)
-        else:
-            origin.setdefault(_rebuild([unit], values)[0], unit)
-        for follower in successors.get(unit, ()):
-            waiting[follower] -= 1
-            if not waiting[follower]:
-                heapq.heappush(ready, (units[follower], follower))
-    if done != len(units):
-        raise ValueError("the pieces depend on each other in a cycle")
-    result = Dag(dag.args, [values.get(v, v) for v in dag.outputs], dag.name)
-    return result, {node: origin[node] for node in result.ops}
-
-
-def _instantiate(piece: Piece, optimized: Dag, values: dict[Value, Value]) -> list[Node]:
-    """Build `optimized` over the new versions (`values`) of the piece's inputs and
-    record its outputs as the new versions of the piece's; returns its ops."""
-    bound = (values.get(value, value) for value in piece.inputs)
-    inner = {arg.out: value for arg, value in zip(optimized.args, bound, strict=True)}
-    built = _rebuild(optimized.ops, inner)
-    outputs = (inner.get(value, value) for value in optimized.outputs)
-    values.update(zip(piece.outputs, outputs, strict=True))
-    return built
-
-
-def _check_signature(piece: Piece, optimized: Dag) -> None:
-    expected = [arg.sigs[0] for arg in piece.dag.args]
-    if [arg.sigs[0] for arg in optimized.args] != expected:
-        raise ValueError("the optimized program takes other arguments than the piece")
-    if optimized.output_sigs != piece.dag.output_sigs:
-        raise ValueError("the optimized program returns other types than the piece")
-
-
-@functools.lru_cache(maxsize=4)
-def _positions(dag: Dag) -> dict[Node, int]:
-    """Each op's index in `dag.ops`, kept for the last few dags (a split extracts
-    many pieces of one dag)."""
-    return {node: i for i, node in enumerate(dag.ops)}
-
-
 # ------------------------------------------------------------ optimize in pieces
 
 
@@ -594,7 +401,7 @@ def _optimize_regions(
     before = math.inf if cost is None else cost(dag)
     replacements = []
     for region in regions:
-        piece = extract(dag, region)
+        piece = extract(dag, region, is_weight=_is_weight)
         optimized = optimize(piece.dag)
         dearer = (
             cost is not None
@@ -602,11 +409,18 @@ def _optimize_regions(
             and not cost(splice(dag, piece, optimized)) < before
         )
         replacements.append((piece, piece.dag if dearer else optimized))
-    new, origin = _splice_many(dag, replacements)
+    new, origin = splice_many(dag, replacements)
     return new, {
         node: region_labels[source] if isinstance(source, int) else labels[source]
         for node, source in origin.items()
     }
+
+
+def _is_weight(node: Node) -> bool:
+    """Whether `node` computes from weights and constants alone: a piece marks the
+    argument standing for its result a weight, so the cost model folds it in the piece
+    as it does in the whole graph."""
+    return node_info(node).weight
 
 
 def _boundaries(
@@ -662,7 +476,7 @@ def _hull(dag: Dag, region: set[Node]) -> set[Node]:
     holding it."""
     if not region:
         return region
-    position = _positions(dag)
+    position = dag.position()
     first = min(position[node] for node in region)
     last = max(position[node] for node in region)
     below = _reach(dag, region, forward=True, bound=last)
@@ -673,7 +487,7 @@ def _hull(dag: Dag, region: set[Node]) -> set[Node]:
 def _core(dag: Dag, region: set[Node]) -> set[Node]:
     """`region` less every op of it that a path from it reaches through an op outside
     it: a convex subset, never empty (the region's first op stays)."""
-    last = max(_positions(dag)[node] for node in region)
+    last = max(dag.position()[node] for node in region)
     escaped = _reach(dag, region, forward=True, bound=last) - region
     return region - _reach(dag, escaped, forward=True, bound=last)
 
@@ -681,7 +495,7 @@ def _core(dag: Dag, region: set[Node]) -> set[Node]:
 def _reach(dag: Dag, start: Iterable[Node], forward: bool, bound: int) -> set[Node]:
     """Ops strictly after (`forward`) or before `start` along edges, not past
     position `bound` in `dag.ops` (paths between the region's ops stay inside it)."""
-    position = _positions(dag)
+    position = dag.position()
     uses = dag.consumers()
     reached: set[Node] = set()
     stack = list(start)
