@@ -153,8 +153,8 @@ class Result:
 def optimize(spec: str, pipeline: str) -> tuple[ModuleOp, ModuleOp, dict[str, Any]]:
     """The model, the model after `pipeline`, and the pass's report section (with
     `seconds`, the pass's wall time as the driver measured it)."""
-    from tasoc.driver.inputs import build_zoo_model
     from tasoc.driver.opt import TasocOptMain
+    from tasoc.driver.sources import build_zoo_model
     from tasoc.passes.report import reporting
 
     driver = TasocOptMain([f"{SCHEME}{spec}", "-p", pipeline])
@@ -245,7 +245,7 @@ def ort_call(module: ModuleOp, arguments: list[Any]) -> Callable[[], object]:
 
 
 def ort_speedup(original: ModuleOp, optimized: ModuleOp, pairs: int, seconds: float) -> Speedup:
-    from tasoc.backends.inputs import random_inputs
+    from tasoc.backends.arguments import random_inputs
 
     arguments = random_inputs(original, SEED)
     samplers = [lengthened(timed(ort_call(m, arguments))) for m in (original, optimized)]

@@ -90,7 +90,7 @@ def run_both(spec: str) -> Agreement:
 
     Imports happen here, in the child, so the parent never holds a JAX runtime.
     """
-    from tasoc.backends.inputs import random_inputs
+    from tasoc.backends.arguments import random_inputs
     from tasoc.backends.jax.lowering import lower
     from tasoc.backends.onnx import export_onnx
     from tasoc.backends.onnx.runtime import inference_session

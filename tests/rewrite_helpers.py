@@ -8,7 +8,7 @@ from pathlib import Path
 
 from xdsl.dialects.builtin import ModuleOp
 
-from tasoc.backends.inputs import random_inputs
+from tasoc.backends.arguments import random_inputs
 from tasoc.backends.numpy import run_reference
 from tasoc.ir import dag
 from tasoc.ir.dag import Dag, Node

@@ -23,11 +23,11 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 from xdsl.rewriter import Rewriter
 
-from tasoc.backends.inputs import random_inputs
+from tasoc.backends.arguments import random_inputs
 from tasoc.driver import opt as opt_module
 from tasoc.driver import run as run_module
-from tasoc.driver.inputs import load_module
 from tasoc.driver.main import main
+from tasoc.driver.sources import load_module
 from tasoc.ir import graph as G
 from tasoc.ir.program import arg_infos, entry_function
 from tasoc.models import list_models, parse_spec

@@ -19,11 +19,11 @@ import pytest
 from conftest import assert_one_line_error
 from onnx import TensorProto, helper, numpy_helper
 
-from tasoc.backends.inputs import load_inputs, random_inputs
+from tasoc.backends.arguments import load_inputs, random_inputs
 from tasoc.backends.numpy import run_reference
 from tasoc.backends.onnx import importer
 from tasoc.driver import run as run_module
-from tasoc.driver.inputs import load_module, load_program
+from tasoc.driver.sources import load_module, load_program
 from tasoc.ir.program import arg_infos, entry_function
 from tasoc.verify.equivalence import compare
 

@@ -13,7 +13,7 @@ from rewrite_helpers import tampered_copy
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 
-from tasoc.backends.inputs import random_inputs
+from tasoc.backends.arguments import random_inputs
 from tasoc.backends.numpy import run_reference
 from tasoc.ir.builder import GraphBuilder
 from tasoc.ir.dag import from_module

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from xdsl.dialects import arith
 from xdsl.dialects.builtin import ModuleOp, i64
 
-from tasoc.backends.inputs import random_inputs
+from tasoc.backends.arguments import random_inputs
 from tasoc.backends.jax import JaxProgram, bench, lower
 from tasoc.backends.numpy import run_reference
 from tasoc.ir import graph as G

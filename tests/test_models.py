@@ -12,7 +12,7 @@ from xdsl.dialects import builtin, func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.parser import Parser
 
-from tasoc.backends import inputs
+from tasoc.backends import arguments
 from tasoc.backends.numpy import interpreter
 from tasoc.ir.graph import Graph, sig_of
 from tasoc.ir.program import arg_infos, entry_function, return_values
@@ -308,7 +308,7 @@ def _run_on_reference(spec: str) -> tuple[ModuleOp, dict[str, np.ndarray], list[
     and the outputs.
     """
     module = build_model(spec)
-    args = inputs.random_inputs(module, seed=1)
+    args = arguments.random_inputs(module, seed=1)
     outputs = interpreter.run_reference(module, args)
     names = [a.name for a in arg_infos(entry_function(module))]
     by_name = {n: np.asarray(a, np.float64) for n, a in zip(names, args, strict=True)}

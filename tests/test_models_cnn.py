@@ -19,7 +19,7 @@ from xdsl.dialects import builtin, func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.parser import Parser
 
-from tasoc.backends import inputs
+from tasoc.backends import arguments
 from tasoc.backends.numpy import interpreter
 from tasoc.ir.graph import Graph, GraphOp, sig_of
 from tasoc.ir.program import arg_infos, entry_function, return_values
@@ -91,7 +91,7 @@ def test_small_variant_round_trips_and_runs_with_a_batch_of_two(name: str) -> No
     assert expected[0] == 2
     if name != "nasnet_a":
         assert expected == (2, model.defaults["classes"])
-    args = inputs.random_inputs(module, seed=0)
+    args = arguments.random_inputs(module, seed=0)
     (output,) = interpreter.run_reference(module, args)
     assert output.shape == expected
     assert np.isfinite(output).all()

@@ -18,7 +18,7 @@ from xdsl.dialects import builtin, func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.parser import Parser
 
-from tasoc.backends import inputs
+from tasoc.backends import arguments
 from tasoc.backends.numpy import interpreter
 from tasoc.ir.graph import Graph, sig_of
 from tasoc.ir.program import arg_infos, entry_function, return_values
@@ -44,7 +44,7 @@ def _run(spec: str) -> tuple[ModuleOp, Arrays, list[np.ndarray]]:
     numpy, ids unchanged) and the outputs.
     """
     module = build_model(spec)
-    args = inputs.random_inputs(module, seed=0)
+    args = arguments.random_inputs(module, seed=0)
     outputs = interpreter.run_reference(module, args)
     names = [info.name for info in arg_infos(entry_function(module))]
     by_name = {

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from onnx import TensorProto, helper
 from xdsl.dialects.builtin import ModuleOp
 
-from tasoc.backends.inputs import random_inputs
+from tasoc.backends.arguments import random_inputs
 from tasoc.backends.jax import lower
 from tasoc.backends.numpy import run_reference
 from tasoc.backends.onnx import (

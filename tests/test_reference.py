@@ -19,7 +19,7 @@ import pytest
 from xdsl.dialects.builtin import ModuleOp
 
 from tasoc.backends import NUMPY_DTYPES
-from tasoc.backends.inputs import load_inputs, random_inputs
+from tasoc.backends.arguments import load_inputs, random_inputs
 from tasoc.backends.jax import JAX_KERNELS
 from tasoc.backends.numpy import KERNELS, run_reference
 from tasoc.backends.numpy.interpreter import KernelTypeError

@@ -2,7 +2,7 @@
 
 - `tasoc.backends.numpy`: the reference interpreter, the semantic ground truth.
 - `tasoc.backends.jax`: lowering to a jitted JAX function (XLA on CPU or GPU).
-- `tasoc.backends.inputs`: argument values (random, from `.npz`) and their checks.
+- `tasoc.backends.arguments`: argument values (random, from `.npz`) and their checks.
 
 This module holds the one vocabulary they share: which NumPy dtype holds each IR
 element type (bfloat16 is `ml_dtypes.bfloat16`, the type JAX itself uses).

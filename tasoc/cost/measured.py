@@ -115,7 +115,7 @@ def _one_op_dag(node: Node) -> Dag:
 def time_op(node: Node, repeats: int = 10) -> float:
     """Median seconds of one jitted call of `node`'s op alone on the default JAX
     device, after a warm-up call that compiles it."""
-    from tasoc.backends.inputs import random_inputs
+    from tasoc.backends.arguments import random_inputs
     from tasoc.backends.jax import bench, lower
 
     module = to_module(_one_op_dag(node))
@@ -258,7 +258,7 @@ def end_to_end_sampler(dag: Dag, fold_weights: bool = True, seed: int = 0) -> Ca
     runs call."""
     import jax
 
-    from tasoc.backends.inputs import random_inputs
+    from tasoc.backends.arguments import random_inputs
     from tasoc.backends.jax import lower
 
     values = random_inputs(to_module(dag), seed)

@@ -5,7 +5,7 @@
 exactly as in xdsl-opt (and lit tests written for one read like the other). What it
 changes is what a compiler driver owes its users:
 
-- inputs: `.mlir` and `.onnx` files, `-` (stdin) and `zoo:NAME?k=v` models (`inputs.py`);
+- inputs: `.mlir` and `.onnx` files, `-` (stdin) and `zoo:NAME?k=v` models (`sources.py`);
   an ONNX model's weight values are kept beside the module, never put in the text;
 - outputs: `-o OUT` is text IR, or an ONNX model when OUT ends in `.onnx`; text IR from
   an ONNX input gets the weights beside it in `OUT`'s stem `.npz` (`onnx_bridge.py`);
@@ -57,17 +57,6 @@ from tasoc.driver.errors import (
     one_line,
     pipeline_syntax_message,
 )
-from tasoc.driver.inputs import (
-    MLIR,
-    ZOO,
-    SourceMap,
-    build_zoo_model,
-    input_name,
-    open_input,
-    parse_mlir,
-    register_dialects,
-    verify_error,
-)
 from tasoc.driver.onnx_bridge import (
     ONNX,
     collect_input_shapes,
@@ -82,6 +71,17 @@ from tasoc.driver.onnx_bridge import (
 )
 from tasoc.driver.pass_options import build_pass
 from tasoc.driver.plugins import load_pass_plugin
+from tasoc.driver.sources import (
+    MLIR,
+    ZOO,
+    SourceMap,
+    build_zoo_model,
+    input_name,
+    open_input,
+    parse_mlir,
+    register_dialects,
+    verify_error,
+)
 from tasoc.driver.statistics import format_statistics
 from tasoc.driver.weights import WeightsFile, find_weights, load_weights
 from tasoc.passes.registry import PassRegistryError, get_all_passes

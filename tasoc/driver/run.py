@@ -22,16 +22,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
-from tasoc.backends.inputs import describe, random_inputs
+from tasoc.backends.arguments import describe, random_inputs
 from tasoc.backends.numpy import run_reference
 from tasoc.driver.errors import DriverError, OneLineArgumentParser, UsageError, non_negative_int
-from tasoc.driver.inputs import Program, load_program
 from tasoc.driver.onnx_bridge import (
     collect_input_shapes,
     export_model,
     input_shape_arg,
     onnxruntime_outputs,
 )
+from tasoc.driver.sources import Program, load_program
 from tasoc.driver.weights import WeightsFile, find_weights, load_arguments
 from tasoc.ir.program import (
     ArgInfo,

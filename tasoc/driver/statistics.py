@@ -38,6 +38,8 @@ def _number(value: float) -> str:
 
 
 def _seconds(value: float) -> str:
+    if value < 1:
+        return f"{value * 1e3:.3g} ms"
     return f"{value:.3g} s" if value < 10 else f"{value:.1f} s"
 
 

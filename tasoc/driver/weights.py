@@ -5,7 +5,7 @@ values (DESIGN.md §2). `tasoc opt m.onnx -o m.mlir` writes them to `m.npz`; so 
 import → optimize → export keeps them, `tasoc opt m.mlir ... -o out.onnx` and
 `tasoc run m.mlir` read `m.npz` when it lies beside INPUT (same stem), or the file
 `--params` names. The values are checked against the program's signature when they
-are read (`tasoc.backends.inputs.load_inputs`: every weight present, shapes and
+are read (`tasoc.backends.arguments.load_inputs`: every weight present, shapes and
 element kinds right, no stray names), so a mismatch is one line before any work.
 """
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
-from tasoc.backends.inputs import load_inputs
+from tasoc.backends.arguments import load_inputs
 from tasoc.driver.errors import DriverError
 from tasoc.driver.onnx_bridge import weights_path
 from tasoc.ir.program import ProgramError, arg_infos, entry_function

@@ -32,7 +32,7 @@ import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
 from tasoc.backends import describe, numpy_dtype
-from tasoc.backends.inputs import random_inputs
+from tasoc.backends.arguments import random_inputs
 from tasoc.backends.numpy import run_reference
 from tasoc.ir.program import arg_infos, entry_function
 from tasoc.ir.shapes import DType

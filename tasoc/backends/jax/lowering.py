@@ -39,7 +39,7 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
 from tasoc.backends import numpy_dtype
-from tasoc.backends.inputs import check_arguments
+from tasoc.backends.arguments import check_arguments
 from tasoc.backends.numpy.interpreter import KernelTypeError
 from tasoc.backends.numpy.kernels import AnyKernel, in_float32, lowest
 from tasoc.ir.graph import GraphOp, sig_of

@@ -19,7 +19,7 @@ from xdsl.interpreter import Interpreter, InterpreterFunctions, PythonValues, im
 from xdsl.interpreters.func import FuncFunctions
 
 from tasoc.backends import describe, numpy_dtype
-from tasoc.backends.inputs import check_arguments
+from tasoc.backends.arguments import check_arguments
 from tasoc.backends.numpy.kernels import KERNELS
 from tasoc.ir.graph import GRAPH_OPS, GraphOp, sig_of
 from tasoc.ir.program import arg_infos, entry_function

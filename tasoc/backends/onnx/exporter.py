@@ -38,7 +38,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
 
 from tasoc.backends import describe, numpy_dtype
-from tasoc.backends.inputs import random_inputs
+from tasoc.backends.arguments import random_inputs
 from tasoc.backends.onnx.importer import (
     ARGUMENT_ORDER_KEY,
     DTYPES_BY_ONNX,
