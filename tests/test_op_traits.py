@@ -32,7 +32,7 @@ def test_each_trait_marks_the_ops_its_old_string_set_named(trait: type[OpTrait])
 
 
 def test_rules_take_one_shape_for_the_broadcasting_element_wise_ops() -> None:
-    assert SAME_SHAPE_OPERANDS == {"add", "mul"}
+    assert {"add", "mul"} == SAME_SHAPE_OPERANDS
 
 
 def test_constants_are_never_fused_or_counted_as_work() -> None:
