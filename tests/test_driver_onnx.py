@@ -391,3 +391,102 @@ def test_run_onnx_errors_are_one_line(tasoc, tmp_path: Path, mlp: Path) -> None:
     broken = tmp_path / "broken.onnx"
     broken.write_bytes(mlp.read_bytes()[:50])
     assert_one_line_error(tasoc("run", broken), "broken.onnx: the file is not an ONNX model")
+
+
+# ------------------------------------------- import -> optimize -> export keeps weights
+
+
+def _random_feeds(model: Path) -> dict[str, np.ndarray]:
+    session = onnxruntime.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(11)
+    return {
+        info.name: rng.standard_normal(info.shape).astype(np.float32)
+        for info in session.get_inputs()
+    }
+
+
+def _onnxruntime_outputs(model: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    session = onnxruntime.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    return [np.asarray(out) for out in session.run(None, feeds)]
+
+
+@pytest.mark.parametrize("source", ["cnn", "zoo:bert?layers=1&hidden=64"])
+def test_import_optimize_export_keeps_the_weights(
+    tasoc, cnn: Path, tmp_path: Path, source: str
+) -> None:
+    model = cnn
+    if source.startswith("zoo:"):
+        model = tmp_path / "zoo.onnx"
+        assert tasoc("opt", source, "-o", model).code == 0
+    text = tmp_path / "m.mlir"
+    assert tasoc("opt", model, "-o", text).code == 0
+    assert (tmp_path / "m.npz").exists()
+
+    out = tmp_path / "m2.onnx"
+    result = tasoc("opt", text, "-p", "cse", "-o", out)
+    assert result.code == 0 and result.err == "", result  # no note: the weights are real
+    feeds = _random_feeds(model)
+    assert compare(_onnxruntime_outputs(model, feeds), _onnxruntime_outputs(out, feeds)).ok
+
+    # Text output takes the weights on beside it, so the chain can go on.
+    assert tasoc("opt", text, "-p", "cse", "-o", tmp_path / "m3.mlir").code == 0
+    with np.load(tmp_path / "m.npz") as first, np.load(tmp_path / "m3.npz") as second:
+        assert sorted(first.files) == sorted(second.files)
+        assert all(np.array_equal(first[name], second[name]) for name in first.files)
+
+
+def test_run_uses_the_weights_beside_a_text_input(tasoc, cnn: Path, tmp_path: Path) -> None:
+    text = tmp_path / "m.mlir"
+    assert tasoc("opt", cnn, "-o", text).code == 0
+    from_text = tasoc("run", text, "--check", "--check-onnxruntime")
+    assert from_text.code == 0, from_text
+    assert "values from" in from_text.out.splitlines()[0] and "m.npz" in from_text.out
+    from_onnx = tasoc("run", cnn)
+    assert from_text.out.splitlines()[1] == from_onnx.out.splitlines()[1]
+
+
+def test_params_name_the_weights_of_a_text_input(tasoc, tmp_path: Path) -> None:
+    source = tmp_path / "p.mlir"
+    source.write_text(MLIR_WITH_WEIGHT)
+    weights = tmp_path / "chosen.npz"
+    w = np.arange(12, dtype=np.float32).reshape(4, 3)
+    np.savez(weights, w=w)
+    out = tmp_path / "p.onnx"
+    result = tasoc("opt", source, "--params", weights, "-o", out)
+    assert result.code == 0 and result.err == "", result
+    initializers = {t.name: numpy_helper.to_array(t) for t in onnx.load(out).graph.initializer}
+    assert np.array_equal(initializers["w"], w)
+
+
+WEIGHT_FAILURES = [
+    ("missing weight", {"x": np.zeros((2, 4), np.float32)}, [], ["beside", "missing weights w"]),
+    ("wrong shape", {"w": np.zeros((3, 3), np.float32)}, [], ["beside", "'w' expects 4x3xf32"]),
+    ("absent --params", None, ["--params", "absent.npz"], ["cannot read --params file"]),
+    ("--params with split input", None, ["--params", "p.npz", "--split-input-file"],
+     ["--params", "split"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("stored", "args", "fragments"),
+    [case[1:] for case in WEIGHT_FAILURES],
+    ids=[case[0] for case in WEIGHT_FAILURES],
+)
+def test_weights_that_do_not_fit_are_one_line(
+    tasoc, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stored, args, fragments
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("p.mlir").write_text(MLIR_WITH_WEIGHT)
+    if stored is not None:
+        np.savez("p.npz", **stored)
+    Path("out.onnx").write_bytes(OLD_OUTPUT)
+    assert_one_line_error(tasoc("opt", "p.mlir", *args, "-o", "out.onnx"), *fragments)
+    assert Path("out.onnx").read_bytes() == OLD_OUTPUT
+    if "--split-input-file" not in args:
+        assert_one_line_error(tasoc("run", "p.mlir", *args), *fragments)
+
+
+def test_params_with_an_onnx_input_is_an_error(tasoc, cnn: Path, tmp_path: Path) -> None:
+    params = tmp_path / "p.npz"
+    np.savez(params, w1=np.zeros((4, 3, 3, 3), np.float32))
+    assert_one_line_error(tasoc("opt", cnn, "--params", params), "--params", "carries its own")

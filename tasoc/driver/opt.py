@@ -202,13 +202,13 @@ class TasocOptMain(xDSLOptMain):
             input=input_name(self.args.input_file), pipeline=self.args.passes, seed=self.args.seed
         )
         self.input_shapes = collect_input_shapes(self.args.input_shape)
+        if self.args.split_input_file and self.args.params is not None:
+            raise UsageError("--params gives the weights of one program, not of split input")
         if self._writes_onnx() and self.args.split_input_file:
             raise UsageError(
                 "--split-input-file makes several modules, and an .onnx output holds one; "
                 "write text IR instead"
             )
-        if self.args.split_input_file and self.args.params is not None:
-            raise UsageError("--params gives the weights of one program, not of split input")
         if not self.args.split_input_file:
             self._weights_file = find_weights(self.args.input_file, self.args.params)
 
