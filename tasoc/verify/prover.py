@@ -68,7 +68,9 @@ from typing import Any
 import z3
 
 from tasoc.ir.dag import ATTR_NAMES
+from tasoc.ir.op_sets import ops_with
 from tasoc.ir.rules import (
+    SAME_SHAPE_OPERANDS,
     AttrTerm,
     Condition,
     Dim,
@@ -81,6 +83,7 @@ from tasoc.ir.rules import (
     Rule,
     ShapeOf,
 )
+from tasoc.ir.traits import Broadcasting
 from tasoc.verify.pool import Task, run_tasks
 
 MAX_RANK = 4
@@ -437,7 +440,7 @@ def _generated_groups(perms: Iterable[tuple[int, ...]]) -> list[list[tuple[int, 
 _FIXED_RANK: Mapping[str, int] = {
     "conv2d": 4, "pool2d": 4, "enlarge": 4, "c_pool": 4, "i_conv": 4, "i_matmul": 2,
 }  # fmt: skip
-_WIDEST_RANK = frozenset({"add", "mul", "matmul"})
+_WIDEST_RANK = ops_with(Broadcasting)
 _FIRST_RANK = frozenset(
     {"relu", "sigmoid", "tanh", "gelu", "softmax", "scale", "transpose", "concat", "split"}
 )
@@ -604,7 +607,7 @@ def _op_typing(
     known = [rank for rank in ranks if rank is not None]
     if len(known) < len(ranks):
         return facts
-    if op.op in ("add", "mul") and known[0] == known[1]:
+    if op.op in SAME_SHAPE_OPERANDS and known[0] == known[1]:
         facts.append(v.shape(operands[0]) == v.shape(operands[1]))
     elif op.op == "matmul" and min(known) >= 2:
         facts.append(v.dim(operands[0], known[0] - 1) == v.dim(operands[1], known[1] - 2))
