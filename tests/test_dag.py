@@ -300,6 +300,39 @@ def test_topological_order_is_deterministic_and_valid() -> None:
     assert to_module(dag).is_structurally_equivalent(to_module(conv_relu()[0]))
 
 
+def test_position_is_each_ops_index_in_the_topological_order() -> None:
+    dag, n = conv_relu()
+    assert dag.position() == {n["conv"]: 0, n["relu"]: 1}
+    assert dag.position() is dag.position()  # computed once per dag
+    assert n["x"] not in dag.position()  # arguments have none
+    graph = relu_chain(30)
+    position = graph.position()
+    assert sorted(position.values()) == list(range(30))
+    assert all(
+        v.node.is_arg or position[v.node] < position[node]
+        for node in graph.ops
+        for v in node.inputs
+    )
+
+
+def test_replace_keeps_the_function_and_result_attributes() -> None:
+    dag, n = conv_relu()
+    attributed = Dag(
+        dag.args,
+        dag.outputs,
+        attributes=(("sym_visibility", builtin.StringAttr("private")),),
+        result_attributes=[(("my.res", builtin.UnitAttr()),)],
+    )
+    new = attributed.replace({n["relu"].out: n["conv"].out})
+    assert (new.attributes, new.result_attributes) == (
+        attributed.attributes,
+        attributed.result_attributes,
+    )
+    assert Dag(dag.args, dag.outputs, result_attributes=[()]).result_attributes == ()
+    with pytest.raises(ValueError, match="result attribute sets"):
+        Dag(dag.args, dag.outputs, result_attributes=[*attributed.result_attributes, ()])
+
+
 # ---------------------------------------------------------------- conversion
 
 

@@ -67,7 +67,7 @@ from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ModuleOp, UnregisteredOp
 from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.ir.core import IRWithName
 from xdsl.rewriter import Rewriter
@@ -639,7 +639,8 @@ def representable(op: Operation) -> GraphOp:
     exact answer.
     """
     if not isinstance(op, GraphOp):
-        raise ProgramError(f"'{op.name}' cannot be represented in a dag (graph ops only)")
+        name = op.op_name.data if isinstance(op, UnregisteredOp) else op.name
+        raise ProgramError(f"'{name}' cannot be represented in a dag (graph ops only)")
     if op.regions or op.successors:
         raise ProgramError(f"'{op.name}' has regions or successors, which a dag cannot hold")
     if op.attributes:

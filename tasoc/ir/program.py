@@ -148,17 +148,21 @@ def make_function(
     Arguments whose `params` flag is set are marked `{graph.param}`; `arg_attrs` (per
     argument, or none) and `res_attrs` (per result, or none) add the other argument
     and result attributes, `func_attrs` the function's own (as `function_attributes`
-    reads them: properties such as `sym_visibility` go back to the properties).
+    reads them: properties such as `sym_visibility` go back to the properties). Each
+    dictionary is written sorted by name, the order MLIR keeps them in.
     """
     block.add_op(func.ReturnOp(*outputs))
     others = arg_attrs or [()] * len(params)
-    marks = ({PARAM_ATTR: UnitAttr()} if p else {} for p in params)
+    marks = (((PARAM_ATTR, UnitAttr()),) if p else () for p in params)
     function = func.FuncOp(
         name,
         FunctionType.from_lists([a.type for a in block.args], [v.type for v in outputs]),
         Region(block),
         arg_attrs=ArrayAttr(
-            [DictionaryAttr({**dict(own), **mark}) for own, mark in zip(others, marks, strict=True)]
+            [
+                DictionaryAttr(dict(sorted(own + mark)))
+                for own, mark in zip(others, marks, strict=True)
+            ]
         ),
         res_attrs=ArrayAttr([DictionaryAttr(dict(own)) for own in res_attrs])
         if res_attrs
