@@ -19,6 +19,8 @@ from typing import NoReturn
 
 from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError
 
+from tasoc.ir.program import ProgramError
+
 PREFIX = "tasoc: error: "
 NOTE_PREFIX = "tasoc: note: "
 DEBUG_ENV = "TASOC_DEBUG"
@@ -84,7 +86,9 @@ def pipeline_syntax_message(err: ArgSpecParseError) -> str:
 
 def describe(exc: BaseException) -> str | None:
     """The one-line message for a failure the user caused, or None for an internal error."""
-    if isinstance(exc, DriverError):
+    if isinstance(exc, DriverError | ProgramError):
+        # ProgramError: a module that is not a tasoc program, or one a pass or backend
+        # cannot take exactly (a dag refusing a foreign op, a backend an encoding).
         return one_line(str(exc))
     if isinstance(exc, ParseError):
         return parse_error_message(exc)

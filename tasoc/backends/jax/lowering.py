@@ -43,7 +43,13 @@ from tasoc.backends.arguments import check_arguments
 from tasoc.backends.numpy.interpreter import KernelTypeError
 from tasoc.backends.numpy.kernels import AnyKernel, in_float32, lowest
 from tasoc.ir.graph import GraphOp, sig_of
-from tasoc.ir.program import ArgInfo, arg_infos, entry_function, return_values
+from tasoc.ir.program import (
+    ArgInfo,
+    arg_infos,
+    entry_function,
+    refuse_encodings,
+    return_values,
+)
 from tasoc.ir.shapes import ConstData, DType, TensorSig, window_pads
 
 JaxKernel = Callable[[Mapping[str, Any], Sequence[jax.Array]], list[jax.Array]]
@@ -363,9 +369,11 @@ class JaxProgram:
 def lower(module: ModuleOp) -> JaxProgram:
     """Lower `@main` of `module` to a jitted JAX function (compiled on first call).
 
-    Raises ValueError for an op that has no JAX lowering.
+    Raises ValueError for an op that has no JAX lowering, ProgramError (a ValueError)
+    for a tensor with an encoding (a memory space or sharding, not lowered yet).
     """
     function = entry_function(module)
+    refuse_encodings(function, "the JAX lowering")
     block = function.body.block
     slots = {value: index for index, value in enumerate(block.args)}
     steps = []

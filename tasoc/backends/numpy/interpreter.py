@@ -22,7 +22,7 @@ from tasoc.backends import describe, numpy_dtype
 from tasoc.backends.arguments import check_arguments
 from tasoc.backends.numpy.kernels import KERNELS
 from tasoc.ir.graph import GRAPH_OPS, GraphOp, sig_of
-from tasoc.ir.program import arg_infos, entry_function
+from tasoc.ir.program import arg_infos, entry_function, refuse_encodings
 
 
 class KernelTypeError(RuntimeError):
@@ -58,6 +58,7 @@ def run_reference(module: ModuleOp, args: Sequence[np.ndarray]) -> list[np.ndarr
     signature exactly (count, shape and dtype; bfloat16 is `ml_dtypes.bfloat16`).
     """
     function = entry_function(module)
+    refuse_encodings(function, "the numpy reference interpreter")
     check_arguments(arg_infos(function), args)
     interpreter = Interpreter(module)
     interpreter.register_implementations(FuncFunctions())
