@@ -21,7 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from tasoc.backends.arguments import load_inputs, random_inputs
 from tasoc.backends.numpy import run_reference
-from tasoc.backends.onnx import importer
+from tasoc.backends.onnx import files
 from tasoc.driver import run as run_module
 from tasoc.driver.sources import load_module, load_program
 from tasoc.ir.program import arg_infos, entry_function
@@ -216,7 +216,7 @@ def test_models_over_2_gib_go_through_external_data(
 ) -> None:
     """With the protobuf limit lowered, a small zoo model takes the path of one over
     2 GiB: `-o` writes the model and its `.data` file, and both commands read them."""
-    monkeypatch.setattr(importer, "PROTOBUF_LIMIT", 4096)
+    monkeypatch.setattr(files, "PROTOBUF_LIMIT", 4096)
     out = tmp_path / "r.onnx"
     assert tasoc("opt", "zoo:resnet50?image=32&width=0.125&classes=10", "-o", out).code == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.onnx", "r.onnx.data"]

@@ -32,11 +32,13 @@ from tasoc.backends.onnx import (
     OnnxExportError,
     OnnxImportError,
     export_onnx,
+    files,
     import_onnx,
-    importer,
     save_onnx,
 )
-from tasoc.backends.onnx.importer import NODE_FORMS_KEY, fits_in_protobuf, ir_name
+from tasoc.backends.onnx.conventions import NODE_FORMS_KEY
+from tasoc.backends.onnx.files import fits_in_protobuf
+from tasoc.backends.onnx.importer import ir_name
 from tasoc.backends.onnx.runtime import inference_session
 from tasoc.ir import graph as G
 from tasoc.ir.builder import GraphBuilder
@@ -1006,7 +1008,7 @@ def test_models_over_the_protobuf_limit_get_external_data(
     """With the limit lowered, an ordinary model stands in for one over 2 GiB: export
     skips the in-memory check, saving and onnxruntime go through external data."""
     model = export_onnx(weighty_module())
-    monkeypatch.setattr(importer, "PROTOBUF_LIMIT", model.ByteSize() - 1)
+    monkeypatch.setattr(files, "PROTOBUF_LIMIT", model.ByteSize() - 1)
     assert not fits_in_protobuf(model)
     large = export_onnx(weighty_module())
     save_onnx(large, tmp_path / "large.onnx")

@@ -4,9 +4,14 @@
 - `export_onnx(module, param_values)` -> `onnx.ModelProto` (opset 17; 22 when the
   program has bfloat16 values); `save_onnx` writes it atomically.
 
-What maps to what, the tolerances and the errors are in `docs/onnx.md`.
+What maps to what, the tolerances and the errors are in `docs/onnx.md`. The modules:
+`importer` walks an ONNX graph (`handlers`: one per op type; `known_values`: values
+fixed at import time; `gelu`: the erf-form GELU), `files` reads and checks model files
+(external data, the 2 GiB limit), `exporter` writes programs back, `conventions` is
+what the two directions agree on, `runtime` runs models under onnxruntime.
 """
 
+from tasoc.backends.onnx.errors import OnnxImportError
 from tasoc.backends.onnx.exporter import (
     BFLOAT16_OPSET,
     EXPORT_OPSET,
@@ -14,13 +19,8 @@ from tasoc.backends.onnx.exporter import (
     export_onnx,
     save_onnx,
 )
-from tasoc.backends.onnx.importer import (
-    MAX_OPSET,
-    MIN_OPSET,
-    OnnxImportError,
-    canonical_padding,
-    import_onnx,
-)
+from tasoc.backends.onnx.handlers import canonical_padding
+from tasoc.backends.onnx.importer import MAX_OPSET, MIN_OPSET, import_onnx
 
 __all__ = [
     "BFLOAT16_OPSET",

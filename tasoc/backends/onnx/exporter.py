@@ -8,8 +8,8 @@ computes; the table is in `docs/onnx.md`.
 
 Where ONNX spells several equal IR forms one way (a Conv's pads for `same` and for
 explicit padding, Mul for `mul` and `scale`), the exporter records the form of each
-node, and the argument order, in the model's metadata (importer.NODE_FORMS_KEY,
-ARGUMENT_ORDER_KEY), so that `import_onnx(export_onnx(m))` gives `m` back.
+node, and the argument order, in the model's metadata (`conventions.NODE_FORMS_KEY`,
+`ARGUMENT_ORDER_KEY`), so that `import_onnx(export_onnx(m))` gives `m` back.
 
 Opset 17 is the first with LayerNormalization; programs with bfloat16 values use
 opset 22, where every op written here accepts bfloat16. GELU is written in its erf
@@ -39,13 +39,13 @@ from xdsl.ir import SSAValue
 
 from tasoc.backends import describe, numpy_dtype
 from tasoc.backends.arguments import random_inputs
-from tasoc.backends.onnx.importer import (
+from tasoc.backends.onnx.conventions import (
     ARGUMENT_ORDER_KEY,
     DTYPES_BY_ONNX,
     GELU_SQRT2,
     NODE_FORMS_KEY,
-    fits_in_protobuf,
 )
+from tasoc.backends.onnx.files import fits_in_protobuf
 from tasoc.ir import graph as G
 from tasoc.ir.program import ArgInfo, arg_infos, entry_function, return_values
 from tasoc.ir.shapes import ConstData, DType, window_pads
@@ -327,7 +327,7 @@ class _Exporter:
         **attrs: object,
     ) -> None:
         """Append a node named after the current op; `form` records the IR form the
-        node was written from (importer.NODE_FORMS_KEY)."""
+        node was written from (conventions.NODE_FORMS_KEY)."""
         count = self.node_counts[self.current]
         self.node_counts[self.current] += 1
         label = f"{self.current}/{count}" if count else self.current

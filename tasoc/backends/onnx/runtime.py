@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import onnx
 
 from tasoc.backends.onnx.exporter import save_onnx
-from tasoc.backends.onnx.importer import fits_in_protobuf
+from tasoc.backends.onnx.files import fits_in_protobuf
 
 if TYPE_CHECKING:
     import onnxruntime
