@@ -344,7 +344,7 @@ class ConcatOp(GraphOp):
 
 @irdl_op_definition
 class SplitOp(GraphOp):
-    """Split along `axis` into pieces of the given `sizes`."""
+    """Split along `axis` into pieces of the given `sizes` (a piece may be empty)."""
 
     name = "graph.split"
     input = operand_def(TensorType)
@@ -439,7 +439,9 @@ class SoftmaxOp(GraphOp):
 
 @irdl_op_definition
 class ReduceOp(GraphOp):
-    """Sum, mean or max over `axes`, keeping them as size 1 when `keepdims`."""
+    """Sum, mean or max over `axes`, keeping them as size 1 when `keepdims`. Over a
+    size-0 axis a sum is 0 and a max -inf (an integer type's least value); a mean
+    there is undefined and does not type-check."""
 
     name = "graph.reduce"
     input = operand_def(TensorType)
