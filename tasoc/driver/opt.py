@@ -210,7 +210,11 @@ class TasocOptMain(xDSLOptMain):
                 "write text IR instead"
             )
         if not self.args.split_input_file:
-            self._weights_file = find_weights(self.args.input_file, self.args.params)
+            found = find_weights(self.args.input_file, self.args.params)
+            # The file beside INPUT is read only where its values go somewhere (-o);
+            # printing to stdout needs none, and a large model's .npz takes seconds.
+            if found is not None and (found.beside is None or self.args.output_file):
+                self._weights_file = found
 
     # ----------------------------------------------------------------- registration
     def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
