@@ -127,7 +127,11 @@ def _attributes(node: onnx.NodeProto) -> dict[str, Any]:
 
 
 class Importer:
-    """Walks the ONNX graph once, in its (topological) node order, building `@main`."""
+    """Walks the ONNX graph once, in its (topological) node order, building `@main`.
+
+    Each node goes to its handler (`handlers.HANDLERS`), or to a folder when all its
+    inputs are known integers; handlers read operands and make ops through the methods
+    here, and fail through `fail`, which names the node."""
 
     def __init__(
         self,
