@@ -2,14 +2,18 @@
 
 `main` dispatches on the first word and turns every failure into the one-line
 contract of `errors.py`. The subcommands are imported on demand: `run` loads JAX
-(about a second and a half), which `tasoc opt` and `tasoc zoo` never need.
+(about a second and a half), which `tasoc opt` and `tasoc zoo` never need. The
+commands that read IR run with the cyclic garbage collector tuned for large
+programs (`collector_tuned_for_ir`).
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from importlib.metadata import version
 
 from tasoc.driver.errors import OneLineArgumentParser, report_failure
@@ -17,16 +21,46 @@ from tasoc.driver.errors import OneLineArgumentParser, report_failure
 Command = Callable[[Sequence[str]], int]
 
 
+IR_COLLECTOR_THRESHOLDS = (100_000, 50, 1_000)
+"""Collections of generation 0 after 100,000 net allocations instead of 700, of the
+older generations 50 and 1,000 times rarer than each younger one."""
+
+
+@contextmanager
+def collector_tuned_for_ir() -> Iterator[None]:
+    """Run the block with the cyclic collector set for parsing and rewriting IR.
+
+    Parsing a 10k-op program allocates millions of objects and keeps ~130,000 of them
+    alive in the module; with the default thresholds the collector walks that growing
+    heap again and again (8-16% of a parse). Freezing what is alive on entry (the
+    imported modules) takes it out of every collection, and higher thresholds make
+    collections rarer while still reclaiming cycles (ops and their parents point to
+    each other), which a long search needs. Measured on `tasoc opt` of a 10k-op file:
+    as fast as with the collector off (docs/benchmarks.md). Both settings are
+    restored on exit, so calling `main` in a process (tests) leaves it as it was.
+    """
+    thresholds = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(*IR_COLLECTOR_THRESHOLDS)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
+
+
 def _opt(argv: Sequence[str]) -> int:
     from tasoc.driver.opt import opt_command
 
-    return opt_command(argv)
+    with collector_tuned_for_ir():
+        return opt_command(argv)
 
 
 def _run(argv: Sequence[str]) -> int:
     from tasoc.driver.run import run_command
 
-    return run_command(argv)
+    with collector_tuned_for_ir():
+        return run_command(argv)
 
 
 def _rules(argv: Sequence[str]) -> int:

@@ -5,7 +5,13 @@ attribute dictionary, so the text form is uniform and easy to diff:
 
     %y = graph.conv2d %x, %w {activation = "relu", groups = 1 : i64,
                               padding = "same", strides = array<i64: 1, 1>}
-         : (tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32>) -> tensor<1x4x8x8xf32>
+         : tensor<1x4x8x8xf32>
+
+Only the result types are written (comma-separated for `split`): operand types are
+those of the operands' definitions, which come first in a graph body. Repeating them
+made up half of the text and of the parse time of a large program. The older form
+with a functional type, `: (tensor<...>, tensor<...>) -> tensor<...>`, still parses;
+the generic form prints and parses as for every xDSL op.
 
 Typing rules are not written here: each op's verifier asks `shapes.infer` (the one
 place they live) and compares the answer with the op's result types. Attributes are
@@ -17,7 +23,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Self
 
 from xdsl.dialects.builtin import (
     BFloat16Type,
@@ -46,6 +52,8 @@ from xdsl.irdl import (
     var_operand_def,
     var_result_def,
 )
+from xdsl.parser import Parser, UnresolvedOperand
+from xdsl.printer import Printer
 from xdsl.traits import Commutative, ConstantLike, Pure
 from xdsl.utils.exceptions import VerifyException
 
@@ -103,8 +111,32 @@ def sig_of(type_: Attribute) -> TensorSig:
 # --------------------------------------------------------------------- attribute codec
 
 
+_SHARED_KINDS = (DType, bool, int, str, tuple)
+"""Attribute values that builders repeat on op after op (dtypes, flags, axes, modes,
+strides): `to_attr` makes one xDSL attribute per distinct value of these kinds."""
+
+
 def to_attr(value: Any) -> Attribute:
-    """Encode a Python attribute value as an xDSL attribute (inverse of `from_attr`)."""
+    """Encode a Python attribute value as an xDSL attribute (inverse of `from_attr`).
+
+    Values of `_SHARED_KINDS` share one attribute each: building an xDSL attribute
+    verifies it, which was a quarter of building a 10k-op graph, and attributes are
+    immutable, so sharing is safe. Floats and constants are encoded each time, since
+    a cache would give -0.0 the attribute of 0.0 (they are equal keys).
+    """
+    if isinstance(value, _SHARED_KINDS):
+        return _shared_attr(type(value), value)
+    return _encode_attr(value)
+
+
+@functools.cache
+def _shared_attr(kind: type, value: Any) -> Attribute:
+    """`_encode_attr` by kind and value: the kind keeps `True` apart from `1` and
+    `DType.F32` apart from `"f32"`, which are equal keys."""
+    return _encode_attr(value)
+
+
+def _encode_attr(value: Any) -> Attribute:
     if isinstance(value, DType):
         return dtype_to_xdsl(value)
     if isinstance(value, bool):
@@ -145,12 +177,77 @@ def from_attr(attr: Attribute) -> Any:
 # ------------------------------------------------------------------------ base op
 
 
+def _defined_value(parser: Parser, operand: UnresolvedOperand) -> SSAValue:
+    """The value `operand` names, which must be defined already: the short text form
+    has no operand types, so it cannot make a typed forward reference."""
+    values = parser.ssa_values.get(operand.operand_name)
+    if values is None or operand.index >= len(values):
+        suffix = f"#{operand.index}" if operand.index else ""
+        parser.raise_error(
+            f"use of undefined value {operand.span.text}{suffix} (graph ops take operand "
+            "types from their definitions, which must come first)",
+            operand.span,
+        )
+    return values[operand.index]
+
+
 class GraphOp(IRDLOperation):
-    """Common behaviour of `graph` ops: typed construction and verification."""
+    """Common behaviour of `graph` ops: typed construction, verification and text form."""
 
     irdl_options = (ParsePropInAttrDict(),)
-    assembly_format = "operands attr-dict `:` functional-type(operands, results)"
     traits = traits_def(Pure())
+
+    # Hand-written because xDSL's declarative `assembly_format` must find every operand
+    # type in the text or infer it from a type constraint; it cannot take it from the
+    # operand's definition, which is what makes this form short.
+    @classmethod
+    def parse(cls, parser: Parser) -> Self:
+        """`operands attr-dict : result-types`, or the older
+        `operands attr-dict : (operand-types) -> result-types`."""
+        operands = (
+            parser.parse_optional_undelimited_comma_separated_list(
+                parser.parse_optional_unresolved_operand, parser.parse_unresolved_operand
+            )
+            or []
+        )
+        attributes = parser.parse_optional_attr_dict()
+        parser.parse_punctuation(":")
+        types_start = parser.pos
+        function_type = parser.parse_optional_function_type()
+        if function_type is None:
+            values = [_defined_value(parser, operand) for operand in operands]
+            result_types = parser.parse_comma_separated_list(
+                parser.Delimiter.NONE, parser.parse_type, " in result types"
+            )
+        else:
+            operand_types = function_type.inputs.data
+            if len(operand_types) != len(operands):
+                parser.raise_error(
+                    f"'{cls.name}' has {len(operands)} operand(s) but its functional type "
+                    f"lists {len(operand_types)}",
+                    types_start,
+                )
+            values = [
+                parser.resolve_operand(operand, type_)
+                for operand, type_ in zip(operands, operand_types, strict=True)
+            ]
+            result_types = function_type.outputs.data
+        declared = cls.get_irdl_definition().properties
+        properties = {name: attributes.pop(name) for name in declared if name in attributes}
+        return cls.create(
+            operands=values,
+            result_types=result_types,
+            properties=properties,
+            attributes=attributes,
+        )
+
+    def print(self, printer: Printer) -> None:
+        if self.operands:
+            printer.print_string(" ")
+            printer.print_list(self.operands, printer.print_operand)
+        printer.print_op_attributes(self.properties | self.attributes)
+        printer.print_string(" : ")
+        printer.print_list(self.result_types, printer.print_attribute)
 
     @classmethod
     def op_name(cls) -> str:
@@ -355,7 +452,6 @@ class SplitOp(GraphOp):
 
 
 class _ConstantOp(GraphOp):
-    assembly_format = "attr-dict `:` type($result)"
     result = result_def(TensorType)
     traits = traits_def(Pure(), ConstantLike())
 

@@ -5,7 +5,7 @@
 
 // CHECK: {{^}}'graph.add': shapes 2x3 and 4 are not broadcastable
 func.func @add(%a: tensor<2x3xf32>, %b: tensor<4xf32>) -> tensor<2x3xf32> {
-  %0 = graph.add %a, %b : (tensor<2x3xf32>, tensor<4xf32>) -> tensor<2x3xf32>
+  %0 = graph.add %a, %b : tensor<2x3xf32>
   func.return %0 : tensor<2x3xf32>
 }
 
@@ -13,7 +13,7 @@ func.func @add(%a: tensor<2x3xf32>, %b: tensor<4xf32>) -> tensor<2x3xf32> {
 
 // CHECK: {{^}}'graph.mul': element types differ: f16, f32
 func.func @mul(%a: tensor<2x3xf32>, %b: tensor<2x3xf16>) -> tensor<2x3xf32> {
-  %0 = graph.mul %a, %b : (tensor<2x3xf32>, tensor<2x3xf16>) -> tensor<2x3xf32>
+  %0 = graph.mul %a, %b : tensor<2x3xf32>
   func.return %0 : tensor<2x3xf32>
 }
 
@@ -21,7 +21,7 @@ func.func @mul(%a: tensor<2x3xf32>, %b: tensor<2x3xf16>) -> tensor<2x3xf32> {
 
 // CHECK: {{^}}'graph.scale': scalar operand must have rank 0, got 1
 func.func @scale(%a: tensor<2x3xf32>, %s: tensor<1xf32>) -> tensor<2x3xf32> {
-  %0 = graph.scale %a, %s : (tensor<2x3xf32>, tensor<1xf32>) -> tensor<2x3xf32>
+  %0 = graph.scale %a, %s : tensor<2x3xf32>
   func.return %0 : tensor<2x3xf32>
 }
 
@@ -29,7 +29,7 @@ func.func @scale(%a: tensor<2x3xf32>, %s: tensor<1xf32>) -> tensor<2x3xf32> {
 
 // CHECK: {{^}}'graph.relu': result types 3x2xf32 do not match the inferred 2x3xf32
 func.func @relu(%a: tensor<2x3xf32>) -> tensor<3x2xf32> {
-  %0 = graph.relu %a : (tensor<2x3xf32>) -> tensor<3x2xf32>
+  %0 = graph.relu %a : tensor<3x2xf32>
   func.return %0 : tensor<3x2xf32>
 }
 
@@ -37,7 +37,7 @@ func.func @relu(%a: tensor<2x3xf32>) -> tensor<3x2xf32> {
 
 // CHECK: {{^}}'graph.sigmoid': operand must have a float element type, got i32
 func.func @sigmoid(%a: tensor<2x3xi32>) -> tensor<2x3xi32> {
-  %0 = graph.sigmoid %a : (tensor<2x3xi32>) -> tensor<2x3xi32>
+  %0 = graph.sigmoid %a : tensor<2x3xi32>
   func.return %0 : tensor<2x3xi32>
 }
 
@@ -45,7 +45,7 @@ func.func @sigmoid(%a: tensor<2x3xi32>) -> tensor<2x3xi32> {
 
 // CHECK: {{^}}'graph.transpose': perm [0, 0] is not a permutation of 2 dimensions
 func.func @transpose(%a: tensor<2x3xf32>) -> tensor<3x2xf32> {
-  %0 = graph.transpose %a {perm = array<i64: 0, 0>} : (tensor<2x3xf32>) -> tensor<3x2xf32>
+  %0 = graph.transpose %a {perm = array<i64: 0, 0>} : tensor<3x2xf32>
   func.return %0 : tensor<3x2xf32>
 }
 
@@ -53,7 +53,7 @@ func.func @transpose(%a: tensor<2x3xf32>) -> tensor<3x2xf32> {
 
 // CHECK: {{^}}property 'perm' expected in operation 'graph.transpose'
 func.func @transpose_missing(%a: tensor<2x3xf32>) -> tensor<3x2xf32> {
-  %0 = graph.transpose %a : (tensor<2x3xf32>) -> tensor<3x2xf32>
+  %0 = graph.transpose %a : tensor<3x2xf32>
   func.return %0 : tensor<3x2xf32>
 }
 
@@ -61,7 +61,7 @@ func.func @transpose_missing(%a: tensor<2x3xf32>) -> tensor<3x2xf32> {
 
 // CHECK: {{^}}'graph.matmul': contraction sizes differ: 2x3 @ 4x5 (3 != 4)
 func.func @matmul(%a: tensor<2x3xf32>, %b: tensor<4x5xf32>) -> tensor<2x5xf32> {
-  %0 = graph.matmul %a, %b : (tensor<2x3xf32>, tensor<4x5xf32>) -> tensor<2x5xf32>
+  %0 = graph.matmul %a, %b : tensor<2x5xf32>
   func.return %0 : tensor<2x5xf32>
 }
 
@@ -69,7 +69,7 @@ func.func @matmul(%a: tensor<2x3xf32>, %b: tensor<4x5xf32>) -> tensor<2x5xf32> {
 
 // CHECK: {{^}}'graph.conv2d': weight expects 2 input channels (2 x 1 groups), input has 3
 func.func @conv2d(%x: tensor<1x3x8x8xf32>, %w: tensor<4x2x3x3xf32>) -> tensor<1x4x8x8xf32> {
-  %0 = graph.conv2d %x, %w {strides = array<i64: 1, 1>, padding = "same", activation = "none", groups = 1 : i64} : (tensor<1x3x8x8xf32>, tensor<4x2x3x3xf32>) -> tensor<1x4x8x8xf32>
+  %0 = graph.conv2d %x, %w {strides = array<i64: 1, 1>, padding = "same", activation = "none", groups = 1 : i64} : tensor<1x4x8x8xf32>
   func.return %0 : tensor<1x4x8x8xf32>
 }
 
@@ -77,7 +77,7 @@ func.func @conv2d(%x: tensor<1x3x8x8xf32>, %w: tensor<4x2x3x3xf32>) -> tensor<1x
 
 // CHECK: {{^}}'graph.conv2d': activation must be 'none' or 'relu', got 'swish'
 func.func @conv2d_act(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x3x3xf32>) -> tensor<1x4x8x8xf32> {
-  %0 = graph.conv2d %x, %w {strides = array<i64: 1, 1>, padding = "same", activation = "swish", groups = 1 : i64} : (tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32>) -> tensor<1x4x8x8xf32>
+  %0 = graph.conv2d %x, %w {strides = array<i64: 1, 1>, padding = "same", activation = "swish", groups = 1 : i64} : tensor<1x4x8x8xf32>
   func.return %0 : tensor<1x4x8x8xf32>
 }
 
@@ -85,7 +85,7 @@ func.func @conv2d_act(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x3x3xf32>) -> tenso
 
 // CHECK: {{^}}'graph.enlarge': cannot enlarge kernel 3x3 to 1x1 symmetrically
 func.func @enlarge(%w: tensor<4x3x3x3xf32>) -> tensor<4x3x1x1xf32> {
-  %0 = graph.enlarge %w {kernel = array<i64: 1, 1>} : (tensor<4x3x3x3xf32>) -> tensor<4x3x1x1xf32>
+  %0 = graph.enlarge %w {kernel = array<i64: 1, 1>} : tensor<4x3x1x1xf32>
   func.return %0 : tensor<4x3x1x1xf32>
 }
 
@@ -93,7 +93,7 @@ func.func @enlarge(%w: tensor<4x3x3x3xf32>) -> tensor<4x3x1x1xf32> {
 
 // CHECK: {{^}}'graph.pool2d': kind must be 'avg' or 'max', got 'min'
 func.func @pool2d(%x: tensor<1x3x8x8xf32>) -> tensor<1x3x4x4xf32> {
-  %0 = graph.pool2d %x {kind = "min", kernel = array<i64: 2, 2>, strides = array<i64: 2, 2>, padding = "valid"} : (tensor<1x3x8x8xf32>) -> tensor<1x3x4x4xf32>
+  %0 = graph.pool2d %x {kind = "min", kernel = array<i64: 2, 2>, strides = array<i64: 2, 2>, padding = "valid"} : tensor<1x3x4x4xf32>
   func.return %0 : tensor<1x3x4x4xf32>
 }
 
@@ -101,7 +101,7 @@ func.func @pool2d(%x: tensor<1x3x8x8xf32>) -> tensor<1x3x4x4xf32> {
 
 // CHECK: {{^}}'graph.concat': operand 2x4 does not match 2x3 off axis 0
 func.func @concat(%a: tensor<2x3xf32>, %b: tensor<2x4xf32>) -> tensor<4x3xf32> {
-  %0 = graph.concat %a, %b {axis = 0 : i64} : (tensor<2x3xf32>, tensor<2x4xf32>) -> tensor<4x3xf32>
+  %0 = graph.concat %a, %b {axis = 0 : i64} : tensor<4x3xf32>
   func.return %0 : tensor<4x3xf32>
 }
 
@@ -109,7 +109,7 @@ func.func @concat(%a: tensor<2x3xf32>, %b: tensor<2x4xf32>) -> tensor<4x3xf32> {
 
 // CHECK: {{^}}'graph.split': sizes [1, 1] do not sum to dimension 1 of size 3
 func.func @split(%a: tensor<2x3xf32>) -> tensor<2x1xf32> {
-  %0, %1 = graph.split %a {axis = 1 : i64, sizes = array<i64: 1, 1>} : (tensor<2x3xf32>) -> (tensor<2x1xf32>, tensor<2x1xf32>)
+  %0, %1 = graph.split %a {axis = 1 : i64, sizes = array<i64: 1, 1>} : tensor<2x1xf32>, tensor<2x1xf32>
   func.return %0 : tensor<2x1xf32>
 }
 
@@ -165,7 +165,7 @@ func.func @constant() -> tensor<3xf32> {
 
 // CHECK: {{^}}'graph.reshape': cannot reshape 2x3 (6 elements) to 4x2
 func.func @reshape(%a: tensor<2x3xf32>) -> tensor<4x2xf32> {
-  %0 = graph.reshape %a {shape = array<i64: 4, 2>} : (tensor<2x3xf32>) -> tensor<4x2xf32>
+  %0 = graph.reshape %a {shape = array<i64: 4, 2>} : tensor<4x2xf32>
   func.return %0 : tensor<4x2xf32>
 }
 
@@ -173,7 +173,7 @@ func.func @reshape(%a: tensor<2x3xf32>) -> tensor<4x2xf32> {
 
 // CHECK: {{^}}'graph.softmax': axis 2 out of range for rank 2
 func.func @softmax(%a: tensor<2x3xf32>) -> tensor<2x3xf32> {
-  %0 = graph.softmax %a {axis = 2 : i64} : (tensor<2x3xf32>) -> tensor<2x3xf32>
+  %0 = graph.softmax %a {axis = 2 : i64} : tensor<2x3xf32>
   func.return %0 : tensor<2x3xf32>
 }
 
@@ -181,7 +181,7 @@ func.func @softmax(%a: tensor<2x3xf32>) -> tensor<2x3xf32> {
 
 // CHECK: {{^}}'graph.reduce': kind must be 'sum', 'mean' or 'max', got 'prod'
 func.func @reduce(%a: tensor<2x3xf32>) -> tensor<2xf32> {
-  %0 = graph.reduce %a {kind = "prod", axes = array<i64: 1>, keepdims = false} : (tensor<2x3xf32>) -> tensor<2xf32>
+  %0 = graph.reduce %a {kind = "prod", axes = array<i64: 1>, keepdims = false} : tensor<2xf32>
   func.return %0 : tensor<2xf32>
 }
 
@@ -189,7 +189,7 @@ func.func @reduce(%a: tensor<2x3xf32>) -> tensor<2xf32> {
 
 // CHECK: {{^}}'graph.batchnorm': scale must have shape 4, got 3
 func.func @batchnorm(%x: tensor<1x4x2x2xf32>, %c: tensor<3xf32>) -> tensor<1x4x2x2xf32> {
-  %0 = graph.batchnorm %x, %c, %c, %c, %c {epsilon = 1.0e-05 : f64} : (tensor<1x4x2x2xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>) -> tensor<1x4x2x2xf32>
+  %0 = graph.batchnorm %x, %c, %c, %c, %c {epsilon = 1.0e-05 : f64} : tensor<1x4x2x2xf32>
   func.return %0 : tensor<1x4x2x2xf32>
 }
 
@@ -197,7 +197,7 @@ func.func @batchnorm(%x: tensor<1x4x2x2xf32>, %c: tensor<3xf32>) -> tensor<1x4x2
 
 // CHECK: {{^}}'graph.layernorm': gamma must have shape 3, got 2
 func.func @layernorm(%x: tensor<2x3xf32>, %g: tensor<2xf32>) -> tensor<2x3xf32> {
-  %0 = graph.layernorm %x, %g, %g {axis = -1 : i64, epsilon = 1.0e-05 : f64} : (tensor<2x3xf32>, tensor<2xf32>, tensor<2xf32>) -> tensor<2x3xf32>
+  %0 = graph.layernorm %x, %g, %g {axis = -1 : i64, epsilon = 1.0e-05 : f64} : tensor<2x3xf32>
   func.return %0 : tensor<2x3xf32>
 }
 
@@ -205,6 +205,6 @@ func.func @layernorm(%x: tensor<2x3xf32>, %g: tensor<2xf32>) -> tensor<2x3xf32> 
 
 // CHECK: {{^}}'graph.embedding': indices must be i32 or i64, got f32
 func.func @embedding(%ids: tensor<2xf32>, %t: tensor<10x4xf32>) -> tensor<2x4xf32> {
-  %0 = graph.embedding %ids, %t : (tensor<2xf32>, tensor<10x4xf32>) -> tensor<2x4xf32>
+  %0 = graph.embedding %ids, %t : tensor<2x4xf32>
   func.return %0 : tensor<2x4xf32>
 }

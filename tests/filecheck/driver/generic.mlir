@@ -22,8 +22,8 @@ func.func @main(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x3x3xf32> {graph.param}) 
 // GENERIC-NEXT:     "func.return"(%1, %4) : (tensor<1x4x2x2xf32>, tensor<1x4x2x1xf32>) -> ()
 
 // CUSTOM:      func.func @main(%x: tensor<1x3x8x8xf32>, %w: tensor<4x3x3x3xf32> {graph.param})
-// CUSTOM-NEXT:   %0 = graph.conv2d %x, %w {strides = array<i64: 2, 2>, padding = "same", activation = "relu", groups = 1 : i64} : (tensor<1x3x8x8xf32>, tensor<4x3x3x3xf32>) -> tensor<1x4x4x4xf32>
-// CUSTOM-NEXT:   %1 = graph.pool2d %0 {kind = "avg", kernel = array<i64: 2, 2>, strides = array<i64: 2, 2>, padding = "valid"} : (tensor<1x4x4x4xf32>) -> tensor<1x4x2x2xf32>
-// CUSTOM-NEXT:   %2, %3 = graph.split %1 {axis = 3 : i64, sizes = array<i64: 1, 1>} : (tensor<1x4x2x2xf32>) -> (tensor<1x4x2x1xf32>, tensor<1x4x2x1xf32>)
-// CUSTOM-NEXT:   %4 = graph.add %2, %3 : (tensor<1x4x2x1xf32>, tensor<1x4x2x1xf32>) -> tensor<1x4x2x1xf32>
+// CUSTOM-NEXT:   %0 = graph.conv2d %x, %w {strides = array<i64: 2, 2>, padding = "same", activation = "relu", groups = 1 : i64} : tensor<1x4x4x4xf32>
+// CUSTOM-NEXT:   %1 = graph.pool2d %0 {kind = "avg", kernel = array<i64: 2, 2>, strides = array<i64: 2, 2>, padding = "valid"} : tensor<1x4x2x2xf32>
+// CUSTOM-NEXT:   %2, %3 = graph.split %1 {axis = 3 : i64, sizes = array<i64: 1, 1>} : tensor<1x4x2x1xf32>, tensor<1x4x2x1xf32>
+// CUSTOM-NEXT:   %4 = graph.add %2, %3 : tensor<1x4x2x1xf32>
 // CUSTOM-NEXT:   func.return %1, %4 : tensor<1x4x2x2xf32>, tensor<1x4x2x1xf32>
