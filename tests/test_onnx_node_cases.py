@@ -22,6 +22,7 @@ so that one that stops passing fails here even when it turns into a clean reject
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections import Counter
 from collections.abc import Sequence
@@ -167,6 +168,17 @@ def test_the_cases_that_passed_still_pass(results: dict[str, Result]) -> None:
     passed = {name for name, result in results.items() if result.outcome is Outcome.PASSED}
     lost = {name: results[name].detail if name in results else "gone" for name in PASSING - passed}
     assert not lost, lost
+
+
+def test_a_wrong_number_is_a_failure_naming_the_backend() -> None:
+    """The check itself: ONNX's Relu case with one expected value changed fails."""
+    case = next(case for case in supported_cases() if case.name == "test_relu")
+    inputs, (expected,) = case.data_sets[0]
+    wrong = array(expected).copy()
+    wrong.flat[0] += 1
+    result = run_case(dataclasses.replace(case, data_sets=[(inputs, [wrong])]))
+    assert result.outcome is Outcome.FAILED
+    assert result.detail.startswith("reference: output #0: ")
 
 
 def test_every_handled_op_has_cases_and_some_pass(results: dict[str, Result]) -> None:
