@@ -147,7 +147,7 @@ class OnnxOutput:
     2 GiB), staged beside OUT and moved into place on commit, like AtomicOutput."""
 
     def __init__(self, path: str) -> None:
-        from tasoc.backends.onnx.exporter import StagedOnnx
+        from tasoc.backends.onnx.files import StagedOnnx
 
         self.path = path
         try:

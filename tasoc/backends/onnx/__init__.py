@@ -6,19 +6,14 @@
 
 What maps to what, the tolerances and the errors are in `docs/onnx.md`. The modules:
 `importer` walks an ONNX graph (`handlers`: one per op type; `known_values`: values
-fixed at import time; `gelu`: the erf-form GELU), `files` reads and checks model files
-(external data, the 2 GiB limit), `exporter` writes programs back, `conventions` is
+fixed at import time; `gelu`: the erf-form GELU), `files` reads, writes and checks model
+files (external data, the 2 GiB limit), `exporter` writes programs back, `conventions` is
 what the two directions agree on, `runtime` runs models under onnxruntime.
 """
 
-from tasoc.backends.onnx.errors import OnnxImportError
-from tasoc.backends.onnx.exporter import (
-    BFLOAT16_OPSET,
-    EXPORT_OPSET,
-    OnnxExportError,
-    export_onnx,
-    save_onnx,
-)
+from tasoc.backends.onnx.errors import OnnxExportError, OnnxImportError
+from tasoc.backends.onnx.exporter import BFLOAT16_OPSET, EXPORT_OPSET, export_onnx
+from tasoc.backends.onnx.files import save_onnx
 from tasoc.backends.onnx.handlers import canonical_padding
 from tasoc.backends.onnx.importer import MAX_OPSET, MIN_OPSET, import_onnx
 

@@ -1,4 +1,4 @@
-"""The error every import failure raises, and how its messages write shapes."""
+"""The errors of the ONNX bridge, one line each, and how their messages write shapes."""
 
 from __future__ import annotations
 
@@ -7,6 +7,10 @@ from collections.abc import Sequence
 
 class OnnxImportError(ValueError):
     """The model cannot be imported; the message is one line naming what and where."""
+
+
+class OnnxExportError(ValueError):
+    """The program or its weight values cannot be exported; one line says why."""
 
 
 def format_dims(dims: Sequence[int | str | None]) -> str:

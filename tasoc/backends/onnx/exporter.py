@@ -13,26 +13,20 @@ node, and the argument order, in the model's metadata (`conventions.NODE_FORMS_K
 
 Opset 17 is the first with LayerNormalization; programs with bfloat16 values use
 opset 22, where every op written here accepts bfloat16. GELU is written in its erf
-form, the one PyTorch writes and runtimes recognize.
+form, the one PyTorch writes and runtimes recognize. Writing the model to a file
+(atomically, with external data over 2 GiB) is `files.save_onnx`.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from importlib.metadata import version
-from os import PathLike
-from pathlib import Path
-from typing import IO
 
 import numpy as np
 import onnx
-from onnx import TensorProto, external_data_helper, helper
+from onnx import TensorProto, helper
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
@@ -45,7 +39,8 @@ from tasoc.backends.onnx.conventions import (
     GELU_SQRT2,
     NODE_FORMS_KEY,
 )
-from tasoc.backends.onnx.files import fits_in_protobuf
+from tasoc.backends.onnx.errors import OnnxExportError
+from tasoc.backends.onnx.files import check_exported, fits_in_protobuf
 from tasoc.ir import graph as G
 from tasoc.ir.program import ArgInfo, arg_infos, entry_function, return_values
 from tasoc.ir.shapes import ConstData, DType, window_pads
@@ -59,10 +54,6 @@ BFLOAT16_OPSET = 22
 writes accepts bfloat16 (Conv, the pools and ConstantOfShape gain it in 20-22)."""
 
 _ONNX_DTYPES: Mapping[DType, int] = {kind: onnx_type for onnx_type, kind in DTYPES_BY_ONNX.items()}
-
-
-class OnnxExportError(ValueError):
-    """The program or its weight values cannot be exported; one line says why."""
 
 
 def export_onnx(
@@ -84,135 +75,10 @@ def export_onnx(
     values = _weights(module, infos, param_values, seed)
     model = _Exporter(function, infos, values).model()
     if fits_in_protobuf(model):
-        _check(model)
+        check_exported(model)
     # A larger model cannot be serialized whole, which the in-memory check needs;
     # `save_onnx` checks it once written with external data.
     return model
-
-
-def external_data_path(path: str | PathLike[str]) -> Path:
-    """Where `save_onnx` puts the tensors of `path` written with external data:
-    `model.onnx` -> `model.onnx.data`, beside it (ONNX records the name relative to
-    the model's directory, so the pair moves together)."""
-    target = Path(path)
-    return target.with_name(f"{target.name}.data")
-
-
-def save_onnx(
-    model: onnx.ModelProto, path: str | PathLike[str], external_data: bool | None = None
-) -> None:
-    """Write `model` to `path` atomically: a failure never leaves a half-written file.
-
-    With `external_data` (default: only when the model exceeds protobuf's 2 GiB) the
-    initializers of at least EXTERNAL_DATA_THRESHOLD bytes go to `external_data_path(path)`
-    and the model file keeps references to them; `onnx.load(path)`, onnxruntime and
-    `import_onnx(path)` read the pair. `model` is left as it was.
-    """
-    staged = StagedOnnx(path)
-    try:
-        staged.write(model, external_data)
-        staged.commit()
-    except BaseException:
-        staged.discard()
-        raise
-
-
-class StagedOnnx:
-    """An ONNX model (and its external data file) staged in a private directory beside
-    its destination, moved into place by `commit`.
-
-    The files are written under their final names, so the model's reference to its data
-    file holds both in the staging directory, where `onnx.checker` checks them by path,
-    and after the move. Creating the stage up front makes a bad destination fail before
-    any work. `os.replace` within one file system is atomic; the data file moves first,
-    so a model file is never seen without its data. (Files made in the stage get the
-    umask's default mode; only the directory is private.)
-    """
-
-    def __init__(self, path: str | PathLike[str]) -> None:
-        self.target = Path(path)
-        self.directory = Path(
-            tempfile.mkdtemp(prefix=f".{self.target.name}.", dir=self.target.parent)
-        )
-        self.written: list[Path] = []
-
-    def write(self, model: onnx.ModelProto, external_data: bool | None = None) -> None:
-        """Serialize `model` into the stage and check it (see `save_onnx`)."""
-        fits = fits_in_protobuf(model)
-        if external_data is None:
-            external_data = not fits
-        elif not external_data and not fits:
-            raise OnnxExportError(
-                f"the model has {model.ByteSize() / 2**30:.1f} GiB, more than one protobuf "
-                "holds (2 GiB); write it with external data"
-            )
-        model_file = self.directory / self.target.name
-        if external_data:
-            data_file = self.directory / external_data_path(self.target).name
-            with open(data_file, "w+b") as stream, _externalized(model, stream, data_file.name):
-                model_file.write_bytes(model.SerializeToString())
-            self.written = [data_file, model_file]
-            _check(str(model_file))
-        else:
-            model_file.write_bytes(model.SerializeToString())
-            self.written = [model_file]
-
-    def commit(self) -> None:
-        for staged in self.written:
-            os.replace(staged, self.target.parent / staged.name)
-        self.discard()
-
-    def discard(self) -> None:
-        shutil.rmtree(self.directory, ignore_errors=True)
-
-
-EXTERNAL_DATA_THRESHOLD = 1024
-"""Initializers of fewer bytes stay inside the model file when writing external data
-(as `onnx.save_model` does): shape constants are read with the graph."""
-
-_ALIGNMENT = 4096
-"""External tensors start at multiples of this (a page), so runtimes can map them."""
-
-
-@contextmanager
-def _externalized(model: onnx.ModelProto, stream: IO[bytes], location: str) -> Iterator[None]:
-    """Within the block, `model`'s large initializers point into `stream` (written here,
-    opened for reading too) instead of holding their bytes; afterwards they hold them
-    again, read back from `stream`.
-
-    Moving the bytes out and back, rather than copying the model or keeping them aside,
-    keeps memory at one copy of the weights plus one tensor, which for the models that
-    need external data is gigabytes.
-    """
-    moved: list[tuple[TensorProto, int, int]] = []
-    try:
-        for tensor in model.graph.initializer:
-            if not tensor.HasField("raw_data") or len(tensor.raw_data) < EXTERNAL_DATA_THRESHOLD:
-                continue
-            stream.write(bytes(-stream.tell() % _ALIGNMENT))
-            offset = stream.tell()
-            length = stream.write(tensor.raw_data)
-            moved.append((tensor, offset, length))
-            external_data_helper.set_external_data(tensor, location, offset, length)
-            tensor.data_location = TensorProto.EXTERNAL
-            tensor.ClearField("raw_data")
-        yield
-    finally:
-        for tensor, offset, length in moved:
-            stream.seek(offset)
-            tensor.raw_data = stream.read(length)
-            tensor.ClearField("external_data")
-            tensor.ClearField("data_location")
-
-
-def _check(model: onnx.ModelProto | str) -> None:
-    """`onnx.checker` on a model or a model file, failing as one OnnxExportError line."""
-    try:
-        onnx.checker.check_model(model)
-    except onnx.checker.ValidationError as err:
-        raise OnnxExportError(
-            f"the exported model is invalid: {str(err).splitlines()[0]}"
-        ) from None
 
 
 def _weights(

@@ -1,24 +1,32 @@
-"""Reading ONNX files: parsing, checking, the 2 GiB protobuf limit and external data.
+"""ONNX files: reading and writing them, checking them, the 2 GiB protobuf limit and
+external data.
 
 `load_model` turns a path, serialized bytes or a ModelProto into a checked ModelProto
 with its external tensors read in (from beside the model's file), or raises
-OnnxImportError with one line. Nothing here knows what the graph computes.
+OnnxImportError with one line. `save_onnx` writes a model atomically, its large
+tensors to a data file beside it when the model is over the limit (or when asked).
+Nothing here knows what the graph computes.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from os import PathLike
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 import onnx
 from google.protobuf.message import DecodeError, EncodeError
 from onnx import TensorProto, external_data_helper
 
-from tasoc.backends.onnx.errors import OnnxImportError
+from tasoc.backends.onnx.errors import OnnxExportError, OnnxImportError
 
 PROTOBUF_LIMIT = 2**31
 """Bytes a serialized protobuf may hold; larger ONNX models need external data."""
@@ -126,3 +134,131 @@ def read_metadata(model: onnx.ModelProto, key: str) -> object:
         return json.loads(text) if text is not None else None
     except json.JSONDecodeError:
         return None
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def external_data_path(path: str | PathLike[str]) -> Path:
+    """Where `save_onnx` puts the tensors of `path` written with external data:
+    `model.onnx` -> `model.onnx.data`, beside it (ONNX records the name relative to
+    the model's directory, so the pair moves together)."""
+    target = Path(path)
+    return target.with_name(f"{target.name}.data")
+
+
+def save_onnx(
+    model: onnx.ModelProto, path: str | PathLike[str], external_data: bool | None = None
+) -> None:
+    """Write `model` to `path` atomically: a failure never leaves a half-written file.
+
+    With `external_data` (default: only when the model exceeds protobuf's 2 GiB) the
+    initializers of at least EXTERNAL_DATA_THRESHOLD bytes go to `external_data_path(path)`
+    and the model file keeps references to them; `onnx.load(path)`, onnxruntime and
+    `import_onnx(path)` read the pair. `model` is left as it was.
+    """
+    staged = StagedOnnx(path)
+    try:
+        staged.write(model, external_data)
+        staged.commit()
+    except BaseException:
+        staged.discard()
+        raise
+
+
+class StagedOnnx:
+    """An ONNX model (and its external data file) staged in a private directory beside
+    its destination, moved into place by `commit`.
+
+    The files are written under their final names, so the model's reference to its data
+    file holds both in the staging directory, where `onnx.checker` checks them by path,
+    and after the move. Creating the stage up front makes a bad destination fail before
+    any work. `os.replace` within one file system is atomic; the data file moves first,
+    so a model file is never seen without its data. (Files made in the stage get the
+    umask's default mode; only the directory is private.)
+    """
+
+    def __init__(self, path: str | PathLike[str]) -> None:
+        self.target = Path(path)
+        self.directory = Path(
+            tempfile.mkdtemp(prefix=f".{self.target.name}.", dir=self.target.parent)
+        )
+        self.written: list[Path] = []
+
+    def write(self, model: onnx.ModelProto, external_data: bool | None = None) -> None:
+        """Serialize `model` into the stage and check it (see `save_onnx`)."""
+        fits = fits_in_protobuf(model)
+        if external_data is None:
+            external_data = not fits
+        elif not external_data and not fits:
+            raise OnnxExportError(
+                f"the model has {model.ByteSize() / 2**30:.1f} GiB, more than one protobuf "
+                "holds (2 GiB); write it with external data"
+            )
+        model_file = self.directory / self.target.name
+        if external_data:
+            data_file = self.directory / external_data_path(self.target).name
+            with open(data_file, "w+b") as stream, _externalized(model, stream, data_file.name):
+                model_file.write_bytes(model.SerializeToString())
+            self.written = [data_file, model_file]
+            check_exported(str(model_file))
+        else:
+            model_file.write_bytes(model.SerializeToString())
+            self.written = [model_file]
+
+    def commit(self) -> None:
+        for staged in self.written:
+            os.replace(staged, self.target.parent / staged.name)
+        self.discard()
+
+    def discard(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+EXTERNAL_DATA_THRESHOLD = 1024
+"""Initializers of fewer bytes stay inside the model file when writing external data
+(as `onnx.save_model` does): shape constants are read with the graph."""
+
+_ALIGNMENT = 4096
+"""External tensors start at multiples of this (a page), so runtimes can map them."""
+
+
+@contextmanager
+def _externalized(model: onnx.ModelProto, stream: IO[bytes], location: str) -> Iterator[None]:
+    """Within the block, `model`'s large initializers point into `stream` (written here,
+    opened for reading too) instead of holding their bytes; afterwards they hold them
+    again, read back from `stream`.
+
+    Moving the bytes out and back, rather than copying the model or keeping them aside,
+    keeps memory at one copy of the weights plus one tensor, which for the models that
+    need external data is gigabytes.
+    """
+    moved: list[tuple[TensorProto, int, int]] = []
+    try:
+        for tensor in model.graph.initializer:
+            if not tensor.HasField("raw_data") or len(tensor.raw_data) < EXTERNAL_DATA_THRESHOLD:
+                continue
+            stream.write(bytes(-stream.tell() % _ALIGNMENT))
+            offset = stream.tell()
+            length = stream.write(tensor.raw_data)
+            moved.append((tensor, offset, length))
+            external_data_helper.set_external_data(tensor, location, offset, length)
+            tensor.data_location = TensorProto.EXTERNAL
+            tensor.ClearField("raw_data")
+        yield
+    finally:
+        for tensor, offset, length in moved:
+            stream.seek(offset)
+            tensor.raw_data = stream.read(length)
+            tensor.ClearField("external_data")
+            tensor.ClearField("data_location")
+
+
+def check_exported(model: onnx.ModelProto | str) -> None:
+    """`onnx.checker` on a model or a model file, failing as one OnnxExportError line."""
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as err:
+        raise OnnxExportError(
+            f"the exported model is invalid: {str(err).splitlines()[0]}"
+        ) from None

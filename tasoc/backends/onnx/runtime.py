@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING
 
 import onnx
 
-from tasoc.backends.onnx.exporter import save_onnx
-from tasoc.backends.onnx.files import fits_in_protobuf
+from tasoc.backends.onnx.files import fits_in_protobuf, save_onnx
 
 if TYPE_CHECKING:
     import onnxruntime
