@@ -4,7 +4,6 @@ matching on dags, saturation, cycle pruning, and ILP extraction against greedy."
 from __future__ import annotations
 
 import math
-import time
 
 import pytest
 from rewrite_helpers import (
@@ -20,12 +19,13 @@ from rewrite_helpers import (
 from tasoc.cost import AnalyticCost
 from tasoc.ir.dag import Dag, Node, from_module
 from tasoc.models import build_model, list_models
+from tasoc.passes.rewrite.backtrack import BacktrackLimits, backtracking_search
 from tasoc.passes.rewrite.egraph import EGraph, EGraphError, EGraphLimits, egraph_search
 from tasoc.passes.rewrite.egraph.egraph import PROJECT
 from tasoc.passes.rewrite.egraph.ematch import Index, ematch
 from tasoc.passes.rewrite.egraph.extract import Pricing, acyclic, extract, greedy, to_dag
 from tasoc.passes.rewrite.egraph.saturate import SaturationLimits, saturate
-from tasoc.passes.rewrite.search import SearchLimits, backtracking_search
+from tasoc.passes.search import Deadline
 
 FAR = math.inf
 
@@ -109,12 +109,12 @@ def test_saturation_holds_both_forms_and_extraction_picks_the_cheaper() -> None:
     graph = two_matmuls()
     egraph = EGraph()
     egraph.add_dag(graph)
-    result = saturate(egraph, [MATMUL_FUSION], SaturationLimits(), time.perf_counter() + 60)
+    result = saturate(egraph, [MATMUL_FUSION], SaturationLimits(), Deadline.after(60))
     assert result.applied[MATMUL_FUSION.name] == 2  # (a, b) and (b, a)
     assert result.stopped == "saturated"
     assert any(op == "split" for _, (op, _, _) in egraph.items())
     model = AnalyticCost()
-    best = egraph_search(graph, [MATMUL_FUSION], model, timeout_s=30)
+    best = egraph_search(graph, [MATMUL_FUSION], model, deadline=Deadline.after(30))
     assert best.cost_after < best.cost_before
     assert "split" in {node.op for node in best.best.ops}
     assert_equal(graph, best.best)
@@ -126,7 +126,7 @@ def test_saturation_stops_at_the_node_limit() -> None:
     egraph = EGraph()
     egraph.add_dag(graph)
     limits = SaturationLimits(node_limit=graph.num_ops + 20)
-    result = saturate(egraph, RULES, limits, time.perf_counter() + 60)
+    result = saturate(egraph, RULES, limits, Deadline.after(60))
     assert result.stopped == "node limit"
     assert egraph.num_nodes < graph.num_ops + 20 + 20  # one match may add a few e-nodes
 
@@ -168,7 +168,7 @@ def test_the_ilp_pays_for_a_shared_class_once_where_greedy_double_counts(unit: f
     cost = lambda cid, enode: prices.get(enode[0], 1e-3) * unit  # noqa: E731
     greedy_pick = greedy(acyclic(egraph, [root]), cost)
     assert {e[0] for e in greedy_pick.values()} >= {"gelu", "softmax"}
-    extraction, _greedy = extract(egraph, [root], cost, time_limit_s=10)
+    extraction, _greedy = extract(egraph, [root], cost, Deadline.after(10))
     assert extraction.method == "ilp (optimal)"
     chosen = to_dag(egraph, [root], extraction.choice, graph)
     assert {node.op for node in chosen.ops} == {"relu", "sigmoid", "tanh", "add"}
@@ -200,8 +200,8 @@ def test_extraction_charges_a_fusible_op_its_launch_only_where_it_cannot_join() 
     prices = {"relu": 1.0, "tanh": 0.8, "sigmoid": 0.5}
     cost = lambda cid, enode: prices.get(enode[0], 1e-3)  # noqa: E731
     pricing = Pricing(cost, _JoinsTanh())
-    alone = extract(egraph, [root], cost, time_limit_s=10)[0]
-    fused, local = extract(egraph, [root], pricing, time_limit_s=10)
+    alone = extract(egraph, [root], cost, Deadline.after(10))[0]
+    fused, local = extract(egraph, [root], pricing, Deadline.after(10))
     assert fused.method == "ilp (optimal)"
     ops = lambda e: {enode[0] for enode in e.choice.values()}  # noqa: E731
     assert "sigmoid" in ops(alone) and "tanh" in ops(fused)
@@ -213,8 +213,10 @@ def test_extraction_charges_a_fusible_op_its_launch_only_where_it_cannot_join() 
 def test_polishing_finds_what_per_enode_prices_miss_on_squeezenet() -> None:
     graph = from_module(build_model("squeezenet"))
     cost = AnalyticCost()
-    plain = egraph_search(graph, RULES, cost, EGraphLimits(polish_budget=0), timeout_s=30)
-    polished = egraph_search(graph, RULES, cost, EGraphLimits(), timeout_s=30)
+    plain = egraph_search(
+        graph, RULES, cost, EGraphLimits(polish_budget=0), deadline=Deadline.after(30)
+    )
+    polished = egraph_search(graph, RULES, cost, EGraphLimits(), deadline=Deadline.after(30))
     assert "polish_gain" not in plain.details and polished.details["polish_gain"] > 1
     assert polished.cost_after < plain.cost_after
     assert_equal(graph, polished.best)
@@ -224,8 +226,12 @@ def test_egraph_search_is_at_least_as_good_as_backtracking_on_nasrnn() -> None:
     model = next(m for m in list_models() if m.name == "nasrnn")
     graph = from_module(build_model(model.spec(model.small)))
     cost = AnalyticCost()
-    saturation = egraph_search(graph, RULES, cost, EGraphLimits(node_limit=5000), timeout_s=30)
-    backtrack = backtracking_search(graph, RULES, cost, SearchLimits(budget=30, timeout_s=30))
+    saturation = egraph_search(
+        graph, RULES, cost, EGraphLimits(node_limit=5000), deadline=Deadline.after(30)
+    )
+    backtrack = backtracking_search(
+        graph, RULES, cost, BacktrackLimits(budget=30), Deadline.after(30)
+    )
     assert saturation.cost_after <= backtrack.cost_after * 1.001
     assert_equal(graph, saturation.best)
 
@@ -234,7 +240,7 @@ def test_rules_that_never_match_leave_a_one_class_per_value_egraph() -> None:
     graph = Dag([arg(0, "x", 3, 3)], [Node("softmax", [arg(0, "x", 3, 3).out], axis=1).out])
     egraph = EGraph()
     egraph.add_dag(graph)
-    result = saturate(egraph, [ADD_COMMUTES], SaturationLimits(), time.perf_counter() + 10)
+    result = saturate(egraph, [ADD_COMMUTES], SaturationLimits(), Deadline.after(10))
     assert result.stopped == "saturated" and result.rounds == 1 and not result.applied
     assert egraph.num_nodes == 2
     assert sig(3, 3) == egraph.sig(egraph.find(0))

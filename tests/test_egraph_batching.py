@@ -3,8 +3,6 @@ stacked rows, through steps of the proven two-operand rule, and the result is eq
 
 from __future__ import annotations
 
-import time
-
 from rewrite_helpers import BY_NAME, MATMUL_FUSION, RULES, arg, assert_equal
 
 from tasoc.cost import AnalyticCost
@@ -13,6 +11,7 @@ from tasoc.models import build_model
 from tasoc.passes.rewrite.egraph import EGraph, EGraphLimits, egraph_search
 from tasoc.passes.rewrite.egraph.batching import batch_concat
 from tasoc.passes.rewrite.egraph.saturate import SaturationLimits, saturate
+from tasoc.passes.search import Deadline
 
 ROW_BATCHING = BY_NAME["g3-0196.rev"]
 """matmul(x, z), matmul(y, z) -> split(matmul(concat{0}(x, y), z)): stacked rows."""
@@ -41,7 +40,7 @@ def saturated(graph: Dag, limits: SaturationLimits) -> tuple[EGraph, int]:
     egraph = EGraph()
     _, args = egraph.add_dag(graph)
     weight = next(cid for cid, node in args.items() if node.attr("is_param"))
-    saturate(egraph, [ROW_BATCHING], limits, time.perf_counter() + 60)
+    saturate(egraph, [ROW_BATCHING], limits, Deadline.after(60))
     return egraph, weight
 
 
@@ -68,7 +67,7 @@ def test_without_chains_multi_output_rules_stop_at_pairs() -> None:
 
 def test_the_search_extracts_one_matmul_for_all_rows_and_it_is_equal() -> None:
     graph = shared_weight()
-    result = egraph_search(graph, [ROW_BATCHING], AnalyticCost(), timeout_s=30)
+    result = egraph_search(graph, [ROW_BATCHING], AnalyticCost(), deadline=Deadline.after(30))
     matmuls = [node for node in result.best.ops if node.op == "matmul"]
     assert [node.sigs[0].shape for node in matmuls] == [(STEPS, 16)]
     assert result.details["chain_steps"] >= STEPS - 2
@@ -82,7 +81,7 @@ def test_nasrnn_input_projections_are_batched_across_time_steps() -> None:
     batched (step t+1's state needs step t's), and extraction rules those cycles out."""
     graph = from_module(build_model("nasrnn?hidden=256&length=4"))
     limits = EGraphLimits(polish_budget=0)
-    result = egraph_search(graph, RULES, AnalyticCost(), limits, timeout_s=60)
+    result = egraph_search(graph, RULES, AnalyticCost(), limits, deadline=Deadline.after(60))
     batched = [n for n in result.best.ops if n.op == "matmul" and n.sigs[0].shape[0] == 4]
     assert len(batched) == 8  # one per input weight, over all 4 steps
     assert result.cost_after < result.cost_before

@@ -4,7 +4,12 @@ graphs, what it reports, determinism, and its one-line errors."""
 from __future__ import annotations
 
 import json
+import re
+import time
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, get_args, get_type_hints
 
 import pytest
 from conftest import assert_one_line_error
@@ -15,13 +20,16 @@ from xdsl.dialects.builtin import ModuleOp
 
 from tasoc.backends.arguments import random_inputs
 from tasoc.backends.numpy import run_reference
+from tasoc.cost import COST_MODELS
+from tasoc.cost.measured import end_to_end_sampler
 from tasoc.ir.builder import GraphBuilder
-from tasoc.ir.dag import from_module
+from tasoc.ir.dag import Dag, from_module
 from tasoc.models import build_model, list_models
 from tasoc.passes.report import RunReport, reporting
 from tasoc.passes.rewrite import retime as retime_module
-from tasoc.passes.rewrite.equality_rewrite import EqualityRewritePass
+from tasoc.passes.rewrite.equality_rewrite import TIMEOUT_MARGIN_S, EqualityRewritePass
 from tasoc.passes.rewrite.retime import WIN_SHARE
+from tasoc.passes.search import Deadline, SearchOutcome, StopReason
 from tasoc.verify.equivalence import compare
 from tasoc.verify.strategies import graphs
 
@@ -117,7 +125,51 @@ def test_retime_measures_the_input_and_the_best_candidates_and_keeps_the_fastest
     assert section["predicted_speedup"] == section["cost_before"] / section["cost_after"]
     assert section["cost_after"] == timed[0]["predicted"]
     assert (section["rules_applied"] == {}) == timed[0]["input"]
+    input_s = next(t["measured_s"] for t in timed if t["input"])
+    assert section["measured_speedup"] == input_s / kept["measured_s"]
+    assert 0 < section["retime_seconds"] <= section["search_seconds"]
     assert_equal_programs(module, after)
+
+
+class FakeClock:
+    """A monotonic clock that moves only when told: `advance` seconds per call of a
+    fake sampler, `compile_s` per fake compile."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def fake_compiles(
+    monkeypatch: pytest.MonkeyPatch,
+    rounds: list[list[float]],
+    clock: FakeClock | None = None,
+    compile_s: float = 0.0,
+    sample_s: float = 0.0,
+) -> list[int]:
+    """Make re-timing's `end_to_end_sampler` compile nothing: the k-th program compiled
+    gives `rounds[k]`'s samples in turn, and `clock` moves `compile_s` per compile and
+    `sample_s` per sample. Returns how many samples each program gave."""
+    taken: list[int] = []
+
+    def sampler(dag: Dag, seed: int = 0) -> Callable[[], float]:
+        index = len(taken)
+        taken.append(0)
+        if clock is not None:
+            clock.now += compile_s
+
+        def sample() -> float:
+            if clock is not None:
+                clock.now += sample_s
+            taken[index] += 1
+            return rounds[index][taken[index] - 1]
+
+        return sample
+
+    monkeypatch.setattr(retime_module, "end_to_end_sampler", sampler)
+    return taken
 
 
 def rounds_of(*medians_and_wins: tuple[float, int]) -> list[list[float]]:
@@ -128,6 +180,11 @@ def rounds_of(*medians_and_wins: tuple[float, int]) -> list[list[float]]:
         rounds.append([median] * wins + [1.5] * (9 - wins))
         rounds[-1].sort()
     return rounds
+
+
+def nasrnn_graphs(count: int) -> list[Dag]:
+    """`count` different small graphs: the input, then candidates."""
+    return [from_module(build_model(f"nasrnn?hidden=8&length={n}")) for n in range(1, count + 1)]
 
 
 @pytest.mark.parametrize(
@@ -141,12 +198,64 @@ def rounds_of(*medians_and_wins: tuple[float, int]) -> list[list[float]]:
 def test_retime_keeps_the_input_unless_a_candidate_is_measurably_faster(
     monkeypatch: pytest.MonkeyPatch, samples: list[list[float]], kept: int
 ) -> None:
-    graphs = [from_module(build_model(f"nasrnn?hidden=8&length={n}")) for n in (1, 2, 3)]
-    monkeypatch.setattr(retime_module, "time_rounds", lambda dags, repeats: samples)
-    candidates = [(graph, 1.0) for graph in graphs[1 : len(samples)]]
-    timed = retime_module.retime(graphs[0], 2.0, candidates, count=len(candidates))
-    assert timed[0].graph == graphs[kept]
-    assert [t.wins for t in timed if t.graph == graphs[0]] == [None]
+    graphs = nasrnn_graphs(len(samples))
+    fake_compiles(monkeypatch, samples)
+    candidates = [(graph, 1.0) for graph in graphs[1:]]
+    retiming = retime_module.retime(graphs[0], 2.0, candidates, len(candidates), Deadline.never())
+    assert retiming.timed[0].graph == graphs[kept]
+    assert [t.wins for t in retiming.timed if t.graph == graphs[0]] == [None]
+    assert not retiming.cut_short
+
+
+def test_retime_compiles_a_candidate_only_while_the_time_left_covers_a_compile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = FakeClock()
+    taken = fake_compiles(monkeypatch, rounds_of((0.8, 9), (0.7, 9)), clock, compile_s=1.0)
+    graphs = nasrnn_graphs(3)
+    candidates = [(graph, 1.0) for graph in graphs[1:]]
+    # The input compiles by t=1; 1.5 s left covers one more compile (to t=2), 0.5 s not.
+    retiming = retime_module.retime(graphs[0], 2.0, candidates, 2, Deadline.after(2.5, clock))
+    assert taken == [9, 9]
+    assert [t.graph for t in retiming.timed] == graphs[:2][::-1]  # the candidate won
+    assert retiming.cut_short
+
+
+def test_retime_times_only_the_candidates_whose_rounds_fit_in_the_time_left(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = FakeClock()
+    taken = fake_compiles(monkeypatch, rounds_of((0.8, 9), (0.7, 9)), clock, sample_s=0.1)
+    graphs = nasrnn_graphs(3)
+    candidates = [(graph, 1.0) for graph in graphs[1:]]
+    # After one round (0.3 s), 8 more rounds of two programs (1.6 s) fit in 1.9 s; of three not.
+    retiming = retime_module.retime(graphs[0], 2.0, candidates, 2, Deadline.after(2.2, clock))
+    assert taken == [9, 9, 1]
+    assert len(retiming.timed) == 2 and retiming.cut_short
+    assert clock.now <= 2.2
+
+
+@pytest.mark.parametrize("seconds", [0.5, 1.5])
+def test_when_no_candidate_can_be_timed_in_time_the_input_is_kept_and_the_stop_is_timeout(
+    monkeypatch: pytest.MonkeyPatch, seconds: float
+) -> None:
+    clock = FakeClock()
+    fake_compiles(monkeypatch, rounds_of((0.5, 9)), clock, compile_s=1.0)
+    original, candidate = nasrnn_graphs(2)
+    outcome = SearchOutcome(
+        best=candidate,
+        cost_before=2.0,
+        cost_after=1.0,
+        seconds=1.0,
+        stopped=StopReason.SATURATED,
+        applied=Counter(rule=1),
+        candidates=[(candidate, 1.0), (original, 2.0)],
+    )
+    deadline = Deadline.after(seconds, clock)
+    kept = retime_module.keep_measured_fastest(outcome, original, 3, deadline, seed=0)
+    assert kept.best == original and kept.cost_after == 2.0 and not kept.applied
+    assert kept.stopped == StopReason.TIMEOUT and kept.measured_speedup is None
+    assert kept.details["retimed"] == []
 
 
 @pytest.mark.parametrize(("cost", "retimes"), [("analytic", True), ("analytic-h100", False)])
@@ -200,22 +309,105 @@ def test_nasrnn_from_the_command_line(tasoc, tmp_path: Path) -> None:
     assert "graph.matmul" in out.read_text()
 
 
+def test_the_report_has_the_keys_of_every_search_pass_and_the_seed_of_the_run() -> None:
+    report = RunReport(seed=7)
+    with reporting(report):
+        EqualityRewritePass(budget=20, retime=0).apply(Context(), fusable())
+        EqualityRewritePass(budget=20, retime=0, seed=3).apply(Context(), fusable())
+    section = report.sections["equality-rewrite"]  # the second run's
+    for key in ("cost_before", "cost_after", "predicted_speedup", "search_seconds", "stopped"):
+        assert key in section
+    assert section["seed"] == 3 and "measured_speedup" not in section
+    assert section["stopped"] in {str(reason) for reason in StopReason}
+
+
+def test_the_timeout_bounds_the_whole_pass_retiming_included() -> None:
+    """The e-graph search runs about 8 s on this graph here without a deadline (its
+    batch chains), so with `timeout=3` the deadline stops it, and re-timing gets the
+    time left."""
+    module = build_model("nasrnn?hidden=16&length=3")
+    rewrite = EqualityRewritePass(timeout=3, retime=2)
+    end_to_end_sampler(from_module(fusable()))  # JAX's start-up, once a process: no margin
+    report = RunReport()
+    start = time.monotonic()
+    with reporting(report):
+        rewrite.apply(Context(), module)
+    seconds = time.monotonic() - start
+    section = report.sections[rewrite.name]
+    assert seconds <= rewrite.timeout + TIMEOUT_MARGIN_S, section
+    assert section["stopped"] == "timeout"
+    assert "retime_seconds" in section
+    assert section["search_seconds"] <= seconds
+
+
+def test_the_cost_choices_are_the_cost_models_that_exist() -> None:
+    assert get_args(get_type_hints(EqualityRewritePass)["cost"]) == COST_MODELS
+
+
 @pytest.mark.parametrize(
-    ("options", "fragment"),
+    ("options", "message"),
     [
-        ("rules=nonesuch", "unknown rule library 'nonesuch'"),
-        ("search=annealing", "unknown search 'annealing'"),
-        ("alpha=0.5", "alpha must be at least 1"),
-        ("cost=psychic", "psychic"),
-        ("memory-limit=10", "impossible memory limit"),
-        ("retime=-1", "retime must not be negative"),
-        ("split-size=0", "split-size must be positive"),
-        ("search=egraph node-limit=0", "node-limit must be positive"),
+        ({"search": "dfs"}, "search must be one of 'egraph', 'backtrack', got 'dfs'"),
+        ({"timeout": True}, "timeout must be a number, got True"),
+        ({"timeout": "abc"}, "timeout must be a number, got 'abc'"),
+        ({"timeout": 0}, "timeout must be positive, got 0"),
+        ({"alpha": 0.5}, "alpha must be at least 1, got 0.5"),
+        ({"budget": -1}, "budget must be positive, got -1"),
+        ({"node_limit": 0}, "node-limit must be positive, got 0"),
+        ({"split_size": 0}, "split-size must be positive, got 0"),
+        ({"retime": -1}, "retime must not be negative, got -1"),
+        ({"seed": -1}, "seed must not be negative, got -1"),
+        ({"cost": "psychic"}, "cost must be one of 'analytic', "),
+        ({"memory_limit": "12XB"}, "memory-limit: unknown unit 'XB' in byte size '12XB'"),
+        ({"rules": "nonesuch"}, "rules: unknown rule library 'nonesuch'"),
     ],
 )
-def test_bad_options_are_one_line_errors(tasoc, options: str, fragment: str) -> None:
-    result = tasoc("opt", "zoo:nasrnn?hidden=32&length=2", "-p", f"equality-rewrite{{{options}}}")
-    assert_one_line_error(result, "equality-rewrite", fragment)
+def test_a_bad_option_fails_when_the_pass_is_built_naming_the_option(
+    options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError, match="^" + re.escape(message)):
+        EqualityRewritePass(**options)
+
+
+def test_a_memory_limit_is_a_byte_size() -> None:
+    assert EqualityRewritePass(memory_limit="16GiB").memory_limit_bytes == 16 * 2**30
+    assert EqualityRewritePass(memory_limit=1.5e9).memory_limit_bytes == 1_500_000_000
+    assert EqualityRewritePass().memory_limit_bytes is None
+
+
+@pytest.mark.parametrize(
+    ("options", "fragments"),
+    [
+        ("timeout=true", ("timeout", "true")),
+        ("timeout=abc", ("timeout", "abc")),
+        ("search=dfs", ("search", "dfs")),
+        ("cost=psychic", ("cost", "psychic")),
+        ("alpha=0.5", ("alpha must be at least 1, got 0.5",)),
+        ("budget=-1", ("budget must be positive, got -1",)),
+        ("search=egraph node-limit=0", ("node-limit must be positive, got 0",)),
+        ("split-size=0", ("split-size must be positive, got 0",)),
+        ("retime=-1", ("retime must not be negative, got -1",)),
+        ("memory-limit=12XB", ("memory-limit: unknown unit 'XB'",)),
+        ("rules=nonesuch", ("rules: unknown rule library 'nonesuch'",)),
+    ],
+)
+def test_bad_options_fail_in_one_line_before_any_pass_runs(
+    tasoc, monkeypatch: pytest.MonkeyPatch, options: str, fragments: tuple[str, ...]
+) -> None:
+    def must_not_run(self: EqualityRewritePass, ctx: Context, op: ModuleOp) -> None:
+        raise AssertionError("a pass ran before every pass was built")
+
+    monkeypatch.setattr(EqualityRewritePass, "apply", must_not_run)
+    pipeline = f"equality-rewrite,equality-rewrite{{{options}}}"
+    result = tasoc("opt", "zoo:nasrnn?hidden=32&length=2", "-p", pipeline)
+    assert_one_line_error(result, "equality-rewrite", *fragments)
+
+
+def test_a_memory_limit_below_the_weights_fails_when_the_pass_runs(tasoc) -> None:
+    result = tasoc(
+        "opt", "zoo:nasrnn?hidden=32&length=2", "-p", "equality-rewrite{memory-limit=10}"
+    )
+    assert_one_line_error(result, "equality-rewrite", "impossible memory limit")
 
 
 def test_a_tampered_rule_file_is_refused(tasoc, tmp_path: Path) -> None:

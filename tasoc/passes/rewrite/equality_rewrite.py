@@ -9,24 +9,30 @@ back into the module. Only proven rules with a current proof are applied
 with ILP extraction (`egraph/`, the default: on every model of TASO's evaluation it
 finds graphs at least as cheap as backtracking's, in less time, and only its batch
 chains reach nasrnn's measured CPU speedup) and TASO's backtracking search
-(`search.py`, `search=backtrack`). With `split-size`, a large graph is searched in
+(`backtrack.py`, `search=backtrack`). With `split-size`, a large graph is searched in
 pieces (`split.py`, MetaFlow's split); with `retime`, the best candidates are timed
-end to end under JAX before one is chosen (`retime.py`). The cost is a `tasoc.cost` model
-(`cost=analytic` by default).
+end to end under JAX before one is chosen (`retime.py`). The cost is a `tasoc.cost`
+model (`cost=analytic` by default).
+
+`timeout` bounds the whole pass, re-timing included: the search gets `SEARCH_SHARE` of
+it when candidates are re-timed, re-timing the rest (`tasoc.passes.search.Deadline`).
+The pass returns within `timeout` + `TIMEOUT_MARGIN_S`: what can overrun is one JAX
+compile of a candidate, or of the input when the search leaves re-timing less time
+than that compile takes, and HiGHS's last step past its time limit.
 
 What it decided goes to the run report (`tasoc opt --report r.json`, section
-`equality-rewrite`): predicted cost before and after, search time, the search's own
-figures, why it stopped, and how often each rule was applied. A graph that no rule
-matches is returned unchanged, with a note.
+`equality-rewrite`): the keys every search pass writes (`SearchOutcome.write_report`:
+predicted cost before and after, search time, why it stopped, the seed), the search's
+own figures, and how often each rule was applied. A graph that no rule matches is
+returned unchanged, with a note.
 """
 
 from __future__ import annotations
 
 import math
-import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar, Literal
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
@@ -37,20 +43,21 @@ from tasoc.cost import CostError, CostModel, make_cost_model, prices_this_machin
 from tasoc.ir import dag as dag_module
 from tasoc.ir.dag import Dag
 from tasoc.ir.rules import Rule, RuleError
+from tasoc.passes.options import (
+    check_at_least,
+    check_byte_size,
+    check_option_types,
+    parse_byte_size,
+)
 from tasoc.passes.progress import progress_bar
 from tasoc.passes.report import current_report
+from tasoc.passes.rewrite.backtrack import BacktrackLimits, backtracking_search
 from tasoc.passes.rewrite.egraph import EGraphLimits, egraph_search
-from tasoc.passes.rewrite.library import load_library
+from tasoc.passes.rewrite.library import Library, library_path, load_library
 from tasoc.passes.rewrite.match import directed, find_matches
-from tasoc.passes.rewrite.retime import retime
-from tasoc.passes.rewrite.search import SearchLimits, SearchResult, backtracking_search
+from tasoc.passes.rewrite.retime import keep_measured_fastest
 from tasoc.passes.rewrite.split import optimize_in_pieces
-
-SEARCHES = ("backtrack", "egraph")
-"""The search strategies this pass offers."""
-
-MIN_PIECE_SECONDS = 0.5
-"""The least time a piece's search gets, when the split has used up the timeout."""
+from tasoc.passes.search import Deadline, SearchOutcome, StopReason, resolve_seed
 
 DEFAULT_RETIME = 3
 """Candidates re-timed end to end when `retime` is not given and the cost model prices
@@ -58,10 +65,17 @@ the machine the pass runs on (`tasoc.cost.prices_this_machine`): no cost model r
 XLA's compiled programs exactly, and a graph measured slower than the input must not
 be returned. With a model of another device nothing is timed."""
 
+SEARCH_SHARE = 0.75
+"""The share of `timeout` the search may use when candidates are re-timed; re-timing
+gets the rest, and whatever the search leaves unused."""
+
+TIMEOUT_MARGIN_S = 1.0
+"""How far past `timeout` the pass may return (module docstring)."""
+
 
 class RewriteError(PassFailedException):
-    """A bad option, cost model or rule library: one line, which the driver prints as
-    `tasoc: error: equality-rewrite: ...`."""
+    """A rule library that does not load, or a graph the cost model refuses: one line,
+    which the driver prints as `tasoc: error: equality-rewrite: ...`."""
 
     def __init__(self, message: str) -> None:
         super().__init__(f"equality-rewrite: {message}")
@@ -69,86 +83,107 @@ class RewriteError(PassFailedException):
 
 @dataclass(frozen=True)
 class EqualityRewritePass(ModulePass):
-    """Options (docs/rewrite.md): `search` (`backtrack` or `egraph`), `timeout`
-    (seconds), `alpha` and `budget` (backtracking's relaxation and graphs expanded),
-    `node_limit` (e-nodes saturation stops at), `cost` (a `make_cost_model` name),
-    `retime` (candidates re-timed end to end; default 3 when the cost model prices this
-    machine, else 0), `split_size` (search graphs of more ops in pieces), `rules` (a
-    shipped library or a rule file), `memory_limit` (bytes; graphs over it cost
-    infinity)."""
+    """Options (docs/rewrite.md), checked when the pass is built."""
 
     name: ClassVar[str] = "equality-rewrite"
 
-    alpha: int | float = 1.05
-    budget: int = 1000
+    search: Literal["egraph", "backtrack"] = "egraph"
+    """Equality saturation with ILP extraction, or TASO's backtracking search."""
     timeout: int | float = 30.0
-    search: str = "egraph"
-    cost: str = "analytic"
-    rules: str = "default"
-    memory_limit: int | None = None
+    """Seconds the whole pass may take, re-timing included (> 0)."""
+    alpha: int | float = 1.05
+    """backtrack: keep a graph costing below alpha x the best found so far (≥ 1)."""
+    budget: int = 1000
+    """backtrack: graphs expanded at most (> 0)."""
     node_limit: int = EGraphLimits.node_limit
+    """egraph: e-nodes at which saturation stops (> 0)."""
+    cost: Literal["analytic", "analytic-h100", "analytic-h200", "measured"] = "analytic"
+    """The cost model the search minimizes (`tasoc.cost.make_cost_model`)."""
     retime: int | None = None
+    """Candidates re-timed end to end (≥ 0); by default `DEFAULT_RETIME` where the cost
+    model prices this machine, else 0."""
     split_size: int | None = None
+    """Search graphs of more ops than this in pieces of at most this many (> 0)."""
+    rules: str = "default"
+    """A shipped rule library's name, or a rule file's path."""
+    memory_limit: int | float | str | None = None
+    """Bytes (`16GiB`, `1.5e9`, `1024`): a graph whose peak memory exceeds it costs
+    infinity."""
+    seed: int | None = None
+    """Seed of re-timing's random inputs (≥ 0); by default `--seed`."""
+
+    def __post_init__(self) -> None:
+        check_option_types(self)
+        check_at_least(self, "timeout", 0, exclusive=True)
+        check_at_least(self, "alpha", 1)
+        for positive in ("budget", "node_limit", "split_size"):
+            check_at_least(self, positive, 0, exclusive=True)
+        check_at_least(self, "retime", 0)
+        check_at_least(self, "seed", 0)
+        check_byte_size(self, "memory_limit")
+        try:
+            library_path(self.rules)
+        except RuleError as err:
+            raise ValueError(f"rules: {err}") from None
+
+    @property
+    def memory_limit_bytes(self) -> int | None:
+        return None if self.memory_limit is None else parse_byte_size(self.memory_limit)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
-        self._check_options()
-        try:
-            library = load_library(self.rules)
-            cost_model = make_cost_model(self.cost, self.memory_limit)
-        except (RuleError, ValueError) as err:
-            raise RewriteError(str(err)) from None
+        deadline = Deadline.after(self.timeout)
+        library, cost_model = self._load()
         graph = dag_module.from_module(op)
         rules = directed(library.rules)
         section = current_report().section(self.name)
-        section.update(
-            rules=str(library.path),
-            rules_loaded=len(library.rules),
-            rules_not_proven=len(library.unproven),
-            cost_model=cost_model.describe(),
-        )
+        section.update(self._settings(library, cost_model))
         if next(find_matches(graph, rules), None) is None:
             section.update(note="no rule matches this graph; it is returned unchanged")
             return
+        seed = resolve_seed(self.seed)
+        outcome = self._search_and_retime(graph, rules, cost_model, deadline, seed)
+        outcome.write_report(section, seed)
+        section.update(
+            ops_before=graph.num_ops,
+            ops_after=outcome.best.num_ops,
+            rules_applied=dict(sorted(outcome.applied.items())),
+        )
+        if outcome.best != graph:
+            dag_module.write_back(op, outcome.best)
+
+    def _load(self) -> tuple[Library, CostModel]:
+        try:
+            return load_library(self.rules), make_cost_model(self.cost, self.memory_limit_bytes)
+        except (RuleError, ValueError) as err:
+            raise RewriteError(str(err)) from None
+
+    def _settings(self, library: Library, cost_model: CostModel) -> dict[str, Any]:
+        return {
+            "search": self.search,
+            "alpha": self.alpha,
+            "budget": self.budget,
+            "timeout_s": self.timeout,
+            "cost_model": cost_model.describe(),
+            "rules": str(library.path),
+            "rules_loaded": len(library.rules),
+            "rules_not_proven": len(library.unproven),
+        }
+
+    def _search_and_retime(
+        self, graph: Dag, rules: list[Rule], cost_model: CostModel, deadline: Deadline, seed: int
+    ) -> SearchOutcome[Dag]:
+        retime = self._retime_count(cost_model)
+        search_deadline = deadline.share(SEARCH_SHARE if retime > 0 else 1.0)
         try:
             if self.split_size is not None and graph.num_ops > self.split_size:
-                result = self._search_in_pieces(graph, rules, cost_model)
+                outcome = self._search_in_pieces(graph, rules, cost_model, search_deadline)
             else:
-                result = self._search(graph, rules, cost_model, self.timeout)
+                outcome = self._search(graph, rules, cost_model, search_deadline)
         except CostError as err:
             raise RewriteError(str(err)) from None
-        best, cost_after, applied = result.best, result.cost_after, result.applied
-        retime_count = self._retime_count(cost_model)
-        if retime_count > 0 and best != graph:
-            timed = retime(graph, result.cost_before, result.candidates, retime_count)
-            kept = timed[0]
-            if kept.graph == graph:
-                applied = Counter()
-            best, cost_after = kept.graph, kept.predicted
-            section.update(
-                retimed=[
-                    {"ops": t.graph.num_ops, "predicted": t.predicted, "measured_s": t.measured_s,
-                     "wins": t.wins, "input": t.graph == graph,
-                     "search_best": t.graph == result.best}
-                    for t in timed
-                ],
-            )  # fmt: skip
-        section.update(
-            search=self.search,
-            alpha=self.alpha,
-            budget=self.budget,
-            timeout_s=self.timeout,
-            cost_before=result.cost_before,
-            cost_after=cost_after,
-            predicted_speedup=result.cost_before / cost_after if cost_after > 0 else None,
-            ops_before=graph.num_ops,
-            ops_after=best.num_ops,
-            search_seconds=round(result.seconds, 3),
-            stopped=result.stopped,
-            **result.details,
-            rules_applied=dict(sorted(applied.items())),
-        )
-        if best != graph:
-            _replace_body(op, dag_module.to_module(best))
+        if retime > 0 and outcome.best != graph:
+            outcome = keep_measured_fastest(outcome, graph, retime, deadline, seed)
+        return outcome
 
     def _retime_count(self, cost_model: CostModel) -> int:
         if self.retime is not None:
@@ -156,34 +191,37 @@ class EqualityRewritePass(ModulePass):
         return DEFAULT_RETIME if prices_this_machine(cost_model) else 0
 
     def _search_in_pieces(
-        self, graph: Dag, rules: list[Rule], cost_model: CostModel
-    ) -> SearchResult:
+        self, graph: Dag, rules: list[Rule], cost_model: CostModel, deadline: Deadline
+    ) -> SearchOutcome[Dag]:
         """MetaFlow's split (`split.optimize_in_pieces`): each piece, then the ops
         around each cut, searched on their own. Bisecting until pieces have at most
         `split_size` ops gives about k = 2^⌈log2(ops / split_size)⌉ pieces and k - 1
-        cuts; each search gets an equal share of the time left."""
-        start = time.perf_counter()
-        deadline = start + self.timeout
-        pieces = 2 ** math.ceil(math.log2(graph.num_ops / self.split_size))
-        searches_left = 2 * pieces
+        cuts; each search gets an equal share of the time left, and once `deadline`
+        has passed the pieces left are put back as they were."""
+        assert self.split_size is not None
+        searches_left = 2 * 2 ** math.ceil(math.log2(graph.num_ops / self.split_size))
         applied: Counter[str] = Counter()
+        skipped = 0
 
         def optimize(piece: Dag) -> Dag:
-            nonlocal searches_left
-            share = (deadline - time.perf_counter()) / max(searches_left, 1)
-            searches_left -= 1
-            result = self._search(piece, rules, cost_model, max(share, MIN_PIECE_SECONDS))
-            applied.update(result.applied)
-            return result.best
+            nonlocal searches_left, skipped
+            if deadline.expired():
+                skipped += 1
+                return piece
+            share = deadline.share(1 / searches_left)
+            searches_left = max(searches_left - 1, 1)
+            outcome = self._search(piece, rules, cost_model, share)
+            applied.update(outcome.applied)
+            return outcome.best
 
         split = optimize_in_pieces(graph, rules, self.split_size, optimize, cost=cost_model.cost)
         cost_before, cost_after = cost_model.cost(graph), cost_model.cost(split.dag)
-        return SearchResult(
+        return SearchOutcome(
             best=split.dag,
             cost_before=cost_before,
             cost_after=cost_after,
-            seconds=time.perf_counter() - start,
-            stopped="pieces searched",
+            seconds=deadline.elapsed(),
+            stopped=StopReason.TIMEOUT if skipped else StopReason.PIECES,
             applied=applied if split.dag != graph else Counter(),
             candidates=sorted({graph: cost_before, split.dag: cost_after}.items(), key=_cost),
             details={
@@ -194,46 +232,20 @@ class EqualityRewritePass(ModulePass):
         )
 
     def _search(
-        self, graph: Dag, rules: list[Rule], cost_model: CostModel, timeout: float
-    ) -> SearchResult:
+        self, graph: Dag, rules: list[Rule], cost_model: CostModel, deadline: Deadline
+    ) -> SearchOutcome[Dag]:
         if self.search == "egraph":
             limits = EGraphLimits(node_limit=self.node_limit)
             with progress_bar(self.name, "round", limits.rounds, delay=1.0) as update:
                 return egraph_search(
-                    graph, rules, cost_model, limits, timeout,
+                    graph, rules, cost_model, limits, deadline,
                     lambda rounds, enodes: update(rounds, enodes=enodes),
                 )  # fmt: skip
-        limits = SearchLimits(self.alpha, self.budget, timeout)
         with progress_bar(self.name, "graph", self.budget, delay=1.0) as update:
             return backtracking_search(
-                graph, rules, cost_model, limits,
+                graph, rules, cost_model, BacktrackLimits(self.alpha, self.budget), deadline,
                 lambda expanded, best: update(expanded, best=f"{best:.3g}"),
             )  # fmt: skip
-
-    def _check_options(self) -> None:
-        if self.search not in SEARCHES:
-            raise RewriteError(f"unknown search '{self.search}' (available: {', '.join(SEARCHES)})")
-        if not self.alpha >= 1.0:
-            raise RewriteError(f"alpha must be at least 1, got {self.alpha}")
-        if self.budget < 1 or self.timeout <= 0:
-            raise RewriteError("budget and timeout must be positive")
-        if self.split_size is not None and self.split_size < 1:
-            raise RewriteError(f"split-size must be positive, got {self.split_size}")
-        if self.node_limit < 1:
-            raise RewriteError(f"node-limit must be positive, got {self.node_limit}")
-        if self.retime is not None and self.retime < 0:
-            raise RewriteError(f"retime must not be negative, got {self.retime}")
-
-
-def _replace_body(module: ModuleOp, new: ModuleOp) -> None:
-    """Move `new`'s ops into `module` in place of its own (a pass edits its module)."""
-    block = module.body.block
-    for old in list(block.ops):
-        old.detach()
-        old.erase()
-    for moved in list(new.body.block.ops):
-        moved.detach()
-        block.add_op(moved)
 
 
 def _cost(candidate: tuple[Dag, float]) -> float:

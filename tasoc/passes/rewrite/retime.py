@@ -4,27 +4,40 @@ A cost model prices ops (with a model of XLA's fusion), but XLA decides what it 
 how it lays out tensors and which kernels it picks, so the graph a search predicts
 fastest is not always the fastest compiled program. With `retime=N`, the pass
 compiles the input and the N cheapest distinct graphs the search found, times them in
-interleaved rounds on the current JAX device (`tasoc.cost.time_rounds`), and keeps
-the input unless a candidate is *measurably* faster: faster than the input in at
-least `WIN_SHARE` of the rounds. Of those, it keeps the one with the lowest median.
+interleaved rounds on the current JAX device (`tasoc.cost.measured.end_to_end_sampler`), and
+keeps the input unless a candidate is *measurably* faster: faster than the input in
+at least `WIN_SHARE` of the rounds. Of those, it keeps the one with the lowest median.
 A candidate merely as fast as the input is not kept: a change that this backend
 cannot tell from noise may still cost on another (onnxruntime runs squeezenet's
 batched poolings about 4% slower, where JAX sees no difference).
+
+Re-timing runs under the pass's deadline. The input is compiled first; a candidate
+only while the time left covers another compile as long as the input's; after the
+first round, only the candidates whose remaining rounds fit in the time left are
+timed on. When no candidate could be timed, nothing was measured against the input,
+and the input is kept. So the deadline is overrun by at most the input's compile (if
+re-timing starts with less time left than that) or one compile or sample round longer
+than expected.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
-from tasoc.cost import time_rounds
+from tasoc.cost.measured import end_to_end_sampler
 from tasoc.ir.dag import Dag
+from tasoc.passes.search import Deadline, SearchOutcome, StopReason
 
 WIN_SHARE = 0.85
 """The share of rounds a candidate must beat the input in to replace it: 8 of 9. A
 candidate that is not faster wins each round with probability 1/2 or less, so 8 of 9
 by chance happens at most 2% of the time."""
+
+REPEATS = 9
+"""Interleaved rounds: each program gives one sample (≥ 20 ms of calls) per round."""
 
 
 @dataclass(frozen=True)
@@ -38,19 +51,36 @@ class Timed:
     wins: int | None
 
 
+@dataclass(frozen=True)
+class Retiming:
+    """What re-timing measured."""
+
+    timed: list[Timed]
+    """The graph kept first, then the others, fastest first; empty when no candidate
+    could be timed against the input in time (the input is then kept)."""
+    cut_short: bool
+    """The deadline left candidates untimed that `count` asked for."""
+    seconds: float
+
+
 def retime(
     original: Dag,
     original_cost: float,
     candidates: Sequence[tuple[Dag, float]],
     count: int,
-    repeats: int = 9,
-) -> list[Timed]:
+    deadline: Deadline,
+    seed: int = 0,
+    repeats: int = REPEATS,
+) -> Retiming:
     """`original` and the `count` cheapest other `candidates` (cheapest first), timed
-    end to end: the graph kept first (see the module docstring), then the others,
-    fastest first."""
+    end to end by `deadline` on inputs drawn with `seed` (see the module docstring)."""
+    phase = deadline.share(1.0)
     chosen = [(original, original_cost)]
     chosen += [(graph, cost) for graph, cost in candidates if graph != original][:count]
-    rounds = time_rounds([graph for graph, _ in chosen], repeats=repeats)
+    samplers = _compiled([graph for graph, _ in chosen], phase, seed)
+    rounds = _rounds(samplers, repeats, phase)
+    if len(rounds) < 2:
+        return Retiming([], cut_short=True, seconds=phase.elapsed())
     baseline = rounds[0]
     timed = [
         Timed(
@@ -59,9 +89,83 @@ def retime(
             statistics.median(samples),
             None if index == 0 else sum(s < b for s, b in zip(samples, baseline, strict=True)),
         )
-        for index, ((graph, cost), samples) in enumerate(zip(chosen, rounds, strict=True))
+        for index, ((graph, cost), samples) in enumerate(zip(chosen, rounds, strict=False))
     ]
     faster = [t for t in timed[1:] if t.wins is not None and t.wins >= WIN_SHARE * repeats]
     kept = min(faster, key=lambda t: t.measured_s) if faster else timed[0]
     others = sorted((t for t in timed if t is not kept), key=lambda t: t.measured_s)
-    return [kept, *others]
+    return Retiming([kept, *others], len(timed) < len(chosen), phase.elapsed())
+
+
+Sampler = Callable[[], float]
+"""One sample of a compiled program: seconds per call (`end_to_end_sampler`)."""
+
+
+def _compiled(graphs: Sequence[Dag], deadline: Deadline, seed: int) -> list[Sampler]:
+    """Samplers of the first `graphs` there is time to compile: the input's (unless the
+    deadline has passed), then a candidate's while the time left covers a compile as
+    long as the input's."""
+    if deadline.expired():
+        return []
+    start = deadline.clock()
+    samplers = [end_to_end_sampler(graphs[0], seed=seed)]
+    compile_s = deadline.clock() - start
+    for graph in graphs[1:]:
+        if deadline.remaining() < compile_s:
+            break
+        samplers.append(end_to_end_sampler(graph, seed=seed))
+    return samplers
+
+
+def _rounds(samplers: Sequence[Sampler], repeats: int, deadline: Deadline) -> list[list[float]]:
+    """`repeats` interleaved samples (A, B, C, A, B, C, ...: drift in the machine's speed
+    hits all alike) of each of the first samplers whose rounds fit before `deadline`,
+    as the first round's wall times predict; fewer than two when no candidate fits."""
+    first: list[float] = []
+    walls: list[float] = []
+    for sample in samplers:
+        start = deadline.clock()
+        first.append(sample())
+        walls.append(deadline.clock() - start)
+    fit = len(samplers)
+    while fit > 1 and (repeats - 1) * sum(walls[:fit]) > deadline.remaining():
+        fit -= 1
+    samples = [[value] for value in first[:fit]]
+    if fit < 2:
+        return samples
+    for _ in range(repeats - 1):
+        for sample, values in zip(samplers, samples, strict=False):
+            values.append(sample())
+    return samples
+
+
+def keep_measured_fastest(
+    outcome: SearchOutcome[Dag], original: Dag, count: int, deadline: Deadline, seed: int
+) -> SearchOutcome[Dag]:
+    """`outcome` with the graph re-timing keeps as its best (`retime`): its predicted
+    cost, the measured speedup over the input, the re-timing's time added, the timed
+    graphs in `details["retimed"]`, and `TIMEOUT` as the stop reason when the deadline
+    cut re-timing short. Rules applied are kept unless the input is kept."""
+    retiming = retime(original, outcome.cost_before, outcome.candidates, count, deadline, seed)
+    timed = retiming.timed
+    kept = timed[0] if timed else Timed(original, outcome.cost_before, 0.0, None)
+    input_s = next((t.measured_s for t in timed if t.graph == original), None)
+    details = {
+        **outcome.details,
+        "retimed": [
+            {"ops": t.graph.num_ops, "predicted": t.predicted, "measured_s": t.measured_s,
+             "wins": t.wins, "input": t.graph == original, "search_best": t.graph == outcome.best}
+            for t in timed
+        ],
+        "retime_seconds": round(retiming.seconds, 3),
+    }  # fmt: skip
+    return replace(
+        outcome,
+        best=kept.graph,
+        cost_after=kept.predicted,
+        seconds=outcome.seconds + retiming.seconds,
+        stopped=StopReason.TIMEOUT if retiming.cut_short else outcome.stopped,
+        applied=Counter() if kept.graph == original else outcome.applied,
+        details=details,
+        measured_speedup=None if input_s is None else input_s / kept.measured_s,
+    )

@@ -26,7 +26,7 @@ which is exactly "pay the launch unless the operand's chosen e-node can be joine
 Pricing every e-node as if it ran alone, or as if always fused, misranks graphs
 that differ only in what feeds an element-wise op.
 
-scipy's `milp` (HiGHS) solves it within `time_limit_s`; the greedy bottom-up choice
+scipy's `milp` (HiGHS) solves it by the search's deadline; the greedy bottom-up choice
 (`greedy`) is returned beside it, and alone when the ILP proves nothing in time. The
 costs are a sum over e-nodes, not the fused model of `tasoc.cost`: the search
 re-prices every extracted graph with the full model.
@@ -45,6 +45,7 @@ from scipy.sparse import coo_array
 
 from tasoc.ir.dag import Dag, Node, Value
 from tasoc.passes.rewrite.egraph.egraph import ARGUMENT, PROJECT, ClassId, EGraph, ENode
+from tasoc.passes.search import Deadline
 
 NodeCost = Callable[[ClassId, ENode], float]
 """What an e-node costs running as its own kernel (or nothing, for what runs no kernel)."""
@@ -220,15 +221,17 @@ def extract(
     egraph: EGraph,
     roots: Sequence[ClassId],
     pricing: Pricing | NodeCost,
-    time_limit_s: float,
+    deadline: Deadline,
 ) -> list[Extraction]:
     """The ILP's choice for `roots` (module docstring) and the greedy one, cheapest
-    first; only the greedy one when the ILP has no time or finds nothing."""
+    first; only the greedy one when the ILP has no time left or finds nothing. HiGHS
+    gets the time left before `deadline` and may overrun it slightly (it checks its
+    clock between steps of its branch and bound)."""
     pricing = _pricing(pricing)
     roots = [egraph.find(root) for root in roots]
     classes = acyclic(egraph, roots)
     fallback = _priced(roots, greedy(classes, pricing), pricing, "greedy")
-    if time_limit_s <= 0:
+    if deadline.expired():
         return [replace(fallback, method="greedy (no time left for the ILP)")]
     pairs = [(cid, enode) for cid, nodes in classes.items() for enode in nodes]
     column = {pair: i for i, pair in enumerate(pairs)}
@@ -259,7 +262,7 @@ def extract(
         constraints=rows.constraint(len(costs)),
         integrality=integral,
         bounds=Bounds(0.0, 1.0),
-        options={"time_limit": time_limit_s, "mip_rel_gap": 1e-6},
+        options={"time_limit": deadline.remaining(), "mip_rel_gap": 1e-6},
     )
     if solution.x is None:
         return [replace(fallback, method=f"greedy (the ILP found nothing: {solution.message})")]
@@ -318,11 +321,11 @@ def to_dag(
     egraph: EGraph,
     roots: Sequence[ClassId],
     choice: Choice,
-    args: Sequence[Node],
-    name: str,
+    like: Dag,
 ) -> Dag:
-    """The graph of the chosen e-nodes (which must have no cycle), as a `Dag` over the
-    original `args`."""
+    """The graph of the chosen e-nodes (which must have no cycle), as a program like
+    `like` (the graph the e-graph was built from): over its arguments, with its name
+    and function and result attributes (`Dag.with_outputs`)."""
     built: dict[ClassId, Node | Value] = {}
     for cid in children_first(choice, [egraph.find(root) for root in roots]):
         op, attrs, children = choice[cid]
@@ -337,7 +340,7 @@ def to_dag(
             node = Node(op, inputs, **dict(attrs))  # type: ignore[arg-type]
             built[cid] = node.out if len(node.sigs) == 1 else node
     outputs = [built[egraph.find(root)] for root in roots]
-    return Dag(args, outputs, name)  # type: ignore[arg-type]
+    return like.with_outputs(outputs)  # type: ignore[arg-type]
 
 
 def children_first(choice: Choice, roots: Sequence[ClassId]) -> list[ClassId]:

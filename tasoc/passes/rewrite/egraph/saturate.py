@@ -18,7 +18,6 @@ share a weight become one without every pair meeting every other.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from tasoc.ir.shapes import ShapeError
 from tasoc.passes.rewrite.egraph.batching import Apply, BatchChains, batch_concat
 from tasoc.passes.rewrite.egraph.egraph import ClassId, EGraph
 from tasoc.passes.rewrite.egraph.ematch import EMatch, Index, ematch
+from tasoc.passes.search import Deadline, StopReason
 
 Progress = Callable[[int, int], None]
 """`progress(rounds done, e-nodes)`, after each round."""
@@ -50,8 +50,9 @@ class Saturation:
     """What saturating did."""
 
     rounds: int = 0
-    stopped: str = "saturated"
-    """`saturated`, `node limit`, `rounds` or `timeout`."""
+    stopped: StopReason = StopReason.SATURATED
+    """`SATURATED`, `NODE_LIMIT`, `ROUNDS` or `TIMEOUT`: the rounds' limit, or the batch
+    chains' after rounds that saturated or used all `rounds`."""
     matches: int = 0
     applied: Counter[str] = field(default_factory=Counter)
     """How often each rule's application merged two classes (changed the e-graph)."""
@@ -65,7 +66,7 @@ def saturate(
     egraph: EGraph,
     rules: Sequence[Rule],
     limits: SaturationLimits,
-    deadline: float,
+    deadline: Deadline,
     progress: Progress | None = None,
 ) -> Saturation:
     """Grow `egraph` with `rules` (applied as given: pass both directions) until it is
@@ -90,7 +91,7 @@ def saturate(
     result = Saturation()
     while True:
         if result.rounds >= limits.rounds:
-            result.stopped = "rounds"
+            result.stopped = StopReason.ROUNDS
             break
         active = single + multi if result.rounds < limits.multi_rounds else single
         egraph.generation = result.rounds + 1
@@ -99,24 +100,24 @@ def saturate(
         changed = False
         for match in matches:
             if egraph.num_nodes >= limits.node_limit:
-                result.stopped = "node limit"
+                result.stopped = StopReason.NODE_LIMIT
                 break
-            if time.perf_counter() > deadline:
-                result.stopped = "timeout"
+            if deadline.expired():
+                result.stopped = StopReason.TIMEOUT
                 break
             changed |= apply(match)[0]
         egraph.rebuild()
         result.rounds += 1
         if progress is not None:
             progress(result.rounds, egraph.num_nodes)
-        if result.stopped != "saturated":
+        if result.stopped != StopReason.SATURATED:
             break
-        if time.perf_counter() > deadline:
-            result.stopped = "timeout"
+        if deadline.expired():
+            result.stopped = StopReason.TIMEOUT
             break
         if not changed:
             break
-    if batching and result.stopped in ("saturated", "rounds"):
+    if batching and result.stopped in (StopReason.SATURATED, StopReason.ROUNDS):
         _grow_chains(egraph, batching, chains, chain_step, result, limits, deadline, progress)
     return result
 
@@ -128,14 +129,21 @@ def _grow_chains(
     apply: Apply,
     result: Saturation,
     limits: SaturationLimits,
-    deadline: float,
+    deadline: Deadline,
     progress: Progress | None,
 ) -> None:
     """Chain rounds with the batching rules alone, until no chain grows or a limit is
-    reached. Alone because the nested concatenations chains make would feed concat
-    associativity and the concat/matmul rules, which multiply them without bound.
-    `progress` hears of the e-nodes, with the saturation rounds unchanged."""
-    while egraph.num_nodes < limits.node_limit and time.perf_counter() < deadline:
+    reached (which then is why saturation stopped). Alone because the nested
+    concatenations chains make would feed concat associativity and the concat/matmul
+    rules, which multiply them without bound. `progress` hears of the e-nodes, with
+    the saturation rounds unchanged."""
+    while True:
+        if egraph.num_nodes >= limits.node_limit:
+            result.stopped = StopReason.NODE_LIMIT
+            return
+        if deadline.expired():
+            result.stopped = StopReason.TIMEOUT
+            return
         egraph.generation += 1
         steps = chains.grow(_matches(egraph, batching, deadline), apply)
         egraph.rebuild()
@@ -147,13 +155,13 @@ def _grow_chains(
             progress(result.rounds, egraph.num_nodes)
 
 
-def _matches(egraph: EGraph, rules: Sequence[Rule], deadline: float) -> list[EMatch]:
+def _matches(egraph: EGraph, rules: Sequence[Rule], deadline: Deadline) -> list[EMatch]:
     """Every match of `rules`, found before any is applied."""
     index = Index(egraph)
     found: list[EMatch] = []
     for rule in rules:
         found.extend(ematch(index, rule))
-        if time.perf_counter() > deadline:
+        if deadline.expired():
             break
     return found
 

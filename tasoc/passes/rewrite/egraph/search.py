@@ -22,7 +22,6 @@ up what the e-graph's prices and rounds miss.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from dataclasses import dataclass
 
@@ -33,10 +32,11 @@ from tasoc.ir.dag import Dag, Node
 from tasoc.ir.op_sets import ops_with
 from tasoc.ir.rules import Rule
 from tasoc.ir.traits import Fusible
+from tasoc.passes.rewrite.backtrack import BacktrackLimits, backtracking_search
 from tasoc.passes.rewrite.egraph.egraph import ARGUMENT, PROJECT, ClassId, EGraph, ENode
 from tasoc.passes.rewrite.egraph.extract import Pricing, extract, to_dag
 from tasoc.passes.rewrite.egraph.saturate import Progress, SaturationLimits, saturate
-from tasoc.passes.rewrite.search import SearchLimits, SearchResult, backtracking_search
+from tasoc.passes.search import Deadline, SearchOutcome
 
 MIN_NODE_COST = 1e-12
 """Every e-node costs at least this (seconds), so greedy extraction has no cycles."""
@@ -45,15 +45,15 @@ MIN_NODE_COST = 1e-12
 @dataclass(frozen=True)
 class EGraphLimits(SaturationLimits):
     saturation_share: float = 0.7
-    """The share of the timeout saturation may use; extraction and polishing share
-    the rest, extraction taking at most `extraction_share` of it."""
+    """The share of the deadline's time saturation may use; extraction and polishing
+    share the rest, extraction taking at most `extraction_share` of it."""
     extraction_share: float = 0.7
     """The share of the time left after saturation the ILP may use."""
     polish_budget: int = 10
     """Graphs the polishing backtracking search expands at most (0: no polishing)."""
     polish_share: float = 0.2
-    """The share of the timeout polishing may use at most (of what is left)."""
-    polish_alpha: float = SearchLimits.alpha
+    """The share of the time left after extraction polishing may use at most."""
+    polish_alpha: float = BacktrackLimits.alpha
     """The polishing search's `alpha` (backtracking's relaxation)."""
 
 
@@ -62,26 +62,27 @@ def egraph_search(
     rules: list[Rule],
     cost_model: CostModel,
     limits: EGraphLimits = EGraphLimits(),
-    timeout_s: float = 30.0,
+    deadline: Deadline | None = None,
     progress: Progress | None = None,
-) -> SearchResult:
-    """The cheapest graph equal to `dag` that saturation and extraction find."""
+) -> SearchOutcome[Dag]:
+    """The cheapest graph equal to `dag` that saturation and extraction find by
+    `deadline` (None: no deadline); it stops for the reason saturation stopped. The
+    outcome's `details` are saturation's and extraction's figures (`rounds`, `enodes`,
+    `extraction`, ...) and polishing's (`polish_expanded`, `polish_gain`)."""
     if not isinstance(cost_model, FusedSumCost):
         raise CostError("search=egraph needs a cost model that prices single ops")
-    start = time.perf_counter()
+    deadline = Deadline.never() if deadline is None else deadline
     cost_before = cost_model.cost(dag)
     egraph = EGraph()
     roots, _ = egraph.add_dag(dag)
-    saturation_deadline = start + timeout_s * limits.saturation_share
-    saturation = saturate(egraph, rules, limits, saturation_deadline, progress)
+    saturation = saturate(egraph, rules, limits, deadline.share(limits.saturation_share), progress)
     node_cost = _NodeCosts(egraph, cost_model)
-    deadline = start + timeout_s
-    extraction_time = (deadline - time.perf_counter()) * limits.extraction_share
-    extractions = extract(egraph, roots, node_cost.pricing(), extraction_time)
+    extraction_deadline = deadline.share(limits.extraction_share)
+    extractions = extract(egraph, roots, node_cost.pricing(), extraction_deadline)
     priced: dict[Dag, float] = {dag: cost_before}
     methods: dict[Dag, str] = {}
     for extraction in extractions:
-        candidate = to_dag(egraph, roots, extraction.choice, dag.args, dag.name)
+        candidate = to_dag(egraph, roots, extraction.choice, dag)
         priced.setdefault(candidate, cost_model.cost(candidate))
         methods.setdefault(candidate, extraction.method)
     extracted = min(priced, key=priced.__getitem__)
@@ -97,13 +98,13 @@ def egraph_search(
             extracted, f"none cheaper than the input ({extractions[0].method})"
         ),
     }
-    polish_time = min(deadline - time.perf_counter(), timeout_s * limits.polish_share)
-    if limits.polish_budget > 0 and polish_time > 0:
+    if limits.polish_budget > 0 and not deadline.expired():
         polish = backtracking_search(
             extracted,
             rules,
             cost_model,
-            SearchLimits(limits.polish_alpha, limits.polish_budget, polish_time),
+            BacktrackLimits(limits.polish_alpha, limits.polish_budget),
+            deadline.share(limits.polish_share),
         )
         priced.update((g, c) for g, c in polish.candidates if g not in priced)
         applied.update(polish.applied)
@@ -111,11 +112,11 @@ def egraph_search(
         details["polish_gain"] = priced[extracted] / polish.cost_after
     candidates = sorted(priced.items(), key=lambda item: item[1])
     best, best_cost = candidates[0]
-    return SearchResult(
+    return SearchOutcome(
         best=best,
         cost_before=cost_before,
         cost_after=best_cost,
-        seconds=time.perf_counter() - start,
+        seconds=deadline.elapsed(),
         stopped=saturation.stopped,
         applied=applied if best != dag else Counter(),
         candidates=candidates,

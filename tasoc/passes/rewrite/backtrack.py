@@ -4,8 +4,10 @@ A priority queue holds graphs ordered by predicted cost. The cheapest is taken o
 every match of every rule is applied to it, and each new graph is kept when it costs
 less than `alpha` times the best graph found so far: `alpha > 1` lets the search pass
 through slightly worse graphs to reach much better ones (TASO's relaxed search,
-default 1.05). The search stops when the queue is empty, when `budget` graphs have
-been expanded, or at `timeout`, and returns the best graph found.
+default 1.05). The search stops when the queue is empty (`exhausted`), when `budget`
+graphs have been expanded, or at its deadline (`timeout`), and returns the best graph
+found (`tasoc.passes.search`: the stop reasons, the deadline and the outcome are those
+of every search pass).
 
 Everything is deterministic: matches come in a fixed order, and ties in the queue are
 broken by the order graphs were found. Graphs are `Dag`s, hash-consed, so two paths
@@ -16,70 +18,50 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from tasoc.cost import CostModel
 from tasoc.ir.dag import Dag
 from tasoc.ir.rules import Rule
 from tasoc.passes.rewrite.apply import apply
 from tasoc.passes.rewrite.match import find_matches
+from tasoc.passes.search import Deadline, SearchOutcome, StopReason
 
 Progress = Callable[[int, float], None]
 """`progress(graphs expanded, best cost so far)`, called after each expansion."""
 
 
 @dataclass(frozen=True)
-class SearchLimits:
+class BacktrackLimits:
     alpha: float = 1.05
     """Keep a new graph when it costs less than alpha x the best cost found."""
     budget: int = 1000
     """Graphs expanded at most."""
-    timeout_s: float = 30.0
-    """Seconds before the search stops with the best graph found."""
     candidates: int = 4
-    """How many of the cheapest graphs found the result lists (`SearchResult.candidates`)."""
+    """How many of the cheapest graphs found the outcome lists (`SearchOutcome.candidates`)."""
     max_ops_growth: float = 1.5
     """Graphs with more than this times the original's ops are not kept (TASO's size
     cap: rules that only grow a graph would otherwise fill the queue)."""
-
-
-@dataclass
-class SearchResult:
-    """The best graph and how the search got there."""
-
-    best: Dag
-    cost_before: float
-    cost_after: float
-    seconds: float
-    stopped: str
-    """Why the search ended: `exhausted`, `budget` or `timeout` for backtracking."""
-    applied: Counter[str] = field(default_factory=Counter)
-    """How often each rule was applied on the way to the best graph."""
-    candidates: list[tuple[Dag, float]] = field(default_factory=list)
-    """The cheapest distinct graphs found, with their predicted costs, cheapest first
-    (`best` among them): what the pass re-times end to end before choosing."""
-    details: dict[str, Any] = field(default_factory=dict)
-    """The search's own figures, for the run report: `graphs_expanded` (taken out of
-    the queue) and `graphs_generated` (produced by rule applications; a discarded
-    graph produced again counts again) for backtracking."""
 
 
 def backtracking_search(
     dag: Dag,
     rules: Sequence[Rule],
     cost_model: CostModel,
-    limits: SearchLimits = SearchLimits(),
+    limits: BacktrackLimits = BacktrackLimits(),
+    deadline: Deadline | None = None,
     progress: Progress | None = None,
-) -> SearchResult:
-    """The cheapest graph equal to `dag` that the search reaches (see module docstring).
+) -> SearchOutcome[Dag]:
+    """The cheapest graph equal to `dag` that the search reaches by `deadline` (None:
+    no deadline), see the module docstring. The outcome's `details` are
+    `graphs_expanded` (taken out of the queue) and `graphs_generated` (produced by rule
+    applications; a discarded graph produced again counts again); `applied` counts the
+    rules on the path to the best graph.
 
     `rules` are applied as given: pass both directions (`match.directed`)."""
-    start = time.perf_counter()
-    deadline = start + limits.timeout_s
+    deadline = Deadline.never() if deadline is None else deadline
     size_cap = max(dag.num_ops * limits.max_ops_growth, dag.num_ops + 4)
     cost_before = cost_model.cost(dag)
     best, best_cost = dag, cost_before
@@ -88,13 +70,13 @@ def backtracking_search(
     order = itertools.count()
     queue: list[tuple[float, int, Dag]] = [(cost_before, next(order), dag)]
     expanded = generated = 0
-    stopped = "exhausted"
+    stopped = StopReason.EXHAUSTED
     while queue:
         if expanded >= limits.budget:
-            stopped = "budget"
+            stopped = StopReason.BUDGET
             break
-        if time.perf_counter() > deadline:
-            stopped = "timeout"
+        if deadline.expired():
+            stopped = StopReason.TIMEOUT
             break
         _, _, graph = heapq.heappop(queue)
         expanded += 1
@@ -113,15 +95,15 @@ def backtracking_search(
                 history[new] = (*history[graph], match.rule.name)
                 costs[new] = new_cost
                 heapq.heappush(queue, (new_cost, next(order), new))
-            if time.perf_counter() > deadline:
+            if deadline.expired():
                 break
         if progress is not None:
             progress(expanded, best_cost)
-    return SearchResult(
+    return SearchOutcome(
         best=best,
         cost_before=cost_before,
         cost_after=best_cost,
-        seconds=time.perf_counter() - start,
+        seconds=deadline.elapsed(),
         stopped=stopped,
         applied=Counter(history[best]),
         details={"graphs_expanded": expanded, "graphs_generated": generated},

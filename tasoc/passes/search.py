@@ -1,0 +1,150 @@
+"""The contract every search pass keeps: why it stopped, when it must stop, what it
+reports, and which seed it uses (DESIGN.md §3).
+
+    deadline = Deadline.after(options.timeout)
+    outcome = my_search(start, deadline.share(0.75))   # the rest is left for re-timing
+    outcome.write_report(current_report().section(name), resolve_seed(options.seed))
+
+A search runs until one of its limits is reached and returns the best it has found,
+with the `StopReason` (egg's `StopReason`, from its `Runner`). A `Deadline` is one
+point on the monotonic clock; a pass shares it out between its phases (search, then
+re-timing; each piece of a split graph) with `share`, so no phase computes times by
+hand and no phase can run past the pass's own deadline. A `SearchOutcome` carries the
+result and writes the report keys every search pass's section has; other tools
+(`tasoc opt --pass-statistics`) read those keys by name.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from tasoc.passes.report import current_report
+
+
+class StopReason(StrEnum):
+    """Why a search returned: the value is what the report's `stopped` key says."""
+
+    SATURATED = "saturated"
+    """Equality saturation: a round changed nothing (or no batch chain could grow)."""
+    EXHAUSTED = "exhausted"
+    """Backtracking: no graph was left to expand."""
+    BUDGET = "budget"
+    """The `budget` of graphs expanded was spent."""
+    NODE_LIMIT = "node limit"
+    """The e-graph reached `node-limit` e-nodes."""
+    ROUNDS = "rounds"
+    """Equality saturation ran its most rounds."""
+    TIMEOUT = "timeout"
+    """The deadline passed: the best found so far was returned."""
+    PIECES = "pieces searched"
+    """A split graph: every piece and every cut was searched in time."""
+
+
+Clock = Callable[[], float]
+"""Seconds on a monotonic clock (`time.monotonic`; tests pass a fake one)."""
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """A time by which a search must return, and when its phase began.
+
+    Comparisons read `clock`, so a deadline survives system clock changes. A deadline
+    never moves: `share` hands a phase an earlier one, never a later one, which is what
+    makes a pass's `timeout` bound every phase together."""
+
+    end: float
+    """The time (`clock`) at which the search must stop."""
+    start: float
+    """The time this deadline was made: `elapsed` counts from here."""
+    clock: Clock = time.monotonic
+
+    @classmethod
+    def after(cls, seconds: float, clock: Clock = time.monotonic) -> Deadline:
+        """The deadline `seconds` from now (`math.inf`: never)."""
+        now = clock()
+        return cls(now + seconds, now, clock)
+
+    @classmethod
+    def never(cls, clock: Clock = time.monotonic) -> Deadline:
+        """No deadline: a search stops on its other limits only."""
+        return cls.after(math.inf, clock)
+
+    def remaining(self) -> float:
+        """Seconds left, 0 once expired."""
+        return max(0.0, self.end - self.clock())
+
+    def expired(self) -> bool:
+        return self.clock() >= self.end
+
+    def elapsed(self) -> float:
+        """Seconds since this deadline (this phase) was made."""
+        return self.clock() - self.start
+
+    def share(self, fraction: float) -> Deadline:
+        """A deadline for a phase starting now: `fraction` (0 < fraction ≤ 1) of the time
+        left. Give each of n phases `share(1 / k)` with k the phases still to run, and
+        time one phase leaves unused goes to those after it."""
+        if not 0.0 < fraction <= 1.0:
+            raise ValueError(f"a deadline's share must be in (0, 1], got {fraction}")
+        now = self.clock()
+        left = max(0.0, self.end - now)
+        return Deadline(min(self.end, now + fraction * left), now, self.clock)
+
+
+@dataclass
+class SearchOutcome[T]:
+    """What a search returns: the best candidate (a `Dag`, a strategy, a schedule) and
+    how it got there."""
+
+    best: T
+    cost_before: float
+    """The input's predicted cost (seconds, under the pass's cost model)."""
+    cost_after: float
+    """`best`'s predicted cost."""
+    seconds: float
+    """Wall time of the search (re-timing included, once the pass has re-timed)."""
+    stopped: StopReason
+    applied: Counter[str] = field(default_factory=Counter)
+    """How often each transformation (a rewrite rule, ...) was applied on the way to
+    `best`: empty when `best` is the input."""
+    candidates: list[tuple[T, float]] = field(default_factory=list)
+    """The cheapest distinct candidates found with their predicted costs, cheapest
+    first (`best` among them): what a pass may re-time before choosing."""
+    details: dict[str, Any] = field(default_factory=dict)
+    """The search's own figures for the report (`graphs_expanded`, `rounds`, ...)."""
+    measured_speedup: float | None = None
+    """The input's measured time over `best`'s, when re-timing measured both."""
+
+    @property
+    def predicted_speedup(self) -> float | None:
+        """`cost_before / cost_after`; None when `best` is predicted to cost nothing."""
+        return self.cost_before / self.cost_after if self.cost_after > 0 else None
+
+    def write_report(self, section: dict[str, Any], seed: int) -> None:
+        """Write the keys every search pass's report section has (`cost_before`,
+        `cost_after`, `predicted_speedup`, `search_seconds`, `stopped`, `seed`, and
+        `measured_speedup` when re-timing measured one), then the search's `details`."""
+        section.update(
+            cost_before=self.cost_before,
+            cost_after=self.cost_after,
+            predicted_speedup=self.predicted_speedup,
+            search_seconds=round(self.seconds, 3),
+            stopped=str(self.stopped),
+            seed=seed,
+        )
+        if self.measured_speedup is not None:
+            section["measured_speedup"] = self.measured_speedup
+        section.update(self.details)
+
+
+def resolve_seed(option: int | None) -> int:
+    """The seed a pass uses: its own `seed` option when given, else the run's `--seed`
+    (`current_report().seed`, 0 outside `tasoc opt`). One rule for every pass, so one
+    `--seed` makes a whole pipeline reproducible and a pass's option overrides it."""
+    return current_report().seed if option is None else option
