@@ -6,6 +6,7 @@ console script to prove the entry point itself works.
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import os
@@ -480,3 +481,10 @@ def test_a_reader_that_stops_early_gets_no_error(
     assert main(["opt", "zoo:inception_v3"]) == 1
     closed_pipe.close()
     assert capsys.readouterr().err == ""
+
+
+def test_opt_leaves_the_garbage_collector_as_it_found_it(tasoc, good: Path) -> None:
+    thresholds = gc.get_threshold()
+    assert tasoc("opt", good).code == 0
+    assert gc.get_threshold() == thresholds
+    assert gc.get_freeze_count() == 0  # nothing left out of collections

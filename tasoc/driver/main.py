@@ -37,7 +37,8 @@ def collector_tuned_for_ir() -> Iterator[None]:
     collections rarer while still reclaiming cycles (ops and their parents point to
     each other), which a long search needs. Measured on `tasoc opt` of a 10k-op file:
     as fast as with the collector off (docs/benchmarks.md). Both settings are
-    restored on exit, so calling `main` in a process (tests) leaves it as it was.
+    undone on exit, so calling `main` in a process (tests) does not leave the objects
+    of that process frozen, where cyclic garbage among them would never be freed.
     """
     thresholds = gc.get_threshold()
     gc.freeze()
