@@ -649,6 +649,7 @@ def representable(op: Operation) -> GraphOp:
     return op
 
 
+@_collector_paused()
 def to_function(dag: Dag) -> func.FuncOp:
     """The `func.func` of `dag`: ops in `dag.ops` order, arguments named, marked and
     attributed as in the dag, results and the function attributed as in the dag.
@@ -703,7 +704,6 @@ def to_module(dag: Dag) -> ModuleOp:
     return ModuleOp([to_function(dag)])
 
 
-@_collector_paused()
 def write_back(module: ModuleOp, dag: Dag) -> None:
     """Put `dag` in place of `module`'s entry function, the one `from_module` read.
 
