@@ -33,6 +33,7 @@ from xdsl.dialects.builtin import (
     Float32Type,
     FloatAttr,
     IntegerAttr,
+    NoneAttr,
     StringAttr,
     TensorType,
     f64,
@@ -90,12 +91,15 @@ def dtype_of(element_type: Attribute) -> DType:
 @functools.cache
 def tensor_type(sig: TensorSig) -> TensorType:
     """The xDSL type of `sig`; cached because building an xDSL type verifies it."""
-    return TensorType(dtype_to_xdsl(sig.dtype), sig.shape)
+    if sig.encoding is None:
+        return TensorType(dtype_to_xdsl(sig.dtype), sig.shape)
+    return TensorType(dtype_to_xdsl(sig.dtype), sig.shape, sig.encoding)  # type: ignore[arg-type]
 
 
 @functools.cache
 def sig_of(type_: Attribute) -> TensorSig:
-    """The TensorSig of a static ranked tensor type; raises ShapeError otherwise.
+    """The TensorSig of a static ranked tensor type, its encoding included (None when
+    it has none); raises ShapeError otherwise.
 
     Cached: xDSL attributes are immutable and hashable, and this runs for every
     operand of every op the verifier visits.
@@ -105,7 +109,8 @@ def sig_of(type_: Attribute) -> TensorSig:
     shape = tuple(type_.get_shape())
     if any(d < 0 for d in shape):
         raise ShapeError(f"dynamic shapes are not supported: {type_}")
-    return TensorSig(shape, dtype_of(type_.element_type))
+    encoding = None if isinstance(type_.encoding, NoneAttr) else type_.encoding
+    return TensorSig(shape, dtype_of(type_.element_type), encoding)
 
 
 # --------------------------------------------------------------------- attribute codec
