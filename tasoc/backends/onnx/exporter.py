@@ -42,7 +42,13 @@ from tasoc.backends.onnx.conventions import (
 from tasoc.backends.onnx.errors import OnnxExportError
 from tasoc.backends.onnx.files import check_exported, fits_in_protobuf
 from tasoc.ir import graph as G
-from tasoc.ir.program import ArgInfo, arg_infos, entry_function, return_values
+from tasoc.ir.program import (
+    ArgInfo,
+    arg_infos,
+    entry_function,
+    refuse_encodings,
+    return_values,
+)
 from tasoc.ir.shapes import ConstData, DType, window_pads
 
 EXPORT_OPSET = 17
@@ -71,6 +77,7 @@ def export_onnx(
     and sized so that deep models stay finite.
     """
     function = entry_function(module)
+    refuse_encodings(function, "ONNX export")
     infos = arg_infos(function)
     values = _weights(module, infos, param_values, seed)
     model = _Exporter(function, infos, values).model()
