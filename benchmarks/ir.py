@@ -2,6 +2,7 @@
 `tasoc opt` end to end, on synthetic graphs of 1k and 10k ops.
 
     .venv/bin/python benchmarks/ir.py [--sizes 1000 10000] [--repeat 5] [--profile 10000]
+    .venv/bin/python benchmarks/ir.py --compare 10000 [--base /tmp/base] [--rounds 7]
 
 Every in-process phase is timed `--repeat` times after a full collection, with
 Python's cyclic garbage collector on (what a user gets) and off (what the code
@@ -10,8 +11,16 @@ the table shows the median and the min-max range. `tasoc opt FILE -o OUT` runs a
 subprocess, so its time includes interpreter start-up and imports (shown on its own
 by running it on a one-op file). `--profile N` adds, for an N-op graph, where each
 phase spends its time: self time by origin (our `tasoc` code, xDSL, the rest) and
-the functions with the most self time. Results and their analysis are recorded in
-docs/benchmarks.md; this script only measures.
+the functions with the most self time.
+
+`--compare N` measures side by side instead, in rounds that alternate the sides so
+that a busy machine slows both alike: the `graph` ops' text in the short form (result
+types only) against the older functional-type form, in-process parse and `tasoc opt
+FILE -o OUT`; with `--base CHECKOUT` (another checkout of tasoc, e.g. a `git worktree`
+of the previous commit, run with this interpreter and `PYTHONPATH=CHECKOUT`) every
+phase of the table as well, there against here. Cells are medians with the
+interquartile range; the load average before and after is printed. Results and their
+analysis are recorded in docs/benchmarks.md; this script only measures.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ import cProfile
 import datetime
 import gc
 import io
+import json
 import os
 import platform
 import pstats
@@ -33,16 +43,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
+from unittest import mock
 
 from synthetic import synthetic_graph
 from xdsl.context import Context
 from xdsl.dialects.builtin import Builtin, ModuleOp
 from xdsl.dialects.func import Func
+from xdsl.irdl.declarative_assembly_format import FormatProgram
 from xdsl.parser import Parser
 from xdsl.printer import Printer
 
+from tasoc.ir import graph as G
 from tasoc.ir.dag import from_module, to_module
-from tasoc.ir.graph import Graph
 
 SEED = 0
 BIN = Path(sys.executable).parent
@@ -79,7 +91,7 @@ def time_runs(fn: Callable[[], object], repeat: int, collector: bool) -> Timing:
 
 def make_context() -> Context:
     ctx = Context()
-    for dialect in (Builtin, Func, Graph):
+    for dialect in (Builtin, Func, G.Graph):
         ctx.load_dialect(dialect)
     return ctx
 
@@ -193,6 +205,141 @@ def machine() -> str:
     )
 
 
+# ------------------------------------------------------------------ compare
+
+OLDER_FORMAT = "operands attr-dict `:` functional-type(operands, results)"
+"""The `graph` ops' text before the short form (constants always wrote only their
+result type, `attr-dict : type($result)`)."""
+CONSTANT_FORMAT = "attr-dict `:` type($result)"
+REPO = Path(__file__).resolve().parent.parent
+
+
+def print_older_form(module: ModuleOp) -> str:
+    """`module` as tasoc printed it before the short form, through xDSL's declarative
+    format: the file an older checkout writes and a user may still have."""
+    programs: dict[type[G.GraphOp], FormatProgram] = {}
+
+    def print_op(op: G.GraphOp, printer: Printer) -> None:
+        if type(op) not in programs:
+            definition = op.get_irdl_definition()
+            form = OLDER_FORMAT if definition.operands else CONSTANT_FORMAT
+            programs[type(op)] = FormatProgram.from_str(form, definition)
+        programs[type(op)].print(printer, op)
+
+    with mock.patch.object(G.GraphOp, "print", print_op):
+        return print_module(module, generic=False)
+
+
+def time_once(fn: Callable[[], object]) -> float:
+    gc.collect()
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def worker(num_ops: int, older_file: Path) -> None:
+    """One round of the in-process phases in this process, whichever checkout
+    `PYTHONPATH` gives it, collector on; prints the seconds as JSON."""
+    module = synthetic_graph(num_ops, SEED)
+    text = print_module(module, generic=False)
+    generic_text = print_module(module, generic=True)
+    older_text = older_file.read_text()
+    dag = from_module(module)
+    phases: dict[str, Callable[[], object]] = {
+        "build (GraphBuilder)": lambda: synthetic_graph(num_ops, SEED),
+        "verify": module.verify,
+        "print (the checkout's form)": lambda: print_module(module, generic=False),
+        "print (generic form)": lambda: print_module(module, generic=True),
+        "parse (the checkout's form)": lambda: parse_module(text),
+        "parse (older functional-type form)": lambda: parse_module(older_text),
+        "parse (generic form)": lambda: parse_module(generic_text),
+        "dag.from_module": lambda: from_module(module),
+        "dag.to_module": lambda: to_module(dag),
+    }
+    print(json.dumps({name: time_once(phase) for name, phase in phases.items()}))
+
+
+@dataclass(frozen=True)
+class Side:
+    """A checkout of tasoc to time: its name and the `PYTHONPATH` that selects it."""
+
+    name: str
+    path: Path
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "PYTHONPATH": str(self.path)}
+
+    def opt(self, file: Path, output: Path) -> float:
+        """Seconds of `tasoc opt FILE -o OUT` in a fresh interpreter, start-up included."""
+        command = [sys.executable, "-m", "tasoc.driver.main", "opt", str(file), "-o", str(output)]
+        start = time.perf_counter()
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL, env=self.env())
+        return time.perf_counter() - start
+
+    def phases(self, num_ops: int, older_file: Path) -> dict[str, float]:
+        command = [sys.executable, __file__, "--worker", str(num_ops), str(older_file)]
+        output = subprocess.run(
+            command, check=True, capture_output=True, text=True, env=self.env()
+        ).stdout
+        return json.loads(output)
+
+
+def spread(runs: list[float]) -> str:
+    """Median and interquartile range."""
+    low, _, high = statistics.quantiles(runs, n=4, method="inclusive")
+    return f"{statistics.median(runs):.3f} [{low:.3f}-{high:.3f}]"
+
+
+def compare(num_ops: int, rounds: int, base: Path | None, folder: Path) -> str:
+    """Every phase (the short and the older form side by side) here, and with `base`
+    there too, the sides alternating within each round; a markdown table."""
+    module = synthetic_graph(num_ops, SEED)
+    short_file, older_file = folder / "short.mlir", folder / "older.mlir"
+    short_file.write_text(print_module(module, generic=False))
+    older_file.write_text(print_older_form(module))
+    tiny = folder / "tiny.mlir"
+    tiny.write_text(print_older_form(synthetic_graph(1, SEED)))
+    output = folder / "out.mlir"
+    here = Side("here", REPO)
+    sides = [here] if base is None else [Side("base", base.resolve()), here]
+    runs: dict[tuple[str, str], list[float]] = {}
+
+    def record(row: str, side: Side, seconds: float) -> None:
+        runs.setdefault((row, side.name), []).append(seconds)
+
+    for round_index in range(rounds):
+        print(f"  round {round_index + 1}/{rounds}", file=sys.stderr)
+        for side in sides:
+            for row, seconds in side.phases(num_ops, older_file).items():
+                record(row, side, seconds)
+            # An older checkout cannot read the short form; here reads both.
+            if side is here:
+                record("`tasoc opt FILE -o OUT`, short form", side, side.opt(short_file, output))
+            record("`tasoc opt FILE -o OUT`, older form", side, side.opt(older_file, output))
+            record("`tasoc opt` of a 1-op file (start-up)", side, side.opt(tiny, output))
+
+    names = [side.name for side in sides]
+    rows = list(dict.fromkeys(row for row, name in runs if name == here.name))
+    header = ["phase", *(f"{name} (s)" for name in names)]
+    if base is not None:
+        header.append("here / base")
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        cells = [spread(runs[row, name]) if (row, name) in runs else "-" for name in names]
+        if base is not None:
+            if (row, "base") in runs:
+                ratio = statistics.median(runs[row, "here"]) / statistics.median(runs[row, "base"])
+                cells.append(f"{ratio:.2f}")
+            else:
+                cells.append("-")
+        lines.append("| " + " | ".join([row, *cells]) + " |")
+    return "\n".join(lines)
+
+
+def load_average() -> str:
+    return ", ".join(f"{load:.1f}" for load in os.getloadavg())
+
+
 # ------------------------------------------------------------------ profile
 
 
@@ -286,9 +433,23 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--profile", type=int, metavar="N", help="also profile an N-op graph")
     parser.add_argument("--top", type=int, default=8, help="functions listed per profile")
+    parser.add_argument(
+        "--compare", type=int, metavar="N", help="only compare, side by side, on an N-op graph"
+    )
+    parser.add_argument("--base", type=Path, help="with --compare: a checkout to compare with")
+    parser.add_argument("--rounds", type=int, default=7, help="with --compare: alternations")
+    parser.add_argument("--worker", nargs=2, metavar=("N", "OLDER_FILE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker:
+        worker(int(args.worker[0]), Path(args.worker[1]))
+        return
     print(machine())
     with tempfile.TemporaryDirectory() as folder:
+        if args.compare:
+            print(f"load average before: {load_average()}")
+            print(compare(args.compare, args.rounds, args.base, Path(folder)))
+            print(f"load average after: {load_average()}")
+            return
         print(measure(args.sizes, args.repeat, Path(folder)))
         if args.profile:
             print()
