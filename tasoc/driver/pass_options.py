@@ -22,11 +22,7 @@ from xdsl.utils.arg_spec import ArgSpec, ParameterListType
 from xdsl.utils.hints import isa, type_repr
 
 from tasoc.driver.errors import DriverError, one_line
-
-
-def option_name(field_name: str) -> str:
-    """An option as pipelines write it (MLIR style): `split_size` is `split-size`."""
-    return field_name.replace("_", "-")
+from tasoc.passes.options import option_name
 
 
 def describe_type(hint: Any) -> str:
