@@ -46,6 +46,10 @@ class StopReason(StrEnum):
     """A split graph: every piece and every cut was searched in time."""
 
 
+Progress = Callable[[int, float], None]
+"""`progress(steps done, a figure)`: how a search reports its progress after each step
+(graphs expanded and the best cost, rounds and e-nodes), e.g. to a progress bar."""
+
 Clock = Callable[[], float]
 """Seconds on a monotonic clock (`time.monotonic`; tests pass a fake one)."""
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tasoc.cost import CostModel
@@ -27,10 +27,7 @@ from tasoc.ir.dag import Dag
 from tasoc.ir.rules import Rule
 from tasoc.passes.rewrite.apply import apply
 from tasoc.passes.rewrite.match import find_matches
-from tasoc.passes.search import Deadline, SearchOutcome, StopReason
-
-Progress = Callable[[int, float], None]
-"""`progress(graphs expanded, best cost so far)`, called after each expansion."""
+from tasoc.passes.search import Deadline, Progress, SearchOutcome, StopReason
 
 
 @dataclass(frozen=True)
@@ -58,7 +55,8 @@ def backtracking_search(
     no deadline), see the module docstring. The outcome's `details` are
     `graphs_expanded` (taken out of the queue) and `graphs_generated` (produced by rule
     applications; a discarded graph produced again counts again); `applied` counts the
-    rules on the path to the best graph.
+    rules on the path to the best graph. `progress` hears of the graphs expanded and
+    the best cost so far, after each expansion.
 
     `rules` are applied as given: pass both directions (`match.directed`)."""
     deadline = Deadline.never() if deadline is None else deadline

@@ -19,7 +19,7 @@ share a weight become one without every pair meeting every other.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tasoc.ir.rules import Rule, RuleError, build_pattern
@@ -27,10 +27,7 @@ from tasoc.ir.shapes import ShapeError
 from tasoc.passes.rewrite.egraph.batching import Apply, BatchChains, batch_concat
 from tasoc.passes.rewrite.egraph.egraph import ClassId, EGraph
 from tasoc.passes.rewrite.egraph.ematch import EMatch, Index, ematch
-from tasoc.passes.search import Deadline, StopReason
-
-Progress = Callable[[int, int], None]
-"""`progress(rounds done, e-nodes)`, after each round."""
+from tasoc.passes.search import Deadline, Progress, StopReason
 
 
 @dataclass(frozen=True)
@@ -70,7 +67,8 @@ def saturate(
     progress: Progress | None = None,
 ) -> Saturation:
     """Grow `egraph` with `rules` (applied as given: pass both directions) until it is
-    saturated or a limit is reached; see the module docstring."""
+    saturated or a limit is reached; see the module docstring. `progress` hears of the
+    rounds done and the e-nodes, after each round."""
     single = [rule for rule in rules if len(rule.src.outputs) == 1]
     multi = [rule for rule in rules if len(rule.src.outputs) > 1]
     batching = [rule for rule in multi if batch_concat(rule)] if limits.batch_chains else []
@@ -99,11 +97,9 @@ def saturate(
         result.matches += len(matches)
         changed = False
         for match in matches:
-            if egraph.num_nodes >= limits.node_limit:
-                result.stopped = StopReason.NODE_LIMIT
-                break
-            if deadline.expired():
-                result.stopped = StopReason.TIMEOUT
+            stop = _limit_reached(egraph, limits, deadline)
+            if stop is not None:
+                result.stopped = stop
                 break
             changed |= apply(match)[0]
         egraph.rebuild()
@@ -137,13 +133,7 @@ def _grow_chains(
     concatenations chains make would feed concat associativity and the concat/matmul
     rules, which multiply them without bound. `progress` hears of the e-nodes, with
     the saturation rounds unchanged."""
-    while True:
-        if egraph.num_nodes >= limits.node_limit:
-            result.stopped = StopReason.NODE_LIMIT
-            return
-        if deadline.expired():
-            result.stopped = StopReason.TIMEOUT
-            return
+    while (stop := _limit_reached(egraph, limits, deadline)) is None:
         egraph.generation += 1
         steps = chains.grow(_matches(egraph, batching, deadline), apply)
         egraph.rebuild()
@@ -153,6 +143,16 @@ def _grow_chains(
         result.chain_steps += steps
         if progress is not None:
             progress(result.rounds, egraph.num_nodes)
+    result.stopped = stop
+
+
+def _limit_reached(
+    egraph: EGraph, limits: SaturationLimits, deadline: Deadline
+) -> StopReason | None:
+    """Why saturation must stop adding to `egraph` now, if it must."""
+    if egraph.num_nodes >= limits.node_limit:
+        return StopReason.NODE_LIMIT
+    return StopReason.TIMEOUT if deadline.expired() else None
 
 
 def _matches(egraph: EGraph, rules: Sequence[Rule], deadline: Deadline) -> list[EMatch]:

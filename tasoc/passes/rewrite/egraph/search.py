@@ -1,6 +1,6 @@
 """`search=egraph`: equality saturation, then ILP extraction (Tensat, MLSys 2021).
 
-    result = egraph_search(dag, directed(rules), cost_model, EGraphLimits(), timeout_s=30)
+    result = egraph_search(dag, directed(rules), cost_model, EGraphLimits(), Deadline.after(30))
 
 The input graph goes into an e-graph, the rules saturate it (`saturate.py`) for at
 most `saturation_share` of the time, and the ILP (`extract.py`) picks the cheapest
@@ -35,8 +35,8 @@ from tasoc.ir.traits import Fusible
 from tasoc.passes.rewrite.backtrack import BacktrackLimits, backtracking_search
 from tasoc.passes.rewrite.egraph.egraph import ARGUMENT, PROJECT, ClassId, EGraph, ENode
 from tasoc.passes.rewrite.egraph.extract import Pricing, extract, to_dag
-from tasoc.passes.rewrite.egraph.saturate import Progress, SaturationLimits, saturate
-from tasoc.passes.search import Deadline, SearchOutcome
+from tasoc.passes.rewrite.egraph.saturate import SaturationLimits, saturate
+from tasoc.passes.search import Deadline, Progress, SearchOutcome
 
 MIN_NODE_COST = 1e-12
 """Every e-node costs at least this (seconds), so greedy extraction has no cycles."""
