@@ -466,7 +466,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", help=f"comma-separated (default: {','.join(MODELS)})")
     parser.add_argument("--searches", default="backtrack,egraph", help="comma-separated")
-    parser.add_argument("--timeout", type=float, default=30.0, help="search seconds")
+    parser.add_argument(
+        "--timeout", type=float, default=30.0, help="seconds the pass may take, re-timing included"
+    )
     parser.add_argument("--cost", default="analytic", help="the pass's cost model")
     parser.add_argument("--alpha", type=float, help="the pass's alpha (default: the pass's)")
     parser.add_argument("--budget", type=int, help="the pass's budget (default: the pass's)")
