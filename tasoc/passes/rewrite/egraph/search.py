@@ -3,7 +3,7 @@
     result = egraph_search(dag, directed(rules), cost_model, EGraphLimits(), Deadline.after(30))
 
 The input graph goes into an e-graph, the rules saturate it (`saturate.py`) for at
-most `saturation_share` of the time, and the ILP (`extract.py`) picks the cheapest
+most `saturation_share` of the deadline's time, and the ILP (`extract.py`) picks the cheapest
 graph it holds under per-op costs from the cost model, beside a greedy pick. The
 graphs extracted are then priced with the full cost model (fusion and memory
 included), and the input stays unless one beats it, so the search never makes a
@@ -16,7 +16,7 @@ rewrites pay off only in combination, reachable only after the first round where
 multi-output rules ran (on squeezenet: a pooling split over a concatenation, then two
 poolings batched into one). A short backtracking search from the cheapest extracted
 graph under the full cost model (`polish_budget` expansions, at most `polish_share`
-of the timeout) *polishes* it: cheap, since the graph is already good, and it picks
+of the time left) *polishes* it: cheap, since the graph is already good, and it picks
 up what the e-graph's prices and rounds miss.
 """
 
