@@ -15,6 +15,7 @@ import pytest
 from conftest import assert_one_line_error
 from hypothesis import HealthCheck, given, settings
 from rewrite_helpers import tampered_copy
+from search_helpers import FakeClock
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 
@@ -131,17 +132,6 @@ def test_retime_measures_the_input_and_the_best_candidates_and_keeps_the_fastest
     assert_equal_programs(module, after)
 
 
-class FakeClock:
-    """A monotonic clock that moves only when told: `advance` seconds per call of a
-    fake sampler, `compile_s` per fake compile."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def fake_compiles(
     monkeypatch: pytest.MonkeyPatch,
     rounds: list[list[float]],
@@ -187,6 +177,12 @@ def nasrnn_graphs(count: int) -> list[Dag]:
     return [from_module(build_model(f"nasrnn?hidden=8&length={n}")) for n in range(1, count + 1)]
 
 
+def retime_against_all(graphs: list[Dag], deadline: Deadline) -> retime_module.Retiming:
+    """`graphs[0]` (predicted at 2.0) re-timed against all the others (at 1.0)."""
+    candidates = [(graph, 1.0) for graph in graphs[1:]]
+    return retime_module.retime(graphs[0], 2.0, candidates, len(candidates), deadline)
+
+
 @pytest.mark.parametrize(
     ("samples", "kept"),
     [
@@ -200,39 +196,37 @@ def test_retime_keeps_the_input_unless_a_candidate_is_measurably_faster(
 ) -> None:
     graphs = nasrnn_graphs(len(samples))
     fake_compiles(monkeypatch, samples)
-    candidates = [(graph, 1.0) for graph in graphs[1:]]
-    retiming = retime_module.retime(graphs[0], 2.0, candidates, len(candidates), Deadline.never())
+    retiming = retime_against_all(graphs, Deadline.never())
     assert retiming.timed[0].graph == graphs[kept]
     assert [t.wins for t in retiming.timed if t.graph == graphs[0]] == [None]
     assert not retiming.cut_short
 
 
-def test_retime_compiles_a_candidate_only_while_the_time_left_covers_a_compile(
+@pytest.mark.parametrize(
+    ("compile_s", "sample_s", "seconds", "samples_taken"),
+    [
+        # The input compiles by t=1; 1.5 s left covers one more compile (to t=2), 0.5 s not.
+        (1.0, 0.0, 2.5, [9, 9]),
+        # After one round (0.3 s), 8 more rounds of two programs (1.6 s) fit in 1.9 s; of
+        # three (2.4 s) not.
+        (0.0, 0.1, 2.2, [9, 9, 1]),
+    ],
+)
+def test_retime_times_only_the_candidates_it_has_time_for(
     monkeypatch: pytest.MonkeyPatch,
+    compile_s: float,
+    sample_s: float,
+    seconds: float,
+    samples_taken: list[int],
 ) -> None:
     clock = FakeClock()
-    taken = fake_compiles(monkeypatch, rounds_of((0.8, 9), (0.7, 9)), clock, compile_s=1.0)
+    samples = rounds_of((0.8, 9), (0.7, 9))
+    taken = fake_compiles(monkeypatch, samples, clock, compile_s, sample_s)
     graphs = nasrnn_graphs(3)
-    candidates = [(graph, 1.0) for graph in graphs[1:]]
-    # The input compiles by t=1; 1.5 s left covers one more compile (to t=2), 0.5 s not.
-    retiming = retime_module.retime(graphs[0], 2.0, candidates, 2, Deadline.after(2.5, clock))
-    assert taken == [9, 9]
-    assert [t.graph for t in retiming.timed] == graphs[:2][::-1]  # the candidate won
+    retiming = retime_against_all(graphs, Deadline.after(seconds, clock))
+    assert taken == samples_taken and clock.now <= seconds
+    assert [t.graph for t in retiming.timed] == [graphs[1], graphs[0]]  # the candidate won
     assert retiming.cut_short
-
-
-def test_retime_times_only_the_candidates_whose_rounds_fit_in_the_time_left(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    clock = FakeClock()
-    taken = fake_compiles(monkeypatch, rounds_of((0.8, 9), (0.7, 9)), clock, sample_s=0.1)
-    graphs = nasrnn_graphs(3)
-    candidates = [(graph, 1.0) for graph in graphs[1:]]
-    # After one round (0.3 s), 8 more rounds of two programs (1.6 s) fit in 1.9 s; of three not.
-    retiming = retime_module.retime(graphs[0], 2.0, candidates, 2, Deadline.after(2.2, clock))
-    assert taken == [9, 9, 1]
-    assert len(retiming.timed) == 2 and retiming.cut_short
-    assert clock.now <= 2.2
 
 
 @pytest.mark.parametrize("seconds", [0.5, 1.5])

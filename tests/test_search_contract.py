@@ -10,19 +10,10 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from search_helpers import FakeClock
 
 from tasoc.passes.report import RunReport, reporting
 from tasoc.passes.search import Deadline, SearchOutcome, StopReason, resolve_seed
-
-
-class FakeClock:
-    """A monotonic clock that moves only when a test moves it."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_stop_reasons_read_as_the_report_writes_them() -> None:
@@ -33,7 +24,7 @@ def test_stop_reasons_read_as_the_report_writes_them() -> None:
 
 
 def test_a_deadline_counts_down_on_its_clock() -> None:
-    clock = FakeClock()
+    clock = FakeClock(start=100.0)
     deadline = Deadline.after(10, clock)
     clock.now += 4
     assert deadline.remaining() == 6 and deadline.elapsed() == 4 and not deadline.expired()
@@ -44,7 +35,7 @@ def test_a_deadline_counts_down_on_its_clock() -> None:
 
 
 def test_a_share_is_a_fraction_of_the_time_left_and_starts_now() -> None:
-    clock = FakeClock()
+    clock = FakeClock(start=100.0)
     deadline = Deadline.after(10, clock)
     clock.now += 2
     phase = deadline.share(0.25)
@@ -54,7 +45,7 @@ def test_a_share_is_a_fraction_of_the_time_left_and_starts_now() -> None:
 
 
 def test_time_a_phase_leaves_unused_goes_to_the_next() -> None:
-    clock = FakeClock()
+    clock = FakeClock(start=100.0)
     deadline = Deadline.after(12, clock)
     shares = []
     for left in (3, 2, 1):  # three phases, each an equal share of what is left
@@ -72,7 +63,7 @@ def test_time_a_phase_leaves_unused_goes_to_the_next() -> None:
 def test_a_share_never_ends_after_its_deadline(
     seconds: float, spent: float, fraction: float
 ) -> None:
-    clock = FakeClock()
+    clock = FakeClock(start=100.0)
     deadline = Deadline.after(seconds, clock)
     clock.now += spent
     phase = deadline.share(fraction)

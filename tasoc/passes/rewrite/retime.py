@@ -74,13 +74,14 @@ def retime(
 ) -> Retiming:
     """`original` and the `count` cheapest other `candidates` (cheapest first), timed
     end to end by `deadline` on inputs drawn with `seed` (see the module docstring)."""
-    phase = deadline.share(1.0)
+    phase = deadline.share(1.0)  # all the time left, counted from now: re-timing's own
     chosen = [(original, original_cost)]
     chosen += [(graph, cost) for graph, cost in candidates if graph != original][:count]
     samplers = _compiled([graph for graph, _ in chosen], phase, seed)
     rounds = _rounds(samplers, repeats, phase)
+    cut_short = len(rounds) < len(chosen)
     if len(rounds) < 2:
-        return Retiming([], cut_short=True, seconds=phase.elapsed())
+        return Retiming([], cut_short, phase.elapsed())
     baseline = rounds[0]
     timed = [
         Timed(
@@ -94,7 +95,7 @@ def retime(
     faster = [t for t in timed[1:] if t.wins is not None and t.wins >= WIN_SHARE * repeats]
     kept = min(faster, key=lambda t: t.measured_s) if faster else timed[0]
     others = sorted((t for t in timed if t is not kept), key=lambda t: t.measured_s)
-    return Retiming([kept, *others], len(timed) < len(chosen), phase.elapsed())
+    return Retiming([kept, *others], cut_short, phase.elapsed())
 
 
 Sampler = Callable[[], float]
