@@ -10,6 +10,9 @@ its ranges with `check_at_least` and its byte sizes with `check_byte_size`; ever
 message names the option as users write it (`node-limit`, not `node_limit`) and
 reads on after the driver's `tasoc: error: pass 'equality-rewrite': `.
 
+Declare a number option `int | float`, not `float`: xDSL's conversion refuses
+`timeout=3` for a field typed `float` (the pipeline parser reads `3` as an int).
+
 Byte sizes (`memory-limit=16GiB`) have one parser, `parse_byte_size`, for every pass
 that takes one.
 """
