@@ -354,6 +354,7 @@ def test_the_cost_choices_are_the_cost_models_that_exist() -> None:
         ({"cost": "psychic"}, "cost must be one of 'analytic', "),
         ({"memory_limit": "12XB"}, "memory-limit: unknown unit 'XB' in byte size '12XB'"),
         ({"rules": "nonesuch"}, "rules: unknown rule library 'nonesuch'"),
+        ({"rules": "missing/my.rules"}, "rules: no rule file 'missing/my.rules'"),
     ],
 )
 def test_a_bad_option_fails_when_the_pass_is_built_naming_the_option(
@@ -383,6 +384,7 @@ def test_a_memory_limit_is_a_byte_size() -> None:
         ("retime=-1", ("retime must not be negative, got -1",)),
         ("memory-limit=12XB", ("memory-limit: unknown unit 'XB'",)),
         ("rules=nonesuch", ("rules: unknown rule library 'nonesuch'",)),
+        ('rules="missing/my.rules"', ("rules: no rule file 'missing/my.rules'",)),
     ],
 )
 def test_bad_options_fail_in_one_line_before_any_pass_runs(

@@ -122,9 +122,11 @@ class EqualityRewritePass(ModulePass):
         check_at_least(self, "seed", 0)
         check_byte_size(self, "memory_limit")
         try:
-            library_path(self.rules)
+            rule_file = library_path(self.rules)
         except RuleError as err:
             raise ValueError(f"rules: {err}") from None
+        if not rule_file.is_file():
+            raise ValueError(f"rules: no rule file '{self.rules}'")
 
     @property
     def memory_limit_bytes(self) -> int | None:
