@@ -175,6 +175,22 @@ def test_the_ilp_pays_for_a_shared_class_once_where_greedy_double_counts(unit: f
     assert extraction.cost == pytest.approx((10.0 + 4e-3) * unit)  # relu, sigmoid, tanh, add, x
 
 
+def test_a_choice_that_costs_nothing_is_optimal_without_the_ilp() -> None:
+    """transpose(transpose(x)) is x, and x costs nothing: the ILP would have no cost to
+    scale its objective by, and is not needed."""
+    x = arg(0, "x", 2, 3)
+    twice = Node("transpose", [Node("transpose", [x.out], perm=(1, 0)).out], perm=(1, 0)).out
+    graph = Dag([x], [twice])
+    egraph = EGraph()
+    (root,), args = egraph.add_dag(graph)
+    egraph.union(root, next(iter(args)))
+    egraph.rebuild()
+    cost = lambda cid, enode: 0.0 if enode[0] == "arg" else 1.0  # noqa: E731
+    (extraction,) = extract(egraph, [root], cost, Deadline.after(10))
+    assert extraction.cost == 0.0 and extraction.method == "greedy (costs nothing: optimal)"
+    assert to_dag(egraph, [root], extraction.choice, graph).outputs == (x.out,)
+
+
 class _JoinsTanh:
     """Fusion pricing for the test below: a relu costs 1 alone and 0.25 inside its
     operand's kernel, which it can join when that is a tanh (say, not a sigmoid)."""

@@ -4,6 +4,7 @@ graphs, what it reports, determinism, and its one-line errors."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from collections import Counter
@@ -286,6 +287,64 @@ def test_a_graph_no_rule_touches_is_returned_unchanged_with_a_note() -> None:
     after, section = rewritten(module)
     assert str(after) == str(module)
     assert "no rule matches" in section["note"]
+
+
+def cancelling_transposes() -> ModuleOp:
+    g = GraphBuilder()
+    return g.build(g.transpose(g.transpose(g.input("x", (2, 3)), [1, 0]), [1, 0]))
+
+
+def constant_outputs() -> ModuleOp:
+    g = GraphBuilder()
+    return g.build(g.zeros((2, 3)), g.ones((3,)))
+
+
+def weight_only_outputs() -> ModuleOp:
+    g = GraphBuilder()
+    w = g.param("w", (4, 3))
+    return g.build(g.relu(g.transpose(w, [1, 0])), w)
+
+
+def an_argument_and_an_op_that_cancels() -> ModuleOp:
+    g = GraphBuilder()
+    x = g.input("x", (2, 3))
+    return g.build(x, g.transpose(g.transpose(x, [1, 0]), [1, 0]))
+
+
+FREE_PROGRAMS = [
+    cancelling_transposes,
+    constant_outputs,
+    weight_only_outputs,
+    an_argument_and_an_op_that_cancels,
+]
+"""Programs whose best graph costs nothing under the analytic model."""
+
+
+@pytest.mark.parametrize("split_size", [None, 1])
+@pytest.mark.parametrize("search", QUICK_SEARCHES)
+@pytest.mark.parametrize("build", FREE_PROGRAMS)
+def test_a_program_that_costs_nothing_is_searched_and_reports_no_speedup(
+    build: Callable[[], ModuleOp], search: str, split_size: int | None
+) -> None:
+    """Ops that cancel out, or outputs that are constants or folded weights, cost zero:
+    a legitimate cost, which no ratio or scaling of the searches may divide by."""
+    module = build()
+    rewrite = EqualityRewritePass(search=search, retime=0, timeout=10.0, split_size=split_size)
+    after, section = rewritten(module, rewrite)
+    assert_equal_programs(module, after)
+    if "note" not in section:
+        assert section["cost_after"] == 0.0 and section["predicted_speedup"] is None
+        assert section.get("polish_gain") is None
+
+
+@pytest.mark.parametrize("search", QUICK_SEARCHES)
+def test_under_a_memory_limit_no_graph_fits_and_the_speedup_is_no_number(search: str) -> None:
+    """Every graph costs infinity when none fits `memory_limit`: the input stays, and
+    inf / inf is reported as no speedup, not NaN."""
+    rewrite = EqualityRewritePass(search=search, retime=0, timeout=10.0, memory_limit=1)
+    _, section = rewritten(cancelling_transposes(), rewrite)
+    assert section["cost_before"] == section["cost_after"] == math.inf
+    assert section["predicted_speedup"] is None
 
 
 def test_nasrnn_from_the_command_line(tasoc, tmp_path: Path) -> None:

@@ -127,8 +127,9 @@ class SearchOutcome[T]:
 
     @property
     def predicted_speedup(self) -> float | None:
-        """`cost_before / cost_after`; None when `best` is predicted to cost nothing."""
-        return self.cost_before / self.cost_after if self.cost_after > 0 else None
+        """`cost_before / cost_after`; None when `best` is predicted to cost nothing (or
+        infinitely much: `speedup`)."""
+        return speedup(self.cost_before, self.cost_after)
 
     def write_report(self, section: dict[str, Any], seed: int) -> None:
         """Write the keys every search pass's report section has (`cost_before`,
@@ -145,6 +146,15 @@ class SearchOutcome[T]:
         if self.measured_speedup is not None:
             section["measured_speedup"] = self.measured_speedup
         section.update(self.details)
+
+
+def speedup(before: float, after: float) -> float | None:
+    """`before / after`, or None when that is no number: `after` is zero or infinite. A
+    graph whose ops cancel out, or whose outputs are all constants or folded weights,
+    legitimately costs nothing, and under a `memory_limit` no graph may fit (every
+    cost infinite), so every ratio of costs or times a search reports goes through
+    here."""
+    return before / after if 0 < after < math.inf else None
 
 
 def resolve_seed(option: int | None) -> int:

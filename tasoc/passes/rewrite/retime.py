@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 
 from tasoc.cost.measured import end_to_end_sampler
 from tasoc.ir.dag import Dag
-from tasoc.passes.search import Deadline, SearchOutcome, StopReason
+from tasoc.passes.search import Deadline, SearchOutcome, StopReason, speedup
 
 WIN_SHARE = 0.85
 """The share of rounds a candidate must beat the input in to replace it: 8 of 9. A
@@ -168,5 +168,5 @@ def keep_measured_fastest(
         stopped=StopReason.TIMEOUT if retiming.cut_short else outcome.stopped,
         applied=Counter() if kept.graph == original else outcome.applied,
         details=details,
-        measured_speedup=None if input_s is None else input_s / kept.measured_s,
+        measured_speedup=None if input_s is None else speedup(input_s, kept.measured_s),
     )

@@ -92,8 +92,6 @@ ILP_SCALE = 1e6
 """What the greedy choice costs in the ILP's objective. Costs are seconds, often
 microseconds in all, below HiGHS's absolute gap and feasibility tolerances (1e-6 and
 1e-7), under which it called choices up to 1% off the optimum "optimal"."""
-MIN_COST = 1e-300
-"""The least greedy cost the scale divides by (costs may all be zero)."""
 
 
 @dataclass(frozen=True)
@@ -224,13 +222,18 @@ def extract(
     deadline: Deadline,
 ) -> list[Extraction]:
     """The ILP's choice for `roots` (module docstring) and the greedy one, cheapest
-    first; only the greedy one when the ILP has no time left or finds nothing. HiGHS
+    first; only the greedy one when it costs nothing (it is optimal then: costs are
+    never negative) or the ILP has no time left or finds nothing. HiGHS
     gets the time left before `deadline` and may overrun it slightly (it checks its
     clock between steps of its branch and bound)."""
     pricing = _pricing(pricing)
     roots = [egraph.find(root) for root in roots]
     classes = acyclic(egraph, roots)
     fallback = _priced(roots, greedy(classes, pricing), pricing, "greedy")
+    if fallback.cost <= 0.0:
+        # Costs are never negative, so a free choice is optimal; it also has no cost
+        # to scale the ILP's objective by (outputs that are arguments or constants).
+        return [replace(fallback, method="greedy (costs nothing: optimal)")]
     if deadline.expired():
         return [replace(fallback, method="greedy (no time left for the ILP)")]
     pairs = [(cid, enode) for cid, nodes in classes.items() for enode in nodes]
@@ -258,7 +261,7 @@ def extract(
     integral = np.zeros(len(costs))
     integral[: len(pairs)] = 1
     solution = milp(
-        np.array(costs) * (ILP_SCALE / max(fallback.cost, MIN_COST)),
+        np.array(costs) * (ILP_SCALE / fallback.cost),
         constraints=rows.constraint(len(costs)),
         integrality=integral,
         bounds=Bounds(0.0, 1.0),

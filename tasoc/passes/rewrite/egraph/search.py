@@ -36,7 +36,7 @@ from tasoc.passes.rewrite.backtrack import BacktrackLimits, backtracking_search
 from tasoc.passes.rewrite.egraph.egraph import ARGUMENT, PROJECT, ClassId, EGraph, ENode
 from tasoc.passes.rewrite.egraph.extract import Pricing, extract, to_dag
 from tasoc.passes.rewrite.egraph.saturate import SaturationLimits, saturate
-from tasoc.passes.search import Deadline, Progress, SearchOutcome
+from tasoc.passes.search import Deadline, Progress, SearchOutcome, speedup
 
 MIN_NODE_COST = 1e-12
 """Every e-node costs at least this (seconds), so greedy extraction has no cycles."""
@@ -68,7 +68,8 @@ def egraph_search(
     """The cheapest graph equal to `dag` that saturation and extraction find by
     `deadline` (None: no deadline); it stops for the reason saturation stopped. The
     outcome's `details` are saturation's and extraction's figures (`rounds`, `enodes`,
-    `extraction`, ...) and polishing's (`polish_expanded`, `polish_gain`)."""
+    `extraction`, ...) and polishing's (`polish_expanded`, and `polish_gain`: the
+    extracted graph's cost over the polished one's, None when that costs nothing)."""
     if not isinstance(cost_model, FusedSumCost):
         raise CostError("search=egraph needs a cost model that prices single ops")
     deadline = Deadline.never() if deadline is None else deadline
@@ -109,7 +110,7 @@ def egraph_search(
         priced.update((g, c) for g, c in polish.candidates if g not in priced)
         applied.update(polish.applied)
         details["polish_expanded"] = polish.details["graphs_expanded"]
-        details["polish_gain"] = priced[extracted] / polish.cost_after
+        details["polish_gain"] = speedup(priced[extracted], polish.cost_after)
     candidates = sorted(priced.items(), key=lambda item: item[1])
     best, best_cost = candidates[0]
     return SearchOutcome(
