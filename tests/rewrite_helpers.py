@@ -56,10 +56,10 @@ def assert_equal(before: Dag, after: Dag) -> None:
     assert check.ok, check.summary()
 
 
-def tampered_copy(tmp_path: Path) -> Path:
-    """A copy of the shipped library whose first rule has one op swapped for another
-    but keeps its proof status and digest."""
-    text = library_path().read_text()
+def tampered_copy(tmp_path: Path, keep: int | None = None) -> Path:
+    """A copy of the shipped library (its first `keep` rules, or all) whose first rule
+    has one op swapped for another but keeps its proof status and digest."""
+    text = library_path().read_text() if keep is None else format_rules(LIBRARY[:keep])
     block = format_rules([LIBRARY[0]]).split("\n", 2)[2]
     assert block in text
     edited = block

@@ -465,9 +465,14 @@ def test_a_memory_limit_below_the_weights_fails_when_the_pass_runs(tasoc) -> Non
     assert_one_line_error(result, "equality-rewrite", "impossible memory limit")
 
 
-def test_a_tampered_rule_file_is_refused(tasoc, tmp_path: Path) -> None:
-    tampered = tampered_copy(tmp_path)
-    result = tasoc(
-        "opt", "zoo:nasrnn?hidden=32&length=2", "-p", f'equality-rewrite{{rules="{tampered}"}}'
-    )
-    assert_one_line_error(result, "equality-rewrite", "changed after its proof")
+def test_a_tampered_rule_file_is_proven_and_its_false_rule_never_applied(
+    tasoc, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TASOC_CACHE_DIR", str(tmp_path / "cache"))
+    tampered, report = tampered_copy(tmp_path, keep=3), tmp_path / "report.json"
+    pipeline = f'equality-rewrite{{rules="{tampered}" retime=0}}'
+    result = tasoc("opt", "zoo:nasrnn?hidden=32&length=2", "-p", pipeline, "--report", report)
+    assert result.code == 0, result
+    section = json.loads(report.read_text())["sections"]["equality-rewrite"]
+    assert section["rules_trust"] == "proven on load"
+    assert (section["rules_loaded"], section["rules_not_proven"]) == (2, 1)

@@ -499,3 +499,19 @@ rule relu-after-conv-relu(x: 4, w: 4) {
         ("relu-idempotent", False),
         ("relu-after-conv-relu", True),
     ]
+
+
+@pytest.mark.parametrize("timeout_s", [float("inf"), 1e308, 0.0, -1.0, float("nan"), 1e-6])
+def test_a_timeout_the_prover_cannot_honour_is_refused_before_any_proof(timeout_s: float) -> None:
+    """inf and 1e308 overflow z3's millisecond counter; 0, negative, NaN and below a
+    millisecond leave every rule unknown without saying why."""
+    with pytest.raises(ValueError, match=r"expected a timeout from 0\.001 to 3600 seconds"):
+        prove_rules([MATMUL_COMMUTES], AXIOMS, timeout_s=timeout_s)
+    with pytest.raises(ValueError, match="expected a timeout"):
+        prove_rule(MATMUL_COMMUTES, AXIOMS, timeout_s)
+    with pytest.raises(ValueError, match="expected a timeout"):
+        redundant_axioms(AXIOMS[:2], timeout_s)
+
+
+def test_no_rule_starts_no_worker() -> None:
+    assert prove_rules([], AXIOMS, jobs=1) == []

@@ -12,13 +12,23 @@ Workers are spawned, not forked: a forked child would inherit this process's z3 
 (and any threads), which z3 does not support. Each runs `initializer(*initargs)` once
 (building the axiom theory) before it reports ready; the limit counts from when a task
 is handed over, so the start-up is not charged to the first task.
+
+Ctrl-C belongs to the caller. A terminal sends SIGINT to the whole foreground process
+group, workers included; a worker that took it would die with a traceback of its own
+beside the caller's one-line message. So workers are born ignoring SIGINT (an ignored
+signal stays ignored across the exec that spawning does, and Python keeps it so), and
+the caller, on its KeyboardInterrupt, stops them all (`run_tasks`' `finally`).
 """
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing import get_context
 from multiprocessing.connection import Connection, wait
@@ -26,6 +36,25 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 _READY = "ready"
+
+MAX_JOBS_PER_CORE = 4
+"""At most this many workers per available core: z3 is CPU-bound, so more only costs
+memory (each worker holds its own axiom theory), and a mistyped `--jobs 100000` must
+not start a hundred thousand processes."""
+
+
+def max_jobs() -> int:
+    """The most worker processes `run_tasks` starts on this machine."""
+    return MAX_JOBS_PER_CORE * len(os.sched_getaffinity(0))
+
+
+def check_jobs(jobs: int) -> None:
+    """ValueError unless `jobs` is a worker count `run_tasks` accepts (1 to `max_jobs`)."""
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or not 1 <= jobs <= max_jobs():
+        raise ValueError(
+            f"expected 1 to {max_jobs()} worker processes "
+            f"({MAX_JOBS_PER_CORE} per available core), got {jobs!r}"
+        )
 
 
 @dataclass(frozen=True)
@@ -50,6 +79,9 @@ def run_tasks(
 ) -> Iterator[Any]:
     """The results of `tasks`, in order, from `jobs` worker processes; a task that does
     not answer within `limit_s` seconds of being handed over gets its fallback."""
+    check_jobs(jobs)
+    if not 0 < limit_s < float("inf"):  # NaN too: every deadline would be missed at once
+        raise ValueError(f"the per-task limit must be a positive number of seconds, got {limit_s}")
     pool = _Pool(initializer, initargs, jobs)
     try:
         yield from pool.run(tasks, limit_s)
@@ -59,7 +91,9 @@ def run_tasks(
 
 def _serve(connection: Connection, initializer: Callable[..., None], initargs: tuple) -> None:
     """A worker's loop: initialize, report ready, answer `(index, function, args)`
-    until it is killed."""
+    until it is killed. SIGINT is the caller's (module docstring); ignoring it here
+    again covers a worker started from a thread, where `_start` cannot set it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     initializer(*initargs)
     connection.send(_READY)
     while True:
@@ -69,6 +103,21 @@ def _serve(connection: Connection, initializer: Callable[..., None], initargs: t
         except Exception as error:  # reported to the caller, which replaces this worker
             connection.send((index, False, f"{type(error).__name__}: {error}"))
             return
+
+
+@contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """Ignore SIGINT while a worker is started, so that it is born ignoring it (only the
+    main thread may change a signal's handler; elsewhere `_serve` sets it a moment
+    later)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class _Worker:
@@ -98,7 +147,8 @@ class _Pool:
         process = self._context.Process(
             target=_serve, args=(theirs, self._initializer, self._initargs), daemon=True
         )
-        process.start()
+        with _sigint_ignored():
+            process.start()
         theirs.close()
         return _Worker(process, ours)
 

@@ -52,17 +52,20 @@ pass must apply rules under those conditions.
 Running proofs: z3 objects do not pickle, so `prove_rules` sends `Rule`s to spawned
 worker processes (`tasoc.verify.pool`), each of which builds the axiom formulas once
 (`_theory`) and proves rule after rule in push/pop scopes of one solver; a worker that
-overruns a rule's hard limit is stopped and replaced.
+overruns a rule's hard limit is stopped and replaced. Even one rule is proven in a
+worker: z3's own timeout is soft, and only a process can be stopped.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache, lru_cache, partial
+from pathlib import Path
 from typing import Any
 
 import z3
@@ -84,7 +87,7 @@ from tasoc.ir.rules import (
     ShapeOf,
 )
 from tasoc.ir.traits import Broadcasting
-from tasoc.verify.pool import Task, run_tasks
+from tasoc.verify.pool import Task, check_jobs, run_tasks
 
 MAX_RANK = 4
 """The largest rank the list and matmul shape facts and the identity permutations cover."""
@@ -754,6 +757,15 @@ def _milliseconds(start: float) -> int:
     return round((time.perf_counter() - start) * 1000)
 
 
+@cache
+def prover_fingerprint() -> str:
+    """What a proof depends on besides the rule and the axioms: this module's code (the
+    encoding, the background facts) and z3's version. A cached proof
+    (`tasoc.verify.proof_cache`) is keyed by it, so changing either re-proves."""
+    code = Path(__file__).read_bytes() + z3.get_full_version().encode()
+    return hashlib.sha256(code).hexdigest()
+
+
 @lru_cache(maxsize=4)
 def _theory(axioms: tuple[Rule, ...]) -> _Theory:
     return _Theory(axioms)
@@ -763,7 +775,11 @@ def prove_rule(rule: Rule, axioms: Sequence[Rule], timeout_s: float = 10.0) -> R
     """`rule` with a proof status (`Rule.with_proof`): PROVEN when z3 shows every output
     pair equal under `axioms` and the rule's preconditions, REFUTED when it finds a
     model of the axioms where they differ, UNKNOWN when it gives up or `timeout_s`
-    (for the whole rule) runs out. The detail is one line ("z3 14 ms")."""
+    (for the whole rule) runs out. The detail is one line ("z3 14 ms").
+
+    This proves in the calling process, where only z3's soft timeout applies: for a
+    rule from a file, use `prove_rules`, whose workers are stopped at a hard limit."""
+    check_timeout(timeout_s)
     return _theory(tuple(axioms)).prove(rule, timeout_s)
 
 
@@ -775,12 +791,14 @@ def prove_rules(
     progress: Progress | None = None,
 ) -> list[Rule]:
     """`prove_rule` for each of `rules` (in their order), on `jobs` worker processes
-    (default: one per available core; 1 proves in this process).
+    (default: one per available core, never more than there are rules).
 
     z3's timeout is soft and some problems overrun it by minutes (`tasoc.verify.pool`),
     so a worker that has not answered `hard_limit(timeout_s)` seconds after it was given
-    a rule is stopped and the rule left UNKNOWN. In this process (`jobs=1`) nothing can
-    stop z3, so only the soft timeout applies."""
+    a rule is stopped and the rule left UNKNOWN. That holds for one rule and `jobs=1`
+    too: nothing can stop z3 in this process, so proofs always run in a worker.
+    ValueError for a timeout outside `check_timeout`'s range or a bad `jobs`."""
+    check_timeout(timeout_s)
     tasks = [Task(_prove_task, (rule, timeout_s), partial(_overran, rule)) for rule in rules]
     results: list[Rule] = []
     for done, proven in enumerate(_run(tasks, tuple(axioms), jobs, hard_limit(timeout_s)), 1):
@@ -788,6 +806,23 @@ def prove_rules(
         if progress is not None:
             progress(done, len(rules), proven)
     return results
+
+
+MIN_TIMEOUT_S = 0.001
+"""z3 counts its timeout in whole milliseconds: below one, every rule is unknown."""
+MAX_TIMEOUT_S = 3600.0
+"""An hour per rule: the hardest rule of the 4-op library needs seconds, and beyond
+z3's millisecond counter (49 days) the timeout would overflow."""
+
+
+def check_timeout(timeout_s: float) -> None:
+    """ValueError unless `timeout_s` is a per-rule timeout the prover can honour: from
+    `MIN_TIMEOUT_S` to `MAX_TIMEOUT_S` seconds (not NaN, not infinite)."""
+    if not MIN_TIMEOUT_S <= timeout_s <= MAX_TIMEOUT_S:  # False for NaN
+        raise ValueError(
+            f"expected a timeout from {MIN_TIMEOUT_S:g} to {MAX_TIMEOUT_S:g} seconds, "
+            f"got {timeout_s:g}"
+        )
 
 
 def hard_limit(timeout_s: float) -> float:
@@ -807,6 +842,7 @@ def redundant_axioms(
     operator properties should hold no property that the rest entail). A redundant
     axiom is harmless to soundness but costs the prover time; one that the others
     prove unexpectedly can point at a wrong axiom."""
+    check_timeout(timeout_s)
     tasks = [
         Task(_redundancy_task, (index, timeout_s), _not_redundant) for index in range(len(axioms))
     ]
@@ -844,10 +880,10 @@ def _redundancy_task(index: int, timeout_s: float) -> bool:
 def _run(
     tasks: Sequence[Task], axioms: tuple[Rule, ...], jobs: int | None, limit_s: float
 ) -> Iterator[Any]:
-    """The results of `tasks`, in order, from `jobs` processes that know `axioms`."""
-    jobs = min(jobs or len(os.sched_getaffinity(0)), len(tasks))
-    if jobs <= 1:
-        _init_worker(axioms)
-        yield from (task.function(*task.args) for task in tasks)
-        return
-    yield from run_tasks(tasks, _init_worker, (axioms,), jobs, limit_s)
+    """The results of `tasks`, in order, from `jobs` processes that know `axioms`
+    (never more processes than tasks; none for no task)."""
+    if jobs is not None:
+        check_jobs(jobs)
+    if tasks:
+        jobs = min(jobs or len(os.sched_getaffinity(0)), len(tasks))
+        yield from run_tasks(tasks, _init_worker, (axioms,), jobs, limit_s)

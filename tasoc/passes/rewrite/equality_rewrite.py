@@ -4,15 +4,16 @@
 
 The pass converts `@main` to a light `Dag` once, searches over equal graphs with the
 proven rules of a rule library (`rules=default`), and writes the cheapest graph found
-back into the module. Only proven rules with a current proof are applied
-(`library.load_library`), each in both directions. Two searches: equality saturation
-with ILP extraction (`egraph/`, the default: on every model of TASO's evaluation it
-finds graphs at least as cheap as backtracking's, in less time, and only its batch
-chains reach nasrnn's measured CPU speedup) and TASO's backtracking search
-(`backtrack.py`, `search=backtrack`). With `split-size`, a large graph is searched in
-pieces (`split.py`, MetaFlow's split); with `retime`, the best candidates are timed
-end to end under JAX before one is chosen (`retime.py`). The cost is a `tasoc.cost`
-model (`cost=analytic` by default).
+back into the module. Only proven rules are applied, each in both directions: the
+shipped library's as it stands, any other file's once z3 has proven them
+(`library.load_library`; proving is not charged to `timeout`). Two searches:
+equality saturation with ILP extraction (`egraph/`, the default: on every model of
+TASO's evaluation it finds graphs at least as cheap as backtracking's, in less time,
+and only its batch chains reach nasrnn's measured CPU speedup) and TASO's backtracking
+search (`backtrack.py`, `search=backtrack`). With `split-size`, a large graph is
+searched in pieces (`split.py`, MetaFlow's split); with `retime`, the best candidates
+are timed end to end under JAX before one is chosen (`retime.py`). The cost is a
+`tasoc.cost` model (`cost=analytic` by default).
 
 `timeout` bounds the whole pass, re-timing included: the search gets `SEARCH_SHARE` of
 it when candidates are re-timed, re-timing the rest (`tasoc.passes.search.Deadline`).
@@ -53,7 +54,7 @@ from tasoc.passes.progress import progress_bar
 from tasoc.passes.report import current_report
 from tasoc.passes.rewrite.backtrack import BacktrackLimits, backtracking_search
 from tasoc.passes.rewrite.egraph import EGraphLimits, egraph_search
-from tasoc.passes.rewrite.library import Library, library_path, load_library
+from tasoc.passes.rewrite.library import Library, check_rule_file, library_path, load_library
 from tasoc.passes.rewrite.match import directed, find_matches
 from tasoc.passes.rewrite.retime import keep_measured_fastest
 from tasoc.passes.rewrite.split import optimize_in_pieces
@@ -122,23 +123,24 @@ class EqualityRewritePass(ModulePass):
         check_at_least(self, "seed", 0)
         check_byte_size(self, "memory_limit")
         try:
-            rule_file = library_path(self.rules)
+            check_rule_file(library_path(self.rules))
         except RuleError as err:
             raise ValueError(f"rules: {err}") from None
-        if not rule_file.is_file():
-            raise ValueError(f"rules: no rule file '{self.rules}'")
 
     @property
     def memory_limit_bytes(self) -> int | None:
         return None if self.memory_limit is None else parse_byte_size(self.memory_limit)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        library, cost_model = self._load()  # proving a rule file is not the search's time
         deadline = Deadline.after(self.timeout)
-        library, cost_model = self._load()
         graph = dag_module.from_module(op)
         rules = directed(library.rules)
         section = current_report().section(self.name)
         section.update(self._settings(library, cost_model))
+        if not rules:
+            section.update(note=f"no rule of {library.path} is proven; the graph is unchanged")
+            return
         if next(find_matches(graph, rules), None) is None:
             section.update(note="no rule matches this graph; it is returned unchanged")
             return
@@ -166,9 +168,7 @@ class EqualityRewritePass(ModulePass):
             "budget": self.budget,
             "timeout_s": self.timeout,
             "cost_model": cost_model.describe(),
-            "rules": str(library.path),
-            "rules_loaded": len(library.rules),
-            "rules_not_proven": len(library.unproven),
+            **library.report(),
         }
 
     def _search_and_retime(

@@ -1,27 +1,49 @@
-"""The rule libraries the equality-rewrite pass applies, and loading them safely.
+"""The rule libraries the equality-rewrite pass applies, and which of their rules it trusts.
 
 A rule file is text (`tasoc.ir.rules` format). The shipped library,
 `rules/default.rules`, holds the rules `tasoc rules generate` found for the default
 operator set, each proven by `tasoc rules verify`; the header of the file records the
-command that regenerates it (`make rules`).
+command that regenerates it (`make rules`), which also records the file's SHA-256
+beside it (`default.rules.sha256`).
 
-Loading is where trust is decided: only rules whose proof status is `proven` *and*
-whose proof digest still matches the rule are applied. A rule edited after it was
-proven (a tampered file) makes the whole file unusable with a one-line error, since a
-file that was changed once may be wrong elsewhere; an unproven rule is skipped and
-counted.
+Loading is where trust is decided (docs/rules.md, "Trust"):
+
+* The shipped library is applied as it stands, its proofs taken from the file, only
+  when it *is* the file the installed package ships: its resolved path is the
+  package's, and its content hashes to the recorded SHA-256. A copy of it elsewhere,
+  or an edited one, is any other file.
+* In any other file, what a rule says of its proof (status, digest) is not believed:
+  a digest is a checksum anyone can recompute, not a proof. Each rule the file gives
+  as proven or unchecked is proven with z3 from the axioms before it is applied
+  (`tasoc.verify.proof_cache.prove_with_cache`: a proof is remembered per rule, so
+  only the first run pays), `PROOF_TIMEOUT_S` per rule. Rules z3 does not prove are
+  dropped and counted by reason. Rules the file itself marks refuted or unknown are
+  dropped without a try (`tasoc rules verify` retries them).
+
+Proving is a precondition of the pass, not part of its search, so it is not charged to
+the pass's `timeout`; each proof has its own hard limit (`prover.hard_limit`).
+
+A rule file is read only if it is a regular file of at most `max_rule_file_bytes()`
+(64 MiB unless `TASOC_MAX_RULE_FILE_BYTES` says otherwise): `rules=/dev/zero` would
+otherwise read until memory runs out, and a FIFO would block.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import stat
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from importlib.resources import files
 from os import PathLike
 from pathlib import Path
+from typing import Any, Literal
 
 from tasoc.ir.rule_text import parse_rules
 from tasoc.ir.rules import Proof, Rule, RuleError
+from tasoc.passes.progress import progress_bar
 
 DEFAULT_LIBRARY = "default"
 """The name of the shipped library (`rules=default` in the pass options)."""
@@ -29,12 +51,25 @@ DEFAULT_LIBRARY = "default"
 REGENERATE = "make rules"
 """The command that regenerates the shipped library (see the Makefile)."""
 
+DIGEST_SUFFIX = ".sha256"
+"""A shipped library's recorded SHA-256 is in the file of its name plus this suffix, in
+`sha256sum`'s format (`make rules` writes it)."""
+
+PROOF_TIMEOUT_S = 10.0
+"""z3's timeout per rule when a rule file is proven on load (`tasoc rules verify`'s
+default)."""
+
+MAX_RULE_FILE_BYTES = 64 * 2**20
+"""The largest rule file read: the 4-operator library of 3,539 rules is about 2 MB."""
+MAX_RULE_FILE_ENV = "TASOC_MAX_RULE_FILE_BYTES"
+"""Environment variable that raises (or lowers) `MAX_RULE_FILE_BYTES`, in bytes."""
+
 
 def library_path(name_or_path: str | PathLike[str] = DEFAULT_LIBRARY) -> Path:
     """The file of a shipped library by name (`default`), or the given path."""
     text = str(name_or_path)
     if "/" not in text and not text.endswith(".rules"):
-        shipped = Path(str(files("tasoc.passes.rewrite") / "rules" / f"{text}.rules"))
+        shipped = _shipped_folder() / f"{text}.rules"
         if not shipped.is_file():
             raise RuleError(
                 f"unknown rule library '{text}' (shipped: {', '.join(shipped_libraries())})"
@@ -44,19 +79,130 @@ def library_path(name_or_path: str | PathLike[str] = DEFAULT_LIBRARY) -> Path:
 
 
 def shipped_libraries() -> list[str]:
-    directory = Path(str(files("tasoc.passes.rewrite") / "rules"))
-    return sorted(path.stem for path in directory.glob("*.rules"))
+    return sorted(path.stem for path in _shipped_folder().glob("*.rules"))
+
+
+def _shipped_folder() -> Path:
+    return Path(str(files("tasoc.passes.rewrite") / "rules"))
+
+
+# ------------------------------------------------------------------------- reading
+
+
+def max_rule_file_bytes() -> int:
+    """`MAX_RULE_FILE_BYTES`, or the positive integer `TASOC_MAX_RULE_FILE_BYTES` gives."""
+    text = os.environ.get(MAX_RULE_FILE_ENV)
+    if text is None:
+        return MAX_RULE_FILE_BYTES
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise RuleError(f"{MAX_RULE_FILE_ENV} must be a positive number of bytes, got '{text}'")
+    return value
+
+
+def check_rule_file(path: str | PathLike[str]) -> None:
+    """RuleError unless `path` is a rule file that `read_rules` will read: it exists, is
+    a regular file (after symbolic links) and is not larger than the limit."""
+    try:
+        info = os.stat(path)
+    except OSError as err:
+        if isinstance(err, FileNotFoundError):
+            raise RuleError(f"no rule file '{path}'") from None
+        raise RuleError(f"cannot read rule file '{path}': {err.strerror or err}") from None
+    _check_file_info(path, info)
+
+
+def _check_file_info(path: str | PathLike[str], info: os.stat_result) -> None:
+    if not stat.S_ISREG(info.st_mode):
+        raise RuleError(f"rule file '{path}' is not a regular file")
+    limit = max_rule_file_bytes()
+    if info.st_size > limit:
+        raise RuleError(_too_large(path, limit))
+
+
+def _too_large(path: str | PathLike[str], limit: int) -> str:
+    return (
+        f"rule file '{path}' is larger than the limit of {limit} bytes "
+        f"(set {MAX_RULE_FILE_ENV} to raise it)"
+    )
+
+
+def _read_bytes(path: str | PathLike[str]) -> bytes:
+    """The content of a rule file (`check_rule_file`'s conditions, checked on the open
+    file: a path swapped for a FIFO after a check must not block the read)."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as err:
+        raise RuleError(f"cannot read rule file '{path}': {err.strerror or err}") from None
+    try:
+        _check_file_info(path, os.fstat(descriptor))
+    except RuleError:
+        os.close(descriptor)
+        raise
+    limit = max_rule_file_bytes()
+    with os.fdopen(descriptor, "rb") as handle:
+        try:
+            content = handle.read(limit + 1)
+        except OSError as err:
+            raise RuleError(f"cannot read rule file '{path}': {err.strerror or err}") from None
+    if len(content) > limit:  # it grew since the check
+        raise RuleError(_too_large(path, limit))
+    return content
+
+
+def _parse(path: str | PathLike[str], content: bytes) -> list[Rule]:
+    try:
+        return parse_rules(content.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise RuleError(f"cannot read rule file '{path}': {err}") from None
+    except RuleError as err:
+        raise RuleError(f"{path}: {err}") from None
+
+
+def read_rules(path: str | PathLike[str]) -> list[Rule]:
+    """All rules of a file, whatever their proof status; RuleError naming the file."""
+    return _parse(path, _read_bytes(path))
+
+
+# ------------------------------------------------------------------------- trusting
+
+
+def is_shipped(path: Path, content: bytes) -> bool:
+    """Whether `path`, read as `content`, is a library the installed package ships,
+    unchanged since `make rules` recorded its SHA-256."""
+    resolved = path.resolve()
+    if resolved.parent != _shipped_folder().resolve() or resolved.suffix != ".rules":
+        return False
+    recorded = resolved.with_name(resolved.name + DIGEST_SUFFIX)
+    try:
+        expected = recorded.read_text(encoding="ascii").split()[0]
+    except (OSError, UnicodeDecodeError, IndexError):
+        return False
+    return hashlib.sha256(content).hexdigest() == expected
 
 
 @dataclass(frozen=True)
 class Library:
-    """The rules of one file that may be applied, and what was left out."""
+    """The rules of one file that may be applied, and what was left out and why."""
 
     path: Path
     rules: tuple[Rule, ...]
-    """Proven rules whose proof is current: the ones a pass applies."""
+    """Proven rules: the ones a pass applies."""
     unproven: tuple[Rule, ...]
-    """Rules refuted, unknown or unchecked: never applied."""
+    """Rules refuted, unknown or not tried: never applied."""
+    trust: Literal["shipped", "proven on load"]
+    """Whose proofs were believed: the shipped file's, or z3's in this process."""
+    dropped: Mapping[str, int] = field(default_factory=dict)
+    """How many rules were left out, by reason."""
+    from_cache: int = 0
+    """Rules whose proof came from the proof cache."""
+    proof_cache: Path | None = None
+    """The proof cache's folder, when one was used."""
+    cache_problem: str | None = None
+    """Why no proof cache was used (`proof_cache.ProofCache.problem`)."""
 
     def op_counts(self) -> Counter[str]:
         """How many applicable rules mention each op (in either pattern)."""
@@ -65,35 +211,72 @@ class Library:
             counts.update({op.op for pattern in (rule.src, rule.tgt) for op in pattern.ops})
         return counts
 
+    def report(self) -> dict[str, Any]:
+        """The library's keys in a pass's run report (docs/rewrite.md)."""
+        keys: dict[str, Any] = {
+            "rules": str(self.path),
+            "rules_loaded": len(self.rules),
+            "rules_not_proven": len(self.unproven),
+            "rules_trust": self.trust,
+        }
+        if self.trust == "proven on load":
+            keys.update(
+                rules_from_proof_cache=self.from_cache,
+                rules_dropped=dict(sorted(self.dropped.items())),
+                proof_cache=str(self.proof_cache or f"not used: {self.cache_problem}"),
+            )
+        return keys
 
-def read_rules(path: str | PathLike[str]) -> list[Rule]:
-    """All rules of a file, whatever their proof status; RuleError naming the file."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        reason = err.strerror if isinstance(err, OSError) and err.strerror else err
-        raise RuleError(f"cannot read rule file '{path}': {reason}") from None
-    try:
-        return parse_rules(text)
-    except RuleError as err:
-        raise RuleError(f"{path}: {err}") from None
 
-
-def load_library(name_or_path: str | PathLike[str] = DEFAULT_LIBRARY) -> Library:
-    """The applicable rules of a library (see the module docstring)."""
+def load_library(
+    name_or_path: str | PathLike[str] = DEFAULT_LIBRARY,
+    *,
+    cache_dir: Path | None = None,
+    jobs: int | None = None,
+) -> Library:
+    """The applicable rules of a library (see the module docstring); proofs of a file
+    that is not the shipped library are cached in `cache_dir` (default:
+    `proof_cache.default_directory()`) and run on `jobs` processes."""
     path = library_path(name_or_path)
-    rules = read_rules(path)
-    stale = [
-        rule
-        for rule in rules
-        if rule.proof.status is not Proof.UNCHECKED and not rule.proof_is_current
-    ]
-    if stale:
-        raise RuleError(
-            f"{path}: rule '{stale[0].name}' was changed after its proof status was given "
-            f"({len(stale)} such rule{'s' if len(stale) > 1 else ''}); the file is not used — "
-            f"run 'tasoc rules verify {path}' to prove it again"
+    content = _read_bytes(path)
+    rules = _parse(path, content)
+    if is_shipped(path, content):
+        current = [rule.is_proven and rule.proof_is_current for rule in rules]
+        return Library(
+            path,
+            tuple(rule for rule, ok in zip(rules, current, strict=True) if ok),
+            tuple(rule for rule, ok in zip(rules, current, strict=True) if not ok),
+            "shipped",
         )
-    proven = tuple(rule for rule in rules if rule.is_proven)
-    unproven = tuple(rule for rule in rules if not rule.is_proven)
-    return Library(path, proven, unproven)
+    return _prove_on_load(path, rules, cache_dir, jobs)
+
+
+def _prove_on_load(
+    path: Path, rules: list[Rule], cache_dir: Path | None, jobs: int | None
+) -> Library:
+    from tasoc.verify.axioms import load_axioms
+    from tasoc.verify.proof_cache import FROM_CACHE, ProofCache, prove_with_cache
+
+    axioms = load_axioms()
+    cache = ProofCache.open(axioms, cache_dir)
+    claimed = {Proof.PROVEN, Proof.UNCHECKED}
+    tried = [rule for rule in rules if rule.proof.status in claimed]
+    not_tried = [rule for rule in rules if rule.proof.status not in claimed]
+    with progress_bar(f"proving {path.name}", "rule", total=len(tried), delay=1.0) as update:
+        checked = prove_with_cache(
+            tried, axioms, cache, PROOF_TIMEOUT_S, jobs, lambda done, total: update(done)
+        )
+    proven = tuple(rule for rule in checked if rule.is_proven)
+    failed = [rule for rule in checked if not rule.is_proven]
+    dropped = Counter(f"marked {rule.proof.status.value} in the file" for rule in not_tried)
+    dropped.update(f"z3: {rule.proof.status.value}" for rule in failed)
+    return Library(
+        path,
+        proven,
+        (*not_tried, *failed),
+        "proven on load",
+        dropped,
+        sum(rule.proof.detail == FROM_CACHE for rule in proven),
+        cache.directory,
+        cache.problem,
+    )
