@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
 import sys
 from typing import NoReturn
 
@@ -33,6 +34,17 @@ class DriverError(Exception):
 
 class UsageError(DriverError):
     """The command line itself is wrong (unknown option, missing argument)."""
+
+
+class Terminated(BaseException):
+    """A termination signal (SIGTERM, SIGHUP) raised as an exception in the main thread,
+    as Python does with SIGINT (KeyboardInterrupt), so that cleanup runs on the way out:
+    staged outputs are discarded (`outputs.py`), nothing is left half-written. Not an
+    `Exception`, so that no `except Exception` on the way can swallow it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
 
 
 class OneLineArgumentParser(argparse.ArgumentParser):
@@ -113,7 +125,11 @@ def report_failure(exc: BaseException) -> int:
     """
     if isinstance(exc, KeyboardInterrupt):
         print(f"{PREFIX}interrupted", file=sys.stderr)
-        return 130
+        return 128 + signal.SIGINT
+    if isinstance(exc, Terminated):
+        # The shell's convention for a process a signal ended: 128 + its number.
+        print(f"{PREFIX}terminated by {signal.Signals(exc.signum).name}", file=sys.stderr)
+        return 128 + exc.signum
     message = describe(exc)
     if message is None:
         if os.environ.get(DEBUG_ENV) == "1":

@@ -17,8 +17,9 @@ changes is what a compiler driver owes its users:
   it (`weights.py`), and go to `-o OUT.onnx` or beside `-o OUT`;
 - errors: one line `tasoc: error: ...` with `file:line:col` (`errors.py`), also for
   verifier failures, and bad pipelines named pass by pass;
-- `-o OUT` (and the `.npz`) are written atomically, so a failure never leaves them
-  half-written;
+- `-o OUT`, the `.npz` beside it and `--report` are one `Outputs` transaction
+  (`outputs.py`): checked before any work, committed together or not at all, special
+  files (`-`, FIFOs, devices) written through, colliding paths refused;
 - `--verify-each` checks numeric equivalence after every pass; `--report` writes a
   JSON `RunReport` (timings, op counts, the passes' own sections); `--seed` is in it;
 - `--time-passes` and `--pass-statistics` (`statistics.py`) print on stderr (as
@@ -32,12 +33,12 @@ import io
 import json
 import os
 import sys
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Sequence
+from contextlib import nullcontext, redirect_stdout
 from importlib.metadata import version
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING
 
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
@@ -69,6 +70,7 @@ from tasoc.driver.onnx_bridge import (
     weights_path,
     write_npz,
 )
+from tasoc.driver.outputs import STDOUT, Outputs, StagedOutput
 from tasoc.driver.pass_options import build_pass
 from tasoc.driver.plugins import load_pass_plugin
 from tasoc.driver.sources import (
@@ -96,84 +98,12 @@ def op_counts(module: ModuleOp) -> dict[str, int]:
     return dict(Counter(op.name for op in module.walk() if op is not module))
 
 
-class AtomicOutput:
-    """A file written beside its destination and moved over it only on success.
+class _TextBuffer(io.StringIO):
+    """The text IR of a run, kept until the outputs are committed: xDSL closes the
+    stream it printed to, and closing a StringIO would drop its text."""
 
-    `os.replace` within one directory is atomic, so readers see the old file or the
-    new one, and an error midway leaves an existing file untouched. `stream` takes
-    text, or bytes when `binary` (an ONNX model, an `.npz`).
-    """
-
-    def __init__(self, path: str, binary: bool = False) -> None:
-        self.path = path
-        directory = os.path.dirname(os.path.abspath(path))
-        try:
-            descriptor, self._temp_path = tempfile.mkstemp(
-                prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory
-            )
-        except OSError as err:
-            raise DriverError(f"cannot write '{path}': {err.strerror or err}") from None
-        self.stream: IO[Any] = (
-            os.fdopen(descriptor, "wb") if binary else os.fdopen(descriptor, "w", encoding="utf-8")
-        )
-
-    def commit(self) -> None:
-        self.stream.close()
-        try:
-            os.chmod(self._temp_path, self._mode())
-            os.replace(self._temp_path, self.path)
-        except OSError as err:
-            self.discard()
-            raise DriverError(f"cannot write '{self.path}': {err.strerror or err}") from None
-
-    def discard(self) -> None:
-        self.stream.close()
-        if os.path.exists(self._temp_path):
-            os.unlink(self._temp_path)
-
-    def _mode(self) -> int:
-        """The replaced file's permissions, or the umask's default for a new file
-        (mkstemp's private 0600 would surprise the user)."""
-        try:
-            return os.stat(self.path).st_mode & 0o777
-        except OSError:
-            umask = os.umask(0)
-            os.umask(umask)
-            return 0o666 & ~umask
-
-
-class OnnxOutput:
-    """`-o OUT.onnx`: the model, and `OUT.onnx.data` when it needs external data (over
-    2 GiB), staged beside OUT and moved into place on commit, like AtomicOutput."""
-
-    def __init__(self, path: str) -> None:
-        from tasoc.backends.onnx.files import StagedOnnx
-
-        self.path = path
-        try:
-            self._staged = StagedOnnx(path)
-        except OSError as err:
-            raise DriverError(f"cannot write '{path}': {err.strerror or err}") from None
-
-    def write(self, model: onnx.ModelProto) -> None:
-        from tasoc.backends.onnx import OnnxExportError
-
-        try:
-            self._staged.write(model)
-        except OnnxExportError as err:
-            raise DriverError(f"cannot export to ONNX: {err}") from None
-        except OSError as err:
-            raise DriverError(f"cannot write '{self.path}': {err.strerror or err}") from None
-
-    def commit(self) -> None:
-        try:
-            self._staged.commit()
-        except OSError as err:
-            self.discard()
-            raise DriverError(f"cannot write '{self.path}': {err.strerror or err}") from None
-
-    def discard(self) -> None:
-        self._staged.discard()
+    def close(self) -> None:
+        """Keep the text (see the class docstring)."""
 
 
 class TasocOptMain(xDSLOptMain):
@@ -184,10 +114,11 @@ class TasocOptMain(xDSLOptMain):
     def __init__(self, args: Sequence[str]) -> None:
         self.sources = SourceMap()
         self._line_offset = 0
-        self._outputs: list[AtomicOutput | OnnxOutput] = []
-        """`-o OUT` and the `.npz` beside it, committed together when the run succeeds."""
-        self._onnx_output: OnnxOutput | None = None
-        self._weights_output: AtomicOutput | None = None
+        self._program_output: StagedOutput | None = None
+        """`-o OUT`: text IR, or an ONNX model when `_writes_onnx`."""
+        self._weights_output: StagedOutput | None = None
+        self._report_output: StagedOutput | None = None
+        self._text = _TextBuffer()
         self._input_format = MLIR
         self._weights: dict[str, np.ndarray] | None = None
         """The weight values of the input, by `@main` argument name: an ONNX input's
@@ -198,6 +129,8 @@ class TasocOptMain(xDSLOptMain):
         self._ops_before: dict[str, int] = {}
         self._module_before_pass: ModuleOp | None = None
         super().__init__(description="Optimize a tasoc program with a pass pipeline.", args=args)
+        if self.args.output_file == STDOUT:
+            self.args.output_file = None
         self.report = RunReport(
             input=input_name(self.args.input_file), pipeline=self.args.passes, seed=self.args.seed
         )
@@ -215,6 +148,16 @@ class TasocOptMain(xDSLOptMain):
             # printing to stdout needs none, and a large model's .npz takes seconds.
             if found is not None and (found.beside is None or self.args.output_file):
                 self._weights_file = found
+        if self._writes_onnx() and (self.args.verify_diagnostics or self.args.parsing_diagnostics):
+            raise UsageError(
+                "--verify-diagnostics and --parsing-diagnostics write diagnostics as text, "
+                "which an .onnx output cannot hold; write text IR instead"
+            )
+        weights_input = self._weights_file.path if self._weights_file is not None else None
+        self.outputs = Outputs(
+            path for path in (self.args.input_file, weights_input) if path is not None
+        )
+        """Every file the run writes, committed together when it succeeds (`run`)."""
 
     # ----------------------------------------------------------------- registration
     def register_all_arguments(self, arg_parser: argparse.ArgumentParser) -> None:
@@ -385,30 +328,30 @@ class TasocOptMain(xDSLOptMain):
         return path is not None and os.path.splitext(path)[1] == f".{ONNX}"
 
     def prepare_output(self) -> IO[str]:
-        """The stream xDSL prints text IR to. The files are opened here, before any
-        work, so that a bad `-o` path fails first."""
+        """The stream xDSL prints text IR to: stdout, or a buffer written to `-o OUT` on
+        commit. Every output is declared here, before any work, so that a bad or
+        colliding path fails first; -o may be INPUT (replaced once the run succeeded,
+        as mlir-opt allows), the report may not."""
         path = self.args.output_file
-        if path is None:
-            return sys.stdout
-        if self._writes_onnx():
-            self._onnx_output = OnnxOutput(path)
-            self._outputs.append(self._onnx_output)
-            return io.StringIO()  # the text IR goes nowhere; the model is written instead
-        self._outputs.append(AtomicOutput(path))
-        if self._input_format == ONNX or self._weights_file is not None:
-            self._weights_output = AtomicOutput(weights_path(path), binary=True)
-            self._outputs.append(self._weights_output)
-        return self._outputs[0].stream
+        self._program_output = self.outputs.declare(path, "-o", may_replace_input=True)
+        takes_values = self._input_format == ONNX or self._weights_file is not None
+        if path is not None and not self._writes_onnx() and takes_values:
+            self._weights_output = self.outputs.declare(
+                weights_path(path), "the weights beside -o", may_replace_input=True
+            )
+        self._report_output = self.outputs.declare(self.args.report, "--report")
+        return sys.stdout if self._program_output is None else self._text
 
     def output_resulting_program(self, prog: ModuleOp) -> str:
-        """Text IR for xDSL to print, after writing what goes beside or instead of it:
+        """Text IR for xDSL to print, after staging what goes beside or instead of it:
         the `.npz` of the input's weights, or the ONNX model for `-o OUT.onnx`."""
         if self._weights_output is not None and self._weights is not None:
-            write_npz(self._weights_output.stream, program_weights(prog, self._weights))
-        if self._onnx_output is None:
+            with self._weights_output.open(binary=True) as stream:
+                write_npz(stream, program_weights(prog, self._weights))
+        if not self._writes_onnx():
             return super().output_resulting_program(prog)
-        model = export_model(prog, self._weights, self.args.seed)
-        self._onnx_output.write(model)
+        assert self._program_output is not None
+        self._stage_onnx(self._program_output, export_model(prog, self._weights, self.args.seed))
         if self._weights is None and takes_weights(prog):
             self._notes.append(
                 f"{self.args.output_file} has random weights (--seed {self.args.seed}): "
@@ -416,27 +359,42 @@ class TasocOptMain(xDSLOptMain):
             )
         return ""
 
-    def run(self) -> None:
-        """Run as xdsl-opt does, then move `-o` (with its `.npz`) and the report into
-        place together.
+    @staticmethod
+    def _stage_onnx(output: StagedOutput, model: onnx.ModelProto) -> None:
+        """The model, and its external data file when it needs one (over 2 GiB), staged
+        for `-o OUT.onnx`; a FIFO or device takes a model that fits in one file."""
+        from tasoc.backends.onnx import OnnxExportError
+        from tasoc.backends.onnx.files import fits_in_protobuf, write_onnx_files
 
-        The report file is opened first, so a bad `--report` path fails before any work.
-        """
-        report_output = AtomicOutput(self.args.report) if self.args.report else None
         try:
-            with reporting(self.report):
+            if output.destination.special and fits_in_protobuf(model):
+                with output.open(binary=True) as stream:
+                    stream.write(model.SerializeToString())
+                return
+            with output.directory() as directory:
+                write_onnx_files(model, directory, output.name)
+        except OnnxExportError as err:
+            raise DriverError(f"cannot export to ONNX: {err}") from None
+
+    def run(self) -> None:
+        """Run as xdsl-opt does, then commit `-o` (with its `.npz`) and the report
+        together; on any failure (an interrupt included) none of them is written.
+
+        With `--verify-diagnostics` or `--parsing-diagnostics`, `-o OUT` gets what
+        stdout would have: each chunk's IR or the diagnostic xDSL prints in its place
+        (a failing chunk is the run's result then, and exit status 0)."""
+        with self.outputs:
+            diagnostics = self.args.verify_diagnostics or self.args.parsing_diagnostics
+            to_file = diagnostics and self.args.output_file is not None
+            with reporting(self.report), redirect_stdout(self._text) if to_file else nullcontext():
                 super().run()
-            if report_output is not None:
-                json.dump(self.report.to_json(), report_output.stream, indent=2, sort_keys=True)
-                report_output.stream.write("\n")
-        except BaseException:
-            for output in [*self._outputs, report_output]:
-                if output is not None:
-                    output.discard()
-            raise
-        for output in [*self._outputs, report_output]:
-            if output is not None:
-                output.commit()
+            if self._program_output is not None and not self._writes_onnx():
+                with self._program_output.open() as stream:
+                    stream.write(self._text.getvalue())
+            if self._report_output is not None:
+                with self._report_output.open() as stream:
+                    json.dump(self.report.to_json(), stream, indent=2, sort_keys=True)
+                    stream.write("\n")
         for message in self._notes:
             note(message)
         if self.args.pass_statistics and self.report.passes:

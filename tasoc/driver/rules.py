@@ -13,14 +13,13 @@ Anything a rule file or an option gets wrong is a one-line `tasoc: error:`.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 from tasoc.driver.errors import DriverError, OneLineArgumentParser, non_negative_int
-from tasoc.driver.opt import AtomicOutput
+from tasoc.driver.outputs import check_destination, write_output
 from tasoc.ir.rule_text import format_rules
 from tasoc.ir.rules import Proof, Rule, RuleError
 from tasoc.passes.progress import progress_bar
@@ -41,6 +40,7 @@ def rules_command(argv: Sequence[str]) -> int:
 def _generate(args: argparse.Namespace) -> int:
     from tasoc.passes.rewrite.generator import generate
 
+    output = check_destination(args.output, "-o")  # a bad path fails before the work
     ops = [op.strip() for op in args.ops.split(",")] if args.ops else None
     with progress_bar("enumerating") as progress:
         try:
@@ -62,7 +62,7 @@ def _generate(args: argparse.Namespace) -> int:
             print(f"dropped {rule.name}: {rule.proof.status.value} ({rule.proof.detail})")
         if not args.keep_unproven:
             rules = [rule for rule in rules if rule.is_proven]
-    _write_rules(rules, args.output, header)
+    _write_rules(rules, output, header)
     return 0
 
 
@@ -90,19 +90,20 @@ def _guard(rules: Sequence[Rule], examples: Any) -> tuple[list[Rule], int]:
 def _verify(args: argparse.Namespace) -> int:
     from tasoc.passes.rewrite.library import read_rules
 
+    output = check_destination(args.output, "-o")  # a bad path fails before the proofs
     rules = read_rules(args.file)
     proven, summary = _prove(rules, args.timeout, args.jobs)
     failures = [rule for rule in proven if not rule.is_proven]
     for rule in failures:
         print(f"{rule.name}: {rule.proof.status.value} ({rule.proof.detail})")
     print(f"{args.file}: {summary}")
-    if args.output:
-        _write_rules(proven, args.output, [f"verified by: tasoc rules verify ({summary})"])
-    if failures:
+    if failures:  # -o is written only when every rule is proven: exit 1 writes nothing
         raise DriverError(
             f"{len(failures)} of {len(rules)} rules in {args.file} are not proven "
             f"(first: {failures[0].name}, {failures[0].proof.status.value})"
         )
+    if args.output:
+        _write_rules(proven, output, [f"verified by: tasoc rules verify ({summary})"])
     return 0
 
 
@@ -195,18 +196,10 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _write_rules(rules: Sequence[Rule], output: str | None, header: Sequence[str]) -> None:
-    text = format_rules(rules, header=header)
-    if output is None:
-        sys.stdout.write(text)
-        return
-    target = AtomicOutput(output)
-    try:
-        target.stream.write(text)
-    except BaseException:
-        target.discard()
-        raise
-    target.commit()
-    print(f"wrote {len(rules)} rules to {output}")
+    """The rule file to `output` (None: stdout), atomically (`outputs.write_output`)."""
+    write_output(output, "-o", format_rules(rules, header=header))
+    if output is not None:
+        print(f"wrote {len(rules)} rules to {output}")
 
 
 def _print_lines(lines: Sequence[str]) -> None:

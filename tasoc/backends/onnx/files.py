@@ -4,7 +4,9 @@ external data.
 `load_model` turns a path, serialized bytes or a ModelProto into a checked ModelProto
 with its external tensors read in (from beside the model's file), or raises
 OnnxImportError with one line. `save_onnx` writes a model atomically, its large
-tensors to a data file beside it when the model is over the limit (or when asked).
+tensors to a data file beside it when the model is over the limit (or when asked);
+`write_onnx_files` writes the same files into a staging directory for a caller that
+commits them itself.
 Nothing here knows what the graph computes.
 """
 
@@ -156,63 +158,47 @@ def save_onnx(
     initializers of at least EXTERNAL_DATA_THRESHOLD bytes go to `external_data_path(path)`
     and the model file keeps references to them; `onnx.load(path)`, onnxruntime and
     `import_onnx(path)` read the pair. `model` is left as it was.
+
+    The files are staged in a private directory beside `path` (`write_onnx_files`) and
+    moved into place with `os.replace`, atomic within one file system; the data file
+    moves first, so a model file is never seen without its data. (The `tasoc` driver
+    stages them with its other outputs instead: `tasoc.driver.outputs`.)
     """
-    staged = StagedOnnx(path)
+    target = Path(path)
+    stage = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     try:
-        staged.write(model, external_data)
-        staged.commit()
-    except BaseException:
-        staged.discard()
-        raise
+        for staged in write_onnx_files(model, stage, target.name, external_data):
+            os.replace(staged, target.parent / staged.name)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
 
 
-class StagedOnnx:
-    """An ONNX model (and its external data file) staged in a private directory beside
-    its destination, moved into place by `commit`.
+def write_onnx_files(
+    model: onnx.ModelProto, directory: Path, name: str, external_data: bool | None = None
+) -> list[Path]:
+    """Serialize `model` into `directory` as `name` (and `name.data` with external data,
+    see `save_onnx`), check it, and return the files written, data file first.
 
-    The files are written under their final names, so the model's reference to its data
-    file holds both in the staging directory, where `onnx.checker` checks them by path,
-    and after the move. Creating the stage up front makes a bad destination fail before
-    any work. `os.replace` within one file system is atomic; the data file moves first,
-    so a model file is never seen without its data. (Files made in the stage get the
-    umask's default mode; only the directory is private.)
-    """
-
-    def __init__(self, path: str | PathLike[str]) -> None:
-        self.target = Path(path)
-        self.directory = Path(
-            tempfile.mkdtemp(prefix=f".{self.target.name}.", dir=self.target.parent)
+    The files get their final names, so the model's reference to its data file holds
+    both here, where `onnx.checker` checks them by path, and once moved beside each
+    other elsewhere: `directory` is a stage, not the destination."""
+    fits = fits_in_protobuf(model)
+    if external_data is None:
+        external_data = not fits
+    elif not external_data and not fits:
+        raise OnnxExportError(
+            f"the model has {model.ByteSize() / 2**30:.1f} GiB, more than one protobuf "
+            "holds (2 GiB); write it with external data"
         )
-        self.written: list[Path] = []
-
-    def write(self, model: onnx.ModelProto, external_data: bool | None = None) -> None:
-        """Serialize `model` into the stage and check it (see `save_onnx`)."""
-        fits = fits_in_protobuf(model)
-        if external_data is None:
-            external_data = not fits
-        elif not external_data and not fits:
-            raise OnnxExportError(
-                f"the model has {model.ByteSize() / 2**30:.1f} GiB, more than one protobuf "
-                "holds (2 GiB); write it with external data"
-            )
-        model_file = self.directory / self.target.name
-        if external_data:
-            data_file = self.directory / external_data_path(self.target).name
-            with open(data_file, "w+b") as stream, _externalized(model, stream, data_file.name):
-                model_file.write_bytes(model.SerializeToString())
-            self.written = [data_file, model_file]
-            check_exported(str(model_file))
-        else:
-            model_file.write_bytes(model.SerializeToString())
-            self.written = [model_file]
-
-    def commit(self) -> None:
-        for staged in self.written:
-            os.replace(staged, self.target.parent / staged.name)
-        self.discard()
-
-    def discard(self) -> None:
-        shutil.rmtree(self.directory, ignore_errors=True)
+    model_file = directory / name
+    if not external_data:
+        model_file.write_bytes(model.SerializeToString())
+        return [model_file]
+    data_file = directory / external_data_path(model_file).name
+    with open(data_file, "w+b") as stream, _externalized(model, stream, data_file.name):
+        model_file.write_bytes(model.SerializeToString())
+    check_exported(str(model_file))
+    return [data_file, model_file]
 
 
 EXTERNAL_DATA_THRESHOLD = 1024
