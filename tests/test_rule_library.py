@@ -1,9 +1,16 @@
 """The shipped rule library and `tasoc rules`: every shipped rule proven and numerically
-true at several shapes, tampered and malformed files refused, and the commands."""
+true at several shapes, tampered files proven again, malformed ones refused, and the
+commands with their option ranges and Ctrl-C."""
 
 from __future__ import annotations
 
 import itertools
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -16,10 +23,11 @@ from rewrite_helpers import tampered_copy
 from tasoc.backends.numpy import run_reference
 from tasoc.ir import dag
 from tasoc.ir.rule_text import format_rules
-from tasoc.ir.rules import Proof, Rule, RuleError
+from tasoc.ir.rules import Rule
 from tasoc.models.registry import build_model
 from tasoc.passes.rewrite.library import library_path, load_library, read_rules
 from tasoc.passes.rewrite.match import directed, find_matches
+from tasoc.verify import prover
 from tasoc.verify.instances import instances
 
 LIBRARY = load_library()
@@ -81,20 +89,28 @@ def test_every_shipped_rule_holds_numerically(data: st.DataObject) -> None:
 # ----------------------------------------------------------------------- bad files
 
 
-def test_a_tampered_library_is_refused(tmp_path: Path, tasoc) -> None:
-    path = tampered_copy(tmp_path)
-    with pytest.raises(RuleError, match="was changed after its proof status was given"):
-        load_library(path)
-    assert_one_line_error(tasoc("rules", "list", path), "not used", "tasoc rules verify")
+def test_a_tampered_library_is_proven_again_and_its_false_rule_listed_as_dropped(
+    tmp_path: Path, tasoc, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TASOC_CACHE_DIR", str(tmp_path / "cache"))
+    path = tampered_copy(tmp_path, keep=3)
+    result = tasoc("rules", "list", path)
+    assert result.code == 0, result
+    assert "2 proven rules applied, 1 not proven (never applied)" in result.out
+    assert "proven on load, 0 from the proof cache" in result.out
+    assert "dropped, z3: " in result.out
 
 
-def test_unproven_rules_are_never_applied(tmp_path: Path) -> None:
-    rules = [LIBRARY.rules[0], LIBRARY.rules[1].with_proof(Proof.UNKNOWN, "timeout")]
-    path = tmp_path / "mixed.rules"
-    path.write_text(format_rules(rules))
-    library = load_library(path)
-    assert library.rules == (rules[0],)
-    assert library.unproven == (rules[1],)
+def test_listing_with_an_unusable_proof_cache_says_so_in_a_note(
+    tmp_path: Path, tasoc, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setenv("TASOC_CACHE_DIR", str(blocker))
+    result = tasoc("rules", "list", tampered_copy(tmp_path, keep=2))
+    assert result.code == 0, result
+    assert result.err.startswith("tasoc: note: proofs are not cached: cannot create")
+    assert len(result.err.splitlines()) == 1
 
 
 @pytest.mark.parametrize(
@@ -155,22 +171,102 @@ def test_verify_fails_on_a_false_rule(tasoc, tmp_path: Path) -> None:
     result = tasoc("rules", "verify", path, "--jobs", "1", "--timeout", "2", "-o", out)
     assert_one_line_error(result, "1 of 1 rules", "not proven", "commuted")
     assert "commuted: unknown" in result.out or "commuted: refuted" in result.out
-    assert not read_rules(out)[0].is_proven
+    assert not out.exists()
 
 
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
         (["generate", "--max-ops", "0"], "expected a positive integer"),
+        (["generate", "--max-ops", "99"], "expected 1 to 5 ops"),
         (["generate", "--max-ops", "2", "--ops", "softmax"], "--ops"),
         (["frobnicate"], "invalid choice"),
+        *(
+            ([action, *file, "--timeout", text], f"from 0.001 to 3600, got '{text}'")
+            for action, file in (("verify", ["r.rules"]), ("axioms", []))
+            for text in ("inf", "1e308", "0", "-1", "nan", "soon")
+        ),
+        *(
+            (["verify", "r.rules", "--jobs", text], f"got {text}")
+            for text in ("0", "-1", str(10**9))
+        ),
+        (["generate", "--max-ops", "2", "--jobs", "many"], "expected a number of processes"),
     ],
 )
 def test_bad_options_are_one_line_errors(tasoc, args: list[str], fragment: str) -> None:
     assert_one_line_error(tasoc("rules", *args), fragment)
 
 
+def test_a_one_rule_file_is_proven_in_a_worker_that_can_be_stopped(
+    tmp_path: Path, tasoc, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In this process only z3's soft timeout would apply, and some proofs overrun it by
+    minutes: even one rule with `--jobs 1` goes to a worker with a hard limit."""
+    handed_over: list[tuple[int, float]] = []
+    original = prover.run_tasks
+
+    def spy(tasks, initializer, initargs, jobs, limit_s):  # type: ignore[no-untyped-def]
+        handed_over.append((len(tasks), limit_s))
+        return original(tasks, initializer, initargs, jobs, limit_s)
+
+    monkeypatch.setattr(prover, "run_tasks", spy)
+    path = tmp_path / "one.rules"
+    path.write_text(format_rules(LIBRARY.rules[:1]))
+    result = tasoc("rules", "verify", path, "--jobs", "1", "--timeout", "2")
+    assert result.code == 0, result
+    assert handed_over == [(1, prover.hard_limit(2.0))]
+
+
 def test_axioms_are_listed_with_their_sources(tasoc) -> None:
     result = tasoc("rules", "axioms")
     assert result.code == 0, result
     assert "TASO Table 2.2" in result.out and "axioms" in result.out.splitlines()[-1]
+
+
+def _workers(parent: int) -> list[int]:
+    """The prover workers `parent` has spawned (Linux's /proc)."""
+    try:
+        children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
+    except OSError:
+        return []
+    return [int(pid) for pid in children if b"spawn_main" in _proc(int(pid), "cmdline")]
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = _proc(pid, "stat").rsplit(b")", 1)[-1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _proc(pid: int, name: str) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/{name}").read_bytes()
+    except OSError:
+        return b""
+
+
+def test_ctrl_c_during_a_parallel_verify_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    """A terminal's Ctrl-C reaches the whole process group: workers and all."""
+    rules, out = tmp_path / "copy.rules", tmp_path / "out.rules"
+    shutil.copy(SHIPPED, rules)
+    command = [sys.executable, "-m", "tasoc.driver.main", "rules", "verify", str(rules)]
+    start = time.monotonic()
+    process = subprocess.Popen(
+        [*command, "--jobs", "2", "-o", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+    try:
+        while not (
+            len(workers := _workers(process.pid)) == 2
+            and all(_cpu_seconds(pid) > 0.5 for pid in workers)
+        ):
+            assert process.poll() is None and time.monotonic() - start < 12, "no workers"
+            time.sleep(0.05)
+        os.killpg(process.pid, signal.SIGINT)
+        _, err = process.communicate(timeout=10)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 130
+    assert err.decode().splitlines() == ["tasoc: error: interrupted"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["copy.rules"]
+    assert time.monotonic() - start < 15

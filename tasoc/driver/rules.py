@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from tasoc.driver.errors import DriverError, OneLineArgumentParser, non_negative_int
+from tasoc.driver.errors import DriverError, OneLineArgumentParser, non_negative_int, note
 from tasoc.driver.outputs import check_destination, write_output
 from tasoc.ir.rule_text import format_rules
 from tasoc.ir.rules import Proof, Rule, RuleError
@@ -173,6 +173,14 @@ def _list(args: argparse.Namespace) -> int:
     library = load_library(args.library)
     print(f"{library.path}: {len(library.rules)} proven rules applied", end="")
     print(f", {len(library.unproven)} not proven (never applied)" if library.unproven else "")
+    if library.trust == "shipped":
+        print("trusted as shipped with tasoc (its proofs are not repeated)")
+    else:
+        print(f"proven on load, {library.from_cache} from the proof cache")
+        for reason, count in sorted(library.dropped.items()):
+            print(f"dropped, {reason}: {count}")
+        if library.cache_problem:
+            note(f"proofs are not cached: {library.cache_problem}")
     sizes = Counter(max(rule.src.num_ops, rule.tgt.num_ops) for rule in library.rules)
     print(
         "by size (ops in the larger pattern): "
@@ -215,7 +223,7 @@ def _parser() -> OneLineArgumentParser:
     actions = parser.add_subparsers(dest="command", metavar="ACTION", required=True)
 
     generate = actions.add_parser("generate", help="enumerate graphs and find equal pairs")
-    generate.add_argument("--max-ops", type=_positive, required=True, metavar="N")
+    generate.add_argument("--max-ops", type=_max_ops, required=True, metavar="N")
     generate.add_argument("--ops", help="comma-separated op set (default: TASO's Table 2.1)")
     generate.add_argument("--seed", type=non_negative_int, default=0)
     generate.add_argument("--verify", action="store_true", help="prove the rules with z3")
@@ -247,8 +255,56 @@ def _parser() -> OneLineArgumentParser:
 
 
 def _proof_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--timeout", type=float, default=10.0, help="seconds per rule (10)")
-    parser.add_argument("--jobs", type=_positive, default=None, help="worker processes")
+    parser.add_argument(
+        "--timeout", type=_proof_timeout, default=10.0, help="seconds per rule (10)"
+    )
+    parser.add_argument("--jobs", type=_jobs, default=None, help="worker processes")
+
+
+def _proof_timeout(text: str) -> float:
+    """`--timeout`: seconds per rule, in the prover's range (`prover.check_timeout`):
+    `inf` would overflow z3's millisecond counter, and 0 or less would leave every
+    rule silently unknown."""
+    from tasoc.verify.prover import MAX_TIMEOUT_S, MIN_TIMEOUT_S, check_timeout
+
+    try:
+        value = float(text)
+        check_timeout(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected seconds from {MIN_TIMEOUT_S:g} to {MAX_TIMEOUT_S:g}, got '{text}'"
+        ) from None
+    return value
+
+
+def _jobs(text: str) -> int:
+    """`--jobs`: worker processes, from 1 to `pool.max_jobs()`."""
+    from tasoc.verify.pool import check_jobs
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of processes, got '{text}'") from None
+    try:
+        check_jobs(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    return value
+
+
+MAX_GENERATED_OPS = 5
+"""The largest `--max-ops`: graphs grow about 25x per op and are held in memory; the
+full operator set needs ~100 GB at 5 (docs/rules.md), small op sets reach 5."""
+
+
+def _max_ops(text: str) -> int:
+    value = _positive(text)
+    if value > MAX_GENERATED_OPS:
+        raise argparse.ArgumentTypeError(
+            f"expected 1 to {MAX_GENERATED_OPS} ops (each op more multiplies memory "
+            f"by about 25), got '{text}'"
+        )
+    return value
 
 
 def _positive(text: str) -> int:
