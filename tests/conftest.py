@@ -1,12 +1,15 @@
-"""Fixtures shared by the driver tests: run `tasoc` in-process and read its output."""
+"""Shared by the tests: hypothesis profiles, and the driver tests' fixtures (run `tasoc`
+in-process and read its output)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tasoc.driver.main import main
 
@@ -45,3 +48,26 @@ def assert_one_line_error(result: Result, *fragments: str) -> str:
     for fragment in fragments:
         assert fragment in lines[0], (fragment, lines[0])
     return lines[0]
+
+
+# Hypothesis profiles. Property tests draw few examples by default, so the suite stays
+# fast, and many under `long`:
+#
+#     HYPOTHESIS_PROFILE=long .venv/bin/pytest tests/test_fuzz_cli.py tests/test_equality_rewrite.py
+#
+# `ci` (chosen when `CI` is set, as CI services do) draws the same examples on every
+# run (`derandomize`), so a red CI run is a reproducible one; `dev`, the default, draws
+# new ones each time and remembers failures in `.hypothesis/`.
+_SLOW_IS_FINE = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("dev", **_SLOW_IS_FINE)
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True, **_SLOW_IS_FINE)
+settings.register_profile("long", max_examples=2000, **_SLOW_IS_FINE)
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
+settings.load_profile(PROFILE)
+
+
+def examples(count: int) -> int:
+    """How many examples a property test that would draw `count` draws: `count`, or the
+    `long` profile's thousands. Expensive tests say their count with this instead of
+    `max_examples=count`, which no profile could raise."""
+    return max(count, settings.default.max_examples) if PROFILE == "long" else count

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, get_args, get_type_hints
 
 import pytest
-from conftest import assert_one_line_error
+from conftest import assert_one_line_error, examples
 from hypothesis import HealthCheck, given, settings
 from rewrite_helpers import tampered_copy
 from search_helpers import FakeClock
@@ -73,9 +73,11 @@ def test_every_small_zoo_model_stays_equal(model, search: str) -> None:
 
 
 @pytest.mark.parametrize("search", QUICK_SEARCHES)
-@given(module=graphs(max_ops=6))
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(module=graphs(max_ops=12))
+@settings(max_examples=examples(50), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_random_graphs_stay_equal(search: str, module: ModuleOp) -> None:
+    """Graphs of up to 12 ops, where ops that cancel out and outputs that cost nothing
+    are common (`HYPOTHESIS_PROFILE=long` draws thousands: tests/conftest.py)."""
     rewrite = EqualityRewritePass(search=search, budget=5, timeout=5.0, node_limit=500, retime=0)
     after, section = rewritten(module, rewrite)
     assert_equal_programs(module, after)

@@ -8,13 +8,16 @@ from typing import Any, NamedTuple
 import ml_dtypes
 import numpy as np
 import pytest
+from conftest import examples
 from hypothesis import Phase, find, given, settings
 from xdsl.context import Context
 from xdsl.dialects import builtin, func
 from xdsl.parser import Parser
 
+from tasoc.cost import AnalyticCost
 from tasoc.ir import graph as G
 from tasoc.ir.builder import GraphBuilder
+from tasoc.ir.dag import from_module
 from tasoc.ir.program import arg_infos, entry_function
 from tasoc.ir.shapes import DType, TensorSig
 from tasoc.verify.equivalence import compare, equivalent
@@ -39,8 +42,8 @@ def test_every_op_has_an_emitter() -> None:
     assert set(EMITTERS) == set(G.OPS_BY_NAME)
 
 
-@settings(max_examples=40, deadline=None)
-@given(module=graphs(dtypes=[DType.F32, DType.F16, DType.BF16]))
+@settings(max_examples=examples(40), deadline=None)
+@given(module=graphs(max_ops=12, dtypes=[DType.F32, DType.F16, DType.BF16]))
 def test_generated_graphs_verify_and_round_trip_through_text(module: builtin.ModuleOp) -> None:
     module.verify()
     text = str(module)
@@ -117,6 +120,24 @@ def test_constants_feed_the_ops_they_exist_for(constant: str, consumer: str) -> 
 
 def test_graphs_mix_many_op_kinds_and_mark_weights() -> None:
     findable(lambda ops, has_weight: has_weight and len({op.name for op in ops}) >= 6)
+
+
+def test_graphs_draw_programs_that_cost_nothing_and_ops_that_cancel() -> None:
+    """The cases where a search's costs are zero (issue 13): outputs that are constants or
+    computed from weights alone, and a transpose of a transpose."""
+    find(
+        graphs(max_ops=12),
+        lambda module: (
+            from_module(module).num_ops > 0 and AnalyticCost().cost(from_module(module)) == 0.0
+        ),
+        settings=settings(max_examples=300, database=None, phases=[Phase.generate]),
+    )
+    findable(
+        lambda ops, _: any(op.name == "transpose" and "graph.transpose" in op.consumers
+                           for op in ops),
+        ops=["transpose"],
+        max_ops=2,
+    )  # fmt: skip
 
 
 def test_graphs_rejects_bad_arguments() -> None:
