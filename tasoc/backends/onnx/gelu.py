@@ -6,14 +6,17 @@ no erf, so the importer must see the whole chain as one `graph.gelu`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import ml_dtypes
+import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from tasoc.backends.onnx.conventions import GELU_SQRT2
+from tasoc.backends.onnx.errors import OnnxImportError
 from tasoc.backends.onnx.known_values import Known, Value, is_float
+from tasoc.backends.onnx.tensors import tensor_array
 
 _GELU_MATCH_ULPS = 4
 """How many units in the last place of its own type a GELU constant may be off sqrt 2,
@@ -35,14 +38,14 @@ def find_gelus(graph: onnx.GraphProto, env: Mapping[str, Value]) -> tuple[set[in
             consumers.setdefault(name, []).append(i)
     outputs = {info.name for info in graph.output}
     literals = {
-        node.output[0]: numpy_helper.to_array(node.attribute[0].t)
+        node.output[0]: node.attribute[0].t
         for node in nodes
         if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value"
     }
 
     def scalar_is(name: str, target: float) -> bool:
         value = env.get(name)
-        array = value.array if isinstance(value, Known) else literals.get(name)
+        array = value.array if isinstance(value, Known) else _scalar(literals.get(name))
         return (
             array is not None
             and array.size == 1
@@ -103,3 +106,14 @@ def find_gelus(graph: onnx.GraphProto, env: Mapping[str, Value]) -> tuple[set[in
         absorbed.update(chain)
         last_nodes[max(chain)] = x
     return absorbed, last_nodes
+
+
+def _scalar(tensor: onnx.TensorProto | None) -> np.ndarray | None:
+    """A `Constant`'s one-element value, or None: for any other tensor, including one
+    that cannot be read (its node's import reports that)."""
+    if tensor is None or math.prod(tensor.dims) != 1:
+        return None
+    try:
+        return tensor_array(tensor, "value")
+    except OnnxImportError:
+        return None

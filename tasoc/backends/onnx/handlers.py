@@ -1,5 +1,5 @@
-"""How each ONNX op imports: one handler per op type, and the folders that evaluate
-integer shape arithmetic at import time.
+"""How each ONNX op imports: one handler per op type (`folding` evaluates integer
+shape arithmetic at import time; `operands` reads configuring inputs).
 
 A handler reads its node through the `Importer` (operands as SSA values or known
 values, attributes as Python values) and returns the node's output values; anything
@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
-from onnx import TensorProto, numpy_helper
+from onnx import TensorProto
 from xdsl.ir import SSAValue
 
 from tasoc.backends import numpy_dtype
 from tasoc.backends.onnx.conventions import DTYPES_BY_ONNX
-from tasoc.backends.onnx.errors import format_dims
+from tasoc.backends.onnx.errors import format_dims, shown
 from tasoc.backends.onnx.known_values import (
     Known,
     Origin,
@@ -29,6 +29,14 @@ from tasoc.backends.onnx.known_values import (
     is_float,
     literal_forms,
     pick_form,
+)
+from tasoc.backends.onnx.operands import (
+    axis_index,
+    distinct_axes,
+    element_type,
+    int_list,
+    optional_input,
+    slice_specs,
 )
 from tasoc.ir import graph as G
 from tasoc.ir.shapes import window_pads
@@ -42,10 +50,6 @@ Handler = Callable[["Importer", onnx.NodeProto, dict[str, Any]], list[Value | No
 HANDLERS: dict[str, Handler] = {}
 """How each ONNX op type is imported (default domain)."""
 
-Folder = Callable[["Importer", onnx.NodeProto, dict[str, Any], list[np.ndarray]], np.ndarray]
-FOLDERS: dict[str, Folder] = {}
-"""Ops evaluated at import time when all their inputs are known integers (shapes)."""
-
 
 def _handles(*op_types: str) -> Callable[[Handler], Handler]:
     def register(fn: Handler) -> Handler:
@@ -56,38 +60,7 @@ def _handles(*op_types: str) -> Callable[[Handler], Handler]:
     return register
 
 
-def _folds(*op_types: str) -> Callable[[Folder], Folder]:
-    def register(fn: Folder) -> Folder:
-        for op_type in op_types:
-            FOLDERS[op_type] = fn
-        return fn
-
-    return register
-
-
-# -------------------------------------------------------------------- operand helpers
-
-
-def _input(node: onnx.NodeProto, index: int) -> str | None:
-    """The name of optional input `index`, or None when it is absent or empty."""
-    return node.input[index] if index < len(node.input) and node.input[index] else None
-
-
-def _ints(
-    imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any], attr: str, index: int
-) -> list[int] | None:
-    """An integer list given as attribute `attr` (older opsets) or as known input
-    `index` (newer ones), or None when the node gives neither."""
-    if attr in attrs:
-        return [int(v) for v in attrs[attr]]
-    name = _input(node, index)
-    return None if name is None else [int(v) for v in imp.known(name, attr).reshape(-1)]
-
-
-def _axis(imp: Importer, axis: int, rank: int) -> int:
-    if not -rank <= axis < rank:
-        imp.fail(f"axis {axis} is out of range for rank {rank}")
-    return axis % rank
+# -------------------------------------------------------------------------- helpers
 
 
 def canonical_padding(
@@ -123,103 +96,13 @@ def _f32_decimal(value: float) -> float:
     return float(np.format_float_scientific(np.float32(value), unique=True))
 
 
-# ------------------------------------------------------------------- shape folding
-
-
-@_folds("Gather")
-def _fold_gather(
-    imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any], arrays: list[np.ndarray]
-) -> np.ndarray:
-    return np.take(arrays[0], arrays[1], axis=attrs.get("axis", 0))
-
-
-@_folds("Concat")
-def _fold_concat(
-    imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any], arrays: list[np.ndarray]
-) -> np.ndarray:
-    return np.concatenate(arrays, axis=attrs["axis"])
-
-
-@_folds("Cast")
-def _fold_cast(
-    imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any], arrays: list[np.ndarray]
-) -> np.ndarray:
-    return arrays[0].astype(onnx.helper.tensor_dtype_to_np_dtype(attrs["to"]))
-
-
-@_folds("Slice")
-def _fold_slice(
-    imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any], arrays: list[np.ndarray]
-) -> np.ndarray:
-    data = arrays[0]
-    index = [slice(None)] * data.ndim
-    for axis, start, end, step in _slice_specs(imp, node, data.ndim):
-        index[axis] = slice(start, end, step)
-    return data[tuple(index)]
-
-
-@_folds("Add", "Sub", "Mul", "Div", "Equal")
-def _fold_arithmetic(
-    imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any], arrays: list[np.ndarray]
-) -> np.ndarray:
-    a, b = arrays
-    if node.op_type == "Div":  # integer division truncates toward zero, as in C
-        return (np.sign(a) * np.sign(b) * (np.abs(a) // np.abs(b))).astype(a.dtype)
-    operation = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Equal": np.equal}
-    return operation[node.op_type](a, b)
-
-
-@_folds("Where")
-def _fold_where(
-    imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any], arrays: list[np.ndarray]
-) -> np.ndarray:
-    return np.where(*arrays)
-
-
-@_folds("Range")
-def _fold_range(
-    imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any], arrays: list[np.ndarray]
-) -> np.ndarray:
-    start, limit, delta = (a.reshape(()) for a in arrays)
-    return np.arange(start, limit, delta, dtype=arrays[0].dtype)
-
-
-@_folds("Expand")
-def _fold_expand(
-    imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any], arrays: list[np.ndarray]
-) -> np.ndarray:
-    data, shape = arrays
-    return np.broadcast_to(data, np.broadcast_shapes(data.shape, tuple(shape))).copy()
-
-
-@_folds("Neg")
-def _fold_neg(
-    imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any], arrays: list[np.ndarray]
-) -> np.ndarray:
-    return np.negative(arrays[0])
-
-
-def _slice_specs(imp: Importer, node: onnx.NodeProto, rank: int) -> list[tuple[int, int, int, int]]:
-    """(axis, start, end, step) per sliced axis, from the known starts/ends/axes/steps."""
-    starts = imp.known(node.input[1], "starts").reshape(-1)
-    ends = imp.known(node.input[2], "ends").reshape(-1)
-    axes_name, steps_name = _input(node, 3), _input(node, 4)
-    axes = imp.known(axes_name, "axes").reshape(-1) if axes_name else np.arange(len(starts))
-    steps = imp.known(steps_name, "steps").reshape(-1) if steps_name else np.ones(len(starts))
-    # NumPy clamps out-of-range bounds (ONNX uses INT64_MAX for "to the end") the same way.
-    return [
-        (_axis(imp, int(a), rank), int(s), int(e), int(t))
-        for a, s, e, t in zip(axes, starts, ends, steps, strict=True)
-    ]
-
-
 # ---------------------------------------------------------------------- constants
 
 
 @_handles("Constant")
 def _constant(imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Value | None]:
     if "value" in attrs:
-        array = numpy_helper.to_array(attrs["value"])
+        array = imp.tensor_value(attrs["value"], "value")
     elif "value_float" in attrs or "value_floats" in attrs:
         array = np.asarray(attrs.get("value_float", attrs.get("value_floats")), np.float32)
     elif "value_int" in attrs or "value_ints" in attrs:
@@ -234,9 +117,18 @@ def _constant(imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any]) -> lis
 def _constant_of_shape(
     imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any]
 ) -> list[Value | None]:
-    shape = imp.known(node.input[0], "shape").reshape(-1)
-    fill = numpy_helper.to_array(attrs["value"]) if "value" in attrs else np.zeros(1, np.float32)
-    array = np.full(tuple(int(d) for d in shape), fill.reshape(-1)[0], fill.dtype)
+    shape = [int(d) for d in imp.known_ints(node.input[0], "shape").reshape(-1)]
+    if min(shape, default=0) < 0:
+        imp.fail(f"shape {shape} has a negative dim")
+    fill = np.zeros(1, np.float32)
+    if "value" in attrs:
+        fill = imp.tensor_value(attrs["value"], "value")
+    if fill.size != 1:
+        imp.fail(f"value must hold one element, got shape {format_dims(fill.shape)}")
+    imp.check_size(shape, fill.dtype, "the result")
+    # A read-only view of the one value: a large fill costs memory only if it becomes a
+    # weight (ones, zeros and C_pool are ops, and a literal is at most 1024 elements).
+    array = np.broadcast_to(fill.reshape(()), shape)
     form = pick_form(fill_forms(array), imp.form(node))
     return [Known(node.output[0], array, Origin.LITERAL, form)]
 
@@ -248,13 +140,14 @@ def _eye_like(imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any]) -> lis
     if len(shape) != 2:
         imp.fail(f"input must be 2-D, got shape {format_dims(shape)}")
     dtype = (
-        onnx.helper.tensor_dtype_to_np_dtype(attrs["dtype"])
+        element_type(imp, attrs["dtype"], "dtype")
         if "dtype" in attrs
         else source.array.dtype
         if isinstance(source, Known)
         else numpy_dtype(G.sig_of(source.type).dtype)
     )
     k = attrs.get("k", 0)
+    imp.check_size(shape, dtype, "the result")
     array = np.eye(shape[0], shape[1], k, dtype=dtype)
     form = "i_matmul" if shape[0] == shape[1] and k == 0 else None
     return [Known(node.output[0], array, Origin.LITERAL, form)]
@@ -275,8 +168,11 @@ def _identity(imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any]) -> lis
 
 @_handles("Dropout")
 def _dropout(imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Value | None]:
-    training = _input(node, 2)
-    if training is not None and bool(imp.known(training, "training_mode")):
+    training = optional_input(node, 2)
+    flag = None if training is None else imp.known(training, "training_mode")
+    if flag is not None and flag.size != 1:
+        imp.fail(f"training_mode must be one boolean, got shape {format_dims(flag.shape)}")
+    if flag is not None and bool(flag.reshape(-1)[0]):
         imp.fail("training mode is not supported (the importer builds inference graphs)")
     return [imp.value(node.input[0])]
 
@@ -285,6 +181,7 @@ def _dropout(imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any]) -> list
 def _cast(imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Value | None]:
     x = imp.data(node.input[0])
     source = G.sig_of(x.type).dtype
+    element_type(imp, attrs["to"], "to")
     target = DTYPES_BY_ONNX.get(attrs["to"])
     if target != source:
         name = TensorProto.DataType.Name(attrs["to"])
@@ -364,14 +261,18 @@ def _div(imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Val
     divisor = imp.value(node.input[1])
     if not isinstance(divisor, Known):
         imp.fail(
-            f"division by the computed tensor '{node.input[1]}' is not expressible "
+            f"division by the computed tensor {shown(node.input[1])} is not expressible "
             "(the dialect has no div; only division by a constant imports)"
         )
     if not is_float(divisor.array):
         imp.fail("integer division of run-time values is not expressible")
     # The reciprocal of a weight is a weight (named `<weight>.reciprocal`), of a literal a literal.
     origin = Origin.INITIALIZER if divisor.origin is Origin.INITIALIZER else Origin.DERIVED
-    reciprocal = Known(f"{divisor.name}.reciprocal", np.asarray(1 / divisor.array), origin)
+    # x / 0 and x * (1 / 0) are the same inf or nan; an overflowing reciprocal (of a
+    # subnormal) is not, and is an error (the importer raises floating-point errors).
+    with np.errstate(divide="ignore"):
+        inverse = np.asarray(1 / divisor.array)
+    reciprocal = Known(f"{divisor.name}.reciprocal", inverse, origin)
     imp.env[reciprocal.name] = reciprocal
     return [_multiply(imp, node.input[0], reciprocal.name)]
 
@@ -411,7 +312,7 @@ def _gemm(imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Va
     alpha, beta = attrs.get("alpha", 1.0), attrs.get("beta", 1.0)
     if alpha != 1.0:
         y = imp.op(G.ScaleOp, y, imp.literal(alpha, y))
-    bias = _input(node, 2)
+    bias = optional_input(node, 2)
     if bias is not None and beta != 0.0:
         c = imp.data(bias)
         if beta != 1.0:
@@ -428,8 +329,8 @@ def _window(
     if any(d != 1 for d in dilations):
         imp.fail(f"dilations {list(dilations)} are not supported (only 1)")
     strides = tuple(attrs.get("strides", (1, 1)))
-    if len(strides) != 2:
-        imp.fail(f"strides {list(strides)} must be two integers")
+    if len(strides) != 2 or min(strides) < 1:
+        imp.fail(f"strides {list(strides)} must be two positive integers")
     auto_pad = attrs.get("auto_pad", "NOTSET")
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         top, left, bottom, right = window_pads("same", in_hw, kernel, (strides[0], strides[1]))
@@ -468,7 +369,7 @@ def _conv(imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Va
     pool_form, _, padding_form = (imp.form(node) or "").rpartition(" ")
     padding = canonical_padding(pads, in_hw, kernel, strides, padding_form or None)
     groups = int(attrs.get("group", 1))
-    bias = _input(node, 2)
+    bias = optional_input(node, 2)
     if (
         pool_form == "avg_pool"
         and isinstance(weight, Known)
@@ -528,6 +429,8 @@ def _average_pool(imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any]) ->
         inside = np.minimum(starts + k, size) - np.maximum(starts, 0)
         if np.all(inside == k):
             continue
+        if not np.all(inside > 0):
+            imp.fail(f"pads {list(pads)} leave a window with no input element to average")
         factor = (k / inside).astype(numpy_dtype(G.sig_of(y.type).dtype))
         shape = (1, 1, -1, 1) if axis == 0 else (1, 1, 1, -1)
         correction = Known(f"{node.output[0]}.count{axis}", factor.reshape(shape), Origin.DERIVED)
@@ -560,16 +463,19 @@ def _pad(imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Val
     (which is how the exporter writes it); other paddings have no graph op."""
     x = imp.data(node.input[0])
     rank = len(imp.shape(x))
-    pads = _ints(imp, node, attrs, "pads", 1) or []
-    axes = _ints(imp, node, attrs, "axes", 3)
-    if axes is not None:
-        full = [0] * (2 * rank)
-        for i, axis in enumerate(axes):
-            full[_axis(imp, axis, rank)] = pads[i]
-            full[rank + _axis(imp, axis, rank)] = pads[len(axes) + i]
-        pads = full
-    fill_name = _input(node, 2)
+    pads = int_list(imp, node, attrs, "pads", 1) or []
+    given_axes = int_list(imp, node, attrs, "axes", 3)
+    axes = list(range(rank)) if given_axes is None else distinct_axes(imp, given_axes, rank)
+    if len(pads) != 2 * len(axes):
+        imp.fail(f"pads {pads} must hold two values (begin, end) for each of {len(axes)} axes")
+    full = [0] * (2 * rank)
+    for i, axis in enumerate(axes):
+        full[axis], full[rank + axis] = pads[i], pads[len(axes) + i]
+    pads = full
+    fill_name = optional_input(node, 2)
     fill = imp.known(fill_name, "constant_value").reshape(-1) if fill_name else np.zeros(1)
+    if fill.size != 1:
+        imp.fail(f"constant_value must hold one element, got {fill.size}")
     spatial = (
         attrs.get("mode", "constant") == "constant"
         and rank == 4
@@ -605,10 +511,12 @@ def _split(imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[V
     x = imp.data(node.input[0])
     shape = imp.shape(x)
     axis = int(attrs.get("axis", 0))
-    size = shape[_axis(imp, axis, len(shape))]
-    sizes = _ints(imp, node, attrs, "split", 1)
+    size = shape[axis_index(imp, axis, len(shape))]
+    sizes = int_list(imp, node, attrs, "split", 1)
     if sizes is None:
         count = int(attrs.get("num_outputs", len(node.output)))
+        if count < 1:
+            imp.fail(f"num_outputs {count} must be at least 1")
         if "num_outputs" in attrs:  # opset 18: the last piece may be smaller
             chunk = -(-size // count)
             sizes = [chunk] * (count - 1) + [size - chunk * (count - 1)]
@@ -640,7 +548,7 @@ def _reshape_target(
 
 @_handles("Reshape")
 def _reshape(imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Value | None]:
-    spec = [int(d) for d in imp.known(node.input[1], "shape").reshape(-1)]
+    spec = [int(d) for d in imp.known_ints(node.input[1], "shape").reshape(-1)]
     target = _reshape_target(imp, imp.shape(node.input[0]), spec, bool(attrs.get("allowzero", 0)))
     return [imp.reshaped(node.input[0], target)]
 
@@ -659,11 +567,11 @@ def _flatten(imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any]) -> list
 @_handles("Squeeze")
 def _squeeze(imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Value | None]:
     shape = imp.shape(node.input[0])
-    axes = _ints(imp, node, attrs, "axes", 1)
+    axes = int_list(imp, node, attrs, "axes", 1)
     if axes is None:
         drop = {i for i, d in enumerate(shape) if d == 1}
     else:
-        drop = {_axis(imp, a, len(shape)) for a in axes}
+        drop = set(distinct_axes(imp, axes, len(shape)))
     if any(shape[a] != 1 for a in drop):
         imp.fail(f"cannot squeeze axes {sorted(drop)} of shape {format_dims(shape)}")
     return [imp.reshaped(node.input[0], [d for i, d in enumerate(shape) if i not in drop])]
@@ -672,9 +580,9 @@ def _squeeze(imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any]) -> list
 @_handles("Unsqueeze")
 def _unsqueeze(imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Value | None]:
     shape = list(imp.shape(node.input[0]))
-    axes = _ints(imp, node, attrs, "axes", 1) or []
+    axes = int_list(imp, node, attrs, "axes", 1) or []
     rank = len(shape) + len(axes)
-    for axis in sorted(_axis(imp, a, rank) for a in axes):
+    for axis in sorted(distinct_axes(imp, axes, rank)):
         shape.insert(axis, 1)
     return [imp.reshaped(node.input[0], shape)]
 
@@ -689,7 +597,7 @@ def _transpose(imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any]) -> li
 @_handles("Slice")
 def _slice(imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Value | None]:
     x = imp.data(node.input[0])
-    for axis, start, end, step in _slice_specs(imp, node, len(imp.shape(x))):
+    for axis, start, end, step in slice_specs(imp, node, len(imp.shape(x))):
         if step != 1:
             imp.fail(f"step {step} on axis {axis} is not supported (only 1)")
         bounds = range(imp.shape(x)[axis])[start:end]
@@ -702,14 +610,14 @@ def _gather(imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[
     data, indices = node.input[0], node.input[1]
     axis = int(attrs.get("axis", 0))
     rank = len(imp.shape(data))
-    if rank == 2 and _axis(imp, axis, rank) == 0:
+    if rank == 2 and axis_index(imp, axis, rank) == 0:
         return [imp.op(G.EmbeddingOp, imp.data(indices), imp.data(data))]
     index = imp.value(indices)
     if isinstance(index, Known) and index.array.ndim == 0:
-        axis = _axis(imp, axis, rank)
+        axis = axis_index(imp, axis, rank)
         x = imp.data(data)
         size = imp.shape(x)[axis]
-        position = int(imp.known(indices, "indices"))
+        position = int(imp.known_ints(indices, "indices"))
         if not -size <= position < size:
             imp.fail(f"index {position} is out of range for axis {axis} of size {size}")
         piece = imp.take(x, axis, position % size, position % size + 1)
@@ -724,7 +632,7 @@ def _gather(imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[
 def _reduction(kind: str) -> Handler:
     def handler(imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Value | None]:
         x = imp.data(node.input[0])
-        axes = _ints(imp, node, attrs, "axes", 1) or []
+        axes = int_list(imp, node, attrs, "axes", 1) or []
         if not axes and attrs.get("noop_with_empty_axes", 0):
             return [x]
         axes = axes or list(range(len(imp.shape(x))))
@@ -747,10 +655,10 @@ def _softmax(imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any]) -> list
     x = imp.data(node.input[0])
     shape = imp.shape(x)
     axis = int(attrs.get("axis", -1 if imp.opset >= 13 else 1))
-    if imp.opset >= 13 or _axis(imp, axis, len(shape)) == len(shape) - 1:
+    if imp.opset >= 13 or axis_index(imp, axis, len(shape)) == len(shape) - 1:
         return [imp.op(G.SoftmaxOp, x, axis=axis)]
     # Before opset 13 softmax normalizes over all dims from `axis` on, as one row.
-    axis = _axis(imp, axis, len(shape))
+    axis = axis_index(imp, axis, len(shape))
     rows = imp.reshape(x, (math.prod(shape[:axis]), math.prod(shape[axis:])))
     return [imp.reshape(imp.op(G.SoftmaxOp, rows, axis=1), shape)]
 
@@ -769,11 +677,11 @@ def _layer_norm(imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any]) -> l
     x = imp.data(node.input[0])
     shape = imp.shape(x)
     axis = int(attrs.get("axis", -1))
-    normalized = shape[_axis(imp, axis, len(shape)) :]
+    normalized = shape[axis_index(imp, axis, len(shape)) :]
     gamma = imp.data(node.input[1])
     if imp.shape(gamma) != normalized:
         gamma = imp.reshape(gamma, normalized)
-    bias = _input(node, 2)
+    bias = optional_input(node, 2)
     if bias is None:
         beta = imp.op(G.ZerosOp, shape=normalized, dtype=G.sig_of(x.type).dtype)
     else:

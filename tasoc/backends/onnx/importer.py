@@ -22,6 +22,7 @@ and the opset. `docs/onnx.md` lists what maps to what.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -30,7 +31,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 import onnx
-from onnx import TensorProto, numpy_helper
+from onnx import TensorProto
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, BlockArgument, SSAValue
 from xdsl.utils.exceptions import VerifyException
@@ -42,11 +43,13 @@ from tasoc.backends.onnx.conventions import (
     DTYPES_BY_ONNX,
     NODE_FORMS_KEY,
 )
-from tasoc.backends.onnx.errors import OnnxImportError, format_dims
+from tasoc.backends.onnx.errors import OnnxImportError, format_dims, shown
 from tasoc.backends.onnx.files import load_model, read_metadata
+from tasoc.backends.onnx.folding import FOLDERS
 from tasoc.backends.onnx.gelu import find_gelus
-from tasoc.backends.onnx.handlers import FOLDERS, HANDLERS
+from tasoc.backends.onnx.handlers import HANDLERS
 from tasoc.backends.onnx.known_values import Known, Origin, Value, is_integral
+from tasoc.backends.onnx.tensors import check_size, tensor_array
 from tasoc.ir import graph as G
 from tasoc.ir.program import ENTRY, make_function
 from tasoc.ir.shapes import ConstData, DType, ShapeError, TensorSig
@@ -58,6 +61,11 @@ MAX_OPSET = 25
 CONSTANT_ELEMENTS_LIMIT = 1024
 """Literals up to this many elements become `graph.constant`; larger ones are weights
 (DESIGN.md: weights are arguments, never literals in the text)."""
+
+MAX_NAME_LENGTH = 128
+"""The longest IR argument name `ir_name` makes. ONNX names have no limit, but a weight's
+name is also its member name in the `.npz` beside text IR, which a zip file caps at
+64 KiB, and a name of thousands of characters helps no reader."""
 
 
 def import_onnx(
@@ -85,12 +93,17 @@ def import_onnx(
 def ir_name(onnx_name: str, taken: set[str]) -> str:
     """The IR argument name of an ONNX value: invalid characters become `_`, a leading
     digit gets a `v` prefix, and a trailing `_<digits>` becomes `.<digits>` because
-    xDSL drops such suffixes from name hints (`w_1` would print as `w`). A name in
-    `taken` gets `.1`, `.2`, ... appended. The result is added to `taken`."""
+    xDSL drops such suffixes from name hints (`w_1` would print as `w`). A name longer
+    than MAX_NAME_LENGTH keeps its start and ends in `.` and 8 hex digits of its
+    digest, so that long names sharing a start stay apart. A name in `taken` gets `.1`,
+    `.2`, ... appended. The result is added to `taken`."""
     name = re.sub(r"[^\w$.-]", "_", onnx_name, flags=re.ASCII) or "arg"
     if not re.match(r"[A-Za-z_$.-]", name):
         name = f"v{name}"
     name = re.sub(r"_(\d+)$", r".\1", name)
+    if len(name) > MAX_NAME_LENGTH:
+        digest = hashlib.sha256(onnx_name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+        name = f"{name[: MAX_NAME_LENGTH - 9]}.{digest}"
     unique, count = name, 0
     while unique in taken:
         count += 1
@@ -118,11 +131,13 @@ _ERROR_HINTS = {
 
 
 def _attributes(node: onnx.NodeProto) -> dict[str, Any]:
-    """Node attributes as Python values (strings decoded)."""
+    """Node attributes as Python values (strings decoded; bytes that are not UTF-8 are
+    kept as escapes, which match no choice and show in the message)."""
     attrs = {}
     for attr in node.attribute:
         value = onnx.helper.get_attribute_value(attr)
-        attrs[attr.name] = value.decode() if isinstance(value, bytes) else value
+        is_text = isinstance(value, bytes)
+        attrs[attr.name] = value.decode("utf-8", "backslashreplace") if is_text else value
     return attrs
 
 
@@ -188,11 +203,11 @@ class Importer:
         """The static type of a graph input, from its declaration or `input_shapes`."""
         name = info.name
         if not info.type.HasField("tensor_type"):
-            raise OnnxImportError(f"input '{name}' is not a tensor")
+            raise OnnxImportError(f"input {shown(name)} is not a tensor")
         tensor = info.type.tensor_type
         if tensor.elem_type not in DTYPES_BY_ONNX:
             element = TensorProto.DataType.Name(tensor.elem_type)
-            raise OnnxImportError(f"input '{name}' has unsupported element type {element}")
+            raise OnnxImportError(f"input {shown(name)} has unsupported element type {element}")
         # The checker makes inputs declare their rank; a dimension may be symbolic.
         declared = [
             d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
@@ -206,14 +221,14 @@ class Importer:
             )
             if not fits or min(shape, default=1) < 1:
                 raise OnnxImportError(
-                    f"input_shapes gives '{name}' the shape {format_dims(shape)}, "
+                    f"input_shapes gives {shown(name)} the shape {format_dims(shape)}, "
                     f"which does not fit its declared shape {format_dims(declared)}"
                 )
             return TensorSig(shape, DTYPES_BY_ONNX[tensor.elem_type])
         if any(isinstance(d, str) for d in declared):
             raise OnnxImportError(
-                f"input '{name}' has a dynamic shape {format_dims(declared)}: give it a static one "
-                f"(input_shapes, or tasoc's --input-shape {name}=...)"
+                f"input {shown(name)} has a dynamic shape {format_dims(declared)}: give it a "
+                f"static one (input_shapes, or tasoc's --input-shape {name}=...)"
             )
         return TensorSig(tuple(int(d) for d in declared), DTYPES_BY_ONNX[tensor.elem_type])
 
@@ -222,22 +237,45 @@ class Importer:
         kind = DTYPES_BY_NUMPY.get(known.array.dtype)
         if kind is None:
             self.fail(
-                f"value '{known.name}' has element type {known.array.dtype}, "
+                f"value {shown(known.name)} has element type {known.array.dtype}, "
                 "which the graph dialect does not have"
             )
         return kind
 
     def value(self, name: str) -> Value:
         if name not in self.env:
-            self.fail(f"input '{name}' is not defined before this node")
+            self.fail(f"input {shown(name)} is not defined before this node")
         return self.env[name]
 
     def known(self, name: str, what: str) -> np.ndarray:
         """The import-time value of input `name`, which configures the op (`what`)."""
         value = self.value(name)
         if not isinstance(value, Known):
-            self.fail(f"{what} ('{name}') must be a constant, not computed at run time")
+            self.fail(f"{what} ({shown(name)}) must be a constant, not computed at run time")
         return value.array
+
+    def known_ints(self, name: str, what: str) -> np.ndarray:
+        """The import-time value of input `name`, which ONNX types as integers (a shape,
+        axes, pads, indices); a float or bool tensor there is refused, not rounded."""
+        array = self.known(name, what)
+        if array.dtype == np.bool_ or not is_integral(array):
+            self.fail(f"{what} ({shown(name)}) must be integers, got {array.dtype}")
+        return array
+
+    def tensor_value(self, tensor: TensorProto, what: str) -> np.ndarray:
+        """A tensor the node holds (a `Constant`'s value), checked (`tensors.tensor_array`)."""
+        try:
+            return tensor_array(tensor, what)
+        except OnnxImportError as err:
+            self.fail(str(err))
+
+    def check_size(self, shape: Sequence[int], dtype: np.dtype | type, what: str) -> None:
+        """Refuse an array the node would make, before making it, when it is over the
+        size limit (`tensors.check_size`); the message names the node and `what`."""
+        try:
+            check_size(shape, np.dtype(dtype), what)
+        except OnnxImportError as err:
+            self.fail(str(err))
 
     def data(self, name: str) -> SSAValue:
         """Input `name` as an SSA value, materializing a known value once."""
@@ -347,21 +385,18 @@ class Importer:
             raise OnnxImportError("sparse initializers are not supported")
         initializers = {}
         for tensor in graph.initializer:
-            try:
-                array = numpy_helper.to_array(tensor)
-            except (OSError, ValueError) as err:
-                raise OnnxImportError(f"cannot read initializer '{tensor.name}': {err}") from None
+            array = tensor_array(tensor, f"initializer {shown(tensor.name)}")
             initializers[tensor.name] = Known(tensor.name, array, Origin.INITIALIZER)
         self.env.update(initializers)
         self.declare_arguments(initializers)
         absorbed, gelus = find_gelus(graph, self.env)
         for index, node in enumerate(graph.node):
-            label = node.name or f"#{index}"
-            self.where = f"{node.op_type} node '{label}' (opset {self.opset})"
+            label = shown(node.name) if node.name else f"'#{index}'"
+            self.where = f"{shown(node.op_type, quote=False)} node {label} (opset {self.opset})"
             if index in gelus:
                 self.env[node.output[0]] = self.op(G.GeluOp, self.data(gelus[index]))
             elif index not in absorbed:
-                self.import_node(node)
+                self.import_node_strictly(node)
         self.where = "the graph"
         outputs = [self.output(info) for info in graph.output]
         self.drop_unused(set(outputs))
@@ -396,9 +431,21 @@ class Importer:
                 assert isinstance(arg, BlockArgument)
                 self.initializer_args.append(arg)
 
+    def import_node_strictly(self, node: onnx.NodeProto) -> None:
+        """`import_node` with NumPy's floating-point warnings raised, so an overflow or
+        a division by zero in a value computed at import time is this node's error
+        line, never a warning printed beside it."""
+        try:
+            with np.errstate(all="raise"):
+                self.import_node(node)
+        except FloatingPointError as err:
+            self.fail(f"computing a constant at import time fails: {err}")
+        except MemoryError:
+            self.fail("a constant computed at import time does not fit in memory")
+
     def import_node(self, node: onnx.NodeProto) -> None:
         if node.domain not in ("", "ai.onnx"):
-            self.unsupported(node, f" from domain '{node.domain}'")
+            self.unsupported(node, f" from domain {shown(node.domain)}")
         attrs = _attributes(node)
         folder = FOLDERS.get(node.op_type)
         values = [self.value(name) for name in node.input if name] if folder else []
@@ -413,7 +460,7 @@ class Importer:
         for index, name in enumerate(node.output):
             if index >= len(results):
                 if name and self.is_used(name):
-                    self.fail(f"output #{index} ('{name}') is not supported")
+                    self.fail(f"output #{index} ({shown(name)}) is not supported")
                 continue
             if results[index] is None:  # taken over by the nodes that read it
                 continue
@@ -433,7 +480,8 @@ class Importer:
 
     def unsupported(self, node: onnx.NodeProto, domain: str) -> NoReturn:
         hint = _ERROR_HINTS.get(node.op_type)
-        self.fail(f"unsupported ONNX op '{node.op_type}'{domain}" + (f"; {hint}" if hint else ""))
+        detail = f"; {hint}" if hint else ""
+        self.fail(f"unsupported ONNX op {shown(node.op_type)}{domain}{detail}")
 
     def is_used(self, name: str) -> bool:
         return self.readers[name] > 0 or self.is_output(name)
@@ -452,7 +500,7 @@ class Importer:
         dtype_fits = tensor.elem_type == 0 or DTYPES_BY_ONNX.get(tensor.elem_type) == sig.dtype
         if not (shape_fits and dtype_fits):
             raise OnnxImportError(
-                f"output '{info.name}' is declared {format_dims(declared_dims)} of type "
+                f"output {shown(info.name)} is declared {format_dims(declared_dims)} of type "
                 f"{TensorProto.DataType.Name(tensor.elem_type)}, but computes {sig}"
             )
         return value
