@@ -18,6 +18,7 @@ import zipfile
 from collections.abc import Mapping, Sequence
 from typing import IO, TYPE_CHECKING
 
+import ml_dtypes
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
@@ -114,11 +115,18 @@ def weights_path(output: str) -> str:
 
 def write_npz(stream: IO[bytes], values: Mapping[str, np.ndarray]) -> None:
     """An `.npz` as `np.savez` writes it, built member by member because `np.savez` takes
-    the names as keyword arguments, and a weight named `file` would collide with its own."""
+    the names as keyword arguments, and a weight named `file` would collide with its own.
+
+    bfloat16 values are written as float32, exactly: `.npy` has no bfloat16 (NumPy would
+    save raw 2-byte values, which read back as no number), and `--params` casts floats
+    to the argument's type. Members may pass 2 GiB (zip64), as a large weight does."""
     with zipfile.ZipFile(stream, "w") as archive:
         for name, value in values.items():
-            with archive.open(f"{name}.npy", "w") as member:
-                np.lib.format.write_array(member, np.asarray(value), allow_pickle=False)
+            array = np.asarray(value)
+            if array.dtype == ml_dtypes.bfloat16:
+                array = array.astype(np.float32)
+            with archive.open(f"{name}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, array, allow_pickle=False)
 
 
 def onnxruntime_outputs(
