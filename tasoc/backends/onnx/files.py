@@ -16,6 +16,7 @@ import json
 import math
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -23,15 +24,19 @@ from os import PathLike
 from pathlib import Path
 from typing import IO
 
-import numpy as np
 import onnx
 from google.protobuf.message import DecodeError, EncodeError
 from onnx import TensorProto, external_data_helper
 
-from tasoc.backends.onnx.errors import OnnxExportError, OnnxImportError
+from tasoc.backends.onnx.errors import OnnxExportError, OnnxImportError, shown
+from tasoc.backends.onnx.tensors import element_dtype, stored_bytes
 
 PROTOBUF_LIMIT = 2**31
 """Bytes a serialized protobuf may hold; larger ONNX models need external data."""
+
+MAX_MODEL_FILE_BYTES = PROTOBUF_LIMIT
+"""The largest model file `load_model` reads: what one protobuf holds (its weights may
+lie in external data files beside it, each tensor within the size limit)."""
 
 
 def fits_in_protobuf(model: onnx.ModelProto) -> bool:
@@ -42,7 +47,7 @@ def fits_in_protobuf(model: onnx.ModelProto) -> bool:
     dims) are added up first: a model over the limit is told so without encoding
     gigabytes only to fail."""
     raw = sum(
-        math.prod(tensor.dims) * onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+        math.prod(max(d, 0) for d in tensor.dims) * _itemsize(tensor.data_type)
         for tensor in model.graph.initializer
         if tensor.HasField("raw_data")
     )
@@ -52,6 +57,13 @@ def fits_in_protobuf(model: onnx.ModelProto) -> bool:
         return model.ByteSize() < PROTOBUF_LIMIT
     except EncodeError:  # the rest of the model pushed it over
         return False
+
+
+def _itemsize(data_type: int) -> int:
+    """Bytes per element of an ONNX element type; 1 for a type ONNX does not define
+    (an imported file is checked later, and the count only has to be a count)."""
+    dtype = element_dtype(data_type)
+    return dtype.itemsize if dtype is not None else 1
 
 
 def load_model(source: str | PathLike[str] | bytes | onnx.ModelProto) -> onnx.ModelProto:
@@ -65,7 +77,10 @@ def load_model(source: str | PathLike[str] | bytes | onnx.ModelProto) -> onnx.Mo
             if isinstance(source, bytes):
                 model = onnx.load_model_from_string(source)
             else:
+                _check_model_file(Path(source), what)
                 model = onnx.load(Path(source), load_external_data=False)
+        except OnnxImportError:
+            raise
         except OSError as err:
             raise OnnxImportError(f"cannot read {what}: {err.strerror or err}") from None
         except (DecodeError, ValueError, RuntimeError):
@@ -95,6 +110,21 @@ def load_model(source: str | PathLike[str] | bytes | onnx.ModelProto) -> onnx.Mo
     return model
 
 
+def _check_model_file(path: Path, what: str) -> None:
+    """Refuse, before reading it, a model file that no protobuf parse can take: larger
+    than a protobuf holds, or not a regular file (a device such as /dev/zero never ends)."""
+    status = path.stat()
+    if stat.S_ISDIR(status.st_mode):
+        raise OnnxImportError(f"cannot read {what}: Is a directory")
+    if not stat.S_ISREG(status.st_mode):
+        raise OnnxImportError(f"cannot read {what}: not a regular file")
+    if status.st_size > MAX_MODEL_FILE_BYTES:
+        raise OnnxImportError(
+            f"{what} has {status.st_size} bytes, more than a protobuf holds (2 GiB): not an "
+            "ONNX model (larger models keep their weights in an external data file)"
+        )
+
+
 def _external_tensors(model: onnx.ModelProto) -> list[TensorProto]:
     """The tensors of the main graph (initializers, Constant values) stored outside it."""
     tensors = [*model.graph.initializer]
@@ -106,8 +136,11 @@ def _external_tensors(model: onnx.ModelProto) -> list[TensorProto]:
 def _load_external_data(
     model: onnx.ModelProto, external: Sequence[TensorProto], directory: Path, what: str
 ) -> None:
-    """Read the external tensors of `model` (a file at `directory`) into it, checking
-    each holds the bytes its shape and type need (a truncated data file reads short)."""
+    """Read the external tensors of `model` (a file at `directory`) into it, each the
+    bytes its shape and type need, checked before reading (`_check_external`); onnx
+    checks that they lie within the data file."""
+    for tensor in external:
+        _check_external(tensor, what)
     try:
         external_data_helper.load_external_data_for_model(model, str(directory))
     except OSError as err:
@@ -118,14 +151,38 @@ def _load_external_data(
         raise OnnxImportError(
             f"the external data of {what} is truncated or corrupt: {str(err).splitlines()[0]}"
         ) from None
-    for tensor in external:
-        itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
-        expected = math.prod(tensor.dims) * itemsize
-        if len(tensor.raw_data) != expected:
-            raise OnnxImportError(
-                f"the external data of {what} is truncated or corrupt: tensor '{tensor.name}' "
-                f"needs {expected} bytes, read {len(tensor.raw_data)}"
-            )
+
+
+_EXTERNAL_DATA_KEYS = ("location", "offset", "length", "checksum", "basepath")
+"""The keys an external tensor's `external_data` may hold (the ONNX spec's, and onnx's)."""
+
+
+def _check_external(tensor: TensorProto, what: str) -> None:
+    """Check an external tensor's record before its data is read: known keys (onnx
+    would warn and ignore others), integer offset and length, sane dims within the
+    size limit, and a length equal to what the dims and type need. A record without
+    a length (the data runs to the end of the file) gets that length, so that no more
+    than the tensor's bytes are ever read."""
+    name = f"tensor {shown(tensor.name)} of {what}"
+    entries = {entry.key: entry.value for entry in tensor.external_data}
+    unknown = sorted(set(entries) - set(_EXTERNAL_DATA_KEYS))
+    if unknown:
+        keys = ", ".join(shown(key) for key in unknown[:3])
+        raise OnnxImportError(f"{name} has unknown external data keys {keys}")
+    expected = stored_bytes(tensor, name)
+    try:
+        offset, length = (int(entries.get(key, "0")) for key in ("offset", "length"))
+    except ValueError:
+        raise OnnxImportError(f"{name} has a non-integer external data offset or length") from None
+    if offset < 0:
+        raise OnnxImportError(f"{name} has a negative external data offset {offset}")
+    if "length" in entries and length != expected:
+        raise OnnxImportError(
+            f"{name} declares {length} bytes of external data, but its shape "
+            f"{list(tensor.dims)} and type need {expected}"
+        )
+    if "length" not in entries:
+        tensor.external_data.add(key="length", value=str(expected))
 
 
 def read_metadata(model: onnx.ModelProto, key: str) -> object:
