@@ -58,7 +58,7 @@ from xdsl.printer import Printer
 from xdsl.traits import Commutative, ConstantLike, Pure
 from xdsl.utils.exceptions import VerifyException
 
-from tasoc.ir.shapes import ConstData, DType, ShapeError, TensorSig, infer
+from tasoc.ir.shapes import ConstData, DType, ShapeError, TensorSig, check_size, infer
 from tasoc.ir.traits import Broadcasting, Contraction, DataMovement, Elementwise, Fusible
 
 PARAM_ATTR = "graph.param"
@@ -99,10 +99,12 @@ def tensor_type(sig: TensorSig) -> TensorType:
 @functools.cache
 def sig_of(type_: Attribute) -> TensorSig:
     """The TensorSig of a static ranked tensor type, its encoding included (None when
-    it has none); raises ShapeError otherwise.
+    it has none); raises ShapeError otherwise, SizeLimitError for a type over the
+    resource limits (`limits.py`).
 
     Cached: xDSL attributes are immutable and hashable, and this runs for every
-    operand of every op the verifier visits.
+    operand of every op the verifier visits. So a type read once is not checked again
+    if a limit is lowered later in the same process.
     """
     if not isinstance(type_, TensorType):
         raise ShapeError(f"expected a ranked tensor type, got {type_}")
@@ -110,7 +112,9 @@ def sig_of(type_: Attribute) -> TensorSig:
     if any(d < 0 for d in shape):
         raise ShapeError(f"dynamic shapes are not supported: {type_}")
     encoding = None if isinstance(type_.encoding, NoneAttr) else type_.encoding
-    return TensorSig(shape, dtype_of(type_.element_type), encoding)
+    sig = TensorSig(shape, dtype_of(type_.element_type), encoding)
+    check_size(sig)
+    return sig
 
 
 # --------------------------------------------------------------------- attribute codec
@@ -162,14 +166,29 @@ def _encode_attr(value: Any) -> Attribute:
 
 
 def from_attr(attr: Attribute) -> Any:
-    """Decode an xDSL attribute into the Python value the backends and `dag` use."""
+    """Decode an xDSL attribute into the Python value the backends and `dag` use.
+
+    Strict about widths: only the attributes `to_attr` makes decode (`i64` integers,
+    `i1` flags, `f64` numbers, `array<i64: ...>`), so that text IR cannot pass
+    `groups = 1 : i32` or `array<i8: 1, 1>` for what prints back differently; the shape
+    rules then check each value's kind (`groups = 1.5` is a float, not an integer).
+    Raises TypeError naming what it got.
+    """
     if isinstance(attr, IntegerAttr):
-        return bool(attr.value.data) if attr.type == i1 else attr.value.data
+        if attr.type == i1:
+            return bool(attr.value.data)
+        if attr.type == i64:
+            return attr.value.data
+        raise TypeError(f"expected an i64 integer or a boolean, got {attr}")
     if isinstance(attr, FloatAttr):
+        if attr.type != f64:
+            raise TypeError(f"expected an f64 number, got {attr}")
         return float(attr.value.data)
     if isinstance(attr, StringAttr):
         return attr.data
     if isinstance(attr, DenseArrayBase):
+        if attr.elt_type != i64:
+            raise TypeError(f"expected array<i64: ...>, got {attr}")
         return tuple(int(v) for v in attr.iter_values())
     if isinstance(attr, DenseIntOrFPElementsAttr):
         sig = sig_of(attr.type)
@@ -260,7 +279,15 @@ class GraphOp(IRDLOperation):
         return cls.name.removeprefix("graph.")
 
     def py_attrs(self) -> dict[str, Any]:
-        return {name: from_attr(attr) for name, attr in self.properties.items()}
+        """The op's attributes as Python values (`from_attr`); TypeError naming the
+        attribute whose kind the codec does not take."""
+        values = {}
+        for name, attr in self.properties.items():
+            try:
+                values[name] = from_attr(attr)
+            except TypeError as err:
+                raise TypeError(f"attribute '{name}': {err}") from None
+        return values
 
     @classmethod
     def create_typed(cls, operands: Sequence[SSAValue], **attrs: Any) -> GraphOp:

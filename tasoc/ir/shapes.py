@@ -12,7 +12,10 @@ import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from numbers import Integral, Real
 from typing import Any
+
+from tasoc.ir.limits import LimitError, check_shape
 
 
 class DType(StrEnum):
@@ -27,6 +30,14 @@ class DType(StrEnum):
     @property
     def is_float(self) -> bool:
         return self in (DType.F32, DType.F16, DType.BF16)
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element."""
+        return _ITEMSIZES[self]
+
+
+_ITEMSIZES = {DType.F32: 4, DType.F16: 2, DType.BF16: 2, DType.I32: 4, DType.I64: 8}
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +80,24 @@ class ShapeError(ValueError):
     """An op's operands or attributes do not type-check."""
 
 
+class SizeLimitError(ShapeError, LimitError):
+    """A tensor type is over a resource limit (`limits.py`): a ShapeError to every
+    verifier and builder, and a LimitError to a caller that tells them apart (the zoo
+    reports it as options too large, not as options that do not fit together)."""
+
+
+def check_size(sig: TensorSig) -> None:
+    """SizeLimitError when `sig` is over the largest rank, dimension or tensor bytes.
+
+    Every type tasoc reads goes through here (`infer` for results, `graph.sig_of` for
+    the rest), so a size is refused where it is written, before any backend allocates it.
+    """
+    try:
+        check_shape(sig.shape, sig.dtype.itemsize)
+    except LimitError as err:
+        raise SizeLimitError(str(err)) from None
+
+
 Attrs = Mapping[str, Any]
 InferFn = Callable[[Sequence[TensorSig], Attrs], list[TensorSig]]
 
@@ -101,6 +130,8 @@ def infer(op: str, inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]
         raise ShapeError(f"expected {expected} operands, got {len(inputs)}")
     encoding = common_encoding(inputs)
     results = INFER[op](inputs, attrs)
+    for result in results:
+        check_size(result)
     if encoding is None:
         return results
     return [replace(result, encoding=encoding) for result in results]
@@ -137,6 +168,53 @@ def _axis(axis: int, rank: int) -> int:
     if not -rank <= axis < rank:
         raise ShapeError(f"axis {axis} out of range for rank {rank}")
     return axis % rank
+
+
+# Attribute values are read through these accessors, which check their kinds: the
+# text form can give any attribute any value (`groups = 1.5 : f32`, `padding = 3`), and
+# `int(1.5)` or `tuple("ab")` would quietly make a wrong program type-check.
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, Integral) and not isinstance(value, bool)
+
+
+def _int_attr(attrs: Attrs, name: str) -> int:
+    value = attrs[name]
+    if not _is_int(value):
+        raise ShapeError(f"{name} must be an integer, got {value!r}")
+    return int(value)
+
+
+def _ints_attr(attrs: Attrs, name: str, length: int | None = None) -> tuple[int, ...]:
+    value = attrs[name]
+    if not isinstance(value, tuple | list) or not all(_is_int(v) for v in value):
+        raise ShapeError(f"{name} must be an array of integers, got {value!r}")
+    if length is not None and len(value) != length:
+        raise ShapeError(f"{name} must have {length} integers, got {list(value)}")
+    return tuple(int(v) for v in value)
+
+
+def _choice_attr(attrs: Attrs, name: str, choices: Sequence[str]) -> str:
+    value = attrs[name]
+    if not isinstance(value, str) or value not in choices:
+        listed = " or ".join(f"'{choice}'" for choice in choices)
+        raise ShapeError(f"{name} must be {listed}, got {value!r}")
+    return value
+
+
+def _bool_attr(attrs: Attrs, name: str) -> bool:
+    value = attrs[name]
+    if not isinstance(value, bool):
+        raise ShapeError(f"{name} must be a boolean, got {value!r}")
+    return value
+
+
+def _epsilon_attr(attrs: Attrs) -> float:
+    value = attrs["epsilon"]
+    if isinstance(value, bool) or not isinstance(value, Real) or not 0 <= value < math.inf:
+        raise ShapeError(f"epsilon must be a finite number >= 0, got {value!r}")
+    return float(value)
 
 
 def broadcast_shapes(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
@@ -176,7 +254,7 @@ def _scale(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
 @_rule("transpose", arity=(1, 1))
 def _transpose(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
     (x,) = inputs
-    perm = tuple(attrs["perm"])
+    perm = _ints_attr(attrs, "perm")
     if sorted(perm) != list(range(x.rank)):
         raise ShapeError(f"perm {list(perm)} is not a permutation of {x.rank} dimensions")
     return [TensorSig(tuple(x.shape[p] for p in perm), x.dtype)]
@@ -198,10 +276,16 @@ def _matmul(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
 
 
 def _pair(attrs: Attrs, name: str) -> tuple[int, int]:
-    value = tuple(attrs[name])
+    value = _ints_attr(attrs, name)
     if len(value) != 2 or min(value) < 1:
         raise ShapeError(f"{name} must be two positive integers, got {list(value)}")
     return value[0], value[1]
+
+
+def _padding_attr(attrs: Attrs) -> str | tuple[int, ...]:
+    """`padding`: a mode (`same`, `valid`: `window_pads` says which) or 4 integers."""
+    value = attrs["padding"]
+    return value if isinstance(value, str) else _ints_attr(attrs, "padding", 4)
 
 
 def window_pads(
@@ -256,7 +340,7 @@ def _conv2d(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
         raise ShapeError(
             f"input and weight must be 4-D (NCHW, OIHW), got {x.rank}-D and {w.rank}-D"
         )
-    groups = int(attrs["groups"])
+    groups = _int_attr(attrs, "groups")
     n, c, h, wd = x.shape
     cout, cin_g, kh, kw = w.shape
     if groups < 1 or c % groups or cout % groups:
@@ -268,9 +352,8 @@ def _conv2d(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
             f"weight expects {cin_g * groups} input channels "
             f"({cin_g} x {groups} groups), input has {c}"
         )
-    if attrs["activation"] not in ("none", "relu"):
-        raise ShapeError(f"activation must be 'none' or 'relu', got '{attrs['activation']}'")
-    oh, ow = window_output((h, wd), (kh, kw), _pair(attrs, "strides"), attrs["padding"])
+    _choice_attr(attrs, "activation", ("none", "relu"))
+    oh, ow = window_output((h, wd), (kh, kw), _pair(attrs, "strides"), _padding_attr(attrs))
     return [TensorSig((n, cout, oh, ow), dtype)]
 
 
@@ -294,11 +377,10 @@ def _pool2d(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
     _float(x)
     if x.rank != 4:
         raise ShapeError(f"input must be 4-D (NCHW), got {x.rank}-D")
-    if attrs["kind"] not in ("avg", "max"):
-        raise ShapeError(f"kind must be 'avg' or 'max', got '{attrs['kind']}'")
+    _choice_attr(attrs, "kind", ("avg", "max"))
     n, c, h, w = x.shape
     kernel, strides = _pair(attrs, "kernel"), _pair(attrs, "strides")
-    oh, ow = window_output((h, w), kernel, strides, attrs["padding"])
+    oh, ow = window_output((h, w), kernel, strides, _padding_attr(attrs))
     return [TensorSig((n, c, oh, ow), x.dtype)]
 
 
@@ -306,7 +388,7 @@ def _pool2d(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
 def _concat(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
     dtype = _same_dtype(*inputs)
     rank = inputs[0].rank
-    axis = _axis(int(attrs["axis"]), rank)
+    axis = _axis(_int_attr(attrs, "axis"), rank)
     for sig in inputs:
         off_axis = [d for i, d in enumerate(sig.shape) if i != axis]
         if sig.rank != rank or off_axis != [d for i, d in enumerate(inputs[0].shape) if i != axis]:
@@ -321,8 +403,8 @@ def _concat(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
 @_rule("split", arity=(1, 1))
 def _split(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
     (x,) = inputs
-    axis = _axis(int(attrs["axis"]), x.rank)
-    sizes = tuple(attrs["sizes"])
+    axis = _axis(_int_attr(attrs, "axis"), x.rank)
+    sizes = _ints_attr(attrs, "sizes")
     # Zero-size pieces are legal (ONNX allows them): empty tensors.
     if min(sizes, default=0) < 0:
         raise ShapeError(f"sizes {list(sizes)} must not be negative")
@@ -338,13 +420,22 @@ def _split(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
     return results
 
 
+_DTYPE_NAMES = frozenset(DType)
+"""Every DType, which a name (`"f32"`) is `in` as well: DType is a StrEnum."""
+
+
 def _dtype_attr(attrs: Attrs) -> DType:
-    return DType(attrs["dtype"])
+    """The element type an op makes: a type (`dtype = f32`), or its name from Python."""
+    value = attrs["dtype"]
+    if not isinstance(value, str) or value not in _DTYPE_NAMES:
+        names = ", ".join(DType)
+        raise ShapeError(f"dtype must be one of {names}, got {value!r}")
+    return DType(value)
 
 
 @_rule("ones", "zeros", arity=(0, 0))
 def _filled(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
-    shape = tuple(attrs["shape"])
+    shape = _ints_attr(attrs, "shape")
     if min(shape, default=0) < 0:
         raise ShapeError(f"shape {list(shape)} has a negative dimension")
     return [TensorSig(shape, _dtype_attr(attrs))]
@@ -352,7 +443,7 @@ def _filled(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
 
 @_rule("c_pool", arity=(0, 0))
 def _c_pool(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
-    channels = int(attrs["channels"])
+    channels = _int_attr(attrs, "channels")
     kh, kw = _pair(attrs, "kernel")
     if channels < 1:
         raise ShapeError(f"channels must be positive, got {channels}")
@@ -361,7 +452,7 @@ def _c_pool(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
 
 @_rule("i_conv", arity=(0, 0))
 def _i_conv(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
-    channels = int(attrs["channels"])
+    channels = _int_attr(attrs, "channels")
     kh, kw = _pair(attrs, "kernel")
     if channels < 1 or kh % 2 == 0 or kw % 2 == 0:
         raise ShapeError(f"identity kernel needs positive channels and odd sizes, got {kh}x{kw}")
@@ -370,7 +461,7 @@ def _i_conv(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
 
 @_rule("i_matmul", arity=(0, 0))
 def _i_matmul(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
-    size = int(attrs["size"])
+    size = _int_attr(attrs, "size")
     if size < 1:
         raise ShapeError(f"size must be positive, got {size}")
     return [TensorSig((size, size), _dtype_attr(attrs))]
@@ -378,14 +469,16 @@ def _i_matmul(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
 
 @_rule("constant", arity=(0, 0))
 def _constant(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
-    value: ConstData = attrs["value"]
+    value = attrs["value"]
+    if not isinstance(value, ConstData):
+        raise ShapeError(f"value must be a dense constant, got {value!r}")
     return [TensorSig(value.shape, value.dtype)]
 
 
 @_rule("reshape", arity=(1, 1))
 def _reshape(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
     (x,) = inputs
-    shape = tuple(attrs["shape"])
+    shape = _ints_attr(attrs, "shape")
     if min(shape, default=0) < 0 or math.prod(shape) != x.size:
         raise ShapeError(f"cannot reshape {_fmt(x.shape)} ({x.size} elements) to {_fmt(shape)}")
     return [TensorSig(shape, x.dtype)]
@@ -395,23 +488,23 @@ def _reshape(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
 def _softmax(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
     (x,) = inputs
     _float(x)
-    _axis(int(attrs["axis"]), x.rank)
+    _axis(_int_attr(attrs, "axis"), x.rank)
     return [x]
 
 
 @_rule("reduce", arity=(1, 1))
 def _reduce(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
     (x,) = inputs
-    if attrs["kind"] not in ("sum", "mean", "max"):
-        raise ShapeError(f"kind must be 'sum', 'mean' or 'max', got '{attrs['kind']}'")
-    axes = sorted({_axis(a, x.rank) for a in attrs["axes"]})
-    if len(axes) != len(attrs["axes"]) or not axes:
-        raise ShapeError(f"axes {list(attrs['axes'])} must be distinct and non-empty")
+    kind = _choice_attr(attrs, "kind", ("sum", "mean", "max"))
+    given = _ints_attr(attrs, "axes")
+    axes = sorted({_axis(a, x.rank) for a in given})
+    if len(axes) != len(given) or not axes:
+        raise ShapeError(f"axes {list(given)} must be distinct and non-empty")
     # Over no values a sum is 0 and a max is -inf (ONNX's identities); a mean is 0/0,
     # which ONNX leaves undefined, so it is refused rather than given a meaning.
-    if attrs["kind"] == "mean" and any(x.shape[a] == 0 for a in axes):
+    if kind == "mean" and any(x.shape[a] == 0 for a in axes):
         raise ShapeError(f"the mean over axes {axes} of the empty {_fmt(x.shape)} is undefined")
-    if attrs["keepdims"]:
+    if _bool_attr(attrs, "keepdims"):
         shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
     else:
         shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
@@ -423,6 +516,7 @@ def _batchnorm(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
     x, *stats = inputs
     _float(x)
     _same_dtype(x, *stats)
+    _epsilon_attr(attrs)
     if x.rank < 2:
         raise ShapeError(f"input must have a channel dimension, got rank {x.rank}")
     for name, sig in zip(("scale", "bias", "mean", "var"), stats, strict=True):
@@ -436,7 +530,8 @@ def _layernorm(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
     x, gamma, beta = inputs
     _float(x)
     _same_dtype(x, gamma, beta)
-    axis = _axis(int(attrs["axis"]), x.rank)
+    _epsilon_attr(attrs)
+    axis = _axis(_int_attr(attrs, "axis"), x.rank)
     for name, sig in (("gamma", gamma), ("beta", beta)):
         if sig.shape != x.shape[axis:]:
             raise ShapeError(
