@@ -20,7 +20,13 @@ from tasoc.ir.dag import Dag, Value
 from tasoc.ir.rule_text import parse_rules
 from tasoc.ir.rules import Proof, Rule, RuleError, RuleInput, param_domain
 from tasoc.verify.axioms import load_axioms
-from tasoc.verify.prover import _is_rank_exact, prove_rule, prove_rules, redundant_axioms
+from tasoc.verify.prover import (
+    MIN_TIMEOUT_S,
+    _is_rank_exact,
+    prove_rule,
+    prove_rules,
+    redundant_axioms,
+)
 from tasoc.verify.validate import validate_rule
 
 AXIOMS = load_axioms()
@@ -453,7 +459,7 @@ def test_precondition_is_needed(name: str) -> None:
 
 
 def test_timeout_gives_unknown() -> None:
-    rule = prove(MATMUL_FUSION, timeout_s=0.0)
+    rule = prove(MATMUL_FUSION, timeout_s=MIN_TIMEOUT_S)
     assert rule.proof.status is Proof.UNKNOWN
     assert rule.proof.detail.startswith("output 0: timeout")
 
