@@ -332,6 +332,8 @@ def _window(
     if len(strides) != 2 or min(strides) < 1:
         imp.fail(f"strides {list(strides)} must be two positive integers")
     auto_pad = attrs.get("auto_pad", "NOTSET")
+    if auto_pad not in ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"):
+        imp.fail(f"auto_pad {shown(auto_pad)} is not NOTSET, SAME_UPPER, SAME_LOWER or VALID")
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         top, left, bottom, right = window_pads("same", in_hw, kernel, (strides[0], strides[1]))
         pads = (

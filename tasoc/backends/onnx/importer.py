@@ -49,7 +49,7 @@ from tasoc.backends.onnx.folding import FOLDERS
 from tasoc.backends.onnx.gelu import find_gelus
 from tasoc.backends.onnx.handlers import HANDLERS
 from tasoc.backends.onnx.known_values import Known, Origin, Value, is_integral
-from tasoc.backends.onnx.tensors import check_size, tensor_array
+from tasoc.backends.onnx.tensors import check_size, element_type_name, tensor_array
 from tasoc.ir import graph as G
 from tasoc.ir.program import ENTRY, make_function
 from tasoc.ir.shapes import ConstData, DType, ShapeError, TensorSig
@@ -200,13 +200,19 @@ class Importer:
         return arg
 
     def input_sig(self, info: onnx.ValueInfoProto) -> TensorSig:
+        """The static type of a graph input (`declared_sig`), within the size limits."""
+        sig = self.declared_sig(info)
+        check_size(sig.shape, numpy_dtype(sig.dtype), f"input {shown(info.name)}")
+        return sig
+
+    def declared_sig(self, info: onnx.ValueInfoProto) -> TensorSig:
         """The static type of a graph input, from its declaration or `input_shapes`."""
         name = info.name
         if not info.type.HasField("tensor_type"):
             raise OnnxImportError(f"input {shown(name)} is not a tensor")
         tensor = info.type.tensor_type
         if tensor.elem_type not in DTYPES_BY_ONNX:
-            element = TensorProto.DataType.Name(tensor.elem_type)
+            element = element_type_name(tensor.elem_type)
             raise OnnxImportError(f"input {shown(name)} has unsupported element type {element}")
         # The checker makes inputs declare their rank; a dimension may be symbolic.
         declared = [
@@ -501,7 +507,7 @@ class Importer:
         if not (shape_fits and dtype_fits):
             raise OnnxImportError(
                 f"output {shown(info.name)} is declared {format_dims(declared_dims)} of type "
-                f"{TensorProto.DataType.Name(tensor.elem_type)}, but computes {sig}"
+                f"{element_type_name(tensor.elem_type)}, but computes {sig}"
             )
         return value
 

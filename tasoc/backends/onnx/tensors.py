@@ -5,14 +5,14 @@ A TensorProto states its element type and dims apart from the bytes holding its 
 so a file of a few bytes can state dims that multiply to petabytes, or data that does
 not fit its dims. Every tensor the importer reads (initializers, `Constant` values,
 `ConstantOfShape` fills, external data) is checked here against itself and against
-the limit before NumPy allocates anything; `check_size` is the same limit for the
-values the importer computes (constant folding), checked before computing them.
+the limits (`tasoc.ir.limits`) before NumPy allocates anything; `check_size` applies
+the same limits to the values the importer computes (constant folding), before
+computing them.
 """
 
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 
 import numpy as np
@@ -20,20 +20,7 @@ import onnx
 from onnx import TensorProto, numpy_helper
 
 from tasoc.backends.onnx.errors import OnnxImportError, format_dims
-
-MAX_TENSOR_BYTES_ENV = "TASOC_MAX_TENSOR_BYTES"
-"""Environment variable that raises (or lowers) the size limit, in bytes."""
-
-DEFAULT_MAX_TENSOR_BYTES = 16 * 2**30
-"""The largest array the importer makes or reads: 16 GiB, more than any weight of the
-zoo models at their papers' shapes, far less than a hostile file can ask for."""
-
-
-def max_tensor_bytes() -> int:
-    """The size limit: MAX_TENSOR_BYTES_ENV when set to a positive integer, else the default."""
-    text = os.environ.get(MAX_TENSOR_BYTES_ENV, "")
-    return int(text) if text.isdigit() and int(text) > 0 else DEFAULT_MAX_TENSOR_BYTES
-
+from tasoc.ir.limits import LimitError, check_shape
 
 _PACKED_4BIT = {TensorProto.INT4, TensorProto.UINT4, TensorProto.FLOAT4E2M1}
 """Element types stored two to a byte (and two to a typed-field entry)."""
@@ -51,16 +38,22 @@ def element_dtype(data_type: int) -> np.dtype | None:
         return None
 
 
+def element_type_name(data_type: int) -> str:
+    """`FLOAT`, `INT64`, ... for an ONNX element type; the number for one ONNX lacks."""
+    if data_type in TensorProto.DataType.values():
+        return TensorProto.DataType.Name(data_type)
+    return str(data_type)
+
+
 def check_size(shape: Sequence[int], dtype: np.dtype, what: str) -> None:
-    """Refuse, before it is allocated, an array of `shape` and `dtype` over the limit
-    (`tasoc.ir.limits.max_tensor_bytes`); `what` names it in the message."""
-    size = math.prod(shape) * dtype.itemsize
-    limit = max_tensor_bytes()
-    if size > limit:
+    """Refuse, before it is allocated, an array of `shape` and `dtype` over the limits
+    (`tasoc.ir.limits`: largest dim, rank and tensor); `what` names it in the message."""
+    try:
+        check_shape(shape, dtype.itemsize)
+    except LimitError as err:
         raise OnnxImportError(
-            f"{what} of shape {format_dims(shape)} and type {dtype} would take {size} bytes, "
-            f"more than the limit of {limit} ({MAX_TENSOR_BYTES_ENV})"
-        )
+            f"{what} of shape {format_dims(shape)} and type {dtype}: {err}"
+        ) from None
 
 
 def stored_dtype(tensor: TensorProto, what: str) -> np.dtype:
