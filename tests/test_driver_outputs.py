@@ -34,8 +34,9 @@ from hypothesis import strategies as st
 
 from tasoc.backends.arguments import random_inputs
 from tasoc.driver import outputs
-from tasoc.driver.errors import DriverError
+from tasoc.driver.errors import DriverError, Terminated
 from tasoc.driver.outputs import Outputs
+from tasoc.driver.signals import signals_as_exceptions
 from tasoc.driver.sources import load_module
 from tasoc.ir.program import arg_infos, entry_function
 
@@ -578,21 +579,24 @@ def _wait_for(condition: Callable[[], bool], seconds: float) -> None:
     ],
     ids=["SIGTERM", "SIGHUP", "SIGINT"],
 )
+@pytest.mark.parametrize("later", [0.0, 1.5], ids=["staged", "searching"])
 def test_a_signal_during_a_run_leaves_no_temporary_file_and_no_changed_output(
-    tmp_path: Path, signum: int, line: str
+    tmp_path: Path, signum: int, line: str, later: float
 ) -> None:
+    """Sent as soon as the stages exist (the model being built), or a moment later
+    (the search running)."""
     (tmp_path / "out.mlir").write_bytes(OLD)
     (tmp_path / "r.json").write_bytes(OLD)
     before = snapshot(tmp_path)
     process = _start_slow_run(tmp_path)
     try:
         _wait_for(lambda: len(_stages(tmp_path)) == 2, 8)
+        time.sleep(later)
         process.send_signal(signum)
         _, err = process.communicate(timeout=8)
     finally:
         process.kill()
-    assert process.returncode == 128 + signum
-    assert err.decode().splitlines() == [line]
+    assert (process.returncode, err.decode().splitlines()) == (128 + signum, [line])
     assert snapshot(tmp_path) == before
 
 
@@ -668,3 +672,35 @@ def test_an_exception_in_the_run_discards_every_stage(tmp_path: Path) -> None:
         raise KeyboardInterrupt
     assert target.read_bytes() == OLD
     assert [path.name for path in tmp_path.iterdir()] == ["out"]
+
+
+def test_a_signal_during_the_commit_waits_for_the_moves_then_undoes_them(tmp_path: Path) -> None:
+    """SIGTERM arriving while the outputs are moved is held back until the moves are
+    done (never half of them), then undoes them like any failure."""
+    paths = [tmp_path / "a", tmp_path / "b", tmp_path / "c"]
+    for path in paths[:2]:
+        path.write_bytes(OLD)
+    before = snapshot(tmp_path)
+    transaction = Outputs()
+    for path in paths:
+        staged = transaction.declare(str(path), path.name)
+        assert staged is not None
+        with staged.open() as stream:
+            stream.write("new")
+    real_replace = os.replace
+    moved: list[str] = []
+
+    def replace(source: str | Path, target: str | Path) -> None:
+        real_replace(source, target)
+        moved.append(Path(target).name)
+        if len(moved) == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    with (
+        signals_as_exceptions(),
+        mock.patch.object(os, "replace", replace),
+        pytest.raises(Terminated),
+    ):
+        transaction.commit()
+    assert moved[:3] == ["a", "b", "c"]  # all three moved before the signal was taken
+    assert snapshot(tmp_path) == before

@@ -11,49 +11,15 @@ from __future__ import annotations
 
 import gc
 import os
-import signal
 import sys
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from importlib.metadata import version
 
-from tasoc.driver.errors import OneLineArgumentParser, Terminated, report_failure
+from tasoc.driver.errors import OneLineArgumentParser, report_failure
+from tasoc.driver.signals import signals_as_exceptions
 
 Command = Callable[[Sequence[str]], int]
-
-TERMINATION_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
-"""Signals that end a run as Ctrl-C does (SIGINT is Python's KeyboardInterrupt already)."""
-
-
-def _raise_terminated(signum: int, frame: object) -> None:
-    raise Terminated(signum)
-
-
-@contextmanager
-def termination_as_exception() -> Iterator[None]:
-    """Within the block, SIGTERM and SIGHUP raise `Terminated` in the main thread.
-
-    By default they kill the process on the spot, leaving the staged outputs of a
-    run behind; as an exception they unwind like Ctrl-C, so every stage is removed,
-    no existing output changes, and `main` prints one line and returns 128 + the
-    signal's number. A signal the caller ignores (`nohup`) stays ignored; the previous
-    handlers come back on exit (tests call `main` in-process). Off the main thread,
-    where Python cannot install handlers, nothing changes."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {number: signal.getsignal(number) for number in TERMINATION_SIGNALS}
-    for number, handler in previous.items():
-        if handler is not signal.SIG_IGN:
-            signal.signal(number, _raise_terminated)
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            # None: a handler installed outside Python, which cannot be put back.
-            signal.signal(number, signal.SIG_DFL if handler is None else handler)
-
 
 IR_COLLECTOR_THRESHOLDS = (100_000, 50, 1_000)
 """Collections of generation 0 after 100,000 net allocations instead of 700, of the
@@ -155,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run `tasoc` with `argv` (default: the process's arguments); return the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        with termination_as_exception():
+        with signals_as_exceptions():
             if args and args[0] in COMMANDS:
                 command, _ = COMMANDS[args[0]]
                 return command(args[1:])

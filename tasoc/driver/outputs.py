@@ -27,7 +27,6 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-import signal
 import stat
 import sys
 import tempfile
@@ -39,23 +38,10 @@ from types import TracebackType
 from typing import IO, Any
 
 from tasoc.driver.errors import DriverError
+from tasoc.driver.signals import held_back
 
 STDOUT = "-"
 """The destination name that means standard output, as for most Unix tools."""
-
-_DEFERRED_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
-
-
-@contextmanager
-def signals_deferred() -> Iterator[None]:
-    """Hold back SIGINT, SIGTERM and SIGHUP for the block, so that creating a stage
-    (and remembering it) or committing the outputs is never cut in the middle; a signal
-    that arrives meanwhile is delivered when the block ends."""
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED_SIGNALS)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def cannot_write(given: str, err: OSError) -> DriverError:
@@ -270,7 +256,7 @@ class Outputs:
                         f"{label} '{given}' would overwrite the input '{input_given}'; "
                         "give it another path"
                     )
-        with signals_deferred():
+        with held_back():
             staged = StagedOutput(destination)
             self._staged.append(staged)
         return staged
@@ -294,21 +280,20 @@ class Outputs:
 
         Regular files are replaced with signals held back; special files are written
         through afterwards with signals allowed (a FIFO waits for its reader, and the
-        user must be able to stop that), and if that fails the replaced files are put
-        back."""
+        user must be able to stop that). A failure there, or a signal that was held
+        back during the moves, puts the replaced files back."""
+        replaced: list[tuple[Path, Path | None]] = []
         try:
-            with signals_deferred():
+            with held_back():
                 replaced = self._replace_regular_files()
-            try:
-                for staged in self._staged:
-                    staged.write_through()
-            except BaseException:
-                with signals_deferred():
-                    _put_back(replaced)
-                raise
+            for staged in self._staged:
+                staged.write_through()
+        except BaseException:
+            with held_back():
+                _put_back(replaced)
+            raise
         finally:
-            with signals_deferred():
-                self.discard()
+            self.discard()
 
     def _replace_regular_files(self) -> list[tuple[Path, Path | None]]:
         """Replace each destination by its staged file; the (destination, kept previous
@@ -339,9 +324,11 @@ class Outputs:
         return replaced
 
     def discard(self) -> None:
-        """Remove every stage (and spool); existing destinations are not touched."""
-        for staged in self._staged:
-            staged.discard()
+        """Remove every stage (and spool), all of them even if a signal arrives;
+        existing destinations are not touched."""
+        with held_back():
+            for staged in self._staged:
+                staged.discard()
 
 
 def _put_back(replaced: list[tuple[Path, Path | None]]) -> None:
