@@ -342,6 +342,23 @@ def test_verify_diagnostics_writes_the_diagnostic_to_o_instead_of_emptying_it(
     assert sorted(path.name for path in tmp_path.iterdir()) == ["bad.mlir", "out.mlir"]
 
 
+@pytest.mark.parametrize("bad_chunk", [0, 1, 2])
+def test_a_failing_chunk_of_split_input_writes_no_chunk(
+    tasoc, tmp_path: Path, outputs_exist, bad_chunk: int
+) -> None:
+    """`--split-input-file` makes one output of many modules: one failing module
+    (first, middle or last) fails the run, and `-o` and the report stay as they were."""
+    chunks = [IDENTITY, IDENTITY, IDENTITY]
+    chunks[bad_chunk] = BAD_SHAPES
+    source = tmp_path / "chunks.mlir"
+    source.write_text("// -----\n".join(chunks))
+    before = snapshot(tmp_path)
+    out, report = outputs_exist["out.mlir"], outputs_exist["r.json"]
+    result = tasoc("opt", source, "--split-input-file", "-o", out, "--report", report)
+    assert_one_line_error(result, "contraction")
+    assert snapshot(tmp_path) == before
+
+
 def test_diagnostics_cannot_go_to_an_onnx_output(tasoc, tmp_path: Path) -> None:
     source = tmp_path / "bad.mlir"
     source.write_text(BAD_SHAPES)
