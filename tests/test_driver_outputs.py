@@ -303,6 +303,30 @@ def test_a_full_device_fails_and_puts_back_the_other_outputs(
     assert snapshot(tmp_path) == before
 
 
+@pytest.mark.parametrize("blocker", ["directory", "report"])
+def test_the_external_data_of_an_onnx_output_is_an_output_too(
+    tasoc, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, blocker: str
+) -> None:
+    """A model over protobuf's limit (lowered here) writes `x.onnx.data` beside
+    `x.onnx`; where that path is a directory, or the report, nothing is written."""
+    from tasoc.backends.onnx import files
+
+    monkeypatch.setattr(files, "PROTOBUF_LIMIT", 4096)
+    out, data = tmp_path / "x.onnx", tmp_path / "x.onnx.data"
+    out.write_bytes(OLD)
+    report = tmp_path / "r.json"
+    if blocker == "directory":
+        data.mkdir()
+    else:
+        report = data
+        report.write_bytes(OLD)
+    before = snapshot(tmp_path)
+    result = tasoc("opt", "zoo:nasrnn?hidden=32&length=1", "-o", out, "--report", report)
+    fragment = "Is a directory" if blocker == "directory" else "both write"
+    assert_one_line_error(result, str(data), fragment)
+    assert snapshot(tmp_path) == before
+
+
 def test_rules_verify_writes_nothing_when_a_rule_is_not_proven(tasoc, tmp_path: Path) -> None:
     rules = tmp_path / "r.rules"
     rules.write_text(FALSE_RULE)

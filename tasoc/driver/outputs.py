@@ -121,7 +121,7 @@ def _os_error(code: int) -> OSError:
     return OSError(code, os.strerror(code))
 
 
-def check_destination(given: str | None, label: str, inputs: Iterable[str] = ()) -> str | None:
+def check_destination(given: str | None, label: str) -> str | None:
     """For a command with one output written at its end (`write_output`): check it now,
     before the work, so a bad path fails first; None for stdout (None or `-`)."""
     if given is None or given == STDOUT:
@@ -193,6 +193,11 @@ class StagedOutput:
             return []
         parent = self.destination.target.parent
         return [(staged, parent / staged.name) for staged in sorted(self._stage.iterdir())]
+
+    def shown(self, target: Path) -> str:
+        """How errors name `target`, one of `moves()`' destinations: as the user wrote
+        it, or by its path for a sibling (an ONNX model's `.data` file)."""
+        return self.destination.given if target.name == self.name else str(target)
 
     def write_through(self) -> None:
         """Copy the spooled content into the special file (commit of a FIFO or device)."""
@@ -304,18 +309,18 @@ class Outputs:
             if target in targets and targets[target] is not staged:
                 first, second = targets[target].destination, staged.destination
                 raise DriverError(
-                    f"{second.label} '{second.given}' writes '{target}', which is "
-                    f"{first.label} '{first.given}'; give them different paths"
+                    f"{first.label} '{first.given}' and {second.label} '{second.given}' "
+                    f"both write '{target}'; give them different paths"
                 )
             targets[target] = staged
         backups: list[Path | None] = []
         for staged, (source, target) in moves:
-            with errors_naming(staged.destination.given):
+            with errors_naming(staged.shown(target)):
                 backups.append(_keep_aside(source, target))
         replaced: list[tuple[Path, Path | None]] = []
         try:
             for (staged, (source, target)), backup in zip(moves, backups, strict=True):
-                with errors_naming(staged.destination.given):
+                with errors_naming(staged.shown(target)):
                     os.replace(source, target)
                 replaced.append((target, backup))
         except BaseException:
