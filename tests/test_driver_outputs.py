@@ -449,15 +449,42 @@ def test_a_report_on_the_weights_beside_the_output_is_refused(
 
 
 @pytest.mark.parametrize("output", ["m.npz", "./m.npz", "other.npz"])
+@pytest.mark.parametrize("source", ["m.mlir", "m.onnx"])
 def test_an_output_named_like_its_own_weights_file_is_refused(
-    tasoc, tmp_path: Path, program: Path, monkeypatch: pytest.MonkeyPatch, output: str
+    tasoc,
+    tmp_path: Path,
+    program: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    output: str,
+    source: str,
 ) -> None:
-    """`-o x.npz` for a program with weights: the weights go to `x.npz` too."""
+    """`-o x.npz` for a program with weights (a text program with its `.npz`, an ONNX
+    model with initializers): the weights go to `x.npz` too."""
     monkeypatch.chdir(tmp_path)
+    if source.endswith(".onnx"):
+        assert tasoc("opt", program, "-o", source).code == 0
     before = snapshot(tmp_path)
-    result = tasoc("opt", program, "-o", output)
+    result = tasoc("opt", source, "-o", output)
     assert_one_line_error(result, "the weights beside -o", "same file")
     assert snapshot(tmp_path) == before
+
+
+@pytest.mark.skipif(IS_ROOT, reason="root writes into a read-only directory")
+@pytest.mark.parametrize("option", ["-o", "--report"])
+def test_an_output_in_a_read_only_directory_fails_first(
+    tasoc, tmp_path: Path, program: Path, option: str
+) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    (locked / "x").write_bytes(OLD)
+    locked.chmod(0o555)
+    try:
+        before = snapshot(tmp_path)
+        result = tasoc("opt", program, option, locked / "x")
+        assert_one_line_error(result, f"cannot write '{locked / 'x'}': Permission denied")
+        assert snapshot(tmp_path) == before
+    finally:
+        locked.chmod(0o755)
 
 
 @pytest.mark.parametrize("which", ["input", "params"])
