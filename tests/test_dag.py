@@ -383,13 +383,16 @@ def test_from_module_rejects_what_it_cannot_represent() -> None:
         from_module(foreign)
 
 
-def test_function_name_is_kept() -> None:
-    g = GraphBuilder(name="forward")
+def test_function_name_is_kept_and_only_main_converts() -> None:
+    g = GraphBuilder()
     x = g.input("x", (3,))
     dag = from_module(g.build(g.relu(x)))
-    assert dag.name == "forward"
-    assert "func.func @forward" in str(to_module(dag))
-    assert dag != Dag(dag.args, dag.outputs)  # the name is part of the identity
+    assert dag.name == "main"
+    forward = Dag(dag.args, dag.outputs, "forward")
+    assert "func.func @forward" in str(to_module(forward))
+    assert forward != dag  # the name is part of the identity
+    with pytest.raises(ProgramError, match=r"no 'func\.func @main'"):
+        from_module(to_module(forward))
 
 
 @settings(max_examples=40, deadline=None)

@@ -21,7 +21,8 @@ from xdsl.ir import Operation, SSAValue
 
 from tasoc.backends import describe, numpy_dtype
 from tasoc.ir import graph as G
-from tasoc.ir.program import ArgInfo, arg_infos, entry_function
+from tasoc.ir.limits import check_argument_bytes
+from tasoc.ir.program import ArgInfo, arg_infos, argument_bytes, entry_function
 from tasoc.ir.shapes import TensorSig
 
 _LAYOUT_OPS = (G.ReshapeOp, G.TransposeOp, G.ConcatOp, G.SplitOp)
@@ -96,14 +97,18 @@ def random_inputs(module: ModuleOp, seed: int = 0) -> list[np.ndarray]:
     Floats are N(0, 1); a weight (`{graph.param}`) used as a matmul or convolution
     operand is scaled by 1/sqrt(fan_in); batchnorm variances are uniform in
     [0.5, 1.5]; integer ids are uniform over the rows of every table they index.
+    Raises LimitError, before drawing any, when the arguments together are over
+    `limits.max_argument_bytes()`.
     """
     function = entry_function(module)
+    infos = arg_infos(function)
+    check_argument_bytes(argument_bytes(infos), "the arguments of @main")
     rng = np.random.default_rng(seed)
     # np.asarray: numpy returns scalars, not 0-d arrays, for rank-0 draws, and
     # runtimes such as onnxruntime accept only arrays.
     return [
         np.asarray(_random_value(info, arg, rng))
-        for info, arg in zip(arg_infos(function), function.body.block.args, strict=True)
+        for info, arg in zip(infos, function.body.block.args, strict=True)
     ]
 
 

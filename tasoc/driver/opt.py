@@ -83,6 +83,7 @@ from tasoc.driver.sources import (
     parse_mlir,
     register_dialects,
     verify_error,
+    verify_module,
 )
 from tasoc.driver.statistics import format_statistics
 from tasoc.driver.weights import WeightsFile, find_weights, load_weights
@@ -437,7 +438,7 @@ class TasocOptMain(xDSLOptMain):
         if self.args.disable_verify:
             return
         try:
-            module.verify()
+            verify_module(module)
         except VerifyException as err:
             if self.args.verify_diagnostics:
                 raise  # xdsl-opt prints it and exits 0: lit tests check verifier messages

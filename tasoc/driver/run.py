@@ -33,6 +33,7 @@ from tasoc.driver.onnx_bridge import (
 )
 from tasoc.driver.sources import Program, load_program
 from tasoc.driver.weights import WeightsFile, find_weights, load_arguments
+from tasoc.ir.limits import LimitError
 from tasoc.ir.program import (
     ArgInfo,
     ProgramError,
@@ -191,7 +192,7 @@ def run_command(argv: Sequence[str]) -> int:
         returned = return_values(entry_function(module))
         infos = arg_infos(entry_function(module))
         inputs = _arguments(program, weights, args.seed)
-    except ProgramError as err:
+    except (ProgramError, LimitError) as err:
         raise DriverError(f"{args.input}: {err}") from None
     executable = prepare(module, args.backend)
     outputs = executable.run(inputs)

@@ -11,6 +11,7 @@ parser does not attach source locations to ops, and without them a shape mismatc
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass
 from io import BytesIO
@@ -23,11 +24,13 @@ from xdsl.ir import Operation
 from xdsl.parser import Parser
 from xdsl.universe import Universe
 from xdsl.utils.exceptions import VerifyException
-from xdsl.utils.lexer import Span
+from xdsl.utils.lexer import Input, Span
 
 from tasoc.driver.errors import DriverError, one_line
 from tasoc.driver.onnx_bridge import ONNX, InputShapes, import_model, require_onnx_for_shapes
 from tasoc.ir.graph import Graph
+from tasoc.ir.limits import MAX_NESTING, LimitError, check_environment
+from tasoc.ir.program import IRRuleError, verify_ir
 
 STDIN = "-"
 ZOO_SCHEME = "zoo:"
@@ -66,8 +69,13 @@ def open_input(spec: str | None, frontend: str | None = None) -> tuple[IO[bytes]
 
     A zoo spec becomes a stream holding the spec itself (`NAME?k=v`), so that the zoo
     is one more frontend in xDSL's table. `frontend` overrides the file extension, as
-    xdsl-opt's `-f` does.
+    xdsl-opt's `-f` does. The resource limits' variables are checked here, before
+    anything is read.
     """
+    try:
+        check_environment()
+    except LimitError as err:
+        raise DriverError(str(err)) from None
     if spec in (None, STDIN):
         return sys.stdin.buffer, frontend or MLIR
     if spec.startswith(ZOO_SCHEME):
@@ -125,6 +133,34 @@ class LocatingParser(Parser):
         return op
 
 
+_UNNESTED_TEXT = re.compile(r'"(?:[^"\\]|\\.)*"|//[^\n]*|->')
+"""String literals, comments and the `->` of function types: text whose brackets
+(`"a(("`, `// :)`) and `>` do not open or close a level."""
+
+_BRACKET_STEPS = np.zeros(128, np.int8)
+_BRACKET_STEPS[[ord(c) for c in "{([<"]] = 1
+_BRACKET_STEPS[[ord(c) for c in "})]>"]] = -1
+
+
+def check_nesting(text: str, name: str, line_offset: int = 0) -> None:
+    """DriverError at the first bracket of `text` nested deeper than MAX_NESTING.
+
+    xDSL's parser, verifier and printer recurse once per level of modules, regions,
+    arrays, dictionaries and types, so 1,000 nested `[` end in a RecursionError. A
+    scan of the brackets is deterministic (a RecursionError comes sooner or later
+    depending on how deep the caller's stack already is) and costs one vectorized
+    pass over the text, next to which the parse itself is slow.
+    """
+    blanked = _UNNESTED_TEXT.sub(lambda found: " " * len(found[0]), text)
+    codes = np.frombuffer(blanked.encode("utf-32-le"), np.uint32)
+    depth = np.cumsum(_BRACKET_STEPS[np.minimum(codes, 127)], dtype=np.int32)
+    too_deep = np.flatnonzero(depth > MAX_NESTING)
+    if too_deep.size:
+        start = int(too_deep[0])
+        where = Span(start, start, Input(text, name), line_offset).get_location()
+        raise DriverError(f"{where}: nesting deeper than {MAX_NESTING} levels")
+
+
 def parse_mlir(
     ctx: Context,
     data: bytes,
@@ -133,12 +169,21 @@ def parse_mlir(
     line_offset: int = 0,
     implicit_module: bool = True,
 ) -> ModuleOp:
-    """Parse MLIR text; ParseError (carrying its location) propagates to the driver."""
+    """Parse MLIR text; ParseError (carrying its location) propagates to the driver.
+
+    Nesting is checked first (`check_nesting`); what recurses without brackets (a
+    long chain of unary minuses in an affine map) is caught as a RecursionError.
+    """
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
         raise DriverError(f"{name}: not UTF-8 text (byte {err.start})") from None
-    return LocatingParser(ctx, text, name, sources, line_offset).parse_module(implicit_module)
+    check_nesting(text, name, line_offset)
+    parser = LocatingParser(ctx, text, name, sources, line_offset)
+    try:
+        return parser.parse_module(implicit_module)
+    except RecursionError:
+        raise DriverError(f"{name}: nested too deeply to parse") from None
 
 
 def build_zoo_model(spec: str) -> ModuleOp:
@@ -152,15 +197,25 @@ def build_zoo_model(spec: str) -> ModuleOp:
         raise DriverError(str(err)) from None
 
 
+def verify_module(module: ModuleOp) -> None:
+    """xDSL's verifier, then the rules it does not check (`verify_ir`: dominance and
+    resource limits); raises VerifyException."""
+    module.verify()
+    verify_ir(module)
+
+
 def verify_error(
     module: ModuleOp, err: VerifyException, sources: SourceMap, when: str = ""
 ) -> DriverError:
-    """A one-line DriverError for a failed `module.verify()`, at the failing op's location.
+    """A one-line DriverError for a failed `verify_module`, at the failing op's location.
 
     `module.verify()` does not say which op failed, so the ops are verified one at a
     time (only on this error path) to find the first that fails and has a location.
     """
     message = one_line(str(err).splitlines()[0]) if str(err) else "verification failed"
+    if isinstance(err, IRRuleError):
+        location = sources.location(err.op)
+        return DriverError(f"{location}: {when}{message}" if location else f"{when}{message}")
     for op in module.walk():
         try:
             op.verify(verify_nested_ops=False)
@@ -197,7 +252,7 @@ def load_program(spec: str, input_shapes: InputShapes | None = None) -> Program:
     sources = SourceMap()
     module = parse_mlir(make_context(), data, input_name(spec), sources)
     try:
-        module.verify()
+        verify_module(module)
     except VerifyException as err:
         raise verify_error(module, err, sources) from None
     return Program(module, None)

@@ -56,6 +56,13 @@ def max_argument_bytes() -> int:
     return _bytes_from_env(ARGUMENT_BYTES_ENV, DEFAULT_MAX_ARGUMENT_BYTES)
 
 
+def check_environment() -> None:
+    """LimitError for a limit variable set to something that is not a byte count, so a
+    command can refuse it up front rather than in the middle of verifying an op."""
+    max_tensor_bytes()
+    max_argument_bytes()
+
+
 def _bytes_from_env(name: str, default: int) -> int:
     """The limit `name` sets, or `default`; LimitError for a value that is not a whole,
     positive number of bytes (a typo must not silently lift or keep a limit)."""
@@ -90,8 +97,18 @@ def format_bytes(count: int) -> str:
         if count >= scale:
             whole, rest = divmod(count, scale)
             tenth = rest * 10 // scale
-            return f"{whole:,}{f'.{tenth}' if tenth else ''} {unit}"
+            return f"{shown(whole)}{f'.{tenth}' if tenth and whole < 1000 else ''} {unit}"
     return f"{count} bytes"
+
+
+def shown(number: int) -> str:
+    """`number` short enough for a one-line message: as is up to 20 digits (2^64), then
+    like `6.4e+301` (a size computed from a float option can have hundreds)."""
+    digits = str(abs(number))
+    if len(digits) <= 20:
+        return str(number)
+    sign = "-" if number < 0 else ""
+    return f"{sign}{digits[0]}.{digits[1]}e+{len(digits) - 1}"
 
 
 def check_shape(shape: Sequence[int], itemsize: int) -> None:
@@ -104,7 +121,9 @@ def check_shape(shape: Sequence[int], itemsize: int) -> None:
         raise LimitError(f"rank {len(shape)} is over the largest supported, {MAX_RANK}")
     for dim in shape:
         if dim > MAX_DIM:
-            raise LimitError(f"dimension {dim} is over the largest supported, {MAX_DIM} (2^31-1)")
+            raise LimitError(
+                f"dimension {shown(dim)} is over the largest supported, {MAX_DIM} (2^31-1)"
+            )
     nbytes = math.prod(shape) * itemsize
     limit = max_tensor_bytes()
     if nbytes > limit:

@@ -2,27 +2,37 @@
 
 Inputs and weights are the function's arguments (weights carry `{graph.param}`);
 outputs are the operands of its `func.return`. These helpers read that shape of
-program so that backends, the driver and `dag` agree on it.
+program so that backends, the driver and `dag` agree on it, and refuse, with a
+one-line `ProgramError`, what is not one: no `@main` (another function is never taken
+for it), a declaration, a body of several blocks, no outputs, or a `@main` that calls
+itself (through other functions or not), which no backend could ever finish.
+
+`verify_ir` checks what xDSL's verifier does not: that values are defined before
+they are used (MLIR's dominance rule) and that tensor types are within the resource
+limits (`limits.py`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import (
     ArrayAttr,
     DictionaryAttr,
+    FixedBitwidthType,
     FunctionType,
     ModuleOp,
     NoneAttr,
     TensorType,
     UnitAttr,
 )
-from xdsl.ir import Attribute, Block, Region, SSAValue
+from xdsl.ir import Attribute, Block, Operation, OpResult, Region, SSAValue
+from xdsl.utils.exceptions import VerifyException
 
 from tasoc.ir.graph import PARAM_ATTR, sig_of
+from tasoc.ir.limits import LimitError, check_shape
 from tasoc.ir.shapes import TensorSig
 
 ENTRY = "main"
@@ -57,14 +67,47 @@ def named(attributes: Mapping[str, Attribute]) -> NamedAttrs:
 
 
 def entry_function(module: ModuleOp) -> func.FuncOp:
-    """The `func.func @main` of a program (or its only function)."""
-    funcs = [op for op in module.ops if isinstance(op, func.FuncOp)]
-    for f in funcs:
-        if f.sym_name.data == ENTRY:
-            return f
-    if len(funcs) == 1:
-        return funcs[0]
-    raise ProgramError(f"module has no 'func.func @{ENTRY}' (found {len(funcs)} functions)")
+    """The `func.func @main` of a program, defined by one block, that does not call
+    itself; ProgramError otherwise.
+
+    A module without `@main` is refused even when it holds one function: taking that
+    one instead would run or rewrite a function the user never named as the entry.
+    """
+    functions = {op.sym_name.data: op for op in module.ops if isinstance(op, func.FuncOp)}
+    function = functions.get(ENTRY)
+    if function is None:
+        found = ", ".join(f"@{name}" for name in functions) or "none"
+        raise ProgramError(
+            f"module has no 'func.func @{ENTRY}' (functions found: {found}); "
+            f"a tasoc program's entry is @{ENTRY}"
+        )
+    entry_block(function)
+    _refuse_recursion(function, functions)
+    return function
+
+
+def _refuse_recursion(entry: func.FuncOp, functions: Mapping[str, func.FuncOp]) -> None:
+    """ProgramError when `entry` can reach a call of itself.
+
+    Only a call back into `@main` is a program no backend can run (the reference
+    interpreter would recurse until Python gives up); calls among other functions are
+    left to the backends that take them.
+    """
+    seen = {entry.sym_name.data}
+    pending = [entry]
+    while pending:
+        for callee in _callees(pending.pop()):
+            if callee == ENTRY:
+                raise ProgramError(f"@{ENTRY} calls itself; recursion is not supported")
+            if callee not in seen and callee in functions:
+                seen.add(callee)
+                pending.append(functions[callee])
+
+
+def _callees(function: func.FuncOp) -> Iterator[str]:
+    for op in function.walk():
+        if isinstance(op, func.CallOp):
+            yield op.callee.root_reference.data
 
 
 def value_name(value: SSAValue, fallback: str) -> str:
@@ -97,6 +140,12 @@ def arg_infos(function: func.FuncOp) -> list[ArgInfo]:
     return infos
 
 
+def argument_bytes(infos: Sequence[ArgInfo]) -> int:
+    """Bytes of all of a program's arguments (inputs and weights) together: what a run
+    allocates before its first op, checked against `limits.check_argument_bytes`."""
+    return sum(info.sig.size * info.sig.dtype.itemsize for info in infos)
+
+
 def result_attributes(function: func.FuncOp) -> tuple[NamedAttrs, ...]:
     """Each result's attributes (`-> (tensor<4xf32> {my.res = 1})`), or () when no
     result has any."""
@@ -127,10 +176,83 @@ def refuse_encodings(function: func.FuncOp, consumer: str) -> None:
 
 
 def return_values(function: func.FuncOp) -> tuple[SSAValue, ...]:
-    last = function.body.block.last_op
+    """The values `function` returns, its outputs; ProgramError for none: a program
+    computes something (a pass has nothing to optimize, a run nothing to show)."""
+    last = entry_block(function).last_op
     if not isinstance(last, func.ReturnOp):
         raise ProgramError(f"@{function.sym_name.data} does not end with func.return")
+    if not last.arguments:
+        raise ProgramError(
+            f"@{function.sym_name.data} returns no values; a program has at least one output"
+        )
     return tuple(last.arguments)
+
+
+class IRRuleError(VerifyException):
+    """IR breaks a rule xDSL's verifier does not check (`verify_ir`); `op` is where, so
+    the driver can point at its line."""
+
+    def __init__(self, op: Operation, message: str) -> None:
+        super().__init__(f"'{op.name}' {message}")
+        self.op = op
+
+
+def verify_ir(root: Operation) -> None:
+    """IRRuleError for the first break, under `root`, of two rules xDSL does not check.
+
+    - Dominance, which MLIR's verifier checks: in a block, a value is used after the op
+      that defines it; an interpreter or a lowering reading the block in order would
+      meet a value it has not computed. Checked in every block except a module's body
+      (a graph region in MLIR, where order is free). Values from other blocks of a
+      region would need block dominance, which no tasoc program has (one block per
+      function), so those are left alone.
+    - Sizes: every static tensor type, of a result or a block argument, is within the
+      resource limits (`limits.py`), so `tensor<9223372036854775807xf32>` is refused
+      where it is written, not when a backend allocates it.
+
+    Linear in the ops; each distinct type is checked once.
+    """
+    positions: dict[Block, dict[Operation, int]] = {}
+    checked: set[Attribute] = set()
+    for op in root.walk():
+        for index, operand in enumerate(op.operands):
+            if isinstance(operand, OpResult) and _defined_after(operand, op, positions):
+                name = f"%{operand.name_hint}" if operand.name_hint else f"#{operand.index}"
+                raise IRRuleError(op, f"uses {name} (operand #{index}) before it is defined")
+        block_args = (arg for region in op.regions for block in region.blocks for arg in block.args)
+        values = [*op.results, *block_args]
+        for value in values:
+            if value.type not in checked:
+                _check_type_size(op, value.type)
+                checked.add(value.type)
+
+
+def _defined_after(
+    value: OpResult, user: Operation, positions: dict[Block, dict[Operation, int]]
+) -> bool:
+    """Whether `value` is defined at or after `user` (or its ancestor) in one block;
+    `positions` caches each block's op order."""
+    block = value.op.parent_block()
+    if block is None or isinstance(block.parent_op(), ModuleOp):
+        return False
+    ancestor = block.find_ancestor_op_in_block(user)
+    if ancestor is None:
+        return False
+    order = positions.get(block)
+    if order is None:
+        order = positions[block] = {op: i for i, op in enumerate(block.ops)}
+    return order[value.op] >= order[ancestor]
+
+
+def _check_type_size(op: Operation, type_: Attribute) -> None:
+    if not isinstance(type_, TensorType) or any(d < 0 for d in type_.get_shape()):
+        return
+    element = type_.element_type
+    itemsize = -(-element.bitwidth // 8) if isinstance(element, FixedBitwidthType) else 1
+    try:
+        check_shape(type_.get_shape(), itemsize)
+    except LimitError as err:
+        raise IRRuleError(op, f"has a type over a resource limit: {err}") from None
 
 
 def make_function(

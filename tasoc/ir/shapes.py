@@ -198,7 +198,8 @@ def _ints_attr(attrs: Attrs, name: str, length: int | None = None) -> tuple[int,
 def _choice_attr(attrs: Attrs, name: str, choices: Sequence[str]) -> str:
     value = attrs[name]
     if not isinstance(value, str) or value not in choices:
-        listed = " or ".join(f"'{choice}'" for choice in choices)
+        *others, last = [f"'{choice}'" for choice in choices]
+        listed = f"{', '.join(others)} or {last}" if others else last
         raise ShapeError(f"{name} must be {listed}, got {value!r}")
     return value
 

@@ -35,7 +35,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
 
 from tasoc.ir.builder import GraphBuilder, Padding, shape_of
-from tasoc.ir.shapes import ShapeError
+from tasoc.ir.shapes import ShapeError, SizeLimitError
 from tasoc.models.registry import ZooError
 
 Kernel = int | tuple[int, int]
@@ -78,6 +78,8 @@ def fitting(option: str, value: int) -> Iterator[None]:
     """
     try:
         yield
+    except SizeLimitError:
+        raise  # too large, not too small: `ZooModel.build` says which limit
     except ShapeError as err:
         raise ZooError(f"option '{option}' ({value}) is too small for this model: {err}") from None
 

@@ -11,13 +11,21 @@ against and the ones the code uses cannot drift apart:
 
 `build_model("bert?layers=2&hidden=256")` parses each value to the type of its default
 and calls the builder. Every mistake a user can make in a spec (unknown model, unknown
-option, a value of the wrong type, options that do not fit together) raises `ZooError`
-with one line that says what to type instead, because the driver prints it as is.
+option, a value of the wrong type, options that do not fit together, sizes over the
+resource limits of `tasoc.ir.limits`) raises `ZooError` with one line that says what
+to type instead, because the driver prints it as is.
+
+A spec is a few bytes that can ask for exabytes, so sizes are bounded twice: an
+integer option is at most `MAX_DIM` and a float finite when the spec is parsed,
+and the built program's tensors and arguments are within the limits before anyone
+allocates them (the builder refuses a tensor over the limit as it types it; the
+arguments' total is checked here).
 """
 
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -26,7 +34,8 @@ from typing import NamedTuple
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 
-from tasoc.ir.program import arg_infos, entry_function
+from tasoc.ir.limits import MAX_DIM, LimitError, check_argument_bytes, shown
+from tasoc.ir.program import arg_infos, argument_bytes, entry_function
 
 OptionValue = int | float | bool | str
 Builder = Callable[..., ModuleOp]
@@ -71,15 +80,21 @@ class ZooModel:
         """Build with `options` (already typed) over the defaults.
 
         A builder rejects option values that do not fit together by raising ZooError
-        without naming itself; the message gets the model's name here.
+        without naming itself; the message gets the model's name here. Options that
+        make a tensor, or all arguments together, larger than the resource limits
+        raise ZooError too, before any value is allocated.
         """
         for key in options:
             if key not in self.defaults:
                 raise self.unknown_option(key)
         try:
-            return self.builder(**{**self.defaults, **options})
+            module = self.builder(**{**self.defaults, **options})
+            check_argument_bytes(argument_bytes(arg_infos(entry_function(module))), "its arguments")
         except ZooError as err:
             raise ZooError(f"{SCHEME}{self.name}: {err}") from None
+        except LimitError as err:
+            raise ZooError(f"{SCHEME}{self.name}: options too large: {err}") from None
+        return module
 
     def unknown_option(self, key: str) -> ZooError:
         """The error for an option this model does not have, listing the ones it has."""
@@ -180,26 +195,29 @@ def build_model(spec: str) -> ModuleOp:
 
 
 def _parse_value(model: str, key: str, text: str, kind: type) -> OptionValue:
+    """`text` as a value of `kind`. Numbers are bounded here, whatever the model: a
+    float is finite and an integer at most MAX_DIM (no size or count can be larger);
+    each builder says what else it needs (`require_positive`)."""
+    where = f"{SCHEME}{model}: option '{key}'"
     if kind is str:
         return text
     if kind is bool:
         word = text.lower()
-        if word in _TRUE_WORDS | _FALSE_WORDS:
-            return word in _TRUE_WORDS
-    else:
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    raise ZooError(f"{SCHEME}{model}: option '{key}' expects {_type_words(kind)}, got '{text}'")
+        if word not in _TRUE_WORDS | _FALSE_WORDS:
+            raise ZooError(f"{where} expects a boolean (true/false), got '{text}'")
+        return word in _TRUE_WORDS
+    try:
+        value = kind(text)
+    except ValueError:  # not a number, or an integer of 4300 digits or more
+        raise ZooError(f"{where} expects {_NUMBER_WORDS[kind]}, got '{text}'") from None
+    if kind is int and value > MAX_DIM:
+        raise ZooError(f"{where} must be at most {MAX_DIM}, got {shown(value)}")
+    if kind is float and not math.isfinite(value):
+        raise ZooError(f"{where} expects {_NUMBER_WORDS[kind]}, got '{text}'")
+    return value
 
 
-def _type_words(kind: type) -> str:
-    return {
-        int: "an integer",
-        float: "a number",
-        bool: "a boolean (true/false)",
-    }[kind]
+_NUMBER_WORDS = {int: "an integer", float: "a finite number"}
 
 
 def _format_value(value: OptionValue) -> str:
