@@ -148,6 +148,11 @@ def test_an_input_over_the_limits_is_refused(tasoc: StrictRun, tmp_path: Path) -
         refused(tasoc, tmp_path / "m.onnx", model, "input 'x'", fragment)
 
 
+def test_an_input_with_a_negative_dim_is_refused(tasoc: StrictRun, tmp_path: Path) -> None:
+    model = graph_model([helper.make_node("Relu", ["x"], ["y"])], {"y": 2}, {"x": (F, [-1, 8])})
+    refused(tasoc, tmp_path / "m.onnx", model, "input 'x' has negative dims [-1, 8]")
+
+
 def test_a_pad_to_a_huge_size_is_refused(tasoc: StrictRun, tmp_path: Path) -> None:
     pads = np.array([0, 0, 2**40, 2**40, 0, 0, 2**40, 2**40], np.int64)
     refused(tasoc, tmp_path / "m.onnx", on_input("Pad", [pads]), "Pad node")

@@ -236,6 +236,8 @@ class Importer:
                 f"input {shown(name)} has a dynamic shape {format_dims(declared)}: give it a "
                 f"static one (input_shapes, or tasoc's --input-shape {name}=...)"
             )
+        if min(declared, default=0) < 0:
+            raise OnnxImportError(f"input {shown(name)} has negative dims {format_dims(declared)}")
         return TensorSig(tuple(int(d) for d in declared), DTYPES_BY_ONNX[tensor.elem_type])
 
     # ------------------------------------------------------------- values
