@@ -55,14 +55,16 @@ def assert_one_line_error(result: Result, *fragments: str) -> str:
 #
 #     HYPOTHESIS_PROFILE=long .venv/bin/pytest tests/test_fuzz_cli.py tests/test_equality_rewrite.py
 #
-# `ci` (chosen when `CI` is set, as CI services do) draws the same examples on every
-# run (`derandomize`), so a red CI run is a reproducible one; `dev`, the default, draws
-# new ones each time and remembers failures in `.hypothesis/`.
+# `ci` (chosen when `CI` is set, e.g. `CI=true`, as CI services do) draws the same
+# examples on every run (`derandomize`), so a red CI run is a reproducible one; `dev`,
+# the default, draws new ones each time and remembers failures in `.hypothesis/`. No
+# profile has a deadline: the cores of a busy machine make per-example times noise.
 _SLOW_IS_FINE = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("dev", **_SLOW_IS_FINE)
 settings.register_profile("ci", derandomize=True, database=None, print_blob=True, **_SLOW_IS_FINE)
 settings.register_profile("long", max_examples=2000, **_SLOW_IS_FINE)
-PROFILE = os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
+ON_CI = os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if ON_CI else "dev")
 settings.load_profile(PROFILE)
 
 
