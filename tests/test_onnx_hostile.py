@@ -451,3 +451,16 @@ def test_a_message_quotes_a_hostile_name_short_and_on_one_line(
     model.graph.node[-1].name = "n\n\x1b[2J" * 50_000
     line = refused(tasoc, tmp_path / "m.onnx", model, "Gather node 'n\\n\\x1b[2J", "...").err
     assert len(line) < 300
+
+
+def test_onnxruntime_warnings_do_not_reach_stderr(tasoc: StrictRun, tmp_path: Path) -> None:
+    """onnxruntime warns about an unused initializer on the process's stderr; `tasoc run
+    --check-onnxruntime` keeps stderr for its own lines."""
+    unused = numpy_helper.from_array(np.ones(3, np.float32), "unused")
+    relu = helper.make_node("Relu", ["x"], ["y"])
+    path = tmp_path / "m.onnx"
+    model = graph_model([relu], {"y": 1}, {"x": (F, [3])}, [unused])
+    model.graph.output[0].type.tensor_type.elem_type = F  # onnxruntime wants it stated
+    onnx.save(model, path)
+    result = tasoc("run", path, "--check-onnxruntime")
+    assert result.code == 0 and result.err == "", result

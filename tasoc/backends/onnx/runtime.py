@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 
 CPU = ("CPUExecutionProvider",)
 
+ERRORS_ONLY = 3
+"""onnxruntime's log severity for errors (0 verbose, 1 info, 2 warning, 3 error, 4 fatal)."""
+
 
 def inference_session(
     model: onnx.ModelProto | str | PathLike[str],
@@ -29,8 +32,16 @@ def inference_session(
     options: onnxruntime.SessionOptions | None = None,
 ) -> onnxruntime.InferenceSession:
     """An onnxruntime session for `model` (in memory, or a file with or without external
-    data), with `providers` in order of preference and session `options`."""
+    data), with `providers` in order of preference and session `options`.
+
+    Without `options`, the session logs errors only: onnxruntime writes its warnings
+    (such as an unused initializer) straight to the process's stderr, beside tasoc's own
+    output, and its errors come back as exceptions anyway."""
     import onnxruntime
+
+    if options is None:
+        options = onnxruntime.SessionOptions()
+        options.log_severity_level = ERRORS_ONLY
 
     def session(source: str | bytes) -> onnxruntime.InferenceSession:
         return onnxruntime.InferenceSession(source, options, providers=list(providers))
