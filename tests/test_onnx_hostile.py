@@ -410,15 +410,22 @@ def test_an_op_with_operands_the_spec_forbids_is_one_error_line(
     refused(tasoc, tmp_path / "m.onnx", build(), "node", fragment)
 
 
-def test_division_by_a_constant_zero_imports_without_a_warning(
-    tasoc: StrictRun, tmp_path: Path
+@pytest.mark.parametrize("divisor", [0.0, 3.4e38], ids=["zero", "huge"])
+def test_division_by_a_constant_zero_or_huge_imports_without_a_warning(
+    tasoc: StrictRun, tmp_path: Path, divisor: float
 ) -> None:
     """x / 0 is x * (1 / 0): the same inf or nan, so it imports, and computing 1 / 0
-    prints nothing."""
+    prints nothing; 1 / 3.4e38 underflows to a subnormal, which is no error either."""
     path = tmp_path / "m.onnx"
-    onnx.save(on_input("Div", [np.zeros(4, np.float32)], (4,)), path)
+    onnx.save(on_input("Div", [np.full(4, divisor, np.float32)], (4,)), path)
     result = tasoc("opt", path)
     assert result.code == 0 and result.err == "", result
+
+
+def test_division_by_a_subnormal_constant_is_refused(tasoc: StrictRun, tmp_path: Path) -> None:
+    """1 / 1e-45 overflows float32: x * inf is not x / 1e-45 for small x."""
+    model = on_input("Div", [np.full(4, 1e-45, np.float32)], (4,))
+    refused(tasoc, tmp_path / "m.onnx", model, "Div node", "overflow encountered")
 
 
 # ------------------------------------------------------------------------------ names
