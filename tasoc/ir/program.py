@@ -4,8 +4,8 @@ Inputs and weights are the function's arguments (weights carry `{graph.param}`);
 outputs are the operands of its `func.return`. These helpers read that shape of
 program so that backends, the driver and `dag` agree on it, and refuse, with a
 one-line `ProgramError`, what is not one: no `@main` (another function is never taken
-for it), a declaration, a body of several blocks, no outputs, or a `@main` that calls
-itself (through other functions or not), which no backend could ever finish.
+for it), a declaration, a body of several blocks, no outputs, or calls that can reach
+the function making them (recursion), which no backend could ever finish.
 
 `verify_ir` checks what xDSL's verifier does not: that values are defined before
 they are used (MLIR's dominance rule) and that tensor types are within the resource
@@ -87,21 +87,26 @@ def entry_function(module: ModuleOp) -> func.FuncOp:
 
 
 def _refuse_recursion(entry: func.FuncOp, functions: Mapping[str, func.FuncOp]) -> None:
-    """ProgramError when `entry` can reach a call of itself.
-
-    Only a call back into `@main` is a program no backend can run (the reference
-    interpreter would recurse until Python gives up); calls among other functions are
-    left to the backends that take them.
-    """
-    seen = {entry.sym_name.data}
-    pending = [entry]
-    while pending:
-        for callee in _callees(pending.pop()):
-            if callee == ENTRY:
-                raise ProgramError(f"@{ENTRY} calls itself; recursion is not supported")
-            if callee not in seen and callee in functions:
-                seen.add(callee)
-                pending.append(functions[callee])
+    """ProgramError when a function reachable from `entry` can call itself, directly or
+    through others: no backend could finish such a program (the reference interpreter
+    would recurse until Python gives up). A depth-first walk of the call graph that
+    keeps its own stack, so a long chain of calls cannot exhaust Python's."""
+    on_path = {entry.sym_name.data}
+    finished: set[str] = set()
+    stack = [(entry.sym_name.data, _callees(entry))]
+    while stack:
+        caller, callees = stack[-1]
+        callee = next(callees, None)
+        if callee is None:
+            stack.pop()
+            on_path.discard(caller)
+            finished.add(caller)
+        elif callee in on_path:
+            via = "" if callee == ENTRY else f" (called from @{ENTRY})"
+            raise ProgramError(f"@{callee} calls itself{via}; recursion is not supported")
+        elif callee not in finished and callee in functions:
+            on_path.add(callee)
+            stack.append((callee, _callees(functions[callee])))
 
 
 def _callees(function: func.FuncOp) -> Iterator[str]:
