@@ -208,3 +208,72 @@ func.func @embedding(%ids: tensor<2xf32>, %t: tensor<10x4xf32>) -> tensor<2x4xf3
   %0 = graph.embedding %ids, %t : tensor<2x4xf32>
   func.return %0 : tensor<2x4xf32>
 }
+
+// -----
+
+// Attributes are checked for their kind, not converted: 1.5 is not a group count.
+// CHECK: {{^}}'graph.conv2d': groups must be an integer, got 1.5
+func.func @conv2d_groups_float(%x: tensor<1x2x4x4xf32>, %w: tensor<2x2x3x3xf32>) -> tensor<1x2x4x4xf32> {
+  %0 = graph.conv2d %x, %w {strides = array<i64: 1, 1>, padding = "same", activation = "none", groups = 1.5 : f64} : tensor<1x2x4x4xf32>
+  func.return %0 : tensor<1x2x4x4xf32>
+}
+
+// -----
+
+// Only the widths the codec writes decode: i64 integers, f64 numbers, array<i64: ...>.
+// CHECK: {{^}}'graph.conv2d': attribute 'groups': expected an f64 number, got 1.500000e+00 : f32
+func.func @conv2d_groups_f32(%x: tensor<1x2x4x4xf32>, %w: tensor<2x2x3x3xf32>) -> tensor<1x2x4x4xf32> {
+  %0 = graph.conv2d %x, %w {strides = array<i64: 1, 1>, padding = "same", activation = "none", groups = 1.5 : f32} : tensor<1x2x4x4xf32>
+  func.return %0 : tensor<1x2x4x4xf32>
+}
+
+// -----
+
+// CHECK: {{^}}'graph.conv2d': groups must be an integer, got 'a'
+func.func @conv2d_groups_string(%x: tensor<1x2x4x4xf32>, %w: tensor<2x2x3x3xf32>) -> tensor<1x2x4x4xf32> {
+  %0 = graph.conv2d %x, %w {strides = array<i64: 1, 1>, padding = "same", activation = "none", groups = "a"} : tensor<1x2x4x4xf32>
+  func.return %0 : tensor<1x2x4x4xf32>
+}
+
+// -----
+
+// CHECK: {{^}}'graph.conv2d': strides must be two positive integers, got [1]
+func.func @conv2d_strides_length(%x: tensor<1x2x4x4xf32>, %w: tensor<2x2x3x3xf32>) -> tensor<1x2x4x4xf32> {
+  %0 = graph.conv2d %x, %w {strides = array<i64: 1>, padding = "same", activation = "none", groups = 1 : i64} : tensor<1x2x4x4xf32>
+  func.return %0 : tensor<1x2x4x4xf32>
+}
+
+// -----
+
+// CHECK: {{^}}'graph.conv2d': padding must be 'same', 'valid' or 4 integers, got 'diagonal'
+func.func @conv2d_padding_mode(%x: tensor<1x2x4x4xf32>, %w: tensor<2x2x3x3xf32>) -> tensor<1x2x4x4xf32> {
+  %0 = graph.conv2d %x, %w {strides = array<i64: 1, 1>, padding = "diagonal", activation = "none", groups = 1 : i64} : tensor<1x2x4x4xf32>
+  func.return %0 : tensor<1x2x4x4xf32>
+}
+
+// -----
+
+// MLIR's dominance rule, which xDSL's verifier does not check (generic form: the
+// short form cannot name a value before its definition at all).
+// CHECK: {{^}}'graph.relu' uses %b (operand #0) before it is defined
+func.func @use_before_definition(%x: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  %a = "graph.relu"(%b) : (tensor<2x3xf32>) -> tensor<2x3xf32>
+  %b = "graph.relu"(%x) : (tensor<2x3xf32>) -> tensor<2x3xf32>
+  func.return %a : tensor<2x3xf32>
+}
+
+// -----
+
+// Sizes are checked against the resource limits where they are written.
+// CHECK: {{^}}'graph.ones': dimension 9223372036854775807 is over the largest supported, 2147483647 (2^31-1)
+func.func @ones_too_large() -> tensor<9223372036854775807xf32> {
+  %0 = graph.ones {shape = array<i64: 9223372036854775807>, dtype = f32} : tensor<9223372036854775807xf32>
+  func.return %0 : tensor<9223372036854775807xf32>
+}
+
+// -----
+
+// CHECK: {{^}}'func.func' has a type over a resource limit: a tensor of 3.5 PiB is over the limit of 16 GiB (set TASOC_MAX_TENSOR_BYTES to raise it)
+func.func @argument_too_large(%x: tensor<100000x100000x100000xf32>) -> tensor<100000x100000x100000xf32> {
+  func.return %x : tensor<100000x100000x100000xf32>
+}
