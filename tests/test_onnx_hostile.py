@@ -9,6 +9,7 @@ warning (warnings are errors here), and, for the sizes, at once (nothing allocat
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -19,9 +20,10 @@ from conftest import assert_one_line_error
 from onnx import TensorProto, helper, numpy_helper
 from strict_cli import StrictRun, TimedResult, strict_runner
 
+from tasoc.backends.onnx import OnnxExportError, export_onnx, import_onnx
 from tasoc.backends.onnx import files as onnx_files
-from tasoc.backends.onnx import import_onnx
 from tasoc.backends.onnx.importer import MAX_NAME_LENGTH
+from tasoc.ir.builder import GraphBuilder
 from tasoc.ir.limits import TENSOR_BYTES_ENV
 
 F = TensorProto.FLOAT
@@ -471,3 +473,12 @@ def test_onnxruntime_warnings_do_not_reach_stderr(tasoc: StrictRun, tmp_path: Pa
     onnx.save(model, path)
     result = tasoc("run", path, "--check-onnxruntime")
     assert result.code == 0 and result.err == "", result
+
+
+def test_export_refuses_a_weight_beyond_its_type_without_a_warning() -> None:
+    g = GraphBuilder()
+    module = g.build(g.add(g.input("x", (2,), "f16"), g.param("w", (2,), "f16")))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(OnnxExportError, match="'w' holds values beyond the range of f16"):
+            export_onnx(module, {"w": np.array([1e10, 1.0])})

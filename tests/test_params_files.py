@@ -204,3 +204,12 @@ def test_bfloat16_weights_round_trip_through_the_npz_beside_text_ir(
         assert stored["w"].dtype == np.float32
     result = tasoc("run", program, "--params", tmp_path / "b.npz")
     assert result.code == 0, result
+
+
+def test_a_value_beyond_its_arguments_type_is_refused_without_a_warning(
+    tasoc: StrictRun, tmp_path: Path
+) -> None:
+    """Floats are cast to the argument's type; 1e10 is no f16 (it would become inf)."""
+    program = write_program(tmp_path / "h.mlir", "f16")
+    np.savez(tmp_path / "p.npz", w=np.array([1e10, 1.0]))
+    params_error(tasoc, program, tmp_path / "p.npz", "beyond the range", "overflow")

@@ -80,12 +80,22 @@ def find_weights(input_spec: str | None, params: str | None) -> WeightsFile | No
 
 def load_arguments(module: ModuleOp, weights: WeightsFile, seed: int) -> list[np.ndarray]:
     """Every argument of `@main` in order: the file's values, activations it lacks
-    drawn from `seed`; a file that does not fit the program is a one-line error."""
+    drawn from `seed`; a file that does not fit the program is a one-line error.
+
+    Values are cast to their argument's type within their kind; one beyond that type's
+    range (1e10 for an f16 weight) is refused rather than turned into inf, and NumPy's
+    overflow warning never prints."""
     try:
         with open(weights.path, "rb") as stream:
             signature = {info.name: info.sig for info in arg_infos(entry_function(module))}
             check_archive(stream, signature)
-        return load_inputs(module, weights.path, seed)
+        with np.errstate(over="raise", invalid="raise"):
+            return load_inputs(module, weights.path, seed)
+    except FloatingPointError as err:
+        raise DriverError(
+            f"bad {weights.kind}: {weights.path}: a value is beyond the range of its "
+            f"argument's element type ({err})"
+        ) from None
     except OSError as err:
         raise DriverError(
             f"cannot read {weights.kind} '{weights.path}': {err.strerror or err}"

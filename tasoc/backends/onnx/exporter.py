@@ -115,7 +115,13 @@ def _weights(
             raise OnnxExportError(
                 f"param_values: '{info.name}' expects {info.sig}, got {describe(array)}"
             )
-        values[index] = array.astype(numpy_dtype(info.sig.dtype))
+        try:
+            with np.errstate(over="raise", invalid="raise"):
+                values[index] = array.astype(numpy_dtype(info.sig.dtype))
+        except FloatingPointError:
+            raise OnnxExportError(
+                f"param_values: '{info.name}' holds values beyond the range of {info.sig.dtype}"
+            ) from None
     return values
 
 
