@@ -482,3 +482,15 @@ def test_export_refuses_a_weight_beyond_its_type_without_a_warning() -> None:
         warnings.simplefilter("error")
         with pytest.raises(OnnxExportError, match="'w' holds values beyond the range of f16"):
             export_onnx(module, {"w": np.array([1e10, 1.0])})
+
+
+def test_deeply_nested_metadata_is_ignored_like_any_record_that_is_not_the_exporters(
+    tasoc: StrictRun, tmp_path: Path
+) -> None:
+    model = graph_model([helper.make_node("Relu", ["x"], ["y"])], {"y": 1}, {"x": (F, [3])})
+    deep = {"tasoc.argument_order": "[" * 100_000, "tasoc.node_forms": '{"a": ' * 50_000}
+    helper.set_model_props(model, deep)
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    result = tasoc("opt", path)
+    assert result.code == 0 and result.err == "", result

@@ -187,11 +187,13 @@ def _check_external(tensor: TensorProto, what: str) -> None:
 
 def read_metadata(model: onnx.ModelProto, key: str) -> object:
     """The exporter's JSON record under `key`, or None when there is none or it is not
-    JSON (a record only ever picks among equal forms, so a bad one is ignored)."""
+    JSON (a record only ever picks among equal forms, so a bad one is ignored). The
+    records are flat, so JSON nested deeper than Python's parser recurses is no record
+    either."""
     text = next((entry.value for entry in model.metadata_props if entry.key == key), None)
     try:
         return json.loads(text) if text is not None else None
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return None
 
 
