@@ -347,6 +347,10 @@ FOLDING_ERRORS: dict[str, tuple[Callable[[], onnx.ModelProto], str]] = {
         ),
         "value must hold one element",
     ),
+    "unsqueeze to rank 100": (
+        lambda: folded("Unsqueeze", [INT64_ARRAY, np.arange(99, dtype=np.int64)], 100),
+        "rank 100 is over the largest supported, 64",
+    ),
     "unsqueeze twice": (
         lambda: folded("Unsqueeze", [INT64_ARRAY, np.array([0, 0], np.int64)], 3),
         "name an axis twice",

@@ -369,9 +369,11 @@ class Importer:
         return self.op(G.ReshapeOp, x, shape=tuple(int(d) for d in shape))
 
     def reshaped(self, name: str, shape: Sequence[int]) -> Value:
-        """Input `name` reshaped: folded when it is a known integer tensor."""
+        """Input `name` reshaped: folded when it is a known integer tensor (whose new
+        shape, same size, may still be of a rank over the limit)."""
         value = self.value(name)
         if isinstance(value, Known) and is_integral(value.array):
+            self.check_size(shape, value.array.dtype, "the result")
             return Known(f"{value.name}.reshaped", value.array.reshape(shape), Origin.DERIVED)
         return self.reshape(self.data(name), shape)
 
