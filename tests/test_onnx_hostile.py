@@ -67,20 +67,30 @@ def graph_model(
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
-def folded(op_type: str, operands: Sequence[object], rank: int = 1, **attrs: object):
-    """A model whose one `op_type` node reads only Constants (`operands`), so that the
-    importer folds it."""
+def constants(operands: Sequence[object]) -> tuple[list[str], list[onnx.NodeProto]]:
+    """Constant nodes `c0`, `c1`, ... holding `operands`, and their names."""
     names = [f"c{i}" for i in range(len(operands))]
-    nodes = [const(name, value) for name, value in zip(names, operands, strict=True)]
+    return names, [const(name, value) for name, value in zip(names, operands, strict=True)]
+
+
+def folded(
+    op_type: str, operands: Sequence[object], rank: int = 1, **attrs: object
+) -> onnx.ModelProto:
+    """A model whose one `op_type` node reads only Constants (`operands`), so that the
+    importer folds it; its output has rank `rank`."""
+    names, nodes = constants(operands)
     return graph_model([*nodes, helper.make_node(op_type, names, ["y"], **attrs)], {"y": rank})
 
 
 def on_input(
-    op_type: str, operands: Sequence[object], shape=(1, 1, 4, 4), opset: int = 17, **attrs: object
-):
+    op_type: str,
+    operands: Sequence[object],
+    shape: Sequence[int] = (1, 1, 4, 4),
+    opset: int = 17,
+    **attrs: object,
+) -> onnx.ModelProto:
     """A model whose one `op_type` node reads float input `x` of `shape` and Constants."""
-    names = [f"c{i}" for i in range(len(operands))]
-    nodes = [const(name, value) for name, value in zip(names, operands, strict=True)]
+    names, nodes = constants(operands)
     node = helper.make_node(op_type, ["x", *names], ["y"], **attrs)
     return graph_model([*nodes, node], {"y": len(shape)}, {"x": (F, list(shape))}, (), opset)
 
