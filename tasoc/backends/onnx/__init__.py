@@ -5,10 +5,13 @@
   program has bfloat16 values); `save_onnx` writes it atomically.
 
 What maps to what, the tolerances and the errors are in `docs/onnx.md`. The modules:
-`importer` walks an ONNX graph (`handlers`: one per op type; `known_values`: values
-fixed at import time; `gelu`: the erf-form GELU), `files` reads, writes and checks model
-files (external data, the 2 GiB limit), `exporter` writes programs back, `conventions` is
-what the two directions agree on, `runtime` runs models under onnxruntime.
+`importer` walks an ONNX graph (`handlers`: one per op type; `folding`: shape arithmetic
+evaluated at import time; `operands`: configuring inputs read as the spec states them;
+`known_values`: values fixed at import time; `gelu`: the erf-form GELU), `tensors` reads
+tensors without trusting their dims and sizes arrays against the limits, `files` reads,
+writes and checks model files (external data, the 2 GiB limit), `exporter` writes
+programs back, `conventions` is what the two directions agree on, `runtime` runs models
+under onnxruntime.
 """
 
 from tasoc.backends.onnx.errors import OnnxExportError, OnnxImportError
