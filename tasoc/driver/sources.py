@@ -142,6 +142,10 @@ _BRACKET_STEPS[[ord(c) for c in "{([<"]] = 1
 _BRACKET_STEPS[[ord(c) for c in "})]>"]] = -1
 
 
+_SCAN_SLICE = 2**22
+"""Characters `check_nesting` looks at together (about 64 MiB of arrays)."""
+
+
 def check_nesting(text: str, name: str, line_offset: int = 0) -> None:
     """DriverError at the first bracket of `text` nested deeper than MAX_NESTING.
 
@@ -149,16 +153,20 @@ def check_nesting(text: str, name: str, line_offset: int = 0) -> None:
     arrays, dictionaries and types, so 1,000 nested `[` end in a RecursionError. A
     scan of the brackets is deterministic (a RecursionError comes sooner or later
     depending on how deep the caller's stack already is) and costs one vectorized
-    pass over the text, next to which the parse itself is slow.
+    pass over the text (in slices, so its arrays stay small beside a large file), next
+    to which the parse itself is slow.
     """
     blanked = _UNNESTED_TEXT.sub(lambda found: " " * len(found[0]), text)
-    codes = np.frombuffer(blanked.encode("utf-32-le"), np.uint32)
-    depth = np.cumsum(_BRACKET_STEPS[np.minimum(codes, 127)], dtype=np.int32)
-    too_deep = np.flatnonzero(depth > MAX_NESTING)
-    if too_deep.size:
-        start = int(too_deep[0])
-        where = Span(start, start, Input(text, name), line_offset).get_location()
-        raise DriverError(f"{where}: nesting deeper than {MAX_NESTING} levels")
+    depth_before = 0
+    for offset in range(0, len(blanked), _SCAN_SLICE):
+        codes = np.frombuffer(blanked[offset : offset + _SCAN_SLICE].encode("utf-32-le"), np.uint32)
+        depth = depth_before + np.cumsum(_BRACKET_STEPS[np.minimum(codes, 127)], dtype=np.int64)
+        too_deep = np.flatnonzero(depth > MAX_NESTING)
+        if too_deep.size:
+            start = offset + int(too_deep[0])
+            where = Span(start, start, Input(text, name), line_offset).get_location()
+            raise DriverError(f"{where}: nesting deeper than {MAX_NESTING} levels")
+        depth_before = int(depth[-1])
 
 
 def parse_mlir(
