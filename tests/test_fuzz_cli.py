@@ -44,6 +44,7 @@ import pytest
 from conftest import examples
 from hypothesis import HealthCheck, event, given, seed, settings
 from hypothesis import strategies as st
+from onnx import numpy_helper
 
 from tasoc.backends.onnx import export_onnx
 from tasoc.cost.measured import CACHE_ENV
@@ -383,8 +384,47 @@ def zoo_onnx(spec: str) -> bytes:
     return export_onnx(build_model(spec), seed=0).SerializeToString()
 
 
+@cache
+def folding_onnx() -> bytes:
+    """A model that computes shapes and a mask in the graph, as exporters do (`Shape`,
+    `Slice`, `Gather`, `Concat`, `ConstantOfShape`, `Expand`, `Where`, `Range`, `Cast`),
+    all folded at import: its integers are what `change_integer` mutates."""
+    ints = {
+        "two": [2], "three": [3], "axis0": [0], "one": [1], "minus1": [-1],
+        "six_four": [6, 4], "start": 0, "limit": 4, "delta": 1,
+    }  # fmt: skip
+    initializers = [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in ints.items()]
+    initializers.append(numpy_helper.from_array(np.array([True, False, True, True]), "cond"))
+    one = numpy_helper.from_array(np.array([1], np.int64))
+    node = onnx.helper.make_node
+    nodes = [
+        node("Shape", ["x"], ["s"]),
+        node("Slice", ["s", "two", "three", "axis0", "one"], ["last"]),
+        node("Gather", ["s", "two"], ["last2"], axis=0),
+        node("Concat", ["minus1", "last2"], ["shape"], axis=0),
+        node("Reshape", ["x", "shape"], ["y"]),
+        node("ConstantOfShape", ["last"], ["c"], value=one),
+        node("Expand", ["c", "six_four"], ["e"]),
+        node("Where", ["cond", "c", "e"], ["w"]),
+        node("Range", ["start", "limit", "delta"], ["r"]),
+        node("Add", ["w", "r"], ["wr"]),
+        node("Cast", ["wr"], ["f"], to=onnx.TensorProto.FLOAT),
+        node("Add", ["y", "f"], ["out"]),
+    ]
+    tensor = onnx.helper.make_tensor_value_info
+    graph = onnx.helper.make_graph(
+        nodes,
+        "folding",
+        [tensor("x", onnx.TensorProto.FLOAT, [2, 3, 4])],
+        [tensor("out", onnx.TensorProto.FLOAT, [6, 4])],
+        initializers,
+    )
+    opset = onnx.helper.make_opsetid("", 17)
+    return onnx.helper.make_model(graph, opset_imports=[opset]).SerializeToString()
+
+
 ONNX_DIMS = (0, -1, 1, 3, 2**40, 2**63 - 1, -(2**63))
-"""What a dim of an ONNX model becomes (an int64 field: 2^63 does not fit)."""
+"""What a dim or an integer of an ONNX model becomes (an int64: 2^63 does not fit)."""
 
 ONNX_OPS = (
     "Relu", "MatMul", "Add", "Conv", "Concat", "Split", "Reshape", "Transpose", "Gather",
@@ -414,6 +454,19 @@ def change_dim(draw: st.DrawFn, model: onnx.ModelProto) -> None:
             dim.dim_value = draw(st.sampled_from(ONNX_DIMS))
     elif dim is not None:
         dim[_index(draw, dim)] = draw(st.sampled_from(ONNX_DIMS))
+
+
+def change_integer(draw: st.DrawFn, model: onnx.ModelProto) -> None:
+    """An integer initializer (a shape, an index, an axis, a step) changed."""
+    tensor = _pick(
+        draw, [t for t in model.graph.initializer if t.data_type == onnx.TensorProto.INT64]
+    )
+    if tensor is None:
+        return
+    values = numpy_helper.to_array(tensor).copy()
+    if values.size:
+        values.flat[_index(draw, range(values.size))] = draw(st.sampled_from(ONNX_DIMS))
+    tensor.CopyFrom(numpy_helper.from_array(values, tensor.name))
 
 
 def change_attribute(draw: st.DrawFn, model: onnx.ModelProto) -> None:
@@ -482,20 +535,21 @@ def drop_or_repeat_node(draw: st.DrawFn, model: onnx.ModelProto) -> None:
 
 
 ONNX_MUTATORS: tuple[OnnxMutator, ...] = (
-    change_dim, change_attribute, change_op_type, change_input, drop_initializer,
-    change_type, change_opset, drop_or_repeat_node,
+    change_dim, change_integer, change_integer, change_attribute, change_op_type,
+    change_input, drop_initializer, change_type, change_opset, drop_or_repeat_node,
 )  # fmt: skip
 
 
 @st.composite
 def mutated_onnx(draw: st.DrawFn) -> bytes:
-    """A zoo model exported to ONNX after one to three protobuf-level mutations, its
-    serialized bytes then flipped or cut sometimes."""
-    model = onnx.load_from_string(zoo_onnx(draw(st.sampled_from(ZOO_SPECS))))
+    """A zoo model exported to ONNX, or the folding model, after one or two
+    protobuf-level mutations, its serialized bytes then flipped or cut sometimes."""
+    bases = st.one_of(st.sampled_from(ZOO_SPECS).map(zoo_onnx), st.builds(folding_onnx))
+    model = onnx.load_from_string(draw(bases))
     for _ in range(draw(st.integers(1, 2))):
         draw(st.sampled_from(ONNX_MUTATORS))(draw, model)
     data = model.SerializeToString()
-    if draw(st.integers(0, 3)) == 0:
+    if draw(st.integers(0, 7)) == 0:  # most such files no longer parse
         data = draw(mutated(data, BYTE_MUTATORS))
     return data
 
