@@ -12,6 +12,8 @@ from types import ModuleType
 
 import pytest
 
+from tasoc.passes.rewrite.equality_rewrite import TIMEOUT_MARGIN_S
+
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "rewrite.py"
 
 
@@ -46,7 +48,7 @@ def test_small_model_end_to_end() -> None:
     for speedup in (jax, ort):
         assert speedup.endswith("n=2)") and float(speedup.split()[0]) > 0
     assert float(error) < 1e-4
-    assert 0.5 < float(search_s) < 5
+    assert 0 < float(search_s) < 1 + TIMEOUT_MARGIN_S  # the pass's timeout, re-timing included
     assert rows["nosuch"][2:8] == ["—"] * 6
     failure = rows["nosuch"][8]  # the option error, as `tasoc opt` words it
     assert failure.startswith("error: ") and "equality-rewrite" in failure

@@ -244,14 +244,22 @@ def _proc(pid: int, name: str) -> bytes:
         return b""
 
 
-def test_ctrl_c_during_a_parallel_verify_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["rules", "verify", "copy.rules", "--jobs", "2", "-o", "out.rules"],
+        ["rules", "axioms", "--validate", "--bound", "3", "--jobs", "2"],
+    ],
+    ids=["verify", "axioms-validate"],
+)
+def test_ctrl_c_during_parallel_rule_work_is_one_line_and_writes_nothing(
+    tmp_path: Path, command: list[str]
+) -> None:
     """A terminal's Ctrl-C reaches the whole process group: workers and all."""
-    rules, out = tmp_path / "copy.rules", tmp_path / "out.rules"
-    shutil.copy(SHIPPED, rules)
-    command = [sys.executable, "-m", "tasoc.driver.main", "rules", "verify", str(rules)]
+    shutil.copy(SHIPPED, tmp_path / "copy.rules")
     start = time.monotonic()
     process = subprocess.Popen(
-        [*command, "--jobs", "2", "-o", str(out)],
+        [sys.executable, "-m", "tasoc.driver.main", *command], cwd=tmp_path,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
     )  # fmt: skip
     try:

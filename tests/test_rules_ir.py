@@ -86,6 +86,13 @@ def test_every_term_round_trips(term: object) -> None:
         ("rule r(x: 2) { src { return x } tgt { return x } proof maybe }", "proof status"),
         ("rule r(x: 2) { src { return x } tgt { return x } } #", "unexpected character '#'"),
         ("rule r(x: 2) { src { return x } tgt { return x } }\n" * 2, "defined twice"),
+        (
+            "rule r(x: 2) { where $a == "
+            + "[" * 2000
+            + "]" * 2000
+            + " src { return x } tgt { return x } }",
+            "lists nested deeper than 64 levels",
+        ),
     ],
 )
 def test_malformed_rules_are_one_line_errors(text: str, message: str) -> None:

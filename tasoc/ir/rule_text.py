@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from tasoc.ir.limits import MAX_NESTING
 from tasoc.ir.rules import (
     AttrTerm,
     Condition,
@@ -84,6 +85,10 @@ class _Parser:
     def __init__(self, text: str) -> None:
         self.tokens = _tokens(text)
         self.at = 0
+        self.depth = 0
+        """How many `[` lists the term being read is inside (`MAX_NESTING` at most:
+        the parser recurses once a level, and a hostile file must not exhaust the
+        stack)."""
 
     # ------------------------------------------------------------------ primitives
     @property
@@ -218,11 +223,15 @@ class _Parser:
             self.at += 1
             return Param(token.text[1:])
         if self.accept("["):
+            if self.depth >= MAX_NESTING:
+                raise self.error(f"lists nested deeper than {MAX_NESTING} levels")
+            self.depth += 1
             items: list[AttrTerm] = []
             while not self.accept("]"):
                 if items:
                     self.take(",")
                 items.append(self.term())
+            self.depth -= 1
             return tuple(items)
         if token.text in ("true", "false"):
             self.at += 1

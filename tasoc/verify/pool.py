@@ -106,7 +106,7 @@ def _serve(connection: Connection, initializer: Callable[..., None], initargs: t
 
 
 @contextmanager
-def _sigint_ignored() -> Iterator[None]:
+def sigint_ignored() -> Iterator[None]:
     """Ignore SIGINT while a worker is started, so that it is born ignoring it (only the
     main thread may change a signal's handler; elsewhere `_serve` sets it a moment
     later)."""
@@ -147,7 +147,7 @@ class _Pool:
         process = self._context.Process(
             target=_serve, args=(theirs, self._initializer, self._initargs), daemon=True
         )
-        with _sigint_ignored():
+        with sigint_ignored():
             process.start()
         theirs.close()
         return _Worker(process, ours)

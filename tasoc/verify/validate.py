@@ -33,7 +33,6 @@ import random
 import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from enum import Enum
 from fractions import Fraction
@@ -46,6 +45,7 @@ from tasoc.ir.dag import Dag
 from tasoc.ir.rules import Rule, RuleError
 from tasoc.verify import symbolic
 from tasoc.verify.instances import Instance, choose_instances
+from tasoc.verify.pool import sigint_ignored
 
 DEFAULT_MAX_INSTANCES = 200
 DEFAULT_TIMEOUT_S = 120.0
@@ -408,6 +408,9 @@ def validate_rules(
     if workers <= 1:
         return [_validate_one(job) for job in work]
     # Fresh interpreters rather than forks: z3 keeps native state that a fork would copy.
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(workers, mp_context=context) as pool:
-        return list(pool.map(_validate_one, work))
+    # Workers are born ignoring SIGINT (Ctrl-C is the caller's, as in `pool.run_tasks`),
+    # and leaving the block terminates them, so an interrupted run prints one line.
+    with sigint_ignored():
+        pool = multiprocessing.get_context("spawn").Pool(workers)
+    with pool:
+        return pool.map(_validate_one, work)
