@@ -13,7 +13,7 @@ level, so C libraries' and warnings' output counts too) and checks the contract:
   byte for byte as it was: an existing `-o` file, its `.npz` and the report
   untouched, no temporary file left.
 
-The examples repeat (a fixed seed); CI draws 80 to 150 per input kind, in about 20 s.
+The examples repeat (a fixed seed); CI draws 120 to 250 per input kind, in about 30 s.
 A longer run draws thousands:
 
     HYPOTHESIS_PROFILE=long .venv/bin/pytest tests/test_fuzz_cli.py
@@ -364,7 +364,7 @@ TEXT_COMMANDS = (
 
 
 @seed(FUZZ_SEED)
-@settings(FUZZ, max_examples=examples(150))
+@settings(FUZZ, max_examples=examples(250))
 @given(data=st.data(), command=st.sampled_from(TEXT_COMMANDS))
 def test_mutated_text_ir_keeps_the_contract(
     capfd: pytest.CaptureFixture[str], data: st.DataObject, command: tuple[str, ...]
@@ -562,7 +562,7 @@ ONNX_COMMANDS = (
 
 
 @seed(FUZZ_SEED)
-@settings(FUZZ, max_examples=examples(100))
+@settings(FUZZ, max_examples=examples(250))
 @given(model=mutated_onnx(), command=st.sampled_from(ONNX_COMMANDS))
 def test_mutated_onnx_models_keep_the_contract(
     capfd: pytest.CaptureFixture[str], model: bytes, command: tuple[str, ...]
@@ -659,7 +659,7 @@ FLAGS = (("--verify-each",), ("--pass-statistics",), ("--time-passes",), ("--rep
 
 
 @seed(FUZZ_SEED)
-@settings(FUZZ, max_examples=examples(80))
+@settings(FUZZ, max_examples=examples(120))
 @given(
     pipeline=pipelines(),
     flags=st.lists(st.sampled_from(FLAGS), max_size=2, unique=True),
@@ -755,7 +755,7 @@ PARAMS_COMMANDS = (
 
 
 @seed(FUZZ_SEED)
-@settings(FUZZ, max_examples=examples(80))
+@settings(FUZZ, max_examples=examples(200))
 @given(params=params_files(), command=st.sampled_from(PARAMS_COMMANDS))
 def test_mutated_params_files_keep_the_contract(
     capfd: pytest.CaptureFixture[str], params: bytes, command: tuple[str, ...]
