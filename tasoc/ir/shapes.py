@@ -176,7 +176,8 @@ def _axis(axis: int, rank: int) -> int:
 
 
 def _is_int(value: Any) -> bool:
-    return isinstance(value, Integral) and not isinstance(value, bool)
+    # `type(...) is int` first: the ABC check costs a fifth of inference on large graphs.
+    return type(value) is int or (isinstance(value, Integral) and not isinstance(value, bool))
 
 
 def _int_attr(attrs: Attrs, name: str) -> int:
