@@ -269,7 +269,7 @@ def test_a_rule_file_over_the_size_limit_is_refused(
     monkeypatch.setenv(MAX_RULE_FILE_ENV, str(path.stat().st_size))
     assert len(read_rules(path)) == 2
     monkeypatch.setenv(MAX_RULE_FILE_ENV, "lots")
-    with pytest.raises(RuleError, match="must be a positive number of bytes, got 'lots'"):
+    with pytest.raises(RuleError, match="must be a positive whole number of bytes, got 'lots'"):
         read_rules(path)
 
 

@@ -49,11 +49,11 @@ class LimitError(ValueError):
 
 
 def max_tensor_bytes() -> int:
-    return _bytes_from_env(TENSOR_BYTES_ENV, DEFAULT_MAX_TENSOR_BYTES)
+    return bytes_from_env(TENSOR_BYTES_ENV, DEFAULT_MAX_TENSOR_BYTES)
 
 
 def max_argument_bytes() -> int:
-    return _bytes_from_env(ARGUMENT_BYTES_ENV, DEFAULT_MAX_ARGUMENT_BYTES)
+    return bytes_from_env(ARGUMENT_BYTES_ENV, DEFAULT_MAX_ARGUMENT_BYTES)
 
 
 def check_environment() -> None:
@@ -63,8 +63,9 @@ def check_environment() -> None:
     max_argument_bytes()
 
 
-def _bytes_from_env(name: str, default: int) -> int:
-    """The limit `name` sets, or `default`; LimitError for a value that is not a whole,
+def bytes_from_env(name: str, default: int) -> int:
+    """The limit the environment variable `name` sets (every byte limit of tasoc reads
+    its override here), or `default`; LimitError for a value that is not a whole,
     positive number of bytes (a typo must not silently lift or keep a limit)."""
     text = os.environ.get(name)
     if text is None:

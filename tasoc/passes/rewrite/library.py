@@ -41,6 +41,7 @@ from os import PathLike
 from pathlib import Path
 from typing import Any, Literal
 
+from tasoc.ir.limits import LimitError, bytes_from_env
 from tasoc.ir.rule_text import parse_rules
 from tasoc.ir.rules import Proof, Rule, RuleError
 from tasoc.passes.progress import progress_bar
@@ -91,16 +92,10 @@ def _shipped_folder() -> Path:
 
 def max_rule_file_bytes() -> int:
     """`MAX_RULE_FILE_BYTES`, or the positive integer `TASOC_MAX_RULE_FILE_BYTES` gives."""
-    text = os.environ.get(MAX_RULE_FILE_ENV)
-    if text is None:
-        return MAX_RULE_FILE_BYTES
     try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise RuleError(f"{MAX_RULE_FILE_ENV} must be a positive number of bytes, got '{text}'")
-    return value
+        return bytes_from_env(MAX_RULE_FILE_ENV, MAX_RULE_FILE_BYTES)
+    except LimitError as err:
+        raise RuleError(str(err)) from None
 
 
 def check_rule_file(path: str | PathLike[str]) -> None:
