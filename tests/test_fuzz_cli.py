@@ -843,7 +843,16 @@ def test_the_console_script_keeps_the_contract_on_hostile_inputs(case: str) -> N
 
 # ------------------------------------------------------------------ what fuzzing found
 
-FOUND = {
+
+def _metadata_not_utf8() -> bytes:
+    """squeezenet's ONNX model with a byte of its `tasoc.node_forms` record flipped to
+    one that is no UTF-8."""
+    data = bytearray(zoo_onnx(ZOO_SPECS[1]))
+    data[data.index(b'"conv2d.0": "valid"') + 1] = 0xAE
+    return bytes(data)
+
+
+TEXT_FOUND = {
     "an unterminated string": (
         "func.func @main(%x: tensor<2xf32>) -> tensor<2xf32> {\n"
         '  %0 = "graph.relu(%x) : (tensor<2xf32>) -> tensor<2xf32>\n'
@@ -859,17 +868,30 @@ FOUND = {
         for bits in (6464, 2**64)
     },
 }
-"""Mutated inputs the fuzz test found that broke the contract, kept as fixed cases: a
-string literal left open on a long line (xDSL's lexer backtracked exponentially in its
-length: hours for 40 characters), and dense arrays of integer types no machine has
-(xDSL's parser fails with NotImplementedError for 6464 bits, MemoryError for 2^64)."""
+
+FOUND: dict[str, tuple[str, Callable[[], bytes], tuple[str, ...]]] = {
+    **{case: ("in.mlir", text.encode, ()) for case, text in TEXT_FOUND.items()},
+    "ONNX metadata that is no UTF-8": ("in.onnx", _metadata_not_utf8, ()),
+    "pass timings before a failing pass": (
+        "in.mlir",
+        GOOD.encode,
+        ("-p", "dce,equality-rewrite{memory-limit=1},dce", "--time-passes"),
+    ),
+}
+"""Mutated inputs the fuzz test found that broke the contract, kept as fixed cases (by
+input file): a string literal left open on a long line (xDSL's lexer backtracked
+exponentially in its length: hours for 40 characters), dense arrays of integer types
+no machine has (xDSL's parser failed with NotImplementedError for 6464 bits,
+MemoryError for 2^64), an exporter record that does not decode (UnicodeDecodeError),
+and `--time-passes`, whose lines for the passes that ran came before the error line."""
 
 
 @pytest.mark.parametrize("case", FOUND)
 def test_inputs_fuzzing_found_keep_the_contract(
     capfd: pytest.CaptureFixture[str], case: str
 ) -> None:
+    name, content, options = FOUND[case]
     with Folder(capfd) as folder:
-        folder.write("in.mlir", FOUND[case].encode())
-        command = ("opt", "in.mlir", "-o", "out.mlir")
-        assert_contract(folder.run(command), outputs_of(command))
+        folder.write(name, content())
+        command = ("opt", name, "-o", "out.mlir", *options)
+        assert_contract(folder.run(command), outputs_of(command), weights_beside(command))
