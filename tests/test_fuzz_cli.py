@@ -872,6 +872,11 @@ TEXT_FOUND = {
 FOUND: dict[str, tuple[str, Callable[[], bytes], tuple[str, ...]]] = {
     **{case: ("in.mlir", text.encode, ()) for case, text in TEXT_FOUND.items()},
     "ONNX metadata that is no UTF-8": ("in.onnx", _metadata_not_utf8, ()),
+    "a report of infinite costs": (
+        "in.mlir",
+        GOOD.encode,
+        ("-p", "equality-rewrite{memory-limit=100}", "--report", "r.json"),
+    ),
     "pass timings before a failing pass": (
         "in.mlir",
         GOOD.encode,
@@ -883,7 +888,8 @@ input file): a string literal left open on a long line (xDSL's lexer backtracked
 exponentially in its length: hours for 40 characters), dense arrays of integer types
 no machine has (xDSL's parser failed with NotImplementedError for 6464 bits,
 MemoryError for 2^64), an exporter record that does not decode (UnicodeDecodeError),
-and `--time-passes`, whose lines for the passes that ran came before the error line."""
+`--time-passes`, whose lines for the passes that ran came before the error line, and a
+report holding `Infinity` (no graph fits the memory limit), which JSON does not have."""
 
 
 @pytest.mark.parametrize("case", FOUND)
