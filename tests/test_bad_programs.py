@@ -21,7 +21,7 @@ from xdsl.dialects import builtin, func, test
 from xdsl.parser import Parser
 
 from tasoc.driver.errors import DriverError
-from tasoc.driver.sources import check_nesting
+from tasoc.driver.sources import check_lexable
 from tasoc.ir import graph as G
 from tasoc.ir.builder import GraphBuilder
 from tasoc.ir.dag import Node
@@ -226,7 +226,7 @@ def deepest_accepted(kind: str) -> int:
     depth = MAX_NESTING
     while True:
         try:
-            check_nesting(nested(kind, depth), "x")
+            check_lexable(nested(kind, depth), "x")
         except DriverError:
             depth -= 1
         else:

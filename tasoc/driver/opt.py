@@ -23,7 +23,8 @@ changes is what a compiler driver owes its users:
 - `--verify-each` checks numeric equivalence after every pass; `--report` writes a
   JSON `RunReport` (timings, op counts, the passes' own sections); `--seed` is in it;
 - `--time-passes` and `--pass-statistics` (`statistics.py`) print on stderr (as
-  mlir-opt does), so stdout stays valid IR.
+  mlir-opt does), so stdout stays valid IR, and only once the run has succeeded, so a
+  failing run still prints its one error line alone.
 """
 
 from __future__ import annotations
@@ -126,6 +127,8 @@ class TasocOptMain(xDSLOptMain):
         initializers, or the `.npz` of a text input (`_weights_file`)."""
         self._weights_file: WeightsFile | None = None
         self._notes: list[str] = []
+        self._pass_times: list[str] = []
+        """`--time-passes` lines, printed once the run has succeeded."""
         self._pass_started = 0.0
         self._ops_before: dict[str, int] = {}
         self._module_before_pass: ModuleOp | None = None
@@ -398,6 +401,8 @@ class TasocOptMain(xDSLOptMain):
                     stream.write("\n")
         for message in self._notes:
             note(message)
+        for line in self._pass_times:
+            print(line, file=sys.stderr)
         if self.args.pass_statistics and self.report.passes:
             print(format_statistics(self.report), file=sys.stderr)
 
@@ -421,7 +426,7 @@ class TasocOptMain(xDSLOptMain):
     def _after_pass(self, previous: ModulePass, module: ModuleOp, print_ir: bool) -> None:
         seconds = time.perf_counter() - self._pass_started
         if self.args.time_passes:
-            print(f"Pass {previous.name} took {seconds} seconds", file=sys.stderr)
+            self._pass_times.append(f"Pass {previous.name} took {seconds} seconds")
         self._verify(module, previous)
         ops_after = op_counts(module)
         self.report.end_pass(

@@ -15,7 +15,7 @@ import re
 import sys
 from dataclasses import dataclass
 from io import BytesIO
-from typing import IO
+from typing import IO, NoReturn
 
 import numpy as np
 from xdsl.context import Context
@@ -133,9 +133,13 @@ class LocatingParser(Parser):
         return op
 
 
-_UNNESTED_TEXT = re.compile(r'"(?:[^"\\]|\\.)*"|//[^\n]*|->')
+_UNNESTED_TEXT = re.compile(r'"(?:[^"\\\n\v\f]++|\\(?:["nt\\]|[0-9A-Fa-f]{2}))*+"|//[^\n]*|->|"')
 """String literals, comments and the `->` of function types: text whose brackets
-(`"a(("`, `// :)`) and `>` do not open or close a level."""
+(`"a(("`, `// :)`) and `>` do not open or close a level. A string is what xDSL's lexer
+accepts (one line, escapes `\\n \\t \\\\ \\" \\XX`), matched possessively; a `"` that
+starts no such string matches alone: xDSL's own pattern, with a nested quantifier,
+backtracks exponentially in the length of the line after it (hours for 40
+characters), so `check_lexable` refuses it first."""
 
 _BRACKET_STEPS = np.zeros(128, np.int8)
 _BRACKET_STEPS[[ord(c) for c in "{([<"]] = 1
@@ -143,11 +147,23 @@ _BRACKET_STEPS[[ord(c) for c in "})]>"]] = -1
 
 
 _SCAN_SLICE = 2**22
-"""Characters `check_nesting` looks at together (about 64 MiB of arrays)."""
+"""Characters `check_lexable` looks at together (about 64 MiB of arrays)."""
+
+_INTEGER_TYPE = re.compile(r"(?<![\w$.-])[su]?i(\d+)(?![\w$.-])")
+"""An integer type (`i64`, `si8`, `ui6464`) outside strings and comments."""
+
+MAX_INTEGER_BITS = 64
+"""The widest integer type a program may name: the widest tasoc computes with. xDSL
+makes a struct format for a dense array of any width (NotImplementedError past 64
+bits) and the value range of any width (2^64 bits: a MemoryError)."""
 
 
-def check_nesting(text: str, name: str, line_offset: int = 0) -> None:
-    """DriverError at the first bracket of `text` nested deeper than MAX_NESTING.
+def check_lexable(text: str, name: str, line_offset: int = 0) -> None:
+    """DriverError, with its location, at the first place of `text` where xDSL's
+    lexer or parser would take time or memory out of proportion to the text, or
+    recurse until Python stops it: a string literal that does not close on its line
+    (`_UNNESTED_TEXT`), an integer type wider than `MAX_INTEGER_BITS`, a bracket nested
+    deeper than MAX_NESTING.
 
     xDSL's parser, verifier and printer recurse once per level of modules, regions,
     arrays, dictionaries and types, so 1,000 nested `[` end in a RecursionError. A
@@ -156,16 +172,29 @@ def check_nesting(text: str, name: str, line_offset: int = 0) -> None:
     pass over the text (in slices, so its arrays stay small beside a large file), next
     to which the parse itself is slow.
     """
-    blanked = _UNNESTED_TEXT.sub(lambda found: " " * len(found[0]), text)
+
+    def fail(offset: int, message: str) -> NoReturn:
+        where = Span(offset, offset, Input(text, name), line_offset).get_location()
+        raise DriverError(f"{where}: {message}")
+
+    def blank(found: re.Match[str]) -> str:
+        if found[0] == '"':
+            fail(found.start(), "unterminated or malformed string literal")
+        return " " * len(found[0])
+
+    blanked = _UNNESTED_TEXT.sub(blank, text)
+    for found in _INTEGER_TYPE.finditer(blanked):
+        if int(found[1]) > MAX_INTEGER_BITS:
+            fail(
+                found.start(), f"integer types wider than {MAX_INTEGER_BITS} bits are not supported"
+            )
     depth_before = 0
     for offset in range(0, len(blanked), _SCAN_SLICE):
         codes = np.frombuffer(blanked[offset : offset + _SCAN_SLICE].encode("utf-32-le"), np.uint32)
         depth = depth_before + np.cumsum(_BRACKET_STEPS[np.minimum(codes, 127)], dtype=np.int64)
         too_deep = np.flatnonzero(depth > MAX_NESTING)
         if too_deep.size:
-            start = offset + int(too_deep[0])
-            where = Span(start, start, Input(text, name), line_offset).get_location()
-            raise DriverError(f"{where}: nesting deeper than {MAX_NESTING} levels")
+            fail(offset + int(too_deep[0]), f"nesting deeper than {MAX_NESTING} levels")
         depth_before = int(depth[-1])
 
 
@@ -179,14 +208,14 @@ def parse_mlir(
 ) -> ModuleOp:
     """Parse MLIR text; ParseError (carrying its location) propagates to the driver.
 
-    Nesting is checked first (`check_nesting`); what recurses without brackets (a
+    What xDSL would choke on is checked first (`check_lexable`); what recurses without brackets (a
     long chain of unary minuses in an affine map) is caught as a RecursionError.
     """
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
         raise DriverError(f"{name}: not UTF-8 text (byte {err.start})") from None
-    check_nesting(text, name, line_offset)
+    check_lexable(text, name, line_offset)
     parser = LocatingParser(ctx, text, name, sources, line_offset)
     try:
         return parser.parse_module(implicit_module)

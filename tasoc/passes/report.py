@@ -14,6 +14,7 @@ reads it), so that passes never import the driver:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -73,8 +74,21 @@ class RunReport:
         self.passes.append(record)
 
     def to_json(self) -> dict[str, Any]:
-        """The report as plain JSON data (the `--report` file's content)."""
-        return asdict(self)
+        """The report as plain JSON data (the `--report` file's content). JSON has no
+        infinity or NaN (a cost is infinite when no graph fits a memory limit), so a
+        non-finite number is written as the string `"inf"`, `"-inf"` or `"nan"`."""
+        return _finite(asdict(self))
+
+
+def _finite(value: Any) -> Any:
+    """`value` with every non-finite float inside it replaced by its name."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
 
 
 _ACTIVE_REPORT: ContextVar[RunReport | None] = ContextVar("tasoc_run_report", default=None)

@@ -189,11 +189,11 @@ def read_metadata(model: onnx.ModelProto, key: str) -> object:
     """The exporter's JSON record under `key`, or None when there is none or it is not
     JSON (a record only ever picks among equal forms, so a bad one is ignored). The
     records are flat, so JSON nested deeper than Python's parser recurses is no record
-    either."""
-    text = next((entry.value for entry in model.metadata_props if entry.key == key), None)
+    either; nor is one that is not UTF-8 (protobuf decodes a string when it is read)."""
     try:
+        text = next((entry.value for entry in model.metadata_props if entry.key == key), None)
         return json.loads(text) if text is not None else None
-    except (json.JSONDecodeError, RecursionError):
+    except (json.JSONDecodeError, RecursionError, UnicodeDecodeError):
         return None
 
 

@@ -87,7 +87,15 @@ def import_onnx(
     forms = read_metadata(proto, NODE_FORMS_KEY)
     if not (isinstance(forms, dict) and all(isinstance(form, str) for form in forms.values())):
         forms = {}
-    return Importer(proto.graph, opset, dict(input_shapes or {}), order, forms).run()
+    try:
+        return Importer(proto.graph, opset, dict(input_shapes or {}), order, forms).run()
+    except UnicodeDecodeError as err:
+        # ONNX's schema and checker leave names and string attributes unchecked, and
+        # protobuf decodes a string field only when it is read: any read may raise.
+        byte = err.object[err.start]
+        raise OnnxImportError(
+            f"the model holds a name or string that is not UTF-8 (byte {byte:#04x})"
+        ) from None
 
 
 def ir_name(onnx_name: str, taken: set[str]) -> str:
