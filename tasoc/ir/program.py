@@ -217,36 +217,35 @@ def verify_ir(root: Operation) -> None:
 
     Linear in the ops; each distinct type is checked once.
     """
-    positions: dict[Block, dict[Operation, int]] = {}
     checked: set[Attribute] = set()
     for op in root.walk():
-        for index, operand in enumerate(op.operands):
-            if isinstance(operand, OpResult) and _defined_after(operand, op, positions):
-                name = f"%{operand.name_hint}" if operand.name_hint else f"#{operand.index}"
-                raise IRRuleError(op, f"uses {name} (operand #{index}) before it is defined")
+        if not isinstance(op, ModuleOp):
+            for region in op.regions:
+                for block in region.blocks:
+                    _check_defined_before_use(block)
         block_args = (arg for region in op.regions for block in region.blocks for arg in block.args)
-        values = [*op.results, *block_args]
-        for value in values:
+        for value in (*op.results, *block_args):
             if value.type not in checked:
                 _check_type_size(op, value.type)
                 checked.add(value.type)
 
 
-def _defined_after(
-    value: OpResult, user: Operation, positions: dict[Block, dict[Operation, int]]
-) -> bool:
-    """Whether `value` is defined at or after `user` (or its ancestor) in one block;
-    `positions` caches each block's op order."""
-    block = value.op.parent_block()
-    if block is None or isinstance(block.parent_op(), ModuleOp):
-        return False
-    ancestor = block.find_ancestor_op_in_block(user)
-    if ancestor is None:
-        return False
-    order = positions.get(block)
-    if order is None:
-        order = positions[block] = {op: i for i, op in enumerate(block.ops)}
-    return order[value.op] >= order[ancestor]
+def _check_defined_before_use(block: Block) -> None:
+    """IRRuleError where an op of `block`, or an op nested in one, reads a value that
+    an op of `block` defines at or after it: one pass in order, remembering what is
+    defined so far (a set lookup per operand)."""
+    defined: set[Operation] = set()
+    for op in block.ops:
+        for user in op.walk():
+            for index, operand in enumerate(user.operands):
+                if (
+                    isinstance(operand, OpResult)
+                    and operand.op.parent is block
+                    and operand.op not in defined
+                ):
+                    name = f"%{operand.name_hint}" if operand.name_hint else f"#{operand.index}"
+                    raise IRRuleError(user, f"uses {name} (operand #{index}) before it is defined")
+        defined.add(op)
 
 
 def _check_type_size(op: Operation, type_: Attribute) -> None:
