@@ -4,7 +4,7 @@ in-process and read its output)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +24,21 @@ class Result:
 
     def __repr__(self) -> str:
         return f"Result({self.code}, out={self.out[-300:]!r}, err={self.err!r})"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def private_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The run's own cache folder (`TASOC_CACHE_DIR`: proofs of user rule files,
+    measured op timings), for in-process runs and the processes tests start alike, so
+    the suite neither reads nor fills the user's `~/.cache/tasoc`."""
+    folder = tmp_path_factory.mktemp("tasoc-cache")
+    previous = os.environ.get("TASOC_CACHE_DIR")
+    os.environ["TASOC_CACHE_DIR"] = str(folder)
+    yield folder
+    if previous is None:
+        del os.environ["TASOC_CACHE_DIR"]
+    else:
+        os.environ["TASOC_CACHE_DIR"] = previous
 
 
 @pytest.fixture
