@@ -213,3 +213,13 @@ def test_a_value_beyond_its_arguments_type_is_refused_without_a_warning(
     program = write_program(tmp_path / "h.mlir", "f16")
     np.savez(tmp_path / "p.npz", w=np.array([1e10, 1.0]))
     params_error(tasoc, program, tmp_path / "p.npz", "beyond the range", "overflow")
+
+
+@pytest.mark.parametrize("value", [2**40, -(2**31) - 1])
+def test_an_integer_beyond_its_arguments_type_is_refused_not_wrapped(
+    tasoc: StrictRun, tmp_path: Path, value: int
+) -> None:
+    """An integer cast wraps silently (int64 2^40 into i32 is 0): refused instead."""
+    program = write_program(tmp_path / "i.mlir", "i32")
+    np.savez(tmp_path / "p.npz", w=np.array([value, 1], np.int64))
+    params_error(tasoc, program, tmp_path / "p.npz", "holds values outside i32")

@@ -140,5 +140,13 @@ def load_inputs(module: ModuleOp, npz_path: str | Path, seed: int = 0) -> list[n
         same_kind = np.issubdtype(array.dtype, np.integer) == (not info.sig.dtype.is_float)
         if array.shape != info.sig.shape or not same_kind:
             raise ValueError(f"{npz_path}: '{info.name}' expects {info.sig}, got {describe(array)}")
+        if array.size and np.issubdtype(target, np.integer):
+            # An integer cast wraps silently (int64 2^40 into i32 is 0): refuse instead.
+            bounds = np.iinfo(target)
+            if array.min() < bounds.min or array.max() > bounds.max:
+                raise ValueError(
+                    f"{npz_path}: '{info.name}' holds values outside {info.sig.dtype} "
+                    f"({array.min()}..{array.max()})"
+                )
         values.append(array.astype(target))
     return values
