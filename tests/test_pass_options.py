@@ -13,7 +13,8 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
-from tasoc.driver.pass_options import describe_type, fits
+from tasoc.driver.pass_options import fits
+from tasoc.passes.options import describe_option_type
 from tasoc.passes.registry import TASOC_PASSES
 
 SMALL_MODEL = "zoo:nasrnn?hidden=8&length=1"
@@ -95,6 +96,7 @@ def test_fits_follows_xdsl_except_for_bools(values: tuple, hint: object, expecte
     assert fits(values, hint) is expected
 
 
-def test_describe_type_lists_choices() -> None:
-    assert describe_type(Literal["egraph", "backtrack"]) == "one of egraph, backtrack"
-    assert describe_type(int | float | None) == "int or float"
+def test_option_types_are_described_in_words() -> None:
+    assert describe_option_type(Literal["egraph", "backtrack"]) == "one of 'egraph', 'backtrack'"
+    assert describe_option_type(int | float | None) == "a number"
+    assert describe_option_type(int | None) == "a whole number"

@@ -167,7 +167,10 @@ def test_a_plugin_module_is_imported_by_name(
     ("pipeline", "fragments"),
     [
         ("test-noop{level=0}", ["pass 'test-noop'", "level must be at least 1"]),
-        ("test-noop{level=abc}", ["pass 'test-noop'", "option 'level' expects int", "'abc'"]),
+        (
+            "test-noop{level=abc}",
+            ["pass 'test-noop'", "option 'level' expects a whole number", "'abc'"],
+        ),
         ("test-noop{depth=1}", ["pass 'test-noop' has no option 'depth'", "level"]),
     ],
 )

@@ -14,24 +14,15 @@ All of this runs when the pipeline is set up, before any pass runs.
 from __future__ import annotations
 
 import dataclasses
-from types import NoneType, UnionType
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from types import NoneType
+from typing import Any, get_args, get_type_hints
 
 from xdsl.passes import ModulePass
 from xdsl.utils.arg_spec import ArgSpec, ParameterListType
-from xdsl.utils.hints import isa, type_repr
+from xdsl.utils.hints import isa
 
 from tasoc.driver.errors import DriverError, one_line
-from tasoc.passes.options import option_name
-
-
-def describe_type(hint: Any) -> str:
-    """What an option accepts, for a message: a Literal's choices, else the type."""
-    if get_origin(hint) is Literal:
-        return "one of " + ", ".join(str(choice) for choice in get_args(hint))
-    if get_origin(hint) in (Union, UnionType):
-        return " or ".join(describe_type(part) for part in get_args(hint) if part is not NoneType)
-    return type_repr(hint)
+from tasoc.passes.options import describe_option_type, option_name
 
 
 def _admits_bool(hint: Any) -> bool:
@@ -76,7 +67,7 @@ def build_pass(pass_class: type[ModulePass], spec: ArgSpec) -> ModulePass:
             raise DriverError(f"{where} has no option '{option_name(key)}' ({options})")
         if not fits(values, hints[key]):
             raise DriverError(
-                f"{where}: option '{option_name(key)}' expects {describe_type(hints[key])}, "
+                f"{where}: option '{option_name(key)}' expects {describe_option_type(hints[key])}, "
                 f"got {_value_text(values)}"
             )
     try:

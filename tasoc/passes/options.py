@@ -92,7 +92,7 @@ def check_option_types(options: object) -> None:
         expected = hints[field.name]
         if not _conforms(value, expected):
             raise ValueError(
-                f"{option_name(field.name)} must be {_describe(expected)}, got {value!r}"
+                f"{option_name(field.name)} must be {describe_option_type(expected)}, got {value!r}"
             )
 
 
@@ -147,7 +147,7 @@ def _conforms(value: Any, expected: Any) -> bool:
 _KINDS = {bool: "true or false", int: "a whole number", float: "a number", str: "a string"}
 
 
-def _describe(expected: Any) -> str:
+def describe_option_type(expected: Any) -> str:
     """`expected` in words: `one of 'egraph', 'backtrack'`, `a number`."""
     origin = get_origin(expected)
     if origin is Literal:
@@ -156,5 +156,5 @@ def _describe(expected: Any) -> str:
         members = [member for member in get_args(expected) if member is not NoneType]
         if {int, float} <= set(members):
             members = [member for member in members if member is not int]
-        return " or ".join(_describe(member) for member in members)
+        return " or ".join(describe_option_type(member) for member in members)
     return _KINDS.get(expected, getattr(expected, "__name__", str(expected)))
