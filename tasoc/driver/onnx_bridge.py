@@ -140,6 +140,7 @@ def onnxruntime_outputs(
     """
     import onnx
 
+    from tasoc.backends.onnx.errors import first_line
     from tasoc.backends.onnx.runtime import inference_session
 
     model = (
@@ -162,5 +163,4 @@ def onnxruntime_outputs(
     try:
         return [np.asarray(output) for output in inference_session(source).run(None, feeds)]
     except Exception as err:  # its C++ binding raises direct Exception subclasses (Fail, ...)
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise DriverError(f"onnxruntime cannot run the model: {first}") from None
+        raise DriverError(f"onnxruntime cannot run the model: {first_line(err)}") from None

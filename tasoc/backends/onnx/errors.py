@@ -31,3 +31,10 @@ def shown(name: str, quote: bool = True) -> str:
         half = SHOWN_NAME_LENGTH // 2
         text = f"{text[:half]}...{text[-half:]}"
     return f"'{text}'" if quote else text
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of what `error` says (onnx's checker and numpy write paragraphs),
+    or its type's name when it says nothing: the part a one-line message can quote."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

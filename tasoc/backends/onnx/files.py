@@ -28,7 +28,7 @@ import onnx
 from google.protobuf.message import DecodeError, EncodeError
 from onnx import TensorProto, external_data_helper
 
-from tasoc.backends.onnx.errors import OnnxExportError, OnnxImportError, shown
+from tasoc.backends.onnx.errors import OnnxExportError, OnnxImportError, first_line, shown
 from tasoc.backends.onnx.tensors import element_dtype, stored_bytes
 
 PROTOBUF_LIMIT = 2**31
@@ -103,8 +103,7 @@ def load_model(source: str | PathLike[str] | bytes | onnx.ModelProto) -> onnx.Mo
         elif fits_in_protobuf(model):
             onnx.checker.check_model(model)
     except (onnx.checker.ValidationError, ValueError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise OnnxImportError(f"{what} is not a valid ONNX model: {first}") from None
+        raise OnnxImportError(f"{what} is not a valid ONNX model: {first_line(err)}") from None
     if external:
         _load_external_data(model, external, Path(source).parent, what)
     return model
@@ -149,7 +148,7 @@ def _load_external_data(
         ) from None
     except ValueError as err:  # the data file is shorter than a tensor's offset + length
         raise OnnxImportError(
-            f"the external data of {what} is truncated or corrupt: {str(err).splitlines()[0]}"
+            f"the external data of {what} is truncated or corrupt: {first_line(err)}"
         ) from None
 
 
@@ -304,6 +303,4 @@ def check_exported(model: onnx.ModelProto | str) -> None:
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as err:
-        raise OnnxExportError(
-            f"the exported model is invalid: {str(err).splitlines()[0]}"
-        ) from None
+        raise OnnxExportError(f"the exported model is invalid: {first_line(err)}") from None

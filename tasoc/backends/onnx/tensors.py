@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
-from tasoc.backends.onnx.errors import OnnxImportError, format_dims
+from tasoc.backends.onnx.errors import OnnxImportError, first_line, format_dims
 from tasoc.ir.limits import LimitError, check_shape
 
 _PACKED_4BIT = {TensorProto.INT4, TensorProto.UINT4, TensorProto.FLOAT4E2M1}
@@ -109,5 +109,4 @@ def tensor_array(tensor: TensorProto, what: str) -> np.ndarray:
     try:
         return numpy_helper.to_array(tensor)
     except (ValueError, TypeError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise OnnxImportError(f"cannot read {what}: {first}") from None
+        raise OnnxImportError(f"cannot read {what}: {first_line(err)}") from None
