@@ -17,10 +17,14 @@ EXPECTED: dict[type[OpTrait], set[str]] = {
     Fusible: {
         "add", "mul", "scale", "relu", "sigmoid", "tanh", "gelu", "batchnorm",
         "reshape", "transpose", "split", "concat", "enlarge",
+        "relu_grad", "sigmoid_grad", "tanh_grad", "gelu_grad",
     },
-    Contraction: {"matmul", "conv2d"},
+    Contraction: {"matmul", "conv2d", "conv2d_grad_input", "conv2d_grad_weight"},
     DataMovement: {"reshape", "transpose", "split", "concat", "enlarge", "embedding"},
-    Elementwise: {"add", "mul", "scale", "relu", "sigmoid", "tanh", "gelu"},
+    Elementwise: {
+        "add", "mul", "scale", "relu", "sigmoid", "tanh", "gelu",
+        "relu_grad", "sigmoid_grad", "tanh_grad", "gelu_grad",
+    },
     Broadcasting: {"add", "mul", "matmul"},
     Commutative: {"add", "mul"},
 }  # fmt: skip

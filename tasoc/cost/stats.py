@@ -39,8 +39,18 @@ _FLOPS_PER_ELEMENT: dict[str, int] = {
     "batchnorm": 4,
     "layernorm": 8,
     "softmax": 5,
+    "relu_grad": 1,
+    "sigmoid_grad": 3,
+    "tanh_grad": 3,
+    "gelu_grad": 12,
+    "layernorm_grad": 12,
+    "batchnorm_train": 8,
+    "batchnorm_grad": 12,
+    "softmax_cross_entropy_grad": 6,
+    "adam_update": 14,
 }
-"""FLOPs per result element of the element-wise and normalizing ops."""
+"""FLOPs per (first) result element of the element-wise, normalizing and optimizer ops,
+their gradients included."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,11 +75,26 @@ def _matmul_flops(node: Node) -> int:
     return 2 * out.size * node.inputs[0].sig.shape[-1]
 
 
+def _convolution_flops(out: TensorSig, weight: TensorSig) -> int:
+    """Multiply-adds of a convolution making `out` with `weight` (OIHW); each gradient
+    of a convolution is a convolution of the same size, so it costs the same."""
+    _, cin_per_group, kh, kw = weight.shape
+    return 2 * out.size * cin_per_group * kh * kw
+
+
 def _conv2d_flops(node: Node) -> int:
     (out,) = node.sigs
-    _, cin_per_group, kh, kw = node.inputs[1].sig.shape
     activation = out.size if node.attr("activation") == "relu" else 0
-    return 2 * out.size * cin_per_group * kh * kw + activation
+    return _convolution_flops(out, node.inputs[1].sig) + activation
+
+
+def _conv2d_grad_input_flops(node: Node) -> int:
+    dy, weight = (value.sig for value in node.inputs)
+    return _convolution_flops(dy, weight)
+
+
+def _conv2d_grad_weight_flops(node: Node) -> int:
+    return _convolution_flops(node.inputs[1].sig, node.sigs[0])
 
 
 def _pool2d_flops(node: Node) -> int:
@@ -77,15 +102,34 @@ def _pool2d_flops(node: Node) -> int:
     return node.sigs[0].size * kh * kw
 
 
-def _reduce_flops(node: Node) -> int:
-    return node.inputs[0].sig.size
+def _pool2d_grad_flops(node: Node) -> int:
+    """Like the forward pooling: one pass over every window of dy's size."""
+    kh, kw = node.attr("kernel")
+    return node.inputs[1].sig.size * kh * kw
+
+
+def _first_operand_flops(per_element: int) -> Callable[[Node], int]:
+    """`per_element` FLOPs per element of the first operand: for ops whose result is
+    smaller than what they read (a reduction, a loss per row, a scatter)."""
+    return lambda node: per_element * node.inputs[0].sig.size
+
+
+def _scatter_add_flops(node: Node) -> int:
+    """One addition per element of the updates."""
+    return node.inputs[1].sig.size
 
 
 _FLOPS: dict[str, Callable[[Node], int]] = {
     "matmul": _matmul_flops,
     "conv2d": _conv2d_flops,
     "pool2d": _pool2d_flops,
-    "reduce": _reduce_flops,
+    "reduce": _first_operand_flops(1),
+    "conv2d_grad_input": _conv2d_grad_input_flops,
+    "conv2d_grad_weight": _conv2d_grad_weight_flops,
+    "pool2d_grad": _pool2d_grad_flops,
+    "reduce_grad": _first_operand_flops(1),
+    "scatter_add": _scatter_add_flops,
+    "softmax_cross_entropy": _first_operand_flops(5),
 }
 
 _ZERO = OpStats(0, 0, 0)

@@ -69,6 +69,12 @@ class GraphBuilder:
     def _one(self, op_cls: type[G.GraphOp], *operands: SSAValue, **attrs: Any) -> SSAValue:
         return self.emit(op_cls, *operands, **attrs).results[0]
 
+    def _three(
+        self, op_cls: type[G.GraphOp], *operands: SSAValue, **attrs: Any
+    ) -> tuple[SSAValue, SSAValue, SSAValue]:
+        first, second, third = self.emit(op_cls, *operands, **attrs).results
+        return first, second, third
+
     # ------------------------------------------------------------ element-wise
     def add(self, lhs: SSAValue, rhs: SSAValue) -> SSAValue:
         return self._one(G.AddOp, lhs, rhs)
@@ -110,13 +116,12 @@ class GraphBuilder:
         activation: str = "none",
         groups: int = 1,
     ) -> SSAValue:
-        pad = padding if isinstance(padding, str) else tuple(padding)
         return self._one(
             G.Conv2dOp,
             x,
             w,
             strides=tuple(strides),
-            padding=pad,
+            padding=_padding(padding),
             activation=activation,
             groups=groups,
         )
@@ -132,14 +137,13 @@ class GraphBuilder:
         strides: Sequence[int] | None = None,
         padding: Padding = "valid",
     ) -> SSAValue:
-        pad = padding if isinstance(padding, str) else tuple(padding)
         return self._one(
             G.Pool2dOp,
             x,
             kind=kind,
             kernel=tuple(kernel),
             strides=tuple(strides or kernel),
-            padding=pad,
+            padding=_padding(padding),
         )
 
     # ------------------------------------------------------------- structure
@@ -204,6 +208,142 @@ class GraphBuilder:
     def embedding(self, ids: SSAValue, table: SSAValue) -> SSAValue:
         return self._one(G.EmbeddingOp, ids, table)
 
+    # ------------------------- backward ops, losses and optimizer updates (autodiff)
+    # Each backward op takes its forward op's attributes, with the same defaults.
+    def relu_grad(self, y: SSAValue, dy: SSAValue) -> SSAValue:
+        """relu's gradient from its output `y`."""
+        return self._one(G.ReluGradOp, y, dy)
+
+    def sigmoid_grad(self, y: SSAValue, dy: SSAValue) -> SSAValue:
+        """sigmoid's gradient from its output `y`."""
+        return self._one(G.SigmoidGradOp, y, dy)
+
+    def tanh_grad(self, y: SSAValue, dy: SSAValue) -> SSAValue:
+        """tanh's gradient from its output `y`."""
+        return self._one(G.TanhGradOp, y, dy)
+
+    def gelu_grad(self, x: SSAValue, dy: SSAValue) -> SSAValue:
+        """gelu's gradient from its input `x`."""
+        return self._one(G.GeluGradOp, x, dy)
+
+    def conv2d_grad_input(
+        self,
+        dy: SSAValue,
+        w: SSAValue,
+        input_shape: Sequence[int],
+        strides: Sequence[int] = (1, 1),
+        padding: Padding = "same",
+        groups: int = 1,
+    ) -> SSAValue:
+        return self._one(
+            G.Conv2dGradInputOp,
+            dy,
+            w,
+            strides=tuple(strides),
+            padding=_padding(padding),
+            groups=groups,
+            input_shape=tuple(input_shape),
+        )
+
+    def conv2d_grad_weight(
+        self,
+        x: SSAValue,
+        dy: SSAValue,
+        kernel: Sequence[int],
+        strides: Sequence[int] = (1, 1),
+        padding: Padding = "same",
+        groups: int = 1,
+    ) -> SSAValue:
+        return self._one(
+            G.Conv2dGradWeightOp,
+            x,
+            dy,
+            strides=tuple(strides),
+            padding=_padding(padding),
+            groups=groups,
+            kernel=tuple(kernel),
+        )
+
+    def pool2d_grad(
+        self,
+        x: SSAValue,
+        dy: SSAValue,
+        kind: str,
+        kernel: Sequence[int],
+        strides: Sequence[int] | None = None,
+        padding: Padding = "valid",
+    ) -> SSAValue:
+        return self._one(
+            G.Pool2dGradOp,
+            x,
+            dy,
+            kind=kind,
+            kernel=tuple(kernel),
+            strides=tuple(strides or kernel),
+            padding=_padding(padding),
+        )
+
+    def reduce_grad(
+        self, x: SSAValue, dy: SSAValue, kind: str, axes: Sequence[int], keepdims: bool = False
+    ) -> SSAValue:
+        return self._one(G.ReduceGradOp, x, dy, kind=kind, axes=tuple(axes), keepdims=keepdims)
+
+    def scatter_add(self, ids: SSAValue, updates: SSAValue, rows: int) -> SSAValue:
+        """The gradient of an embedding table of `rows` rows."""
+        return self._one(G.ScatterAddOp, ids, updates, rows=rows)
+
+    def layernorm_grad(
+        self, x: SSAValue, gamma: SSAValue, dy: SSAValue, axis: int = -1, epsilon: float = 1e-5
+    ) -> tuple[SSAValue, SSAValue, SSAValue]:
+        """(dx, dgamma, dbeta)."""
+        return self._three(G.LayernormGradOp, x, gamma, dy, axis=axis, epsilon=float(epsilon))
+
+    def batchnorm_train(
+        self, x: SSAValue, scale: SSAValue, bias: SSAValue, epsilon: float = 1e-5
+    ) -> tuple[SSAValue, SSAValue, SSAValue]:
+        """(y, batch mean, biased batch variance)."""
+        return self._three(G.BatchnormTrainOp, x, scale, bias, epsilon=float(epsilon))
+
+    def batchnorm_grad(
+        self, x: SSAValue, scale: SSAValue, dy: SSAValue, epsilon: float = 1e-5
+    ) -> tuple[SSAValue, SSAValue, SSAValue]:
+        """(dx, dscale, dbias) of batchnorm_train's output."""
+        return self._three(G.BatchnormGradOp, x, scale, dy, epsilon=float(epsilon))
+
+    def softmax_cross_entropy(self, logits: SSAValue, labels: SSAValue) -> SSAValue:
+        return self._one(G.SoftmaxCrossEntropyOp, logits, labels)
+
+    def softmax_cross_entropy_grad(
+        self, logits: SSAValue, labels: SSAValue, dloss: SSAValue
+    ) -> SSAValue:
+        return self._one(G.SoftmaxCrossEntropyGradOp, logits, labels, dloss)
+
+    def adam_update(
+        self,
+        param: SSAValue,
+        grad: SSAValue,
+        m: SSAValue,
+        v: SSAValue,
+        step: SSAValue,
+        lr: float = 1e-3,
+        beta1: float = 0.9,
+        beta2: float = 0.999,
+        epsilon: float = 1e-8,
+    ) -> tuple[SSAValue, SSAValue, SSAValue]:
+        """(param', m', v') after the update numbered `step` (1-based, a rank-0 tensor)."""
+        return self._three(
+            G.AdamUpdateOp,
+            param,
+            grad,
+            m,
+            v,
+            step,
+            lr=float(lr),
+            beta1=float(beta1),
+            beta2=float(beta2),
+            epsilon=float(epsilon),
+        )
+
     # ------------------------------------------------------------------ finish
     def build(self, *outputs: SSAValue) -> ModuleOp:
         """Return `builtin.module { func.func @name(...) { ...; func.return outputs } }`."""
@@ -214,6 +354,11 @@ class GraphBuilder:
         self._built = True
         function = make_function(self.name, self.block, self._params, outputs)
         return ModuleOp([function])
+
+
+def _padding(padding: Padding) -> str | tuple[int, ...]:
+    """A window op's `padding` attribute: a mode name, or the 4 integers as a tuple."""
+    return padding if isinstance(padding, str) else tuple(padding)
 
 
 _PRINTABLE_NAME = re.compile(r"[A-Za-z_$.-][\w$.-]*")

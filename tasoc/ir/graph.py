@@ -1,4 +1,5 @@
-"""The `graph` dialect: TASO's operator set plus what real models need.
+"""The `graph` dialect: TASO's operator set plus what real models need, and the
+backward ops, losses and optimizer update that training them needs (docs/autodiff.md).
 
 Every op is an xDSL `IRDLOperation` whose attributes are properties printed in the
 attribute dictionary, so the text form is uniform and easy to diff:
@@ -7,9 +8,10 @@ attribute dictionary, so the text form is uniform and easy to diff:
                               padding = "same", strides = array<i64: 1, 1>}
          : tensor<1x4x8x8xf32>
 
-Only the result types are written (comma-separated for `split`): operand types are
-those of the operands' definitions, which come first in a graph body. Repeating them
-made up half of the text and of the parse time of a large program. The older form
+Only the result types are written (comma-separated for `split` and the other
+multi-result ops): operand types are those of the operands' definitions, which come
+first in a graph body. Repeating them made up half of the text and of the parse time
+of a large program. The older form
 with a functional type, `: (tensor<...>, tensor<...>) -> tensor<...>`, still parses;
 the generic form prints and parses as for every xDSL op.
 
@@ -619,6 +621,218 @@ class EmbeddingOp(GraphOp):
     traits = traits_def(DataMovement())
 
 
+# ------------------------------------- backward ops, losses and optimizer updates
+# What the autodiff pass (docs/autodiff.md) emits. Each backward op's value is the
+# gradient of sum(F(...) * dy) for its forward op F, which is what `jax.vjp(F, ...)(dy)`
+# returns; its attributes are F's, so the pass copies them from the forward op.
+
+
+class _ActivationGradOp(GraphOp):
+    y = operand_def(TensorType)
+    dy = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Elementwise(), Fusible())
+
+
+@irdl_op_definition
+class ReluGradOp(_ActivationGradOp):
+    """relu's gradient from its output y: dy where y > 0 (that is, where x > 0), else 0."""
+
+    name = "graph.relu_grad"
+
+
+@irdl_op_definition
+class SigmoidGradOp(_ActivationGradOp):
+    """sigmoid's gradient from its output y: dy * y * (1 - y)."""
+
+    name = "graph.sigmoid_grad"
+
+
+@irdl_op_definition
+class TanhGradOp(_ActivationGradOp):
+    """tanh's gradient from its output y: dy * (1 - y * y)."""
+
+    name = "graph.tanh_grad"
+
+
+@irdl_op_definition
+class GeluGradOp(GraphOp):
+    """Exact (erf) gelu's gradient from its INPUT x, since gelu cannot be inverted:
+    dy * (Phi(x) + x * phi(x))."""
+
+    name = "graph.gelu_grad"
+    input = operand_def(TensorType)
+    dy = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Elementwise(), Fusible())
+
+
+@irdl_op_definition
+class Conv2dGradInputOp(GraphOp):
+    """Gradient w.r.t. the input x (of shape `input_shape`, NCHW) of
+    sum(conv2d(x, weight) * dy), conv2d without activation: a transposed convolution."""
+
+    name = "graph.conv2d_grad_input"
+    dy = operand_def(TensorType)
+    weight = operand_def(TensorType)
+    dx = result_def(TensorType)
+    strides = prop_def(Attribute)
+    padding = prop_def(Attribute)
+    groups = prop_def(Attribute)
+    input_shape = prop_def(Attribute)
+    traits = traits_def(Contraction())
+
+
+@irdl_op_definition
+class Conv2dGradWeightOp(GraphOp):
+    """Gradient w.r.t. the weight w (OIHW, `kernel` high and wide) of
+    sum(conv2d(input, w) * dy), conv2d without activation."""
+
+    name = "graph.conv2d_grad_weight"
+    input = operand_def(TensorType)
+    dy = operand_def(TensorType)
+    dw = result_def(TensorType)
+    strides = prop_def(Attribute)
+    padding = prop_def(Attribute)
+    groups = prop_def(Attribute)
+    kernel = prop_def(Attribute)
+    traits = traits_def(Contraction())
+
+
+@irdl_op_definition
+class Pool2dGradOp(GraphOp):
+    """Gradient w.r.t. x of sum(pool2d(x) * dy). Average: each window spreads
+    dy / (kh * kw) over its positions (padded ones dropped). Max: each window's dy goes
+    to one position of its maximum, on ties the first in row-major order within the
+    window, which is the choice XLA's select-and-scatter makes for JAX's max pooling."""
+
+    name = "graph.pool2d_grad"
+    input = operand_def(TensorType)
+    dy = operand_def(TensorType)
+    dx = result_def(TensorType)
+    kind = prop_def(Attribute)
+    kernel = prop_def(Attribute)
+    strides = prop_def(Attribute)
+    padding = prop_def(Attribute)
+
+
+@irdl_op_definition
+class ReduceGradOp(GraphOp):
+    """Gradient w.r.t. x of sum(reduce(x) * dy): dy broadcast back over `axes` (sum),
+    divided by the count reduced (mean), or split equally among the positions equal to
+    the maximum (max, JAX's rule)."""
+
+    name = "graph.reduce_grad"
+    input = operand_def(TensorType)
+    dy = operand_def(TensorType)
+    dx = result_def(TensorType)
+    kind = prop_def(Attribute)
+    axes = prop_def(Attribute)
+    keepdims = prop_def(Attribute)
+
+
+@irdl_op_definition
+class ScatterAddOp(GraphOp):
+    """An embedding table's gradient: zeros of shape [rows, features], then
+    out[ids[i...], :] += updates[i..., :], repeated ids accumulating."""
+
+    name = "graph.scatter_add"
+    ids = operand_def(TensorType)
+    updates = operand_def(TensorType)
+    result = result_def(TensorType)
+    rows = prop_def(Attribute)
+
+
+@irdl_op_definition
+class LayernormGradOp(GraphOp):
+    """Gradients of sum(layernorm(x, gamma, beta) * dy) w.r.t. x, gamma and beta
+    (beta's value does not enter them, so it is no operand)."""
+
+    name = "graph.layernorm_grad"
+    input = operand_def(TensorType)
+    gamma = operand_def(TensorType)
+    dy = operand_def(TensorType)
+    dx = result_def(TensorType)
+    dgamma = result_def(TensorType)
+    dbeta = result_def(TensorType)
+    axis = prop_def(Attribute)
+    epsilon = prop_def(Attribute)
+
+
+@irdl_op_definition
+class BatchnormTrainOp(GraphOp):
+    """Training batch normalization over channel axis 1: the batch mean and biased
+    variance over every other axis, and y = (x - mean) / sqrt(var + epsilon) * scale + bias."""
+
+    name = "graph.batchnorm_train"
+    input = operand_def(TensorType)
+    scale = operand_def(TensorType)
+    bias = operand_def(TensorType)
+    y = result_def(TensorType)
+    mean = result_def(TensorType)
+    var = result_def(TensorType)
+    epsilon = prop_def(Attribute)
+
+
+@irdl_op_definition
+class BatchnormGradOp(GraphOp):
+    """Gradients of sum(y * dy), y batchnorm_train's normalized output, w.r.t. x
+    (through the batch statistics), scale and bias."""
+
+    name = "graph.batchnorm_grad"
+    input = operand_def(TensorType)
+    scale = operand_def(TensorType)
+    dy = operand_def(TensorType)
+    dx = result_def(TensorType)
+    dscale = result_def(TensorType)
+    dbias = result_def(TensorType)
+    epsilon = prop_def(Attribute)
+
+
+@irdl_op_definition
+class SoftmaxCrossEntropyOp(GraphOp):
+    """Per-row loss logsumexp(logits) - logits[label], classes on the last axis and
+    integer labels of the other axes' shape."""
+
+    name = "graph.softmax_cross_entropy"
+    logits = operand_def(TensorType)
+    labels = operand_def(TensorType)
+    losses = result_def(TensorType)
+
+
+@irdl_op_definition
+class SoftmaxCrossEntropyGradOp(GraphOp):
+    """Gradient w.r.t. the logits of sum(softmax_cross_entropy(logits, labels) * dloss):
+    (softmax(logits) - one_hot(labels)) * dloss[..., None]."""
+
+    name = "graph.softmax_cross_entropy_grad"
+    logits = operand_def(TensorType)
+    labels = operand_def(TensorType)
+    dloss = operand_def(TensorType)
+    dlogits = result_def(TensorType)
+
+
+@irdl_op_definition
+class AdamUpdateOp(GraphOp):
+    """One Adam step (PyTorch's and optax's, epsilon outside the square root), `step`
+    the 1-based number of this update: m' = b1 m + (1 - b1) g, v' = b2 v + (1 - b2) g^2,
+    param' = param - lr (m' / (1 - b1^step)) / (sqrt(v' / (1 - b2^step)) + epsilon)."""
+
+    name = "graph.adam_update"
+    param = operand_def(TensorType)
+    grad = operand_def(TensorType)
+    m = operand_def(TensorType)
+    v = operand_def(TensorType)
+    step = operand_def(TensorType)
+    new_param = result_def(TensorType)
+    new_m = result_def(TensorType)
+    new_v = result_def(TensorType)
+    lr = prop_def(Attribute)
+    beta1 = prop_def(Attribute)
+    beta2 = prop_def(Attribute)
+    epsilon = prop_def(Attribute)
+
+
 GRAPH_OPS: tuple[type[GraphOp], ...] = (
     AddOp,
     MulOp,
@@ -646,6 +860,22 @@ GRAPH_OPS: tuple[type[GraphOp], ...] = (
     BatchnormOp,
     LayernormOp,
     EmbeddingOp,
+    # backward ops, losses and optimizer updates (autodiff, docs/autodiff.md)
+    ReluGradOp,
+    SigmoidGradOp,
+    TanhGradOp,
+    GeluGradOp,
+    Conv2dGradInputOp,
+    Conv2dGradWeightOp,
+    Pool2dGradOp,
+    ReduceGradOp,
+    ScatterAddOp,
+    LayernormGradOp,
+    BatchnormTrainOp,
+    BatchnormGradOp,
+    SoftmaxCrossEntropyOp,
+    SoftmaxCrossEntropyGradOp,
+    AdamUpdateOp,
 )
 
 OPS_BY_NAME: Mapping[str, type[GraphOp]] = {op.op_name(): op for op in GRAPH_OPS}

@@ -212,11 +212,17 @@ def _bool_attr(attrs: Attrs, name: str) -> bool:
     return value
 
 
-def _epsilon_attr(attrs: Attrs) -> float:
-    value = attrs["epsilon"]
-    if isinstance(value, bool) or not isinstance(value, Real) or not 0 <= value < math.inf:
-        raise ShapeError(f"epsilon must be a finite number >= 0, got {value!r}")
+def _number_attr(attrs: Attrs, name: str, valid: Callable[[float], bool], wanted: str) -> float:
+    """`name`: a real number (not a flag) for which `valid` holds, `wanted` saying which
+    in the message. NaN passes no comparison, so no range written as one accepts it."""
+    value = attrs[name]
+    if isinstance(value, bool) or not isinstance(value, Real) or not valid(value):
+        raise ShapeError(f"{name} must be {wanted}, got {value!r}")
     return float(value)
+
+
+def _epsilon_attr(attrs: Attrs) -> float:
+    return _number_attr(attrs, "epsilon", lambda v: 0 <= v < math.inf, "a finite number >= 0")
 
 
 def broadcast_shapes(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
@@ -513,17 +519,23 @@ def _reduce(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
     return [TensorSig(shape, x.dtype)]
 
 
-@_rule("batchnorm", arity=(5, 5))
-def _batchnorm(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
-    x, *stats = inputs
+def _per_channel(x: TensorSig, params: Mapping[str, TensorSig], attrs: Attrs) -> None:
+    """The typing every batch normalization shares: a float input with a channel axis 1,
+    per-channel `params` of its element type, and a valid epsilon."""
     _float(x)
-    _same_dtype(x, *stats)
+    _same_dtype(x, *params.values())
     _epsilon_attr(attrs)
     if x.rank < 2:
         raise ShapeError(f"input must have a channel dimension, got rank {x.rank}")
-    for name, sig in zip(("scale", "bias", "mean", "var"), stats, strict=True):
+    for name, sig in params.items():
         if sig.shape != (x.shape[1],):
             raise ShapeError(f"{name} must have shape {x.shape[1]}, got {_fmt(sig.shape)}")
+
+
+@_rule("batchnorm", arity=(5, 5))
+def _batchnorm(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    x, *stats = inputs
+    _per_channel(x, dict(zip(("scale", "bias", "mean", "var"), stats, strict=True)), attrs)
     return [x]
 
 
@@ -542,11 +554,172 @@ def _layernorm(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
     return [x]
 
 
+def _indices(sig: TensorSig, what: str) -> None:
+    if sig.dtype not in (DType.I32, DType.I64):
+        raise ShapeError(f"{what} must be i32 or i64, got {sig.dtype}")
+
+
 @_rule("embedding", arity=(2, 2))
 def _embedding(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
     ids, table = inputs
-    if ids.dtype not in (DType.I32, DType.I64):
-        raise ShapeError(f"indices must be i32 or i64, got {ids.dtype}")
+    _indices(ids, "indices")
     if table.rank != 2:
         raise ShapeError(f"table must be 2-D (vocabulary x features), got {_fmt(table.shape)}")
     return [TensorSig((*ids.shape, table.shape[1]), table.dtype)]
+
+
+# ------------------------------------- backward ops, losses and optimizer updates
+# A backward op's operands include its forward op's operands (or their shapes) and dy,
+# the gradient of the forward result. Its rule runs the forward op's rule, so the two
+# cannot drift apart, and checks that dy has the type the forward op yields.
+
+
+def _expect_shape(sig: TensorSig, name: str, shape: Sequence[int]) -> None:
+    if sig.shape != tuple(shape):
+        raise ShapeError(f"{name} must have shape {_fmt(shape)}, got {_fmt(sig.shape)}")
+
+
+def _check_forward(
+    rule: InferFn,
+    op: str,
+    inputs: Sequence[TensorSig],
+    attrs: Attrs,
+    grad: TensorSig,
+    grad_name: str = "dy",
+) -> None:
+    """ShapeError unless the forward `op` (its shape rule `rule`) type-checks on
+    `inputs` and `attrs` and yields the shape and element type of `grad`."""
+    try:
+        (out,) = rule(inputs, attrs)
+    except ShapeError as err:
+        raise ShapeError(f"forward {op}: {err}") from None
+    if grad.shape != out.shape:
+        raise ShapeError(
+            f"{grad_name} must have the forward {op}'s result shape {_fmt(out.shape)}, "
+            f"got {_fmt(grad.shape)}"
+        )
+    _same_dtype(out, grad)
+
+
+@_rule("relu_grad", "sigmoid_grad", "tanh_grad", "gelu_grad", arity=(2, 2))
+def _activation_grad(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    forward, dy = inputs
+    _float(forward)
+    _same_dtype(forward, dy)
+    _expect_shape(dy, "dy", forward.shape)
+    return [forward]
+
+
+@_rule("conv2d_grad_input", arity=(2, 2))
+def _conv2d_grad_input(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    dy, w = inputs
+    shape = _ints_attr(attrs, "input_shape", 4)
+    if min(shape) < 0:
+        raise ShapeError(f"input_shape {list(shape)} has a negative dimension")
+    dx = TensorSig(shape, dy.dtype)
+    _check_forward(_conv2d, "conv2d", [dx, w], {**attrs, "activation": "none"}, dy)
+    return [dx]
+
+
+@_rule("conv2d_grad_weight", arity=(2, 2))
+def _conv2d_grad_weight(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    x, dy = inputs
+    if x.rank != 4 or dy.rank != 4:
+        raise ShapeError(f"input and dy must be 4-D (NCHW), got {x.rank}-D and {dy.rank}-D")
+    kh, kw = _pair(attrs, "kernel")
+    # A non-positive `groups` gets the forward rule's message, not a division by zero.
+    groups = max(_int_attr(attrs, "groups"), 1)
+    dw = TensorSig((dy.shape[1], x.shape[1] // groups, kh, kw), x.dtype)
+    _check_forward(_conv2d, "conv2d", [x, dw], {**attrs, "activation": "none"}, dy)
+    return [dw]
+
+
+@_rule("pool2d_grad", arity=(2, 2))
+def _pool2d_grad(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    x, dy = inputs
+    _check_forward(_pool2d, "pool2d", [x], attrs, dy)
+    return [x]
+
+
+@_rule("reduce_grad", arity=(2, 2))
+def _reduce_grad(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    x, dy = inputs
+    _float(x)
+    _check_forward(_reduce, "reduce", [x], attrs, dy)
+    return [x]
+
+
+@_rule("scatter_add", arity=(2, 2))
+def _scatter_add(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    ids, updates = inputs
+    _indices(ids, "ids")
+    _float(updates, "updates")
+    if updates.rank != ids.rank + 1 or updates.shape[:-1] != ids.shape:
+        raise ShapeError(
+            f"updates must have the shape of ids ({_fmt(ids.shape)}) plus a feature axis, "
+            f"got {_fmt(updates.shape)}"
+        )
+    rows = _int_attr(attrs, "rows")
+    if rows < 0:
+        raise ShapeError(f"rows must not be negative, got {rows}")
+    return [TensorSig((rows, updates.shape[-1]), updates.dtype)]
+
+
+@_rule("layernorm_grad", arity=(3, 3))
+def _layernorm_grad(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    x, gamma, dy = inputs
+    # beta types like gamma and does not enter the gradients: gamma stands in for it.
+    _check_forward(_layernorm, "layernorm", [x, gamma, gamma], attrs, dy)
+    return [x, gamma, gamma]
+
+
+@_rule("batchnorm_train", arity=(3, 3))
+def _batchnorm_train(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    x, scale, bias = inputs
+    _per_channel(x, {"scale": scale, "bias": bias}, attrs)
+    return [x, scale, scale]
+
+
+@_rule("batchnorm_grad", arity=(3, 3))
+def _batchnorm_grad(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    x, scale, dy = inputs
+    _per_channel(x, {"scale": scale}, attrs)
+    _same_dtype(x, dy)
+    _expect_shape(dy, "dy", x.shape)
+    return [x, scale, scale]
+
+
+@_rule("softmax_cross_entropy", arity=(2, 2))
+def _softmax_cross_entropy(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    logits, labels = inputs
+    _float(logits, "logits")
+    if logits.rank < 1:
+        raise ShapeError("logits must have rank >= 1 (classes on the last axis), got a scalar")
+    _indices(labels, "labels")
+    _expect_shape(labels, "labels", logits.shape[:-1])
+    return [TensorSig(logits.shape[:-1], logits.dtype)]
+
+
+@_rule("softmax_cross_entropy_grad", arity=(3, 3))
+def _softmax_cross_entropy_grad(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    logits, labels, dloss = inputs
+    _check_forward(
+        _softmax_cross_entropy, "softmax_cross_entropy", [logits, labels], attrs, dloss, "dloss"
+    )
+    return [logits]
+
+
+@_rule("adam_update", arity=(5, 5))
+def _adam_update(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    param, grad, m, v, step = inputs
+    _float(param, "param")
+    _same_dtype(param, grad, m, v, step)
+    for name, sig in (("grad", grad), ("m", m), ("v", v)):
+        _expect_shape(sig, name, param.shape)
+    if step.rank != 0:
+        raise ShapeError(f"step must have rank 0, got {_fmt(step.shape)}")
+    _number_attr(attrs, "lr", lambda lr: 0 < lr < math.inf, "a finite number > 0")
+    for beta in ("beta1", "beta2"):
+        _number_attr(attrs, beta, lambda b: 0 <= b < 1, "a number in [0, 1)")
+    _epsilon_attr(attrs)
+    return [param, param, param]
