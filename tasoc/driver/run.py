@@ -9,10 +9,19 @@ random. Each output is printed with its type and a checksum
 `tasoc.verify.equivalence`, `--check-onnxruntime` compares with onnxruntime running the
 ONNX model (the input model itself, or the program exported), and `--bench N` reports
 the median and best of N timed runs after a warm-up (JAX compiles on the first call).
+
+A training step (`autodiff`, `ir/training.py`) is run once like any program, or `--steps
+N` times with its updates fed back (`training_run.py`); for one, the peak live memory
+in program order and its split (`ir/liveness.py`) is printed, and `--report R.json`
+writes the run's figures (losses, memory, seconds per step). Integer arguments that
+index something (labels, ids) are checked against what they index before any run
+(`index_ranges.py`): JAX cannot raise on data.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -25,23 +34,27 @@ from xdsl.dialects.builtin import ModuleOp
 from tasoc.backends.arguments import describe, random_inputs
 from tasoc.backends.numpy import run_reference
 from tasoc.driver.errors import DriverError, OneLineArgumentParser, UsageError, non_negative_int
+from tasoc.driver.index_ranges import check_index_ranges
 from tasoc.driver.onnx_bridge import (
     collect_input_shapes,
     export_model,
     input_shape_arg,
     onnxruntime_outputs,
 )
+from tasoc.driver.outputs import Outputs
 from tasoc.driver.sources import Program, load_program
+from tasoc.driver.training_run import TrainingRun, steppable, train
 from tasoc.driver.weights import WeightsFile, find_weights, load_arguments
 from tasoc.ir.limits import LimitError
+from tasoc.ir.liveness import PeakMemory, peak_memory
 from tasoc.ir.program import (
     ArgInfo,
-    ProgramError,
     arg_infos,
     entry_function,
     return_values,
     value_name,
 )
+from tasoc.ir.training import TrainingSignature, training_signature
 from tasoc.verify.equivalence import compare
 
 if TYPE_CHECKING:
@@ -88,7 +101,30 @@ def _parser() -> OneLineArgumentParser:
     parser.add_argument(
         "--seed", type=non_negative_int, default=0, help="seed of the random inputs"
     )
+    parser.add_argument(
+        "--steps",
+        type=positive_int,
+        metavar="N",
+        help="run a training step N times, feeding its updated params and optimizer "
+        "state back, and print the loss of each step",
+    )
+    parser.add_argument(
+        "--report",
+        metavar="R.json",
+        help="write a JSON run report (memory; with --steps: losses, seconds per step)",
+    )
     return parser
+
+
+def positive_int(text: str) -> int:
+    """argparse type for `--steps`: a run of no steps shows nothing."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got '{text}'") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
 
 
 def _arguments(program: Program, weights: WeightsFile | None, seed: int) -> list[np.ndarray]:
@@ -180,28 +216,77 @@ def _check_against(
     print(f"check: equivalent to {expected_from}")
 
 
+def _refuse_combinations(args: argparse.Namespace) -> None:
+    """UsageError for options that mean nothing together, before any work."""
+    if args.steps is not None and args.bench:
+        raise UsageError("--bench cannot be combined with --steps; --report gives seconds per step")
+    if args.steps is not None and args.check_onnxruntime:
+        raise UsageError(
+            "--check-onnxruntime cannot be combined with --steps; --check compares the "
+            "first step with the numpy reference"
+        )
+
+
 def run_command(argv: Sequence[str]) -> int:
     """`tasoc run ARGS...`; returns the exit status (errors propagate to `main`)."""
     args = _parser().parse_args(argv)
+    _refuse_combinations(args)
+    weights = find_weights(args.input, args.params)
+    read = (path for path in (args.input, weights.path if weights else None) if path)
+    with Outputs(read) as outputs:
+        report_output = outputs.declare(args.report, "--report")
+        report = _run(args, weights)
+        if report_output is not None:
+            with report_output.open() as stream:
+                json.dump(report, stream, indent=2, sort_keys=True)
+    return 0
+
+
+def _run(args: argparse.Namespace, found: WeightsFile | None) -> dict[str, object]:
+    """The run itself; returns what `--report` writes."""
     program = load_program(args.input, collect_input_shapes(args.input_shape))
     module = program.module
-    weights = find_weights(args.input, args.params) if program.weights is None else None
+    weights = found if program.weights is None else None
     if program.weights is not None and args.params is not None:
         raise UsageError("--params gives weights, and an .onnx INPUT carries its own")
     try:
-        returned = return_values(entry_function(module))
-        infos = arg_infos(entry_function(module))
+        function = entry_function(module)
+        returned = return_values(function)
+        infos = arg_infos(function)
+        signature = training_signature(function)
+        memory = peak_memory(function)
         inputs = _arguments(program, weights, args.seed)
-    except (ProgramError, LimitError) as err:
+        check_index_ranges(function, inputs)
+    except (ValueError, LimitError) as err:  # ProgramError, an index out of range
         raise DriverError(f"{args.input}: {err}") from None
-    executable = prepare(module, args.backend)
-    outputs = executable.run(inputs)
+    training = steppable(signature, args.input) if args.steps is not None else None
 
     values_from = f", values from {weights.path}" if weights is not None else ""
+    report: dict[str, object] = {
+        "input": args.input,
+        "backend": args.backend,
+        "seed": args.seed,
+        "memory": memory.to_json(),
+    }
+    if training is not None:
+        steps = f"{args.steps} training step{'s' if args.steps > 1 else ''}"
+        print(f"{args.input}: {steps} on {args.backend} (seed {args.seed}{values_from})")
+        _print_memory(memory)
+        if args.check:
+            first = prepare(module, args.backend).run(inputs)
+            _check_first_step(module, inputs, first, args.backend)
+        run = _train(module, training, inputs, args)
+        report |= run_report(run)
+        return report
+
+    executable = prepare(module, args.backend)
+    outputs = executable.run(inputs)
     print(f"{args.input} on {args.backend} (seed {args.seed}{values_from}):")
     for index, (value, array) in enumerate(zip(returned, outputs, strict=True)):
         name = value_name(value, f"output #{index}")
         print(f"  {name}: {describe(array)}  {checksum(array)}")
+    if signature is not None:
+        _print_memory(memory)
 
     if args.check:
         _check_against("the numpy reference", run_reference(module, inputs), outputs, args.backend)
@@ -217,4 +302,49 @@ def run_command(argv: Sequence[str]) -> int:
             f"bench: {args.bench} runs on {args.backend}, median "
             f"{_milliseconds(statistics.median(times))}, min {_milliseconds(min(times))}"
         )
-    return 0
+        report["bench_seconds"] = times
+    return report
+
+
+def _print_memory(memory: PeakMemory) -> None:
+    print(f"memory: {memory.describe()}")
+
+
+def _check_first_step(
+    module: ModuleOp, inputs: Sequence[np.ndarray], first: Sequence[np.ndarray], backend: str
+) -> None:
+    """`--check` with `--steps`: the first step's results against the reference's."""
+    expected = run_reference(module, inputs)
+    _check_against("the numpy reference (first step)", expected, first, backend)
+
+
+def _train(
+    module: ModuleOp,
+    signature: TrainingSignature,
+    inputs: list[np.ndarray],
+    args: argparse.Namespace,
+) -> TrainingRun:
+    width = len(str(args.steps))
+
+    def show(step: int, loss: float) -> None:
+        print(f"step {step:>{width}}/{args.steps}  loss {loss:.7g}")
+
+    run = train(module, signature, inputs, args.steps, args.backend, show)
+    print(_timing_line(run))
+    return run
+
+
+def _timing_line(run: TrainingRun) -> str:
+    """The first step compiles on JAX: it is shown apart from the others' median."""
+    first, rest = run.seconds[0], run.seconds[1:]
+    then = f", then {_milliseconds(statistics.median(rest))} per step (median)" if rest else ""
+    return f"time: first step {_milliseconds(first)}{then}"
+
+
+def run_report(run: TrainingRun) -> dict[str, object]:
+    """What `--report` says of a training run, beside the input, backend, seed and memory."""
+    return {
+        "steps": len(run.losses),
+        "losses": list(run.losses),
+        "seconds_per_step": list(run.seconds),
+    }

@@ -366,8 +366,13 @@ class JaxProgram:
         ]
 
 
-def lower(module: ModuleOp) -> JaxProgram:
+def lower(module: ModuleOp, donate: Sequence[int] = ()) -> JaxProgram:
     """Lower `@main` of `module` to a jitted JAX function (compiled on first call).
+
+    `donate` are argument indices whose device buffers the call may reuse for its
+    results (`jax.jit(donate_argnums=...)`): a training loop donates the params and
+    optimizer state a step replaces, so they are updated in place rather than copied.
+    A donated `jax.Array` cannot be used after the call.
 
     Raises ValueError for an op that has no JAX lowering, ProgramError (a ValueError)
     for a tensor with an encoding (a memory space or sharding, not lowered yet).
@@ -400,7 +405,7 @@ def lower(module: ModuleOp) -> JaxProgram:
         return _evaluate(steps, outputs, args)
 
     return JaxProgram(
-        fn=jax.jit(program),
+        fn=jax.jit(program, donate_argnums=tuple(donate)),
         arg_infos=tuple(arg_infos(function)),
         result_sigs=tuple(sig_of(v.type) for v in returned),
     )

@@ -1,0 +1,116 @@
+"""`tasoc run --steps N`: run a training step N times, feeding its updates back.
+
+A training step (`autodiff{... emit=step}`, DESIGN.md §2) returns the loss and, for
+each param and optimizer-state argument, the result marked `graph.replaces = N` that
+is its next value. The loop calls the step, puts each such result in place of the
+argument it replaces, and reports the loss of every step. The other arguments (the
+batch and its labels) stay the same each step, so the loss of any trainable model
+falls as it fits that batch.
+
+On JAX the arguments stay on the device between steps and the replaced ones are
+donated to the call (`lower(module, donate=...)`), so XLA updates params and state in
+place instead of holding two copies; only the loss comes back to the host each step
+(which also waits for the step, so the per-step time is the step's). On the numpy
+reference every step is an interpreter run.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from xdsl.dialects.builtin import ModuleOp
+
+from tasoc.backends.numpy import run_reference
+from tasoc.driver.errors import DriverError
+from tasoc.ir.training import LOSS_ATTR, REPLACES_ATTR, TrainingSignature
+from tasoc.passes.progress import progress_bar
+
+Step = Callable[[], float]
+"""One training step on the loop's current arguments; returns the step's loss."""
+
+
+@dataclass(frozen=True, slots=True)
+class TrainingRun:
+    """The loss and the wall-clock seconds of each step, in order."""
+
+    losses: tuple[float, ...]
+    seconds: tuple[float, ...]
+
+
+def steppable(signature: TrainingSignature | None, input_name: str) -> TrainingSignature:
+    """The signature of a program `--steps` can run: one that computes a loss and says
+    which arguments its results replace; DriverError otherwise."""
+    if signature is None or not signature.replaces:
+        raise DriverError(
+            f"{input_name}: --steps runs a training step, and @main has no result marked "
+            f"{REPLACES_ATTR} (make one with autodiff{{... emit=step}})"
+        )
+    if signature.loss is None:
+        raise DriverError(f"{input_name}: --steps prints the loss, and @main has no {LOSS_ATTR}")
+    return signature
+
+
+def train(
+    module: ModuleOp,
+    signature: TrainingSignature,
+    arguments: Sequence[np.ndarray],
+    steps: int,
+    backend: str,
+    on_step: Callable[[int, float], None],
+) -> TrainingRun:
+    """Run `steps` training steps from `arguments` on `backend`, calling `on_step(step,
+    loss)` (1-based) after each; a progress bar on a terminal for runs over a second."""
+    step = (_jax_step if backend == "jax" else _reference_step)(module, signature, arguments)
+    losses: list[float] = []
+    seconds: list[float] = []
+    with progress_bar("training", unit="step", total=steps, delay=1.0) as update:
+        for number in range(1, steps + 1):
+            start = time.perf_counter()
+            loss = step()
+            seconds.append(time.perf_counter() - start)
+            losses.append(loss)
+            on_step(number, loss)
+            update(number, loss=f"{loss:.4g}")
+    return TrainingRun(tuple(losses), tuple(seconds))
+
+
+def _reference_step(
+    module: ModuleOp, signature: TrainingSignature, arguments: Sequence[np.ndarray]
+) -> Step:
+    current = list(arguments)
+
+    def step() -> float:
+        results = run_reference(module, current)
+        for result, argument in signature.replaces:
+            current[argument] = results[result]
+        return float(results[signature.loss])  # type: ignore[index]
+
+    return step
+
+
+def _jax_step(
+    module: ModuleOp, signature: TrainingSignature, arguments: Sequence[np.ndarray]
+) -> Step:
+    from tasoc.backends.jax import lower  # JAX takes a second to import: only when used
+
+    try:
+        program = lower(module, donate=[argument for _, argument in signature.replaces])
+    except ValueError as err:  # an op without a JAX lowering
+        raise DriverError(f"cannot run on jax: {err}") from None
+    current = list(program.device_args(arguments))
+
+    def step() -> float:
+        with warnings.catch_warnings():
+            # A backend that cannot reuse a donated buffer says so on every call; the
+            # step is still right, only not in place.
+            warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
+            results = program.fn(*current)
+        for result, argument in signature.replaces:
+            current[argument] = results[result]
+        return float(results[signature.loss])  # type: ignore[index]
+
+    return step

@@ -1,0 +1,192 @@
+"""The memory a program needs when run in program order: peak live bytes and their kind.
+
+The order of `@main`'s ops is a schedule (DESIGN.md §2 `memory`): run in that order
+with every value freed after its last use, the bytes held at once peak somewhere, and
+that peak is what a device must hold. For a training step it is the figure that
+placement (swapping, rematerialization) has to beat, so it is split by what the
+bytes are, as SwapAdvisor and the frameworks' memory reports split it:
+
+- params: `graph.param` arguments and the results that replace them;
+- optimizer state: `graph.state` arguments and the results that replace them;
+- inputs: the other arguments (inputs, labels);
+- saved activations: results of the ops the loss depends on (forward and loss);
+- gradients: every other result (the backward pass and the update's temporaries).
+
+A program without a loss (a forward program, or one that marks none) has no backward
+part: all its results are activations. `training.py` says which argument and result
+is which.
+
+Live ranges are over op positions in the block (0-based, `func.return` excluded): a
+value is live from the op that defines it (arguments: from the start) to its last
+use (returned values: to the end), both ends included, since an op's operands and
+results are all held while it runs. A value nothing uses is live at its definition
+only. One pass to find last uses and one sweep of the positions: linear time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from enum import IntEnum
+
+from xdsl.dialects import func
+from xdsl.ir import BlockArgument, Operation, OpResult, SSAValue
+
+from tasoc.ir.graph import sig_of
+from tasoc.ir.limits import format_bytes
+from tasoc.ir.program import arg_infos, entry_block, return_values
+from tasoc.ir.training import TrainingSignature, training_signature
+
+
+class Kind(IntEnum):
+    """What a live value is, for the split of the peak (module docstring)."""
+
+    PARAMS = 0
+    GRADIENTS = 1
+    OPTIMIZER_STATE = 2
+    ACTIVATIONS = 3
+    INPUTS = 4
+
+
+@dataclass(frozen=True, slots=True)
+class MemorySplit:
+    """Bytes live at one point, by kind."""
+
+    params: int
+    gradients: int
+    optimizer_state: int
+    activations: int
+    inputs: int
+
+    @property
+    def total(self) -> int:
+        return self.params + self.gradients + self.optimizer_state + self.activations + self.inputs
+
+
+@dataclass(frozen=True, slots=True)
+class PeakMemory:
+    """Where a program run in block order holds the most bytes, and what they are.
+
+    `op` is the 0-based position of the op in `@main`'s block where the peak is first
+    reached, and `op_name` its name; both None when the peak is at the start, before
+    any op (only arguments are live: a program whose ops free more than they make).
+    """
+
+    peak_bytes: int
+    op: int | None
+    op_name: str | None
+    split: MemorySplit
+
+    def describe(self) -> str:
+        """One line: `peak 12.3 MiB live at op 57 (graph.conv2d_grad_input): params ...`."""
+        where = "at the start" if self.op is None else f"at op {self.op} ({self.op_name})"
+        parts = (
+            ("params", self.split.params),
+            ("gradients", self.split.gradients),
+            ("optimizer state", self.split.optimizer_state),
+            ("saved activations", self.split.activations),
+            ("inputs", self.split.inputs),
+        )
+        kinds = ", ".join(f"{name} {format_bytes(count)}" for name, count in parts)
+        return f"peak {format_bytes(self.peak_bytes)} live {where}: {kinds}"
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "peak_bytes": self.peak_bytes,
+            "op": self.op,
+            "op_name": self.op_name,
+            "split_bytes": asdict(self.split),
+        }
+
+
+def peak_memory(function: func.FuncOp) -> PeakMemory:
+    """The peak live bytes of `function` run in block order, split by kind."""
+    block = entry_block(function)
+    ops = [op for op in block.ops if not isinstance(op, func.ReturnOp)]
+    returned = return_values(function)
+    kinds = _kinds(function, returned)
+    end = len(ops) - 1
+
+    last_use: dict[SSAValue, int] = {}
+    for position, op in enumerate(ops):
+        for operand in op.operands:
+            last_use[operand] = position
+    for value in returned:
+        last_use[value] = end
+
+    # change[p][kind]: bytes of that kind that become live (+) or dead (-) at position
+    # p; position 0 of the list is the start (before op 0), p + 1 is op p.
+    change = [[0] * len(Kind) for _ in range(len(ops) + 2)]
+
+    def hold(value: SSAValue, first: int, kind: Kind) -> None:
+        size = _bytes(value)
+        last = max(last_use.get(value, first), first)
+        change[first + 1][kind] += size
+        change[last + 2][kind] -= size
+
+    for argument in block.args:
+        hold(argument, -1, kinds.get(argument, Kind.INPUTS))
+    for position, op in enumerate(ops):
+        for result in op.results:
+            hold(result, position, kinds.get(result, Kind.GRADIENTS))
+
+    live = [0] * len(Kind)
+    best: tuple[int, int, list[int]] = (-1, -1, live)
+    for point in range(len(ops) + 1):
+        live = [held + delta for held, delta in zip(live, change[point], strict=True)]
+        total = sum(live)
+        if total > best[0]:
+            best = (total, point - 1, live)
+    total, position, split = best
+    return PeakMemory(
+        peak_bytes=total,
+        op=position if position >= 0 else None,
+        op_name=ops[position].name if position >= 0 else None,
+        split=MemorySplit(*split),
+    )
+
+
+def _kinds(function: func.FuncOp, returned: tuple[SSAValue, ...]) -> dict[SSAValue, Kind]:
+    """The kind of every value that is not a gradient (module docstring)."""
+    signature = training_signature(function)
+    arguments = entry_block(function).args
+    kinds: dict[SSAValue, Kind] = {}
+    if signature is None:
+        infos = arg_infos(function)
+        params = tuple(index for index, info in enumerate(infos) if info.is_param)
+        signature = TrainingSignature(None, (), (), params, (), (), ())
+    own = {index: Kind.PARAMS for index in signature.params}
+    own.update({index: Kind.OPTIMIZER_STATE for index in signature.state})
+    if signature.loss is None:
+        for op in entry_block(function).ops:
+            kinds.update({result: Kind.ACTIVATIONS for result in op.results})
+    else:
+        kinds.update({result: Kind.ACTIVATIONS for result in _ancestors(returned[signature.loss])})
+    for result, argument in signature.replaces:
+        if argument in own:
+            kinds[returned[result]] = own[argument]
+    for index, argument in enumerate(arguments):
+        kinds[argument] = own.get(index, Kind.INPUTS)
+    return kinds
+
+
+def _ancestors(value: SSAValue) -> set[OpResult]:
+    """The results of `value`'s defining op and of every op it depends on."""
+    seen: set[Operation] = set()
+    stack = [value]
+    results: set[OpResult] = set()
+    while stack:
+        current = stack.pop()
+        if isinstance(current, BlockArgument) or not isinstance(current, OpResult):
+            continue
+        op = current.op
+        if op in seen:
+            continue
+        seen.add(op)
+        results.update(op.results)
+        stack.extend(op.operands)
+    return results
+
+
+def _bytes(value: SSAValue) -> int:
+    sig = sig_of(value.type)
+    return sig.size * sig.dtype.itemsize
