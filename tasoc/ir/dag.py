@@ -325,6 +325,34 @@ class Dag:
             result_attributes=self.result_attributes,
         )
 
+    def scheduled(self, order: Iterable[Node]) -> Dag:
+        """The same program with its ops in the order of `order`, which must list every
+        op of the dag after its operands (nodes that are not ops of the dag, arguments
+        among them, are skipped); ValueError otherwise.
+
+        The depth-first order the dag picks is right for a search, which does not care,
+        but not for a pass that decides the schedule: `autodiff` writes the backward
+        layer by layer, as frameworks run it, so that a training step's live memory in
+        program order is the figure a user expects. Equality ignores the order (it is a
+        schedule, not a meaning), and `replace` goes back to the depth-first one.
+        """
+        ops = set(self.ops)
+        placed: set[Node] = set()
+        ordered = []
+        for node in order:
+            if node not in ops or node in placed:
+                continue
+            for value in node.inputs:
+                if not value.node.is_arg and value.node not in placed:
+                    raise ValueError(f"{node!r} comes before its operand {value.node!r}")
+            placed.add(node)
+            ordered.append(node)
+        if len(ordered) != len(ops):
+            raise ValueError(f"the order lists {len(ordered)} of the dag's {len(ops)} ops")
+        dag = self.with_outputs(self.outputs)
+        object.__setattr__(dag, "ops", tuple(ordered))
+        return dag
+
     @property
     def num_ops(self) -> int:
         return len(self.ops)

@@ -40,6 +40,7 @@ def _lazy_pass(module: str, class_name: str) -> PassFactory:
 
 
 TASOC_PASSES: dict[str, PassFactory] = {
+    "autodiff": _lazy_pass("tasoc.passes.autodiff", "AutodiffPass"),
     "equality-rewrite": _lazy_pass("tasoc.passes.rewrite.equality_rewrite", "EqualityRewritePass"),
 }
 """tasoc's own passes, by pipeline name: what the xDSL universe entry point

@@ -1,0 +1,120 @@
+"""`autodiff`: turn a forward program into one training step, in the `graph` dialect.
+
+    tasoc opt model.mlir -p 'autodiff{loss=softmax-cross-entropy optimizer=adam lr=1e-3}'
+
+`@main(inputs..., params...) -> output` becomes
+
+    @main(inputs..., labels, params..., optimizer state...) -> (loss, new params..., new state...)
+
+(`emit=gradients`: `-> (loss, gradients...)`, no state), with the marks of
+`tasoc.ir.training` saying which result replaces which argument. Forward, loss,
+backward and update are ordinary ops, so every later pass (equality-rewrite,
+soap-shard, placement) optimizes the step like any program. The pass is a shell:
+read `@main` into the light graph, build the step there (`step.py`), write it back,
+report. docs/autodiff.md has the program convention, the gradient of every op and
+the numerics.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+from xdsl.utils.exceptions import PassFailedException
+
+from tasoc.ir import dag as dag_module
+from tasoc.ir.program import entry_function
+from tasoc.ir.shapes import ShapeError
+from tasoc.ir.training import is_training_program
+from tasoc.passes.autodiff.losses import Loss
+from tasoc.passes.autodiff.optimizers import Optimizer
+from tasoc.passes.autodiff.step import training_step
+from tasoc.passes.options import check_at_least, check_option_types
+from tasoc.passes.report import current_report
+
+
+class AutodiffFailed(PassFailedException):
+    """A program `autodiff` cannot differentiate, in one line, which the driver prints
+    as `tasoc: error: autodiff: ...`."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"autodiff: {message}")
+
+
+def _check_fraction(options: object, field_name: str, *, top_included: bool = False) -> None:
+    """ValueError unless the option is in [0, 1) (or [0, 1] with `top_included`)."""
+    check_at_least(options, field_name, 0)
+    value = getattr(options, field_name)
+    if value > 1 or (value == 1 and not top_included):
+        bound = "at most 1" if top_included else "below 1"
+        raise ValueError(f"{field_name.replace('_', '-')} must be {bound}, got {value}")
+
+
+@dataclass(frozen=True)
+class AutodiffPass(ModulePass):
+    """Options (docs/autodiff.md), checked when the pass is built."""
+
+    name: ClassVar[str] = "autodiff"
+
+    loss: Loss = "sum"
+    """What the step minimizes: the output's sum, its mean squared error to labels, or
+    its softmax cross-entropy with integer class labels (classes on the last axis)."""
+    optimizer: Optimizer = "sgd"
+    """The update `emit=step` applies to each trained weight."""
+    lr: int | float = 0.01
+    """Learning rate (> 0)."""
+    momentum: int | float = 0.9
+    """momentum: the velocity's decay, in [0, 1)."""
+    nesterov: bool = False
+    """momentum: Nesterov's look-ahead update."""
+    beta1: int | float = 0.9
+    """adam: decay of the first moment, in [0, 1)."""
+    beta2: int | float = 0.999
+    """adam: decay of the second moment, in [0, 1)."""
+    epsilon: int | float = 1e-8
+    """adam: added to the root of the second moment (>= 0)."""
+    bn_momentum: int | float = 0.1
+    """Weight of the batch in the running mean/variance of each batchnorm, in [0, 1]."""
+    labels: str | None = None
+    """An input argument of the forward program to use as the labels (by name); by
+    default the step gets a new `labels` argument."""
+    emit: Literal["step", "gradients"] = "step"
+    """The whole update, or the loss and the gradients only."""
+
+    def __post_init__(self) -> None:
+        check_option_types(self)
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"lr must be a positive finite number, got {self.lr}")
+        for fraction in ("momentum", "beta1", "beta2"):
+            _check_fraction(self, fraction)
+        _check_fraction(self, "bn_momentum", top_included=True)
+        if not math.isfinite(self.epsilon):
+            raise ValueError(f"epsilon must be finite, got {self.epsilon}")
+        check_at_least(self, "epsilon", 0)
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        if is_training_program(entry_function(op)):
+            raise AutodiffFailed(
+                "@main is already a training step (its arguments or results carry "
+                "graph.state/labels/loss/replaces marks); apply autodiff to the forward program"
+            )
+        forward = dag_module.from_module(op)
+        try:
+            step = training_step(forward, self)
+        except (ShapeError, ValueError) as err:
+            raise AutodiffFailed(str(err)) from None
+        dag_module.write_back(op, step.dag)
+        current_report().section(self.name).update(
+            loss=self.loss,
+            optimizer=self.optimizer if self.emit == "step" else None,
+            emit=self.emit,
+            forward_ops=forward.num_ops,
+            step_ops=step.dag.num_ops,
+            trained_weights=step.trained,
+            running_statistics=step.running_statistics,
+            state_arguments=step.state,
+        )

@@ -1,0 +1,239 @@
+"""Reverse-mode rules: the gradient of each `graph` op's operands from its results'.
+
+`VJP[op](w, node, grads, needed)` gets the node, one gradient per result (None where
+no gradient reaches that result: an unused piece of a `split`) and one flag per
+operand saying whether the caller wants that operand's gradient, and returns one
+gradient per operand (None where not wanted or not defined, as for integer ids).
+Each rule makes ordinary `graph` ops with the `StepWriter`, composing forward ops
+where XLA fuses the composition anyway (softmax, broadcasting, matmul), and using
+the backward ops of docs/autodiff.md where a composition would be wasteful or
+impossible (convolution and pooling gradients, scatter-add into an embedding
+table, activation derivatives, normalization gradients).
+
+Batch normalization is differentiated in training mode (`batchnorm_train`, batch
+statistics): `autodiff` replaces each inference `batchnorm` of the forward program
+before differentiating, so no rule for `batchnorm` is needed or given.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from tasoc.ir.dag import Node, Value
+from tasoc.passes.autodiff.writer import StepWriter
+
+Gradients = tuple[Value | None, ...]
+Rule = Callable[[StepWriter, Node, Gradients, tuple[bool, ...]], Gradients]
+
+VJP: dict[str, Rule] = {}
+"""The reverse-mode rule of each differentiable op, by short name."""
+
+
+def _rule(*names: str) -> Callable[[Rule], Rule]:
+    def register(fn: Rule) -> Rule:
+        for name in names:
+            VJP[name] = fn
+        return fn
+
+    return register
+
+
+def _only(grads: Gradients) -> Value:
+    """The gradient of a one-result op (the caller only asks when one reached it)."""
+    (gradient,) = grads
+    assert gradient is not None
+    return gradient
+
+
+# ------------------------------------------------------------------ element-wise
+
+
+@_rule("add")
+def _add(w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ...]) -> Gradients:
+    g = _only(grads)
+    return tuple(
+        w.sum_to(g, x.sig.shape) if want else None
+        for x, want in zip(node.inputs, needed, strict=True)
+    )
+
+
+@_rule("mul")
+def _mul(w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ...]) -> Gradients:
+    g = _only(grads)
+    a, b = node.inputs
+    return (
+        w.sum_to(w.mul(g, b), a.sig.shape) if needed[0] else None,
+        w.sum_to(w.mul(g, a), b.sig.shape) if needed[1] else None,
+    )
+
+
+@_rule("scale")
+def _scale(w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ...]) -> Gradients:
+    g = _only(grads)
+    x, scalar = node.inputs
+    return (
+        w.value("scale", g, scalar) if needed[0] else None,
+        w.sum_all(w.mul(g, x)) if needed[1] else None,
+    )
+
+
+@_rule("relu", "sigmoid", "tanh")
+def _by_output(w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ...]) -> Gradients:
+    """The derivative of relu, sigmoid and tanh is a function of the result, which the
+    backward keeps instead of the operand (as frameworks do)."""
+    return (w.value(f"{node.op}_grad", node.out, _only(grads)),)
+
+
+@_rule("gelu")
+def _gelu(w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ...]) -> Gradients:
+    return (w.value("gelu_grad", node.inputs[0], _only(grads)),)
+
+
+# ------------------------------------------------------------------------ linear
+
+
+@_rule("transpose")
+def _transpose(w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ...]) -> Gradients:
+    perm = node.attr("perm")
+    inverse = sorted(range(len(perm)), key=perm.__getitem__)
+    return (w.transpose(_only(grads), inverse),)
+
+
+@_rule("matmul")
+def _matmul(w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ...]) -> Gradients:
+    """dA = dY @ B^T and dB = A^T @ dY, summed over the batch dimensions an operand
+    was broadcast along. A shared matrix used on a batch (a linear layer applied to
+    every position of a sequence) gets its gradient from one 2-D matmul over the
+    flattened batch, as JAX's dot_general transpose does, not from a batch of
+    products summed afterwards."""
+    g = _only(grads)
+    a, b = node.inputs
+    grad_a = grad_b = None
+    if needed[0]:
+        grad_a = w.sum_to(w.value("matmul", g, w.swap_last_two(b)), a.sig.shape)
+    if needed[1]:
+        batch = a.sig.shape[:-2]
+        if math.prod(b.sig.shape[:-2]) == 1 and batch and g.sig.shape[:-2] == batch:
+            (m, k), n = a.sig.shape[-2:], b.sig.shape[-1]
+            rows = math.prod(batch) * m
+            flat_a = w.reshape(a, (rows, k))
+            flat_g = w.reshape(g, (rows, n))
+            grad_b = w.reshape(w.value("matmul", w.swap_last_two(flat_a), flat_g), b.sig.shape)
+        else:
+            grad_b = w.sum_to(w.value("matmul", w.swap_last_two(a), g), b.sig.shape)
+    return grad_a, grad_b
+
+
+@_rule("conv2d")
+def _conv2d(w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ...]) -> Gradients:
+    g = _only(grads)
+    if node.attr("activation") == "relu":
+        g = w.value("relu_grad", node.out, g)
+    x, weight = node.inputs
+    window = {name: node.attr(name) for name in ("strides", "padding", "groups")}
+    grad_x = grad_w = None
+    if needed[0]:
+        grad_x = w.value("conv2d_grad_input", g, weight, input_shape=x.sig.shape, **window)
+    if needed[1]:
+        kernel = weight.sig.shape[2:]
+        grad_w = w.value("conv2d_grad_weight", x, g, kernel=kernel, **window)
+    return grad_x, grad_w
+
+
+@_rule("enlarge")
+def _enlarge(w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ...]) -> Gradients:
+    """The gradient of a zero-padded kernel is the centre of the padded one's."""
+    g = _only(grads)
+    for axis, size in ((2, node.inputs[0].sig.shape[2]), (3, node.inputs[0].sig.shape[3])):
+        margin = (g.sig.shape[axis] - size) // 2
+        if margin:
+            g = w.node("split", g, axis=axis, sizes=(margin, size, margin)).results[1]
+    return (g,)
+
+
+@_rule("pool2d")
+def _pool2d(w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ...]) -> Gradients:
+    window = {name: node.attr(name) for name in ("kind", "kernel", "strides", "padding")}
+    return (w.value("pool2d_grad", node.inputs[0], _only(grads), **window),)
+
+
+# --------------------------------------------------------------------- structure
+
+
+@_rule("concat")
+def _concat(w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ...]) -> Gradients:
+    g = _only(grads)
+    if len(node.inputs) == 1:
+        return (g,)
+    axis = node.attr("axis")
+    sizes = tuple(x.sig.shape[axis] for x in node.inputs)
+    pieces = w.node("split", g, axis=axis, sizes=sizes).results
+    return tuple(piece if want else None for piece, want in zip(pieces, needed, strict=True))
+
+
+@_rule("split")
+def _split(w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ...]) -> Gradients:
+    """Pieces no gradient reached contribute zeros to the concatenation."""
+    pieces = [w.zeros(sig) if g is None else g for g, sig in zip(grads, node.sigs, strict=True)]
+    if len(pieces) == 1:
+        return (pieces[0],)
+    return (w.value("concat", *pieces, axis=node.attr("axis")),)
+
+
+@_rule("reshape")
+def _reshape(w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ...]) -> Gradients:
+    return (w.reshape(_only(grads), node.inputs[0].sig.shape),)
+
+
+# -------------------------------------------------------------------- model ops
+
+
+@_rule("softmax")
+def _softmax(w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ...]) -> Gradients:
+    """dx = y * (dy - sum(dy * y)) over the softmax axis, in forward ops XLA fuses."""
+    y = node.out
+    weighted = w.mul(_only(grads), y)
+    total = w.value("reduce", weighted, kind="sum", axes=(node.attr("axis"),), keepdims=True)
+    return (w.subtract(weighted, w.mul(y, total)),)
+
+
+@_rule("reduce")
+def _reduce(w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ...]) -> Gradients:
+    reduction = {name: node.attr(name) for name in ("kind", "axes", "keepdims")}
+    return (w.value("reduce_grad", node.inputs[0], _only(grads), **reduction),)
+
+
+@_rule("batchnorm_train")
+def _batchnorm_train(
+    w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ...]
+) -> Gradients:
+    """Only the normalized result reaches the loss; the batch statistics feed the
+    running averages, which are not differentiated."""
+    g = grads[0]
+    if g is None:
+        return (None, None, None)
+    x, scale, _ = node.inputs
+    return tuple(w.node("batchnorm_grad", x, scale, g, epsilon=node.attr("epsilon")).results)
+
+
+@_rule("layernorm")
+def _layernorm(w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ...]) -> Gradients:
+    x, gamma, _ = node.inputs
+    attrs = {name: node.attr(name) for name in ("axis", "epsilon")}
+    return tuple(w.node("layernorm_grad", x, gamma, _only(grads), **attrs).results)
+
+
+@_rule("embedding")
+def _embedding(w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ...]) -> Gradients:
+    """Integer ids get no gradient; the table gets each row's gradients added up."""
+    ids, table = node.inputs
+    return (None, w.value("scatter_add", ids, _only(grads), rows=table.sig.shape[0]))
+
+
+@_rule("softmax_cross_entropy")
+def _softmax_cross_entropy(
+    w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ...]
+) -> Gradients:
+    logits, labels = node.inputs
+    return (w.value("softmax_cross_entropy_grad", logits, labels, _only(grads)), None)
