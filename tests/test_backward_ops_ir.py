@@ -12,6 +12,7 @@ import pytest
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.traits import ConstantLike
 
+from tasoc.cost import DEVICES, AnalyticCost
 from tasoc.cost.stats import OpStats, node_stats, sig_bytes
 from tasoc.ir import graph as G
 from tasoc.ir.builder import GraphBuilder, shape_of
@@ -301,6 +302,13 @@ def test_every_backward_op_round_trips_through_text_and_the_dag() -> None:
     text = str(module)
     assert str(to_module(from_module(module))) == text
     assert "lr = 5.000000e-01 : f64, beta1 = 0.000000e+00 : f64" in text
+
+
+def test_the_analytic_model_prices_a_program_of_every_backward_op() -> None:
+    dag = from_module(every_backward_op())
+    for device in DEVICES.values():
+        fused = AnalyticCost(device, fold_weights=False).cost(dag)
+        assert 0 < fused <= AnalyticCost(device, fold_weights=False, fusion=False).cost(dag) < 1
 
 
 # ------------------------------------------------------------------ FLOP counts
