@@ -24,6 +24,7 @@ from tasoc.ir import graph as G
 from tasoc.ir.limits import check_argument_bytes
 from tasoc.ir.program import ArgInfo, arg_infos, argument_bytes, entry_function
 from tasoc.ir.shapes import TensorSig
+from tasoc.ir.training import STATE_ATTR
 
 _LAYOUT_OPS = (G.ReshapeOp, G.TransposeOp, G.ConcatOp, G.SplitOp)
 """Ops that move elements without changing them: a weight reshaped or transposed
@@ -34,6 +35,10 @@ _INT_RANGE = (-8, 8)
 
 _VAR_RANGE = (0.5, 1.5)
 """Batchnorm variances: positive and near 1, like those of a trained network."""
+
+_STEP_RANGE = (1, 10)
+"""Adam's step operand, the 1-based number of an update (its bias correction divides
+by 1 - beta**step, so step 0 would divide by zero)."""
 
 
 def check_arguments(infos: Sequence[ArgInfo], args: Sequence[np.ndarray]) -> None:
@@ -60,6 +65,18 @@ def _uses(value: SSAValue) -> Iterator[tuple[Operation, int, SSAValue]]:
             yield use.operation, use.index, value
 
 
+def _index_bound(op: Operation, index: int) -> int | None:
+    """The size of the axis operand `index` of `op` indexes (table rows, classes), or
+    None when that operand is no index."""
+    if isinstance(op, G.EmbeddingOp) and index == 0:
+        return G.sig_of(op.operands[1].type).shape[0]
+    if isinstance(op, G.ScatterAddOp) and index == 0:
+        return int(op.py_attrs()["rows"])
+    if isinstance(op, G.SoftmaxCrossEntropyOp | G.SoftmaxCrossEntropyGradOp) and index == 1:
+        return G.sig_of(op.operands[0].type).shape[-1]
+    return None
+
+
 def _fan_in(op: Operation, index: int, value: SSAValue) -> int | None:
     """Fan-in of `value` as the weight operand `index` of a contraction, else None."""
     shape = G.sig_of(value.type).shape
@@ -73,19 +90,21 @@ def _fan_in(op: Operation, index: int, value: SSAValue) -> int | None:
 def _random_value(info: ArgInfo, value: SSAValue, rng: np.random.Generator) -> np.ndarray:
     sig: TensorSig = info.sig
     dtype = numpy_dtype(sig.dtype)
+    if any(name == STATE_ATTR for name, _ in info.attributes):
+        return np.zeros(sig.shape, dtype)  # optimizer state starts at zero (Adam's step too)
     uses = list(_uses(value))
     if not sig.dtype.is_float:
-        rows = [
-            G.sig_of(op.operands[1].type).shape[0]
-            for op, index, _ in uses
-            if isinstance(op, G.EmbeddingOp) and index == 0
-        ]
-        if rows and min(rows) < 1 and sig.size:
-            raise ValueError(f"argument '{info.name}' indexes an embedding table with no rows")
-        low, high = (0, min(rows)) if rows else _INT_RANGE
+        bounds = [b for op, index, _ in uses if (b := _index_bound(op, index)) is not None]
+        if bounds and min(bounds) < 1 and sig.size:
+            raise ValueError(f"argument '{info.name}' indexes an axis with no entries")
+        low, high = (0, min(bounds)) if bounds else _INT_RANGE
         return rng.integers(low, high, sig.shape).astype(dtype)
     if any(isinstance(op, G.BatchnormOp) and index == 4 for op, index, _ in uses):
         return rng.uniform(*_VAR_RANGE, sig.shape).astype(dtype)
+    if any(isinstance(op, G.AdamUpdateOp) and index == 3 for op, index, _ in uses):
+        return np.abs(rng.standard_normal(sig.shape)).astype(dtype)  # a second moment
+    if any(isinstance(op, G.AdamUpdateOp) and index == 4 for op, index, _ in uses):
+        return rng.integers(*_STEP_RANGE, sig.shape).astype(dtype)
     fan_ins = [f for op, index, seen in uses if (f := _fan_in(op, index, seen))]
     scale = 1.0 / math.sqrt(max(fan_ins)) if info.is_param and fan_ins else 1.0
     return (rng.standard_normal(sig.shape) * scale).astype(dtype)
@@ -94,9 +113,12 @@ def _random_value(info: ArgInfo, value: SSAValue, rng: np.random.Generator) -> n
 def random_inputs(module: ModuleOp, seed: int = 0) -> list[np.ndarray]:
     """Deterministic random values for every argument of `@main`, in order.
 
+    Optimizer state (`{graph.state}`) is zero, as a training run starts it.
     Floats are N(0, 1); a weight (`{graph.param}`) used as a matmul or convolution
     operand is scaled by 1/sqrt(fan_in); batchnorm variances are uniform in
-    [0.5, 1.5]; integer ids are uniform over the rows of every table they index.
+    [0.5, 1.5]; integer ids and labels are uniform over the rows of every table (the
+    classes of every loss) they index; Adam's second moment is |N(0, 1)| and its step
+    an integer in [1, 10).
     Raises LimitError, before drawing any, when the arguments together are over
     `limits.max_argument_bytes()`.
     """
