@@ -209,6 +209,16 @@ def _broadcasting(name: str) -> Emitter:
     return emit
 
 
+def _activation_grad(name: str) -> Emitter:
+    """An activation's derivative: (y or x, dy), two values of one shape."""
+
+    def emit(m: _GraphMaker) -> None:
+        value = m.any_float()
+        m.emit(name, value, _exactly(m, m.sig(value).shape, False))
+
+    return emit
+
+
 def _scale(m: _GraphMaker) -> None:
     x = m.any_float()
     scalar = m.operand(lambda s: s.rank == 0, lambda: TensorSig((), m.dtype))
@@ -239,15 +249,12 @@ def _matmul(m: _GraphMaker) -> None:
         m.emit("matmul", lhs, x)
 
 
-def _conv2d(m: _GraphMaker) -> None:
+def _conv_operands(m: _GraphMaker) -> tuple[SSAValue, SSAValue, dict[str, Any]]:
+    """An NCHW value x, a weight that fits it and the conv2d attributes (no activation)."""
     x = m.nchw()
     channels, in_hw = m.sig(x).shape[1], m.sig(x).shape[2:]
     window = m.window(in_hw)
-    attrs = {
-        "strides": window["strides"],
-        "padding": window["padding"],
-        "activation": m.draw(st.sampled_from(["none", "relu"])),
-    }
+    attrs = {"strides": window["strides"], "padding": window["padding"]}
 
     def groups_of(w: TensorSig) -> int:
         """The groups count a weight implies; 0 when it cannot apply to x."""
@@ -260,12 +267,37 @@ def _conv2d(m: _GraphMaker) -> None:
 
     weight = m.operand(
         lambda s: (
-            groups_of(s) > 0 and _fits("conv2d", [m.sig(x), s], {**attrs, "groups": groups_of(s)})
+            groups_of(s) > 0
+            and _fits(
+                "conv2d", [m.sig(x), s], {**attrs, "groups": groups_of(s), "activation": "none"}
+            )
         ),
         fresh_weight,
         param=True,
     )
-    m.emit("conv2d", x, weight, **attrs, groups=groups_of(m.sig(weight)))
+    return x, weight, {**attrs, "groups": groups_of(m.sig(weight))}
+
+
+def _conv2d(m: _GraphMaker) -> None:
+    x, weight, attrs = _conv_operands(m)
+    m.emit("conv2d", x, weight, **attrs, activation=m.draw(st.sampled_from(["none", "relu"])))
+
+
+def _result_shape(m: _GraphMaker, op: str, operands: Sequence[SSAValue], **attrs: Any) -> tuple:
+    """The shape of `op`'s first result on `operands`: what its gradient op's dy has."""
+    return infer(op, [m.sig(v) for v in operands], attrs)[0].shape
+
+
+def _conv2d_grad_input(m: _GraphMaker) -> None:
+    x, weight, attrs = _conv_operands(m)
+    dy = _exactly(m, _result_shape(m, "conv2d", [x, weight], **attrs, activation="none"), False)
+    m.emit("conv2d_grad_input", dy, weight, **attrs, input_shape=m.sig(x).shape)
+
+
+def _conv2d_grad_weight(m: _GraphMaker) -> None:
+    x, weight, attrs = _conv_operands(m)
+    dy = _exactly(m, _result_shape(m, "conv2d", [x, weight], **attrs, activation="none"), False)
+    m.emit("conv2d_grad_weight", x, dy, **attrs, kernel=m.sig(weight).shape[2:])
 
 
 def _enlarge(m: _GraphMaker) -> None:
@@ -276,10 +308,19 @@ def _enlarge(m: _GraphMaker) -> None:
     m.emit("enlarge", w, kernel=(kh + 2 * m.draw(grow), kw + 2 * m.draw(grow)))
 
 
+def _pool2d_attrs(m: _GraphMaker, x: SSAValue) -> dict[str, Any]:
+    return {"kind": m.draw(st.sampled_from(["avg", "max"])), **m.window(m.sig(x).shape[2:])}
+
+
 def _pool2d(m: _GraphMaker) -> None:
     x = m.nchw()
-    kind = m.draw(st.sampled_from(["avg", "max"]))
-    m.emit("pool2d", x, kind=kind, **m.window(m.sig(x).shape[2:]))
+    m.emit("pool2d", x, **_pool2d_attrs(m, x))
+
+
+def _pool2d_grad(m: _GraphMaker) -> None:
+    x = m.nchw()
+    attrs = _pool2d_attrs(m, x)
+    m.emit("pool2d_grad", x, _exactly(m, _result_shape(m, "pool2d", [x], **attrs), False), **attrs)
 
 
 def _concat(m: _GraphMaker) -> None:
@@ -338,31 +379,50 @@ def _softmax(m: _GraphMaker) -> None:
     m.emit("softmax", x, axis=m.axis(m.sig(x).rank))
 
 
-def _reduce(m: _GraphMaker) -> None:
-    x = m.any_float(min_rank=1)
+def _reduce_attrs(m: _GraphMaker, x: SSAValue) -> dict[str, Any]:
     rank = m.sig(x).rank
     axes = m.draw(st.sets(st.integers(0, rank - 1), min_size=1))
     negated = [a - rank if m.draw(st.booleans()) else a for a in sorted(axes)]
-    m.emit(
-        "reduce",
-        x,
-        kind=m.draw(st.sampled_from(["sum", "mean", "max"])),
-        axes=tuple(negated),
-        keepdims=m.draw(st.booleans()),
-    )
+    return {
+        "kind": m.draw(st.sampled_from(["sum", "mean", "max"])),
+        "axes": tuple(negated),
+        "keepdims": m.draw(st.booleans()),
+    }
 
 
-def _exactly(m: _GraphMaker, shape: tuple[int, ...]) -> SSAValue:
-    """A value of exactly `shape` (normalization parameters): reused, or a new weight."""
-    return m.operand(lambda s: s.shape == shape, lambda: TensorSig(shape, m.dtype), param=True)
+def _reduce(m: _GraphMaker) -> None:
+    x = m.any_float(min_rank=1)
+    m.emit("reduce", x, **_reduce_attrs(m, x))
+
+
+def _reduce_grad(m: _GraphMaker) -> None:
+    x = m.any_float(min_rank=1)
+    attrs = _reduce_attrs(m, x)
+    m.emit("reduce_grad", x, _exactly(m, _result_shape(m, "reduce", [x], **attrs), False), **attrs)
+
+
+def _exactly(m: _GraphMaker, shape: tuple[int, ...], param: bool = True) -> SSAValue:
+    """A value of exactly `shape` (normalization parameters, gradients): reused, or a new
+    argument, a weight if `param`."""
+    return m.operand(lambda s: s.shape == shape, lambda: TensorSig(shape, m.dtype), param=param)
+
+
+def _epsilon(m: _GraphMaker) -> float:
+    return m.draw(st.sampled_from([1e-5, 1e-3]))
 
 
 def _layernorm(m: _GraphMaker) -> None:
     x = m.any_float(min_rank=1)
     axis = m.axis(m.sig(x).rank)
     tail = m.sig(x).shape[axis:]
-    epsilon = m.draw(st.sampled_from([1e-5, 1e-3]))
-    m.emit("layernorm", x, _exactly(m, tail), _exactly(m, tail), axis=axis, epsilon=epsilon)
+    m.emit("layernorm", x, _exactly(m, tail), _exactly(m, tail), axis=axis, epsilon=_epsilon(m))
+
+
+def _layernorm_grad(m: _GraphMaker) -> None:
+    x = m.any_float(min_rank=1)
+    axis = m.axis(m.sig(x).rank)
+    gamma, dy = _exactly(m, m.sig(x).shape[axis:]), _exactly(m, m.sig(x).shape, False)
+    m.emit("layernorm_grad", x, gamma, dy, axis=axis, epsilon=_epsilon(m))
 
 
 def _batchnorm(m: _GraphMaker) -> None:
@@ -371,18 +431,65 @@ def _batchnorm(m: _GraphMaker) -> None:
     scale, bias, mean = (_exactly(m, channels) for _ in range(3))
     # The variance is always a fresh weight: `random_inputs` draws it positive.
     var = m.new_arg(TensorSig(channels, m.dtype), param=True)
-    epsilon = m.draw(st.sampled_from([1e-5, 1e-3]))
-    m.emit("batchnorm", x, scale, bias, mean, var, epsilon=epsilon)
+    m.emit("batchnorm", x, scale, bias, mean, var, epsilon=_epsilon(m))
+
+
+def _batchnorm_train(m: _GraphMaker) -> None:
+    x = m.any_float(min_rank=2)
+    channels = (m.sig(x).shape[1],)
+    m.emit("batchnorm_train", x, _exactly(m, channels), _exactly(m, channels), epsilon=_epsilon(m))
+
+
+def _batchnorm_grad(m: _GraphMaker) -> None:
+    x = m.any_float(min_rank=2)
+    scale, dy = _exactly(m, (m.sig(x).shape[1],)), _exactly(m, m.sig(x).shape, False)
+    m.emit("batchnorm_grad", x, scale, dy, epsilon=_epsilon(m))
+
+
+def _indices(m: _GraphMaker, shape: tuple[int, ...]) -> SSAValue:
+    """A fresh i32 or i64 argument (`random_inputs` draws it in range of what it indexes)."""
+    id_type = m.draw(st.sampled_from([DType.I32, DType.I64]))
+    return m.new_arg(TensorSig(shape, id_type), param=False)
 
 
 def _embedding(m: _GraphMaker) -> None:
-    id_type = m.draw(st.sampled_from([DType.I32, DType.I64]))
-    ids = m.new_arg(m.draw(tensor_sigs(1, 2, dtypes=[id_type])), param=False)
+    ids = _indices(m, m.draw(tensor_sigs(1, 2)).shape)
     table_shape = st.tuples(st.integers(1, 6), st.integers(1, 4))
     table = m.operand(
         lambda s: s.rank == 2, lambda: TensorSig(m.draw(table_shape), m.dtype), param=True
     )
     m.emit("embedding", ids, table)
+
+
+def _scatter_add(m: _GraphMaker) -> None:
+    ids = _indices(m, m.draw(tensor_sigs(1, 2)).shape)
+    features = m.draw(st.integers(1, 4))
+    updates = _exactly(m, (*m.sig(ids).shape, features), False)
+    m.emit("scatter_add", ids, updates, rows=m.draw(st.integers(1, 6)))
+
+
+def _softmax_cross_entropy(m: _GraphMaker) -> None:
+    logits = m.any_float(min_rank=1)
+    m.emit("softmax_cross_entropy", logits, _indices(m, m.sig(logits).shape[:-1]))
+
+
+def _softmax_cross_entropy_grad(m: _GraphMaker) -> None:
+    logits = m.any_float(min_rank=1)
+    labels = _indices(m, m.sig(logits).shape[:-1])
+    dloss = _exactly(m, m.sig(logits).shape[:-1], False)
+    m.emit("softmax_cross_entropy_grad", logits, labels, dloss)
+
+
+def _adam_update(m: _GraphMaker) -> None:
+    param = m.any_float()
+    shape = m.sig(param).shape
+    grad, moment = _exactly(m, shape, False), _exactly(m, shape, False)
+    # The second moment and the step are always fresh arguments: `random_inputs` draws
+    # the moment non-negative and the step >= 1, as a real optimizer state holds them.
+    second_moment = m.new_arg(TensorSig(shape, m.dtype), param=False)
+    step = m.new_arg(TensorSig((), m.dtype), param=False)
+    hyper = {"lr": m.draw(st.sampled_from([1e-3, 0.1])), "beta1": 0.9, "beta2": 0.999}
+    m.emit("adam_update", param, grad, moment, second_moment, step, **hyper, epsilon=1e-8)
 
 
 def _filled(name: str) -> Emitter:
@@ -444,6 +551,21 @@ EMITTERS: dict[str, Emitter] = {
     "c_pool": _c_pool,
     "i_conv": _i_conv,
     "i_matmul": _i_matmul,
+    **{
+        name: _activation_grad(name)
+        for name in ("relu_grad", "sigmoid_grad", "tanh_grad", "gelu_grad")
+    },
+    "conv2d_grad_input": _conv2d_grad_input,
+    "conv2d_grad_weight": _conv2d_grad_weight,
+    "pool2d_grad": _pool2d_grad,
+    "reduce_grad": _reduce_grad,
+    "scatter_add": _scatter_add,
+    "layernorm_grad": _layernorm_grad,
+    "batchnorm_train": _batchnorm_train,
+    "batchnorm_grad": _batchnorm_grad,
+    "softmax_cross_entropy": _softmax_cross_entropy,
+    "softmax_cross_entropy_grad": _softmax_cross_entropy_grad,
+    "adam_update": _adam_update,
 }
 """How `graphs()` emits each op kind, by op short name (every op in `GRAPH_OPS`)."""
 
