@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax import lax
@@ -78,7 +79,7 @@ ACTIVATIONS: dict[str, tuple[Callable[[jax.Array], jax.Array], bool]] = {
 
 
 @pytest.mark.parametrize("op", sorted(ACTIVATIONS))
-@settings(deadline=None, max_examples=20)
+@settings(deadline=None, max_examples=examples(20))
 @given(shape=shapes, seed=seeds)
 def test_activation_grads_are_the_vjp(op: str, shape: tuple[int, ...], seed: int) -> None:
     rng = np.random.default_rng(seed)
@@ -147,7 +148,7 @@ def _lax_conv(attrs: dict[str, Any], x_shape: tuple[int, ...], kernel: tuple[int
     return conv
 
 
-@settings(deadline=None, max_examples=60)
+@settings(deadline=None, max_examples=examples(60))
 @given(case=conv_cases(), seed=seeds)
 def test_conv2d_grads_are_the_vjp(
     case: tuple[dict[str, Any], tuple[int, ...], tuple[int, ...]], seed: int
@@ -168,7 +169,7 @@ def test_conv2d_grads_are_the_vjp(
 # ---------------------------------------------------------------------- pooling
 
 
-@settings(deadline=None, max_examples=60)
+@settings(deadline=None, max_examples=examples(60))
 @given(
     kind=st.sampled_from(["avg", "max"]),
     data=st.data(),
@@ -206,7 +207,7 @@ def test_max_pool_grad_goes_to_the_first_maximum() -> None:
 # -------------------------------------------------------------------- reduction
 
 
-@settings(deadline=None, max_examples=60)
+@settings(deadline=None, max_examples=examples(60))
 @given(
     kind=st.sampled_from(["sum", "mean", "max"]),
     shape=shapes,
@@ -235,7 +236,7 @@ def test_reduce_grad_is_the_vjp(
 # -------------------------------------------------------------------- embedding
 
 
-@settings(deadline=None, max_examples=30)
+@settings(deadline=None, max_examples=examples(30))
 @given(ids_shape=shapes, rows=st.integers(1, 5), features=st.integers(1, 3), seed=seeds)
 def test_scatter_add_is_the_embedding_vjp(
     ids_shape: tuple[int, ...], rows: int, features: int, seed: int
@@ -251,7 +252,7 @@ def test_scatter_add_is_the_embedding_vjp(
 # ---------------------------------------------------------------- normalization
 
 
-@settings(deadline=None, max_examples=40)
+@settings(deadline=None, max_examples=examples(40))
 @given(shape=shapes, data=st.data(), epsilon=st.sampled_from([1e-5, 1e-3]), seed=seeds)
 def test_layernorm_grad_is_the_vjp(
     shape: tuple[int, ...], data: st.DataObject, epsilon: float, seed: int
@@ -284,7 +285,7 @@ def _batchnorm_train(epsilon: float) -> Callable[..., tuple[jax.Array, ...]]:
     return forward
 
 
-@settings(deadline=None, max_examples=40)
+@settings(deadline=None, max_examples=examples(40))
 @given(
     shape=st.lists(st.integers(1, 4), min_size=2, max_size=4).map(tuple),
     epsilon=st.sampled_from([1e-5, 1e-3]),
@@ -314,7 +315,7 @@ def _cross_entropy(labels: np.ndarray) -> Callable[[jax.Array], jax.Array]:
     return loss
 
 
-@settings(deadline=None, max_examples=40)
+@settings(deadline=None, max_examples=examples(40))
 @given(shape=shapes, scale=st.sampled_from([1.0, 100.0]), seed=seeds)
 def test_softmax_cross_entropy_and_grad(shape: tuple[int, ...], scale: float, seed: int) -> None:
     rng = np.random.default_rng(seed)

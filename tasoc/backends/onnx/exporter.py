@@ -522,3 +522,126 @@ def _layernorm(ex: _Exporter, op: G.GraphOp, ins: list[str], outs: list[str]) ->
 def _embedding(ex: _Exporter, op: G.GraphOp, ins: list[str], outs: list[str]) -> None:
     ids, table = ins
     ex.node("Gather", [table, ids], outs, axis=0)
+
+
+# ------------------------------------------------------- backward ops and losses
+# Written one way: the importer does not read these nodes back into backward ops, so a
+# program holding them exports and runs but does not round-trip.
+
+
+@_exports("relu_grad")
+def _relu_grad(ex: _Exporter, op: G.GraphOp, ins: list[str], outs: list[str]) -> None:
+    y, dy = ins
+    zero = ex.constant(np.asarray(0.0), _dtype(op.results[0]), "grad.zero")
+    positive = ex.temporary("positive")
+    ex.node("Greater", [y, zero], [positive])
+    ex.node("Where", [positive, dy, zero], outs)
+
+
+@_exports("sigmoid_grad", "tanh_grad")
+def _saturating_grad(ex: _Exporter, op: G.GraphOp, ins: list[str], outs: list[str]) -> None:
+    """dy * y * (1 - y) for sigmoid, dy * (1 - y * y) for tanh."""
+    y, dy = ins
+    one = ex.constant(np.asarray(1.0), _dtype(op.results[0]), "grad.one")
+    derivative = ex.temporary("derivative")
+    if op.op_name() == "sigmoid_grad":
+        rest = ex.temporary("one_minus_y")
+        ex.node("Sub", [one, y], [rest])
+        ex.node("Mul", [y, rest], [derivative])
+    else:
+        square = ex.temporary("square")
+        ex.node("Mul", [y, y], [square])
+        ex.node("Sub", [one, square], [derivative])
+    ex.node("Mul", [dy, derivative], outs)
+
+
+@_exports("gelu_grad")
+def _gelu_grad(ex: _Exporter, op: G.GraphOp, ins: list[str], outs: list[str]) -> None:
+    """dy * (Phi(x) + x * phi(x)), Phi through Erf as the gelu export writes it."""
+    x, dy = ins
+    dtype = _dtype(op.results[0])
+    names = ("scaled", "erf", "plus_one", "cdf", "square", "exponent", "exp", "pdf", "x_pdf")
+    scaled, erf, plus_one, cdf, square, exponent, exp, pdf, x_pdf = map(ex.temporary, names)
+    ex.node("Div", [x, ex.constant(np.asarray(GELU_SQRT2), dtype, "gelu.sqrt2")], [scaled])
+    ex.node("Erf", [scaled], [erf])
+    ex.node("Add", [erf, ex.constant(np.asarray(1.0), dtype, "gelu.one")], [plus_one])
+    ex.node("Mul", [plus_one, ex.constant(np.asarray(0.5), dtype, "gelu.half")], [cdf])
+    ex.node("Mul", [x, x], [square])
+    ex.node("Mul", [square, ex.constant(np.asarray(-0.5), dtype, "gelu.minus_half")], [exponent])
+    ex.node("Exp", [exponent], [exp])
+    density = np.asarray(1 / np.sqrt(2 * np.pi))
+    ex.node("Mul", [exp, ex.constant(density, dtype, "gelu.inv_sqrt_2pi")], [pdf])
+    ex.node("Mul", [x, pdf], [x_pdf])
+    derivative = ex.temporary("derivative")
+    ex.node("Add", [cdf, x_pdf], [derivative])
+    ex.node("Mul", [dy, derivative], outs)
+
+
+@_exports("conv2d_grad_input")
+def _conv2d_grad_input(ex: _Exporter, op: G.GraphOp, ins: list[str], outs: list[str]) -> None:
+    """ConvTranspose with the forward's weight, strides, pads and groups; its output
+    padding adds back the trailing rows (columns) no window of the forward reached."""
+    attrs = op.py_attrs()
+    _, _, height, width = attrs["input_shape"]
+    kernel = _shape(op.operands[1])[2:]
+    pads = list(window_pads(attrs["padding"], (height, width), kernel, attrs["strides"]))
+    top, left, bottom, right = pads
+    unreached = [
+        (size + before + after - k) % stride
+        for size, before, after, k, stride in zip(
+            (height, width), (top, left), (bottom, right), kernel, attrs["strides"], strict=True
+        )
+    ]
+    ex.node(
+        "ConvTranspose",
+        ins,
+        outs,
+        kernel_shape=list(kernel),
+        strides=list(attrs["strides"]),
+        pads=pads,
+        output_padding=unreached,
+        group=attrs["groups"],
+    )
+
+
+@_exports("scatter_add")
+def _scatter_add(ex: _Exporter, op: G.GraphOp, ins: list[str], outs: list[str]) -> None:
+    """ScatterND (reduction add) of the updates into a zero table, one id per row."""
+    ids, updates = ins
+    zeros, ids64, indices = ex.temporary("zeros"), ex.temporary("ids"), ex.temporary("indices")
+    _fill(ex, _shape(op.results[0]), 0.0, _dtype(op.results[0]), [zeros])
+    ex.node("Cast", [ids], [ids64], to=TensorProto.INT64)
+    ex.node("Unsqueeze", [ids64, ex.ints([-1], f"{ex.current}.axes")], [indices])
+    ex.node("ScatterND", [zeros, indices, updates], outs, reduction="add")
+
+
+@_exports("softmax_cross_entropy")
+def _softmax_cross_entropy(ex: _Exporter, op: G.GraphOp, ins: list[str], outs: list[str]) -> None:
+    """SoftmaxCrossEntropyLoss (reduction none) on the rows flattened to [rows, classes],
+    since ONNX puts the classes on axis 1; the losses reshaped back to the batch shape."""
+    logits, labels = ins
+    classes = _shape(op.operands[0])[-1]
+    rows, flat_labels, losses = (ex.temporary(s) for s in ("rows", "labels", "losses"))
+    ex.node("Reshape", [logits, ex.ints([-1, classes], f"{ex.current}.rows")], [rows])
+    ex.node("Reshape", [labels, ex.ints([-1], f"{ex.current}.flat")], [flat_labels])
+    ex.node("SoftmaxCrossEntropyLoss", [rows, flat_labels], [losses], reduction="none")
+    ex.node("Reshape", [losses, ex.ints(_shape(op.results[0]), f"{ex.current}.shape")], outs)
+
+
+_NO_OPERATOR = {
+    "conv2d_grad_weight": "a convolution's weight gradient",
+    "pool2d_grad": "a pooling gradient",
+    "reduce_grad": "a reduction's gradient",
+    "layernorm_grad": "layer normalization's gradient",
+    "batchnorm_train": "batch normalization returning the batch statistics",
+    "batchnorm_grad": "batch normalization's gradient",
+    "softmax_cross_entropy_grad": "the cross-entropy loss's gradient",
+    "adam_update": "an Adam update",
+}
+
+
+@_exports(*_NO_OPERATOR)
+def _no_operator(ex: _Exporter, op: G.GraphOp, ins: list[str], outs: list[str]) -> None:
+    raise OnnxExportError(
+        f"cannot export {op.name} to ONNX: ONNX has no operator for {_NO_OPERATOR[op.op_name()]}"
+    )
