@@ -235,7 +235,7 @@ REJECTED = [
     ("adam_update", [sig(3)] * 4 + [sig()], {**ADAM, "beta1": 1.0}, r"beta1 must be .*\[0, 1\)"),
     ("adam_update", [sig(3)] * 4 + [sig()], {**ADAM, "beta2": -0.1}, "beta2 must be"),
     ("adam_update", [sig(3)] * 4 + [sig()], {**ADAM, "epsilon": math.nan}, "epsilon must be"),
-    ("adam_update", [sig(3)] * 4 + [sig(1)], ADAM, "step must have rank 0, got 1"),
+    ("adam_update", [sig(3)] * 4 + [sig(1)], ADAM, "step must be a rank-0 f32 tensor, got 1xf32"),
     ("adam_update", [sig(3), sig(3), sig(4), sig(3), sig()], ADAM, "m must have shape 3, got 4"),
     (
         "adam_update",

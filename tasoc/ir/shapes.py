@@ -713,11 +713,13 @@ def _softmax_cross_entropy_grad(inputs: Sequence[TensorSig], attrs: Attrs) -> li
 def _adam_update(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
     param, grad, m, v, step = inputs
     _float(param, "param")
-    _same_dtype(param, grad, m, v, step)
+    _same_dtype(param, grad, m, v)
     for name, sig in (("grad", grad), ("m", m), ("v", v)):
         _expect_shape(sig, name, param.shape)
-    if step.rank != 0:
-        raise ShapeError(f"step must have rank 0, got {_fmt(step.shape)}")
+    # The step counter is float32 whatever the weights' type: a float16 count stops at
+    # 2048 and a bfloat16 one at 256, after which the bias correction would be wrong.
+    if step.rank != 0 or step.dtype != DType.F32:
+        raise ShapeError(f"step must be a rank-0 f32 tensor, got {step}")
     _number_attr(attrs, "lr", lambda lr: 0 < lr < math.inf, "a finite number > 0")
     for beta in ("beta1", "beta2"):
         _number_attr(attrs, beta, lambda b: 0 <= b < 1, "a number in [0, 1)")

@@ -301,9 +301,10 @@ def _rebuild_forward(
         if node.op == "batchnorm":
             made = w.node("batchnorm_train", *inputs[:3], epsilon=node.attr("epsilon"))
             batch_stats[node] = made
+            values[node.out] = made.results[0]
         else:
             made = w.node(node.op, *inputs, **dict(node.attrs))
-        values.update(zip(node.results, made.results, strict=True))
+            values.update(zip(node.results, made.results, strict=True))
     averages = {}
     for arg, (batchnorm, index) in statistics.items():
         old = layout.inputs[arg].out

@@ -139,7 +139,7 @@ func.func @adam_beta(%p: tensor<3xf32>, %step: tensor<f32>) -> (tensor<3xf32>, t
 
 // -----
 
-// CHECK: {{^}}'graph.adam_update': step must have rank 0, got 1
+// CHECK: {{^}}'graph.adam_update': step must be a rank-0 f32 tensor, got 1xf32
 func.func @adam_step(%p: tensor<3xf32>, %step: tensor<1xf32>) -> (tensor<3xf32>, tensor<3xf32>, tensor<3xf32>) {
   %0, %1, %2 = graph.adam_update %p, %p, %p, %p, %step {lr = 1.000000e-03 : f64, beta1 = 9.000000e-01 : f64, beta2 = 9.990000e-01 : f64, epsilon = 1.000000e-08 : f64} : tensor<3xf32>, tensor<3xf32>, tensor<3xf32>
   func.return %0, %1, %2 : tensor<3xf32>, tensor<3xf32>, tensor<3xf32>
