@@ -487,7 +487,7 @@ def _adam_update(m: _GraphMaker) -> None:
     # The second moment and the step are always fresh arguments: `random_inputs` draws
     # the moment non-negative and the step >= 1, as a real optimizer state holds them.
     second_moment = m.new_arg(TensorSig(shape, m.dtype), param=False)
-    step = m.new_arg(TensorSig((), m.dtype), param=False)
+    step = m.new_arg(TensorSig((), DType.F32), param=False)  # f32 whatever the weights are
     hyper = {"lr": m.draw(st.sampled_from([1e-3, 0.1])), "beta1": 0.9, "beta2": 0.999}
     m.emit("adam_update", param, grad, moment, second_moment, step, **hyper, epsilon=1e-8)
 
