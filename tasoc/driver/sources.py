@@ -224,14 +224,25 @@ def parse_mlir(
 
 
 def build_zoo_model(spec: str) -> ModuleOp:
-    """Build `zoo:NAME?k=v` (given without the scheme); ZooError becomes a DriverError."""
+    """Build `zoo:NAME?k=v` (given without the scheme): the forward program, or with
+    `train=` the training step the `autodiff` pass makes of it (applied here, since
+    models do not depend on passes). ZooError and AutodiffFailed become DriverErrors."""
     # Imported here: building the zoo registry is only worth it when a zoo input is asked for.
-    from tasoc.models import ZooError, build_model
+    from tasoc.models import ZooError, parse_request
 
     try:
-        return build_model(spec)
+        request = parse_request(spec)
+        module = request.build_forward()
     except ZooError as err:
         raise DriverError(str(err)) from None
+    if request.training is not None:
+        from tasoc.passes.autodiff import AutodiffFailed, AutodiffPass
+
+        try:
+            AutodiffPass(**request.training.pass_options()).apply(make_context(), module)
+        except AutodiffFailed as err:
+            raise DriverError(f"{ZOO_SCHEME}{spec}: {one_line(str(err))}") from None
+    return module
 
 
 def verify_module(module: ModuleOp) -> None:

@@ -33,6 +33,7 @@ HIDDEN = 4096
 
 
 @register(
+    loss="softmax-cross-entropy",
     source="Krizhevsky et al., ImageNet Classification with Deep CNNs (NeurIPS 2012), "
     "one-tower form; FlexFlow's training benchmark (per-GPU batch 256), forward graph",
     small={"batch": 1, "image": 63, "width": 0.125},

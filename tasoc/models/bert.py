@@ -34,6 +34,7 @@ FFN_EXPANSION = 4
 
 
 @register(
+    loss="mse",
     source="Devlin et al., BERT (NAACL 2019); shapes as in TASO's examples/bert.py, "
     "with its dead attention branch fixed",
     small={"layers": 2, "hidden": 64, "heads": 4, "seq": 16},

@@ -36,6 +36,7 @@ DRUG_FEATURES = ("descriptors", "fingerprints")
 
 
 @register(
+    loss="mse",
     source="CANDLE Uno (ECP-CANDLE Benchmarks, Pilot1/Uno); FlexFlow's evaluation "
     "(Jia thesis ch. 3.7.3)",
     small={

@@ -51,6 +51,7 @@ def lower_triangle_pieces(features: int) -> tuple[int, ...]:
 
 
 @register(
+    loss="mse",
     source="Naumov et al., DLRM (2019); FlexFlow's evaluation on Criteo Kaggle "
     "(Jia thesis ch. 3.7.3)",
     small={

@@ -225,6 +225,7 @@ def _inception(
 
 
 @register(
+    loss="softmax-cross-entropy",
     source="Szegedy et al., Rethinking the Inception Architecture (CVPR 2016); TASO's "
     "examples/inceptionv3.py at batch 1, 299x299 (also in FlexFlow's training set)",
     small={"image": 75, "width": 0.125},
@@ -250,6 +251,7 @@ def inception_v3(
 
 
 @register(
+    loss="softmax-cross-entropy",
     source="Szegedy et al., Inception-v4 (AAAI 2017); SwapAdvisor's Inception-4 "
     "(wide scale 4, batch 64, 299x299)",
     small={"batch": 1, "image": 75, "width": 0.125},

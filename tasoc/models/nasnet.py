@@ -106,6 +106,7 @@ class _TasoCells:
 
 
 @register(
+    loss="mse",
     source="Zoph et al., Learning Transferable Architectures (CVPR 2018); the cell graph "
     "of TASO's examples/nasnet_a.py, batch 1, 128x56x56 input",
     small={"size": 16, "filters": 8, "cells": 1},
@@ -215,6 +216,7 @@ class _Cells:
 
 
 @register(
+    loss="softmax-cross-entropy",
     source="Zoph et al., Learning Transferable Architectures (CVPR 2018), NASNet-A Large "
     "cells; SwapAdvisor's NasNet-25 (R = 25), batch 64, 224x224",
     small={"repeat": 1, "filters": 8, "stem_filters": 8, "batch": 1, "image": 32},

@@ -46,6 +46,7 @@ def _cell(
 
 
 @register(
+    loss="mse",
     source="Zoph & Le, Neural Architecture Search with Reinforcement Learning (ICLR 2017); "
     "graph structure as in TASO's examples/nasrnn.py",
     small={"hidden": 32, "length": 2},

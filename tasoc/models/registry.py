@@ -5,7 +5,7 @@ A zoo model is a plain builder function with keyword-only options, registered wi
 signature, so the defaults documented in `docs/models.md`, the ones the driver parses
 against and the ones the code uses cannot drift apart:
 
-    @register(source="...", small={"hidden": 64})
+    @register(source="...", loss="mse", small={"hidden": 64})
     def mymodel(*, hidden: int = 512) -> ModuleOp:
         '''One-line summary shown by `tasoc zoo`.'''
 
@@ -14,6 +14,12 @@ and calls the builder. Every mistake a user can make in a spec (unknown model, u
 option, a value of the wrong type, options that do not fit together, sizes over the
 resource limits of `tasoc.ir.limits`) raises `ZooError` with one line that says what
 to type instead, because the driver prints it as is.
+
+Three keys are not model options but ask for a training step of the model:
+`train=sgd|momentum|adam` (the optimizer), `loss=` (default: the model's own training
+loss, given to `register`) and `lr=`. They are parsed and checked here
+(`parse_request`, `TrainingSpec`), but the step is built by the driver, which applies
+the `autodiff` pass: models build forward programs only and do not depend on passes.
 
 A spec is a few bytes that can ask for exabytes, so sizes are bounded twice: an
 integer option is at most `MAX_DIM` and a float finite when the spec is parsed,
@@ -43,6 +49,14 @@ Builder = Callable[..., ModuleOp]
 SCHEME = "zoo:"
 """The driver's prefix for zoo inputs; `build_model` accepts specs with or without it."""
 
+TRAINING_OPTIMIZERS = ("sgd", "momentum", "adam")
+"""What `train=` accepts: the `autodiff` pass's optimizers (a test keeps them equal)."""
+TRAINING_LOSSES = ("sum", "mse", "softmax-cross-entropy")
+"""What `loss=` (and `register(loss=...)`) accepts: the `autodiff` pass's losses."""
+TRAIN_KEY, LOSS_KEY, LR_KEY = "train", "loss", "lr"
+TRAINING_KEYS = (TRAIN_KEY, LOSS_KEY, LR_KEY)
+"""Spec keys reserved for asking for a training step; no model may name an option so."""
+
 _OPTION_TYPES: tuple[type, ...] = (bool, int, float, str)
 _TRUE_WORDS = frozenset({"true", "1", "yes", "on"})
 _FALSE_WORDS = frozenset({"false", "0", "no", "off"})
@@ -64,6 +78,9 @@ class ZooModel:
     small: Mapping[str, OptionValue] = field(default_factory=dict)
     """Option overrides giving a variant that builds and runs in well under a second;
     used by the tests and the stats table."""
+    loss: str = "mse"
+    """The loss a training step of this model minimizes unless `loss=` says otherwise:
+    softmax-cross-entropy for classifiers (class scores on the last axis), mse else."""
 
     def option_types(self) -> dict[str, type]:
         """The type each option's value is parsed to: the type of its default."""
@@ -108,20 +125,31 @@ _REGISTRY: dict[str, ZooModel] = {}
 
 
 def register(
-    *, source: str, small: Mapping[str, OptionValue] | None = None, name: str | None = None
+    *,
+    source: str,
+    loss: str,
+    small: Mapping[str, OptionValue] | None = None,
+    name: str | None = None,
 ) -> Callable[[Builder], Builder]:
     """Register a builder function as the zoo model `name` (default: the function's name).
 
     The function's keyword-only parameters are the model's options; each needs a
     default of type int, float, bool or str, because that default's type is how a
-    value given in a spec is parsed. The first docstring line is the summary.
+    value given in a spec is parsed, and none may be one of `TRAINING_KEYS`. The first
+    docstring line is the summary. `loss` is the model's training loss (one of
+    `TRAINING_LOSSES`), required so that every model says how it is trained.
     """
 
     def decorate(builder: Builder) -> Builder:
         model_name = name or builder.__name__
         if model_name in _REGISTRY:
             raise ValueError(f"zoo model '{model_name}' is registered twice")
+        if loss not in TRAINING_LOSSES:
+            raise ValueError(f"zoo model '{model_name}': unknown training loss '{loss}'")
         defaults = _options_of(builder)
+        reserved = sorted(set(defaults) & set(TRAINING_KEYS))
+        if reserved:
+            raise ValueError(f"zoo model '{model_name}': options {reserved} are reserved")
         small_options = dict(small or {})
         unknown = sorted(set(small_options) - set(defaults))
         if unknown:
@@ -136,6 +164,7 @@ def register(
             source=source,
             defaults=MappingProxyType(defaults),
             small=MappingProxyType(small_options),
+            loss=loss,
         )
         return builder
 
@@ -170,26 +199,111 @@ def get_model(name: str) -> ZooModel:
         raise ZooError(f"unknown zoo model '{name}'; known models: {known}") from None
 
 
-def parse_spec(spec: str) -> tuple[ZooModel, dict[str, OptionValue]]:
-    """Split `NAME?k=v&k2=v2` (optionally prefixed `zoo:`) into a model and typed options."""
+@dataclass(frozen=True, slots=True)
+class TrainingSpec:
+    """A spec's request for a training step (`train=`, `loss=`, `lr=`), checked."""
+
+    optimizer: str
+    loss: str
+    lr: float | None = None
+    """None: the `autodiff` pass's default."""
+
+    def pass_options(self) -> dict[str, str | float]:
+        """The `autodiff` pass's keyword options for this request."""
+        options: dict[str, str | float] = {"optimizer": self.optimizer, "loss": self.loss}
+        if self.lr is not None:
+            options["lr"] = self.lr
+        return options
+
+
+class ZooRequest(NamedTuple):
+    """A parsed spec: the model, its typed options, and the training step asked for
+    (None: the forward program)."""
+
+    model: ZooModel
+    options: dict[str, OptionValue]
+    training: TrainingSpec | None
+
+    def build_forward(self) -> ModuleOp:
+        return self.model.build(**self.options)
+
+
+def parse_request(spec: str) -> ZooRequest:
+    """Split `NAME?k=v&k2=v2` (optionally prefixed `zoo:`) into a model, its typed
+    options and the training keys (`TRAINING_KEYS`), each checked."""
     name, _, query = spec.removeprefix(SCHEME).partition("?")
     model = get_model(name)
     types = model.option_types()
     options: dict[str, OptionValue] = {}
+    training: dict[str, str] = {}
     for item in query.split("&") if query else ():
         key, equals, text = item.partition("=")
         if not equals:
             raise ZooError(f"{SCHEME}{name}: expected 'option=value', got '{item}'")
-        if key not in types:
+        if key not in types and key not in TRAINING_KEYS:
             raise model.unknown_option(key)
-        if key in options:
+        if key in options or key in training:
             raise ZooError(f"{SCHEME}{name}: option '{key}' is given twice")
-        options[key] = _parse_value(name, key, text, types[key])
-    return model, options
+        if key in TRAINING_KEYS:
+            training[key] = text
+        else:
+            options[key] = _parse_value(name, key, text, types[key])
+    return ZooRequest(model, options, _training_spec(model, training))
+
+
+def _training_spec(model: ZooModel, keys: Mapping[str, str]) -> TrainingSpec | None:
+    """The checked TrainingSpec for the training keys given, None when there are none."""
+    where = f"{SCHEME}{model.name}"
+    if TRAIN_KEY not in keys:
+        if keys:
+            given = next(iter(keys))
+            raise ZooError(
+                f"{where}: '{given}=' needs 'train=OPTIMIZER' "
+                f"(one of {', '.join(TRAINING_OPTIMIZERS)}) to ask for a training step"
+            )
+        return None
+    optimizer, loss = keys[TRAIN_KEY], keys.get(LOSS_KEY, model.loss)
+    if optimizer not in TRAINING_OPTIMIZERS:
+        raise ZooError(
+            f"{where}: unknown optimizer '{optimizer}' for 'train='; "
+            f"expected one of {', '.join(TRAINING_OPTIMIZERS)}"
+        )
+    if loss not in TRAINING_LOSSES:
+        raise ZooError(
+            f"{where}: unknown loss '{loss}'; expected one of {', '.join(TRAINING_LOSSES)}"
+        )
+    return TrainingSpec(optimizer, loss, _learning_rate(where, keys.get(LR_KEY)))
+
+
+def _learning_rate(where: str, text: str | None) -> float | None:
+    """`lr=`'s value, a positive finite number (None when not given)."""
+    if text is None:
+        return None
+    try:
+        lr = float(text)
+    except ValueError:
+        lr = math.nan
+    if not (math.isfinite(lr) and lr > 0):
+        raise ZooError(f"{where}: option 'lr' must be a positive finite number, got '{text}'")
+    return lr
+
+
+def parse_spec(spec: str) -> tuple[ZooModel, dict[str, OptionValue]]:
+    """The model and typed options of a spec that asks for a forward program; a
+    training request is refused (`parse_request` returns it)."""
+    request = parse_request(spec)
+    if request.training is not None:
+        raise ZooError(
+            f"{SCHEME}{request.model.name}: '{TRAIN_KEY}=' asks for a training step, which "
+            "the driver builds (tasoc opt/run); here, build the forward program and apply "
+            "the autodiff pass"
+        )
+    return request.model, request.options
 
 
 def build_model(spec: str) -> ModuleOp:
-    """Build the zoo model that `spec` (`NAME` or `NAME?k=v&k2=v2`) describes."""
+    """Build the forward program of the zoo model that `spec` (`NAME` or
+    `NAME?k=v&k2=v2`) describes."""
     model, options = parse_spec(spec)
     return model.build(**options)
 

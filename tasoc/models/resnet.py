@@ -91,6 +91,7 @@ _SMALL = {"image": 32, "width": 0.125}
 
 
 @register(
+    loss="softmax-cross-entropy",
     source="He et al., Deep Residual Learning (CVPR 2016); TASO's inference benchmark "
     "(examples/resnet50.py), batch 1, 224x224",
     small=_SMALL,
@@ -118,6 +119,7 @@ def resnet50(
 
 
 @register(
+    loss="softmax-cross-entropy",
     source="He et al., Deep Residual Learning (CVPR 2016); FlexFlow's training benchmark "
     "(per-GPU batch 64, 224x224), forward graph",
     small={**_SMALL, "batch": 1},
@@ -145,6 +147,7 @@ def resnet101(
 
 
 @register(
+    loss="softmax-cross-entropy",
     source="Xie et al., Aggregated Residual Transformations (CVPR 2017), 32x4d; TASO's "
     "inference benchmark (examples/resnext50.py), batch 1, 224x224",
     small={**_SMALL, "groups": 4, "group_width": 8},
@@ -176,6 +179,7 @@ def resnext50(
 
 
 @register(
+    loss="softmax-cross-entropy",
     source="Zagoruyko & Komodakis, Wide Residual Networks (BMVC 2016); SwapAdvisor's "
     "WResNet-152-10, batch 64, 224x224",
     small={"depth": 50, "widen": 2, **_SMALL, "batch": 1},

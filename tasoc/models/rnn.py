@@ -143,6 +143,7 @@ def _layer_names(prefix: str, layers: int) -> list[str]:
 
 
 @register(
+    loss="mse",
     source="Hochreiter & Schmidhuber, LSTM (1997); SwapAdvisor's RNN-8-8K "
     "(Huang thesis ch. 5: 8 layers, hidden 8K, batch 256)",
     small={"layers": 2, "hidden": 16, "seq": 4, "batch": 2},
@@ -158,6 +159,7 @@ def rnn(*, layers: int = 8, hidden: int = 8192, seq: int = 40, batch: int = 256)
 
 
 @register(
+    loss="mse",
     source="Schuster & Paliwal, Bidirectional RNNs (1997); SwapAdvisor's BRNN-4-8K "
     "(Huang thesis ch. 5: 4 layers, hidden 8K, batch 128)",
     small={"layers": 2, "hidden": 16, "seq": 4, "batch": 2},
@@ -188,6 +190,7 @@ _FLEXFLOW = "FlexFlow's evaluation (Jia thesis ch. 3, Table 3.3; 40 unrolled ste
 
 
 @register(
+    loss="softmax-cross-entropy",
     source=f"RNN text classification on Movie Reviews; {_FLEXFLOW}",
     small={"layers": 2, "hidden": 16, "embed": 8, "vocab": 50, "seq": 4, "batch": 2},
 )
@@ -219,6 +222,7 @@ def rnntc(
 
 
 @register(
+    loss="softmax-cross-entropy",
     source=f"Zaremba et al., RNN regularization (2014), Penn Treebank; {_FLEXFLOW}",
     small={"layers": 2, "hidden": 16, "embed": 8, "vocab": 50, "seq": 4, "batch": 2},
 )
@@ -241,6 +245,7 @@ def rnnlm(
 
 
 @register(
+    loss="softmax-cross-entropy",
     source=f"Wu et al., GNMT (2016) with Luong-style attention (2015); {_FLEXFLOW}",
     small={"layers": 2, "hidden": 16, "embed": 8, "vocab": 50, "seq": 4, "batch": 2},
 )

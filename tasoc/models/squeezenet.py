@@ -76,6 +76,7 @@ def _max_pool_ceil(net: ConvNet, x: SSAValue) -> SSAValue:
 
 
 @register(
+    loss="softmax-cross-entropy",
     source="Iandola et al., SqueezeNet (2016), version 1.1 as in TASO's ONNX example; "
     "batch 1, 224x224",
     small={"image": 32, "width": 0.25},

@@ -38,6 +38,7 @@ from tasoc.models.registry import ZooError, register, require_positive
 
 
 @register(
+    loss="mse",
     source="Vaswani et al., Attention Is All You Need (NeurIPS 2017); shapes of FlexFlow's "
     "Transformer example; TensorOpt's Transformer at hidden=4096",
     small={"layers": 2, "decoder_layers": 1, "hidden": 16, "heads": 4, "seq": 6, "batch": 2},

@@ -26,6 +26,7 @@ HIDDEN = 4096
 
 
 @register(
+    loss="softmax-cross-entropy",
     source="Simonyan & Zisserman, Very Deep Convolutional Networks (ICLR 2015), "
     "configuration E; batch 1, 224x224 as in TASO's evaluation",
     small={"image": 32, "width": 0.125},
