@@ -21,9 +21,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax import lax
 
-from tasoc.backends.jax import JAX_KERNELS
-from tasoc.backends.numpy import KERNELS
-from tasoc.ir.shapes import window_pads
+from tasoc.backends.arguments import random_inputs
+from tasoc.backends.jax import JAX_KERNELS, lower
+from tasoc.backends.numpy import KERNELS, run_reference
+from tasoc.ir.shapes import DType, window_pads
+from tasoc.verify.equivalence import compare
+from tasoc.verify.strategies import graphs
 
 BACKWARD_OPS = (
     "relu_grad",
@@ -469,3 +472,17 @@ def test_jax_lowering_marks_bad_labels_nan_and_drops_bad_ids() -> None:
     assert np.isfinite(dlogits[0]).all() and np.isnan(dlogits[1]).all()
     (table,) = JAX_KERNELS["scatter_add"]({"rows": 2}, [jnp.array([0, 5]), jnp.ones((2, 1))])
     np.testing.assert_array_equal(table, [[1.0], [0.0]])
+
+
+@pytest.mark.parametrize("dtype", [DType.F16, DType.BF16])
+@pytest.mark.parametrize("op", BACKWARD_OPS)
+@settings(max_examples=examples(5), deadline=None)
+@given(data=st.data())
+def test_half_precision_lowerings_match_the_reference(
+    op: str, dtype: DType, data: st.DataObject
+) -> None:
+    """Both widen half-precision operands to float32 and round each result once."""
+    module = data.draw(graphs(max_ops=1, ops=[op], dtypes=[dtype]), label="module")
+    args = random_inputs(module)
+    report = compare(run_reference(module, args), lower(module)(*args))
+    assert report.ok, f"{report.summary()}\n{module}"
