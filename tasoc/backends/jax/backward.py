@@ -74,6 +74,7 @@ def _transpose_of(
 
 
 def _conv_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """The attributes of the conv2d a gradient op differentiates (never a fused relu)."""
     return {
         "strides": attrs["strides"],
         "padding": attrs["padding"],
@@ -86,8 +87,9 @@ def _conv_attrs(attrs: Mapping[str, Any]) -> dict[str, Any]:
 def _conv2d_grad_input(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
     dy, w = inputs
     forward = _conv_attrs(attrs)
-    dx = _transpose_of(lambda x: _conv2d(forward, [x, w])[0], attrs["input_shape"], dy.dtype, dy)
-    return [dx]
+    return [
+        _transpose_of(lambda x: _conv2d(forward, [x, w])[0], attrs["input_shape"], dy.dtype, dy)
+    ]
 
 
 @_kernel("conv2d_grad_weight", widen=False)
