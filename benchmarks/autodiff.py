@@ -1,0 +1,403 @@
+"""Training steps (issue 14): tasoc's `autodiff` step under `jax.jit` against JAX's own
+autodiff of the same forward program, and the time the pass itself takes.
+
+    .venv/bin/python benchmarks/autodiff.py [--models a,b] [--pairs 20] \
+        [--optimizer sgd|momentum|adam] [--quick]
+
+For each model of `MODELS` (built at the reduced shapes written there, so the whole run
+fits a 2-core machine in a few minutes) the row gives:
+
+- the ops of the forward program and of the training step (`autodiff{emit=step}`);
+- the time of one step of tasoc's program (`lower(step).fn`, jitted) against the
+  *baseline*: `jax.jit` of `jax.value_and_grad` of the JAX lowering of
+  `forward_with_loss` (the same forward, batchnorm in training mode, and the same
+  loss) by the trained weights, followed by the same optimizer update written in
+  `jnp` (`optimizers.py`'s formulas). Both take the step's arguments and return the
+  loss and the new weights (and state). The two run in alternating pairs in one
+  process after compilation (tasoc first in even pairs, the baseline first in odd
+  ones), every call blocked until its results are ready; a sample repeats a fast step
+  until it takes `SAMPLE_S`. The figure is the median of the per-pair ratios
+  baseline / tasoc (>= 1: tasoc is faster) with their interquartile range.
+- whether both computed the same loss, new weights and new state (`np.allclose` at
+  `RTOL`/`ATOL`, checked once before timing); `NO` in the `same` column if not.
+
+The step also writes batchnorm's running mean and variance (moving averages, a few
+per-channel ops), which the baseline leaves out: its loss needs batch statistics only.
+
+Then the pass itself: `autodiff` on the forward program of `PASS_MODEL` (about 1,000
+ops), median of `PASS_REPEATS` runs. The issue's goals are a ratio >= 0.95 on every
+model and the pass under 2 s; this script measures and prints them, it does not judge.
+Results are recorded in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib.metadata import version
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+
+from tasoc.backends.arguments import random_inputs
+from tasoc.backends.jax import lower
+from tasoc.ir import dag
+from tasoc.ir.program import arg_infos, entry_function
+from tasoc.ir.training import TrainingSignature, training_signature
+from tasoc.models.registry import SCHEME, OptionValue, get_model
+from tasoc.passes.autodiff import AutodiffPass
+from tasoc.passes.autodiff.optimizers import STEP_COUNTER, Optimizer, slots
+from tasoc.passes.autodiff.step import forward_with_loss
+
+CLASSIFIER = "softmax-cross-entropy"
+REGRESSION = "mse"
+
+MODELS: dict[str, tuple[dict[str, OptionValue], str]] = {
+    "alexnet": ({"batch": 8, "image": 127, "width": 0.25, "classes": 100}, CLASSIFIER),
+    "resnet50": ({"batch": 8, "image": 64, "width": 0.25, "classes": 100}, CLASSIFIER),
+    "inception_v3": ({"batch": 4, "image": 75, "width": 0.25, "classes": 100}, CLASSIFIER),
+    "rnntc": (
+        {"layers": 2, "hidden": 128, "embed": 128, "vocab": 2000, "seq": 16, "batch": 16},
+        CLASSIFIER,
+    ),
+    "rnnlm": (
+        {"layers": 2, "hidden": 128, "embed": 128, "vocab": 2000, "seq": 16, "batch": 8},
+        CLASSIFIER,
+    ),
+    "nmt": (
+        {"layers": 2, "hidden": 128, "embed": 128, "vocab": 2000, "seq": 16, "batch": 8},
+        CLASSIFIER,
+    ),
+    "dlrm": (
+        {
+            "tables": 8,
+            "rows": 10000,
+            "embed": 32,
+            "dense": 13,
+            "bottom_width": 128,
+            "top_width": 256,
+            "batch": 16,
+        },
+        REGRESSION,
+    ),
+    "candle_uno": (
+        {
+            "feature_width": 256,
+            "top_width": 256,
+            "cell_features": 128,
+            "drug_descriptors": 512,
+            "drug_fingerprints": 256,
+            "batch": 16,
+        },
+        REGRESSION,
+    ),
+    "transformer": (
+        {"layers": 2, "hidden": 128, "heads": 4, "seq": 64, "batch": 8},
+        REGRESSION,
+    ),
+    "bert": ({"layers": 2, "hidden": 128, "heads": 4, "seq": 64, "batch": 8}, REGRESSION),
+}
+"""Zoo model -> (options over its defaults, loss). Classifiers (outputs of rank >= 2
+ending in class scores) get softmax cross-entropy, the others mean squared error. The
+shapes are reduced (batch 4-16, narrower layers, smaller images and vocabularies) so
+that compiling and timing all ten takes minutes on 2 cores."""
+
+PASS_MODEL = ("nasnet", {"repeat": 5, "filters": 8, "stem_filters": 8, "batch": 1, "image": 32})
+"""A forward program of about 1,000 ops for timing the pass itself."""
+PASS_REPEATS = 3
+
+LR = 0.01
+SEED = 0
+RTOL, ATOL = 1e-4, 1e-5
+"""Tolerances of the one-time check that both steps compute the same numbers."""
+SAMPLE_S = 0.02
+"""A sample repeats a fast step until it takes this long, so that it spans several
+scheduler time slices of a shared machine."""
+PAIRS, QUICK_PAIRS = 20, 3
+
+Step = Callable[..., Sequence[jax.Array]]
+
+
+@dataclass
+class Ratio:
+    """Median and quartiles of the per-pair ratios baseline time / tasoc time."""
+
+    median: float
+    q1: float
+    q3: float
+    pairs: int
+
+    @classmethod
+    def of(cls, ratios: Sequence[float]) -> Ratio:
+        if len(ratios) == 1:
+            return cls(ratios[0], ratios[0], ratios[0], 1)
+        q1, median, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
+        return cls(median, q1, q3, len(ratios))
+
+
+@dataclass
+class Row:
+    model: str
+    spec: str
+    forward_ops: int
+    step_ops: int
+    ratio: Ratio
+    same: bool
+    compile_s: float
+    tasoc_ms: float
+    baseline_ms: float
+
+
+def spec_of(name: str, options: dict[str, OptionValue]) -> str:
+    return f"{SCHEME}{get_model(name).spec(options)}"
+
+
+def pass_options(loss: str, optimizer: Optimizer, emit: str = "step") -> AutodiffPass:
+    return AutodiffPass(loss=loss, optimizer=optimizer, lr=LR, emit=emit)  # type: ignore[arg-type]
+
+
+def applied(options: AutodiffPass, forward: ModuleOp) -> ModuleOp:
+    """`forward` after `options` (on a copy)."""
+    module = forward.clone()
+    options.apply(Context(), module)
+    return module
+
+
+def signature(module: ModuleOp) -> TrainingSignature:
+    found = training_signature(entry_function(module))
+    assert found is not None, "autodiff wrote a program without training marks"
+    return found
+
+
+def baseline_step(
+    forward: ModuleOp, step: ModuleOp, options: AutodiffPass, trained: Sequence[int]
+) -> Step:
+    """JAX's own autodiff of `forward_with_loss` plus the update in `jnp`, as a function
+    of the step's arguments returning (loss, new trained weights..., new state...) in
+    the order `compared_results` reads tasoc's results."""
+    with_loss = dag.to_module(forward_with_loss(dag.from_module(forward), options))
+    loss_fn = lower(with_loss).fn
+    names = [info.name for info in arg_infos(entry_function(with_loss))]
+    step_names = [info.name for info in arg_infos(entry_function(step))]
+    if step_names[: len(names)] != names:
+        raise ValueError("the step's arguments do not start with forward_with_loss's")
+    state = signature(step).state
+    slot_of = {step_names[i]: i for i in state}
+    per_weight = [
+        [slot_of[f"{names[p]}.{slot}"] for slot in slots(options.optimizer)] for p in trained
+    ]
+    counter = slot_of.get(STEP_COUNTER)
+    lr, momentum = options.lr, options.momentum
+
+    def step_fn(*args: jax.Array) -> tuple[jax.Array, ...]:
+        def loss_of(weights: tuple[jax.Array, ...]) -> jax.Array:
+            full = list(args[: len(names)])
+            for index, weight in zip(trained, weights, strict=True):
+                full[index] = weight
+            return loss_fn(*full)[0]
+
+        loss, grads = jax.value_and_grad(loss_of)(tuple(args[i] for i in trained))
+        new_weights: list[jax.Array] = []
+        new_state: list[jax.Array] = []
+        number = None if counter is None else args[counter] + 1
+        for index, grad, own in zip(trained, grads, per_weight, strict=True):
+            weight = args[index]
+            if options.optimizer == "sgd":
+                new_weights.append(weight - lr * grad)
+            elif options.optimizer == "momentum":
+                velocity = momentum * args[own[0]] + grad
+                direction = grad + momentum * velocity if options.nesterov else velocity
+                new_weights.append(weight - lr * direction)
+                new_state.append(velocity)
+            else:
+                b1, b2, eps = options.beta1, options.beta2, options.epsilon
+                first = b1 * args[own[0]] + (1 - b1) * grad
+                second = b2 * args[own[1]] + (1 - b2) * grad * grad
+                first_hat = first / (1 - jnp.power(b1, number))
+                second_hat = second / (1 - jnp.power(b2, number))
+                new_weights.append(weight - lr * first_hat / (jnp.sqrt(second_hat) + eps))
+                new_state += [first, second]
+        if number is not None:
+            new_state.append(number)
+        return (loss, *new_weights, *new_state)
+
+    return jax.jit(step_fn)
+
+
+def trained_weights(forward: ModuleOp, options: AutodiffPass) -> list[int]:
+    """Argument indices of the weights the step trains (not batchnorm's running
+    statistics), as the marks of the `emit=gradients` program say."""
+    gradients = AutodiffPass(loss=options.loss, lr=options.lr, emit="gradients")
+    return [argument for _, argument in signature(applied(gradients, forward)).gradients]
+
+
+def compared_results(step: ModuleOp, options: AutodiffPass, trained: Sequence[int]) -> list[int]:
+    """Indices of tasoc's step results in the baseline's order: the loss, the new value
+    of each trained weight, then each weight's state (`slots` order) and the counter."""
+    sig = signature(step)
+    replaced_by = sig.replaced_by
+    names = [info.name for info in arg_infos(entry_function(step))]
+    by_name = {names[i]: replaced_by[i] for i in sig.state}
+    state = [by_name[f"{names[p]}.{slot}"] for p in trained for slot in slots(options.optimizer)]
+    counter = [by_name[STEP_COUNTER]] if STEP_COUNTER in by_name else []
+    assert sig.loss is not None
+    return [sig.loss, *(replaced_by[p] for p in trained), *state, *counter]
+
+
+def agree(tasoc: Sequence[jax.Array], baseline: Sequence[jax.Array], order: list[int]) -> bool:
+    return all(
+        np.allclose(np.asarray(tasoc[t]), np.asarray(b), rtol=RTOL, atol=ATOL)
+        for t, b in zip(order, baseline, strict=True)
+    )
+
+
+def sampler(step: Step, args: Sequence[jax.Array]) -> Callable[[], float]:
+    """Seconds per call of `step(*args)`, averaged over enough calls to take `SAMPLE_S`."""
+
+    def one() -> float:
+        start = time.perf_counter()
+        jax.block_until_ready(step(*args))
+        return time.perf_counter() - start
+
+    count = max(1, min(100, round(SAMPLE_S / max(one(), 1e-9))))
+    return lambda: statistics.fmean(one() for _ in range(count))
+
+
+def interleaved(tasoc: Callable[[], float], baseline: Callable[[], float], pairs: int) -> Ratio:
+    """Per-pair ratios baseline / tasoc, each side going first in turn."""
+    ratios = []
+    for index in range(pairs):
+        if index % 2:
+            b, t = baseline(), tasoc()
+        else:
+            t, b = tasoc(), baseline()
+        ratios.append(b / t)
+    return Ratio.of(ratios)
+
+
+def measure(name: str, optimizer: Optimizer, pairs: int) -> Row:
+    model_options, loss = MODELS[name]
+    forward = get_model(name).build(**model_options)
+    options = pass_options(loss, optimizer)
+    step = applied(options, forward)
+    program = lower(step)
+    args = program.device_args(random_inputs(step, SEED))
+    trained = trained_weights(forward, options)
+    baseline = baseline_step(forward, step, options, trained)
+    start = time.perf_counter()
+    tasoc_out = jax.block_until_ready(program.fn(*args))
+    baseline_out = jax.block_until_ready(baseline(*args))
+    compile_s = time.perf_counter() - start
+    same = agree(tasoc_out, baseline_out, compared_results(step, options, trained))
+    tasoc_sample, baseline_sample = sampler(program.fn, args), sampler(baseline, args)
+    ratio = interleaved(tasoc_sample, baseline_sample, pairs)
+    return Row(
+        model=name,
+        spec=spec_of(name, model_options),
+        forward_ops=dag.from_module(forward).num_ops,
+        step_ops=dag.from_module(step).num_ops,
+        ratio=ratio,
+        same=same,
+        compile_s=compile_s,
+        tasoc_ms=1e3 * statistics.median(tasoc_sample() for _ in range(3)),
+        baseline_ms=1e3 * statistics.median(baseline_sample() for _ in range(3)),
+    )
+
+
+def pass_seconds(optimizer: Optimizer, repeats: int) -> tuple[str, int, float]:
+    """(spec, forward ops, median seconds of the pass) on `PASS_MODEL`."""
+    name, model_options = PASS_MODEL
+    forward = get_model(name).build(**model_options)
+    options = pass_options(CLASSIFIER, optimizer)
+    times = []
+    for _ in range(repeats):
+        module = forward.clone()
+        start = time.perf_counter()
+        options.apply(Context(), module)
+        times.append(time.perf_counter() - start)
+    return spec_of(name, model_options), dag.from_module(forward).num_ops, statistics.median(times)
+
+
+def table(rows: Sequence[Row]) -> str:
+    lines = [
+        "| model | spec | forward ops | step ops | ratio baseline/tasoc (median) | IQR | pairs "
+        "| tasoc ms | JAX ms | compile s | same |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.model} | `{r.spec}` | {r.forward_ops} | {r.step_ops} | {r.ratio.median:.3f} "
+            f"| {r.ratio.q1:.3f}-{r.ratio.q3:.3f} | {r.ratio.pairs} | {r.tasoc_ms:.2f} "
+            f"| {r.baseline_ms:.2f} | {r.compile_s:.1f} | {'yes' if r.same else 'NO'} |"
+        )
+    return "\n".join(lines)
+
+
+def versions() -> str:
+    packages = ", ".join(f"{p} {version(p)}" for p in ("jax", "jaxlib", "xdsl"))
+    return (
+        f"{datetime.date.today()}, {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}, {packages}"
+    )
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", default=",".join(MODELS), help="comma-separated zoo names")
+    parser.add_argument("--pairs", type=int, default=None, help=f"timed pairs (default {PAIRS})")
+    parser.add_argument("--optimizer", choices=("sgd", "momentum", "adam"), default="sgd")
+    parser.add_argument("--quick", action="store_true", help="few pairs, one pass run (smoke test)")
+    parser.add_argument("--no-pass-time", action="store_true", help="skip timing the pass itself")
+    args = parser.parse_args(argv)
+    args.models = [m for m in args.models.split(",") if m]
+    unknown = [m for m in args.models if m not in MODELS]
+    if unknown:
+        parser.error(f"unknown model {', '.join(unknown)}; known: {', '.join(MODELS)}")
+    if args.pairs is None:
+        args.pairs = QUICK_PAIRS if args.quick else PAIRS
+    if args.pairs < 1:
+        parser.error("--pairs must be at least 1")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> list[Row]:
+    args = parse_args(argv)
+    print(f"# {versions()}", flush=True)
+    print(
+        f"# optimizer {args.optimizer}, lr {LR}, load average before "
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}",
+        flush=True,
+    )
+    rows = []
+    for name in args.models:
+        rows.append(measure(name, args.optimizer, args.pairs))
+        row = rows[-1]
+        print(
+            f"# {name}: {row.ratio.median:.3f} ({row.ratio.q1:.3f}-{row.ratio.q3:.3f})", flush=True
+        )
+    print(table(rows))
+    if not args.no_pass_time:
+        spec, ops, seconds = pass_seconds(args.optimizer, 1 if args.quick else PASS_REPEATS)
+        print(
+            f"\nautodiff pass on `{spec}` ({ops} forward ops): {seconds:.3f} s "
+            f"(median of {1 if args.quick else PASS_REPEATS})"
+        )
+    print(f"# load average after {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return rows
+
+
+if __name__ == "__main__":
+    main()
