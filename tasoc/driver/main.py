@@ -71,21 +71,34 @@ def _rules(argv: Sequence[str]) -> int:
 
 
 def zoo_command(argv: Sequence[str]) -> int:
-    """`tasoc zoo`: each model with its one-line summary and options (defaults)."""
+    """`tasoc zoo`: each model with its training loss, one-line summary and options
+    (defaults), then how to ask for a training step instead of the forward program."""
     parser = OneLineArgumentParser(
         prog="tasoc zoo",
         description="List the built-in models, usable as INPUT 'zoo:NAME?option=value&...'.",
     )
     parser.parse_args(argv)
-    from tasoc.models import list_models
+    from tasoc.models import TRAINING_LOSSES, TRAINING_OPTIMIZERS, list_models
 
     models = list_models()
     width = max((len(model.name) for model in models), default=0)
+    loss_width = max(len(loss) for loss in TRAINING_LOSSES)
+    print(f"{'model':<{width}}  {'training loss':<{loss_width}}  summary")
     for model in models:
-        print(f"{model.name:<{width}}  {model.summary}")
+        print(f"{model.name:<{width}}  {model.loss:<{loss_width}}  {model.summary}")
         options = ", ".join(f"{key}={_option_text(value)}" for key, value in model.defaults.items())
-        print(f"{'':<{width}}  options: {options or '(none)'}")
+        print(f"{'':<{width}}  {'':<{loss_width}}  options: {options or '(none)'}")
+    print(
+        f"\nA training step instead of the forward program: add "
+        f"train={'|'.join(TRAINING_OPTIMIZERS)} (the optimizer),\n"
+        f"optionally loss={'|'.join(TRAINING_LOSSES)} (default: the training loss above)\n"
+        f"and lr=NUMBER, e.g. tasoc run '{TRAINING_EXAMPLE}' --steps 10"
+    )
     return 0
+
+
+TRAINING_EXAMPLE = "zoo:bert?layers=2&hidden=64&heads=4&seq=16&train=adam&lr=0.001"
+"""The training spec `tasoc zoo` shows as an example (a test runs it)."""
 
 
 def _option_text(value: object) -> str:
