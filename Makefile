@@ -1,5 +1,6 @@
 # One entry point for setting up, testing and demonstrating tasoc.
-#   make demo   set up .venv, optimize zoo:bert and zoo:nasrnn, run them against the reference
+#   make demo   set up .venv, optimize zoo:bert and zoo:nasrnn, run them against the reference,
+#               train a small classifier and a zoo model for a few steps
 #   make test   set up .venv and run the whole test suite (lit + pytest)
 #   make rules  regenerate the shipped rewrite-rule library (docs/rules.md)
 VENV    := .venv
@@ -35,6 +36,10 @@ demo: setup
 	$(TASOC) opt 'zoo:nasrnn?hidden=256' -p 'equality-rewrite{timeout=10}' --verify-each \
 	  --report demo-rewrite.json -o demo-nasrnn.mlir
 	$(TASOC) run demo-nasrnn.mlir --check
+	$(TASOC) opt examples/classifier.mlir \
+	  -p 'autodiff{loss=softmax-cross-entropy optimizer=adam lr=0.01}' -o demo-step.mlir
+	$(TASOC) run demo-step.mlir --steps 30
+	$(TASOC) run 'zoo:alexnet?batch=2&image=63&width=0.125&train=sgd' --steps 5
 
 bench: setup
 	$(PY) benchmarks/ir.py
