@@ -183,12 +183,12 @@ def signature(module: ModuleOp) -> TrainingSignature:
 
 
 def baseline_step(
-    forward: ModuleOp, step: ModuleOp, options: AutodiffPass, trained: Sequence[int]
+    with_loss_dag: dag.Dag, step: ModuleOp, options: AutodiffPass, trained: Sequence[int]
 ) -> Step:
     """JAX's own autodiff of `forward_with_loss` plus the update in `jnp`, as a function
     of the step's arguments returning (loss, new trained weights..., new state...) in
     the order `compared_results` reads tasoc's results."""
-    with_loss = dag.to_module(forward_with_loss(dag.from_module(forward), options))
+    with_loss = dag.to_module(with_loss_dag)
     loss_fn = lower(with_loss).fn
     names = [info.name for info in arg_infos(entry_function(with_loss))]
     step_names = [info.name for info in arg_infos(entry_function(step))]
@@ -237,11 +237,16 @@ def baseline_step(
     return jax.jit(step_fn)
 
 
-def trained_weights(forward: ModuleOp, options: AutodiffPass) -> list[int]:
-    """Argument indices of the weights the step trains (not batchnorm's running
-    statistics), as the marks of the `emit=gradients` program say."""
-    gradients = AutodiffPass(loss=options.loss, lr=options.lr, emit="gradients")
-    return [argument for _, argument in signature(applied(gradients, forward)).gradients]
+def trained_weights(with_loss: dag.Dag) -> list[int]:
+    """Argument indices of the weights the step trains: the float params the loss
+    depends on. Batchnorm's running statistics are params too, but a training-mode
+    forward does not read them (the step only writes their moving averages)."""
+    consumers = with_loss.consumers()
+    return [
+        index
+        for index, arg in enumerate(with_loss.args)
+        if arg.attr("is_param") and arg.sigs[0].dtype.is_float and consumers.get(arg.out)
+    ]
 
 
 def compared_results(step: ModuleOp, options: AutodiffPass, trained: Sequence[int]) -> list[int]:
@@ -276,16 +281,22 @@ def sampler(step: Step, args: Sequence[jax.Array]) -> Callable[[], float]:
     return lambda: statistics.fmean(one() for _ in range(count))
 
 
-def interleaved(tasoc: Callable[[], float], baseline: Callable[[], float], pairs: int) -> Ratio:
-    """Per-pair ratios baseline / tasoc, each side going first in turn."""
-    ratios = []
+def interleaved(
+    tasoc: Callable[[], float], baseline: Callable[[], float], pairs: int
+) -> tuple[Ratio, float, float]:
+    """Per-pair ratios baseline / tasoc, each side going first in turn; also each
+    side's median seconds per step over the same samples."""
+    tasoc_times: list[float] = []
+    baseline_times: list[float] = []
     for index in range(pairs):
         if index % 2:
-            b, t = baseline(), tasoc()
+            baseline_times.append(baseline())
+            tasoc_times.append(tasoc())
         else:
-            t, b = tasoc(), baseline()
-        ratios.append(b / t)
-    return Ratio.of(ratios)
+            tasoc_times.append(tasoc())
+            baseline_times.append(baseline())
+    ratios = [b / t for t, b in zip(tasoc_times, baseline_times, strict=True)]
+    return Ratio.of(ratios), statistics.median(tasoc_times), statistics.median(baseline_times)
 
 
 def measure(name: str, optimizer: Optimizer, pairs: int) -> Row:
@@ -295,15 +306,17 @@ def measure(name: str, optimizer: Optimizer, pairs: int) -> Row:
     step = applied(options, forward)
     program = lower(step)
     args = program.device_args(random_inputs(step, SEED))
-    trained = trained_weights(forward, options)
-    baseline = baseline_step(forward, step, options, trained)
+    with_loss = forward_with_loss(dag.from_module(forward), options)
+    trained = trained_weights(with_loss)
+    baseline = baseline_step(with_loss, step, options, trained)
     start = time.perf_counter()
     tasoc_out = jax.block_until_ready(program.fn(*args))
     baseline_out = jax.block_until_ready(baseline(*args))
     compile_s = time.perf_counter() - start
     same = agree(tasoc_out, baseline_out, compared_results(step, options, trained))
-    tasoc_sample, baseline_sample = sampler(program.fn, args), sampler(baseline, args)
-    ratio = interleaved(tasoc_sample, baseline_sample, pairs)
+    ratio, tasoc_s, baseline_s = interleaved(
+        sampler(program.fn, args), sampler(baseline, args), pairs
+    )
     return Row(
         model=name,
         spec=spec_of(name, model_options),
@@ -312,8 +325,8 @@ def measure(name: str, optimizer: Optimizer, pairs: int) -> Row:
         ratio=ratio,
         same=same,
         compile_s=compile_s,
-        tasoc_ms=1e3 * statistics.median(tasoc_sample() for _ in range(3)),
-        baseline_ms=1e3 * statistics.median(baseline_sample() for _ in range(3)),
+        tasoc_ms=1e3 * tasoc_s,
+        baseline_ms=1e3 * baseline_s,
     )
 
 
