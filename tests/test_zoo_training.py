@@ -11,6 +11,7 @@ from typing import get_args
 import pytest
 from conftest import assert_one_line_error
 from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
 
 from tasoc.driver.main import TRAINING_EXAMPLE
 from tasoc.driver.sources import build_zoo_model
@@ -26,6 +27,8 @@ from tasoc.models import (
     list_models,
     parse_request,
     parse_spec,
+    register,
+    registry,
 )
 from tasoc.passes.autodiff import AutodiffFailed, AutodiffPass
 from tasoc.passes.autodiff.losses import Loss
@@ -129,6 +132,25 @@ def test_bad_training_keys_are_one_line_errors(tasoc, query: str, message: str) 
     with pytest.raises(ZooError, match=re.escape(f"zoo:nasrnn: {message}")):
         parse_request(f"nasrnn?{query}")
     assert_one_line_error(tasoc("opt", f"zoo:nasrnn?{query}"), f"zoo:nasrnn: {message}")
+
+
+def test_register_checks_the_training_loss_and_reserved_keys(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    with pytest.raises(ValueError, match="unknown training loss 'l1'"):
+
+        @register(source="x", loss="l1")
+        def bad_loss(*, width: int = 1) -> ModuleOp:
+            """Bad loss."""
+            raise AssertionError
+
+    with pytest.raises(ValueError, match=r"options \['lr', 'train'\] are reserved"):
+
+        @register(source="x")
+        def reserved(*, train: bool = True, lr: float = 0.1) -> ModuleOp:
+            """Options that would shadow the training keys."""
+            raise AssertionError
 
 
 def test_forward_only_entry_points_refuse_a_training_request() -> None:

@@ -127,7 +127,7 @@ _REGISTRY: dict[str, ZooModel] = {}
 def register(
     *,
     source: str,
-    loss: str,
+    loss: str = "mse",
     small: Mapping[str, OptionValue] | None = None,
     name: str | None = None,
 ) -> Callable[[Builder], Builder]:
@@ -137,7 +137,7 @@ def register(
     default of type int, float, bool or str, because that default's type is how a
     value given in a spec is parsed, and none may be one of `TRAINING_KEYS`. The first
     docstring line is the summary. `loss` is the model's training loss (one of
-    `TRAINING_LOSSES`), required so that every model says how it is trained.
+    `TRAINING_LOSSES`): what `train=` minimizes unless `loss=` is given.
     """
 
     def decorate(builder: Builder) -> Builder:
