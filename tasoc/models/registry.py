@@ -117,7 +117,8 @@ class ZooModel:
         """The error for an option this model does not have, listing the ones it has."""
         return ZooError(
             f"{SCHEME}{self.name}: unknown option '{key}'; "
-            f"valid options: {', '.join(self.defaults)}"
+            f"valid options: {', '.join(self.defaults)} "
+            f"(and {', '.join(TRAINING_KEYS)} for a training step)"
         )
 
 
