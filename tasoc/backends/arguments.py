@@ -34,7 +34,8 @@ _INT_RANGE = (-8, 8)
 """Integers that are neither ids nor fed to a known op are drawn from this range."""
 
 _VAR_RANGE = (0.5, 1.5)
-"""Batchnorm variances: positive and near 1, like those of a trained network."""
+"""Batchnorm variances and normalization scales: positive and near 1, like those of a
+trained network."""
 
 _STEP_RANGE = (1, 10)
 """Adam's step operand, the 1-based number of an update (its bias correction divides
@@ -77,6 +78,16 @@ def _index_bound(op: Operation, index: int) -> int | None:
     return None
 
 
+def _is_positive_operand(op: Operation, index: int) -> bool:
+    """A batchnorm variance, or a normalization's scale (batchnorm's, a training
+    batchnorm's, layernorm's gamma): drawn from `_VAR_RANGE`. Frameworks start scales
+    at one; a scale near zero would also make the backward of a training-mode
+    batchnorm so ill-conditioned in float32 that two correct backends disagree."""
+    if isinstance(op, G.BatchnormOp):
+        return index in (1, 4)
+    return isinstance(op, G.BatchnormTrainOp | G.LayernormOp) and index == 1
+
+
 def _fan_in(op: Operation, index: int, value: SSAValue) -> int | None:
     """Fan-in of `value` as the weight operand `index` of a contraction, else None."""
     shape = G.sig_of(value.type).shape
@@ -99,7 +110,7 @@ def _random_value(info: ArgInfo, value: SSAValue, rng: np.random.Generator) -> n
             raise ValueError(f"argument '{info.name}' indexes an axis with no entries")
         low, high = (0, min(bounds)) if bounds else _INT_RANGE
         return rng.integers(low, high, sig.shape).astype(dtype)
-    if any(isinstance(op, G.BatchnormOp) and index == 4 for op, index, _ in uses):
+    if any(_is_positive_operand(op, index) for op, index, _ in uses):
         return rng.uniform(*_VAR_RANGE, sig.shape).astype(dtype)
     if any(isinstance(op, G.AdamUpdateOp) and index == 3 for op, index, _ in uses):
         return np.abs(rng.standard_normal(sig.shape)).astype(dtype)  # a second moment
@@ -115,10 +126,10 @@ def random_inputs(module: ModuleOp, seed: int = 0) -> list[np.ndarray]:
 
     Optimizer state (`{graph.state}`) is zero, as a training run starts it.
     Floats are N(0, 1); a weight (`{graph.param}`) used as a matmul or convolution
-    operand is scaled by 1/sqrt(fan_in); batchnorm variances are uniform in
-    [0.5, 1.5]; integer ids and labels are uniform over the rows of every table (the
-    classes of every loss) they index; Adam's second moment is |N(0, 1)| and its step
-    an integer in [1, 10).
+    operand is scaled by 1/sqrt(fan_in); batchnorm variances and normalization scales
+    (gamma) are uniform in [0.5, 1.5]; integer ids and labels are uniform over the rows
+    of every table (the classes of every loss) they index; Adam's second moment is
+    |N(0, 1)| and its step an integer in [1, 10).
     Raises LimitError, before drawing any, when the arguments together are over
     `limits.max_argument_bytes()`.
     """

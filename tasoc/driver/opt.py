@@ -458,8 +458,14 @@ class TasocOptMain(xDSLOptMain):
         # Imported here: the numeric check loads the backends, which plain `opt` never needs.
         from tasoc.verify.equivalence import equivalent
 
+        # A pass that changes @main's signature (autodiff) says which two programs
+        # must agree instead.
+        pair = getattr(previous, "verification_pair", None)
+        before, after = self._module_before_pass, module
         try:
-            result = equivalent(self._module_before_pass, module, seed=self.args.seed)
+            if pair is not None:
+                before, after = pair(before, after)
+            result = equivalent(before, after, seed=self.args.seed)
         except ValueError as err:  # not a tasoc program, or the pass changed @main's arguments
             raise DriverError(
                 f"--verify-each cannot compare the program before and after pass "

@@ -815,7 +815,8 @@ class SoftmaxCrossEntropyGradOp(GraphOp):
 @irdl_op_definition
 class AdamUpdateOp(GraphOp):
     """One Adam step (PyTorch's and optax's, epsilon outside the square root), `step`
-    the 1-based number of this update (a rank-0 f32, whatever the weights' type): m' = b1 m + (1 - b1) g, v' = b2 v + (1 - b2) g^2,
+    the 1-based number of this update (a rank-0 f32, whatever the weights' type):
+    m' = b1 m + (1 - b1) g, v' = b2 v + (1 - b2) g^2,
     param' = param - lr (m' / (1 - b1^step)) / (sqrt(v' / (1 - b2^step)) + epsilon)."""
 
     name = "graph.adam_update"

@@ -6,7 +6,7 @@ kernels in `kernels.py` rather than from a fused formula: a convolution's weight
 gradient contracts the same windows the forward contracts, its input gradient
 scatters each output position back over its window, a max pool routes each window's
 gradient to the position its forward picked. They register into the same `KERNELS`
-table under the same float32 precision policy (`in_float32`).
+table under the same precision policy (`in_float64`).
 """
 
 from __future__ import annotations

@@ -5,13 +5,18 @@ operand arrays to its result arrays. Every other backend, and every rewrite rule
 judged against these, so they favour being obviously right over being fast: each is
 a direct transcription of the op's docstring in `tasoc.ir.graph`.
 
-Precision policy. Float16 and bfloat16 operands are widened to float32, the kernel
-computes in float32 and its float results are rounded back to the operand's dtype
-once (bfloat16 is `ml_dtypes.bfloat16`, which jax installs). That is what a careful
-mixed-precision implementation does and it gives one well-defined rounding per op,
-whereas NumPy's own float16 arithmetic rounds after every intermediate step and has
-no bfloat16 at all. Float32 computes in float32; integers compute in their own type
-(sums wrap like fixed-width integers do, and an integer `mean` rounds toward zero).
+Precision policy. Float operands are widened to float64, the kernel computes in
+float64 and its float results are rounded back to the operand's type once (bfloat16
+is `ml_dtypes.bfloat16`, which jax installs). So every op of the reference is
+rounded once, as if computed exactly: the ground truth the backends are judged
+against carries no error of its own from summation order. That matters for long
+chains: through a training step's backward (batch statistics, relu kinks) the
+errors of two float32 computations grow apart, and only against a reference that
+makes none does a backend's own error show. Integers compute in their own type (sums
+wrap like fixed-width integers do, and an integer `mean` rounds toward zero). The
+JAX lowering applies the same shape of policy with float32 as the wide type for
+float16 and bfloat16 (`in_float32`), which is what a careful mixed-precision
+implementation does.
 """
 
 from __future__ import annotations
@@ -32,24 +37,36 @@ AnyKernel = Callable[[Mapping[str, Any], Sequence[Any]], list[Any]]
 """A kernel over any array type with `.dtype` and `.astype` (NumPy or JAX)."""
 
 LOW_PRECISION: frozenset[np.dtype] = frozenset((NUMPY_DTYPES[DType.F16], NUMPY_DTYPES[DType.BF16]))
+FLOATS: frozenset[np.dtype] = LOW_PRECISION | {NUMPY_DTYPES[DType.F32]}
 
 
-def in_float32(kernel: AnyKernel) -> AnyKernel:
-    """Run `kernel` on float32 copies of half-precision operands, round results back.
+def widened(kernel: AnyKernel, narrow: frozenset[np.dtype], wide: type) -> AnyKernel:
+    """Run `kernel` on `wide` copies of the operands whose type is in `narrow` and
+    round its `wide` results back to the first such operand's type.
 
     Only `.dtype` and `.astype` are used, so the JAX lowering applies the same policy
-    to its kernels. Integer operands (embedding ids) pass through unchanged.
+    to its kernels. Integer operands (embedding ids, labels) pass through unchanged.
     """
 
     @wraps(kernel)
-    def widened(attrs: Mapping[str, Any], inputs: Sequence[Any]) -> list[Any]:
-        low = next((a.dtype for a in inputs if a.dtype in LOW_PRECISION), None)
+    def run(attrs: Mapping[str, Any], inputs: Sequence[Any]) -> list[Any]:
+        low = next((a.dtype for a in inputs if a.dtype in narrow), None)
         if low is None:
             return kernel(attrs, inputs)
-        wide = [a.astype(np.float32) if a.dtype in LOW_PRECISION else a for a in inputs]
-        return [r.astype(low) if r.dtype == np.float32 else r for r in kernel(attrs, wide)]
+        wide_inputs = [a.astype(wide) if a.dtype in narrow else a for a in inputs]
+        return [r.astype(low) if r.dtype == wide else r for r in kernel(attrs, wide_inputs)]
 
-    return widened
+    return run
+
+
+def in_float32(kernel: AnyKernel) -> AnyKernel:
+    """float16/bfloat16 operands computed in float32 (the JAX lowering's policy)."""
+    return widened(kernel, LOW_PRECISION, np.float32)
+
+
+def in_float64(kernel: AnyKernel) -> AnyKernel:
+    """Every float operand computed in float64 (the reference's policy)."""
+    return widened(kernel, FLOATS, np.float64)
 
 
 KERNELS: dict[str, Kernel] = {}
@@ -59,7 +76,7 @@ KERNELS: dict[str, Kernel] = {}
 def _kernel(*names: str) -> Callable[[Kernel], Kernel]:
     def register(fn: Kernel) -> Kernel:
         for name in names:
-            KERNELS[name] = in_float32(fn)
+            KERNELS[name] = in_float64(fn)
         return fn
 
     return register

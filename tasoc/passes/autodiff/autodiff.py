@@ -27,12 +27,14 @@ from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
 
 from tasoc.ir import dag as dag_module
+from tasoc.ir.dag import Dag
+from tasoc.ir.liveness import peak_memory
 from tasoc.ir.program import entry_function
 from tasoc.ir.shapes import ShapeError
 from tasoc.ir.training import is_training_program
 from tasoc.passes.autodiff.losses import Loss
 from tasoc.passes.autodiff.optimizers import Optimizer
-from tasoc.passes.autodiff.step import training_step
+from tasoc.passes.autodiff.step import forward_with_loss, training_step
 from tasoc.passes.options import check_at_least, check_option_types
 from tasoc.passes.report import current_report
 
@@ -108,6 +110,7 @@ class AutodiffPass(ModulePass):
         except (ShapeError, ValueError) as err:
             raise AutodiffFailed(str(err)) from None
         dag_module.write_back(op, step.dag)
+        memory = peak_memory(entry_function(op))
         current_report().section(self.name).update(
             loss=self.loss,
             optimizer=self.optimizer if self.emit == "step" else None,
@@ -117,4 +120,18 @@ class AutodiffPass(ModulePass):
             trained_weights=step.trained,
             running_statistics=step.running_statistics,
             state_arguments=step.state,
+            memory=memory.to_json(),
         )
+
+    def verification_pair(self, before: ModuleOp, after: ModuleOp) -> tuple[ModuleOp, ModuleOp]:
+        """The two programs `tasoc opt --verify-each` compares for this pass, which
+        changes `@main`'s arguments: the forward program plus the loss
+        (`forward_with_loss`, `@main(inputs..., labels, params...) -> loss`) and the
+        step's loss alone on the same leading arguments (the step adds optimizer state
+        after them, which its loss never reads). So the check is that the step computes
+        the loss of the program it was made from; its gradients are checked against
+        `jax.grad` by the tests (docs/autodiff.md)."""
+        reference = forward_with_loss(dag_module.from_module(before), self)
+        step = dag_module.from_module(after)
+        loss_only = Dag(step.args[: len(reference.args)], step.outputs[:1], step.name)
+        return dag_module.to_module(reference), dag_module.to_module(loss_only)
