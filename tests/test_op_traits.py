@@ -10,7 +10,14 @@ from xdsl.traits import Commutative, ConstantLike, OpTrait
 
 from tasoc.ir.op_sets import ops_with
 from tasoc.ir.rules import SAME_SHAPE_OPERANDS
-from tasoc.ir.traits import Broadcasting, Contraction, DataMovement, Elementwise, Fusible
+from tasoc.ir.traits import (
+    Broadcasting,
+    Contraction,
+    DataMovement,
+    Elementwise,
+    Fusible,
+    Training,
+)
 
 EXPECTED: dict[type[OpTrait], set[str]] = {
     ConstantLike: {"ones", "zeros", "c_pool", "i_conv", "i_matmul", "constant"},
@@ -27,6 +34,12 @@ EXPECTED: dict[type[OpTrait], set[str]] = {
     },
     Broadcasting: {"add", "mul", "matmul"},
     Commutative: {"add", "mul"},
+    Training: {
+        "relu_grad", "sigmoid_grad", "tanh_grad", "gelu_grad", "conv2d_grad_input",
+        "conv2d_grad_weight", "pool2d_grad", "reduce_grad", "scatter_add", "layernorm_grad",
+        "batchnorm_train", "batchnorm_grad", "softmax_cross_entropy",
+        "softmax_cross_entropy_grad", "adam_update",
+    },
 }  # fmt: skip
 
 

@@ -61,7 +61,14 @@ from xdsl.traits import Commutative, ConstantLike, Pure
 from xdsl.utils.exceptions import VerifyException
 
 from tasoc.ir.shapes import ConstData, DType, ShapeError, TensorSig, check_size, infer
-from tasoc.ir.traits import Broadcasting, Contraction, DataMovement, Elementwise, Fusible
+from tasoc.ir.traits import (
+    Broadcasting,
+    Contraction,
+    DataMovement,
+    Elementwise,
+    Fusible,
+    Training,
+)
 
 PARAM_ATTR = "graph.param"
 """Argument attribute marking a `func.func` argument as a weight."""
@@ -631,7 +638,7 @@ class _ActivationGradOp(GraphOp):
     y = operand_def(TensorType)
     dy = operand_def(TensorType)
     result = result_def(TensorType)
-    traits = traits_def(Elementwise(), Fusible())
+    traits = traits_def(Elementwise(), Fusible(), Training())
 
 
 @irdl_op_definition
@@ -664,7 +671,7 @@ class GeluGradOp(GraphOp):
     input = operand_def(TensorType)
     dy = operand_def(TensorType)
     result = result_def(TensorType)
-    traits = traits_def(Elementwise(), Fusible())
+    traits = traits_def(Elementwise(), Fusible(), Training())
 
 
 @irdl_op_definition
@@ -680,7 +687,7 @@ class Conv2dGradInputOp(GraphOp):
     padding = prop_def(Attribute)
     groups = prop_def(Attribute)
     input_shape = prop_def(Attribute)
-    traits = traits_def(Contraction())
+    traits = traits_def(Contraction(), Training())
 
 
 @irdl_op_definition
@@ -696,7 +703,7 @@ class Conv2dGradWeightOp(GraphOp):
     padding = prop_def(Attribute)
     groups = prop_def(Attribute)
     kernel = prop_def(Attribute)
-    traits = traits_def(Contraction())
+    traits = traits_def(Contraction(), Training())
 
 
 @irdl_op_definition
@@ -714,6 +721,7 @@ class Pool2dGradOp(GraphOp):
     kernel = prop_def(Attribute)
     strides = prop_def(Attribute)
     padding = prop_def(Attribute)
+    traits = traits_def(Pure(), Training())
 
 
 @irdl_op_definition
@@ -729,6 +737,7 @@ class ReduceGradOp(GraphOp):
     kind = prop_def(Attribute)
     axes = prop_def(Attribute)
     keepdims = prop_def(Attribute)
+    traits = traits_def(Pure(), Training())
 
 
 @irdl_op_definition
@@ -741,6 +750,7 @@ class ScatterAddOp(GraphOp):
     updates = operand_def(TensorType)
     result = result_def(TensorType)
     rows = prop_def(Attribute)
+    traits = traits_def(Pure(), Training())
 
 
 @irdl_op_definition
@@ -757,6 +767,7 @@ class LayernormGradOp(GraphOp):
     dbeta = result_def(TensorType)
     axis = prop_def(Attribute)
     epsilon = prop_def(Attribute)
+    traits = traits_def(Pure(), Training())
 
 
 @irdl_op_definition
@@ -772,6 +783,7 @@ class BatchnormTrainOp(GraphOp):
     mean = result_def(TensorType)
     var = result_def(TensorType)
     epsilon = prop_def(Attribute)
+    traits = traits_def(Pure(), Training())
 
 
 @irdl_op_definition
@@ -787,6 +799,7 @@ class BatchnormGradOp(GraphOp):
     dscale = result_def(TensorType)
     dbias = result_def(TensorType)
     epsilon = prop_def(Attribute)
+    traits = traits_def(Pure(), Training())
 
 
 @irdl_op_definition
@@ -798,6 +811,7 @@ class SoftmaxCrossEntropyOp(GraphOp):
     logits = operand_def(TensorType)
     labels = operand_def(TensorType)
     losses = result_def(TensorType)
+    traits = traits_def(Pure(), Training())
 
 
 @irdl_op_definition
@@ -810,6 +824,7 @@ class SoftmaxCrossEntropyGradOp(GraphOp):
     labels = operand_def(TensorType)
     dloss = operand_def(TensorType)
     dlogits = result_def(TensorType)
+    traits = traits_def(Pure(), Training())
 
 
 @irdl_op_definition
@@ -832,6 +847,7 @@ class AdamUpdateOp(GraphOp):
     beta1 = prop_def(Attribute)
     beta2 = prop_def(Attribute)
     epsilon = prop_def(Attribute)
+    traits = traits_def(Pure(), Training())
 
 
 GRAPH_OPS: tuple[type[GraphOp], ...] = (

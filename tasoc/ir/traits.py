@@ -39,3 +39,10 @@ class Fusible(OpTrait):
     element-wise map, inference batchnorm's per-channel affine map, or an index
     remapping), so it launches no kernel of its own and reads that operand from
     registers (`cost.fusion`)."""
+
+
+class Training(OpTrait):
+    """Made by `autodiff` for a training step: a gradient, a loss, an optimizer update
+    or training-mode batchnorm (docs/autodiff.md). A forward program has none of them,
+    so these ops have no gradient of their own, and a program holding them is already
+    a training step."""

@@ -40,7 +40,9 @@ from xdsl.ir import SSAValue
 
 from tasoc.ir.builder import GraphBuilder
 from tasoc.ir.graph import OPS_BY_NAME, sig_of
+from tasoc.ir.op_sets import ops_with
 from tasoc.ir.shapes import ConstData, DType, ShapeError, TensorSig, infer
+from tasoc.ir.traits import Training
 
 
 def _pretty_module(module: ModuleOp, printer: RepresentationPrinter, cycle: bool) -> None:
@@ -176,6 +178,30 @@ class _GraphMaker:
     def finish(self) -> ModuleOp:
         outputs = [v for v in self.produced if not v.uses]
         module = self.builder.build(*outputs)
+        module.verify()
+        return module
+
+    def finish_trainable(self) -> ModuleOp:
+        """One float output that every float result reaches: the sum of each unused
+        float result's elements, times a rank-0 weight, so that the program has a
+        weight to differentiate even when the ops drew none."""
+        g = self.builder
+        totals = []
+        for value in self.produced:
+            sig = self.sig(value)
+            if value.uses or not sig.dtype.is_float:
+                continue
+            axes = tuple(range(sig.rank))
+            totals.append(g.reduce(value, "sum", axes) if axes else value)
+        if not totals:  # every result was consumed: sum the program's first input
+            first = self.pool[0]
+            axes = tuple(range(self.sig(first).rank))
+            totals.append(g.reduce(first, "sum", axes) if axes else first)
+        total = totals[0]
+        for other in totals[1:]:
+            total = g.add(total, other)
+        output = g.scale(total, self.new_arg(TensorSig((), self.dtype), param=True))
+        module = g.build(output)
         module.verify()
         return module
 
@@ -583,13 +609,18 @@ EMITTERS: dict[str, Emitter] = {
 
 @st.composite
 def _graphs(
-    draw: st.DrawFn, ops: Sequence[str], min_ops: int, max_ops: int, dtypes: Sequence[DType]
+    draw: st.DrawFn,
+    ops: Sequence[str],
+    min_ops: int,
+    max_ops: int,
+    dtypes: Sequence[DType],
+    trainable: bool,
 ) -> ModuleOp:
     maker = _GraphMaker(draw, draw(st.sampled_from(dtypes)))
     maker.new_arg(maker.fresh(), param=False)
     for _ in range(draw(st.integers(min_ops, max_ops))):
         EMITTERS[draw(st.sampled_from(ops))](maker)
-    return maker.finish()
+    return maker.finish_trainable() if trainable else maker.finish()
 
 
 def graphs(
@@ -597,6 +628,7 @@ def graphs(
     ops: Collection[str] | None = None,
     min_ops: int = 1,
     dtypes: Sequence[DType | str] = (DType.F32,),
+    trainable: bool = False,
 ) -> st.SearchStrategy[ModuleOp]:
     """Random verified programs of `min_ops..max_ops` ops drawn from `ops`.
 
@@ -604,8 +636,14 @@ def graphs(
     draws its own operands and attributes, adding weights as needed. The program's
     float type is drawn from `dtypes` (embedding ids are i32 or i64). Raises
     ValueError for unknown op names or an empty range.
+
+    `trainable=True` draws forward programs for `autodiff`: by default only the ops a
+    forward program has (not the `Training` ones: gradients, losses, updates), and one
+    rank-0 float output scaled by a weight, so that `autodiff{loss=sum}` always has a
+    weight to differentiate and every drawn op can reach the loss.
     """
-    names = sorted(EMITTERS if ops is None else ops)
+    default = EMITTERS.keys() - ops_with(Training) if trainable else EMITTERS
+    names = sorted(default if ops is None else ops)
     unknown = sorted(set(names) - EMITTERS.keys())
     if unknown or not names:
         raise ValueError(f"graphs(ops=...): unknown or no op names {unknown}")
@@ -614,4 +652,4 @@ def graphs(
     kinds = [DType(d) for d in dtypes]
     if not kinds or not all(k.is_float for k in kinds):
         raise ValueError(f"graphs(dtypes=...): need float types, got {list(dtypes)}")
-    return _graphs(names, min_ops, max_ops, kinds)
+    return _graphs(names, min_ops, max_ops, kinds, trainable)

@@ -1,0 +1,96 @@
+"""Shared helpers of the autodiff tests: gradients three ways.
+
+- `step_gradients`: the `autodiff{emit=gradients}` program run under JAX.
+- `jax_gradients`: `jax.value_and_grad` of the JAX lowering of the forward program plus
+  the same loss (`forward_with_loss`), the baseline the issue names.
+- `evaluate64`: any light graph run with the reference kernels on float64 arrays, for
+  central finite differences that are not limited by float32.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+
+from tasoc.backends.arguments import random_inputs
+from tasoc.backends.jax import lower
+from tasoc.backends.numpy.kernels import KERNELS
+from tasoc.ir import dag as dag_module
+from tasoc.ir.dag import Dag
+from tasoc.ir.program import arg_infos, entry_function
+from tasoc.passes.autodiff import AutodiffPass
+from tasoc.passes.autodiff.step import forward_with_loss
+
+
+def training(module: ModuleOp, **options: Any) -> ModuleOp:
+    """A copy of `module` made a training step by `autodiff{options}`."""
+    step = module.clone()
+    AutodiffPass(**options).apply(Context(), step)
+    return step
+
+
+def step_gradients(
+    module: ModuleOp, seed: int = 0, **options: Any
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(the step's arguments, its outputs: loss then one gradient per weight) on JAX."""
+    step = training(module, emit="gradients", **options)
+    args = random_inputs(step, seed)
+    return args, lower(step)(*args)
+
+
+def jax_gradients(
+    module: ModuleOp, args: Sequence[np.ndarray], **options: Any
+) -> tuple[float, list[np.ndarray]]:
+    """`jax.value_and_grad` of forward + loss by every weight, on the step's arguments
+    (the gradients program takes exactly forward_with_loss's arguments)."""
+    reference = dag_module.to_module(
+        forward_with_loss(dag_module.from_module(module), AutodiffPass(**options))
+    )
+    program = lower(reference)
+    device = list(program.device_args(args))
+    weights = [i for i, info in enumerate(arg_infos(entry_function(reference))) if info.is_param]
+
+    def loss(*values: jax.Array) -> jax.Array:
+        for index, value in zip(weights, values, strict=True):
+            device[index] = value
+        return program.fn(*device)[0]
+
+    value, grads = jax.value_and_grad(loss, argnums=tuple(range(len(weights))))(
+        *[device[i] for i in weights]
+    )
+    return float(value), [np.asarray(g) for g in grads]
+
+
+GRADIENT_FLOOR = 1e-3
+"""The smallest gradient scale `scaled_error` divides by: a gradient that is zero in
+exact arithmetic (the sum of a softmax) comes out as float32 rounding noise, which
+is no scale to judge an error by."""
+
+
+def scaled_error(actual: np.ndarray, expected: np.ndarray) -> float:
+    """max |actual - expected| over max |expected| (at least `GRADIENT_FLOOR`)."""
+    scale = max(float(np.abs(expected).max(initial=0.0)), GRADIENT_FLOOR)
+    return float(np.abs(actual.astype(np.float64) - expected).max(initial=0.0)) / scale
+
+
+def evaluate64(dag: Dag, args: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """`dag`'s outputs computed with the reference kernels on float64 copies of the
+    float arguments and constants (the kernels compute in float64 anyway; here nothing
+    is rounded to float32 in between)."""
+    values: dict[Any, np.ndarray] = {}
+    for node, arg in zip(dag.args, args, strict=True):
+        values[node.out] = arg.astype(np.float64) if arg.dtype.kind == "f" else arg
+    for node in dag.ops:
+        results = KERNELS[node.op](dict(node.attrs), [values[v] for v in node.inputs])
+        # Constants come out in their float32 type; widened here, so that no kernel
+        # rounds its float64 operands to the type of a float32 constant it also reads.
+        wide = [
+            r.astype(np.float64) if r.dtype.kind == "f" else r for r in map(np.asarray, results)
+        ]
+        values.update(zip(node.results, wide, strict=True))
+    return [values[v] for v in dag.outputs]
