@@ -73,9 +73,17 @@ is no scale to judge an error by."""
 
 
 def scaled_error(actual: np.ndarray, expected: np.ndarray) -> float:
-    """max |actual - expected| over max |expected| (at least `GRADIENT_FLOOR`)."""
-    scale = max(float(np.abs(expected).max(initial=0.0)), GRADIENT_FLOOR)
-    return float(np.abs(actual.astype(np.float64) - expected).max(initial=0.0)) / scale
+    """max |actual - expected| over the largest finite |expected| (at least
+    `GRADIENT_FLOOR`); equal infinities and two NaNs agree (a max pool over a window
+    of padding only is -inf, and so is its sum's gradient by a scale)."""
+    want = np.asarray(expected, np.float64)
+    got = np.asarray(actual, np.float64)
+    agree = (want == got) | (np.isnan(want) & np.isnan(got))
+    with np.errstate(invalid="ignore"):
+        error = np.where(agree, 0.0, np.abs(got - want))
+    finite = np.abs(want[np.isfinite(want)])
+    scale = max(float(finite.max(initial=0.0)), GRADIENT_FLOOR)
+    return float(np.nan_to_num(error, nan=np.inf).max(initial=0.0)) / scale
 
 
 def evaluate64(dag: Dag, args: Sequence[np.ndarray]) -> list[np.ndarray]:

@@ -16,8 +16,8 @@ from autodiff_helpers import (
     step_gradients,
     training,
 )
-from conftest import Result
-from hypothesis import HealthCheck, given, settings
+from conftest import Result, examples
+from hypothesis import given, settings
 from xdsl.dialects.builtin import ModuleOp
 
 from tasoc.backends.arguments import random_inputs
@@ -121,7 +121,7 @@ def test_gradients_equal_jax_grad_for_every_loss(build: Callable[[], ModuleOp], 
     assert_matches_jax_grad(build(), loss=loss)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(12))
 @given(module=graphs(max_ops=6, trainable=True))
 def test_gradients_equal_jax_grad_on_random_graphs(module: ModuleOp) -> None:
     assert_matches_jax_grad(module, loss="sum")

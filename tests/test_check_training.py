@@ -1,0 +1,68 @@
+"""`--check` of training steps: gradient tolerances, and the op-by-op comparison that
+decides where end-to-end gradients drift apart (`verify.equivalence.compare_ops`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+import pytest
+from autodiff_helpers import training
+from test_autodiff import convnet
+
+from tasoc.backends.arguments import random_inputs
+from tasoc.backends.jax import lowering
+from tasoc.driver.errors import DriverError
+from tasoc.driver.run import _check_against
+from tasoc.ir.program import entry_function
+from tasoc.verify.equivalence import GRADIENT_TOLERANCES, OpMismatch, compare, compare_ops
+
+
+def test_every_op_of_a_training_step_agrees_with_its_kernel() -> None:
+    step = training(convnet(), loss="softmax-cross-entropy", optimizer="adam")
+    checked, mismatches = compare_ops(step, random_inputs(step, 0))
+    ops = [op for op in entry_function(step).body.block.ops if op.name.startswith("graph.")]
+    assert checked == len(ops) and mismatches == []
+
+
+def test_a_wrong_lowering_is_named_by_the_op_by_op_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    step = training(convnet(), loss="mse")
+    right = lowering.JAX_KERNELS["relu_grad"]
+
+    def wrong(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
+        return [r * 1.01 for r in right(attrs, inputs)]
+
+    monkeypatch.setitem(lowering.JAX_KERNELS, "relu_grad", wrong)
+    _, mismatches = compare_ops(step, random_inputs(step, 0))
+    assert {m.name for m in mismatches} == {"graph.relu_grad"}
+
+
+def test_gradients_are_compared_at_gradient_tolerances() -> None:
+    expected = [np.ones(4, np.float32), np.ones(4, np.float32)]
+    actual = [np.ones(4, np.float32), np.full(4, 1.0005, np.float32)]
+    assert not compare(expected, actual).ok
+    assert compare(expected, actual, gradients={1}).ok
+    assert GRADIENT_TOLERANCES[np.dtype(np.float32)] == (1e-3, 1e-3)
+
+
+EXPECTED = [np.float32(2.0), np.ones(4, np.float32)]
+DRIFTED = [np.float32(2.0), np.full(4, 1.1, np.float32)]
+
+
+def test_drifted_gradients_pass_when_every_op_agrees(capsys: pytest.CaptureFixture[str]) -> None:
+    _check_against("the reference", EXPECTED, DRIFTED, "jax", {1}, lambda: (7, []))
+    assert "all 7 ops agree with their reference kernels" in capsys.readouterr().out
+
+
+def test_drifted_gradients_fail_when_an_op_disagrees() -> None:
+    mismatch = OpMismatch(3, "graph.conv2d_grad_weight", compare([EXPECTED[1]], [DRIFTED[1]]))
+    with pytest.raises(DriverError, match=r"op 3 \(graph.conv2d_grad_weight\) disagrees"):
+        _check_against("the reference", EXPECTED, DRIFTED, "jax", {1}, lambda: (7, [mismatch]))
+
+
+def test_a_drifted_loss_fails_whatever_the_ops_say() -> None:
+    wrong_loss = [np.float32(2.5), EXPECTED[1]]
+    with pytest.raises(DriverError, match="output #0"):
+        _check_against("the reference", EXPECTED, wrong_loss, "jax", {1}, lambda: (7, []))
