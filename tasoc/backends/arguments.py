@@ -21,6 +21,7 @@ from xdsl.ir import Operation, SSAValue
 
 from tasoc.backends import describe, numpy_dtype
 from tasoc.ir import graph as G
+from tasoc.ir.indices import index_operand
 from tasoc.ir.limits import check_argument_bytes
 from tasoc.ir.program import ArgInfo, arg_infos, argument_bytes, entry_function
 from tasoc.ir.shapes import TensorSig
@@ -66,18 +67,6 @@ def _uses(value: SSAValue) -> Iterator[tuple[Operation, int, SSAValue]]:
             yield use.operation, use.index, value
 
 
-def _index_bound(op: Operation, index: int) -> int | None:
-    """The size of the axis operand `index` of `op` indexes (table rows, classes), or
-    None when that operand is no index."""
-    if isinstance(op, G.EmbeddingOp) and index == 0:
-        return G.sig_of(op.operands[1].type).shape[0]
-    if isinstance(op, G.ScatterAddOp) and index == 0:
-        return int(op.py_attrs()["rows"])
-    if isinstance(op, G.SoftmaxCrossEntropyOp | G.SoftmaxCrossEntropyGradOp) and index == 1:
-        return G.sig_of(op.operands[0].type).shape[-1]
-    return None
-
-
 def _is_positive_operand(op: Operation, index: int) -> bool:
     """A batchnorm variance, or a normalization's scale (batchnorm's, a training
     batchnorm's, layernorm's gamma): drawn from `_VAR_RANGE`. Frameworks start scales
@@ -105,7 +94,7 @@ def _random_value(info: ArgInfo, value: SSAValue, rng: np.random.Generator) -> n
         return np.zeros(sig.shape, dtype)  # optimizer state starts at zero (Adam's step too)
     uses = list(_uses(value))
     if not sig.dtype.is_float:
-        bounds = [b for op, index, _ in uses if (b := _index_bound(op, index)) is not None]
+        bounds = [found.bound(op) for op, index, _ in uses if (found := index_operand(op, index))]
         if bounds and min(bounds) < 1 and sig.size:
             raise ValueError(f"argument '{info.name}' indexes an axis with no entries")
         low, high = (0, min(bounds)) if bounds else _INT_RANGE

@@ -11,49 +11,14 @@ before running.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 from xdsl.dialects import func
 from xdsl.ir import Operation, SSAValue
 
-from tasoc.ir.graph import sig_of
+from tasoc.ir.indices import IndexOperand, index_operand
 from tasoc.ir.program import arg_infos, entry_block
-
-
-@dataclass(frozen=True, slots=True)
-class IndexOperand:
-    """Operand `operand` of an op indexes `[0, bound(op))`; `role` names the operand
-    and `bound_is` what the bound is, for the error message."""
-
-    operand: int
-    role: str
-    bound_is: str
-    bound: Callable[[Operation], int]
-
-
-def _logits_classes(op: Operation) -> int:
-    return sig_of(op.operands[0].type).shape[-1]
-
-
-def _table_rows(op: Operation) -> int:
-    return sig_of(op.operands[1].type).shape[0]
-
-
-def _result_rows(op: Operation) -> int:
-    return sig_of(op.results[0].type).shape[0]
-
-
-_LABELS = IndexOperand(1, "labels", "classes, the logits' last dimension", _logits_classes)
-
-INDEX_OPERANDS: Mapping[str, IndexOperand] = {
-    "graph.softmax_cross_entropy": _LABELS,
-    "graph.softmax_cross_entropy_grad": _LABELS,
-    "graph.embedding": IndexOperand(0, "ids", "rows of the table", _table_rows),
-    "graph.scatter_add": IndexOperand(0, "ids", "rows of the result", _result_rows),
-}
-"""The ops with an index operand, by name (so this works whichever ops are loaded)."""
 
 _REARRANGING = frozenset({"graph.reshape", "graph.transpose"})
 """Ops whose result holds exactly their operand's elements: ids reshaped are still ids."""
@@ -65,7 +30,7 @@ def _index_uses(value: SSAValue) -> Iterator[tuple[Operation, IndexOperand]]:
         name = use.operation.name
         if name in _REARRANGING:
             yield from _index_uses(use.operation.results[0])
-        elif (index := INDEX_OPERANDS.get(name)) is not None and index.operand == use.index:
+        elif (index := index_operand(use.operation, use.index)) is not None:
             yield use.operation, index
 
 

@@ -1,0 +1,57 @@
+"""Which operands of `graph` ops are indices, and into what.
+
+Class labels (`graph.softmax_cross_entropy` and its gradient: classes are the logits'
+last dimension) and ids (`graph.embedding`: rows of the table, `graph.scatter_add`:
+rows of its result) must lie in [0, bound). Two places need that fact: drawing valid
+random arguments (`backends.arguments`) and refusing out-of-range ones before a JAX
+run, which cannot raise on data (`driver.index_ranges`). It is written once, here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from xdsl.ir import Operation
+
+from tasoc.ir.graph import sig_of
+
+
+@dataclass(frozen=True, slots=True)
+class IndexOperand:
+    """Operand `operand` of an op indexes `[0, bound(op))`; `role` names the operand
+    and `bound_is` what the bound is, for the error message."""
+
+    operand: int
+    role: str
+    bound_is: str
+    bound: Callable[[Operation], int]
+
+
+def _logits_classes(op: Operation) -> int:
+    return sig_of(op.operands[0].type).shape[-1]
+
+
+def _table_rows(op: Operation) -> int:
+    return sig_of(op.operands[1].type).shape[0]
+
+
+def _result_rows(op: Operation) -> int:
+    return sig_of(op.results[0].type).shape[0]
+
+
+_LABELS = IndexOperand(1, "labels", "classes, the logits' last dimension", _logits_classes)
+
+INDEX_OPERANDS: Mapping[str, IndexOperand] = {
+    "graph.softmax_cross_entropy": _LABELS,
+    "graph.softmax_cross_entropy_grad": _LABELS,
+    "graph.embedding": IndexOperand(0, "ids", "rows of the table", _table_rows),
+    "graph.scatter_add": IndexOperand(0, "ids", "rows of the result", _result_rows),
+}
+"""The ops with an index operand, by name (so this works whichever ops are loaded)."""
+
+
+def index_operand(op: Operation, operand: int) -> IndexOperand | None:
+    """What operand `operand` of `op` indexes, or None when it is no index."""
+    found = INDEX_OPERANDS.get(op.name)
+    return found if found is not None and found.operand == operand else None
