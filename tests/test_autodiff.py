@@ -248,6 +248,14 @@ def _reference_update(
     return new_params, [*new_state, np.float32(count)]
 
 
+def test_gradients_do_not_depend_on_the_optimizer_named() -> None:
+    module = mlp()
+    plain = training(module, loss="mse", emit="gradients")
+    for optimizer in ("momentum", "adam"):
+        other = training(module, loss="mse", emit="gradients", optimizer=optimizer)
+        assert str(other) == str(plain)
+
+
 def test_half_precision_weights_train_with_a_float32_adam_counter() -> None:
     g = GraphBuilder()
     x = g.input("x", (4, 3), "f16")

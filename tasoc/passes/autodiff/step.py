@@ -175,7 +175,8 @@ def training_step(forward: Dag, options: AutodiffPass) -> TrainingStep:
             param.out, gradient, tuple(node.out for node in own)
         )
         new_state.update(zip(own, updated, strict=True))
-    new_state.update(zip(layout.shared_state, updater.new_shared, strict=True))
+    if options.emit == "step":
+        new_state.update(zip(layout.shared_state, updater.new_shared, strict=True))
     dag = _assemble(forward, options.emit, layout, part, new_values, new_state)
     return TrainingStep(
         dag=dag.scheduled(w.order),
