@@ -60,15 +60,24 @@ class OneLineArgumentParser(argparse.ArgumentParser):
         raise UsageError(f"{where}{message} (see '{self.prog} --help')")
 
 
-def non_negative_int(text: str) -> int:
-    """argparse type for counts and seeds (numpy rejects negative seeds deep inside)."""
+def _int_at_least(text: str, lowest: int) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got '{text}'") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+        raise argparse.ArgumentTypeError(f"expected an integer >= {lowest}, got '{text}'") from None
+    if value < lowest:
+        raise argparse.ArgumentTypeError(f"expected an integer >= {lowest}, got {value}")
     return value
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type for counts and seeds (numpy rejects negative seeds deep inside)."""
+    return _int_at_least(text, 0)
+
+
+def positive_int(text: str) -> int:
+    """argparse type for `--steps`: a run of no steps shows nothing."""
+    return _int_at_least(text, 1)
 
 
 def one_line(text: str) -> str:

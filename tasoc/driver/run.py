@@ -33,7 +33,13 @@ from xdsl.dialects.builtin import ModuleOp
 
 from tasoc.backends.arguments import describe, random_inputs
 from tasoc.backends.numpy import run_reference
-from tasoc.driver.errors import DriverError, OneLineArgumentParser, UsageError, non_negative_int
+from tasoc.driver.errors import (
+    DriverError,
+    OneLineArgumentParser,
+    UsageError,
+    non_negative_int,
+    positive_int,
+)
 from tasoc.driver.index_ranges import check_index_ranges
 from tasoc.driver.onnx_bridge import (
     collect_input_shapes,
@@ -114,17 +120,6 @@ def _parser() -> OneLineArgumentParser:
         help="write a JSON run report (memory; with --steps: losses, seconds per step)",
     )
     return parser
-
-
-def positive_int(text: str) -> int:
-    """argparse type for `--steps`: a run of no steps shows nothing."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got '{text}'") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value
 
 
 def _arguments(program: Program, weights: WeightsFile | None, seed: int) -> list[np.ndarray]:
