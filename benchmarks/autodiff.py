@@ -288,6 +288,15 @@ def sampler(step: Step, args: Sequence[jax.Array]) -> Callable[[], float]:
     return lambda: statistics.fmean(one() for _ in range(count))
 
 
+def without_running_statistics(step: ModuleOp, compared: Sequence[int]) -> ModuleOp:
+    """`step` computing only the results at `compared` (those the baseline returns):
+    the moving averages of batchnorm's running statistics and their ops are gone.
+    (Selecting the results in a `jax.jit` around the whole step does the same, but
+    compiles several times slower.)"""
+    full = dag.from_module(step)
+    return dag.to_module(dag.Dag(full.args, [full.outputs[i] for i in compared], full.name))
+
+
 def interleaved(samplers: Sequence[Callable[[], float]], pairs: int) -> list[list[float]]:
     """`pairs` rounds of one sample of each sampler, in order in even rounds and in
     reverse in odd ones, so that none always runs first; each sampler's seconds."""
@@ -316,8 +325,7 @@ def measure(name: str, optimizer: Optimizer, pairs: int) -> Row:
     compared = compared_results(step, options, trained)
     steps: list[Step] = [program.fn, baseline]
     if len(compared) < len(program.result_sigs):
-        # The same step without batchnorm's running statistics, which XLA then drops.
-        steps.append(jax.jit(lambda *a: tuple(program.fn(*a)[i] for i in compared)))
+        steps.append(lower(without_running_statistics(step, compared)).fn)
     start = time.perf_counter()
     outputs = [jax.block_until_ready(step_fn(*args)) for step_fn in steps]
     compile_s = time.perf_counter() - start
@@ -405,6 +413,7 @@ def main(argv: Sequence[str] | None = None) -> list[Row]:
     rows = []
     for name in args.models:
         rows.append(measure(name, args.optimizer, args.pairs))
+        jax.clear_caches()  # the compiled steps of one model are not needed by the next
         row = rows[-1]
         print(
             f"# {name}: {row.ratio.median:.3f} ({row.ratio.q1:.3f}-{row.ratio.q3:.3f})", flush=True
