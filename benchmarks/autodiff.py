@@ -19,7 +19,8 @@ fits a 2-core machine in a few minutes) the row gives:
   until it takes `SAMPLE_S`. The figure is the median of the per-pair ratios
   baseline / tasoc (>= 1: tasoc is faster) with their interquartile range.
 - whether both computed the same loss, new weights and new state (`np.allclose` at
-  `RTOL`/`ATOL`, checked once before timing); `NO` in the `same` column if not.
+  `RTOL`/`ATOL`, checked once before timing); `NO` in the `same` column if not,
+  with the largest absolute difference.
 
 The step also writes batchnorm's running mean and variance (moving averages, a few
 per-channel ops each), which the baseline leaves out: its loss needs batch statistics
@@ -163,6 +164,8 @@ class Row:
     """The ratio for tasoc's step without the running statistics' moving averages,
     which the baseline does not compute (None for a model without batchnorm)."""
     same: bool
+    difference: float
+    """The largest absolute difference between the two steps' results."""
     compile_s: float
     tasoc_ms: float
     baseline_ms: float
@@ -276,6 +279,17 @@ def agree(tasoc: Sequence[jax.Array], baseline: Sequence[jax.Array], order: list
     )
 
 
+def largest_difference(
+    tasoc: Sequence[jax.Array], baseline: Sequence[jax.Array], order: list[int]
+) -> float:
+    """The largest absolute difference between matching results, to say how far apart
+    two steps that do not `agree` are."""
+    return max(
+        float(np.max(np.abs(np.asarray(tasoc[t]) - np.asarray(b)), initial=0.0))
+        for t, b in zip(order, baseline, strict=True)
+    )
+
+
 def sampler(step: Step, args: Sequence[jax.Array]) -> Callable[[], float]:
     """Seconds per call of `step(*args)`, averaged over enough calls to take `SAMPLE_S`."""
 
@@ -339,6 +353,7 @@ def measure(name: str, optimizer: Optimizer, pairs: int) -> Row:
         ratio=ratios(times[1], times[0]),
         lean_ratio=ratios(times[1], times[2]) if len(times) > 2 else None,
         same=same,
+        difference=largest_difference(outputs[0], outputs[1], compared),
         compile_s=compile_s,
         tasoc_ms=1e3 * statistics.median(times[0]),
         baseline_ms=1e3 * statistics.median(times[1]),
@@ -367,10 +382,11 @@ def table(rows: Sequence[Row]) -> str:
     ]
     for r in rows:
         lean = "—" if r.lean_ratio is None else f"{r.lean_ratio.median:.3f}"
+        same = "yes" if r.same else f"NO (max abs diff {r.difference:.1e})"
         lines.append(
             f"| {r.model} | `{r.spec}` | {r.forward_ops} | {r.step_ops} | {r.ratio.median:.3f} "
             f"| {r.ratio.q1:.3f}-{r.ratio.q3:.3f} | {r.ratio.pairs} | {lean} | {r.tasoc_ms:.2f} "
-            f"| {r.baseline_ms:.2f} | {r.compile_s:.1f} | {'yes' if r.same else 'NO'} |"
+            f"| {r.baseline_ms:.2f} | {r.compile_s:.1f} | {same} |"
         )
     return "\n".join(lines)
 
