@@ -2,7 +2,7 @@
 autodiff of the same forward program, and the time the pass itself takes.
 
     .venv/bin/python benchmarks/autodiff.py [--models a,b] [--pairs 20] \
-        [--optimizer sgd|momentum|adam] [--quick]
+        [--optimizer sgd|momentum|adam] [--quick] [--no-pass-time]
 
 For each model of `MODELS` (built at the reduced shapes written there, so the whole run
 fits a 2-core machine in a few minutes) the row gives:
@@ -15,9 +15,10 @@ fits a 2-core machine in a few minutes) the row gives:
   `jnp` (`optimizers.py`'s formulas). Both take the step's arguments and return the
   loss and the new weights (and state). The two run in alternating pairs in one
   process after compilation (tasoc first in even pairs, the baseline first in odd
-  ones), every call blocked until its results are ready; a sample repeats a fast step
-  until it takes `SAMPLE_S`. The figure is the median of the per-pair ratios
-  baseline / tasoc (>= 1: tasoc is faster) with their interquartile range.
+  ones; a third contender, below, joins the same rounds), every call blocked until
+  its results are ready; a sample repeats a fast step until it takes `SAMPLE_S`.
+  The figure is the median of the per-pair ratios baseline / tasoc (>= 1: tasoc is
+  faster) with their interquartile range.
 - whether both computed the same loss, new weights and new state (`np.allclose` at
   `RTOL`/`ATOL`, checked once before timing); `NO` in the `same` column if not,
   with the largest absolute difference.
@@ -436,10 +437,11 @@ def main(argv: Sequence[str] | None = None) -> list[Row]:
         )
     print(table(rows))
     if not args.no_pass_time:
-        spec, ops, seconds = pass_seconds(args.optimizer, 1 if args.quick else PASS_REPEATS)
+        repeats = 1 if args.quick else PASS_REPEATS
+        spec, ops, seconds = pass_seconds(args.optimizer, repeats)
         print(
             f"\nautodiff pass on `{spec}` ({ops} forward ops): {seconds:.3f} s "
-            f"(median of {1 if args.quick else PASS_REPEATS})"
+            f"(median of {repeats})"
         )
     print(f"# load average after {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return rows
