@@ -15,20 +15,20 @@ fits a 2-core machine in a few minutes) the row gives:
   `jnp` (`optimizers.py`'s formulas). Both take the step's arguments and return the
   loss and the new weights (and state). The two run in alternating pairs in one
   process after compilation (tasoc first in even pairs, the baseline first in odd
-  ones; a third contender, below, joins the same rounds), every call blocked until
+  ones), every call blocked until
   its results are ready; a sample repeats a fast step until it takes `SAMPLE_S`.
   The figure is the median of the per-pair ratios baseline / tasoc (>= 1: tasoc is
   faster) with their interquartile range.
-- whether both computed the same loss, new weights and new state (`np.allclose` at
-  `RTOL`/`ATOL`, checked once before timing); `NO` in the `same` column if not,
+- whether both computed the same loss, new weights and new state, checked once before
+  timing as `tasoc run --check` does (`tasoc.verify.equivalence.compare`: the loss at
+  float32's tolerances, the rest at gradient tolerances); `NO` in the `same` column if not,
   with the largest absolute difference.
 
-The step also writes batchnorm's running mean and variance (moving averages, a few
-per-channel ops each), which the baseline leaves out: its loss needs batch statistics
-only. For a model with batchnorm, a third contender joins the rounds: tasoc's step
-with only the results the baseline returns (XLA then drops the moving averages); the
-"w/o running stats" column is the baseline's time over its time, so it separates the
-cost of those extra results from the cost of the backward itself.
+The step also writes batchnorm's running mean and variance (moving averages of the
+batch statistics), as a framework's training step does; so does the baseline:
+`forward_with_loss(..., statistics=True)` returns the batch statistics beside the loss
+(`jax.value_and_grad(..., has_aux=True)`), and the baseline averages them in `jnp`
+like flax's `BatchNorm` keeps its `batch_stats`.
 
 Then the pass itself: `autodiff` on the forward program of `PASS_MODEL` (about 1,000
 ops), median of `PASS_REPEATS` runs. The issue's goals are a ratio >= 0.95 on every
@@ -67,6 +67,7 @@ from tasoc.models.registry import SCHEME, OptionValue, get_model
 from tasoc.passes.autodiff import AutodiffPass
 from tasoc.passes.autodiff.optimizers import STEP_COUNTER, Optimizer, slots
 from tasoc.passes.autodiff.step import forward_with_loss
+from tasoc.verify.equivalence import compare
 
 CLASSIFIER = "softmax-cross-entropy"
 REGRESSION = "mse"
@@ -127,8 +128,6 @@ PASS_REPEATS = 3
 
 LR = 0.01
 SEED = 0
-RTOL, ATOL = 1e-4, 1e-5
-"""Tolerances of the one-time check that both steps compute the same numbers."""
 SAMPLE_S = 0.02
 """A sample repeats a fast step until it takes this long, so that it spans several
 scheduler time slices of a shared machine."""
@@ -161,9 +160,6 @@ class Row:
     forward_ops: int
     step_ops: int
     ratio: Ratio
-    lean_ratio: Ratio | None
-    """The ratio for tasoc's step without the running statistics' moving averages,
-    which the baseline does not compute (None for a model without batchnorm)."""
     same: bool
     difference: float
     """The largest absolute difference between the two steps' results."""
@@ -194,11 +190,17 @@ def signature(module: ModuleOp) -> TrainingSignature:
 
 
 def baseline_step(
-    with_loss_dag: dag.Dag, step: ModuleOp, options: AutodiffPass, trained: Sequence[int]
+    with_loss_dag: dag.Dag,
+    step: ModuleOp,
+    options: AutodiffPass,
+    trained: Sequence[int],
+    running: Sequence[int],
 ) -> Step:
-    """JAX's own autodiff of `forward_with_loss` plus the update in `jnp`, as a function
-    of the step's arguments returning (loss, new trained weights..., new state...) in
-    the order `compared_results` reads tasoc's results."""
+    """JAX's own autodiff of `forward_with_loss` (with the batch statistics as its aux
+    outputs) plus the update and the running statistics' moving averages in `jnp`, as a
+    function of the step's arguments returning (loss, new trained weights..., new
+    state..., new running statistics...) in the order `compared_results` reads tasoc's
+    results."""
     with_loss = dag.to_module(with_loss_dag)
     loss_fn = lower(with_loss).fn
     names = [info.name for info in arg_infos(entry_function(with_loss))]
@@ -211,16 +213,19 @@ def baseline_step(
         [slot_of[f"{names[p]}.{slot}"] for slot in slots(options.optimizer)] for p in trained
     ]
     counter = slot_of.get(STEP_COUNTER)
-    lr, momentum = options.lr, options.momentum
+    lr, momentum, average = options.lr, options.momentum, options.bn_momentum
 
     def step_fn(*args: jax.Array) -> tuple[jax.Array, ...]:
-        def loss_of(weights: tuple[jax.Array, ...]) -> jax.Array:
+        def loss_of(weights: tuple[jax.Array, ...]) -> tuple[jax.Array, tuple[jax.Array, ...]]:
             full = list(args[: len(names)])
             for index, weight in zip(trained, weights, strict=True):
                 full[index] = weight
-            return loss_fn(*full)[0]
+            loss, *batch = loss_fn(*full)
+            return loss, tuple(batch)
 
-        loss, grads = jax.value_and_grad(loss_of)(tuple(args[i] for i in trained))
+        (loss, batch), grads = jax.value_and_grad(loss_of, has_aux=True)(
+            tuple(args[i] for i in trained)
+        )
         new_weights: list[jax.Array] = []
         new_state: list[jax.Array] = []
         number = None if counter is None else args[counter] + 1
@@ -243,7 +248,11 @@ def baseline_step(
                 new_state += [first, second]
         if number is not None:
             new_state.append(number)
-        return (loss, *new_weights, *new_state)
+        averages = [
+            (1 - average) * args[index] + average * value
+            for index, value in zip(running, batch, strict=True)
+        ]
+        return (loss, *new_weights, *new_state, *averages)
 
     return jax.jit(step_fn)
 
@@ -260,9 +269,27 @@ def trained_weights(with_loss: dag.Dag) -> list[int]:
     ]
 
 
-def compared_results(step: ModuleOp, options: AutodiffPass, trained: Sequence[int]) -> list[int]:
+def running_statistics(with_loss: dag.Dag) -> list[int]:
+    """Argument indices of the running statistics: the params a training-mode forward
+    does not read, in order, whose batch statistics `forward_with_loss(...,
+    statistics=True)` returns after the loss (in the same order)."""
+    consumers = with_loss.consumers()
+    found = [
+        index
+        for index, arg in enumerate(with_loss.args)
+        if arg.attr("is_param") and not consumers.get(arg.out)
+    ]
+    if len(found) != len(with_loss.outputs) - 1:
+        raise ValueError("a param the forward does not read is not a running statistic")
+    return found
+
+
+def compared_results(
+    step: ModuleOp, options: AutodiffPass, trained: Sequence[int], running: Sequence[int]
+) -> list[int]:
     """Indices of tasoc's step results in the baseline's order: the loss, the new value
-    of each trained weight, then each weight's state (`slots` order) and the counter."""
+    of each trained weight, then each weight's state (`slots` order), the counter, and
+    the new running statistics."""
     sig = signature(step)
     replaced_by = sig.replaced_by
     names = [info.name for info in arg_infos(entry_function(step))]
@@ -270,14 +297,19 @@ def compared_results(step: ModuleOp, options: AutodiffPass, trained: Sequence[in
     state = [by_name[f"{names[p]}.{slot}"] for p in trained for slot in slots(options.optimizer)]
     counter = [by_name[STEP_COUNTER]] if STEP_COUNTER in by_name else []
     assert sig.loss is not None
-    return [sig.loss, *(replaced_by[p] for p in trained), *state, *counter]
+    averages = [replaced_by[p] for p in running]
+    return [sig.loss, *(replaced_by[p] for p in trained), *state, *counter, *averages]
 
 
 def agree(tasoc: Sequence[jax.Array], baseline: Sequence[jax.Array], order: list[int]) -> bool:
-    return all(
-        np.allclose(np.asarray(tasoc[t]), np.asarray(b), rtol=RTOL, atol=ATOL)
-        for t, b in zip(order, baseline, strict=True)
+    """Whether tasoc's results (at `order`) match the baseline's as `--check` judges:
+    the loss at float32's tolerances, weights and state at gradient tolerances."""
+    report = compare(
+        [np.asarray(b) for b in baseline],
+        [np.asarray(tasoc[t]) for t in order],
+        gradients=set(range(1, len(order))),
     )
+    return report.ok
 
 
 def largest_difference(
@@ -303,15 +335,6 @@ def sampler(step: Step, args: Sequence[jax.Array]) -> Callable[[], float]:
     return lambda: statistics.fmean(one() for _ in range(count))
 
 
-def without_running_statistics(step: ModuleOp, compared: Sequence[int]) -> ModuleOp:
-    """`step` computing only the results at `compared` (those the baseline returns):
-    the moving averages of batchnorm's running statistics and their ops are gone.
-    (Selecting the results in a `jax.jit` around the whole step does the same, but
-    compiles several times slower.)"""
-    full = dag.from_module(step)
-    return dag.to_module(dag.Dag(full.args, [full.outputs[i] for i in compared], full.name))
-
-
 def interleaved(samplers: Sequence[Callable[[], float]], pairs: int) -> list[list[float]]:
     """`pairs` rounds of one sample of each sampler, in order in even rounds and in
     reverse in odd ones, so that none always runs first; each sampler's seconds."""
@@ -334,13 +357,14 @@ def measure(name: str, optimizer: Optimizer, pairs: int) -> Row:
     step = applied(options, forward)
     program = lower(step)
     args = program.device_args(random_inputs(step, SEED))
-    with_loss = forward_with_loss(dag.from_module(forward), options)
+    with_loss = forward_with_loss(dag.from_module(forward), options, statistics=True)
     trained = trained_weights(with_loss)
-    baseline = baseline_step(with_loss, step, options, trained)
-    compared = compared_results(step, options, trained)
+    running = running_statistics(with_loss)
+    baseline = baseline_step(with_loss, step, options, trained, running)
+    compared = compared_results(step, options, trained, running)
+    if len(compared) != len(program.result_sigs):
+        raise ValueError("the baseline does not compute every result of the step")
     steps: list[Step] = [program.fn, baseline]
-    if len(compared) < len(program.result_sigs):
-        steps.append(lower(without_running_statistics(step, compared)).fn)
     start = time.perf_counter()
     outputs = [jax.block_until_ready(step_fn(*args)) for step_fn in steps]
     compile_s = time.perf_counter() - start
@@ -352,7 +376,6 @@ def measure(name: str, optimizer: Optimizer, pairs: int) -> Row:
         forward_ops=dag.from_module(forward).num_ops,
         step_ops=dag.from_module(step).num_ops,
         ratio=ratios(times[1], times[0]),
-        lean_ratio=ratios(times[1], times[2]) if len(times) > 2 else None,
         same=same,
         difference=largest_difference(outputs[0], outputs[1], compared),
         compile_s=compile_s,
@@ -378,15 +401,14 @@ def pass_seconds(optimizer: Optimizer, repeats: int) -> tuple[str, int, float]:
 def table(rows: Sequence[Row]) -> str:
     lines = [
         "| model | spec | forward ops | step ops | ratio baseline/tasoc (median) | IQR | pairs "
-        "| w/o running stats | tasoc ms | JAX ms | compile s | same |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| tasoc ms | JAX ms | compile s | same |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for r in rows:
-        lean = "—" if r.lean_ratio is None else f"{r.lean_ratio.median:.3f}"
         same = "yes" if r.same else f"NO (max abs diff {r.difference:.1e})"
         lines.append(
             f"| {r.model} | `{r.spec}` | {r.forward_ops} | {r.step_ops} | {r.ratio.median:.3f} "
-            f"| {r.ratio.q1:.3f}-{r.ratio.q3:.3f} | {r.ratio.pairs} | {lean} | {r.tasoc_ms:.2f} "
+            f"| {r.ratio.q1:.3f}-{r.ratio.q3:.3f} | {r.ratio.pairs} | {r.tasoc_ms:.2f} "
             f"| {r.baseline_ms:.2f} | {r.compile_s:.1f} | {same} |"
         )
     return "\n".join(lines)

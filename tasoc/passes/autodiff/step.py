@@ -110,6 +110,8 @@ class _Forward:
     """The step's arguments of the weights the optimizer trains."""
     statistics: dict[Node, Value]
     """Running statistic (step argument) -> its moving average."""
+    batch_statistics: dict[Node, Value]
+    """Running statistic (step argument) -> the batch statistic it averages."""
 
 
 def _forward(forward: Dag, options: AutodiffPass, emit: str) -> _Forward:
@@ -134,19 +136,30 @@ def _forward(forward: Dag, options: AutodiffPass, emit: str) -> _Forward:
         )
     layout = _layout(forward, options.optimizer, emit, labels_type, given_labels, set(trained))
     w = StepWriter()
-    values, averages = _rebuild_forward(w, forward, layout, statistics, options.bn_momentum)
+    values, batches = _rebuild_forward(w, forward, layout, statistics)
+    averages = {
+        arg: w.add(w.times(arg.out, 1.0 - options.bn_momentum), w.times(batch, options.bn_momentum))
+        for arg, batch in batches.items()
+    }
     labels = None if layout.labels is None else layout.labels.out
     loss = attach_loss(w, options.loss, values[output], labels)
-    return _Forward(w, layout, loss, tuple(layout.inputs[arg] for arg in trained), averages)
+    trained_args = tuple(layout.inputs[arg] for arg in trained)
+    return _Forward(w, layout, loss, trained_args, averages, batches)
 
 
-def forward_with_loss(forward: Dag, options: AutodiffPass) -> Dag:
+def forward_with_loss(forward: Dag, options: AutodiffPass, *, statistics: bool = False) -> Dag:
     """The program the step differentiates: `@main(inputs..., labels, params...) ->
     loss`, batchnorm in training mode. Its gradient by the weights (`jax.grad` of its
     JAX lowering) is what `emit=gradients` computes, which is how the tests and the
-    benchmark check the backward against JAX's own autodiff."""
+    benchmark check the backward against JAX's own autodiff.
+
+    With `statistics`, the batch mean or variance that each running statistic averages
+    follows the loss, in weight order (what `jax.value_and_grad(..., has_aux=True)` of
+    a framework's training step returns beside the loss)."""
     part = _forward(forward, options, "gradients")
-    return Dag(part.layout.args, [part.loss], forward.name, attributes=forward.attributes)
+    extra = [part.batch_statistics[p] for p in part.layout.params if p in part.batch_statistics]
+    outputs = [part.loss, *extra] if statistics else [part.loss]
+    return Dag(part.layout.args, outputs, forward.name, attributes=forward.attributes)
 
 
 def training_step(forward: Dag, options: AutodiffPass) -> TrainingStep:
@@ -288,32 +301,27 @@ def _rebuild_forward(
     forward: Dag,
     layout: _Layout,
     statistics: dict[Node, tuple[Node, int]],
-    bn_momentum: float,
 ) -> tuple[dict[Value, Value], dict[Node, Value]]:
     """The forward ops on the step's arguments, batchnorm in training mode.
 
     Returns the forward's values -> the step's, and each running statistic (step
-    argument) -> its moving average `(1 - m) * old + m * batch`.
+    argument) -> the batch statistic its moving average takes in.
     """
     values: dict[Value, Value] = {arg.out: new.out for arg, new in layout.inputs.items()}
-    batch_stats: dict[Node, Node] = {}
+    trained_batchnorms: dict[Node, Node] = {}
     for node in forward.ops:
         inputs = [values[v] for v in node.inputs]
         if node.op == "batchnorm":
             made = w.node("batchnorm_train", *inputs[:3], epsilon=node.attr("epsilon"))
-            batch_stats[node] = made
+            trained_batchnorms[node] = made
             values[node.out] = made.results[0]
         else:
             made = w.node(node.op, *inputs, **dict(node.attrs))
             values.update(zip(node.results, made.results, strict=True))
-    averages = {}
-    for arg, (batchnorm, index) in statistics.items():
-        old = layout.inputs[arg].out
-        batch = batch_stats[batchnorm].results[index]
-        averages[layout.inputs[arg]] = w.add(
-            w.times(old, 1.0 - bn_momentum), w.times(batch, bn_momentum)
-        )
-    return values, averages
+    return values, {
+        layout.inputs[arg]: trained_batchnorms[batchnorm].results[index]
+        for arg, (batchnorm, index) in statistics.items()
+    }
 
 
 # ----------------------------------------------------------------------- backward
