@@ -151,7 +151,7 @@ def _lax_conv(attrs: dict[str, Any], x_shape: tuple[int, ...], kernel: tuple[int
     return conv
 
 
-@settings(deadline=None, max_examples=examples(60))
+@settings(deadline=None, max_examples=examples(30))
 @given(case=conv_cases(), seed=seeds)
 def test_conv2d_grads_are_the_vjp(
     case: tuple[dict[str, Any], tuple[int, ...], tuple[int, ...]], seed: int
@@ -172,7 +172,7 @@ def test_conv2d_grads_are_the_vjp(
 # ---------------------------------------------------------------------- pooling
 
 
-@settings(deadline=None, max_examples=examples(60))
+@settings(deadline=None, max_examples=examples(30))
 @given(
     kind=st.sampled_from(["avg", "max"]),
     data=st.data(),
@@ -210,7 +210,7 @@ def test_max_pool_grad_goes_to_the_first_maximum() -> None:
 # -------------------------------------------------------------------- reduction
 
 
-@settings(deadline=None, max_examples=examples(60))
+@settings(deadline=None, max_examples=examples(30))
 @given(
     kind=st.sampled_from(["sum", "mean", "max"]),
     shape=shapes,
@@ -239,7 +239,7 @@ def test_reduce_grad_is_the_vjp(
 # -------------------------------------------------------------------- embedding
 
 
-@settings(deadline=None, max_examples=examples(30))
+@settings(deadline=None, max_examples=examples(15))
 @given(ids_shape=shapes, rows=st.integers(1, 5), features=st.integers(1, 3), seed=seeds)
 def test_scatter_add_is_the_embedding_vjp(
     ids_shape: tuple[int, ...], rows: int, features: int, seed: int
@@ -255,7 +255,7 @@ def test_scatter_add_is_the_embedding_vjp(
 # ---------------------------------------------------------------- normalization
 
 
-@settings(deadline=None, max_examples=examples(40))
+@settings(deadline=None, max_examples=examples(20))
 @given(shape=shapes, data=st.data(), epsilon=st.sampled_from([1e-5, 1e-3]), seed=seeds)
 def test_layernorm_grad_is_the_vjp(
     shape: tuple[int, ...], data: st.DataObject, epsilon: float, seed: int
@@ -288,7 +288,7 @@ def _batchnorm_train(epsilon: float) -> Callable[..., tuple[jax.Array, ...]]:
     return forward
 
 
-@settings(deadline=None, max_examples=examples(40))
+@settings(deadline=None, max_examples=examples(20))
 @given(
     shape=st.lists(st.integers(1, 4), min_size=2, max_size=4).map(tuple),
     epsilon=st.sampled_from([1e-5, 1e-3]),
@@ -318,7 +318,7 @@ def _cross_entropy(labels: np.ndarray) -> Callable[[jax.Array], jax.Array]:
     return loss
 
 
-@settings(deadline=None, max_examples=examples(40))
+@settings(deadline=None, max_examples=examples(20))
 @given(shape=shapes, scale=st.sampled_from([1.0, 100.0]), seed=seeds)
 def test_softmax_cross_entropy_and_grad(shape: tuple[int, ...], scale: float, seed: int) -> None:
     rng = np.random.default_rng(seed)
