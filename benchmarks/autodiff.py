@@ -51,10 +51,12 @@ from importlib.metadata import version
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from paired import PairedRatio
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 
@@ -137,29 +139,12 @@ Step = Callable[..., Sequence[jax.Array]]
 
 
 @dataclass
-class Ratio:
-    """Median and quartiles of the per-pair ratios baseline time / tasoc time."""
-
-    median: float
-    q1: float
-    q3: float
-    pairs: int
-
-    @classmethod
-    def of(cls, ratios: Sequence[float]) -> Ratio:
-        if len(ratios) == 1:
-            return cls(ratios[0], ratios[0], ratios[0], 1)
-        q1, median, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
-        return cls(median, q1, q3, len(ratios))
-
-
-@dataclass
 class Row:
     model: str
     spec: str
     forward_ops: int
     step_ops: int
-    ratio: Ratio
+    ratio: PairedRatio
     same: bool
     difference: float
     """The largest absolute difference between the two steps' results."""
@@ -346,8 +331,8 @@ def interleaved(samplers: Sequence[Callable[[], float]], pairs: int) -> list[lis
     return times
 
 
-def ratios(baseline: Sequence[float], tasoc: Sequence[float]) -> Ratio:
-    return Ratio.of([b / t for b, t in zip(baseline, tasoc, strict=True)])
+def ratios(baseline: Sequence[float], tasoc: Sequence[float]) -> PairedRatio:
+    return PairedRatio.of([b / t for b, t in zip(baseline, tasoc, strict=True)])
 
 
 def measure(name: str, optimizer: Optimizer, pairs: int) -> Row:

@@ -64,6 +64,7 @@ from typing import TYPE_CHECKING, Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from paired import PairedRatio
 from xdsl.dialects.builtin import ModuleOp
 from zoo import GB, estimated_bytes
 
@@ -104,26 +105,6 @@ other work, a 1 ms sample (`time_end_to_end`'s) is often one preempted time slic
 
 
 @dataclass
-class Speedup:
-    """Median and quartiles of the per-pair ratios original time / optimized time."""
-
-    median: float
-    q1: float
-    q3: float
-    pairs: int
-
-    @classmethod
-    def of(cls, ratios: list[float]) -> Speedup:
-        if len(ratios) == 1:
-            return cls(ratios[0], ratios[0], ratios[0], 1)
-        q1, median, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
-        return cls(median, q1, q3, len(ratios))
-
-    def __str__(self) -> str:
-        return f"{self.median:.3f} ({self.q1:.3f}-{self.q3:.3f}, n={self.pairs})"
-
-
-@dataclass
 class Result:
     """What a child found; printed as a JSON line when each phase starts and at the end,
     so a child stopped midway still reports what it finished and where it was."""
@@ -138,15 +119,15 @@ class Result:
     """What re-timing kept, when the pass re-timed candidates (`retime_note`)."""
     max_abs_error: float | None = None
     agree: bool | None = None
-    jax: Speedup | None = None
-    ort: Speedup | None = None
+    jax: PairedRatio | None = None
+    ort: PairedRatio | None = None
     error: str | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Result:
         result = cls(**data)
-        result.jax = Speedup(**data["jax"]) if data["jax"] else None
-        result.ort = Speedup(**data["ort"]) if data["ort"] else None
+        result.jax = PairedRatio(**data["jax"]) if data["jax"] else None
+        result.ort = PairedRatio(**data["ort"]) if data["ort"] else None
         return result
 
 
@@ -168,7 +149,7 @@ def optimize(spec: str, pipeline: str) -> tuple[ModuleOp, ModuleOp, dict[str, An
 
 def interleaved_speedup(
     original: Callable[[], float], optimized: Callable[[], float], pairs: int, seconds: float
-) -> Speedup:
+) -> PairedRatio:
     """Alternate the two samplers (each returns seconds per call) for `pairs` pairs, or
     until `seconds` have passed after at least `MIN_PAIRS`; see the module docstring."""
     ratios: list[float] = []
@@ -181,10 +162,10 @@ def interleaved_speedup(
         else:
             old, new = original(), optimized()
         ratios.append(old / new)
-    return Speedup.of(ratios)
+    return PairedRatio.of(ratios)
 
 
-def jax_speedup(original: ModuleOp, optimized: ModuleOp, pairs: int, seconds: float) -> Speedup:
+def jax_speedup(original: ModuleOp, optimized: ModuleOp, pairs: int, seconds: float) -> PairedRatio:
     # `time_end_to_end` returns each program's median, not the pairs: use its sampler.
     from tasoc.cost.measured import end_to_end_sampler
     from tasoc.ir.dag import from_module
@@ -244,7 +225,7 @@ def ort_call(module: ModuleOp, arguments: list[Any]) -> Callable[[], object]:
     return lambda: session.run(None, feeds)
 
 
-def ort_speedup(original: ModuleOp, optimized: ModuleOp, pairs: int, seconds: float) -> Speedup:
+def ort_speedup(original: ModuleOp, optimized: ModuleOp, pairs: int, seconds: float) -> PairedRatio:
     from tasoc.backends.arguments import random_inputs
 
     arguments = random_inputs(original, SEED)

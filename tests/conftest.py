@@ -3,10 +3,13 @@ in-process and read its output)."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -88,3 +91,17 @@ def examples(count: int) -> int:
     `long` profile's thousands. Expensive tests say their count with this instead of
     `max_examples=count`, which no profile could raise."""
     return max(count, settings.default.max_examples) if PROFILE == "long" else count
+
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """The benchmark script `benchmarks/NAME.py` imported as a module (`bench_NAME`),
+    so a smoke test can call its functions."""
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve annotations through it
+    spec.loader.exec_module(module)
+    return module

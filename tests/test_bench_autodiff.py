@@ -3,25 +3,16 @@ data. The issue's goal (ratio >= 0.95) is a measurement, not a test."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import pytest
-
-SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "autodiff.py"
+from conftest import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_autodiff", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve annotations through it
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("autodiff")
 
 
 def test_quick_run_prints_a_row(bench: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,29 +2,23 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from dataclasses import asdict
-from pathlib import Path
 from types import ModuleType
 
 import pytest
+from conftest import BENCHMARKS, load_benchmark
 
 from tasoc.passes.rewrite.equality_rewrite import TIMEOUT_MARGIN_S
 
-SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "rewrite.py"
+SCRIPT = BENCHMARKS / "rewrite.py"
 
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_rewrite", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve annotations through it
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("rewrite")
 
 
 def table_rows(output: str) -> dict[str, list[str]]:
@@ -69,7 +63,7 @@ def test_ratios_pair_up_and_stop_on_time(bench: ModuleType) -> None:
 
 def test_a_stopped_child_keeps_what_it_finished(bench: ModuleType) -> None:
     finished = bench.Result(phase="jax", ops_before=10, ops_after=8, predicted=1.25)
-    finished.jax = bench.Speedup(1.1, 1.0, 1.2, 7)
+    finished.jax = bench.PairedRatio(1.1, 1.0, 1.2, 7)
     output = f"noise\n{json.dumps(asdict(bench.Result()))}\n{json.dumps(asdict(finished))}\n"
     result = bench.last_result(output.encode())
     assert result == finished
