@@ -55,4 +55,4 @@ bench-rules: setup
 	$(PY) benchmarks/rules.py
 
 clean:
-	rm -rf $(VENV) demo-bert.mlir .pytest_cache
+	rm -rf $(VENV) demo-bert.mlir demo-nasrnn.mlir demo-rewrite.json demo-step.mlir .pytest_cache
