@@ -66,3 +66,24 @@ def test_a_drifted_loss_fails_whatever_the_ops_say() -> None:
     wrong_loss = [np.float32(2.5), EXPECTED[1]]
     with pytest.raises(DriverError, match="output #0"):
         _check_against("the reference", EXPECTED, wrong_loss, "jax", {1}, lambda: (7, []))
+
+
+def test_many_outputs_are_summarized(capsys: pytest.CaptureFixture[str]) -> None:
+    expected = [np.ones(2, np.float32)] * 30
+    actual = [np.ones(2, np.float32)] * 29 + [np.full(2, 2.0, np.float32)]
+    with pytest.raises(DriverError) as failure:
+        _check_against("the reference", expected, actual, "jax", set())
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [
+        "  check output #29 (2xf32): max abs error 1, max rel error 1 (rtol 0.0001, atol 1e-05)",
+        "  check: 29 more outputs; the largest error: output #29 (2xf32): max abs error 1, "
+        "max rel error 1 (rtol 0.0001, atol 1e-05)",
+    ]
+    assert "output #29" in str(failure.value) and "more outputs" not in str(failure.value)
+
+
+def test_a_summary_names_the_first_failures_and_counts_the_rest() -> None:
+    report = compare([np.ones(1, np.float32)] * 5, [np.zeros(1, np.float32)] * 5)
+    summary = report.summary()
+    assert "output #2" in summary and "output #3" not in summary
+    assert summary.endswith("; and 2 more outputs")

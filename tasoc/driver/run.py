@@ -61,7 +61,7 @@ from tasoc.ir.program import (
     value_name,
 )
 from tasoc.ir.training import TrainingSignature, training_signature
-from tasoc.verify.equivalence import OpMismatch, compare, compare_ops
+from tasoc.verify.equivalence import OpMismatch, OutputReport, compare, compare_ops
 
 if TYPE_CHECKING:
     import onnx
@@ -219,6 +219,22 @@ def _op_by_op(
     return lambda: compare_ops(module, inputs)
 
 
+SHOWN_OUTPUTS = 12
+"""Outputs `--check` describes one per line; a program with more (a training step's
+weights and state) gets its failing ones, up to this many, and one line for the rest."""
+
+
+def _print_checked(outputs: Sequence[OutputReport]) -> None:
+    shown = list(outputs) if len(outputs) <= SHOWN_OUTPUTS else [o for o in outputs if not o.ok]
+    for output in shown[:SHOWN_OUTPUTS]:
+        print(f"  check {output.describe()}")
+    rest = len(outputs) - min(len(shown), SHOWN_OUTPUTS)
+    if rest:
+        worst = max(outputs, key=lambda o: o.max_abs_error)
+        which = f"{rest} more outputs" if shown else f"all {rest} outputs within tolerance"
+        print(f"  check: {which}; the largest error: {worst.describe()}")
+
+
 def _check_against(
     expected_from: str,
     expected: Sequence[np.ndarray],
@@ -236,8 +252,7 @@ def _check_against(
     other outputs must agree end to end all the same.
     """
     result = compare(expected, outputs, gradients=gradients)
-    for output in result.outputs:
-        print(f"  check {output.describe()}")
+    _print_checked(result.outputs)
     if result.ok:
         print(f"check: equivalent to {expected_from}")
         return

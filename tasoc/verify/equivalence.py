@@ -104,13 +104,16 @@ class EquivalenceReport:
     def __bool__(self) -> bool:
         return self.ok
 
-    def summary(self) -> str:
-        """One line: the verdict and the worst output (or every failing one)."""
+    def summary(self, most: int = 3) -> str:
+        """One line: the verdict and the worst output, or the first `most` failing ones
+        and how many more fail (a training step has hundreds of outputs)."""
         if self.problem:
             return f"NOT equivalent: {self.problem}"
         failing = [o for o in self.outputs if not o.ok]
         if failing:
-            return "NOT equivalent: " + "; ".join(o.describe() for o in failing)
+            shown = "; ".join(o.describe() for o in failing[:most])
+            more = f"; and {len(failing) - most} more outputs" if len(failing) > most else ""
+            return f"NOT equivalent: {shown}{more}"
         if not self.outputs:
             return "equivalent: no outputs"
         worst = max(self.outputs, key=lambda o: o.max_abs_error)
