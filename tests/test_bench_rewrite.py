@@ -42,7 +42,9 @@ def test_small_model_end_to_end() -> None:
     for speedup in (jax, ort):
         assert speedup.endswith("n=2)") and float(speedup.split()[0]) > 0
     assert float(error) < 1e-4
-    assert 0 < float(search_s) < 1 + TIMEOUT_MARGIN_S  # the pass's timeout, re-timing included
+    # The pass's timeout bounds it, re-timing included; on a loaded machine the search's
+    # share can be spent before it starts, and 0.0 s is then what the table says.
+    assert 0 <= float(search_s) < 1 + TIMEOUT_MARGIN_S
     assert rows["nosuch"][2:8] == ["—"] * 6
     failure = rows["nosuch"][8]  # the option error, as `tasoc opt` words it
     assert failure.startswith("error: ") and "equality-rewrite" in failure
