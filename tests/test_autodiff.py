@@ -304,14 +304,22 @@ def test_running_statistics_get_their_moving_average_not_an_update() -> None:
 
 
 def test_the_backward_is_written_layer_by_layer_with_each_update_after_its_gradient() -> None:
+    """Framework order: the last layer's weight is updated before the backward reaches
+    the first layer (tanh's gradient), the first layer's weights only after it."""
     step = training(mlp(), loss="mse")
-    ops = [op.name for op in entry_function(step).body.block.ops]
-    updates = [
-        i for i, name in enumerate(ops) if name == "graph.add" and i > ops.index("graph.reduce")
-    ]
-    # The last layer's weight is updated before the first layer's gradient is formed.
-    assert ops.index("graph.tanh_grad") < len(ops)
-    assert updates and updates[0] < ops.index("graph.tanh_grad")
+    function = entry_function(step)
+    ops = list(function.body.block.ops)
+    position = {op: index for index, op in enumerate(ops)}
+    returned = ops[-1].operands
+    signature = training_signature(function)
+    assert signature is not None
+    names = [info.name for info in arg_infos(function)]
+    updated_at = {
+        names[argument]: position[returned[result].owner]  # type: ignore[index]
+        for result, argument in signature.replaces
+    }
+    tanh_grad = next(i for i, op in enumerate(ops) if op.name == "graph.tanh_grad")
+    assert updated_at["w2"] < tanh_grad < min(updated_at["w1"], updated_at["b1"])
 
 
 def test_the_pass_reports_ops_weights_and_memory(
@@ -419,6 +427,7 @@ BAD = [
     ("zero lr", labelled_program, "autodiff{lr=0}", "lr must be a positive"),
     ("negative lr", labelled_program, "autodiff{lr=-1}", "lr must be a positive"),
     ("beta of one", labelled_program, "autodiff{optimizer=adam beta2=1}", "beta2 must be below 1"),
+    ("bn-momentum", labelled_program, "autodiff{bn-momentum=1.5}", "bn-momentum must be at most 1"),
     ("two outputs", two_outputs_program, "autodiff", "returns 2 values"),
 ]  # fmt: skip
 

@@ -113,6 +113,16 @@ def check_at_least(
     raise ValueError(f"{option_name(field_name)} must {requirement}, got {value}")
 
 
+def check_fraction(options: object, field_name: str, *, top_included: bool = False) -> None:
+    """ValueError unless the option's value is in [0, 1) (in [0, 1] with `top_included`):
+    decay rates and momenta, where 1 would never forget."""
+    check_at_least(options, field_name, 0)
+    value = getattr(options, field_name)
+    if value > 1 or (value == 1 and not top_included):
+        bound = "at most 1" if top_included else "below 1"
+        raise ValueError(f"{option_name(field_name)} must be {bound}, got {value}")
+
+
 def check_byte_size(options: object, field_name: str) -> None:
     """ValueError naming the option unless its value is None or a byte size
     (`parse_byte_size`), so a pass can parse it where it is used."""

@@ -35,7 +35,7 @@ from tasoc.ir.training import is_training_program
 from tasoc.passes.autodiff.losses import Loss
 from tasoc.passes.autodiff.optimizers import Optimizer
 from tasoc.passes.autodiff.step import forward_with_loss, training_step
-from tasoc.passes.options import check_at_least, check_option_types
+from tasoc.passes.options import check_at_least, check_fraction, check_option_types
 from tasoc.passes.report import current_report
 
 
@@ -45,15 +45,6 @@ class AutodiffFailed(PassFailedException):
 
     def __init__(self, message: str) -> None:
         super().__init__(f"autodiff: {message}")
-
-
-def _check_fraction(options: object, field_name: str, *, top_included: bool = False) -> None:
-    """ValueError unless the option is in [0, 1) (or [0, 1] with `top_included`)."""
-    check_at_least(options, field_name, 0)
-    value = getattr(options, field_name)
-    if value > 1 or (value == 1 and not top_included):
-        bound = "at most 1" if top_included else "below 1"
-        raise ValueError(f"{field_name.replace('_', '-')} must be {bound}, got {value}")
 
 
 @dataclass(frozen=True)
@@ -92,8 +83,8 @@ class AutodiffPass(ModulePass):
         if not (math.isfinite(self.lr) and self.lr > 0):
             raise ValueError(f"lr must be a positive finite number, got {self.lr}")
         for fraction in ("momentum", "beta1", "beta2"):
-            _check_fraction(self, fraction)
-        _check_fraction(self, "bn_momentum", top_included=True)
+            check_fraction(self, fraction)
+        check_fraction(self, "bn_momentum", top_included=True)
         if not math.isfinite(self.epsilon):
             raise ValueError(f"epsilon must be finite, got {self.epsilon}")
         check_at_least(self, "epsilon", 0)
