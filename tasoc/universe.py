@@ -1,4 +1,4 @@
-"""xDSL plugin entry point: makes the `graph` dialect and tasoc's passes visible to
+"""xDSL plugin entry point: makes the `graph` and `parallel` dialects and tasoc's passes visible to
 xdsl-opt and friends (`xdsl-opt -p equality-rewrite m.mlir`).
 
 Only tasoc's own passes are offered: the xDSL passes `tasoc opt` also lists are
@@ -17,4 +17,13 @@ def _graph_dialect() -> Dialect:
     return Graph
 
 
-TASOC_UNIVERSE = Universe(all_dialects={"graph": _graph_dialect}, all_passes=TASOC_PASSES)
+def _parallel_dialect() -> Dialect:
+    from tasoc.ir.parallel import Parallel
+
+    return Parallel
+
+
+TASOC_UNIVERSE = Universe(
+    all_dialects={"graph": _graph_dialect, "parallel": _parallel_dialect},
+    all_passes=TASOC_PASSES,
+)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Self
 
 from xdsl.dialects.builtin import (
@@ -60,6 +61,7 @@ from xdsl.printer import Printer
 from xdsl.traits import Commutative, ConstantLike, Pure
 from xdsl.utils.exceptions import VerifyException
 
+from tasoc.ir.encodings import check_op
 from tasoc.ir.shapes import ConstData, DType, ShapeError, TensorSig, check_size, infer
 from tasoc.ir.traits import (
     Broadcasting,
@@ -210,7 +212,7 @@ def from_attr(attr: Attribute) -> Any:
 # ------------------------------------------------------------------------ base op
 
 
-def _defined_value(parser: Parser, operand: UnresolvedOperand) -> SSAValue:
+def defined_value(parser: Parser, operand: UnresolvedOperand) -> SSAValue:
     """The value `operand` names, which must be defined already: the short text form
     has no operand types, so it cannot make a typed forward reference."""
     values = parser.ssa_values.get(operand.operand_name)
@@ -248,7 +250,7 @@ class GraphOp(IRDLOperation):
         types_start = parser.pos
         function_type = parser.parse_optional_function_type()
         if function_type is None:
-            values = [_defined_value(parser, operand) for operand in operands]
+            values = [defined_value(parser, operand) for operand in operands]
             result_types = parser.parse_comma_separated_list(
                 parser.Delimiter.NONE, parser.parse_type, " in result types"
             )
@@ -326,9 +328,18 @@ class GraphOp(IRDLOperation):
             sigs = [sig_of(v.type) for v in self.operands]
             expected = infer(self.op_name(), sigs, self.py_attrs())
             actual = [sig_of(r.type) for r in self.results]
+            if not sigs:
+                # An op without operands (a constant) is made in the layout, memory
+                # space, ... its results declare; the encoding's own check judges it.
+                expected = [
+                    replace(e, encoding=a.encoding) for e, a in zip(expected, actual, strict=False)
+                ]
         except (ShapeError, KeyError, TypeError) as err:
             missing = f"missing attribute {err}" if isinstance(err, KeyError) else str(err)
             raise VerifyException(f"'{self.name}': {missing}") from None
+        kinds = {type(sig.encoding) for sig in (*sigs, *actual) if sig.encoding is not None}
+        if kinds:
+            check_op(self, kinds)
         if expected != actual:
             raise VerifyException(
                 f"'{self.name}': result types {', '.join(map(str, actual))} do not match "

@@ -15,6 +15,7 @@ from enum import StrEnum
 from numbers import Integral, Real
 from typing import Any
 
+from tasoc.ir.encodings import PROPAGATE
 from tasoc.ir.limits import LimitError, check_shape
 
 
@@ -121,17 +122,25 @@ def _rule(*names: str, arity: tuple[int, int | None]) -> Callable[[InferFn], Inf
 def infer(op: str, inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
     """Result signatures of `op` applied to `inputs` with `attrs`; raises ShapeError.
 
-    The rules below see shapes and element types only; the results take the operands'
-    common encoding here, once for every op (`common_encoding`).
+    The rules below see shapes and element types only. The results take the operands'
+    encoding here, once for every op: by the rule the encoding's dialect registered in
+    `encodings.PROPAGATE` (a sharding propagates by the op's SOAP rule), else the
+    operands' common encoding (`common_encoding`).
     """
     low, high = ARITY[op]
     if len(inputs) < low or (high is not None and len(inputs) > high):
         expected = f"{low}" if low == high else f"{low}..{high if high is not None else 'n'}"
         raise ShapeError(f"expected {expected} operands, got {len(inputs)}")
-    encoding = common_encoding(inputs)
     results = INFER[op](inputs, attrs)
     for result in results:
         check_size(result)
+    kinds = {type(sig.encoding) for sig in inputs if sig.encoding is not None}
+    rules = [PROPAGATE[kind] for kind in kinds if kind in PROPAGATE]
+    if rules:
+        if len(kinds) > 1:
+            common_encoding(inputs)  # raises, naming the encodings that differ
+        return rules[0](op, inputs, attrs, results)
+    encoding = common_encoding(inputs)
     if encoding is None:
         return results
     return [replace(result, encoding=encoding) for result in results]
