@@ -60,6 +60,7 @@ from xdsl.irdl import (
 )
 from xdsl.parser import AttrParser, Parser
 from xdsl.printer import Printer
+from xdsl.rewriter import Rewriter
 from xdsl.traits import Pure, SymbolOpInterface, SymbolTable
 from xdsl.utils.exceptions import VerifyException
 
@@ -292,9 +293,14 @@ def _propagate(
     op: str, inputs: Sequence[TensorSig], attrs: dict, results: list[TensorSig]
 ) -> list[TensorSig]:
     operands = [sharding_of(sig) for sig in inputs]
-    for index, sharding in enumerate(operands):
+    for index, (sig, sharding) in enumerate(zip(inputs, operands, strict=True)):
         if sharding is None:
             raise ShardingError(f"operand #{index} has no sharding beside sharded operands")
+        if len(sharding.dims) != sig.rank:
+            raise ShardingError(
+                f"operand #{index}: sharding {sharding} has {len(sharding.dims)} dims "
+                f"for a tensor of rank {sig.rank}"
+            )
     present = cast(list[Sharding], operands)
     names = {s.mesh for s in present}
     if len(names) > 1:
@@ -501,9 +507,10 @@ def _strip_types(module: ModuleOp) -> None:
             return TensorType(type_.element_type, type_.get_shape())
         return type_
 
-    for op in module.walk():
+    for op in list(module.walk()):
         for value in (*op.results, *(a for r in op.regions for b in r.blocks for a in b.args)):
-            value.type = plain(value.type)  # type: ignore[misc]
+            if plain(value.type) is not value.type:
+                Rewriter.replace_value_with_new_type(value, plain(value.type))
         if isinstance(op, func.FuncOp):
             kind = op.function_type
             op.function_type = FunctionType.from_lists(
