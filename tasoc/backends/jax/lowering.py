@@ -29,7 +29,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -320,14 +320,44 @@ def _evaluate(
     values: dict[int, jax.Array] = dict(enumerate(args))
     for step in steps:
         results = JAX_KERNELS[step.name](step.attrs, [values[i] for i in step.operands])
-        for index, (sig, array) in enumerate(zip(step.result_sigs, results, strict=True)):
-            if tuple(array.shape) != sig.shape or array.dtype != jax_dtype(sig.dtype):
-                raise KernelTypeError(
-                    f"graph.{step.name} JAX lowering returned {array.dtype}{list(array.shape)} "
-                    f"for result #{index}, typed {sig}"
-                )
+        check_results(f"graph.{step.name}", step.result_sigs, results)
         values.update(zip(step.results, results, strict=True))
     return tuple(values[i] for i in outputs)
+
+
+def check_results(what: str, sigs: Sequence[TensorSig], results: Sequence[jax.Array]) -> None:
+    """KernelTypeError unless each traced result has its type's shape and JAX dtype:
+    a lowering bug is named at trace time, not found as wrong numbers later."""
+    for index, (sig, array) in enumerate(zip(sigs, results, strict=True)):
+        if tuple(array.shape) != sig.shape or array.dtype != jax_dtype(sig.dtype):
+            raise KernelTypeError(
+                f"{what} JAX lowering returned {array.dtype}{list(array.shape)} "
+                f"for result #{index}, typed {sig}"
+            )
+
+
+def host_argument(info: ArgInfo, arg: np.ndarray) -> np.ndarray:
+    """`arg` in the dtype JAX uses for `info`'s type (i64 -> int32 without x64 mode);
+    ValueError for values that do not fit it."""
+    target = jax_dtype(info.sig.dtype)
+    array = np.asarray(arg)
+    if array.dtype == target:
+        return array
+    limits = np.iinfo(target)
+    if array.size and (array.min() < limits.min or array.max() > limits.max):
+        raise ValueError(
+            f"argument '{info.name}' holds values outside {target}, which JAX "
+            f"uses for {info.sig.dtype} without x64 mode"
+        )
+    return array.astype(target)
+
+
+def host_results(results: Sequence[jax.Array], sigs: Sequence[TensorSig]) -> list[np.ndarray]:
+    """Results as NumPy arrays of the IR's dtypes (int32 back to int64)."""
+    return [
+        np.asarray(r).astype(numpy_dtype(sig.dtype), copy=False)
+        for r, sig in zip(results, sigs, strict=True)
+    ]
 
 
 @dataclass(frozen=True)
@@ -343,27 +373,13 @@ class JaxProgram:
     def device_args(self, args: Sequence[np.ndarray]) -> tuple[jax.Array, ...]:
         """Check `args` against `@main` and put them on the default device."""
         check_arguments(self.arg_infos, args)
-        converted = []
-        for info, arg in zip(self.arg_infos, args, strict=True):
-            target = jax_dtype(info.sig.dtype)
-            array = np.asarray(arg)
-            if array.dtype != target:
-                limits = np.iinfo(target)
-                if array.size and (array.min() < limits.min or array.max() > limits.max):
-                    raise ValueError(
-                        f"argument '{info.name}' holds values outside {target}, which JAX "
-                        f"uses for {info.sig.dtype} without x64 mode"
-                    )
-                array = array.astype(target)
-            converted.append(jax.device_put(array))
-        return tuple(converted)
+        return tuple(
+            jax.device_put(host_argument(info, arg))
+            for info, arg in zip(self.arg_infos, args, strict=True)
+        )
 
     def __call__(self, *arrays: np.ndarray) -> list[np.ndarray]:
-        results = self.fn(*self.device_args(arrays))
-        return [
-            np.asarray(r).astype(numpy_dtype(sig.dtype), copy=False)
-            for r, sig in zip(results, self.result_sigs, strict=True)
-        ]
+        return host_results(self.fn(*self.device_args(arrays)), self.result_sigs)
 
 
 def lower(module: ModuleOp, donate: Sequence[int] = ()) -> JaxProgram:
@@ -411,7 +427,17 @@ def lower(module: ModuleOp, donate: Sequence[int] = ()) -> JaxProgram:
     )
 
 
-def bench(program: JaxProgram, args: Sequence[np.ndarray], repeats: int = 10) -> list[float]:
+class Runnable(Protocol):
+    """What `bench` times: a jitted `fn` and the arguments it takes, placed on devices
+    (a `JaxProgram`, or a sharded program on a mesh)."""
+
+    @property
+    def fn(self) -> Callable[..., tuple[jax.Array, ...]]: ...
+
+    def device_args(self, args: Sequence[np.ndarray]) -> tuple[jax.Array, ...]: ...
+
+
+def bench(program: Runnable, args: Sequence[np.ndarray], repeats: int = 10) -> list[float]:
     """Seconds per call of `program.fn` on `args`, `repeats` times.
 
     The arguments are moved to the device once and one untimed call compiles and

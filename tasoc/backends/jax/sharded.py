@@ -1,0 +1,413 @@
+"""Lower a sharded program (the `parallel` dialect) to one jitted `jax.shard_map`.
+
+A sharded program already says everything a device does: each `graph` op computes on
+its operands' local shards, and every communication is an explicit `parallel`
+collective. So the lowering is shard_map's own model, one to one: `@main` becomes one
+function on local blocks, mapped over a `jax.sharding.Mesh` built from the module's
+`parallel.mesh` (device ids index `jax.devices()`, axis names are the mesh's), with
+each argument's and result's `PartitionSpec` read from its sharding. Inside it:
+
+- a `graph` op runs its single-device JAX kernel (`lowering.JAX_KERNELS`) on its local
+  operands; attributes that spell a result's global shape (a reshape's target) are
+  given the local one, and an op without operands (a constant) is built whole and cut
+  to the device's block;
+- a split `mean` factor (an op that divides by an extent it now sees only part of)
+  scales the local results by 1/degree, which turns them into the partial sums the
+  SOAP rule types them as;
+- a split `synced` factor (batchnorm's batch statistics) runs a kernel of this module
+  that psums the statistics itself (`SYNCED_LOWERINGS`): the only communication not
+  written as a `parallel` op, declared by `soap.internal_collectives`;
+- each collective is the `jax.lax` collective of the same name over the mesh axes it
+  moves, `tiled`, several axes on one dim passed as one tuple (major to minor, as
+  `Sharding` orders them); `all_slice` is a local slice at `lax.axis_index`.
+
+The values are checked against the IR at trace time (each local result's shape), and
+the program refuses what it cannot run faithfully: results left as partial sums,
+arguments given as partial sums, integer means split across devices, several meshes
+(`parallel.replicate` between device groups is not lowered yet).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.sharding import NamedSharding, PartitionSpec
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+
+from tasoc.backends.arguments import check_arguments
+from tasoc.backends.jax.lowering import (
+    JAX_KERNELS,
+    JaxKernel,
+    check_results,
+    host_argument,
+    host_results,
+    jax_dtype,
+)
+from tasoc.backends.numpy.kernels import in_float32
+from tasoc.ir import soap
+from tasoc.ir.graph import GraphOp, sig_of
+from tasoc.ir.parallel import CollectiveOp, ReplicateOp, check_transition, meshes, sharding_of
+from tasoc.ir.program import ArgInfo, arg_infos, entry_function, return_values
+from tasoc.ir.shapes import TensorSig
+from tasoc.ir.soap import Mesh, Sharding
+
+LocalFn = Callable[[Sequence[jax.Array]], list[jax.Array]]
+"""What one op does on one device: local operand blocks in, local result blocks out."""
+
+
+class ShardedLoweringError(ValueError):
+    """A sharded program this lowering cannot run (or not on the devices there are)."""
+
+
+# ------------------------------------------------------------- synced statistics
+
+
+@dataclass(frozen=True, slots=True)
+class SyncedLowering:
+    """The lowering of an op whose `synced` factors are split: `build(axes, degree)`
+    gives the kernel that all-reduces its statistics over `axes` (`degree` devices);
+    `statistics[i]` is how many per-channel vectors its i-th all-reduce carries, what
+    the HLO audit expects of it."""
+
+    build: Callable[[tuple[str, ...], int], JaxKernel]
+    statistics: tuple[int, ...]
+
+
+SYNCED_LOWERINGS: dict[str, SyncedLowering] = {}
+"""Lowering by op short name of the ops with `synced` factors."""
+
+
+def _channel_layout(x: jax.Array) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Batchnorm's statistics axes (all but the channel axis 1) and its broadcast shape."""
+    return (0, *range(2, x.ndim)), (1, x.shape[1]) + (1,) * (x.ndim - 2)
+
+
+def _global_moments(
+    x: jax.Array, axes: tuple[str, ...], count: int
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Per-channel mean and biased variance over the whole (sharded) batch, two-pass
+    as the reference computes them, and the centred local block."""
+    reduce_axes, shape = _channel_layout(x)
+    mean = lax.psum(jnp.sum(x, axis=reduce_axes), axes) / count
+    centred = x - mean.reshape(shape)
+    var = lax.psum(jnp.sum(centred * centred, axis=reduce_axes), axes) / count
+    return mean, var, centred
+
+
+def _batchnorm_train(axes: tuple[str, ...], degree: int) -> JaxKernel:
+    def kernel(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
+        x, scale, bias = inputs
+        _, shape = _channel_layout(x)
+        count = degree * math.prod(x.shape) // x.shape[1]
+        mean, var, centred = _global_moments(x, axes, count)
+        y = centred * lax.rsqrt(var.reshape(shape) + attrs["epsilon"]) * scale.reshape(shape)
+        return [y + bias.reshape(shape), mean, var]
+
+    return in_float32(kernel)
+
+
+def _batchnorm_grad(axes: tuple[str, ...], degree: int) -> JaxKernel:
+    """The closed form of batchnorm's gradient, with its batch sums all-reduced."""
+
+    def kernel(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
+        x, scale, dy = inputs
+        reduce_axes, shape = _channel_layout(x)
+        count = degree * math.prod(x.shape) // x.shape[1]
+        _, var, centred = _global_moments(x, axes, count)
+        inv_std = lax.rsqrt(var + attrs["epsilon"]).reshape(shape)
+        xhat = centred * inv_std
+        local = jnp.stack([jnp.sum(dy, axis=reduce_axes), jnp.sum(dy * xhat, axis=reduce_axes)])
+        dbias, dscale = lax.psum(local, axes)
+        dx = (scale.reshape(shape) * inv_std / count) * (
+            count * dy - dbias.reshape(shape) - xhat * dscale.reshape(shape)
+        )
+        return [dx, dscale, dbias]
+
+    return in_float32(kernel)
+
+
+SYNCED_LOWERINGS["batchnorm_train"] = SyncedLowering(_batchnorm_train, (1, 1))
+SYNCED_LOWERINGS["batchnorm_grad"] = SyncedLowering(_batchnorm_grad, (1, 1, 2))
+
+
+# ------------------------------------------------------------------- graph ops
+
+LOCAL_SHAPE_ATTRS: dict[str, str] = {"reshape": "shape", "conv2d_grad_input": "input_shape"}
+"""Attributes that spell an op's (first) result shape: on a device, the local one."""
+
+
+def _block_of(array: jax.Array, sharding: Sharding, mesh: Mesh) -> jax.Array:
+    """This device's block of a whole (replicated) array laid out as `sharding`."""
+    for dim, axes in enumerate(sharding.dims):
+        if axes:
+            size = array.shape[dim] // mesh.degree(axes)
+            array = lax.dynamic_slice_in_dim(array, lax.axis_index(axes) * size, size, dim)
+    return array
+
+
+def _graph_op(op: GraphOp, mesh: Mesh) -> LocalFn:
+    """The local computation of one `graph` op (see the module doc)."""
+    name, attrs = op.op_name(), op.py_attrs()
+    in_sigs = [sig_of(v.type) for v in op.operands]
+    out_sigs = [sig_of(r.type) for r in op.results]
+    out_shardings = [_sharding(sig) for sig in out_sigs]
+    if name not in JAX_KERNELS:
+        raise ShardedLoweringError(f"no JAX lowering for op '{op.name}'")
+    kernel = JAX_KERNELS[name]
+    if not op.operands:
+        return lambda inputs: [
+            _block_of(whole, sharding, mesh)
+            for whole, sharding in zip(kernel(attrs, []), out_shardings, strict=True)
+        ]
+    rule = soap.rule_of(name, in_sigs, attrs, out_sigs)
+    _, config = soap.propagate(rule, [_sharding(sig) for sig in in_sigs], mesh.name)
+    if name in LOCAL_SHAPE_ATTRS:
+        local = out_shardings[0].local_shape(out_sigs[0].shape, mesh)
+        attrs = {**attrs, LOCAL_SHAPE_ATTRS[name]: local}
+    synced = soap.internal_collectives(rule, config)
+    if synced:
+        if name not in SYNCED_LOWERINGS:
+            raise ShardedLoweringError(
+                f"'{op.name}' splits its statistics over devices and has no sharded lowering"
+            )
+        axes = tuple(axis for _, factor_axes in synced for axis in factor_axes)
+        kernel = SYNCED_LOWERINGS[name].build(axes, mesh.degree(axes))
+    divided = [config[f.name] for f in rule.factors if f.mean and config.get(f.name)]
+    if not divided:
+        return lambda inputs: kernel(attrs, inputs)
+    if any(not np.issubdtype(jax_dtype(sig.dtype), np.floating) for sig in out_sigs):
+        raise ShardedLoweringError(f"'{op.name}': an integer mean split across devices")
+    scale = 1 / math.prod(mesh.degree(axes) for axes in divided)
+    return lambda inputs: [r * np.asarray(scale, r.dtype) for r in kernel(attrs, inputs)]
+
+
+# ------------------------------------------------------------------ collectives
+
+
+def _added(source: Sharding, target: Sharding) -> list[tuple[int, tuple[str, ...]]]:
+    """(dim, axes) for each dim `target` splits further than `source`."""
+    return [
+        (dim, t[len(s) :])
+        for dim, (s, t) in enumerate(zip(source.dims, target.dims, strict=True))
+        if len(t) > len(s)
+    ]
+
+
+def _slice(x: jax.Array, source: Sharding, target: Sharding, mesh: Mesh) -> jax.Array:
+    for dim, axes in _added(source, target):
+        size = x.shape[dim] // mesh.degree(axes)
+        x = lax.dynamic_slice_in_dim(x, lax.axis_index(axes) * size, size, dim)
+    return x
+
+
+def _gather(x: jax.Array, source: Sharding, target: Sharding) -> jax.Array:
+    for dim, axes in _added(target, source):
+        x = lax.all_gather(x, axes, axis=dim, tiled=True)
+    return x
+
+
+def _reduce(x: jax.Array, source: Sharding, target: Sharding) -> jax.Array:
+    finished = tuple(a for a in source.unreduced if a not in target.unreduced)
+    return lax.psum(x, finished)
+
+
+def _reduce_scatter(x: jax.Array, source: Sharding, target: Sharding) -> jax.Array:
+    for dim, axes in _added(source, target):
+        x = lax.psum_scatter(x, axes, scatter_dimension=dim, tiled=True)
+    return x
+
+
+def _all_to_all(x: jax.Array, source: Sharding, target: Sharding) -> jax.Array:
+    ((gathered, moved),) = _added(target, source)
+    ((split, _),) = _added(source, target)
+    return lax.all_to_all(x, moved, split_axis=split, concat_axis=gathered, tiled=True)
+
+
+def _collective(op: CollectiveOp, mesh: Mesh) -> LocalFn:
+    if isinstance(op, ReplicateOp):
+        raise ShardedLoweringError(
+            "parallel.replicate (a value moved between meshes) is not supported yet by the "
+            "JAX lowering"
+        )
+    source, target = _sharding(sig_of(op.input.type)), _sharding(sig_of(op.output.type))
+    problem = check_transition(op.KIND, source, target)
+    if problem:
+        raise ShardedLoweringError(f"'{op.name}': {problem}")
+    moves: dict[str, Callable[[jax.Array], jax.Array]] = {
+        "all_slice": lambda x: _slice(x, source, target, mesh),
+        "all_gather": lambda x: _gather(x, source, target),
+        "all_reduce": lambda x: _reduce(x, source, target),
+        "reduce_scatter": lambda x: _reduce_scatter(x, source, target),
+        "all_to_all": lambda x: _all_to_all(x, source, target),
+    }
+    move = moves[op.KIND]
+    return lambda inputs: [move(inputs[0])]
+
+
+# ------------------------------------------------------------------ the program
+
+
+def _sharding(sig: TensorSig) -> Sharding:
+    sharding = sharding_of(sig)
+    if sharding is None:
+        raise ShardedLoweringError(f"a value of type {sig} has no sharding in a sharded program")
+    return sharding
+
+
+def partition_spec(sharding: Sharding) -> PartitionSpec:
+    """The `PartitionSpec` of a (complete) sharding: its dims' axes, major to minor."""
+    return PartitionSpec(*(axes if axes else None for axes in sharding.dims))
+
+
+def device_mesh(mesh: Mesh) -> jax.sharding.Mesh:
+    """`mesh` on JAX's devices; ShardedLoweringError naming the count it needs."""
+    devices = jax.devices()
+    needed = max(mesh.device_ids) + 1
+    if needed > len(devices):
+        raise ShardedLoweringError(
+            f"mesh @{mesh.name} needs {needed} devices and JAX has {len(devices)}: "
+            f"run with --devices {needed}"
+        )
+    grid = np.array([devices[i] for i in mesh.device_ids]).reshape([s for _, s in mesh.axes])
+    return jax.sharding.Mesh(grid, mesh.axis_names)
+
+
+@dataclass(frozen=True, slots=True)
+class _Step:
+    """One op of `@main` on one device: values are slots in a flat list."""
+
+    what: str
+    run: LocalFn
+    operands: tuple[int, ...]
+    results: tuple[int, ...]
+    local_sigs: tuple[TensorSig, ...]
+
+
+@dataclass(frozen=True)
+class ShardedProgram:
+    """A lowered sharded program. `fn` is the jitted shard_map over `mesh`: global
+    `jax.Array`s laid out as `in_shardings` in, laid out as `out_shardings` out (in
+    `@main` order; build them with `device_args`, or `jax.make_array_from_callback`
+    in a multi-process run). Calling the program itself takes and returns global
+    NumPy arrays of the IR's dtypes, as `JaxProgram` does."""
+
+    fn: Callable[..., tuple[jax.Array, ...]]
+    mesh: jax.sharding.Mesh
+    arg_infos: tuple[ArgInfo, ...]
+    result_sigs: tuple[TensorSig, ...]
+    in_shardings: tuple[NamedSharding, ...]
+    out_shardings: tuple[NamedSharding, ...]
+
+    def device_args(self, args: Sequence[np.ndarray]) -> tuple[jax.Array, ...]:
+        """Check `args` against `@main` and lay them out on the mesh."""
+        check_arguments(self.arg_infos, args)
+        return tuple(
+            jax.device_put(host_argument(info, arg), sharding)
+            for info, arg, sharding in zip(self.arg_infos, args, self.in_shardings, strict=True)
+        )
+
+    def __call__(self, *arrays: np.ndarray) -> list[np.ndarray]:
+        return host_results(self.fn(*self.device_args(arrays)), self.result_sigs)
+
+    def abstract_args(self) -> tuple[jax.ShapeDtypeStruct, ...]:
+        """The arguments' global shapes, JAX dtypes and shardings (no data)."""
+        return tuple(
+            jax.ShapeDtypeStruct(info.sig.shape, jax_dtype(info.sig.dtype), sharding=sharding)
+            for info, sharding in zip(self.arg_infos, self.in_shardings, strict=True)
+        )
+
+    def lowered(self, platform: str | None = None) -> jax.stages.Lowered:
+        """The StableHLO of the program, for this machine or cross-lowered for
+        `platform` ("cuda": what a GPU run would be given, without a GPU)."""
+        traced = self.fn.trace(*self.abstract_args())  # type: ignore[attr-defined]
+        if platform is None:
+            return traced.lower()
+        return traced.lower(lowering_platforms=(platform,))
+
+    def compiled(self) -> jax.stages.Compiled:
+        """The program compiled by XLA for this machine's devices."""
+        return self.lowered().compile()
+
+
+def lower_sharded(module: ModuleOp) -> ShardedProgram:
+    """Lower `@main` of a sharded `module` to a jitted shard_map (compiled on first call).
+
+    Raises ShardedLoweringError (a ValueError, one line) for what cannot run: too few
+    devices for the mesh, partial sums as arguments or results, several meshes, an
+    op without a JAX lowering.
+    """
+    found = meshes(module)
+    if len(found) != 1:
+        raise ShardedLoweringError(
+            f"the JAX lowering runs a program on one mesh; this one has {len(found)} "
+            "(several meshes are not supported yet)"
+        )
+    (mesh,) = found.values()
+    function = entry_function(module)
+    block = function.body.block
+    infos = tuple(arg_infos(function))
+    for info in infos:
+        if _sharding(info.sig).unreduced:
+            raise ShardedLoweringError(
+                f"argument '{info.name}' holds partial sums ({info.sig}): pass complete values"
+            )
+    slots = {value: index for index, value in enumerate(block.args)}
+    steps = []
+    for op in block.ops:
+        if isinstance(op, func.ReturnOp):
+            continue
+        if isinstance(op, GraphOp):
+            run = _graph_op(op, mesh)
+        elif isinstance(op, CollectiveOp):
+            run = _collective(op, mesh)
+        else:
+            raise ShardedLoweringError(f"no JAX lowering for op '{op.name}'")
+        results = tuple(range(len(slots), len(slots) + len(op.results)))
+        slots.update(zip(op.results, results, strict=True))
+        local_sigs = []
+        for result in op.results:
+            sig = sig_of(result.type)
+            local_sigs.append(TensorSig(_sharding(sig).local_shape(sig.shape, mesh), sig.dtype))
+        steps.append(
+            _Step(op.name, run, tuple(slots[v] for v in op.operands), results, tuple(local_sigs))
+        )
+    returned = return_values(function)
+    result_sigs = tuple(sig_of(v.type) for v in returned)
+    for index, sig in enumerate(result_sigs):
+        if _sharding(sig).unreduced:
+            raise ShardedLoweringError(
+                f"result #{index} holds partial sums along {list(_sharding(sig).unreduced)}: "
+                "complete it (parallel.all_reduce) before returning it"
+            )
+    outputs = tuple(slots[v] for v in returned)
+
+    def local(*args: jax.Array) -> tuple[jax.Array, ...]:
+        values: dict[int, jax.Array] = dict(enumerate(args))
+        for step in steps:
+            results = step.run([values[i] for i in step.operands])
+            check_results(step.what, step.local_sigs, results)
+            values.update(zip(step.results, results, strict=True))
+        return tuple(values[i] for i in outputs)
+
+    jax_mesh = device_mesh(mesh)
+    in_specs = tuple(partition_spec(_sharding(info.sig)) for info in infos)
+    out_specs = tuple(partition_spec(_sharding(sig)) for sig in result_sigs)
+    mapped = jax.shard_map(
+        local, mesh=jax_mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False
+    )
+    return ShardedProgram(
+        fn=jax.jit(mapped),
+        mesh=jax_mesh,
+        arg_infos=infos,
+        result_sigs=result_sigs,
+        in_shardings=tuple(NamedSharding(jax_mesh, spec) for spec in in_specs),
+        out_shardings=tuple(NamedSharding(jax_mesh, spec) for spec in out_specs),
+    )
