@@ -361,8 +361,8 @@ class CollectiveOp(IRDLOperation):
             source, target = sig_of(self.input.type), sig_of(self.output.type)
             if (source.shape, source.dtype) != (target.shape, target.dtype):
                 raise ShardingError(
-                    f"result {target.shape}x{target.dtype} differs from operand "
-                    f"{source.shape}x{source.dtype} beyond its layout"
+                    f"result {with_sharding(target, None)} differs from operand "
+                    f"{with_sharding(source, None)} beyond its layout"
                 )
             check_values(self, [source, target], one_mesh=self.KIND != "replicate")
             explain = check_transition(self.KIND, sharding_of(source), sharding_of(target))  # type: ignore[arg-type]

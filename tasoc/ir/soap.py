@@ -71,10 +71,12 @@ class Mesh:
 
     def __post_init__(self) -> None:
         names = [axis for axis, _ in self.axes]
-        if len(set(names)) != len(names):
-            raise ShardingError(f"mesh @{self.name} repeats an axis name: {names}")
-        if any(size < 1 for _, size in self.axes):
-            raise ShardingError(f"mesh @{self.name} has an axis of size < 1: {self.axes}")
+        repeated = sorted({axis for axis in names if names.count(axis) > 1})
+        if repeated:
+            raise ShardingError(f"mesh @{self.name} repeats axis '{repeated[0]}'")
+        for axis, size in self.axes:
+            if size < 1:
+                raise ShardingError(f"mesh @{self.name} has axis '{axis}' of size {size} < 1")
         if self.devices is not None:
             if len(self.devices) != self.size:
                 raise ShardingError(
@@ -100,7 +102,9 @@ class Mesh:
         for name, size in self.axes:
             if name == axis:
                 return size
-        raise ShardingError(f"mesh @{self.name} has no axis '{axis}' (axes: {self.axis_names})")
+        raise ShardingError(
+            f"mesh @{self.name} has no axis '{axis}' (axes: {', '.join(self.axis_names)})"
+        )
 
     def degree(self, axes: Sequence[str]) -> int:
         """How many pieces `axes` split a dim into."""
@@ -338,10 +342,15 @@ def _partial_sums(rule: OpRule, operands: Sequence[Sharding]) -> tuple[str, ...]
     group = next((g for g in rule.linear if set(carrying) <= set(g)), None)
     unreduced = {operands[i].unreduced for i in carrying}
     if group is None or set(group) != set(carrying) or len(unreduced) > 1:
-        accepted = " or ".join(str(list(g)) for g in rule.linear) or "none"
+        accepted = (
+            "the op takes them only in operand group "
+            + " or ".join(str(list(g)) for g in rule.linear)
+            + ", all unreduced along the same axes"
+            if rule.linear
+            else "the op is not linear in any operand"
+        )
         raise ShardingError(
-            f"operands {list(carrying)} hold partial sums but the op takes them only in "
-            f"operand group {accepted}, all unreduced along the same axes; all-reduce first"
+            f"operands {list(carrying)} hold partial sums but {accepted}; all-reduce first"
         )
     return next(iter(unreduced))
 
