@@ -1,0 +1,271 @@
+"""The problem `soap-shard` solves and the completion every strategy ends with.
+
+A strategy prescribes configurations for the ops it has an opinion on (data parallel:
+the layers' batch; expert: convolutions' batch, dense layers' output features);
+`complete` chooses one for every other op and a sharding for every argument, on the
+light graph (`ir/dag.py`), never on xDSL modules. The result is a `Plan`, which
+`writer.py` turns into IR.
+
+Completion walks the ops in topological order and gives each the configuration
+(among `soap.configurations`) that costs the fewest bytes of resharding: its operands
+from the shardings their producers gave them, plus its results into the sharding they
+must leave the program in when they are outputs (a new weight takes its argument's
+sharding so steps chain; any other output is completed). That lookahead is what keeps
+a weight update from being split and gathered back when an all-reduce of the
+gradient does. Ties go to the larger total degree (more devices share the work), then
+to the first configuration in `soap.configurations`' order, so the plan is
+deterministic. Operands of a linear op may stay partial sums (a gradient scaled by
+the learning rate is reduced once, after the scaling) when the op's rule allows it.
+So backward ops follow their forward op's configuration (anything else costs
+communication) and weight gradients of a split batch come out as partial sums.
+
+Values with no sharding yet, inputs, labels and constants, take the one their first
+consumer wants, at no cost: an input is laid out as the first layer reads it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from tasoc.ir import soap
+from tasoc.ir.dag import Dag, Node, Value
+from tasoc.ir.soap import Config, Mesh, OpRule, Sharding, ShardingError
+from tasoc.ir.training import TrainingSignature
+
+
+class PlanError(ValueError):
+    """A program `soap-shard` cannot plan (an op without a SOAP rule, a bad hint); one line."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A program, the mesh it is planned on, and what its arguments and results are."""
+
+    dag: Dag
+    mesh: Mesh
+    signature: TrainingSignature | None
+    """The training roles of arguments and results; None for a forward program."""
+    hints: Mapping[int, Sharding]
+    """Argument index -> the sharding a user fixed for it (`parallel.sharding`)."""
+    rules: Mapping[Node, OpRule] = field(init=False)
+    """Each op's SOAP rule (ops without operands, constants, have none: they are made
+    in the sharding their first consumer wants)."""
+    forward: frozenset[Node] = field(init=False)
+    """The ops the loss depends on (every op of a forward program)."""
+    activations: frozenset[Node] = field(init=False)
+    """The ops that depend on an input or the labels, not on weights and constants alone."""
+
+    def __post_init__(self) -> None:
+        rules = {}
+        for node in self.dag.ops:
+            if not node.inputs:
+                continue
+            try:
+                rules[node] = soap.rule_of(
+                    node.op, [v.sig for v in node.inputs], dict(node.attrs), node.sigs
+                )
+            except ShardingError as err:
+                raise PlanError(f"graph.{node.op}: {err}") from None
+        object.__setattr__(self, "rules", rules)
+        object.__setattr__(self, "forward", self._loss_ancestors())
+        object.__setattr__(self, "activations", self._input_descendants())
+
+    @property
+    def weights(self) -> frozenset[int]:
+        """Arguments that are weights or optimizer state (laid out before any op)."""
+        params = (i for i, arg in enumerate(self.dag.args) if arg.attr("is_param"))
+        state = self.signature.state if self.signature else ()
+        return frozenset((*params, *state))
+
+    @property
+    def replaces(self) -> dict[int, int]:
+        """Output index -> the argument it is the next value of (training steps)."""
+        return dict(self.signature.replaces) if self.signature else {}
+
+    def _loss_ancestors(self) -> frozenset[Node]:
+        if self.signature is None or self.signature.loss is None:
+            return frozenset(self.dag.ops)
+        seen: set[Node] = set()
+        stack = [self.dag.outputs[self.signature.loss].node]
+        while stack:
+            node = stack.pop()
+            if node in seen or node.is_arg:
+                continue
+            seen.add(node)
+            stack.extend(v.node for v in node.inputs)
+        return frozenset(seen)
+
+    def _input_descendants(self) -> frozenset[Node]:
+        weights = self.weights
+        sources = {arg for i, arg in enumerate(self.dag.args) if i not in weights}
+        found: set[Node] = set()
+        for node in self.dag.ops:
+            if any(v.node in sources or v.node in found for v in node.inputs):
+                found.add(node)
+        return frozenset(found)
+
+    def describe(self, node: Node) -> str:
+        """`graph.conv2d #3`: an op by name and place in the program, for notes."""
+        return f"graph.{node.op} #{self.dag.position()[node]}"
+
+
+@dataclass
+class Plan:
+    """Where every value lies and how every op is split: what `writer.py` writes."""
+
+    configs: dict[Node, Config]
+    """Each op's configuration (constants have none)."""
+    operands: dict[Node, tuple[Sharding, ...]]
+    """The shardings each op reads its operands in (resharded from `values` where they differ)."""
+    values: dict[Value, Sharding]
+    """Every value's sharding as produced (an argument's: as passed in)."""
+    outputs: tuple[Sharding, ...]
+    """The sharding each result of the program leaves in."""
+    notes: list[str] = field(default_factory=list)
+
+
+def largest_split(size: int, mesh: Mesh) -> tuple[str, ...]:
+    """The mesh axes (in mesh order) splitting a dim of `size` into the most pieces;
+    all axes when they divide it, () when none does. Ties go to the earlier set."""
+    best: tuple[str, ...] = ()
+    for count in range(len(mesh.axes), 0, -1):
+        for axes in itertools.combinations(mesh.axis_names, count):
+            if size % mesh.degree(axes) == 0 and mesh.degree(axes) > mesh.degree(best):
+                best = axes
+    return best
+
+
+def complete(problem: Problem, prescribed: Mapping[Node, Config], notes: Sequence[str]) -> Plan:
+    """The plan keeping the hints and the `prescribed` configurations and completing
+    the rest (see the module docstring)."""
+    mesh, dag = problem.mesh, problem.dag
+    values: dict[Value, Sharding] = {dag.args[i].out: s for i, s in problem.hints.items()}
+    _lay_out_weights(problem, prescribed, values)
+    exits: dict[Value, list[int]] = {}
+    for index, value in enumerate(dag.outputs):
+        exits.setdefault(value, []).append(index)
+    configs: dict[Node, Config] = {}
+    operands: dict[Node, tuple[Sharding, ...]] = {}
+    for node in dag.ops:
+        if not node.inputs:
+            continue
+        rule = problem.rules[node]
+        candidates = [prescribed[node]] if node in prescribed else soap.configurations(rule, mesh)
+        config, needs = _cheapest(problem, rule, candidates, node, values, exits)
+        for value, need in zip(node.inputs, needs, strict=True):
+            values.setdefault(value, need)
+        results, _ = soap.propagate(rule, needs, mesh.name)
+        values.update(zip(node.results, results, strict=True))
+        configs[node], operands[node] = config, needs
+    for node in (*dag.args, *dag.ops):
+        for value in node.results:
+            values.setdefault(value, Sharding.replicated(mesh.name, value.sig.rank))
+    outputs = tuple(
+        _exit(problem, values, index, values[value]) for index, value in enumerate(dag.outputs)
+    )
+    return Plan(configs, operands, values, outputs, list(notes))
+
+
+def _lay_out_weights(
+    problem: Problem, prescribed: Mapping[Node, Config], values: dict[Value, Sharding]
+) -> None:
+    """Weights: replicated unless a prescribed op reads one split (a model-parallel
+    dense layer), in the sharding the first such op wants. Optimizer state (momentum,
+    Adam's moments) lies as the weight of its type does, so updates stay local."""
+    mesh, dag = problem.mesh, problem.dag
+    wanted: dict[Value, Sharding] = {}
+    for node in dag.ops:
+        if node not in prescribed:
+            continue
+        needs, _ = soap.shardings_for(problem.rules[node], prescribed[node], mesh.name)
+        for value, need in zip(node.inputs, needs, strict=True):
+            if value.node.is_arg and not need.is_replicated:
+                wanted.setdefault(value, need)
+    state = set(problem.signature.state if problem.signature else ())
+    by_type: dict[object, Sharding] = {}
+    for arg in dag.args:
+        if arg.attr("is_param") and arg.out not in values:
+            values[arg.out] = wanted.get(arg.out, Sharding.replicated(mesh.name, arg.out.sig.rank))
+        if arg.attr("is_param") and not values[arg.out].is_replicated:
+            by_type.setdefault(arg.out.sig, values[arg.out])
+    for index in sorted(state):
+        value = dag.args[index].out
+        if value not in values:
+            values[value] = by_type.get(value.sig, Sharding.replicated(mesh.name, value.sig.rank))
+
+
+def _completed(sharding: Sharding) -> Sharding:
+    return Sharding(sharding.mesh, sharding.dims)
+
+
+def _exit(
+    problem: Problem, values: Mapping[Value, Sharding], index: int, produced: Sharding
+) -> Sharding:
+    """The sharding output `index` leaves the program in, produced as `produced`: that
+    of the argument it replaces (so the next step reads it as this one did), else
+    `produced` with its partial sums completed."""
+    replaced = problem.replaces.get(index)
+    if replaced is not None and problem.dag.args[replaced].out in values:
+        return values[problem.dag.args[replaced].out]
+    return _completed(produced)
+
+
+def _cheapest(
+    problem: Problem,
+    rule: OpRule,
+    candidates: Iterable[Config],
+    node: Node,
+    values: Mapping[Value, Sharding],
+    exits: Mapping[Value, Sequence[int]],
+) -> tuple[Config, tuple[Sharding, ...]]:
+    """The candidate configuration (and operand shardings) resharding the fewest bytes;
+    ties to the larger total degree, then to the earlier candidate."""
+    mesh = problem.mesh
+    best: tuple[tuple[int, int, int], Config, tuple[Sharding, ...]] | None = None
+    for order, config in enumerate(candidates):
+        degree = mesh.degree([axis for axes in config.values() for axis in axes])
+        for needs in _operand_choices(rule, config, node, values, mesh.name):
+            try:
+                cost = sum(
+                    soap.reshard_bytes(values[value], need, value.sig, mesh)
+                    for value, need in zip(node.inputs, needs, strict=True)
+                    if value in values
+                )
+                results, _ = soap.propagate(rule, needs, mesh.name)
+                for value, result in zip(node.results, results, strict=True):
+                    for index in exits.get(value, ()):
+                        target = _exit(problem, values, index, result)
+                        cost += soap.reshard_bytes(result, target, value.sig, mesh)
+            except ShardingError:
+                continue
+            key = (cost, -degree, order)
+            if best is None or key < best[0]:
+                best = (key, config, needs)
+    if best is None:
+        raise PlanError(f"{problem.describe(node)} has no configuration its operands can reach")
+    return best[1], best[2]
+
+
+def _operand_choices(
+    rule: OpRule, config: Config, node: Node, values: Mapping[Value, Sharding], mesh: str
+) -> Iterator[tuple[Sharding, ...]]:
+    """The operand shardings `config` reads: complete ones, and, for each group of
+    operands the op is jointly linear in whose producers all left partial sums along
+    the same axes (not axes the configuration splits), those partial sums as they are."""
+    needs, _ = soap.shardings_for(rule, config, mesh)
+    yield tuple(needs)
+    used = {axis for axes in config.values() for axis in axes}
+    for group in rule.linear:
+        sources = [values.get(node.inputs[i]) for i in group]
+        pending = {s.unreduced if s is not None else () for s in sources}
+        if len(pending) != 1:
+            continue
+        unreduced = next(iter(pending))
+        if not unreduced or used & set(unreduced):
+            continue
+        partial = list(needs)
+        for i in group:
+            partial[i] = Sharding(mesh, needs[i].dims, unreduced)
+        yield tuple(partial)

@@ -1,0 +1,203 @@
+"""`soap-shard`: decide how every op is split across devices, and write it as IR.
+
+    tasoc opt step.mlir -p 'soap-shard{mesh=8 search=data-parallel}'
+    tasoc opt step.mlir -p 'soap-shard{mesh=2x4 search=expert}'
+
+The pass is a shell: it reads `@main` into the light graph once, lets the strategy
+named by `search` prescribe configurations (`strategies.py`), completes the rest and
+lays out the arguments (`plan.py`), and writes the sharded program back
+(`writer.py`): a `parallel.mesh`, sharded types, and explicit collectives wherever
+a value lies otherwise than its consumer reads it. Everything about an op's parallel
+dims comes from its SOAP rule (`tasoc.ir.soap`).
+
+The mesh is `mesh=N` (one axis "d") or `mesh=AxB(xC)` (axes "x", "y", "z"), or the
+module's own `parallel.mesh` when it has one (then `mesh=`, if given, must say the
+same). A user fixes an argument's sharding by hand with the argument attribute
+`parallel.sharding = #parallel.sharding<@mesh, ...>`; the plan keeps it.
+
+The report section says the strategy and mesh, the configurations chosen per op kind,
+the count and bytes of each kind of collective, and notes (a batch the mesh does not
+split, ...). `--verify-each` compares the unsharded program of the output
+(`parallel.unsharded`) with the input.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.passes import ModulePass
+from xdsl.utils.exceptions import PassFailedException
+
+from tasoc.ir import dag as dag_module
+from tasoc.ir.dag import Dag
+from tasoc.ir.parallel import ShardingAttr, meshes, sharding_of, unsharded
+from tasoc.ir.program import entry_function
+from tasoc.ir.soap import Collective, Config, Mesh, Sharding, internal_collectives
+from tasoc.ir.training import training_signature
+from tasoc.passes.options import check_option_types
+from tasoc.passes.report import current_report
+from tasoc.passes.search import resolve_seed
+from tasoc.passes.soap.plan import Plan, Problem, complete
+from tasoc.passes.soap.strategies import STRATEGIES
+from tasoc.passes.soap.writer import write_sharded
+
+HINT_ATTR = "parallel.sharding"
+"""Argument attribute fixing that argument's sharding by hand."""
+
+MESH_NAME = "mesh"
+"""The name of the mesh the pass adds when the module has none."""
+
+AXIS_NAMES = {1: ("d",), 2: ("x", "y"), 3: ("x", "y", "z")}
+"""Axis names of a mesh given as an option, by its number of axes."""
+
+Search = Literal["data-parallel", "expert"]
+
+
+class SoapShardFailed(PassFailedException):
+    """A program or mesh `soap-shard` cannot plan, in one line, which the driver prints
+    as `tasoc: error: soap-shard: ...`."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"soap-shard: {message}")
+
+
+def parse_mesh(spec: int | str) -> Mesh:
+    """The mesh of option `mesh=8` or `mesh=2x4` (ValueError naming the option)."""
+    parts = str(spec).split("x")
+    if not all(part.isdigit() and int(part) > 0 for part in parts) or len(parts) > 3:
+        raise ValueError(
+            f"mesh must be a device count or up to three axis sizes such as 8 or 2x4, got {spec!r}"
+        )
+    sizes = [int(part) for part in parts]
+    return Mesh(MESH_NAME, tuple(zip(AXIS_NAMES[len(sizes)], sizes, strict=True)))
+
+
+@dataclass(frozen=True)
+class SoapShardPass(ModulePass):
+    """Options (docs/parallel.md), checked when the pass is built."""
+
+    name: ClassVar[str] = "soap-shard"
+
+    mesh: int | str | None = None
+    """Devices used: `8` (axis "d") or `2x4` (axes "x", "y"); the module's own
+    `parallel.mesh` when not given."""
+    search: Search = "data-parallel"
+    """How configurations are chosen: a named strategy (`strategies.py`)."""
+    seed: int | None = None
+    """Seed of searches that sample (the named strategies are deterministic); the
+    run's `--seed` when not given."""
+
+    def __post_init__(self) -> None:
+        check_option_types(self)
+        if self.mesh is not None:
+            parse_mesh(self.mesh)
+
+    def apply(self, ctx: Context, op: ModuleOp) -> None:
+        start = time.perf_counter()
+        try:
+            mesh = self._mesh_of(op)
+            signature = training_signature(entry_function(op))
+            dag = dag_module.from_module(op)
+            problem = Problem(dag, mesh, signature, _hints(dag, mesh))
+            prescribed, notes = STRATEGIES[self.search](problem)
+            plan = complete(problem, prescribed, notes)
+        except ValueError as err:
+            raise SoapShardFailed(str(err)) from None
+        collectives = write_sharded(op, dag, plan, mesh)
+        current_report().section(self.name).update(
+            search=self.search,
+            mesh={axis: size for axis, size in mesh.axes},
+            seed=resolve_seed(self.seed),
+            seconds=round(time.perf_counter() - start, 3),
+            configs=_configs_by_kind(problem, plan),
+            collectives=_collective_totals(collectives),
+            internal_collectives=sum(
+                len(internal_collectives(problem.rules[node], config))
+                for node, config in plan.configs.items()
+            ),
+            notes=plan.notes,
+        )
+
+    def _mesh_of(self, module: ModuleOp) -> Mesh:
+        """The module's mesh (which `mesh=` must match), else the option's."""
+        defined = meshes(module)
+        if len(defined) > 1:
+            names = ", ".join(f"@{name}" for name in sorted(defined))
+            raise ValueError(
+                f"the module defines several meshes ({names}); soap-shard plans on one"
+            )
+        wanted = None if self.mesh is None else parse_mesh(self.mesh)
+        if defined:
+            (mesh,) = defined.values()
+            if wanted is not None and wanted.axes != mesh.axes:
+                raise ValueError(
+                    f"mesh={self.mesh} disagrees with the module's parallel.mesh @{mesh.name} "
+                    f"{_axes_text(mesh)}"
+                )
+            return mesh
+        if wanted is None:
+            raise ValueError("give mesh=N or mesh=AxB: the module has no parallel.mesh")
+        return wanted
+
+    def verification_pair(self, before: ModuleOp, after: ModuleOp) -> tuple[ModuleOp, ModuleOp]:
+        """The two programs `tasoc opt --verify-each` compares: the sharded program's
+        one-device equal (collectives dropped, layouts removed) against the input."""
+        return unsharded(before), unsharded(after)
+
+
+def _axes_text(mesh: Mesh) -> str:
+    return "[" + ", ".join(f'"{axis}" = {size}' for axis, size in mesh.axes) + "]"
+
+
+def _hints(dag: Dag, mesh: Mesh) -> dict[int, Sharding]:
+    """The argument shardings fixed by hand; ValueError for a program already sharded
+    or a hint that does not fit its argument or the mesh."""
+    for node in (*dag.args, *dag.ops):
+        if any(sharding_of(sig) is not None for sig in node.sigs):
+            raise ValueError("@main is already sharded (its tensors carry #parallel.sharding)")
+    hints = {}
+    for index, arg in enumerate(dag.args):
+        attr = dict(arg.attr("attributes")).get(HINT_ATTR)
+        if attr is None:
+            continue
+        where = f"argument #{index} (%{arg.attr('name')}): {HINT_ATTR}"
+        if not isinstance(attr, ShardingAttr):
+            raise ValueError(f"{where} must be a #parallel.sharding, got {attr}")
+        sharding = attr.sharding
+        if sharding.unreduced:
+            raise ValueError(f"{where} holds partial sums; an argument is a complete value")
+        try:
+            sharding.check(arg.out.sig, mesh)
+        except ValueError as err:
+            raise ValueError(f"{where}: {err}") from None
+        hints[index] = sharding
+    return hints
+
+
+def _config_text(config: Config) -> str:
+    """`n=[d]`, `m=[x] n=[y]`, or `replicated` for the unsplit configuration."""
+    split = [f"{factor}=[{','.join(axes)}]" for factor, axes in config.items() if axes]
+    return " ".join(split) or "replicated"
+
+
+def _configs_by_kind(problem: Problem, plan: Plan) -> dict[str, dict[str, int]]:
+    """How many ops of each kind got each configuration."""
+    counts: dict[str, Counter[str]] = {}
+    for node, config in plan.configs.items():
+        counts.setdefault(node.op, Counter())[_config_text(config)] += 1
+    return {op: dict(sorted(c.items())) for op, c in sorted(counts.items())}
+
+
+def _collective_totals(collectives: list[Collective]) -> dict[str, dict[str, Any]]:
+    """Count and bytes (per device) of each kind of collective inserted."""
+    totals: dict[str, dict[str, Any]] = {}
+    for step in collectives:
+        entry = totals.setdefault(step.kind, {"count": 0, "bytes": 0})
+        entry["count"] += 1
+        entry["bytes"] += step.bytes
+    return dict(sorted(totals.items()))

@@ -1,0 +1,109 @@
+"""Named strategies: which ops `soap-shard` splits how, before completion fills the rest.
+
+A strategy reads the `Problem` and prescribes configurations for the ops it has an
+opinion on, with notes for what it could not do; `plan.complete` chooses the rest.
+Strategies register by their `search=` name in `STRATEGIES`; the searches of the next
+issue (mcmc, exhaustive, ...) join the same table.
+
+* `data-parallel`: every forward op on the batch splits its first sample factor over
+  all mesh axes (over fewer when they do not divide it, none when no axis does: that
+  op is replicated, with a note).
+* `expert` (FlexFlow, Jia thesis §3.3): data parallel for convolutions, pooling and
+  batch normalization, model parallel for dense layers (a matmul whose right operand
+  is a weight splits its output features, the `parameter` factor). Layer-wise model
+  parallelism for RNNs (one layer per device group, FlexFlow's Operator dimension) is
+  not done: RNN layers are completed like any other op.
+
+Only forward ops on the batch (what the loss depends on, fed by an input) are
+prescribed: an op on weights alone, a backward op or an optimizer update has no batch
+of its own, and completion makes it follow the ops around it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tasoc.ir.dag import Node, Value
+from tasoc.ir.soap import Config, Factor, FactorKind, OpRule
+from tasoc.passes.soap.plan import Problem, largest_split
+
+Prescription = tuple[dict[Node, Config], list[str]]
+"""The configurations a strategy fixes, and its notes for the report."""
+
+Strategy = Callable[[Problem], Prescription]
+
+STRATEGIES: dict[str, Strategy] = {}
+"""Strategy by `search=` name."""
+
+CONVOLUTION_LIKE = frozenset({"conv2d", "pool2d", "enlarge", "batchnorm", "batchnorm_train"})
+"""Ops the expert strategy runs data parallel: few weights, much work per sample."""
+
+
+def strategy(name: str) -> Callable[[Strategy], Strategy]:
+    def register(fn: Strategy) -> Strategy:
+        STRATEGIES[name] = fn
+        return fn
+
+    return register
+
+
+def _first(rule: OpRule, kind: FactorKind) -> Factor | None:
+    return next((f for f in rule.factors if f.kind == kind), None)
+
+
+def _split(problem: Problem, node: Node, factor: Factor, what: str, notes: list[str]) -> Config:
+    """`factor` over as many mesh axes as divide it, with a note when not all do."""
+    mesh = problem.mesh
+    axes = largest_split(factor.size, mesh)
+    where = f"{problem.describe(node)}: {what} {factor.size}"
+    if not axes:
+        notes.append(f"{where} does not split over any axis of the mesh; replicated")
+    elif axes != mesh.axis_names:
+        notes.append(f"{where} splits over {', '.join(axes)} only")
+    return {factor.name: axes} if axes else {}
+
+
+def _batch_parallel(problem: Problem, node: Node, notes: list[str]) -> Config | None:
+    """The op's first sample factor split (None when it has no sample factor)."""
+    sample = _first(problem.rules[node], "sample")
+    return None if sample is None else _split(problem, node, sample, "batch", notes)
+
+
+def _on_batch(problem: Problem) -> list[Node]:
+    """The forward ops fed by an input: those with a batch to split."""
+    return [n for n in problem.dag.ops if n in problem.forward and n in problem.activations]
+
+
+def _is_weight(problem: Problem, value: Value) -> bool:
+    """A weight, or a value computed from weights and constants alone."""
+    if value.node.is_arg:
+        return value.node.attr("index") in problem.weights
+    return value.node not in problem.activations
+
+
+@strategy("data-parallel")
+def data_parallel(problem: Problem) -> Prescription:
+    prescribed: dict[Node, Config] = {}
+    notes: list[str] = []
+    for node in _on_batch(problem):
+        config = _batch_parallel(problem, node, notes)
+        if config is not None:
+            prescribed[node] = config
+    return prescribed, notes
+
+
+@strategy("expert")
+def expert(problem: Problem) -> Prescription:
+    prescribed: dict[Node, Config] = {}
+    notes: list[str] = []
+    for node in _on_batch(problem):
+        config: Config | None = None
+        if node.op == "matmul" and _is_weight(problem, node.inputs[1]):
+            features = _first(problem.rules[node], "parameter")
+            if features is not None:
+                config = _split(problem, node, features, "output features", notes)
+        elif node.op in CONVOLUTION_LIKE:
+            config = _batch_parallel(problem, node, notes)
+        if config is not None:
+            prescribed[node] = config
+    return prescribed, notes
