@@ -16,6 +16,12 @@ in program order and its split (`ir/liveness.py`) is printed, and `--report R.js
 writes the run's figures (losses, memory, seconds per step). Integer arguments that
 index something (labels, ids) are checked against what they index before any run
 (`index_ranges.py`): JAX cannot raise on data.
+
+A sharded program (the `parallel` dialect) runs on the devices of its mesh as one
+jitted shard_map (`backends/jax/sharded.py`, `run_sharded`); `--devices N` makes N
+fake CPU devices first (`devices.py`), `--check` compares with the numpy reference of
+the equal one-device program, and `--audit` sets the collectives XLA compiled beside
+those the IR asks for (`backends/jax/audit.py`).
 """
 
 from __future__ import annotations
@@ -30,9 +36,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import SSAValue
 
 from tasoc.backends.arguments import describe, random_inputs
 from tasoc.backends.numpy import run_reference
+from tasoc.driver.devices import default_devices, ensure_devices, mesh_devices
 from tasoc.driver.errors import (
     DriverError,
     OneLineArgumentParser,
@@ -53,6 +61,7 @@ from tasoc.driver.training_run import TrainingRun, steppable, train
 from tasoc.driver.weights import WeightsFile, find_weights, load_arguments
 from tasoc.ir.limits import LimitError
 from tasoc.ir.liveness import PeakMemory, peak_memory
+from tasoc.ir.parallel import is_sharded, meshes, unsharded
 from tasoc.ir.program import (
     ArgInfo,
     arg_infos,
@@ -65,6 +74,8 @@ from tasoc.verify.equivalence import OpMismatch, OutputReport, compare, compare_
 
 if TYPE_CHECKING:
     import onnx
+
+    from tasoc.backends.jax.sharded import ShardedProgram
 
 BACKENDS = ("jax", "numpy")
 
@@ -118,6 +129,18 @@ def _parser() -> OneLineArgumentParser:
         "--report",
         metavar="R.json",
         help="write a JSON run report (memory; with --steps: losses, seconds per step)",
+    )
+    parser.add_argument(
+        "--devices",
+        type=non_negative_int,
+        metavar="N",
+        help="make N CPU devices to run a sharded program on (default: as many as its mesh needs)",
+    )
+    parser.add_argument(
+        "--audit",
+        action="store_true",
+        help="set the collectives of a sharded program's compiled HLO (and its CUDA "
+        "lowering) beside those its IR asks for",
     )
     return parser
 
@@ -279,6 +302,8 @@ def _refuse_combinations(args: argparse.Namespace) -> None:
     """UsageError for options that mean nothing together, before any work."""
     if args.steps is not None and args.bench:
         raise UsageError("--bench cannot be combined with --steps; --report gives seconds per step")
+    if args.audit and args.backend != "jax":
+        raise UsageError("--audit reads the HLO that JAX compiles: it needs --backend jax")
     if args.steps is not None and args.check_onnxruntime:
         raise UsageError(
             "--check-onnxruntime cannot be combined with --steps; --check compares the "
@@ -303,8 +328,18 @@ def run_command(argv: Sequence[str]) -> int:
 
 def _run(args: argparse.Namespace, found: WeightsFile | None) -> dict[str, object]:
     """The run itself; returns what `--report` writes."""
+    if args.devices is not None:
+        ensure_devices(args.devices)
     program = load_program(args.input, collect_input_shapes(args.input_shape))
     module = program.module
+    sharded = is_sharded(module)
+    if sharded and args.devices is None:
+        default_devices(mesh_devices(meshes(module).values()))
+    if sharded and args.backend == "numpy":
+        module = unsharded(module)  # the reference runs the equal one-device program
+        sharded = False
+    if args.audit and not sharded:
+        raise UsageError(f"--audit reads a sharded program's collectives; {args.input} is not one")
     weights = found if program.weights is None else None
     if program.weights is not None and args.params is not None:
         raise UsageError("--params gives weights, and an .onnx INPUT carries its own")
@@ -319,6 +354,9 @@ def _run(args: argparse.Namespace, found: WeightsFile | None) -> dict[str, objec
     except (ValueError, LimitError) as err:  # ProgramError, an index out of range
         raise DriverError(f"{args.input}: {err}") from None
     training = steppable(signature, args.input) if args.steps is not None else None
+    if sharded and (training is not None or args.check_onnxruntime):
+        given = "--steps" if training is not None else "--check-onnxruntime"
+        raise UsageError(f"{given} on a sharded program is not supported yet")
 
     values_from = f", values from {weights.path}" if weights is not None else ""
     report: dict[str, object] = {
@@ -337,13 +375,13 @@ def _run(args: argparse.Namespace, found: WeightsFile | None) -> dict[str, objec
         run = _train(module, training, inputs, args)
         report |= run_report(run)
         return report
+    if sharded:
+        return report | run_sharded(args, module, inputs, f" (seed {args.seed}{values_from})")
 
     executable = prepare(module, args.backend)
     outputs = executable.run(inputs)
     print(f"{args.input} on {args.backend} (seed {args.seed}{values_from}):")
-    for index, (value, array) in enumerate(zip(returned, outputs, strict=True)):
-        name = value_name(value, f"output #{index}")
-        print(f"  {name}: {describe(array)}  {checksum(array)}")
+    _print_outputs(returned, outputs)
     if signature is not None:
         _print_memory(memory)
 
@@ -363,12 +401,87 @@ def _run(args: argparse.Namespace, found: WeightsFile | None) -> dict[str, objec
         _check_against("onnxruntime", expected, outputs, args.backend, set())
 
     if args.bench:
-        times = executable.time(inputs, args.bench)
-        print(
-            f"bench: {args.bench} runs on {args.backend}, median "
-            f"{_milliseconds(statistics.median(times))}, min {_milliseconds(min(times))}"
+        report["bench_seconds"] = _bench(executable, inputs, args.bench, args.backend)
+    return report
+
+
+def _print_outputs(returned: Sequence[SSAValue], outputs: Sequence[np.ndarray]) -> None:
+    for index, (value, array) in enumerate(zip(returned, outputs, strict=True)):
+        name = value_name(value, f"output #{index}")
+        print(f"  {name}: {describe(array)}  {checksum(array)}")
+
+
+def _bench(
+    executable: Executable, inputs: Sequence[np.ndarray], runs: int, where: str
+) -> list[float]:
+    times = executable.time(inputs, runs)
+    print(
+        f"bench: {runs} runs on {where}, median "
+        f"{_milliseconds(statistics.median(times))}, min {_milliseconds(min(times))}"
+    )
+    return times
+
+
+Execute = Callable[["ShardedProgram", Sequence[np.ndarray]], list[np.ndarray]]
+"""Runs a lowered sharded program on global arguments and returns its global results."""
+
+
+def _on_local_devices(program: ShardedProgram, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    return program(*inputs)
+
+
+def run_sharded(
+    args: argparse.Namespace,
+    module: ModuleOp,
+    inputs: Sequence[np.ndarray],
+    provenance: str,
+    execute: Execute = _on_local_devices,
+) -> dict[str, object]:
+    """Run a sharded program once (`execute`: on this process's devices by default),
+    print its outputs, and with `args.check` compare them with the numpy reference of
+    the equal one-device program (`parallel.unsharded`), a training step's gradients
+    at gradient tolerances; `args.audit` prints the HLO audit, `args.bench` times it.
+    Returns what `--report` adds (devices, audit, bench seconds)."""
+    from tasoc.backends.jax import bench
+    from tasoc.backends.jax.audit import audit
+    from tasoc.backends.jax.sharded import lower_sharded
+
+    try:
+        program = lower_sharded(module)
+    except ValueError as err:  # too few devices, partial sums returned, no lowering
+        raise DriverError(f"cannot run on jax: {err}") from None
+    outputs = execute(program, inputs)
+    devices = program.mesh.size
+    print(f"{args.input} on jax, {devices} devices{provenance}:")
+    function = entry_function(module)
+    signature = training_signature(function)
+    _print_outputs(return_values(function), outputs)
+    if signature is not None:
+        _print_memory(peak_memory(function))
+    report: dict[str, object] = {"devices": devices}
+    if args.check:
+        reference = unsharded(module)
+        _check_against(
+            "the numpy reference of the unsharded program",
+            run_reference(reference, inputs),
+            outputs,
+            "jax",
+            _gradient_outputs(signature),
+            _op_by_op(reference, inputs, signature, "jax"),
         )
-        report["bench_seconds"] = times
+    if args.audit:
+        found = audit(module, program)
+        print("audit: collectives the IR asks for, the compiled HLO runs (CPU), CUDA lowers:")
+        for line in found.table():
+            print(f"  {line}")
+        print(f"audit: {'as asked' if found.ok else 'XLA differs from the IR'}")
+        report["audit"] = found.to_json()
+    if args.bench:
+        executable = Executable(
+            run=lambda args: program(*args),
+            time=lambda args, repeats: bench(program, args, repeats),
+        )
+        report["bench_seconds"] = _bench(executable, inputs, args.bench, f"jax, {devices} devices")
     return report
 
 

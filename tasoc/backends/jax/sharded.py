@@ -268,9 +268,13 @@ def partition_spec(sharding: Sharding) -> PartitionSpec:
 
 
 def device_mesh(mesh: Mesh) -> jax.sharding.Mesh:
-    """`mesh` on JAX's devices; ShardedLoweringError naming the count it needs."""
-    devices = jax.devices()
+    """`mesh` on JAX's devices, or on the CPU's when the default platform (a single
+    GPU) has fewer than `--devices` made there; ShardedLoweringError naming the count
+    it needs."""
     needed = max(mesh.device_ids) + 1
+    devices = jax.devices()
+    if len(devices) < needed:
+        devices = max(devices, jax.devices("cpu"), key=len)
     if needed > len(devices):
         raise ShardedLoweringError(
             f"mesh @{mesh.name} needs {needed} devices and JAX has {len(devices)}: "
