@@ -13,7 +13,8 @@ Modelled on Shardy/GSPMD and FlexFlow's parallel operators (docs/parallel.md):
   `devices` it is a device group (FlexFlow's Operator dimension: ops on it run there).
 * `#parallel.sharding<@mesh, [[axes of dim 0], ...], unreduced = [axes]>` is a tensor
   type's encoding: which mesh axes split which dim; `unreduced` axes hold partial
-  sums; every other axis of the mesh holds copies.
+  sums (a set: parsed in any order, kept sorted); every other axis of the mesh holds
+  copies.
 * A `graph` op on sharded values computes on each device's shards: its operands'
   shardings must be one configuration of the op's SOAP rule (`soap.py`), and its
   results' shardings are the ones that configuration gives. So all communication is
@@ -100,7 +101,7 @@ class ShardingAttr(ParametrizedAttribute):
         if parser.parse_optional_punctuation(","):
             parser.parse_keyword("unreduced")
             parser.parse_punctuation("=")
-            unreduced = axes()
+            unreduced = ArrayAttr(sorted(axes().data, key=lambda axis: axis.data))
         parser.parse_punctuation(">")
         return (mesh, ArrayAttr(dims), unreduced)
 

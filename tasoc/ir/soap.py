@@ -120,7 +120,8 @@ class Sharding:
 
     `dims[d]` are the mesh axes splitting tensor dim d, major to minor (the first
     axis picks the coarsest block); `unreduced` are axes along which the devices hold
-    partial sums of the value; every other axis of the mesh holds copies (replicated).
+    partial sums of the value (a set, kept sorted); every other axis of the mesh
+    holds copies (replicated).
     """
 
     mesh: str
@@ -128,6 +129,9 @@ class Sharding:
     unreduced: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        # Partial sums along a set of axes: one order (sorted), so that equal layouts
+        # compare equal whichever order an op or a user named them in.
+        object.__setattr__(self, "unreduced", tuple(sorted(self.unreduced)))
         used = [axis for axes in self.dims for axis in axes] + list(self.unreduced)
         if len(set(used)) != len(used):
             raise ShardingError(f"a mesh axis is used twice in {self}")

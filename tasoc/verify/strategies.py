@@ -19,6 +19,10 @@ that claims to preserve meaning can then be checked against the reference:
 (clone first when the pass rewrites in place). `graphs(ops=["conv2d"], max_ops=1)`
 draws single-op programs, which is how the backend tests cover each op.
 
+`meshes()` draws device meshes and `shardings(dag, mesh)` a legal SOAP configuration
+for every op of a light graph (`ir/dag.py`), with the shardings it gives each op's
+operands and results: the inputs of a sharding pass or a parallel backend under test.
+
 Each op kind has an emitter that picks its operands from the values built so far
 when one has a fitting type (so graphs are connected and values are reused) and
 otherwise makes a fresh argument of a fitting type; typing questions are answered
@@ -30,18 +34,21 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Collection, Sequence
-from typing import Any
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, NamedTuple
 
 from hypothesis import strategies as st
 from hypothesis.vendor.pretty import RepresentationPrinter, for_type_by_name
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
 
+from tasoc.ir import soap
 from tasoc.ir.builder import GraphBuilder
+from tasoc.ir.dag import Dag, Node, Value
 from tasoc.ir.graph import OPS_BY_NAME, sig_of
 from tasoc.ir.op_sets import ops_with
 from tasoc.ir.shapes import ConstData, DType, ShapeError, TensorSig, infer
+from tasoc.ir.soap import Config, Mesh, OpRule, Sharding
 from tasoc.ir.traits import Training
 
 
@@ -653,3 +660,123 @@ def graphs(
     if not kinds or not all(k.is_float for k in kinds):
         raise ValueError(f"graphs(dtypes=...): need float types, got {list(dtypes)}")
     return _graphs(names, min_ops, max_ops, kinds, trainable)
+
+
+# ------------------------------------------------------------------ parallel programs
+
+AXIS_NAMES = ("x", "y", "z", "u", "v", "w")
+"""Axis names of drawn meshes of two or more axes (one axis is "d"), as the
+`soap-shard` pass names the axes of `mesh=2x4`."""
+
+
+@st.composite
+def _meshes(draw: st.DrawFn, max_devices: int, max_axes: int) -> Mesh:
+    count = draw(st.integers(1, max_axes))
+    names = ("d",) if count == 1 else AXIS_NAMES[:count]
+    sizes: list[int] = []
+    for _ in names:
+        sizes.append(draw(st.integers(1, max_devices // math.prod(sizes))))
+    size = math.prod(sizes)
+    group = st.permutations(range(max_devices)).map(lambda ids: tuple(ids[:size]))
+    return Mesh("mesh", tuple(zip(names, sizes, strict=True)), draw(st.none() | group))
+
+
+def meshes(max_devices: int = 8, max_axes: int = 2) -> st.SearchStrategy[Mesh]:
+    """Device meshes `@mesh` of 1..`max_axes` axes and at most `max_devices` devices.
+
+    One axis is named "d", more are "x", "y", "z", ... (the `soap-shard` pass's names);
+    axes of size 1 are drawn too (the edge case of a split that splits nothing).
+    Half the meshes list their devices (a device group: distinct ids below
+    `max_devices`, in any order), the others leave them implicit. Shrinks towards
+    one axis of size 1. ValueError when `max_devices` < 1 or `max_axes` is not in
+    1..6.
+
+        @given(meshes(max_devices=4))
+        def test_my_cost_model(mesh):
+            assert my_cost(program, mesh) >= 0
+    """
+    if max_devices < 1 or not 1 <= max_axes <= len(AXIS_NAMES):
+        raise ValueError(
+            f"meshes(): need max_devices >= 1 and 1 <= max_axes <= {len(AXIS_NAMES)}, "
+            f"got {max_devices}, {max_axes}"
+        )
+    return _meshes(max_devices, max_axes)
+
+
+class OpShardings(NamedTuple):
+    """One SOAP configuration per op of a light graph and the shardings it gives.
+
+    Each op is split on its own terms: where a value's producer and consumer want it
+    laid out differently (`results[v] != operands[consumer][i]`), the program needs
+    the collectives `soap.reshard` names between them. A sharding pass writes these
+    as IR by giving each op result its type `results[value]` and inserting those
+    collectives before each consumer.
+    """
+
+    mesh: Mesh
+    configs: Mapping[Node, Config]
+    """Mesh axes per factor of every op with operands (constants have no rule: they
+    are made in the sharding their consumer reads them in)."""
+    operands: Mapping[Node, tuple[Sharding, ...]]
+    """The sharding each op reads each operand in, as its configuration needs it."""
+    results: Mapping[Value, Sharding]
+    """The sharding of each result of an op with operands, as the op computes it
+    (partial sums along the axes of the factors it sums over)."""
+
+
+def _rules(dag: Dag) -> dict[Node, OpRule]:
+    """Each op's SOAP rule; ValueError naming the ops that have none."""
+    rules, missing = {}, set()
+    for node in dag.ops:
+        if not node.inputs:
+            continue
+        if node.op not in soap.SOAP_RULES:
+            missing.add(node.op)
+            continue
+        rules[node] = soap.rule_of(
+            node.op, [v.sig for v in node.inputs], dict(node.attrs), node.sigs
+        )
+    if missing:
+        raise ValueError(
+            f"shardings(): ops without a SOAP rule: {', '.join(sorted(missing))} "
+            "(draw graphs(ops=...) among tasoc.ir.soap.SOAP_RULES)"
+        )
+    return rules
+
+
+@st.composite
+def _shardings(draw: st.DrawFn, rules: Mapping[Node, OpRule], mesh: Mesh) -> OpShardings:
+    configs: dict[Node, Config] = {}
+    operands: dict[Node, tuple[Sharding, ...]] = {}
+    results: dict[Value, Sharding] = {}
+    for node, rule in rules.items():
+        config = draw(st.sampled_from(list(soap.configurations(rule, mesh))))
+        reads, makes = soap.shardings_for(rule, config, mesh.name)
+        configs[node], operands[node] = config, tuple(reads)
+        results.update(zip(node.results, makes, strict=True))
+    return OpShardings(mesh, configs, operands, results)
+
+
+def shardings(dag: Dag, mesh: Mesh) -> st.SearchStrategy[OpShardings]:
+    """A legal configuration of every op of `dag` on `mesh` (`soap.configurations` of
+    its rule, unsplit ones included) and the shardings each gives its operands and
+    results. Shrinks towards the unsplit program.
+
+    Every op of `dag` with operands needs a SOAP rule (ValueError naming those that
+    have none, raised at once), so draw the program among the ops that have one:
+
+        from hypothesis import given, strategies as st
+        from tasoc.ir.dag import from_module
+        from tasoc.ir.soap import SOAP_RULES
+        from tasoc.verify.strategies import EMITTERS, graphs, meshes, shardings
+
+        shardable = sorted(SOAP_RULES.keys() & EMITTERS.keys())
+
+        @given(st.data(), graphs(ops=shardable, max_ops=4), meshes(max_devices=4))
+        def test_my_sharding_writer(data, module, mesh):
+            dag = from_module(module)
+            drawn = data.draw(shardings(dag, mesh))
+            program = my_writer(dag, drawn)
+            assert equivalent(unsharded(program), module).ok
+    """
+    return _shardings(_rules(dag), mesh)

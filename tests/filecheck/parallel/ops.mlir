@@ -70,3 +70,16 @@ func.func @scalar(%x: tensor<4xf32, #parallel.sharding<@group, [["d"]]>>,
   %s = graph.scale %x, %k : tensor<4xf32, #parallel.sharding<@group, [["d"]]>>
   func.return %s : tensor<4xf32, #parallel.sharding<@group, [["d"]]>>
 }
+
+// Partial sums are along a set of axes: written in any order, they print sorted, so a
+// sum of two values unreduced along the same axes type-checks whichever order each names.
+// CHECK-LABEL: func.func @unreduced_is_a_set
+// CHECK-SAME:    %a: tensor<8xf32, #parallel.sharding<@grid, [[]], unreduced = ["x", "y"]>>
+// CHECK-SAME:    %b: tensor<8xf32, #parallel.sharding<@grid, [[]], unreduced = ["x", "y"]>>
+// CHECK-NEXT:    %s = graph.add %a, %b : tensor<8xf32, #parallel.sharding<@grid, [[]], unreduced = ["x", "y"]>>
+func.func @unreduced_is_a_set(%a: tensor<8xf32, #parallel.sharding<@grid, [[]], unreduced = ["y", "x"]>>,
+                              %b: tensor<8xf32, #parallel.sharding<@grid, [[]], unreduced = ["x", "y"]>>)
+    -> tensor<8xf32, #parallel.sharding<@grid, [[]], unreduced = ["y", "x"]>> {
+  %s = graph.add %a, %b : tensor<8xf32, #parallel.sharding<@grid, [[]], unreduced = ["y", "x"]>>
+  func.return %s : tensor<8xf32, #parallel.sharding<@grid, [[]], unreduced = ["y", "x"]>>
+}
