@@ -12,11 +12,12 @@ from the shardings their producers gave them, plus its results into the sharding
 must leave the program in when they are outputs (a new weight takes its argument's
 sharding so steps chain; any other output is completed). That lookahead is what keeps
 a weight update from being split and gathered back when an all-reduce of the
-gradient does. Ties go to the larger total degree (more devices share the work), then
-to the first configuration in `soap.configurations`' order, so the plan is
-deterministic. Operands of a linear op may stay partial sums (a gradient scaled by
-the learning rate is reduced once, after the scaling) when the op's rule allows it.
-So backward ops follow their forward op's configuration (anything else costs
+gradient does. Ties go to the configuration slicing fewer operands that already lie
+somewhere (a replicated value stays free for every consumer), then to the larger total
+degree (more devices share the work), then to the first in `soap.configurations`'
+order, so the plan is deterministic. Operands of a linear op may stay partial sums
+(a gradient scaled by the learning rate is reduced once, after the scaling) when the
+op's rule allows it. So backward ops follow their forward op's configuration (anything else costs
 communication) and weight gradients of a split batch come out as partial sums.
 
 Values with no sharding yet, inputs, labels and constants, take the one their first
@@ -221,18 +222,25 @@ def _cheapest(
     exits: Mapping[Value, Sequence[int]],
 ) -> tuple[Config, tuple[Sharding, ...]]:
     """The candidate configuration (and operand shardings) resharding the fewest bytes;
-    ties to the larger total degree, then to the earlier candidate."""
+    ties to the one slicing fewer operands, then to the larger total degree, then to
+    the earlier candidate.
+
+    A slice (`all_slice`) costs no communication but commits a value that was free to
+    be read any way; without the second key an op on replicated weights alone (a
+    weight's transpose in the backward) would split them because it can, and its
+    consumer would pay to gather them back."""
     mesh = problem.mesh
-    best: tuple[tuple[int, int, int], Config, tuple[Sharding, ...]] | None = None
+    best: tuple[tuple[int, int, int, int], Config, tuple[Sharding, ...]] | None = None
     for order, config in enumerate(candidates):
         degree = mesh.degree([axis for axes in config.values() for axis in axes])
         for needs in _operand_choices(rule, config, node, values, mesh.name):
             try:
-                cost = sum(
+                moves = [
                     soap.reshard_bytes(values[value], need, value.sig, mesh)
                     for value, need in zip(node.inputs, needs, strict=True)
-                    if value in values
-                )
+                    if value in values and values[value] != need
+                ]
+                cost = sum(moves)
                 results, _ = soap.propagate(rule, needs, mesh.name)
                 for value, result in zip(node.results, results, strict=True):
                     for index in exits.get(value, ()):
@@ -240,7 +248,7 @@ def _cheapest(
                         cost += soap.reshard_bytes(result, target, value.sig, mesh)
             except ShardingError:
                 continue
-            key = (cost, -degree, order)
+            key = (cost, moves.count(0), -degree, order)
             if best is None or key < best[0]:
                 best = (key, config, needs)
     if best is None:

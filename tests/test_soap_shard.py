@@ -1,0 +1,248 @@
+"""`soap-shard`: the named strategies, completion, the sharded program it writes, the
+report, and its one-line errors."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from conftest import Result, assert_one_line_error
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.parser import Parser
+
+from tasoc.driver.sources import build_zoo_model, make_context, verify_module
+from tasoc.ir.graph import sig_of
+from tasoc.ir.parallel import CollectiveOp, MeshOp, sharding_of, unsharded
+from tasoc.ir.program import entry_block, entry_function
+from tasoc.ir.soap import Mesh, Sharding
+from tasoc.passes.autodiff import AutodiffPass
+from tasoc.passes.report import RunReport, reporting
+from tasoc.passes.soap import SoapShardFailed, SoapShardPass
+from tasoc.passes.soap.plan import largest_split
+from tasoc.verify.equivalence import equivalent
+
+MLP = """
+func.func @main(%x: tensor<16x8xf32>, %w1: tensor<8x32xf32> {graph.param},
+                %w2: tensor<32x4xf32> {graph.param}) -> tensor<16x4xf32> {
+  %h = graph.matmul %x, %w1 : tensor<16x32xf32>
+  %r = graph.relu %h : tensor<16x32xf32>
+  %y = graph.matmul %r, %w2 : tensor<16x4xf32>
+  func.return %y : tensor<16x4xf32>
+}
+"""
+
+CONV = """
+func.func @main(%x: tensor<6x3x8x8xf32>, %w: tensor<4x3x3x3xf32> {graph.param})
+    -> tensor<6x4x8x8xf32> {
+  %y = graph.conv2d %x, %w {strides = array<i64: 1, 1>, padding = "same",
+                            activation = "none", groups = 1 : i64} : tensor<6x4x8x8xf32>
+  %r = graph.relu %y : tensor<6x4x8x8xf32>
+  func.return %r : tensor<6x4x8x8xf32>
+}
+"""
+
+
+def parse(text: str) -> ModuleOp:
+    return Parser(make_context(), text).parse_module()
+
+
+def shard(module: ModuleOp, **options: Any) -> tuple[ModuleOp, dict[str, Any]]:
+    """A sharded copy of `module` (verified) and the pass's report section."""
+    sharded = module.clone()
+    with reporting(RunReport()) as report:
+        SoapShardPass(**options).apply(make_context(), sharded)
+    verify_module(sharded)
+    return sharded, report.sections["soap-shard"]
+
+
+def step(module: ModuleOp, **options: Any) -> ModuleOp:
+    trained = module.clone()
+    AutodiffPass(**options).apply(make_context(), trained)
+    return trained
+
+
+def argument_shardings(module: ModuleOp) -> list[Sharding | None]:
+    return [sharding_of(sig_of(arg.type)) for arg in entry_block(entry_function(module)).args]
+
+
+def result_shardings(module: ModuleOp) -> list[Sharding | None]:
+    return [sharding_of(sig_of(t)) for t in entry_function(module).function_type.outputs.data]
+
+
+def collectives(module: ModuleOp) -> list[CollectiveOp]:
+    return [op for op in module.walk() if isinstance(op, CollectiveOp)]
+
+
+def sharding(*dims: tuple[str, ...], unreduced: tuple[str, ...] = ()) -> Sharding:
+    return Sharding("mesh", tuple(dims), unreduced)
+
+
+def with_hint(program: str, hint: str) -> str:
+    """`program` with argument %w1 laid out by hand as `hint`."""
+    weight = "%w1: tensor<8x32xf32> {graph.param"
+    return program.replace(weight, f"{weight}, parallel.sharding = {hint}")
+
+
+def check_program(before: ModuleOp, after: ModuleOp) -> None:
+    """Print -> parse gives the same text, and the program's one-device equal computes
+    what the input did (numpy reference)."""
+    text = str(after)
+    assert str(parse(text)) == text
+    report = equivalent(unsharded(before), unsharded(after))
+    assert report.ok, report.summary()
+
+
+# ------------------------------------------------------------------ strategies
+
+
+def test_data_parallel_splits_the_batch_of_every_layer() -> None:
+    before = parse(MLP)
+    after, section = shard(before, mesh=4)
+    batch, replicated = sharding(("d",), ()), sharding((), ())
+    assert argument_shardings(after) == [batch, replicated, replicated]
+    assert result_shardings(after) == [batch]
+    assert collectives(after) == []
+    assert section["configs"] == {"matmul": {"m=[d]": 2}, "relu": {"d0=[d]": 1}}
+    assert section["mesh"] == {"d": 4} and section["search"] == "data-parallel"
+    assert section["notes"] == []
+    (mesh_op,) = [op for op in after.ops if isinstance(op, MeshOp)]
+    assert mesh_op.mesh == Mesh("mesh", (("d", 4),))
+    check_program(before, after)
+
+
+def test_expert_splits_dense_layers_by_output_features() -> None:
+    before = parse(MLP)
+    after, section = shard(before, mesh=4, search="expert")
+    columns = sharding((), ("d",))
+    assert argument_shardings(after)[1:] == [columns, columns]
+    assert section["configs"]["matmul"] == {"n=[d]": 2}
+    # The second layer reads the whole hidden activation: one all_gather of it.
+    assert [op.KIND for op in collectives(after)] == ["all_gather"]
+    assert section["collectives"] == {"all_gather": {"count": 1, "bytes": 16 * 8 * 4}}
+    check_program(before, after)
+
+
+def test_data_parallel_training_step_all_reduces_each_weight_gradient() -> None:
+    before = step(parse(MLP), loss="mse", optimizer="sgd", lr=0.1)
+    after, section = shard(before, mesh=4)
+    replicated = sharding((), ())
+    # loss (completed from partial sums), then the two new weights, laid out as their
+    # arguments are, so the next step reads them as this one did.
+    assert result_shardings(after) == [Sharding("mesh", ()), replicated, replicated]
+    reduced = [op for op in collectives(after) if op.KIND == "all_reduce"]
+    assert len(reduced) == 3 and len(collectives(after)) == 3
+    reduced_shapes = sorted(sig_of(op.output.type).shape for op in reduced)
+    assert reduced_shapes == [(), (8, 32), (32, 4)]
+    assert section["collectives"]["all_reduce"]["count"] == 3
+    check_program(before, after)
+
+
+def test_a_batch_the_mesh_does_not_divide_is_replicated_with_a_note() -> None:
+    before = parse(CONV)
+    after, section = shard(before, mesh=4)
+    assert argument_shardings(after)[0] == sharding((), (), (), ())
+    assert section["configs"]["conv2d"] == {"replicated": 1}
+    assert any("graph.conv2d #0" in note and "batch 6" in note for note in section["notes"])
+    check_program(before, after)
+
+
+def test_fewer_axes_split_a_batch_all_axes_do_not() -> None:
+    assert largest_split(4, Mesh("m", (("x", 2), ("y", 4)))) == ("y",)
+    assert largest_split(16, Mesh("m", (("x", 2), ("y", 4)))) == ("x", "y")
+    assert largest_split(3, Mesh("m", (("x", 2), ("y", 4)))) == ()
+    module = parse(MLP.replace("16x", "4x"))
+    after, section = shard(module, mesh="2x4")
+    assert argument_shardings(after)[0] == sharding(("y",), ())
+    assert any("splits over y only" in note for note in section["notes"])
+    check_program(module, after)
+
+
+def test_a_hand_written_argument_sharding_is_kept() -> None:
+    hinted = with_hint(MLP, '#parallel.sharding<@m, [[], ["y"]]>')
+    before = parse('parallel.mesh @m ["x" = 2, "y" = 2]\n' + hinted)
+    after, _ = shard(before, mesh="2x2")
+    shardings = argument_shardings(after)
+    assert shardings[1] == Sharding("m", ((), ("y",)))
+    assert shardings[0] == Sharding("m", (("x", "y"), ()))
+    assert len([op for op in after.ops if isinstance(op, MeshOp)]) == 1
+    check_program(before, after)
+
+
+@pytest.mark.parametrize("search", ["data-parallel", "expert"])
+def test_alexnet_training_step(search: str) -> None:
+    before = step(
+        build_zoo_model("alexnet?batch=16&image=64"),
+        loss="softmax-cross-entropy",
+        optimizer="sgd",
+        lr=0.01,
+    )
+    after, section = shard(before, mesh=8, search=search)
+    assert section["notes"] == []
+    image, labels, *weights = argument_shardings(after)
+    assert image == sharding(("d",), (), (), ()) and labels == sharding(("d",))
+    configs = section["configs"]
+    assert configs["conv2d"] == {"n=[d]": 5} and configs["pool2d"] == {"n=[d]": 3}
+    kinds = Counter(op.KIND for op in collectives(after))
+    if search == "data-parallel":
+        # one all_reduce per weight gradient and one of the loss, nothing else
+        assert kinds == Counter(all_reduce=9)
+        assert all(w == Sharding("mesh", ((),) * len(w.dims)) for w in weights)
+        assert all(s == Sharding("mesh", ((),) * len(s.dims)) for s in result_shardings(after))
+    else:
+        # the dense layers' weights are split by output features, and stay so
+        dense = weights[5:]
+        assert dense == [sharding((), ("d",))] * 3
+        assert result_shardings(after)[6:] == dense
+    bytes_by_kind = {k: v["bytes"] for k, v in section["collectives"].items()}
+    assert bytes_by_kind.keys() == kinds.keys()
+    check_program(before, after)
+
+
+# ------------------------------------------------------------------ errors
+
+
+def test_verify_each_compares_the_unsharded_program(
+    tasoc: Callable[..., Result], tmp_path: Any
+) -> None:
+    source = tmp_path / "mlp.mlir"
+    source.write_text(MLP)
+    result = tasoc("opt", source, "-p", "soap-shard{mesh=2x2 search=expert}", "--verify-each")
+    assert result.code == 0, result
+    assert "parallel.mesh @mesh" in result.out
+
+
+@pytest.mark.parametrize(
+    ("options", "fragment"),
+    [
+        ("mesh=0", "mesh must be a device count"),
+        ("mesh=2x2x2x2", "mesh must be a device count"),
+        ("mesh=ax2", "mesh must be a device count"),
+        ("search=mcmc", "search"),
+        ("", "give mesh=N"),
+    ],
+)
+def test_bad_options_are_one_line_errors(
+    tasoc: Callable[..., Result], tmp_path: Any, options: str, fragment: str
+) -> None:
+    source = tmp_path / "mlp.mlir"
+    source.write_text(MLP)
+    assert_one_line_error(tasoc("opt", source, "-p", f"soap-shard{{{options}}}"), fragment)
+
+
+def test_a_mesh_option_must_agree_with_the_modules_mesh() -> None:
+    module = parse('parallel.mesh @m ["d" = 4]\n' + MLP)
+    with pytest.raises(SoapShardFailed, match=r'mesh=8 disagrees .*@m \["d" = 4\]'):
+        SoapShardPass(mesh=8).apply(make_context(), module)
+    _, section = shard(module, mesh=4)
+    assert section["mesh"] == {"d": 4}
+
+
+def test_an_already_sharded_program_or_a_bad_hint_is_refused() -> None:
+    sharded, _ = shard(parse(MLP), mesh=4)
+    with pytest.raises(SoapShardFailed, match="already sharded"):
+        SoapShardPass().apply(make_context(), sharded)
+    bad = with_hint(MLP, '#parallel.sharding<@m, [["d"], []]>')
+    with pytest.raises(SoapShardFailed, match=r"argument #1 \(%w1\).*does not split into 16"):
+        SoapShardPass().apply(make_context(), parse('parallel.mesh @m ["d" = 16]\n' + bad))
