@@ -11,10 +11,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+import jax
 import pytest
 from hypothesis import HealthCheck, settings
 
 from tasoc.driver.main import main
+
+TEST_DEVICES = 8
+"""CPU devices JAX makes in the test process (before any test touches JAX: they are
+fixed once its backends start), so sharded programs run in-process on meshes up to 8."""
+
+jax.config.update("jax_num_cpu_devices", TEST_DEVICES)
 
 
 @dataclass

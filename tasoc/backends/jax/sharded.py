@@ -8,9 +8,9 @@ function on local blocks, mapped over a `jax.sharding.Mesh` built from the modul
 each argument's and result's `PartitionSpec` read from its sharding. Inside it:
 
 - a `graph` op runs its single-device JAX kernel (`lowering.JAX_KERNELS`) on its local
-  operands; attributes that spell a result's global shape (a reshape's target) are
-  given the local one, and an op without operands (a constant) is built whole and cut
-  to the device's block;
+  operands, with the attributes written in global sizes made local
+  (`soap_rules.local_attrs`: a reshape's target shape); an op without operands (a
+  constant) is built whole and cut to the device's block;
 - a split `mean` factor (an op that divides by an extent it now sees only part of)
   scales the local results by 1/degree, which turns them into the partial sums the
   SOAP rule types them as;
@@ -58,6 +58,7 @@ from tasoc.ir.parallel import CollectiveOp, ReplicateOp, check_transition, meshe
 from tasoc.ir.program import ArgInfo, arg_infos, entry_function, return_values
 from tasoc.ir.shapes import TensorSig
 from tasoc.ir.soap import Mesh, Sharding
+from tasoc.ir.soap_rules import local_attrs
 
 LocalFn = Callable[[Sequence[jax.Array]], list[jax.Array]]
 """What one op does on one device: local operand blocks in, local result blocks out."""
@@ -140,9 +141,6 @@ SYNCED_LOWERINGS["batchnorm_grad"] = SyncedLowering(_batchnorm_grad, (1, 1, 2))
 
 # ------------------------------------------------------------------- graph ops
 
-LOCAL_SHAPE_ATTRS: dict[str, str] = {"reshape": "shape", "conv2d_grad_input": "input_shape"}
-"""Attributes that spell an op's (first) result shape: on a device, the local one."""
-
 
 def _block_of(array: jax.Array, sharding: Sharding, mesh: Mesh) -> jax.Array:
     """This device's block of a whole (replicated) array laid out as `sharding`."""
@@ -169,9 +167,15 @@ def _graph_op(op: GraphOp, mesh: Mesh) -> LocalFn:
         ]
     rule = soap.rule_of(name, in_sigs, attrs, out_sigs)
     _, config = soap.propagate(rule, [_sharding(sig) for sig in in_sigs], mesh.name)
-    if name in LOCAL_SHAPE_ATTRS:
-        local = out_shardings[0].local_shape(out_sigs[0].shape, mesh)
-        attrs = {**attrs, LOCAL_SHAPE_ATTRS[name]: local}
+    attrs = local_attrs(
+        name,
+        attrs,
+        [_sharding(sig).local_shape(sig.shape, mesh) for sig in in_sigs],
+        [
+            sharding.local_shape(sig.shape, mesh)
+            for sig, sharding in zip(out_sigs, out_shardings, strict=True)
+        ],
+    )
     synced = soap.internal_collectives(rule, config)
     if synced:
         if name not in SYNCED_LOWERINGS:
