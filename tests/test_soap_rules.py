@@ -23,12 +23,18 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from xdsl.dialects.builtin import ModuleOp
 
+from tasoc.backends.arguments import random_inputs
 from tasoc.backends.numpy.kernels import KERNELS
 from tasoc.ir import soap
+from tasoc.ir.graph import GraphOp, sig_of
+from tasoc.ir.program import entry_function
 from tasoc.ir.shapes import INFER, ConstData, DType, TensorSig, infer
 from tasoc.ir.soap import Mesh, OpRule, Sharding, ShardingError, rule_of
 from tasoc.ir.soap_rules import local_attrs
+from tasoc.verify.strategies import graphs
 
 F32, I32 = DType.F32, DType.I32
 
@@ -201,7 +207,12 @@ def _slices(sharding: Sharding, shape: Sequence[int], mesh: Mesh, block: tuple) 
 
 
 def _sharded(
-    case: Case, rule: OpRule, config: Mapping[str, tuple[str, ...]], mesh: Mesh, inputs: list
+    op: str,
+    attrs: Mapping[str, Any],
+    rule: OpRule,
+    config: Mapping[str, tuple[str, ...]],
+    mesh: Mesh,
+    inputs: Sequence[np.ndarray],
 ) -> list[np.ndarray]:
     """The op on every device's local shards under `config`, put back together.
 
@@ -214,7 +225,7 @@ def _sharded(
         if factor.mean and config.get(factor.name):
             scale /= mesh.degree(config[factor.name])
     sums: dict[tuple[int, tuple, tuple], np.ndarray] = {}
-    globals_ = _run(case.op, case.attrs, inputs)
+    globals_ = _run(op, attrs, inputs)
     for coords in itertools.product(*(range(size) for _, size in mesh.axes)):
         at = dict(zip(mesh.axis_names, coords, strict=True))
         local = [
@@ -224,10 +235,8 @@ def _sharded(
         shapes = [
             s.local_shape(g.shape, mesh) for s, g in zip(result_shardings, globals_, strict=True)
         ]
-        attrs = local_attrs(case.op, case.attrs, [x.shape for x in local], shapes)
-        for r, (value, s) in enumerate(
-            zip(_run(case.op, attrs, local), result_shardings, strict=True)
-        ):
+        here = local_attrs(op, attrs, [x.shape for x in local], shapes)
+        for r, (value, s) in enumerate(zip(_run(op, here, local), result_shardings, strict=True)):
             assert value.shape == shapes[r], (r, value.shape, shapes[r])
             replica = tuple(at[a] for a in mesh.axis_names if a not in s.used_axes)
             key = (r, _block(s, mesh, at), replica)
@@ -241,16 +250,23 @@ def _sharded(
     return assembled
 
 
-@pytest.mark.parametrize("case", CASES, ids=str)
-def test_rule_is_exact(case: Case) -> None:
-    rule, results = _rule(case)
-    inputs = case.inputs(np.random.default_rng(0))
-    expected = _run(case.op, case.attrs, inputs)
+def _check_every_configuration(
+    op: str,
+    attrs: Mapping[str, Any],
+    sigs: Sequence[TensorSig],
+    inputs: Sequence[np.ndarray],
+    meshes: Sequence[Mesh],
+) -> int:
+    """Check `op`'s rule in every configuration on `meshes` that splits no synced
+    factor; the number of configurations that split something."""
+    results = infer(op, sigs, attrs)
+    rule = rule_of(op, sigs, attrs, results)
+    expected = _run(op, attrs, inputs)
     checked = 0
-    for mesh in MESHES:
+    for mesh in meshes:
         for config in soap.configurations(rule, mesh):
             operands, outs = soap.shardings_for(rule, config, mesh.name)
-            for sig, sharding in zip([*case.sigs, *results], [*operands, *outs], strict=True):
+            for sig, sharding in zip([*sigs, *results], [*operands, *outs], strict=True):
                 sharding.check(sig, mesh)
             # The operands' shardings alone determine the results': the typing rule.
             implied, implied_config = soap.propagate(rule, operands, mesh.name)
@@ -258,13 +274,34 @@ def test_rule_is_exact(case: Case) -> None:
             assert {name: axes for name, axes in implied_config.items() if axes} == config
             if soap.internal_collectives(rule, config):
                 continue  # synced: checked with its all-reduce by the JAX lowering's tests
-            got = _sharded(case, rule, config, mesh, inputs)
+            got = _sharded(op, attrs, rule, config, mesh, inputs)
             for want, have in zip(expected, got, strict=True):
                 scale = max(1.0, float(np.abs(want).max(initial=0)))
                 np.testing.assert_allclose(have, want, rtol=1e-9, atol=1e-9 * scale)
             checked += any(config.values())
+    return checked
+
+
+@pytest.mark.parametrize("case", CASES, ids=str)
+def test_rule_is_exact(case: Case) -> None:
+    inputs = case.inputs(np.random.default_rng(0))
+    checked = _check_every_configuration(case.op, case.attrs, case.sigs, inputs, MESHES)
+    rule, _ = _rule(case)
     splittable = [f for f in rule.factors if f.size % 2 == 0]
     assert checked or not splittable, "no split configuration was checked"
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graphs(min_ops=1, max_ops=1))
+def test_rules_of_random_ops(module: ModuleOp) -> None:
+    """The same check on one op drawn by the public strategy: broadcasting, explicit
+    paddings, strides, groups and shapes the hand-written cases do not have."""
+    block = entry_function(module).body.block
+    (op,) = [o for o in block.ops if isinstance(o, GraphOp)]
+    args = [x.astype(np.float64) if x.dtype.kind == "f" else x for x in random_inputs(module)]
+    inputs = [args[block.args.index(value)] for value in op.operands]
+    sigs = [sig_of(value.type) for value in op.operands]
+    _check_every_configuration(op.op_name(), op.py_attrs(), sigs, inputs, MESHES)
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if _rule(c)[0].linear], ids=str)
