@@ -21,9 +21,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import SSAValue
 
 from tasoc.backends.jax.lowering import jax_dtype
-from tasoc.backends.jax.sharded import SYNCED_LOWERINGS, ShardedProgram
+from tasoc.backends.jax.sharded import MOMENTS, SYNCED_LOWERINGS, ShardedProgram
 from tasoc.ir import soap
 from tasoc.ir.graph import GraphOp, sig_of
 from tasoc.ir.parallel import CollectiveOp, lookup_mesh, meshes, sharding_of
@@ -133,7 +134,8 @@ def _moved_axes(op: CollectiveOp) -> tuple[str, ...]:
 
 def asked_collectives(module: ModuleOp) -> list[Asked]:
     """The collectives `module` asks for, in program order (all_slice asks for none)."""
-    asked = []
+    asked: list[Asked] = []
+    moments: set[tuple[SSAValue, tuple[str, ...]]] = set()
     for op in module.walk():
         if isinstance(op, CollectiveOp) and op.KIND in _HLO_KIND:
             sig = sig_of(op.input.type)
@@ -144,13 +146,14 @@ def asked_collectives(module: ModuleOp) -> list[Asked]:
             size = local * jax_dtype(sig.dtype).itemsize
             asked.append(Asked(_HLO_KIND[op.KIND], _moved_axes(op), size, op.name))
         elif isinstance(op, GraphOp) and op.op_name() in SYNCED_LOWERINGS:
-            asked += _statistics(op)
+            asked += _statistics(op, moments)
     return asked
 
 
-def _statistics(op: GraphOp) -> list[Asked]:
+def _statistics(op: GraphOp, moments: set[tuple[SSAValue, tuple[str, ...]]]) -> list[Asked]:
     """The all-reduces of a synced op's sharded kernel (none unless a synced factor
-    is split), each of per-channel float32 statistics."""
+    is split), each of per-channel float32 statistics; the moments of a value over
+    the same axes once (`moments`: those already asked for)."""
     in_sigs = [sig_of(v.type) for v in op.operands]
     out_sigs = [sig_of(r.type) for r in op.results]
     shardings = [sharding_of(sig) for sig in in_sigs]
@@ -163,9 +166,13 @@ def _statistics(op: GraphOp) -> list[Asked]:
         return []
     axes = tuple(axis for _, factor_axes in synced for axis in factor_axes)
     channels = shardings[0].local_shape(in_sigs[0].shape, mesh)[1]  # type: ignore[union-attr]
+    counts = list(SYNCED_LOWERINGS[op.op_name()].statistics)
+    if (op.operands[0], axes) not in moments:
+        moments.add((op.operands[0], axes))
+        counts = [*MOMENTS, *counts]
     return [
         Asked("all-reduce", axes, count * channels * STATISTICS_BYTES, f"{op.name} statistics")
-        for count in SYNCED_LOWERINGS[op.op_name()].statistics
+        for count in counts
     ]
 
 

@@ -74,12 +74,19 @@ class ShardedLoweringError(ValueError):
 @dataclass(frozen=True, slots=True)
 class SyncedLowering:
     """The lowering of an op whose `synced` factors are split: `build(axes, degree)`
-    gives the kernel that all-reduces its statistics over `axes` (`degree` devices);
-    `statistics[i]` is how many per-channel vectors its i-th all-reduce carries, what
-    the HLO audit expects of it."""
+    gives the kernel that all-reduces its statistics over `axes` (`degree` devices).
+
+    What the HLO audit expects of it: the per-channel moments of its first operand
+    (`MOMENTS`: two all-reduces, mean then variance), which XLA computes once for all
+    the ops that take them of the same value (batchnorm_train and its batchnorm_grad),
+    then its own all-reduces, `statistics[i]` per-channel vectors in the i-th."""
 
     build: Callable[[tuple[str, ...], int], JaxKernel]
-    statistics: tuple[int, ...]
+    statistics: tuple[int, ...] = ()
+
+
+MOMENTS = (1, 1)
+"""Per-channel vectors in each all-reduce of `_global_moments`: the mean, the variance."""
 
 
 SYNCED_LOWERINGS: dict[str, SyncedLowering] = {}
@@ -135,8 +142,8 @@ def _batchnorm_grad(axes: tuple[str, ...], degree: int) -> JaxKernel:
     return in_float32(kernel)
 
 
-SYNCED_LOWERINGS["batchnorm_train"] = SyncedLowering(_batchnorm_train, (1, 1))
-SYNCED_LOWERINGS["batchnorm_grad"] = SyncedLowering(_batchnorm_grad, (1, 1, 2))
+SYNCED_LOWERINGS["batchnorm_train"] = SyncedLowering(_batchnorm_train)
+SYNCED_LOWERINGS["batchnorm_grad"] = SyncedLowering(_batchnorm_grad, (2,))
 
 
 # ------------------------------------------------------------------- graph ops
