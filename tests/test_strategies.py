@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import ml_dtypes
@@ -10,20 +10,26 @@ import numpy as np
 import pytest
 from conftest import examples
 from hypothesis import Phase, find, given, settings
+from hypothesis import strategies as st
 from xdsl.context import Context
 from xdsl.dialects import builtin, func
 from xdsl.parser import Parser
 
 from tasoc.cost import AnalyticCost
 from tasoc.ir import graph as G
+from tasoc.ir import soap
 from tasoc.ir.builder import GraphBuilder
-from tasoc.ir.dag import from_module
+from tasoc.ir.dag import Dag, from_module
 from tasoc.ir.op_sets import ops_with
+from tasoc.ir.parallel import is_sharded, unsharded
 from tasoc.ir.program import arg_infos, entry_function
 from tasoc.ir.shapes import DType, TensorSig
+from tasoc.ir.soap import SOAP_RULES, Mesh
 from tasoc.ir.traits import Training
+from tasoc.passes.soap.plan import Plan
+from tasoc.passes.soap.writer import write_sharded
 from tasoc.verify.equivalence import compare, equivalent
-from tasoc.verify.strategies import EMITTERS, graphs, tensor_sigs
+from tasoc.verify.strategies import EMITTERS, graphs, meshes, shardings, tensor_sigs
 
 
 def parse(text: str) -> builtin.ModuleOp:
@@ -150,6 +156,98 @@ def test_graphs_rejects_bad_arguments() -> None:
         graphs(min_ops=3, max_ops=2)
     with pytest.raises(ValueError, match="float types"):
         graphs(dtypes=["i32"])
+
+
+# ------------------------------------------------------------ parallel programs
+
+SHARDABLE = sorted(SOAP_RULES.keys() & EMITTERS.keys())
+"""The op kinds `shardings()` can configure (every op with a SOAP rule)."""
+
+
+@settings(max_examples=50, deadline=None)
+@given(mesh=meshes(max_devices=6, max_axes=3))
+def test_meshes_stay_in_bounds_and_name_their_axes(mesh: Mesh) -> None:
+    assert 1 <= len(mesh.axes) <= 3
+    assert mesh.size <= 6
+    assert mesh.axis_names == (("d",) if len(mesh.axes) == 1 else ("x", "y", "z")[: len(mesh.axes)])
+    if mesh.devices is not None:
+        assert len(set(mesh.devices)) == mesh.size and all(0 <= d < 6 for d in mesh.devices)
+
+
+def test_meshes_draw_device_groups_several_axes_and_axes_of_size_one() -> None:
+    settings_ = settings(max_examples=300, database=None, phases=[Phase.generate])
+    find(
+        meshes(max_axes=3), lambda m: len(m.axes) == 3 and m.devices is not None, settings=settings_
+    )
+    find(meshes(), lambda m: m.devices is not None and m.devices != tuple(range(m.size)),
+         settings=settings_)  # fmt: skip
+    find(meshes(), lambda m: 1 in dict(m.axes).values() and m.size > 1, settings=settings_)
+    find(meshes(), lambda m: m.size == 8, settings=settings_)
+
+
+def test_parallel_strategies_reject_bad_arguments(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ValueError, match="max_devices >= 1"):
+        meshes(max_devices=0)
+    with pytest.raises(ValueError, match="1 <= max_axes <= 6"):
+        meshes(max_axes=7)
+    g = GraphBuilder()
+    dag = from_module(g.build(g.relu(g.input("x", (4, 8)))))
+    monkeypatch.delitem(SOAP_RULES, "relu")
+    with pytest.raises(ValueError, match="ops without a SOAP rule: relu"):
+        shardings(dag, Mesh("mesh", (("d", 2),)))
+
+
+def split(config: Mapping[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+    """The factors a configuration splits (an unsplit one may be named with no axes)."""
+    return {factor: axes for factor, axes in config.items() if axes}
+
+
+def check_plan(dag: Dag, plan: Plan, mesh: Mesh) -> None:
+    """Every op's configuration is one of its legal ones, its operands read in the
+    shardings the configuration needs, and its results in those they imply."""
+    for node in dag.ops:
+        if not node.inputs:
+            assert node not in plan.configs
+            continue
+        rule = soap.rule_of(node.op, [v.sig for v in node.inputs], dict(node.attrs), node.sigs)
+        assert plan.configs[node] in list(soap.configurations(rule, mesh))
+        reads = plan.operands[node]
+        for value, read in zip(node.inputs, reads, strict=True):
+            read.check(value.sig, mesh)
+        results, config = soap.propagate(rule, reads, mesh.name)
+        assert split(config) == split(plan.configs[node])
+        assert [plan.values[v] for v in node.results] == results
+    for value, target in zip(dag.outputs, plan.outputs, strict=True):
+        target.check(value.sig, mesh)
+        assert not target.unreduced
+
+
+@settings(max_examples=examples(25), deadline=None)
+@given(data=st.data(), module=graphs(ops=SHARDABLE, max_ops=4), mesh=meshes(max_devices=4))
+def test_shardings_are_plans_the_writer_turns_into_equal_sharded_programs(
+    data: st.DataObject, module: builtin.ModuleOp, mesh: Mesh
+) -> None:
+    dag = from_module(module)
+    plan = data.draw(shardings(dag, mesh))
+    check_plan(dag, plan, mesh)
+    sharded = module.clone()
+    write_sharded(sharded, dag, plan, mesh)
+    sharded.verify()
+    assert is_sharded(sharded)
+    assert equivalent(unsharded(sharded), module).ok
+
+
+def test_shardings_split_ops_and_shrink_to_the_unsplit_program() -> None:
+    g = GraphBuilder()
+    module = g.build(g.matmul(g.input("x", (4, 8)), g.param("w", (8, 4))))
+    dag, mesh = from_module(module), Mesh("mesh", (("x", 2), ("y", 2)))
+    (matmul,) = dag.ops
+    drawn = shardings(dag, mesh)
+    settings_ = settings(max_examples=300, database=None, phases=[Phase.generate])
+    partial = find(drawn, lambda plan: plan.values[matmul.out].unreduced, settings=settings_)
+    assert partial.configs[matmul].get("k")
+    simplest = find(drawn, lambda plan: True, settings=settings(database=None))
+    assert simplest.configs[matmul] == {}
 
 
 # --------------------------------------------------------------- equivalence

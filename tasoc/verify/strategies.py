@@ -20,8 +20,8 @@ that claims to preserve meaning can then be checked against the reference:
 draws single-op programs, which is how the backend tests cover each op.
 
 `meshes()` draws device meshes and `shardings(dag, mesh)` a legal SOAP configuration
-for every op of a light graph (`ir/dag.py`), with the shardings it gives each op's
-operands and results: the inputs of a sharding pass or a parallel backend under test.
+for every op of a light graph (`ir/dag.py`), as the `Plan` that `soap-shard`'s writer
+writes as a sharded program: inputs for a parallel backend or cost model under test.
 
 Each op kind has an emitter that picks its operands from the values built so far
 when one has a fitting type (so graphs are connected and values are reused) and
@@ -35,7 +35,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from hypothesis import strategies as st
 from hypothesis.vendor.pretty import RepresentationPrinter, for_type_by_name
@@ -50,6 +50,7 @@ from tasoc.ir.op_sets import ops_with
 from tasoc.ir.shapes import ConstData, DType, ShapeError, TensorSig, infer
 from tasoc.ir.soap import Config, Mesh, OpRule, Sharding
 from tasoc.ir.traits import Training
+from tasoc.passes.soap.plan import Plan
 
 
 def _pretty_module(module: ModuleOp, printer: RepresentationPrinter, cycle: bool) -> None:
@@ -686,7 +687,7 @@ def meshes(max_devices: int = 8, max_axes: int = 2) -> st.SearchStrategy[Mesh]:
 
     One axis is named "d", more are "x", "y", "z", ... (the `soap-shard` pass's names);
     axes of size 1 are drawn too (the edge case of a split that splits nothing).
-    Half the meshes list their devices (a device group: distinct ids below
+    Some meshes list their devices (a device group: distinct ids below
     `max_devices`, in any order), the others leave them implicit. Shrinks towards
     one axis of size 1. ValueError when `max_devices` < 1 or `max_axes` is not in
     1..6.
@@ -703,29 +704,9 @@ def meshes(max_devices: int = 8, max_axes: int = 2) -> st.SearchStrategy[Mesh]:
     return _meshes(max_devices, max_axes)
 
 
-class OpShardings(NamedTuple):
-    """One SOAP configuration per op of a light graph and the shardings it gives.
-
-    Each op is split on its own terms: where a value's producer and consumer want it
-    laid out differently (`results[v] != operands[consumer][i]`), the program needs
-    the collectives `soap.reshard` names between them. A sharding pass writes these
-    as IR by giving each op result its type `results[value]` and inserting those
-    collectives before each consumer.
-    """
-
-    mesh: Mesh
-    configs: Mapping[Node, Config]
-    """Mesh axes per factor of every op with operands (constants have no rule: they
-    are made in the sharding their consumer reads them in)."""
-    operands: Mapping[Node, tuple[Sharding, ...]]
-    """The sharding each op reads each operand in, as its configuration needs it."""
-    results: Mapping[Value, Sharding]
-    """The sharding of each result of an op with operands, as the op computes it
-    (partial sums along the axes of the factors it sums over)."""
-
-
 def _rules(dag: Dag) -> dict[Node, OpRule]:
-    """Each op's SOAP rule; ValueError naming the ops that have none."""
+    """Each op's SOAP rule (ops without operands, constants, have none); ValueError
+    naming the ops that have no rule."""
     rules, missing = {}, set()
     for node in dag.ops:
         if not node.inputs:
@@ -733,9 +714,8 @@ def _rules(dag: Dag) -> dict[Node, OpRule]:
         if node.op not in soap.SOAP_RULES:
             missing.add(node.op)
             continue
-        rules[node] = soap.rule_of(
-            node.op, [v.sig for v in node.inputs], dict(node.attrs), node.sigs
-        )
+        sigs = [v.sig for v in node.inputs]
+        rules[node] = soap.rule_of(node.op, sigs, dict(node.attrs), node.sigs)
     if missing:
         raise ValueError(
             f"shardings(): ops without a SOAP rule: {', '.join(sorted(missing))} "
@@ -745,38 +725,63 @@ def _rules(dag: Dag) -> dict[Node, OpRule]:
 
 
 @st.composite
-def _shardings(draw: st.DrawFn, rules: Mapping[Node, OpRule], mesh: Mesh) -> OpShardings:
+def _shardings(draw: st.DrawFn, dag: Dag, rules: Mapping[Node, OpRule], mesh: Mesh) -> Plan:
     configs: dict[Node, Config] = {}
     operands: dict[Node, tuple[Sharding, ...]] = {}
-    results: dict[Value, Sharding] = {}
+    values: dict[Value, Sharding] = {}
     for node, rule in rules.items():
         config = draw(st.sampled_from(list(soap.configurations(rule, mesh))))
         reads, makes = soap.shardings_for(rule, config, mesh.name)
         configs[node], operands[node] = config, tuple(reads)
-        results.update(zip(node.results, makes, strict=True))
-    return OpShardings(mesh, configs, operands, results)
+        values.update(zip(node.results, makes, strict=True))
+    # Arguments and constants lie as their first reader reads them; the others copy.
+    for node, reads in operands.items():
+        for value, read in zip(node.inputs, reads, strict=True):
+            values.setdefault(value, read)
+    for node in (*dag.args, *dag.ops):
+        for value in node.results:
+            values.setdefault(value, Sharding.replicated(mesh.name, value.sig.rank))
+    outputs = tuple(
+        draw(
+            st.sampled_from(
+                [Sharding(mesh.name, values[v].dims), Sharding.replicated(mesh.name, v.sig.rank)]
+            )
+        )
+        for v in dag.outputs
+    )
+    return Plan(configs, operands, values, outputs)
 
 
-def shardings(dag: Dag, mesh: Mesh) -> st.SearchStrategy[OpShardings]:
-    """A legal configuration of every op of `dag` on `mesh` (`soap.configurations` of
-    its rule, unsplit ones included) and the shardings each gives its operands and
-    results. Shrinks towards the unsplit program.
+def shardings(dag: Dag, mesh: Mesh) -> st.SearchStrategy[Plan]:
+    """A legal SOAP configuration of every op of `dag` on `mesh` (one of
+    `soap.configurations` of its rule, unsplit ones included), as the `Plan` that
+    `soap-shard`'s writer turns into a sharded program. Shrinks towards the unsplit
+    program.
+
+    Each op is split on its own terms: `plan.operands[op]` are the shardings its
+    configuration reads, `plan.values` the shardings its results come out in
+    (`soap.shardings_for`: partial sums along the factors it sums over). Arguments
+    and constants lie as their first reader reads them; each output leaves complete,
+    split as computed or replicated. Where a value lies otherwise than a reader reads
+    it, the writer inserts the collectives `soap.reshard` names.
 
     Every op of `dag` with operands needs a SOAP rule (ValueError naming those that
-    have none, raised at once), so draw the program among the ops that have one:
+    have none, raised at once), so draw programs among the ops that have one:
 
         from hypothesis import given, strategies as st
         from tasoc.ir.dag import from_module
+        from tasoc.ir.parallel import unsharded
         from tasoc.ir.soap import SOAP_RULES
+        from tasoc.passes.soap.writer import write_sharded
         from tasoc.verify.strategies import EMITTERS, graphs, meshes, shardings
 
         shardable = sorted(SOAP_RULES.keys() & EMITTERS.keys())
 
         @given(st.data(), graphs(ops=shardable, max_ops=4), meshes(max_devices=4))
-        def test_my_sharding_writer(data, module, mesh):
+        def test_my_sharded_backend(data, module, mesh):
             dag = from_module(module)
-            drawn = data.draw(shardings(dag, mesh))
-            program = my_writer(dag, drawn)
-            assert equivalent(unsharded(program), module).ok
+            sharded = module.clone()
+            write_sharded(sharded, dag, data.draw(shardings(dag, mesh)), mesh)
+            assert my_backend_runs_like(sharded, unsharded(sharded))
     """
-    return _shardings(_rules(dag), mesh)
+    return _shardings(dag, _rules(dag), mesh)
