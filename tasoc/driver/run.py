@@ -474,7 +474,7 @@ def run_sharded(
         print("audit: collectives the IR asks for, the compiled HLO runs (CPU), CUDA lowers:")
         for line in found.table():
             print(f"  {line}")
-        print(f"audit: {'as asked' if found.ok else 'XLA differs from the IR'}")
+        print(f"audit: {found.summary()}")
         report["audit"] = found.to_json()
     if args.bench:
         executable = Executable(
