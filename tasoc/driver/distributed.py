@@ -283,17 +283,29 @@ def _start(argv: Sequence[str], cluster: Cluster, process_id: int, folder: Path)
 
 def _supervise(workers: Sequence[_Worker], cluster: Cluster) -> None:
     """Wait for every worker to succeed; DriverError at the first failure, or when a
-    worker has not joined the run well after the connect timeout."""
+    worker has not joined the run well after the connect timeout.
+
+    A failure is reported once the other workers had `STOP_GRACE` to fail as well: bad
+    input fails every process alike, and the message then names the same process (the
+    lowest) whichever failed first."""
     deadline = time.monotonic() + cluster.connect_timeout + STARTUP_GRACE
     while True:
-        failed = [w for w in workers if w.popen.poll() not in (None, 0)]
-        if failed:
+        if any(w.popen.poll() not in (None, 0) for w in workers):
+            _wait_all(workers, STOP_GRACE)
+            failed = [w for w in workers if w.popen.returncode not in (None, 0)]
             raise DriverError(_failure(failed, cluster))
         running = [w for w in workers if w.popen.returncode is None]
         if not running:
             return
         if time.monotonic() > deadline and not all(w.ready.exists() for w in running):
             raise DriverError(_unreachable(running[0].process_id, cluster))
+        time.sleep(POLL_SECONDS)
+
+
+def _wait_all(workers: Sequence[_Worker], seconds: float) -> None:
+    """Wait until every worker has exited or `seconds` have passed."""
+    until = time.monotonic() + seconds
+    while time.monotonic() < until and any(w.popen.poll() is None for w in workers):
         time.sleep(POLL_SECONDS)
 
 
