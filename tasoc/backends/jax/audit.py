@@ -263,7 +263,7 @@ def stablehlo_counts(text: str) -> Counter[str]:
 # ---------------------------------------------------------------- the comparison
 
 
-def _verdict(asked: Sequence[Asked], found: Sequence[Found]) -> str:
+def verdict(asked: Sequence[Asked], found: Sequence[Found]) -> str:
     """ "ok", or how XLA differs: the same bytes in fewer or more collectives is a
     combiner's or a decomposition's work; other differences add, remove or change."""
     want, have = sum(a.bytes for a in asked), sum(f.bytes for f in found)
@@ -298,7 +298,7 @@ def audit(module: ModuleOp, program: ShardedProgram) -> Audit:
                 len(theirs),
                 sum(f.bytes for f in theirs),
                 cuda[kind],
-                _verdict(mine, theirs),
+                verdict(mine, theirs),
             )
         )
     return Audit(asked, found, rows)
