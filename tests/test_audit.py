@@ -14,6 +14,7 @@ from tasoc.backends.jax.audit import (
     audit,
     hlo_collectives,
     stablehlo_counts,
+    verdict,
 )
 from tasoc.backends.jax.sharded import lower_sharded
 
@@ -109,7 +110,7 @@ def found(*sizes: int) -> list[Found]:
 
 
 @pytest.mark.parametrize(
-    ("want", "have", "verdict"),
+    ("want", "have", "expected"),
     [
         (asked(100, 100), found(100, 104), "ok"),
         (asked(100, 100), found(100, 120), "XLA changed the bytes"),
@@ -120,8 +121,8 @@ def found(*sizes: int) -> list[Found]:
         ([], found(8), "XLA added"),
     ],
 )
-def test_verdicts(want: list[Asked], have: list[Found], verdict: str) -> None:
-    assert verdict(want, have) == verdict
+def test_verdicts(want: list[Asked], have: list[Found], expected: str) -> None:
+    assert verdict(want, have) == expected
 
 
 def test_all_reduces_xla_combines_are_reported_not_hidden() -> None:
