@@ -261,11 +261,19 @@ def _operand_choices(
 ) -> Iterator[tuple[Sharding, ...]]:
     """The operand shardings `config` reads: complete ones, and, for each group of
     operands the op is jointly linear in whose producers all left partial sums along
-    the same axes (not axes the configuration splits), those partial sums as they are."""
+    the same axes (not axes the configuration splits), those partial sums as they are.
+
+    Partial sums pass on only into results no larger than them: completing them later
+    costs what completing them now does, whereas a matmul turning a partial gradient
+    of activations into a partial gradient of a large weight would reduce far more
+    bytes than it saved."""
     needs, _ = soap.shardings_for(rule, config, mesh)
     yield tuple(needs)
     used = {axis for axes in config.values() for axis in axes}
+    largest_result = max(sig.size for sig in node.sigs)
     for group in rule.linear:
+        if largest_result > min(node.inputs[i].sig.size for i in group):
+            continue
         sources = [values.get(node.inputs[i]) for i in group]
         pending = {s.unreduced if s is not None else () for s in sources}
         if len(pending) != 1:
