@@ -5,8 +5,11 @@ cannot reach, the plain values behind the IR and the collectives a pass inserts.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+from conftest import Result
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from xdsl.dialects.builtin import ModuleOp
@@ -299,3 +302,27 @@ def test_every_reshard_step_is_a_legal_transition_ending_at_the_target(
     assert current == target
     assert (not steps) == (source == target)
     assert len({step.kind for step in steps if step.kind == "all_slice"}) <= 1
+
+
+@pytest.mark.parametrize(
+    ("mesh", "dims", "message"),
+    [
+        ("nowhere", '"d"', "'func.func' no parallel.mesh @nowhere in the module"),
+        ("mesh", '"q"', "mesh @mesh has no axis 'q'"),
+    ],
+)
+def test_a_signature_no_op_touches_is_checked_too(
+    tmp_path: Path, tasoc: Callable[..., Result], mesh: str, dims: str, message: str
+) -> None:
+    """An argument returned untouched is checked by the function's signature check
+    (`verify_ir`), since no op's verifier sees it."""
+    typ = f"tensor<8xf32, #parallel.sharding<@{mesh}, [[{dims}]]>>"
+    source = tmp_path / "sig.mlir"
+    source.write_text(
+        f'parallel.mesh @mesh ["d" = 4]\n'
+        f"func.func @main(%x: {typ}) -> {typ} {{\n  func.return %x : {typ}\n}}\n"
+    )
+    result = tasoc("opt", str(source))
+    assert result.code == 1
+    assert result.err.startswith("tasoc: error: ") and message in result.err
+    assert result.err.count("\n") == 1

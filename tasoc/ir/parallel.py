@@ -282,10 +282,17 @@ def check_values(op: Operation, sigs: Sequence[TensorSig], *, one_mesh: bool) ->
     return next(iter(found.values()), None)
 
 
-def _check_graph_op(op: Operation) -> None:
-    sigs = [sig_of(v.type) for v in (*op.operands, *op.results)]
+def _check_op(op: Operation) -> None:
+    """The module-level check of a `graph` op's values, or of a function's signature
+    (whose arguments and results may lie on several meshes)."""
+    if isinstance(op, func.FuncOp):
+        kind = op.function_type
+        types = [t for t in (*kind.inputs.data, *kind.outputs.data) if isinstance(t, TensorType)]
+        sigs = [sig_of(t) for t in types if isinstance(t.encoding, ShardingAttr)]
+    else:
+        sigs = [sig_of(v.type) for v in (*op.operands, *op.results)]
     try:
-        check_values(op, sigs, one_mesh=True)
+        check_values(op, sigs, one_mesh=not isinstance(op, func.FuncOp))
     except ShardingError as err:
         raise VerifyException(f"'{op.name}': {err}") from None
 
@@ -316,7 +323,7 @@ def _propagate(
 
 
 PROPAGATE[ShardingAttr] = _propagate
-CHECK[ShardingAttr] = _check_graph_op
+CHECK[ShardingAttr] = _check_op
 
 
 # --------------------------------------------------------------------- collectives

@@ -31,6 +31,7 @@ from xdsl.dialects.builtin import (
 from xdsl.ir import Attribute, Block, Operation, OpResult, Region, SSAValue
 from xdsl.utils.exceptions import VerifyException
 
+from tasoc.ir.encodings import check_op
 from tasoc.ir.graph import PARAM_ATTR, sig_of
 from tasoc.ir.limits import LimitError, check_shape
 from tasoc.ir.shapes import TensorSig
@@ -211,6 +212,8 @@ def verify_ir(root: Operation) -> None:
       (a graph region in MLIR, where order is free). Values from other blocks of a
       region would need block dominance, which no tasoc program has (one block per
       function), so those are left alone.
+    - Encodings of a function's signature pass their dialect's check (a sharding names a
+      mesh of the module), which no op does for an argument returned untouched.
     - Sizes: every static tensor type, of a result or a block argument, is within the
       resource limits (`limits.py`), so `tensor<9223372036854775807xf32>` is refused
       where it is written, not when a backend allocates it.
@@ -219,6 +222,8 @@ def verify_ir(root: Operation) -> None:
     """
     checked: set[Attribute] = set()
     for op in root.walk():
+        if isinstance(op, func.FuncOp):
+            _check_signature_encodings(op)
         if not isinstance(op, ModuleOp):
             for region in op.regions:
                 for block in region.blocks:
@@ -228,6 +233,22 @@ def verify_ir(root: Operation) -> None:
             if value.type not in checked:
                 _check_type_size(op, value.type)
                 checked.add(value.type)
+
+
+def _check_signature_encodings(function: func.FuncOp) -> None:
+    """IRRuleError when an encoding of `function`'s signature breaks its dialect's
+    module-level check (`encodings.CHECK`: a sharding naming no mesh). The ops check
+    the values they touch; an argument returned untouched is checked here."""
+    kind = function.function_type
+    encodings = {
+        type(t.encoding)
+        for t in (*kind.inputs.data, *kind.outputs.data)
+        if isinstance(t, TensorType) and not isinstance(t.encoding, NoneAttr)
+    }
+    try:
+        check_op(function, encodings)
+    except VerifyException as err:
+        raise IRRuleError(function, str(err).removeprefix(f"'{function.name}': ")) from None
 
 
 def _check_defined_before_use(block: Block) -> None:
