@@ -3,8 +3,11 @@ report, and its one-line errors."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -40,6 +43,20 @@ func.func @main(%x: tensor<6x3x8x8xf32>, %w: tensor<4x3x3x3xf32> {graph.param})
                             activation = "none", groups = 1 : i64} : tensor<6x4x8x8xf32>
   %r = graph.relu %y : tensor<6x4x8x8xf32>
   func.return %r : tensor<6x4x8x8xf32>
+}
+"""
+
+
+CNN = """
+func.func @main(%x: tensor<8x3x8x8xf32>, %w: tensor<4x3x3x3xf32> {graph.param},
+                %v: tensor<64x16xf32> {graph.param}) -> tensor<8x16xf32> {
+  %c = graph.conv2d %x, %w {strides = array<i64: 1, 1>, padding = "same",
+                            activation = "relu", groups = 1 : i64} : tensor<8x4x8x8xf32>
+  %p = graph.pool2d %c {kind = "max", kernel = array<i64: 2, 2>, strides = array<i64: 2, 2>,
+                        padding = "valid"} : tensor<8x4x4x4xf32>
+  %f = graph.reshape %p {shape = array<i64: 8, 64>} : tensor<8x64xf32>
+  %y = graph.matmul %f, %v : tensor<8x16xf32>
+  func.return %y : tensor<8x16xf32>
 }
 """
 
@@ -200,11 +217,34 @@ def test_alexnet_training_step(search: str) -> None:
     check_program(before, after)
 
 
+@pytest.mark.parametrize("search", ["data-parallel", "expert"])
+def test_a_sharded_momentum_step_runs_on_four_devices(search: str, tmp_path: Path) -> None:
+    """The written program runs on 4 JAX devices (`tasoc run --devices`) and matches the
+    numpy reference of the unsharded step; momentum lies as its weight does."""
+    before = step(parse(CNN), loss="softmax-cross-entropy", optimizer="momentum", lr=0.1)
+    after, _ = shard(before, mesh="2x2", search=search)
+    x, labels, w, v, w_velocity, v_velocity = argument_shardings(after)
+    assert x == sharding(("x", "y"), (), (), ()) and labels == sharding(("x", "y"))
+    assert (w_velocity, v_velocity) == (w, v)
+    assert v == (sharding((), ("x", "y")) if search == "expert" else sharding((), ()))
+    program = tmp_path / "sharded.mlir"
+    program.write_text(str(after))
+    tasoc = Path(sys.executable).parent / "tasoc"
+    run = subprocess.run(
+        [tasoc, "run", program, "--devices", "4", "--check"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "equivalent to the numpy reference" in run.stdout + run.stderr
+
+
 # ------------------------------------------------------------------ errors
 
 
 def test_verify_each_compares_the_unsharded_program(
-    tasoc: Callable[..., Result], tmp_path: Any
+    tasoc: Callable[..., Result], tmp_path: Path
 ) -> None:
     source = tmp_path / "mlp.mlir"
     source.write_text(MLP)
@@ -224,7 +264,7 @@ def test_verify_each_compares_the_unsharded_program(
     ],
 )
 def test_bad_options_are_one_line_errors(
-    tasoc: Callable[..., Result], tmp_path: Any, options: str, fragment: str
+    tasoc: Callable[..., Result], tmp_path: Path, options: str, fragment: str
 ) -> None:
     source = tmp_path / "mlp.mlir"
     source.write_text(MLP)
