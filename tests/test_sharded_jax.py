@@ -28,11 +28,15 @@ def t(shape: str, dims: str, unreduced: str = "", dtype: str = "f32") -> str:
     return f"tensor<{shape}x{dtype}, #parallel.sharding<@m, [{dims}]{extra}>>"
 
 
-def program(mesh: str, args: dict[str, str], body: str, results: list[str]) -> ModuleOp:
+def program_text(mesh: str, args: dict[str, str], body: str, results: list[str]) -> str:
     """`mesh` and `@main(args) -> results { body }`; the body ends in its return."""
     params = ", ".join(f"%{name}: {type_}" for name, type_ in args.items())
-    text = f"{mesh}\nfunc.func @main({params}) -> ({', '.join(results)}) {{\n{body}\n}}"
-    module = Parser(make_context(), text).parse_module()
+    return f"{mesh}\nfunc.func @main({params}) -> ({', '.join(results)}) {{\n{body}\n}}\n"
+
+
+def program(mesh: str, args: dict[str, str], body: str, results: list[str]) -> ModuleOp:
+    """The verified module of `program_text`."""
+    module = Parser(make_context(), program_text(mesh, args, body, results)).parse_module()
     module.verify()
     return module
 

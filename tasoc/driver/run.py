@@ -21,7 +21,8 @@ A sharded program (the `parallel` dialect) runs on the devices of its mesh as on
 jitted shard_map (`backends/jax/sharded.py`, `run_sharded`); `--devices N` makes N
 fake CPU devices first (`devices.py`), `--check` compares with the numpy reference of
 the equal one-device program, and `--audit` sets the collectives XLA compiled beside
-those the IR asks for (`backends/jax/audit.py`).
+those the IR asks for (`backends/jax/audit.py`). `--processes P` runs it as P JAX
+processes instead (`distributed.py`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from xdsl.ir import SSAValue
 
 from tasoc.backends.arguments import describe, random_inputs
 from tasoc.backends.numpy import run_reference
+from tasoc.driver import distributed
 from tasoc.driver.devices import default_devices, ensure_devices, mesh_devices
 from tasoc.driver.errors import (
     DriverError,
@@ -142,6 +144,7 @@ def _parser() -> OneLineArgumentParser:
         help="set the collectives of a sharded program's compiled HLO (and its CUDA "
         "lowering) beside those its IR asks for",
     )
+    distributed.add_arguments(parser)
     return parser
 
 
@@ -315,6 +318,9 @@ def run_command(argv: Sequence[str]) -> int:
     """`tasoc run ARGS...`; returns the exit status (errors propagate to `main`)."""
     args = _parser().parse_args(argv)
     _refuse_combinations(args)
+    launched = distributed.start(argv, args)  # --processes: workers run, or this joins them
+    if launched is not None:
+        return launched
     weights = find_weights(args.input, args.params)
     read = (path for path in (args.input, weights.path if weights else None) if path)
     with Outputs(read) as outputs:
@@ -353,10 +359,10 @@ def _run(args: argparse.Namespace, found: WeightsFile | None) -> dict[str, objec
         check_index_ranges(function, inputs)
     except (ValueError, LimitError) as err:  # ProgramError, an index out of range
         raise DriverError(f"{args.input}: {err}") from None
-    training = steppable(signature, args.input) if args.steps is not None else None
-    if sharded and (training is not None or args.check_onnxruntime):
-        given = "--steps" if training is not None else "--check-onnxruntime"
+    if sharded and (args.steps is not None or args.check_onnxruntime):
+        given = "--steps" if args.steps is not None else "--check-onnxruntime"
         raise UsageError(f"{given} on a sharded program is not supported yet")
+    training = steppable(signature, args.input) if args.steps is not None else None
 
     values_from = f", values from {weights.path}" if weights is not None else ""
     report: dict[str, object] = {
@@ -376,7 +382,9 @@ def _run(args: argparse.Namespace, found: WeightsFile | None) -> dict[str, objec
         report |= run_report(run)
         return report
     if sharded:
-        return report | run_sharded(args, module, inputs, f" (seed {args.seed}{values_from})")
+        execute = _on_local_devices if args.processes is None else distributed.run_global
+        provenance = f" (seed {args.seed}{values_from})"
+        return report | run_sharded(args, module, inputs, provenance, execute)
 
     executable = prepare(module, args.backend)
     outputs = executable.run(inputs)
