@@ -49,7 +49,6 @@ from tasoc.driver.errors import PREFIX, DriverError, UsageError, non_negative_in
 
 if TYPE_CHECKING:
     import jax
-    from xdsl.dialects.builtin import ModuleOp
 
     from tasoc.backends.jax.sharded import ShardedProgram
 
@@ -146,6 +145,7 @@ def refuse_options(args: argparse.Namespace) -> None:
         "--steps": args.steps is not None,
         "--bench": bool(args.bench),
         "--check-onnxruntime": args.check_onnxruntime,
+        "--report": args.report is not None,
     }
     for flag, given in alone.items():
         if given:
@@ -157,17 +157,6 @@ def _split_address(address: str) -> tuple[str, int]:
     if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise UsageError(f"--coordinator expects HOST:PORT, got '{address}'")
     return host, int(port)
-
-
-def mesh_devices(module: ModuleOp) -> int:
-    """How many devices the program's meshes span (device ids index the run's devices);
-    DriverError for a program that is not sharded, which one process runs as well."""
-    from tasoc.ir.parallel import meshes
-
-    found = meshes(module)
-    if not found:
-        raise DriverError("--processes runs a sharded program, and this one has no parallel.mesh")
-    return max(max(mesh.device_ids) + 1 for mesh in found.values())
 
 
 def devices_per_process(needed: int, processes: int, devices: int | None) -> int:
@@ -201,12 +190,16 @@ def start(argv: Sequence[str], args: argparse.Namespace) -> int | None:
         )
         join(cluster)
         return None
+    from tasoc.driver.devices import mesh_devices
     from tasoc.driver.onnx_bridge import collect_input_shapes
     from tasoc.driver.sources import load_program
+    from tasoc.ir.parallel import is_sharded, meshes
 
     module = load_program(args.input, collect_input_shapes(args.input_shape)).module
-    devices = devices_per_process(mesh_devices(module), args.processes, args.devices)
-    return launch(argv, args, devices)
+    if not is_sharded(module):
+        raise DriverError(f"--processes runs a sharded program; {args.input} is not one")
+    needed = mesh_devices(meshes(module).values())
+    return launch(argv, args, devices_per_process(needed, args.processes, args.devices))
 
 
 # ----------------------------------------------------------------- the launcher
