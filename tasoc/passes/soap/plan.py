@@ -26,6 +26,7 @@ consumer wants, at no cost: an input is laid out as the first layer reads it.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -157,8 +158,7 @@ def complete(problem: Problem, prescribed: Mapping[Node, Config], notes: Sequenc
         config, needs = _cheapest(problem, rule, candidates, node, values, exits)
         for value, need in zip(node.inputs, needs, strict=True):
             values.setdefault(value, need)
-        results, _ = soap.propagate(rule, needs, mesh.name)
-        values.update(zip(node.results, results, strict=True))
+        values.update(zip(node.results, _results(rule, needs, mesh.name), strict=True))
         configs[node], operands[node] = config, needs
     for node in (*dag.args, *dag.ops):
         for value in node.results:
@@ -236,16 +236,16 @@ def _cheapest(
         for needs in _operand_choices(rule, config, node, values, mesh.name):
             try:
                 moves = [
-                    soap.reshard_bytes(values[value], need, value.sig, mesh)
+                    _reshard_bytes(values[value], need, value.sig, mesh)
                     for value, need in zip(node.inputs, needs, strict=True)
                     if value in values and values[value] != need
                 ]
                 cost = sum(moves)
-                results, _ = soap.propagate(rule, needs, mesh.name)
+                results = _results(rule, needs, mesh.name)
                 for value, result in zip(node.results, results, strict=True):
                     for index in exits.get(value, ()):
                         target = _exit(problem, values, index, result)
-                        cost += soap.reshard_bytes(result, target, value.sig, mesh)
+                        cost += _reshard_bytes(result, target, value.sig, mesh)
             except ShardingError:
                 continue
             key = (cost, moves.count(0), -degree, order)
@@ -254,6 +254,24 @@ def _cheapest(
     if best is None:
         raise PlanError(f"{problem.describe(node)} has no configuration its operands can reach")
     return best[1], best[2]
+
+
+# The same shapes, rules and layouts recur layer after layer (and forward, backward and
+# update alike), so the engine's answers are kept: they are pure functions of hashable
+# values, and computing them was nine tenths of the pass's time on a resnet50 step.
+_reshard_bytes = functools.lru_cache(maxsize=1 << 16)(soap.reshard_bytes)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _results(rule: OpRule, operands: tuple[Sharding, ...], mesh: str) -> tuple[Sharding, ...]:
+    return tuple(soap.propagate(rule, operands, mesh)[0])
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _operand_layouts(
+    rule: OpRule, config: tuple[tuple[str, tuple[str, ...]], ...], mesh: str
+) -> tuple[Sharding, ...]:
+    return tuple(soap.shardings_for(rule, dict(config), mesh)[0])
 
 
 def _operand_choices(
@@ -267,8 +285,8 @@ def _operand_choices(
     costs what completing them now does, whereas a matmul turning a partial gradient
     of activations into a partial gradient of a large weight would reduce far more
     bytes than it saved."""
-    needs, _ = soap.shardings_for(rule, config, mesh)
-    yield tuple(needs)
+    needs = _operand_layouts(rule, tuple(sorted(config.items())), mesh)
+    yield needs
     used = {axis for axes in config.values() for axis in axes}
     largest_result = max(sig.size for sig in node.sigs)
     for group in rule.linear:
