@@ -137,7 +137,7 @@ def refuse_options(args: argparse.Namespace) -> None:
             f"--process-id {args.process_id} is not below --processes {args.processes}"
         )
     if args.coordinator is not None:
-        _split_address(args.coordinator)
+        _check_address(args.coordinator)
     if args.input == "-":
         raise UsageError("--processes needs INPUT as a file or zoo: spec (each process reads it)")
     alone = {
@@ -152,11 +152,12 @@ def refuse_options(args: argparse.Namespace) -> None:
             raise UsageError(f"--processes runs a sharded program once on JAX: not with {flag}")
 
 
-def _split_address(address: str) -> tuple[str, int]:
+def _check_address(address: str) -> None:
+    """UsageError unless `address` is HOST:PORT: JAX would take a wrong one for a host
+    that is not there yet, and wait out the connect timeout."""
     host, colon, port = address.rpartition(":")
     if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise UsageError(f"--coordinator expects HOST:PORT, got '{address}'")
-    return host, int(port)
 
 
 def devices_per_process(needed: int, processes: int, devices: int | None) -> int:
