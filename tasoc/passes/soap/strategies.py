@@ -51,19 +51,46 @@ def _first(rule: OpRule, kind: FactorKind) -> Factor | None:
     return next((f for f in rule.factors if f.kind == kind), None)
 
 
-def _split(problem: Problem, node: Node, factor: Factor, what: str, notes: list[str]) -> Config:
+class Notes:
+    """What a strategy could not do, one note per kind of shortfall naming its ops (the
+    first few, then how many more): a batch of 4 on a 2x4 mesh falls short in every
+    layer, and one line says so better than a hundred."""
+
+    SHOWN = 5
+    """Ops named per note."""
+
+    def __init__(self) -> None:
+        self._ops: dict[str, list[str]] = {}
+
+    def add(self, shortfall: str, op: str) -> None:
+        self._ops.setdefault(shortfall, []).append(op)
+
+    def lines(self) -> list[str]:
+        lines = []
+        for shortfall, ops in self._ops.items():
+            named = ", ".join(ops[: self.SHOWN])
+            more = f" and {len(ops) - self.SHOWN} more" if len(ops) > self.SHOWN else ""
+            lines.append(f"{shortfall}: {named}{more}")
+        return lines
+
+
+def _split(problem: Problem, node: Node, factor: Factor, what: str, notes: Notes) -> Config:
     """`factor` over as many mesh axes as divide it, with a note when not all do."""
     mesh = problem.mesh
     axes = largest_split(factor.size, mesh)
-    where = f"{problem.describe(node)}: {what} {factor.size}"
     if not axes:
-        notes.append(f"{where} does not split over any axis of the mesh; replicated")
+        notes.add(
+            f"{what} {factor.size} splits over no axis of the mesh; replicated",
+            problem.describe(node),
+        )
     elif axes != mesh.axis_names:
-        notes.append(f"{where} splits over {', '.join(axes)} only")
+        notes.add(
+            f"{what} {factor.size} splits over {', '.join(axes)} only", problem.describe(node)
+        )
     return {factor.name: axes} if axes else {}
 
 
-def _batch_parallel(problem: Problem, node: Node, notes: list[str]) -> Config | None:
+def _batch_parallel(problem: Problem, node: Node, notes: Notes) -> Config | None:
     """The op's first sample factor split (None when it has no sample factor)."""
     sample = _first(problem.rules[node], "sample")
     return None if sample is None else _split(problem, node, sample, "batch", notes)
@@ -84,18 +111,18 @@ def _is_weight(problem: Problem, value: Value) -> bool:
 @strategy("data-parallel")
 def data_parallel(problem: Problem) -> Prescription:
     prescribed: dict[Node, Config] = {}
-    notes: list[str] = []
+    notes = Notes()
     for node in _on_batch(problem):
         config = _batch_parallel(problem, node, notes)
         if config is not None:
             prescribed[node] = config
-    return prescribed, notes
+    return prescribed, notes.lines()
 
 
 @strategy("expert")
 def expert(problem: Problem) -> Prescription:
     prescribed: dict[Node, Config] = {}
-    notes: list[str] = []
+    notes = Notes()
     for node in _on_batch(problem):
         config: Config | None = None
         if node.op == "matmul" and _is_weight(problem, node.inputs[1]):
@@ -106,4 +133,4 @@ def expert(problem: Problem) -> Prescription:
             config = _batch_parallel(problem, node, notes)
         if config is not None:
             prescribed[node] = config
-    return prescribed, notes
+    return prescribed, notes.lines()
