@@ -142,17 +142,21 @@ def test_a_result_left_as_partial_sums(tasoc: Tasoc, tmp_path: Path) -> None:
     assert_one_line_error(result, "result #0 holds partial sums along ['d']")
 
 
-def test_replicate_between_meshes(tasoc: Tasoc, tmp_path: Path) -> None:
+def test_two_device_groups_run_and_check_but_do_not_audit(tasoc: Tasoc, tmp_path: Path) -> None:
     here = 'tensor<8xf32, #parallel.sharding<@m, [["d"]]>>'
     there = 'tensor<8xf32, #parallel.sharding<@n, [["d"]]>>'
     text = program_text(
         'parallel.mesh @m ["d" = 4]\nparallel.mesh @n ["d" = 4] devices [4, 5, 6, 7]',
         {"x": here},
-        f"  %y = parallel.replicate %x : {there}\n  func.return %y : {there}",
+        f"  %y = parallel.replicate %x : {there}\n  %z = graph.relu %y : {there}\n"
+        f"  func.return %z : {there}",
         [there],
     )
-    result = tasoc("run", written(tmp_path, text), "--devices", "8")
-    assert_one_line_error(result, "several meshes are not supported yet")
+    path = written(tmp_path, text)
+    result = tasoc("run", path, "--check")
+    assert result.code == 0, result
+    assert "on jax, 8 devices" in result.out and "check: equivalent" in result.out
+    assert_one_line_error(tasoc("run", path, "--audit"), "the audit reads programs on one mesh")
 
 
 # ------------------------------------------------------------------ the done

@@ -229,7 +229,7 @@ def test_i64_arguments_and_results_round_trip() -> None:
 def test_in_shardings_lay_arguments_out_on_the_mesh() -> None:
     module = split_contraction(GRID, '"x", "y"', "all_reduce", "[], []")
     compiled = lower_sharded(module)
-    assert compiled.mesh.shape == {"x": 2, "y": 4}
+    assert [mesh.shape for mesh in compiled.meshes] == [{"x": 2, "y": 4}]
     assert [s.spec for s in compiled.in_shardings] == [
         PartitionSpec(None, ("x", "y")),
         PartitionSpec(("x", "y"), None),
@@ -267,13 +267,54 @@ def test_a_mesh_larger_than_the_devices_is_refused_with_the_count_to_ask_for() -
         lower_sharded(module)
 
 
-def test_replicate_between_meshes_is_not_supported_yet() -> None:
-    there = 'tensor<8xf32, #parallel.sharding<@n, [["d"]]>>'
+# ------------------------------------------------------------ several meshes
+
+GROUPS = 'parallel.mesh @m ["d" = 4]\nparallel.mesh @n ["d" = 2] devices [6, 4]'
+"""Two device groups: @m on devices 0-3, @n on devices 6 and 4 (in that order)."""
+
+
+def on(mesh: str, shape: str, dims: str, unreduced: str = "") -> str:
+    return t(shape, dims, unreduced).replace("@m", f"@{mesh}")
+
+
+def test_a_program_on_two_device_groups_runs_each_part_on_its_devices() -> None:
+    # Layer 1 data parallel on @m, its output copied to @n split by columns, layer 2
+    # there with the contracting dim split: partial sums completed on @n.
     module = program(
-        'parallel.mesh @m ["d" = 4]\nparallel.mesh @n ["d" = 4] devices [4, 5, 6, 7]',
-        {"x": 'tensor<8xf32, #parallel.sharding<@m, [["d"]]>>'},
-        f"  %y = parallel.replicate %x : {there}\n  func.return %y : {there}",
-        [there],
+        GROUPS,
+        {
+            "x": on("m", "8x16", '["d"], []'),
+            "w": on("m", "16x8", "[], []"),
+            "v": on("n", "8x4", '["d"], []'),
+        },
+        f"""  %h = graph.matmul %x, %w : {on("m", "8x8", '["d"], []')}
+  %r = graph.relu %h : {on("m", "8x8", '["d"], []')}
+  %c = parallel.replicate %r : {on("n", "8x8", '[], ["d"]')}
+  %p = graph.matmul %c, %v : {on("n", "8x4", "[], []", unreduced='"d"')}
+  %y = parallel.all_reduce %p : {on("n", "8x4", "[], []")}
+  %z = graph.tanh %r : {on("m", "8x8", '["d"], []')}
+  func.return %y, %z : {on("n", "8x4", "[], []")}, {on("m", "8x8", '["d"], []')}""",
+        [on("n", "8x4", "[], []"), on("m", "8x8", '["d"], []')],
     )
-    with pytest.raises(ShardedLoweringError, match="not supported yet"):
+    assert_matches_unsharded(module)
+    compiled = lower_sharded(module)
+    y, z = compiled.fn(*compiled.device_args(random_inputs(module, 0)))
+    assert {d.id for d in y.sharding.device_set} == {4, 6}
+    assert {d.id for d in z.sharding.device_set} == {0, 1, 2, 3}
+    assert compiled.device_count == 6
+
+
+def test_partial_sums_used_across_meshes_are_refused() -> None:
+    partial = on("m", "8x4", "[], []", unreduced='"d"')
+    module = program(
+        GROUPS,
+        {"x": on("m", "8x16", '[], ["d"]'), "w": on("m", "16x4", '["d"], []')},
+        f"""  %p = graph.matmul %x, %w : {partial}
+  %c = parallel.replicate %x : {on("n", "8x16", '["d"], []')}
+  %s = graph.relu %c : {on("n", "8x16", '["d"], []')}
+  %y = parallel.all_reduce %p : {on("m", "8x4", "[], []")}
+  func.return %y, %s : {on("m", "8x4", "[], []")}, {on("n", "8x16", '["d"], []')}""",
+        [on("m", "8x4", "[], []"), on("n", "8x16", '["d"], []')],
+    )
+    with pytest.raises(ShardedLoweringError, match="partial sums on @m is used after ops on"):
         lower_sharded(module)

@@ -459,7 +459,7 @@ def run_sharded(
     except ValueError as err:  # too few devices, partial sums returned, no lowering
         raise DriverError(f"cannot run on jax: {err}") from None
     outputs = execute(program, inputs)
-    devices = program.mesh.size
+    devices = program.device_count
     print(f"{args.input} on jax, {devices} devices{provenance}:")
     function = entry_function(module)
     signature = training_signature(function)
@@ -478,7 +478,10 @@ def run_sharded(
             _op_by_op(reference, inputs, signature, "jax"),
         )
     if args.audit:
-        found = audit(module, program)
+        try:
+            found = audit(module, program)
+        except ValueError as err:  # a program on several meshes
+            raise DriverError(f"cannot audit {args.input}: {err}") from None
         print("audit: collectives the IR asks for, the compiled HLO runs (CPU), CUDA lowers:")
         for line in found.table():
             print(f"  {line}")

@@ -21,10 +21,15 @@ each argument's and result's `PartitionSpec` read from its sharding. Inside it:
   moves, `tiled`, several axes on one dim passed as one tuple (major to minor, as
   `Sharding` orders them); `all_slice` is a local slice at `lax.axis_index`.
 
+A program on several meshes (device groups, FlexFlow's Operator dimension) runs as one
+such shard_map per run of consecutive ops on one mesh, in program order, joined by
+`parallel.replicate`'s copies between meshes (`jax.device_put` onto the target's
+`NamedSharding`): JAX runs each computation on its own devices.
+
 The values are checked against the IR at trace time (each local result's shape), and
 the program refuses what it cannot run faithfully: results left as partial sums,
-arguments given as partial sums, integer means split across devices, several meshes
-(`parallel.replicate` between device groups is not lowered yet).
+arguments given as partial sums, partial sums used across meshes, integer means split
+across devices.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation
 
 from tasoc.backends.arguments import check_arguments
 from tasoc.backends.jax.lowering import (
@@ -243,11 +249,7 @@ def _all_to_all(x: jax.Array, source: Sharding, target: Sharding) -> jax.Array:
 
 
 def _collective(op: CollectiveOp, mesh: Mesh) -> LocalFn:
-    if isinstance(op, ReplicateOp):
-        raise ShardedLoweringError(
-            "parallel.replicate (a value moved between meshes) is not supported yet by the "
-            "JAX lowering"
-        )
+    """A collective on one mesh (`parallel.replicate` moves between meshes: `_Move`)."""
     source, target = _sharding(sig_of(op.input.type)), _sharding(sig_of(op.output.type))
     problem = check_transition(op.KIND, source, target)
     if problem:
@@ -306,23 +308,59 @@ class _Step:
     local_sigs: tuple[TensorSig, ...]
 
 
-@dataclass(frozen=True)
-class ShardedProgram:
-    """A lowered sharded program. `fn` is the jitted shard_map over `mesh`: global
-    `jax.Array`s laid out as `in_shardings` in, laid out as `out_shardings` out (in
-    `@main` order; build them with `device_args`, or `jax.make_array_from_callback`
-    in a multi-process run). Calling the program itself takes and returns global
-    NumPy arrays of the IR's dtypes, as `JaxProgram` does."""
+Values = dict[int, jax.Array]
+"""Global arrays by slot, as the parts of a program on several meshes pass them on."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Segment:
+    """Consecutive ops on one mesh, as one jitted shard_map from global arrays (the
+    `inputs` slots) to global arrays (the `outputs` slots)."""
 
     fn: Callable[..., tuple[jax.Array, ...]]
-    mesh: jax.sharding.Mesh
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+
+    def __call__(self, values: Values) -> None:
+        values.update(zip(self.outputs, self.fn(*(values[i] for i in self.inputs)), strict=True))
+
+
+@dataclass(frozen=True, slots=True)
+class _Move:
+    """`parallel.replicate`: a global value copied onto another mesh's devices."""
+
+    source: int
+    target: int
+    sharding: NamedSharding
+
+    def __call__(self, values: Values) -> None:
+        values[self.target] = jax.device_put(values[self.source], self.sharding)
+
+
+@dataclass(frozen=True)
+class ShardedProgram:
+    """A lowered sharded program. `fn` takes global `jax.Array`s laid out as
+    `in_shardings` and returns them laid out as `out_shardings` (in `@main` order;
+    build them with `device_args`, or `jax.make_array_from_callback` in a
+    multi-process run): on one mesh the jitted shard_map itself, on several the
+    shard_map of each mesh's segment in turn, joined by copies between meshes.
+    Calling the program itself takes and returns global NumPy arrays of the IR's
+    dtypes, as `JaxProgram` does."""
+
+    fn: Callable[..., tuple[jax.Array, ...]]
+    meshes: tuple[jax.sharding.Mesh, ...]
     arg_infos: tuple[ArgInfo, ...]
     result_sigs: tuple[TensorSig, ...]
     in_shardings: tuple[NamedSharding, ...]
     out_shardings: tuple[NamedSharding, ...]
 
+    @property
+    def device_count(self) -> int:
+        """The devices the program runs on, over all its meshes."""
+        return len({device for mesh in self.meshes for device in mesh.devices.flat})
+
     def device_args(self, args: Sequence[np.ndarray]) -> tuple[jax.Array, ...]:
-        """Check `args` against `@main` and lay them out on the mesh."""
+        """Check `args` against `@main` and lay them out on their meshes."""
         check_arguments(self.arg_infos, args)
         return tuple(
             jax.device_put(host_argument(info, arg), sharding)
@@ -340,32 +378,39 @@ class ShardedProgram:
         )
 
     def lowered(self, platform: str | None = None) -> jax.stages.Lowered:
-        """The StableHLO of the program, for this machine or cross-lowered for
-        `platform` ("cuda": what a GPU run would be given, without a GPU)."""
+        """The StableHLO of a program on one mesh, for this machine or cross-lowered
+        for `platform` ("cuda": what a GPU run would be given, without a GPU)."""
+        if len(self.meshes) != 1:
+            raise ShardedLoweringError(
+                f"a program on {len(self.meshes)} meshes runs as several computations; "
+                "only a program on one mesh lowers to one"
+            )
         traced = self.fn.trace(*self.abstract_args())  # type: ignore[attr-defined]
         if platform is None:
             return traced.lower()
         return traced.lower(lowering_platforms=(platform,))
 
     def compiled(self) -> jax.stages.Compiled:
-        """The program compiled by XLA for this machine's devices."""
+        """The program compiled by XLA for this machine's devices (one mesh)."""
         return self.lowered().compile()
 
 
+def _mesh_of(op: Operation, found: Mapping[str, Mesh]) -> Mesh:
+    """The mesh an op runs on: its results' (a constant's), else its operands'."""
+    value = op.results[0] if op.results else op.operands[0]
+    return found[_sharding(sig_of(value.type)).mesh]
+
+
 def lower_sharded(module: ModuleOp) -> ShardedProgram:
-    """Lower `@main` of a sharded `module` to a jitted shard_map (compiled on first call).
+    """Lower `@main` of a sharded `module` to jitted shard_maps (compiled on first call):
+    one for a program on one mesh; one per run of consecutive ops on one mesh, joined
+    by `parallel.replicate`'s copies, for a program on several device groups.
 
     Raises ShardedLoweringError (a ValueError, one line) for what cannot run: too few
-    devices for the mesh, partial sums as arguments or results, several meshes, an
-    op without a JAX lowering.
+    devices for a mesh, partial sums as arguments or results or across meshes, an op
+    without a JAX lowering.
     """
     found = meshes(module)
-    if len(found) != 1:
-        raise ShardedLoweringError(
-            f"the JAX lowering runs a program on one mesh; this one has {len(found)} "
-            "(several meshes are not supported yet)"
-        )
-    (mesh,) = found.values()
     function = entry_function(module)
     block = function.body.block
     infos = tuple(arg_infos(function))
@@ -374,26 +419,6 @@ def lower_sharded(module: ModuleOp) -> ShardedProgram:
             raise ShardedLoweringError(
                 f"argument '{info.name}' holds partial sums ({info.sig}): pass complete values"
             )
-    slots = {value: index for index, value in enumerate(block.args)}
-    steps = []
-    for op in block.ops:
-        if isinstance(op, func.ReturnOp):
-            continue
-        if isinstance(op, GraphOp):
-            run = _graph_op(op, mesh)
-        elif isinstance(op, CollectiveOp):
-            run = _collective(op, mesh)
-        else:
-            raise ShardedLoweringError(f"no JAX lowering for op '{op.name}'")
-        results = tuple(range(len(slots), len(slots) + len(op.results)))
-        slots.update(zip(op.results, results, strict=True))
-        local_sigs = []
-        for result in op.results:
-            sig = sig_of(result.type)
-            local_sigs.append(TensorSig(_sharding(sig).local_shape(sig.shape, mesh), sig.dtype))
-        steps.append(
-            _Step(op.name, run, tuple(slots[v] for v in op.operands), results, tuple(local_sigs))
-        )
     returned = return_values(function)
     result_sigs = tuple(sig_of(v.type) for v in returned)
     for index, sig in enumerate(result_sigs):
@@ -402,27 +427,132 @@ def lower_sharded(module: ModuleOp) -> ShardedProgram:
                 f"result #{index} holds partial sums along {list(_sharding(sig).unreduced)}: "
                 "complete it (parallel.all_reduce) before returning it"
             )
+    jax_meshes = {name: device_mesh(mesh) for name, mesh in found.items()}
+    slots = {value: index for index, value in enumerate(block.args)}
+    shardings = {index: _sharding(info.sig) for index, info in enumerate(infos)}
+    runs: list[tuple[Mesh, list[_Step]] | _Move] = []
+    for op in block.ops:
+        if isinstance(op, func.ReturnOp):
+            continue
+        results = tuple(range(len(slots), len(slots) + len(op.results)))
+        slots.update(zip(op.results, results, strict=True))
+        for slot, result in zip(results, op.results, strict=True):
+            shardings[slot] = _sharding(sig_of(result.type))
+        if isinstance(op, ReplicateOp):
+            target = shardings[results[0]]
+            named = NamedSharding(jax_meshes[target.mesh], partition_spec(target))
+            runs.append(_Move(slots[op.input], results[0], named))
+            continue
+        mesh = _mesh_of(op, found)
+        if isinstance(op, GraphOp):
+            run = _graph_op(op, mesh)
+        elif isinstance(op, CollectiveOp):
+            run = _collective(op, mesh)
+        else:
+            raise ShardedLoweringError(f"no JAX lowering for op '{op.name}'")
+        local_sigs = tuple(
+            TensorSig(shardings[slot].local_shape(sig_of(r.type).shape, mesh), sig_of(r.type).dtype)
+            for slot, r in zip(results, op.results, strict=True)
+        )
+        step = _Step(op.name, run, tuple(slots[v] for v in op.operands), results, local_sigs)
+        last = runs[-1] if runs else None
+        if isinstance(last, tuple) and last[0] == mesh:
+            last[1].append(step)
+        else:
+            runs.append((mesh, [step]))
     outputs = tuple(slots[v] for v in returned)
+    in_shardings = tuple(
+        NamedSharding(jax_meshes[shardings[i].mesh], partition_spec(shardings[i]))
+        for i in range(len(infos))
+    )
+    out_shardings = tuple(
+        NamedSharding(jax_meshes[shardings[i].mesh], partition_spec(shardings[i])) for i in outputs
+    )
+    if len(runs) == 1 and isinstance(runs[0], tuple):
+        mesh, steps = runs[0]
+        fn = _segment(steps, tuple(range(len(infos))), outputs, shardings, jax_meshes[mesh.name])
+    else:
+        fn = _joined(runs, outputs, shardings, jax_meshes)
+    return ShardedProgram(
+        fn=fn,
+        meshes=tuple(jax_meshes.values()),
+        arg_infos=infos,
+        result_sigs=result_sigs,
+        in_shardings=in_shardings,
+        out_shardings=out_shardings,
+    )
+
+
+def _segment(
+    steps: Sequence[_Step],
+    inputs: tuple[int, ...],
+    outputs: tuple[int, ...],
+    shardings: Mapping[int, Sharding],
+    mesh: jax.sharding.Mesh,
+) -> Callable[..., tuple[jax.Array, ...]]:
+    """The jitted shard_map of `steps` on `mesh`, from the `inputs` slots to the
+    `outputs` slots (global arrays, laid out as `shardings` says)."""
 
     def local(*args: jax.Array) -> tuple[jax.Array, ...]:
-        values: dict[int, jax.Array] = dict(enumerate(args))
+        values: Values = dict(zip(inputs, args, strict=True))
         for step in steps:
             results = step.run([values[i] for i in step.operands])
             check_results(step.what, step.local_sigs, results)
             values.update(zip(step.results, results, strict=True))
         return tuple(values[i] for i in outputs)
 
-    jax_mesh = device_mesh(mesh)
-    in_specs = tuple(partition_spec(_sharding(info.sig)) for info in infos)
-    out_specs = tuple(partition_spec(_sharding(sig)) for sig in result_sigs)
     mapped = jax.shard_map(
-        local, mesh=jax_mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False
+        local,
+        mesh=mesh,
+        in_specs=tuple(partition_spec(shardings[i]) for i in inputs),
+        out_specs=tuple(partition_spec(shardings[i]) for i in outputs),
+        check_vma=False,
     )
-    return ShardedProgram(
-        fn=jax.jit(mapped),
-        mesh=jax_mesh,
-        arg_infos=infos,
-        result_sigs=result_sigs,
-        in_shardings=tuple(NamedSharding(jax_mesh, spec) for spec in in_specs),
-        out_shardings=tuple(NamedSharding(jax_mesh, spec) for spec in out_specs),
-    )
+    return jax.jit(mapped)
+
+
+def _joined(
+    runs: Sequence[tuple[Mesh, list[_Step]] | _Move],
+    outputs: tuple[int, ...],
+    shardings: Mapping[int, Sharding],
+    jax_meshes: Mapping[str, jax.sharding.Mesh],
+) -> Callable[..., tuple[jax.Array, ...]]:
+    """A program on several meshes: each run of steps on one mesh a `_Segment`, whose
+    inputs are the values it uses from before it and whose outputs the values used
+    after it (complete values only: partial sums do not leave their segment)."""
+    used_later: set[int] = set(outputs)
+    parts: list[_Segment | _Move] = []
+    for run in reversed(runs):
+        if isinstance(run, _Move):
+            parts.append(run)
+            used_later.add(run.source)
+            continue
+        mesh, steps = run
+        defined = {slot for step in steps for slot in step.results}
+        inputs = tuple(
+            dict.fromkeys(i for step in steps for i in step.operands if i not in defined)
+        )
+        produced = tuple(sorted(defined & used_later))
+        for slot in produced:
+            if shardings[slot].unreduced:
+                raise ShardedLoweringError(
+                    f"a value holding partial sums on @{mesh.name} is used after ops on "
+                    "another mesh: complete it first"
+                )
+        parts.append(
+            _Segment(
+                _segment(steps, inputs, produced, shardings, jax_meshes[mesh.name]),
+                inputs,
+                produced,
+            )
+        )
+        used_later.update(inputs)
+    parts.reverse()
+
+    def program(*args: jax.Array) -> tuple[jax.Array, ...]:
+        values: Values = dict(enumerate(args))
+        for part in parts:
+            part(values)
+        return tuple(values[i] for i in outputs)
+
+    return program
