@@ -56,6 +56,8 @@ class Problem:
     in the sharding their first consumer wants)."""
     forward: frozenset[Node] = field(init=False)
     """The ops the loss depends on (every op of a forward program)."""
+    weights: frozenset[int] = field(init=False)
+    """Arguments that are weights or optimizer state (laid out before any op)."""
     activations: frozenset[Node] = field(init=False)
     """The ops that depend on an input or the labels, not on weights and constants alone."""
 
@@ -72,14 +74,10 @@ class Problem:
                 raise PlanError(f"graph.{node.op}: {err}") from None
         object.__setattr__(self, "rules", rules)
         object.__setattr__(self, "forward", self._loss_ancestors())
-        object.__setattr__(self, "activations", self._input_descendants())
-
-    @property
-    def weights(self) -> frozenset[int]:
-        """Arguments that are weights or optimizer state (laid out before any op)."""
         params = (i for i, arg in enumerate(self.dag.args) if arg.attr("is_param"))
         state = self.signature.state if self.signature else ()
-        return frozenset((*params, *state))
+        object.__setattr__(self, "weights", frozenset((*params, *state)))
+        object.__setattr__(self, "activations", self._input_descendants())
 
     @property
     def replaces(self) -> dict[int, int]:
@@ -109,7 +107,8 @@ class Problem:
         return frozenset(found)
 
     def describe(self, node: Node) -> str:
-        """`graph.conv2d #3`: an op by name and place in the program, for notes."""
+        """`graph.conv2d #3`: an op by name and its place among `@main`'s graph ops
+        (the sharded program keeps their order), for notes."""
         return f"graph.{node.op} #{self.dag.position()[node]}"
 
 
