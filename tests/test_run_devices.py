@@ -93,6 +93,15 @@ def test_audit_prints_the_table_and_reports_it(tasoc: Tasoc, tmp_path: Path) -> 
     assert audit["ok"] and audit["kinds"][0]["kind"] == "all-gather"
 
 
+def test_bench_times_the_sharded_program(tasoc: Tasoc, tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    result = tasoc("run", written(tmp_path, GATHER), "--bench", "2", "--report", report)
+    assert result.code == 0, result
+    assert "bench: 2 runs on jax, 8 devices, median" in result.out
+    written_report = json.loads(report.read_text())
+    assert written_report["devices"] == 8 and len(written_report["bench_seconds"]) == 2
+
+
 def test_numpy_backend_runs_the_unsharded_program(tasoc: Tasoc, tmp_path: Path) -> None:
     path = written(tmp_path, GATHER)
     jax_run = tasoc("run", path)
