@@ -125,8 +125,10 @@ def test_verdicts(want: list[Asked], have: list[Found], expected: str) -> None:
     assert verdict(want, have) == expected
 
 
-def test_all_reduces_xla_combines_are_reported_not_hidden() -> None:
-    # Two gradients all-reduced at the end of a step: XLA's combiner merges them.
+def test_all_reduces_run_as_written_and_a_combination_is_reported() -> None:
+    # Two gradients all-reduced at the end of a step. Sharded programs compile with
+    # XLA's combiners off (AS_WRITTEN), so both run; XLA's default merges them, and
+    # the audit names that rather than hiding it.
     partial = t("8x16", "[], []", unreduced='"d"')
     module = program(
         LINE,
@@ -138,9 +140,17 @@ def test_all_reduces_xla_combines_are_reported_not_hidden() -> None:
   func.return %a, %b : {t("8x16", "[], []")}, {t("8x16", "[], []")}""",
         [t("8x16", "[], []")] * 2,
     )
-    result = audit(module, lower_sharded(module))
+    sharded = lower_sharded(module)
+    result = audit(module, sharded)
     (row,) = result.rows
-    assert (row.asked, row.asked_bytes, row.found_bytes, row.cuda) == (2, 1024, 1024, 2)
-    assert row.verdict == "XLA combined 2 into 1, the same bytes"
-    assert not result.ok and result.same_bytes
-    assert "combined" in result.summary()
+    assert (row.asked, row.found, row.asked_bytes, row.found_bytes, row.cuda) == (
+        2,
+        2,
+        1024,
+        1024,
+        2,
+    )
+    assert row.verdict == "ok" and result.ok
+    defaults = sharded.lowered().compile(compiler_options={"xla_disable_hlo_passes": ""})
+    combined = hlo_collectives(defaults.as_text())
+    assert verdict(asked_collectives(module), combined) == "XLA combined 2 into 1, the same bytes"

@@ -70,6 +70,23 @@ LocalFn = Callable[[Sequence[jax.Array]], list[jax.Array]]
 """What one op does on one device: local operand blocks in, local result blocks out."""
 
 
+AS_WRITTEN = {
+    "xla_disable_hlo_passes": ",".join(
+        (
+            "cpu-all-reduce-combiner",
+            "all-reduce-combiner",
+            "all-gather-combiner",
+            "reduce-scatter-combiner",
+        )
+    )
+}
+"""XLA options every sharded program compiles with: XLA's collective combiners off, so
+the program runs the collectives the IR says, one for one. Which collectives to batch
+together (as PyTorch's gradient buckets do) is a decision of the plan, priced by the
+simulator; XLA merging them behind the plan's back would make the IR, the simulator
+and the audit describe a program that does not run (docs/decisions.md)."""
+
+
 class ShardedLoweringError(ValueError):
     """A sharded program this lowering cannot run (or not on the devices there are)."""
 
@@ -508,7 +525,7 @@ def _segment(
         out_specs=tuple(partition_spec(shardings[i]) for i in outputs),
         check_vma=False,
     )
-    return jax.jit(mapped)
+    return jax.jit(mapped, compiler_options=AS_WRITTEN)
 
 
 def _joined(
