@@ -326,3 +326,42 @@ def test_a_signature_no_op_touches_is_checked_too(
     assert result.code == 1
     assert result.err.startswith("tasoc: error: ") and message in result.err
     assert result.err.count("\n") == 1
+
+
+BAD_PROGRAMS = {
+    "unknown axis": (
+        '%y = graph.relu %x : tensor<8xf32, #parallel.sharding<@mesh, [["q"]]>>',
+        '[["q"]]',
+        "'graph.relu': mesh @mesh has no axis 'q' (axes: d)",
+    ),
+    "does not divide": (
+        '%y = graph.relu %x : tensor<6xf32, #parallel.sharding<@mesh, [["d"]]>>',
+        '[["d"]]',
+        "does not split into 4 pieces",
+    ),
+    "collective on the wrong operand": (
+        "%y = parallel.all_reduce %x : tensor<8xf32, #parallel.sharding<@mesh, [[]]>>",
+        '[["d"]]',
+        "'parallel.all_reduce': all_reduce only completes partial sums",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_PROGRAMS))
+def test_bad_sharded_programs_are_one_error_line(
+    tmp_path: Path, tasoc: Callable[..., Result], case: str
+) -> None:
+    body, dims, message = BAD_PROGRAMS[case]
+    size = "6" if case == "does not divide" else "8"
+    arg = f"tensor<{size}xf32, #parallel.sharding<@mesh, {dims}>>"
+    out = body.split(" : ", 1)[1]
+    source = tmp_path / "bad.mlir"
+    source.write_text(
+        f'parallel.mesh @mesh ["d" = 4]\nfunc.func @main(%x: {arg}) -> {out} {{\n'
+        f"  {body}\n  func.return %y : {out}\n}}\n"
+    )
+    output = tmp_path / "out.mlir"
+    result = tasoc("opt", str(source), "-o", str(output))
+    assert result.code == 1 and not output.exists()
+    assert result.err.startswith("tasoc: error: ") and message in result.err
+    assert result.err.count("\n") == 1 and "Traceback" not in result.err
