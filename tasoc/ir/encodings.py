@@ -10,8 +10,10 @@ rule when it is imported, which is also when its attributes become parseable).
 * `PROPAGATE[kind](op, inputs, attrs, results)` gives the results of `op` their
   encodings from the operands' (raising `ShapeError` when the operands' encodings do
   not fit the op); without a rule, results take the operands' common encoding.
-* `CHECK[kind](op)` verifies what needs the module around an op (a sharding names a
-  mesh defined elsewhere in the module); it raises `VerifyException`.
+* `CHECK[kind](op, sigs)` verifies what needs the module around an op (a sharding
+  names a mesh defined elsewhere in the module): `sigs` are the types of the op's
+  values (of a function's signature), read once by the caller; it raises
+  `VerifyException`.
 """
 
 from __future__ import annotations
@@ -26,12 +28,13 @@ Propagate = Callable[[str, Sequence[Any], Mapping[str, Any], list[Any]], list[An
 results with encodings."""
 
 PROPAGATE: dict[type, Propagate] = {}
-CHECK: dict[type, Callable[[Operation], None]] = {}
+CHECK: dict[type, Callable[[Operation, Sequence[Any]], None]] = {}
 
 
-def check_op(op: Operation, encodings: set[type]) -> None:
-    """Run the module-level check of every encoding kind `op`'s values carry."""
-    for kind in encodings:
+def check_op(op: Operation, sigs: Sequence[Any]) -> None:
+    """Run the module-level check of every encoding kind among `sigs`, the TensorSigs
+    of `op`'s values."""
+    for kind in {type(sig.encoding) for sig in sigs if sig.encoding is not None}:
         check = CHECK.get(kind)
         if check is not None:
-            check(op)
+            check(op, sigs)

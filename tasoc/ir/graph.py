@@ -337,9 +337,7 @@ class GraphOp(IRDLOperation):
         except (ShapeError, KeyError, TypeError) as err:
             missing = f"missing attribute {err}" if isinstance(err, KeyError) else str(err)
             raise VerifyException(f"'{self.name}': {missing}") from None
-        kinds = {type(sig.encoding) for sig in (*sigs, *actual) if sig.encoding is not None}
-        if kinds:
-            check_op(self, kinds)
+        check_op(self, (*sigs, *actual))
         if expected != actual:
             raise VerifyException(
                 f"'{self.name}': result types {', '.join(map(str, actual))} do not match "

@@ -62,13 +62,13 @@ from xdsl.irdl import (
 from xdsl.parser import AttrParser, Parser
 from xdsl.printer import Printer
 from xdsl.rewriter import Rewriter
-from xdsl.traits import Pure, SymbolOpInterface, SymbolTable
+from xdsl.traits import Pure, SymbolOpInterface
 from xdsl.utils.exceptions import VerifyException
 
 from tasoc.ir import soap
 from tasoc.ir.encodings import CHECK, PROPAGATE
 from tasoc.ir.graph import defined_value, sig_of, tensor_type
-from tasoc.ir.shapes import ShapeError, TensorSig
+from tasoc.ir.shapes import DType, ShapeError, TensorSig
 from tasoc.ir.soap import CollectiveKind, Mesh, Sharding, ShardingError
 
 # --------------------------------------------------------------------- attributes
@@ -117,6 +117,17 @@ class ShardingAttr(ParametrizedAttribute):
     @property
     def sharding(self) -> Sharding:
         return _sharding(self)
+
+    def __hash__(self) -> int:
+        # xDSL hashes an attribute's parameters on every call, and these are nested
+        # arrays of strings hashed at every use of a sharded type (`sig_of`'s cache,
+        # `_sharding`'s): computed once, verifying a sharded program costs about what
+        # verifying a plain one does (benchmarks/parallel.py).
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash((self.mesh, self.dims, self.unreduced))
+            object.__setattr__(self, "_hash", cached)
+        return cached
 
     @staticmethod
     def of(sharding: Sharding) -> ShardingAttr:
@@ -252,11 +263,20 @@ def meshes(module: ModuleOp) -> dict[str, Mesh]:
 
 
 def lookup_mesh(op: Operation, name: str) -> Mesh:
-    """The mesh `name` as seen from `op`; ShardingError when no mesh has that name."""
-    found = SymbolTable.lookup_symbol(op, name)
-    if not isinstance(found, MeshOp):
-        raise ShardingError(f"no parallel.mesh @{name} in the module")
-    return found.mesh
+    """The mesh `name` as seen from `op` (in the nearest enclosing module); ShardingError
+    when no mesh has that name.
+
+    Not `SymbolTable.lookup_symbol`, which builds attributes per call: this runs for
+    every op of a sharded program, and a module holds a handful of top-level ops.
+    """
+    module = op if isinstance(op, ModuleOp) else op.parent_op()
+    while module is not None and not isinstance(module, ModuleOp):
+        module = module.parent_op()
+    if module is not None:
+        for candidate in module.ops:
+            if isinstance(candidate, MeshOp) and candidate.sym_name.data == name:
+                return candidate.mesh
+    raise ShardingError(f"no parallel.mesh @{name} in the module")
 
 
 def check_values(op: Operation, sigs: Sequence[TensorSig], *, one_mesh: bool) -> Mesh | None:
@@ -272,7 +292,9 @@ def check_values(op: Operation, sigs: Sequence[TensorSig], *, one_mesh: bool) ->
             raise ShardingError(f"value of type {sig} has no sharding beside sharded ones")
         mesh = found.get(sharding.mesh) or lookup_mesh(op, sharding.mesh)
         found[mesh.name] = mesh
-        sharding.check(sig, mesh)
+        problem = _misfit(sharding, sig.shape, sig.dtype, mesh)
+        if problem is not None:
+            raise ShardingError(problem)
     if one_mesh and len(found) > 1:
         raise ShardingError(
             "values are on different meshes "
@@ -282,15 +304,22 @@ def check_values(op: Operation, sigs: Sequence[TensorSig], *, one_mesh: bool) ->
     return next(iter(found.values()), None)
 
 
-def _check_op(op: Operation) -> None:
+@functools.cache
+def _misfit(sharding: Sharding, shape: tuple[int, ...], dtype: DType, mesh: Mesh) -> str | None:
+    """Why `sharding` does not fit a tensor on `mesh` (None when it does); cached, as a
+    program repeats few layouts over many values."""
+    try:
+        sharding.check(TensorSig(shape, dtype), mesh)
+    except ShardingError as err:
+        return str(err)
+    return None
+
+
+def _check_op(op: Operation, sigs: Sequence[TensorSig]) -> None:
     """The module-level check of a `graph` op's values, or of a function's signature
     (whose arguments and results may lie on several meshes)."""
     if isinstance(op, func.FuncOp):
-        kind = op.function_type
-        types = [t for t in (*kind.inputs.data, *kind.outputs.data) if isinstance(t, TensorType)]
-        sigs = [sig_of(t) for t in types if isinstance(t.encoding, ShardingAttr)]
-    else:
-        sigs = [sig_of(v.type) for v in (*op.operands, *op.results)]
+        sigs = [sig for sig in sigs if isinstance(sig.encoding, ShardingAttr)]
     try:
         check_values(op, sigs, one_mesh=not isinstance(op, func.FuncOp))
     except ShardingError as err:
@@ -299,6 +328,28 @@ def _check_op(op: Operation) -> None:
 
 def _propagate(
     op: str, inputs: Sequence[TensorSig], attrs: dict, results: list[TensorSig]
+) -> list[TensorSig]:
+    """The results of `op` laid out as its operands' shardings imply (`soap.propagate`).
+
+    Memoized on everything the answer depends on: a program repeats the same op on the
+    same layouts many times, and this runs once per op each time a module verifies.
+    """
+    try:
+        key = (op, tuple(inputs), tuple(attrs.items()), tuple(results))
+        hash(key)
+    except TypeError:  # an attribute value that does not hash: compute it
+        return _propagated(op, tuple(inputs), attrs, tuple(results))
+    return list(_propagate_cached(key))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _propagate_cached(key: tuple) -> tuple[TensorSig, ...]:
+    op, inputs, attrs, results = key
+    return tuple(_propagated(op, inputs, dict(attrs), results))
+
+
+def _propagated(
+    op: str, inputs: Sequence[TensorSig], attrs: dict, results: Sequence[TensorSig]
 ) -> list[TensorSig]:
     operands = [sharding_of(sig) for sig in inputs]
     for index, (sig, sharding) in enumerate(zip(inputs, operands, strict=True)):

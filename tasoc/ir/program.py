@@ -34,7 +34,7 @@ from xdsl.utils.exceptions import VerifyException
 from tasoc.ir.encodings import check_op
 from tasoc.ir.graph import PARAM_ATTR, sig_of
 from tasoc.ir.limits import LimitError, check_shape
-from tasoc.ir.shapes import TensorSig
+from tasoc.ir.shapes import ShapeError, TensorSig
 
 ENTRY = "main"
 
@@ -240,14 +240,10 @@ def _check_signature_encodings(function: func.FuncOp) -> None:
     module-level check (`encodings.CHECK`: a sharding naming no mesh). The ops check
     the values they touch; an argument returned untouched is checked here."""
     kind = function.function_type
-    encodings = {
-        type(t.encoding)
-        for t in (*kind.inputs.data, *kind.outputs.data)
-        if isinstance(t, TensorType) and not isinstance(t.encoding, NoneAttr)
-    }
+    types = [t for t in (*kind.inputs.data, *kind.outputs.data) if isinstance(t, TensorType)]
     try:
-        check_op(function, encodings)
-    except VerifyException as err:
+        check_op(function, [sig_of(t) for t in types if not isinstance(t.encoding, NoneAttr)])
+    except (VerifyException, ShapeError) as err:
         raise IRRuleError(function, str(err).removeprefix(f"'{function.name}': ")) from None
 
 
