@@ -22,6 +22,11 @@ communication) and weight gradients of a split batch come out as partial sums.
 
 Values with no sharding yet, inputs, labels and constants, take the one their first
 consumer wants, at no cost: an input is laid out as the first layer reads it.
+
+A strategy may place ops and arguments on device groups (`Prescription.placement`,
+FlexFlow's Operator dimension): each op then chooses among the configurations of its
+group's mesh, and a value read on another group is completed where it lies and copied
+over (`parallel.replicate`), priced at its whole size. Partial sums never cross groups.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from dataclasses import dataclass, field
 
 from tasoc.ir import soap
 from tasoc.ir.dag import Dag, Node, Value
+from tasoc.ir.shapes import TensorSig
 from tasoc.ir.soap import Config, Mesh, OpRule, Sharding, ShardingError
 from tasoc.ir.training import TrainingSignature
 
@@ -113,6 +119,25 @@ class Problem:
 
 
 @dataclass
+class Prescription:
+    """What a strategy decides before completion fills in the rest."""
+
+    configs: dict[Node, Config] = field(default_factory=dict)
+    """The configurations it fixes (each on its op's mesh)."""
+    notes: list[str] = field(default_factory=list)
+    """What it could not do, for the report."""
+    placement: dict[Node, Mesh] = field(default_factory=dict)
+    """Op or argument -> the device group it runs on; a node not here runs on the
+    problem's whole mesh. Empty for strategies on one mesh."""
+    order: tuple[Node, ...] | None = None
+    """The order to run the ops in (the dag's when None): ops of one group kept
+    together, since each change of group is a new computation on other devices."""
+
+    def mesh_of(self, problem: Problem, node: Node) -> Mesh:
+        return self.placement.get(node, problem.mesh)
+
+
+@dataclass
 class Plan:
     """Where every value lies and how every op is split: what `writer.py` writes."""
 
@@ -125,6 +150,10 @@ class Plan:
     outputs: tuple[Sharding, ...]
     """The sharding each result of the program leaves in."""
     notes: list[str] = field(default_factory=list)
+    meshes: tuple[Mesh, ...] = ()
+    """The device groups when the strategy placed ops on several (empty: one mesh)."""
+    order: tuple[Node, ...] | None = None
+    """The order to write the ops in (the dag's when None)."""
 
 
 def largest_split(size: int, mesh: Mesh) -> tuple[str, ...]:
@@ -138,66 +167,108 @@ def largest_split(size: int, mesh: Mesh) -> tuple[str, ...]:
     return best
 
 
-def complete(problem: Problem, prescribed: Mapping[Node, Config], notes: Sequence[str]) -> Plan:
-    """The plan keeping the hints and the `prescribed` configurations and completing
-    the rest (see the module docstring)."""
-    mesh, dag = problem.mesh, problem.dag
+def complete(problem: Problem, prescription: Prescription) -> Plan:
+    """The plan keeping the hints and the prescribed configurations and placement and
+    completing the rest (see the module docstring)."""
+    dag = problem.dag
+    mesh_of = functools.partial(prescription.mesh_of, problem)
+    groups = tuple(sorted(set(prescription.placement.values()), key=lambda m: m.device_ids))
+    meshes = {mesh.name: mesh for mesh in (problem.mesh, *groups)}
     values: dict[Value, Sharding] = {dag.args[i].out: s for i, s in problem.hints.items()}
-    _lay_out_weights(problem, prescribed, values)
+    _lay_out_weights(problem, prescription, values)
     exits: dict[Value, list[int]] = {}
     for index, value in enumerate(dag.outputs):
         exits.setdefault(value, []).append(index)
+    order = prescription.order or dag.ops
     configs: dict[Node, Config] = {}
     operands: dict[Node, tuple[Sharding, ...]] = {}
-    for node in dag.ops:
+    for node in order:
         if not node.inputs:
             continue
-        rule = problem.rules[node]
-        candidates = [prescribed[node]] if node in prescribed else soap.configurations(rule, mesh)
-        config, needs = _cheapest(problem, rule, candidates, node, values, exits)
+        rule, mesh = problem.rules[node], mesh_of(node)
+        candidates = (
+            [prescription.configs[node]]
+            if node in prescription.configs
+            else soap.configurations(rule, mesh)
+        )
+        config, needs = _cheapest(problem, meshes, mesh, rule, candidates, node, values, exits)
         for value, need in zip(node.inputs, needs, strict=True):
             values.setdefault(value, need)
         values.update(zip(node.results, _results(rule, needs, mesh.name), strict=True))
         configs[node], operands[node] = config, needs
-    for node in (*dag.args, *dag.ops):
+    for node in (*dag.args, *order):
         for value in node.results:
-            values.setdefault(value, Sharding.replicated(mesh.name, value.sig.rank))
+            values.setdefault(value, Sharding.replicated(mesh_of(node).name, value.sig.rank))
     outputs = tuple(
         _exit(problem, values, index, values[value]) for index, value in enumerate(dag.outputs)
     )
-    return Plan(configs, operands, values, outputs, list(notes))
+    return Plan(
+        configs, operands, values, outputs, list(prescription.notes), groups, prescription.order
+    )
 
 
 def _lay_out_weights(
-    problem: Problem, prescribed: Mapping[Node, Config], values: dict[Value, Sharding]
+    problem: Problem, prescription: Prescription, values: dict[Value, Sharding]
 ) -> None:
-    """Weights: replicated unless a prescribed op reads one split (a model-parallel
-    dense layer), in the sharding the first such op wants. Optimizer state (momentum,
-    Adam's moments) lies as the weight of its type does, so updates stay local."""
-    mesh, dag = problem.mesh, problem.dag
+    """Weights: replicated on their group unless a prescribed op reads one split (a
+    model-parallel dense layer), in the sharding the first such op wants. Optimizer
+    state (momentum, Adam's moments) lies as the weight of its type on its group does,
+    so updates stay local."""
+    dag = problem.dag
     wanted: dict[Value, Sharding] = {}
     for node in dag.ops:
-        if node not in prescribed:
+        if node not in prescription.configs:
             continue
-        needs, _ = soap.shardings_for(problem.rules[node], prescribed[node], mesh.name)
+        mesh = prescription.mesh_of(problem, node)
+        needs, _ = soap.shardings_for(problem.rules[node], prescription.configs[node], mesh.name)
         for value, need in zip(node.inputs, needs, strict=True):
             if value.node.is_arg and not need.is_replicated:
                 wanted.setdefault(value, need)
     state = set(problem.signature.state if problem.signature else ())
-    by_type: dict[object, Sharding] = {}
+    by_type: dict[tuple[object, str], Sharding] = {}
     for arg in dag.args:
+        mesh = prescription.mesh_of(problem, arg)
         if arg.attr("is_param") and arg.out not in values:
             values[arg.out] = wanted.get(arg.out, Sharding.replicated(mesh.name, arg.out.sig.rank))
         if arg.attr("is_param") and not values[arg.out].is_replicated:
-            by_type.setdefault(arg.out.sig, values[arg.out])
+            by_type.setdefault((arg.out.sig, values[arg.out].mesh), values[arg.out])
     for index in sorted(state):
         value = dag.args[index].out
+        mesh = prescription.mesh_of(problem, dag.args[index])
         if value not in values:
-            values[value] = by_type.get(value.sig, Sharding.replicated(mesh.name, value.sig.rank))
+            values[value] = by_type.get(
+                (value.sig, mesh.name), Sharding.replicated(mesh.name, value.sig.rank)
+            )
 
 
 def _completed(sharding: Sharding) -> Sharding:
     return Sharding(sharding.mesh, sharding.dims)
+
+
+def moves(
+    source: Sharding, target: Sharding, sig: TensorSig, meshes: Mapping[str, Mesh]
+) -> list[soap.Collective]:
+    """The collectives taking a value from `source` to `target`: `soap.reshard` on one
+    mesh; across meshes, its partial sums completed where it lies, then one
+    `replicate` copying it whole (bytes: all of it) into `target`'s layout."""
+    if source.mesh == target.mesh:
+        return soap.reshard(source, target, sig, meshes[source.mesh])
+    if target.unreduced:
+        raise ShardingError(f"no collective turns {source} into partial sums {target}")
+    complete_there = _completed(source)
+    steps = soap.reshard(source, complete_there, sig, meshes[source.mesh])
+    return [*steps, soap.Collective("replicate", target, (), sig.size * sig.dtype.itemsize)]
+
+
+def _move_bytes(
+    source: Sharding, target: Sharding, sig: TensorSig, meshes: Mapping[str, Mesh]
+) -> int:
+    """What `moves` communicates, per device (all-slices are local)."""
+    if source.mesh == target.mesh:
+        return _reshard_bytes(source, target, sig, meshes[source.mesh])
+    return sum(
+        step.bytes for step in moves(source, target, sig, meshes) if step.kind != "all_slice"
+    )
 
 
 def _exit(
@@ -214,6 +285,8 @@ def _exit(
 
 def _cheapest(
     problem: Problem,
+    meshes: Mapping[str, Mesh],
+    mesh: Mesh,
     rule: OpRule,
     candidates: Iterable[Config],
     node: Node,
@@ -222,32 +295,31 @@ def _cheapest(
 ) -> tuple[Config, tuple[Sharding, ...]]:
     """The candidate configuration (and operand shardings) resharding the fewest bytes;
     ties to the one slicing fewer operands, then to the larger total degree, then to
-    the earlier candidate.
+    the earlier candidate. The candidates are configurations on `mesh`, the op's.
 
     A slice (`all_slice`) costs no communication but commits a value that was free to
     be read any way; without the second key an op on replicated weights alone (a
     weight's transpose in the backward) would split them because it can, and its
     consumer would pay to gather them back."""
-    mesh = problem.mesh
     best: tuple[tuple[int, int, int, int], Config, tuple[Sharding, ...]] | None = None
     for order, config in enumerate(candidates):
         degree = mesh.degree([axis for axes in config.values() for axis in axes])
         for needs in _operand_choices(rule, config, node, values, mesh.name):
             try:
-                moves = [
-                    _reshard_bytes(values[value], need, value.sig, mesh)
+                moved = [
+                    _move_bytes(values[value], need, value.sig, meshes)
                     for value, need in zip(node.inputs, needs, strict=True)
                     if value in values and values[value] != need
                 ]
-                cost = sum(moves)
+                cost = sum(moved)
                 results = _results(rule, needs, mesh.name)
                 for value, result in zip(node.results, results, strict=True):
                     for index in exits.get(value, ()):
                         target = _exit(problem, values, index, result)
-                        cost += _reshard_bytes(result, target, value.sig, mesh)
+                        cost += _move_bytes(result, target, value.sig, meshes)
             except ShardingError:
                 continue
-            key = (cost, moves.count(0), -degree, order)
+            key = (cost, moved.count(0), -degree, order)
             if best is None or key < best[0]:
                 best = (key, config, needs)
     if best is None:
@@ -278,7 +350,8 @@ def _operand_choices(
 ) -> Iterator[tuple[Sharding, ...]]:
     """The operand shardings `config` reads: complete ones, and, for each group of
     operands the op is jointly linear in whose producers all left partial sums along
-    the same axes (not axes the configuration splits), those partial sums as they are.
+    the same axes (not axes the configuration splits) on the op's mesh, those partial
+    sums as they are.
 
     Partial sums pass on only into results no larger than them: completing them later
     costs what completing them now does, whereas a matmul turning a partial gradient
@@ -292,6 +365,8 @@ def _operand_choices(
         if largest_result > min(node.inputs[i].sig.size for i in group):
             continue
         sources = [values.get(node.inputs[i]) for i in group]
+        if any(s is not None and s.mesh != mesh for s in sources):
+            continue
         pending = {s.unreduced if s is not None else () for s in sources}
         if len(pending) != 1:
             continue

@@ -16,7 +16,8 @@ same). A user fixes an argument's sharding by hand with the argument attribute
 `parallel.sharding = #parallel.sharding<@mesh, ...>`; the plan keeps it.
 
 The report section says the strategy and mesh, the configurations chosen per op kind,
-the count and bytes of each kind of collective, and notes (a batch the mesh does not
+the count and bytes of each kind of collective, the device groups of a plan on
+several (each one's devices and weights), and notes (a batch the mesh does not
 split, ...). `--verify-each` compares the unsharded program of the output
 (`parallel.unsharded`) with the input.
 """
@@ -104,8 +105,7 @@ class SoapShardPass(ModulePass):
             signature = training_signature(entry_function(op))
             dag = dag_module.from_module(op)
             problem = Problem(dag, mesh, signature, _hints(dag, mesh))
-            prescribed, notes = STRATEGIES[self.search](problem)
-            plan = complete(problem, prescribed, notes)
+            plan = complete(problem, STRATEGIES[self.search](problem))
         except ValueError as err:
             raise SoapShardFailed(str(err)) from None
         collectives = write_sharded(op, dag, plan, mesh)
@@ -120,6 +120,7 @@ class SoapShardPass(ModulePass):
                 len(internal_collectives(problem.rules[node], config))
                 for node, config in plan.configs.items()
             ),
+            groups=_groups(dag, plan),
             notes=plan.notes,
         )
 
@@ -177,6 +178,22 @@ def _hints(dag: Dag, mesh: Mesh) -> dict[int, Sharding]:
             raise ValueError(f"{where}: {err}") from None
         hints[index] = sharding
     return hints
+
+
+def _groups(dag: Dag, plan: Plan) -> dict[str, dict[str, list[Any]]]:
+    """Each device group's devices and the weights laid out on it (so its layers), for
+    a plan on device groups."""
+    return {
+        mesh.name: {
+            "devices": list(mesh.device_ids),
+            "weights": [
+                arg.attr("name")
+                for arg in dag.args
+                if arg.attr("is_param") and plan.values[arg.out].mesh == mesh.name
+            ],
+        }
+        for mesh in plan.meshes
+    }
 
 
 def _config_text(config: Config) -> str:

@@ -10,9 +10,11 @@ issue (mcmc, exhaustive, ...) join the same table.
   op is replicated, with a note).
 * `expert` (FlexFlow, Jia thesis §3.3): data parallel for convolutions, pooling and
   batch normalization, model parallel for dense layers (a matmul whose right operand
-  is a weight splits its output features, the `parameter` factor). Layer-wise model
-  parallelism for RNNs (one layer per device group, FlexFlow's Operator dimension) is
-  not done: RNN layers are completed like any other op.
+  is a weight splits its output features, the `parameter` factor). For RNNs (two or
+  more recurrent layers and devices for two groups), layer-wise model parallelism
+  (§3.7, FlexFlow's Operator dimension): each layer on its own device group
+  (`layers.py`), its ops data parallel inside it; the other ops take the rules above
+  on the group `layers.place` gives them.
 
 Only forward ops on the batch (what the loss depends on, fed by an input) are
 prescribed: an op on weights alone, a backward op or an optimizer update has no batch
@@ -24,11 +26,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tasoc.ir.dag import Node, Value
-from tasoc.ir.soap import Config, Factor, FactorKind, OpRule
-from tasoc.passes.soap.plan import Problem, largest_split
-
-Prescription = tuple[dict[Node, Config], list[str]]
-"""The configurations a strategy fixes, and its notes for the report."""
+from tasoc.ir.soap import Config, Factor, FactorKind, Mesh, OpRule
+from tasoc.passes.soap.layers import group_meshes, grouped_order, place, recurrent_layers
+from tasoc.passes.soap.plan import Prescription, Problem, largest_split
 
 Strategy = Callable[[Problem], Prescription]
 
@@ -74,9 +74,10 @@ class Notes:
         return lines
 
 
-def _split(problem: Problem, node: Node, factor: Factor, what: str, notes: Notes) -> Config:
-    """`factor` over as many mesh axes as divide it, with a note when not all do."""
-    mesh = problem.mesh
+def _split(
+    problem: Problem, node: Node, factor: Factor, what: str, notes: Notes, mesh: Mesh
+) -> Config:
+    """`factor` over as many axes of `mesh` as divide it, with a note when not all do."""
     axes = largest_split(factor.size, mesh)
     if not axes:
         notes.add(
@@ -90,10 +91,10 @@ def _split(problem: Problem, node: Node, factor: Factor, what: str, notes: Notes
     return {factor.name: axes} if axes else {}
 
 
-def _batch_parallel(problem: Problem, node: Node, notes: Notes) -> Config | None:
+def _batch_parallel(problem: Problem, node: Node, notes: Notes, mesh: Mesh) -> Config | None:
     """The op's first sample factor split (None when it has no sample factor)."""
     sample = _first(problem.rules[node], "sample")
-    return None if sample is None else _split(problem, node, sample, "batch", notes)
+    return None if sample is None else _split(problem, node, sample, "batch", notes, mesh)
 
 
 def _on_batch(problem: Problem) -> list[Node]:
@@ -110,27 +111,56 @@ def _is_weight(problem: Problem, value: Value) -> bool:
 
 @strategy("data-parallel")
 def data_parallel(problem: Problem) -> Prescription:
-    prescribed: dict[Node, Config] = {}
+    prescription = Prescription()
     notes = Notes()
     for node in _on_batch(problem):
-        config = _batch_parallel(problem, node, notes)
+        config = _batch_parallel(problem, node, notes, problem.mesh)
         if config is not None:
-            prescribed[node] = config
-    return prescribed, notes.lines()
+            prescription.configs[node] = config
+    prescription.notes = notes.lines()
+    return prescription
 
 
 @strategy("expert")
 def expert(problem: Problem) -> Prescription:
-    prescribed: dict[Node, Config] = {}
+    prescription, in_layers = _layer_wise(problem)
     notes = Notes()
     for node in _on_batch(problem):
+        mesh = prescription.mesh_of(problem, node)
         config: Config | None = None
-        if node.op == "matmul" and _is_weight(problem, node.inputs[1]):
+        if node in in_layers:
+            config = _batch_parallel(problem, node, notes, mesh)
+        elif node.op == "matmul" and _is_weight(problem, node.inputs[1]):
             features = _first(problem.rules[node], "parameter")
             if features is not None:
-                config = _split(problem, node, features, "output features", notes)
+                config = _split(problem, node, features, "output features", notes, mesh)
         elif node.op in CONVOLUTION_LIKE:
-            config = _batch_parallel(problem, node, notes)
+            config = _batch_parallel(problem, node, notes, mesh)
         if config is not None:
-            prescribed[node] = config
-    return prescribed, notes.lines()
+            prescription.configs[node] = config
+    prescription.notes = prescription.notes + notes.lines()
+    return prescription
+
+
+def _layer_wise(problem: Problem) -> tuple[Prescription, frozenset[Node]]:
+    """Each recurrent layer on its own device group, and the layers' ops, when the
+    program has two layers or more and the mesh devices for two groups; nothing
+    otherwise, nor with hand-written shardings (they name the whole mesh: a note)."""
+    layers = recurrent_layers(problem)
+    groups = group_meshes(problem.mesh, len(layers)) if len(layers) > 1 else []
+    if len(groups) < 2:
+        return Prescription(), frozenset()
+    if problem.hints:
+        note = (
+            f"{len(layers)} recurrent layers stay on @{problem.mesh.name}: "
+            "arguments laid out by hand name it"
+        )
+        return Prescription(notes=[note]), frozenset()
+    group = place(problem, layers, len(groups))
+    return (
+        Prescription(
+            placement={node: groups[index] for node, index in group.items()},
+            order=grouped_order(problem.dag, group),
+        ),
+        frozenset(node for layer in layers for node in layer.ops),
+    )

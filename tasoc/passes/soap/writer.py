@@ -9,43 +9,52 @@ op, once per value and target sharding however many ops read it so. Results leav
 the plan says (partial sums completed; a new weight as its argument lies). Argument,
 result and function attributes are the dag's, so they survive; only `@main` is
 replaced, and the mesh is added when the module has none.
+
+A plan on device groups writes one `parallel.mesh` per group instead of the mesh (which
+the module then no longer defines) and its ops in the plan's order, as runs of ops on
+one group. A value read on another group is completed where it lies, at the end of its
+run, and copied over (`parallel.replicate`) before the run reading it begins; results
+leave at the end of their run. So no partial sum waits across another group's ops or
+a copy, which split a program into separate computations.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.rewriter import Rewriter
 
-from tasoc.ir import soap
-from tasoc.ir.dag import Dag, Node
+from tasoc.ir.dag import Dag, Node, Value
 from tasoc.ir.graph import OPS_BY_NAME, sig_of, tensor_type, to_attr
 from tasoc.ir.parallel import COLLECTIVE_BY_KIND, MeshOp, ShardingAttr, meshes, with_sharding
 from tasoc.ir.program import entry_function, make_function
 from tasoc.ir.shapes import infer
 from tasoc.ir.soap import Collective, Mesh, Sharding
-from tasoc.passes.soap.plan import Plan
+from tasoc.passes.soap.plan import Plan, moves
 
 
 @dataclass
 class _Builder:
     """The ops of the new body, in order, and the collectives among them."""
 
-    mesh: Mesh
+    meshes: dict[str, Mesh]
     ops: list[Operation] = field(default_factory=list)
     collectives: list[Collective] = field(default_factory=list)
     _resharded: dict[tuple[SSAValue, Sharding], SSAValue] = field(default_factory=dict)
 
     def read(self, value: SSAValue, target: Sharding) -> SSAValue:
-        """`value` laid out as `target`, through the collectives that take it there."""
+        """`value` laid out as `target`, through the collectives that take it there
+        (from another mesh: from its completed form, itself read once)."""
         key = (value, target)
         if key not in self._resharded:
-            sig = sig_of(value.type)
+            source = _sharding(value)
             current = value
-            for step in soap.reshard(_sharding(value), target, sig, self.mesh):
+            if source.mesh != target.mesh:
+                current = self.read(value, Sharding(source.mesh, source.dims))
+            for step in moves(_sharding(current), target, sig_of(value.type), self.meshes):
                 op = COLLECTIVE_BY_KIND[step.kind].build_on(current, step.result)
                 self.ops.append(op)
                 self.collectives.append(step)
@@ -60,10 +69,24 @@ def _sharding(value: SSAValue) -> Sharding:
     return encoding.sharding
 
 
+def _runs(order: Sequence[Node], plan: Plan) -> list[list[Node]]:
+    """`order` cut where the mesh changes (one run for a plan on one mesh)."""
+    runs: list[list[Node]] = []
+    for node in order:
+        mesh = plan.values[node.results[0]].mesh
+        if runs and plan.values[runs[-1][0].results[0]].mesh == mesh:
+            runs[-1].append(node)
+        else:
+            runs.append([node])
+    return runs
+
+
 def write_sharded(module: ModuleOp, dag: Dag, plan: Plan, mesh: Mesh) -> list[Collective]:
     """Replace `module`'s `@main` by `dag` sharded as `plan` says, on `mesh` (added to
-    the module unless it defines it); the collectives inserted, in program order."""
-    builder = _Builder(mesh)
+    the module unless it defines it) or on the plan's device groups (which replace
+    it); the collectives inserted, in program order."""
+    groups = plan.meshes or (mesh,)
+    builder = _Builder({group.name: group for group in groups})
     block = Block(
         arg_types=[tensor_type(with_sharding(a.out.sig, plan.values[a.out])) for a in dag.args]
     )
@@ -71,34 +94,24 @@ def write_sharded(module: ModuleOp, dag: Dag, plan: Plan, mesh: Mesh) -> list[Co
     for block_arg, node in zip(block.args, dag.args, strict=True):
         block_arg.name_hint = node.attr("name")
         values[node] = (block_arg,)
-    for node in dag.ops:
-        operands = [
-            builder.read(values[v.node][v.index], need)
-            for v, need in zip(node.inputs, plan.operands.get(node, ()), strict=True)
-        ]
-        attrs = dict(node.attrs)
-        if operands:
-            sigs = infer(node.op, [sig_of(o.type) for o in operands], attrs)
-        else:
-            sigs = [
-                with_sharding(sig, plan.values[v])
-                for sig, v in zip(node.sigs, node.results, strict=True)
+
+    def read(value: Value, target: Sharding) -> SSAValue:
+        return builder.read(values[value.node][value.index], target)
+
+    order = plan.order or dag.ops
+    for run in _runs(order, plan) if plan.meshes else [list(order)]:
+        if plan.meshes:
+            _copy_in(run, plan, read)
+        for node in run:
+            operands = [
+                read(v, need)
+                for v, need in zip(node.inputs, plan.operands.get(node, ()), strict=True)
             ]
-        # The plan's shardings are the rule's: inference must give them back.
-        assert [
-            with_sharding(s, plan.values[v]) for s, v in zip(node.sigs, node.results, strict=True)
-        ] == list(sigs), node
-        op = OPS_BY_NAME[node.op].create(
-            operands=operands,
-            result_types=[tensor_type(sig) for sig in sigs],
-            properties={name: to_attr(value) for name, value in attrs.items()},
-        )
-        builder.ops.append(op)
-        values[node] = op.results
-    outputs = [
-        builder.read(values[v.node][v.index], target)
-        for v, target in zip(dag.outputs, plan.outputs, strict=True)
-    ]
+            builder.ops.append(_graph_op(node, operands, plan))
+            values[node] = builder.ops[-1].results
+        if plan.meshes:
+            _send_out(run, dag, plan, read)
+    outputs = [read(v, target) for v, target in zip(dag.outputs, plan.outputs, strict=True)]
     block.add_ops(builder.ops)
     function = make_function(
         dag.name,
@@ -110,6 +123,57 @@ def write_sharded(module: ModuleOp, dag: Dag, plan: Plan, mesh: Mesh) -> list[Co
         func_attrs=dag.attributes,
     )
     Rewriter.replace_op(entry_function(module), function)
-    if mesh.name not in meshes(module):
-        module.body.block.insert_op_before(MeshOp.of(mesh), module.body.block.first_op)  # type: ignore[arg-type]
+    body = module.body.block
+    if plan.meshes:
+        for op in [op for op in body.ops if isinstance(op, MeshOp)]:
+            body.erase_op(op)
+    for group in reversed(groups):
+        if group.name not in meshes(module):
+            body.insert_op_before(MeshOp.of(group), body.first_op)  # type: ignore[arg-type]
     return builder.collectives
+
+
+def _graph_op(node: Node, operands: Sequence[SSAValue], plan: Plan) -> Operation:
+    """`node` on its sharded `operands`, typed by inference (constants: by the plan)."""
+    attrs = dict(node.attrs)
+    planned = [
+        with_sharding(sig, plan.values[v]) for sig, v in zip(node.sigs, node.results, strict=True)
+    ]
+    sigs = infer(node.op, [sig_of(o.type) for o in operands], attrs) if operands else planned
+    # The plan's shardings are the rule's: inference must give them back.
+    assert planned == list(sigs), node
+    return OPS_BY_NAME[node.op].create(
+        operands=operands,
+        result_types=[tensor_type(sig) for sig in sigs],
+        properties={name: to_attr(value) for name, value in attrs.items()},
+    )
+
+
+Read = Callable[[Value, Sharding], SSAValue]
+
+
+def _copy_in(run: Sequence[Node], plan: Plan, read: Read) -> None:
+    """Before a run: the values its ops read from other groups, copied over."""
+    for node in run:
+        for value, need in zip(node.inputs, plan.operands.get(node, ()), strict=True):
+            if plan.values[value].mesh != need.mesh:
+                read(value, need)
+
+
+def _send_out(run: Sequence[Node], dag: Dag, plan: Plan, read: Read) -> None:
+    """After a run: its results that other groups read completed, and the program's
+    results it computes laid out as they leave (completed, when on another group)."""
+    exits: dict[Value, list[int]] = {}
+    for index, value in enumerate(dag.outputs):
+        exits.setdefault(value, []).append(index)
+    consumers = dag.consumers()
+    for node in run:
+        for value in node.results:
+            here = plan.values[value]
+            complete = Sharding(here.mesh, here.dims)
+            for index in exits.get(value, ()):
+                leaving = plan.outputs[index]
+                read(value, leaving if leaving.mesh == here.mesh else complete)
+            uses = consumers.get(value, ())
+            if any(plan.operands[use.node][use.operand].mesh != here.mesh for use in uses):
+                read(value, complete)
