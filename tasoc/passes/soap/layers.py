@@ -8,7 +8,7 @@ any name: a weight read by several forward ops, one of which depends on another,
 its layer's steps. Such ops that touch each other form one layer (an LSTM's recurrent
 weight and bias share their steps); a reader of a weight whose results feed one layer
 only (an input projection `x @ wx`) joins that layer, and so does its weight. Layers
-are numbered by their first op in program order, which is the order data flows up a
+are numbered by their last op in program order, which is the order data flows up a
 stack of them.
 
 A mesh of N devices is cut into G groups of N/G consecutive devices (each a 1-D mesh
@@ -87,7 +87,7 @@ def recurrent_layers(problem: Problem) -> list[Layer]:
                 weights[index].add(weight)
     position = dag.position()
     layers = [Layer(frozenset(ops), frozenset(w)) for ops, w in zip(members, weights, strict=True)]
-    return sorted(layers, key=lambda layer: min(position[node] for node in layer.ops))
+    return sorted(layers, key=lambda layer: max(position[node] for node in layer.ops))
 
 
 def _weight_readers(problem: Problem) -> dict[int, list[Node]]:

@@ -180,6 +180,7 @@ def complete(problem: Problem, prescription: Prescription) -> Plan:
     for index, value in enumerate(dag.outputs):
         exits.setdefault(value, []).append(index)
     order = prescription.order or dag.ops
+    run_of = _runs(order, prescription.placement)
     configs: dict[Node, Config] = {}
     operands: dict[Node, tuple[Sharding, ...]] = {}
     for node in order:
@@ -191,7 +192,9 @@ def complete(problem: Problem, prescription: Prescription) -> Plan:
             if node in prescription.configs
             else soap.configurations(rule, mesh)
         )
-        config, needs = _cheapest(problem, meshes, mesh, rule, candidates, node, values, exits)
+        config, needs = _cheapest(
+            problem, meshes, mesh, rule, candidates, node, values, exits, run_of
+        )
         for value, need in zip(node.inputs, needs, strict=True):
             values.setdefault(value, need)
         values.update(zip(node.results, _results(rule, needs, mesh.name), strict=True))
@@ -205,6 +208,22 @@ def complete(problem: Problem, prescription: Prescription) -> Plan:
     return Plan(
         configs, operands, values, outputs, list(prescription.notes), groups, prescription.order
     )
+
+
+def _runs(order: Sequence[Node], placement: Mapping[Node, Mesh]) -> dict[Node, int]:
+    """Each op's run, on a program on device groups: the consecutive ops (constants
+    aside, which go where they are read) on one group, which run as one computation.
+    A partial sum must be completed in its run, since it cannot pass between two.
+    Empty on one mesh: the whole program is one run."""
+    run_of: dict[Node, int] = {}
+    if not placement:
+        return run_of
+    run, mesh = 0, None
+    for node in order:
+        if node.inputs and placement[node] != mesh:
+            run, mesh = run + 1, placement[node]
+        run_of[node] = run
+    return run_of
 
 
 def _lay_out_weights(
@@ -292,6 +311,7 @@ def _cheapest(
     node: Node,
     values: Mapping[Value, Sharding],
     exits: Mapping[Value, Sequence[int]],
+    run_of: Mapping[Node, int],
 ) -> tuple[Config, tuple[Sharding, ...]]:
     """The candidate configuration (and operand shardings) resharding the fewest bytes;
     ties to the one slicing fewer operands, then to the larger total degree, then to
@@ -304,7 +324,7 @@ def _cheapest(
     best: tuple[tuple[int, int, int, int], Config, tuple[Sharding, ...]] | None = None
     for order, config in enumerate(candidates):
         degree = mesh.degree([axis for axes in config.values() for axis in axes])
-        for needs in _operand_choices(rule, config, node, values, mesh.name):
+        for needs in _operand_choices(rule, config, node, values, mesh.name, run_of):
             try:
                 moved = [
                     _move_bytes(values[value], need, value.sig, meshes)
@@ -346,12 +366,17 @@ def _operand_layouts(
 
 
 def _operand_choices(
-    rule: OpRule, config: Config, node: Node, values: Mapping[Value, Sharding], mesh: str
+    rule: OpRule,
+    config: Config,
+    node: Node,
+    values: Mapping[Value, Sharding],
+    mesh: str,
+    run_of: Mapping[Node, int],
 ) -> Iterator[tuple[Sharding, ...]]:
     """The operand shardings `config` reads: complete ones, and, for each group of
     operands the op is jointly linear in whose producers all left partial sums along
-    the same axes (not axes the configuration splits) on the op's mesh, those partial
-    sums as they are.
+    the same axes (not axes the configuration splits) in the op's run (`_runs`), those
+    partial sums as they are.
 
     Partial sums pass on only into results no larger than them: completing them later
     costs what completing them now does, whereas a matmul turning a partial gradient
@@ -365,7 +390,7 @@ def _operand_choices(
         if largest_result > min(node.inputs[i].sig.size for i in group):
             continue
         sources = [values.get(node.inputs[i]) for i in group]
-        if any(s is not None and s.mesh != mesh for s in sources):
+        if any(run_of.get(node.inputs[i].node) != run_of.get(node) for i in group):
             continue
         pending = {s.unreduced if s is not None else () for s in sources}
         if len(pending) != 1:

@@ -161,19 +161,23 @@ def _copy_in(run: Sequence[Node], plan: Plan, read: Read) -> None:
 
 
 def _send_out(run: Sequence[Node], dag: Dag, plan: Plan, read: Read) -> None:
-    """After a run: its results that other groups read completed, and the program's
-    results it computes laid out as they leave (completed, when on another group)."""
+    """After a run: the program's results it computes laid out as they leave, and its
+    partial sums read after it completed as their readers want them; what other
+    groups read, completed (the plan reads partial sums in their run only)."""
     exits: dict[Value, list[int]] = {}
     for index, value in enumerate(dag.outputs):
         exits.setdefault(value, []).append(index)
     consumers = dag.consumers()
+    inside = set(run)
     for node in run:
         for value in node.results:
             here = plan.values[value]
             complete = Sharding(here.mesh, here.dims)
-            for index in exits.get(value, ()):
-                leaving = plan.outputs[index]
-                read(value, leaving if leaving.mesh == here.mesh else complete)
-            uses = consumers.get(value, ())
-            if any(plan.operands[use.node][use.operand].mesh != here.mesh for use in uses):
-                read(value, complete)
+            targets = [plan.outputs[index] for index in exits.get(value, ())]
+            targets += [
+                plan.operands[use.node][use.operand]
+                for use in consumers.get(value, ())
+                if use.node not in inside and here.unreduced
+            ]
+            for target in targets:
+                read(value, target if target.mesh == here.mesh else complete)
