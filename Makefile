@@ -40,6 +40,10 @@ demo: setup
 	  -p 'autodiff{loss=softmax-cross-entropy optimizer=adam lr=0.01}' -o demo-step.mlir
 	$(TASOC) run demo-step.mlir --steps 30
 	$(TASOC) run 'zoo:alexnet?batch=2&image=63&width=0.125&train=sgd' --steps 5
+	$(TASOC) opt 'zoo:alexnet?batch=16&image=64' \
+	  -p 'autodiff{loss=softmax-cross-entropy optimizer=sgd lr=0.01},soap-shard{mesh=8 search=expert}' \
+	  -o demo-sharded.mlir
+	$(TASOC) run demo-sharded.mlir --devices 8 --check --audit
 
 bench: setup
 	$(PY) benchmarks/ir.py
@@ -55,4 +59,4 @@ bench-rules: setup
 	$(PY) benchmarks/rules.py
 
 clean:
-	rm -rf $(VENV) demo-bert.mlir demo-nasrnn.mlir demo-rewrite.json demo-step.mlir .pytest_cache
+	rm -rf $(VENV) demo-bert.mlir demo-nasrnn.mlir demo-rewrite.json demo-step.mlir demo-sharded.mlir .pytest_cache
