@@ -7,7 +7,8 @@ any name: a weight read by several forward ops, one of which depends on another,
 *recurrent*, and the ops that descend from one of its readers and lead to another are
 its layer's steps. Such ops that touch each other form one layer (an LSTM's recurrent
 weight and bias share their steps); a reader of a weight whose results feed one layer
-only (an input projection `x @ wx`) joins that layer, and so does its weight. Layers
+only (an input projection `x @ wx`) joins that layer, and so does its weight, and with
+it every other reader of the weight (the last step's). Layers
 are numbered by their last op in program order, which is the order data flows up a
 stack of them.
 
@@ -22,7 +23,8 @@ node is placed by where its data is, deterministically:
   group;
 * an argument on its first reader's group (a layer's weights: the layer's);
 * an op feeding only the new values (or gradients) of the weights of one group, a
-  weight gradient and its update, on that group;
+  weight gradient and its update, on that group, unless it reads a weight of another
+  group (the transposed weight of the layer above, in the bottom layer's backward);
 * any other backward op with the forward values and weights it reads (a layer's
   backward with its forward), else on the earliest group among its operands
   (gradients flow down: a sum of two layers' contributions belongs to the lower),
@@ -85,6 +87,11 @@ def recurrent_layers(problem: Problem) -> list[Layer]:
                 (index,) = fed
                 members[index].add(reader)
                 weights[index].add(weight)
+    claimed: set[int] = set()
+    for ops, owned in zip(members, weights, strict=True):
+        for weight in sorted(owned - claimed):
+            ops.update(readers[weight])
+        claimed |= owned
     position = dag.position()
     layers = [Layer(frozenset(ops), frozenset(w)) for ops, w in zip(members, weights, strict=True)]
     return sorted(layers, key=lambda layer: max(position[node] for node in layer.ops))
@@ -173,15 +180,15 @@ def place(problem: Problem, layers: list[Layer], groups: int) -> dict[Node, int]
     _follow(forward, group, after_its_operands, consumers)
     _place_arguments(dag, group, consumers)
     bound = _update_groups(problem, group)
-    group.update(bound)
 
     def with_its_forward(node: Node) -> int | None:
         operands = placed(node)
-        taped = [
-            group[v.node]
-            for v in operands
-            if v.node in problem.forward or v.node.is_arg or v.node not in problem.activations
+        weights = [
+            group[v.node] for v in operands if v.node.is_arg or v.node not in problem.activations
         ]
+        if node in bound and all(g == bound[node] for g in weights):
+            return bound[node]
+        taped = weights + [group[v.node] for v in operands if v.node in problem.forward]
         # Gradients flow down the layers: one summing those of two layers is the lower's.
         return max(taped) if taped else min((group[v.node] for v in operands), default=None)
 
