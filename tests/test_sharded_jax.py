@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import examples
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from jax.sharding import PartitionSpec
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.parser import Parser
@@ -15,8 +18,12 @@ from tasoc.backends.arguments import random_inputs
 from tasoc.backends.jax.sharded import ShardedLoweringError, lower_sharded
 from tasoc.backends.numpy import run_reference
 from tasoc.driver.sources import make_context
+from tasoc.ir.dag import from_module
 from tasoc.ir.parallel import unsharded
+from tasoc.ir.soap import SOAP_RULES, Mesh
+from tasoc.passes.soap.writer import write_sharded
 from tasoc.verify.equivalence import compare
+from tasoc.verify.strategies import EMITTERS, graphs, meshes, shardings
 
 LINE = 'parallel.mesh @m ["d" = 8]'
 GRID = 'parallel.mesh @m ["x" = 2, "y" = 4]'
@@ -318,3 +325,20 @@ def test_partial_sums_used_across_meshes_are_refused() -> None:
     )
     with pytest.raises(ShardedLoweringError, match="partial sums on @m is used after ops on"):
         lower_sharded(module)
+
+
+SHARDABLE = sorted(SOAP_RULES.keys() & EMITTERS.keys())
+
+
+@settings(max_examples=examples(20), deadline=None)
+@given(data=st.data(), module=graphs(ops=SHARDABLE, max_ops=5), mesh=meshes(max_devices=8))
+def test_random_programs_in_random_configurations_equal_the_unsharded_program(
+    data: st.DataObject, module: ModuleOp, mesh: Mesh
+) -> None:
+    """The issue's property: a random graph, every op in a random legal configuration
+    (`shardings()`, collectives where layouts differ), run on JAX devices, equals the
+    unsharded program on the reference — the rules, the writer and the lowering at once."""
+    dag = from_module(module)
+    sharded = module.clone()
+    write_sharded(sharded, dag, data.draw(shardings(dag, mesh)), mesh)
+    assert_matches_unsharded(sharded)
