@@ -3,6 +3,7 @@ report, and its one-line errors."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -16,14 +17,18 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.parser import Parser
 
 from tasoc.driver.sources import build_zoo_model, make_context, verify_module
+from tasoc.ir import dag as dag_module
 from tasoc.ir.graph import sig_of
 from tasoc.ir.parallel import CollectiveOp, MeshOp, sharding_of, unsharded
 from tasoc.ir.program import entry_block, entry_function
 from tasoc.ir.soap import Mesh, Sharding
+from tasoc.ir.training import training_signature
 from tasoc.passes.autodiff import AutodiffPass
 from tasoc.passes.report import RunReport, reporting
 from tasoc.passes.soap import SoapShardFailed, SoapShardPass
-from tasoc.passes.soap.plan import largest_split
+from tasoc.passes.soap.layers import recurrent_layers
+from tasoc.passes.soap.plan import Problem, largest_split
+from tasoc.passes.soap.soap_shard import parse_mesh
 from tasoc.verify.equivalence import equivalent
 
 MLP = """
@@ -243,6 +248,135 @@ def test_a_sharded_momentum_step_runs_on_four_devices(search: str, tmp_path: Pat
     )
     assert run.returncode == 0, run.stderr
     assert "equivalent to the numpy reference" in run.stdout + run.stderr
+
+
+# ------------------------------------------------------------------ RNNs: device groups
+
+
+def rnn_step(layers: int, batch: int = 4) -> ModuleOp:
+    """A small stacked-LSTM training step (sgd)."""
+    model = build_zoo_model(f"rnn?layers={layers}&hidden=4&seq=3&batch={batch}")
+    return step(model, loss="mse", optimizer="sgd", lr=0.1)
+
+
+def mesh_ops(module: ModuleOp) -> list[Mesh]:
+    return [op.mesh for op in module.ops if isinstance(op, MeshOp)]
+
+
+def weights_by_mesh(module: ModuleOp) -> dict[str, list[str]]:
+    """Each mesh's weight arguments, by name."""
+    found: dict[str, list[str]] = {}
+    for arg in entry_block(entry_function(module)).args:
+        sharding_ = sharding_of(sig_of(arg.type))
+        if re.fullmatch(r"l\d_\w+", arg.name_hint or "") and sharding_ is not None:
+            found.setdefault(sharding_.mesh, []).append(arg.name_hint)
+    return found
+
+
+def test_expert_places_each_recurrent_layer_on_its_own_device_group(tmp_path: Path) -> None:
+    """FlexFlow's layer-wise model parallelism: 4 LSTM layers on 8 devices, one group
+    of 2 devices per layer, data parallel inside it; the step runs on 8 JAX devices and
+    matches the numpy reference."""
+    before = rnn_step(layers=4)
+    after, section = shard(before, mesh=8, search="expert")
+    assert mesh_ops(after) == [Mesh(f"g{i}", (("d", 2),), (2 * i, 2 * i + 1)) for i in range(4)]
+    layer = ["l{}_wx", "l{}_wh", "l{}_b"]
+    expected = {f"g{i}": [name.format(i) for name in layer] for i in range(4)}
+    assert weights_by_mesh(after) == expected
+    assert {g: v["weights"] for g, v in section["groups"].items()} == expected
+    assert section["groups"]["g3"]["devices"] == [6, 7]
+    # The input is split by batch on the first layer's group, new weights leave as
+    # their arguments came.
+    arguments = argument_shardings(after)
+    assert arguments[0] == Sharding("g0", (("d",), (), ()))
+    assert result_shardings(after)[1:] == arguments[2:]
+    copies = [op for op in collectives(after) if op.KIND == "replicate"]
+    assert copies and section["collectives"]["replicate"]["count"] == len(copies)
+    for copy in copies:
+        source, target = sharding_of(sig_of(copy.input.type)), sharding_of(sig_of(copy.output.type))
+        assert source is not None and target is not None
+        assert source.mesh != target.mesh and not source.unreduced
+    # every other collective stays on one group
+    for op in collectives(after):
+        if op.KIND != "replicate":
+            assert (
+                sharding_of(sig_of(op.input.type)).mesh == sharding_of(sig_of(op.output.type)).mesh
+            )  # type: ignore[union-attr]
+    assert section["notes"] == []
+    check_program(before, after)
+    program = tmp_path / "rnn.mlir"
+    program.write_text(str(after))
+    tasoc = Path(sys.executable).parent / "tasoc"
+    run = subprocess.run(
+        [tasoc, "run", program, "--devices", "8", "--check"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "equivalent to the numpy reference" in run.stdout + run.stderr
+
+
+def test_consecutive_layers_share_a_group_when_there_are_more_layers_than_groups() -> None:
+    """3 layers on 4 devices: 2 groups (the most that divide the mesh), layers 0 and 1
+    on the first."""
+    after, section = shard(rnn_step(layers=3), mesh=4, search="expert")
+    assert mesh_ops(after) == [Mesh("g0", (("d", 2),), (0, 1)), Mesh("g1", (("d", 2),), (2, 3))]
+    assert section["groups"]["g0"]["weights"] == [
+        "l0_wx",
+        "l0_wh",
+        "l0_b",
+        "l1_wx",
+        "l1_wh",
+        "l1_b",
+    ]
+    assert section["groups"]["g1"]["weights"] == ["l2_wx", "l2_wh", "l2_b"]
+
+
+def problem_of(module: ModuleOp, mesh: int | str = 8) -> Problem:
+    function = entry_function(module)
+    return Problem(
+        dag_module.from_module(module), parse_mesh(mesh), training_signature(function), {}
+    )
+
+
+def layer_weights(module: ModuleOp) -> list[set[str]]:
+    dag = dag_module.from_module(module)
+    layers = recurrent_layers(problem_of(module))
+    return [{dag.args[w].attr("name") for w in layer.weights} for layer in layers]
+
+
+def test_recurrent_layers_are_found_from_the_graph() -> None:
+    """Layers come from weights read at every time step, whatever the model: an NMT's
+    encoder and decoder layers (encoder first: the decoder starts from its state),
+    NASRNN's one searched cell; none in a CNN or an MLP."""
+    nmt = build_zoo_model("nmt?layers=2&hidden=8&embed=8&vocab=20&seq=3&batch=8")
+    lstm = ["{}_wx", "{}_wh", "{}_b"]
+    assert layer_weights(nmt) == [
+        {name.format(layer) for name in lstm} for layer in ("enc0", "enc1", "dec0", "dec1")
+    ]
+    nasrnn = build_zoo_model("nasrnn?hidden=8&length=3")
+    assert layer_weights(nasrnn) == [{f"w{kind}{i}" for kind in "xh" for i in range(8)}]
+    assert layer_weights(parse(MLP)) == []
+    assert layer_weights(build_zoo_model("alexnet?batch=16&image=64")) == []
+
+
+def test_one_recurrent_layer_or_hand_written_shardings_keep_one_mesh() -> None:
+    """One layer (NASRNN) is the plain expert strategy on the whole mesh; shardings a
+    user wrote name the whole mesh, so the layers stay there, with a note."""
+    nasrnn = step(build_zoo_model("nasrnn?hidden=8&length=3&batch=4"), loss="mse", optimizer="sgd")
+    after, section = shard(nasrnn, mesh=4, search="expert")
+    assert [m.name for m in mesh_ops(after)] == ["mesh"] and section["groups"] == {}
+    by_hand = '{parallel.sharding = #parallel.sharding<@mesh, [["d"], [], []]>}'
+    x = "%x: tensor<4x3x4xf32>"
+    hinted = parse(str(rnn_step(layers=2)).replace(x, f"{x} {by_hand}"))
+    body = hinted.body.block
+    body.insert_op_before(MeshOp.of(Mesh("mesh", (("d", 4),))), body.first_op)  # type: ignore[arg-type]
+    after, section = shard(hinted, search="expert")
+    assert [m.name for m in mesh_ops(after)] == ["mesh"]
+    note = "2 recurrent layers stay on @mesh: arguments laid out by hand name it"
+    assert section["notes"] == [note]
+    assert argument_shardings(after)[0] == Sharding("mesh", (("d",), (), ()))
 
 
 # ------------------------------------------------------------------ errors
