@@ -8,9 +8,9 @@ any name: a weight read by several forward ops, one of which depends on another,
 its layer's steps. Such ops that touch each other form one layer (an LSTM's recurrent
 weight and bias share their steps); a reader of a weight whose results feed one layer
 only (an input projection `x @ wx`) joins that layer, and so does its weight, and with
-it every other reader of the weight (the last step's). Layers
-are numbered by their last op in program order, which is the order data flows up a
-stack of them.
+it every other reader of the weight (the last step's). Layers are numbered by their
+last op in program order, which is the order data flows up a stack of them (and from
+an encoder to the decoder starting from its state).
 
 A mesh of N devices is cut into G groups of N/G consecutive devices (each a 1-D mesh
 with axis "d"), G the largest divisor of N no larger than the number of layers;
@@ -19,8 +19,8 @@ node is placed by where its data is, deterministically:
 
 * a forward op on the group of the latest layer among its operands (an op reading two
   layers sits after the lower one); one reading no placed value (the embedding and
-  the reshapes before the first layer, the labels' scaling) on its first consumers'
-  group;
+  the reshapes before the first layer, the labels' scaling) on the earliest group
+  among its consumers;
 * an argument on its first reader's group (a layer's weights: the layer's);
 * an op feeding only the new values (or gradients) of the weights of one group, a
   weight gradient and its update, on that group, unless it reads a weight of another
@@ -30,9 +30,9 @@ node is placed by where its data is, deterministically:
   (gradients flow down: a sum of two layers' contributions belongs to the lower),
   else its consumers'.
 
-The ops are then ordered so that each group's run as long as the dependencies allow
-(each change of group is another computation on other devices, and a partial sum may
-not wait across one).
+The ops are then ordered so that each group runs as long as the dependencies allow:
+each change of group is another computation on other devices, and a partial sum may
+not wait across one.
 """
 
 from __future__ import annotations

@@ -26,7 +26,8 @@ consumer wants, at no cost: an input is laid out as the first layer reads it.
 A strategy may place ops and arguments on device groups (`Prescription.placement`,
 FlexFlow's Operator dimension): each op then chooses among the configurations of its
 group's mesh, and a value read on another group is completed where it lies and copied
-over (`parallel.replicate`), priced at its whole size. Partial sums never cross groups.
+over (`parallel.replicate`), priced at its whole size. Partial sums never leave their
+run of ops on one group (`_runs`).
 """
 
 from __future__ import annotations
