@@ -20,8 +20,8 @@ from tasoc.backends.numpy import run_reference
 from tasoc.driver.sources import make_context
 from tasoc.ir.dag import from_module
 from tasoc.ir.parallel import unsharded
+from tasoc.ir.shard_plan import write_sharded
 from tasoc.ir.soap import SOAP_RULES, Mesh
-from tasoc.passes.soap.writer import write_sharded
 from tasoc.verify.equivalence import compare
 from tasoc.verify.strategies import EMITTERS, graphs, meshes, shardings
 

@@ -24,10 +24,9 @@ from tasoc.ir.op_sets import ops_with
 from tasoc.ir.parallel import is_sharded, unsharded
 from tasoc.ir.program import arg_infos, entry_function
 from tasoc.ir.shapes import DType, TensorSig
+from tasoc.ir.shard_plan import Plan, write_sharded
 from tasoc.ir.soap import SOAP_RULES, Mesh
 from tasoc.ir.traits import Training
-from tasoc.passes.soap.plan import Plan
-from tasoc.passes.soap.writer import write_sharded
 from tasoc.verify.equivalence import compare, equivalent
 from tasoc.verify.strategies import EMITTERS, graphs, meshes, shardings, tensor_sigs
 

@@ -48,9 +48,9 @@ from tasoc.ir.dag import Dag, Node, Value
 from tasoc.ir.graph import OPS_BY_NAME, sig_of
 from tasoc.ir.op_sets import ops_with
 from tasoc.ir.shapes import ConstData, DType, ShapeError, TensorSig, infer
+from tasoc.ir.shard_plan import Plan
 from tasoc.ir.soap import Config, Mesh, OpRule, Sharding
 from tasoc.ir.traits import Training
-from tasoc.passes.soap.plan import Plan
 
 
 def _pretty_module(module: ModuleOp, printer: RepresentationPrinter, cycle: bool) -> None:
@@ -772,7 +772,7 @@ def shardings(dag: Dag, mesh: Mesh) -> st.SearchStrategy[Plan]:
         from tasoc.ir.dag import from_module
         from tasoc.ir.parallel import unsharded
         from tasoc.ir.soap import SOAP_RULES
-        from tasoc.passes.soap.writer import write_sharded
+        from tasoc.ir.shard_plan import write_sharded
         from tasoc.verify.strategies import EMITTERS, graphs, meshes, shardings
 
         shardable = sorted(SOAP_RULES.keys() & EMITTERS.keys())

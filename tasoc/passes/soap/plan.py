@@ -4,7 +4,7 @@ A strategy prescribes configurations for the ops it has an opinion on (data para
 the layers' batch; expert: convolutions' batch, dense layers' output features);
 `complete` chooses one for every other op and a sharding for every argument, on the
 light graph (`ir/dag.py`), never on xDSL modules. The result is a `Plan`, which
-`writer.py` turns into IR.
+`tasoc.ir.shard_plan.write_sharded` turns into IR.
 
 Completion walks the ops in topological order and gives each the configuration
 (among `soap.configurations`) that costs the fewest bytes of resharding: its operands
@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from tasoc.ir import soap
 from tasoc.ir.dag import Dag, Node, Value
 from tasoc.ir.shapes import TensorSig
+from tasoc.ir.shard_plan import Plan, completed, moves
 from tasoc.ir.soap import Config, Mesh, OpRule, Sharding, ShardingError
 from tasoc.ir.training import TrainingSignature
 
@@ -136,25 +137,6 @@ class Prescription:
 
     def mesh_of(self, problem: Problem, node: Node) -> Mesh:
         return self.placement.get(node, problem.mesh)
-
-
-@dataclass
-class Plan:
-    """Where every value lies and how every op is split: what `writer.py` writes."""
-
-    configs: dict[Node, Config]
-    """Each op's configuration (constants have none)."""
-    operands: dict[Node, tuple[Sharding, ...]]
-    """The shardings each op reads its operands in (resharded from `values` where they differ)."""
-    values: dict[Value, Sharding]
-    """Every value's sharding as produced (an argument's: as passed in)."""
-    outputs: tuple[Sharding, ...]
-    """The sharding each result of the program leaves in."""
-    notes: list[str] = field(default_factory=list)
-    meshes: tuple[Mesh, ...] = ()
-    """The device groups when the strategy placed ops on several (empty: one mesh)."""
-    order: tuple[Node, ...] | None = None
-    """The order to write the ops in (the dag's when None)."""
 
 
 def largest_split(size: int, mesh: Mesh) -> tuple[str, ...]:
@@ -261,25 +243,6 @@ def _lay_out_weights(
             )
 
 
-def _completed(sharding: Sharding) -> Sharding:
-    return Sharding(sharding.mesh, sharding.dims)
-
-
-def moves(
-    source: Sharding, target: Sharding, sig: TensorSig, meshes: Mapping[str, Mesh]
-) -> list[soap.Collective]:
-    """The collectives taking a value from `source` to `target`: `soap.reshard` on one
-    mesh; across meshes, its partial sums completed where it lies, then one
-    `replicate` copying it whole (bytes: all of it) into `target`'s layout."""
-    if source.mesh == target.mesh:
-        return soap.reshard(source, target, sig, meshes[source.mesh])
-    if target.unreduced:
-        raise ShardingError(f"no collective turns {source} into partial sums {target}")
-    complete_there = _completed(source)
-    steps = soap.reshard(source, complete_there, sig, meshes[source.mesh])
-    return [*steps, soap.Collective("replicate", target, (), sig.size * sig.dtype.itemsize)]
-
-
 def _move_bytes(
     source: Sharding, target: Sharding, sig: TensorSig, meshes: Mapping[str, Mesh]
 ) -> int:
@@ -300,7 +263,7 @@ def _exit(
     replaced = problem.replaces.get(index)
     if replaced is not None and problem.dag.args[replaced].out in values:
         return values[problem.dag.args[replaced].out]
-    return _completed(produced)
+    return completed(produced)
 
 
 def _cheapest(

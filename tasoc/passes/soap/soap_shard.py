@@ -6,7 +6,7 @@
 The pass is a shell: it reads `@main` into the light graph once, lets the strategy
 named by `search` prescribe configurations (`strategies.py`), completes the rest and
 lays out the arguments (`plan.py`), and writes the sharded program back
-(`writer.py`): a `parallel.mesh`, sharded types, and explicit collectives wherever
+(`tasoc.ir.shard_plan`): a `parallel.mesh`, sharded types, and explicit collectives wherever
 a value lies otherwise than its consumer reads it. Everything about an op's parallel
 dims comes from its SOAP rule (`tasoc.ir.soap`).
 
@@ -38,14 +38,14 @@ from tasoc.ir import dag as dag_module
 from tasoc.ir.dag import Dag
 from tasoc.ir.parallel import ShardingAttr, meshes, sharding_of, unsharded
 from tasoc.ir.program import entry_function
+from tasoc.ir.shard_plan import Plan, write_sharded
 from tasoc.ir.soap import Collective, Config, Mesh, Sharding, internal_collectives
 from tasoc.ir.training import training_signature
 from tasoc.passes.options import check_option_types
 from tasoc.passes.report import current_report
 from tasoc.passes.search import resolve_seed
-from tasoc.passes.soap.plan import Plan, Problem, complete
+from tasoc.passes.soap.plan import Problem, complete
 from tasoc.passes.soap.strategies import STRATEGIES
-from tasoc.passes.soap.writer import write_sharded
 
 HINT_ATTR = "parallel.sharding"
 """Argument attribute fixing that argument's sharding by hand."""

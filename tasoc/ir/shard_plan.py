@@ -1,4 +1,10 @@
-"""Writing a `Plan` as a sharded program: the mesh, sharded types and the collectives.
+"""A sharding plan on the light graph (`Plan`), and its writing as a sharded program:
+the mesh, sharded types and the collectives.
+
+A `Plan` says where every value of a `Dag` lies and how every op is split; searches
+(soap-shard's strategies, the hypothesis strategy `shardings()`) make one, and
+`write_sharded` turns it into IR. It lives in `ir/` because it is IR-level: the
+verifier, the strategies of `verify/` and every pass read it alike.
 
 `@main` is rebuilt from the light graph once, as `dag.to_function` does, with every
 argument typed in its planned sharding and each op's result types inferred by
@@ -20,20 +26,59 @@ a copy, which split a program into separate computations.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, Operation, SSAValue
 from xdsl.rewriter import Rewriter
 
+from tasoc.ir import soap
 from tasoc.ir.dag import Dag, Node, Value
 from tasoc.ir.graph import OPS_BY_NAME, sig_of, tensor_type, to_attr
 from tasoc.ir.parallel import COLLECTIVE_BY_KIND, MeshOp, ShardingAttr, meshes, with_sharding
 from tasoc.ir.program import entry_function, make_function
-from tasoc.ir.shapes import infer
-from tasoc.ir.soap import Collective, Mesh, Sharding
-from tasoc.passes.soap.plan import Plan, moves
+from tasoc.ir.shapes import TensorSig, infer
+from tasoc.ir.soap import Collective, Config, Mesh, Sharding, ShardingError
+
+
+@dataclass
+class Plan:
+    """Where every value lies and how every op is split: what `write_sharded` writes."""
+
+    configs: dict[Node, Config]
+    """Each op's configuration (constants have none)."""
+    operands: dict[Node, tuple[Sharding, ...]]
+    """The shardings each op reads its operands in (resharded from `values` where they differ)."""
+    values: dict[Value, Sharding]
+    """Every value's sharding as produced (an argument's: as passed in)."""
+    outputs: tuple[Sharding, ...]
+    """The sharding each result of the program leaves in."""
+    notes: list[str] = field(default_factory=list)
+    meshes: tuple[Mesh, ...] = ()
+    """The device groups when the strategy placed ops on several (empty: one mesh)."""
+    order: tuple[Node, ...] | None = None
+    """The order to write the ops in (the dag's when None)."""
+
+
+def completed(sharding: Sharding) -> Sharding:
+    """`sharding` with its partial sums completed (the same splits)."""
+    return Sharding(sharding.mesh, sharding.dims)
+
+
+def moves(
+    source: Sharding, target: Sharding, sig: TensorSig, meshes: Mapping[str, Mesh]
+) -> list[soap.Collective]:
+    """The collectives taking a value from `source` to `target`: `soap.reshard` on one
+    mesh; across meshes, its partial sums completed where it lies, then one
+    `replicate` copying it whole (bytes: all of it) into `target`'s layout."""
+    if source.mesh == target.mesh:
+        return soap.reshard(source, target, sig, meshes[source.mesh])
+    if target.unreduced:
+        raise ShardingError(f"no collective turns {source} into partial sums {target}")
+    complete_there = completed(source)
+    steps = soap.reshard(source, complete_there, sig, meshes[source.mesh])
+    return [*steps, soap.Collective("replicate", target, (), sig.size * sig.dtype.itemsize)]
 
 
 @dataclass
