@@ -29,8 +29,8 @@ from xdsl.utils.lexer import Input, Span
 from tasoc.driver.errors import DriverError, one_line
 from tasoc.driver.onnx_bridge import ONNX, InputShapes, import_model, require_onnx_for_shapes
 from tasoc.ir.graph import Graph
-from tasoc.ir.parallel import Parallel
 from tasoc.ir.limits import MAX_NESTING, LimitError, check_environment
+from tasoc.ir.parallel import Parallel
 from tasoc.ir.program import IRRuleError, verify_ir
 
 STDIN = "-"
