@@ -13,17 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import Result, assert_one_line_error
-from test_sharded_jax import LINE, program_text, t
-
-GATHER = program_text(
-    LINE,
-    {"x": t("16x8", '["d"], []'), "w": t("8x4", "[], []")},
-    f"""  %y = graph.matmul %x, %w : {t("16x4", '["d"], []')}
-  %r = graph.relu %y : {t("16x4", '["d"], []')}
-  %z = parallel.all_gather %r : {t("16x4", "[], []")}
-  func.return %z : {t("16x4", "[], []")}""",
-    [t("16x4", "[], []")],
-)
+from test_sharded_jax import GATHER, LINE, program_text, t
 
 
 def written(tmp_path: Path, text: str, name: str = "s.mlir") -> Path:

@@ -61,17 +61,20 @@ def assert_matches_unsharded(module: ModuleOp, seed: int = 0) -> list[np.ndarray
 # ------------------------------------------------------------------ collectives
 
 
-def test_all_gather_after_a_data_parallel_matmul() -> None:
-    module = program(
-        LINE,
-        {"x": t("16x8", '["d"], []'), "w": t("8x4", "[], []")},
-        f"""  %y = graph.matmul %x, %w : {t("16x4", '["d"], []')}
+GATHER = program_text(
+    LINE,
+    {"x": t("16x8", '["d"], []'), "w": t("8x4", "[], []")},
+    f"""  %y = graph.matmul %x, %w : {t("16x4", '["d"], []')}
   %r = graph.relu %y : {t("16x4", '["d"], []')}
   %z = parallel.all_gather %r : {t("16x4", "[], []")}
   func.return %z : {t("16x4", "[], []")}""",
-        [t("16x4", "[], []")],
-    )
-    assert_matches_unsharded(module)
+    [t("16x4", "[], []")],
+)
+"""A data-parallel matmul and relu, gathered: the smallest sharded program."""
+
+
+def test_all_gather_after_a_data_parallel_matmul() -> None:
+    assert_matches_unsharded(Parser(make_context(), GATHER).parse_module())
 
 
 def split_contraction(mesh: str, axes: str, complete: str, result: str) -> ModuleOp:

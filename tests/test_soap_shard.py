@@ -119,6 +119,22 @@ def check_program(before: ModuleOp, after: ModuleOp) -> None:
 # ------------------------------------------------------------------ strategies
 
 
+def assert_runs_as_the_reference(module: ModuleOp, folder: Path, devices: int) -> None:
+    """`tasoc run --devices N --check` of `module` in a fresh process (which makes its
+    own devices) matches the numpy reference of the unsharded program."""
+    program = folder / "sharded.mlir"
+    program.write_text(str(module))
+    tasoc = Path(sys.executable).parent / "tasoc"
+    run = subprocess.run(
+        [tasoc, "run", program, "--devices", str(devices), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "equivalent to the numpy reference" in run.stdout + run.stderr
+
+
 def test_data_parallel_splits_the_batch_of_every_layer() -> None:
     before = parse(MLP)
     after, section = shard(before, mesh=4)
@@ -237,17 +253,7 @@ def test_a_sharded_momentum_step_runs_on_four_devices(search: str, tmp_path: Pat
     assert x == sharding(("x", "y"), (), (), ()) and labels == sharding(("x", "y"))
     assert (w_velocity, v_velocity) == (w, v)
     assert v == (sharding((), ("x", "y")) if search == "expert" else sharding((), ()))
-    program = tmp_path / "sharded.mlir"
-    program.write_text(str(after))
-    tasoc = Path(sys.executable).parent / "tasoc"
-    run = subprocess.run(
-        [tasoc, "run", program, "--devices", "4", "--check"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert run.returncode == 0, run.stderr
-    assert "equivalent to the numpy reference" in run.stdout + run.stderr
+    assert_runs_as_the_reference(after, tmp_path, devices=4)
 
 
 # ------------------------------------------------------------------ RNNs: device groups
@@ -304,17 +310,7 @@ def test_expert_places_each_recurrent_layer_on_its_own_device_group(tmp_path: Pa
             )  # type: ignore[union-attr]
     assert section["notes"] == []
     check_program(before, after)
-    program = tmp_path / "rnn.mlir"
-    program.write_text(str(after))
-    tasoc = Path(sys.executable).parent / "tasoc"
-    run = subprocess.run(
-        [tasoc, "run", program, "--devices", "8", "--check"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert run.returncode == 0, run.stderr
-    assert "equivalent to the numpy reference" in run.stdout + run.stderr
+    assert_runs_as_the_reference(after, tmp_path, devices=8)
 
 
 def test_consecutive_layers_share_a_group_when_there_are_more_layers_than_groups() -> None:
