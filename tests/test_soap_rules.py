@@ -149,6 +149,11 @@ CASES: list[Case] = [
     Case("reshape", ((4, 8),), {"shape": (4, 2, 4)}),
     Case("reshape", ((2, 4, 4),), {"shape": (8, 4)}),
     Case("reshape", ((4, 1, 8),), {"shape": (4, 8, 1)}),
+    # Merged and split blocks split by their leading dims (the gcd of the two).
+    Case("reshape", ((4, 6),), {"shape": (24,)}),
+    Case("reshape", ((8, 3),), {"shape": (2, 12)}),
+    Case("reshape", ((6, 4),), {"shape": (4, 6)}),
+    Case("reshape", ((2, 4, 8),), {"shape": (8, 2, 4)}),
     Case("ones", (), {"shape": (4, 4), "dtype": "f32"}),
     Case("zeros", (), {"shape": (2, 4), "dtype": "f32"}),
     Case("c_pool", (), {"channels": 4, "kernel": (3, 3), "dtype": "f32"}),

@@ -20,6 +20,7 @@ needs, so every backend localizes them the same way.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -286,27 +287,34 @@ def _split(inputs: Inputs, attrs: Attrs, results: Results) -> OpRule:
     return _rule(factors, [dims], [dims] * len(results), ((0,),))
 
 
-def _one_to_one(source: Sequence[int], target: Sequence[int]) -> list[tuple[int, int]]:
-    """The (source dim, target dim) pairs a reshape maps one to one.
+def _splittable(source: Sequence[int], target: Sequence[int]) -> list[tuple[int, int, int]]:
+    """The (source dim, target dim, factor size) triples a reshape can split alike.
 
-    Both shapes are walked in step, size-1 dims skipped; equal sizes pair up, and
-    otherwise dims are taken into a block until the two sides' products meet (a
-    merge or a split of dims, which a block layout of either side does not keep).
-    An empty tensor maps nothing.
+    Both shapes are walked in step, size-1 dims skipped; equal sizes pair up (size:
+    theirs), and otherwise dims are taken into a block until the two sides' products
+    meet (a merge or a split of dims, `B x S <-> B*S`). Of a block, the two leading
+    dims pair up with the gcd of their sizes: in row-major order, k blocks of the
+    leading dim on either side are the same k ranges of the block's elements whenever
+    k divides both, so a batch merged with a sequence stays split by the batch. The
+    other dims of a block cannot split (their blocks are not contiguous). An empty
+    tensor maps nothing.
     """
     if 0 in source or 0 in target:
         return []
-    pairs: list[tuple[int, int]] = []
+    pairs: list[tuple[int, int, int]] = []
     i = j = 0
     while i < len(source) and j < len(target):
         if source[i] == target[j]:
-            pairs.append((i, j))
+            pairs.append((i, j, source[i]))
             i, j = i + 1, j + 1
         elif source[i] == 1:
             i += 1
         elif target[j] == 1:
             j += 1
         else:
+            common = math.gcd(source[i], target[j])
+            if common > 1:
+                pairs.append((i, j, common))
             left, right = source[i], target[j]
             i, j = i + 1, j + 1
             while left != right:  # the products meet: both shapes have the same size
@@ -320,14 +328,15 @@ def _one_to_one(source: Sequence[int], target: Sequence[int]) -> list[tuple[int,
 @soap_rule("reshape")
 def _reshape(inputs: Inputs, attrs: Attrs, results: Results) -> OpRule:
     (x,), (out,) = inputs, results
-    pairs = _one_to_one(x.shape, out.shape)
+    pairs = _splittable(x.shape, out.shape)
     names = _names("d", out.rank)
     kinds = _positional(out.shape, names)
     in_dims: list[str | None] = [None] * x.rank
     out_dims: list[str | None] = [None] * out.rank
-    for i, j in pairs:
+    for i, j, _ in pairs:
         in_dims[i] = out_dims[j] = names[j]
-    return _rule([kinds[j] for _, j in pairs], [tuple(in_dims)], [tuple(out_dims)], ((0,),))
+    factors = [Factor(names[j], size, kinds[j].kind) for _, j, size in pairs]
+    return _rule(factors, [tuple(in_dims)], [tuple(out_dims)], ((0,),))
 
 
 @soap_rule("ones", "zeros", "c_pool", "i_conv", "i_matmul", "constant")
