@@ -359,9 +359,8 @@ def _run(args: argparse.Namespace, found: WeightsFile | None) -> dict[str, objec
         check_index_ranges(function, inputs)
     except (ValueError, LimitError) as err:  # ProgramError, an index out of range
         raise DriverError(f"{args.input}: {err}") from None
-    if sharded and (args.steps is not None or args.check_onnxruntime):
-        given = "--steps" if args.steps is not None else "--check-onnxruntime"
-        raise UsageError(f"{given} on a sharded program is not supported yet")
+    if sharded and args.check_onnxruntime:
+        raise UsageError("--check-onnxruntime on a sharded program is not supported yet")
     training = steppable(signature, args.input) if args.steps is not None else None
 
     values_from = f", values from {weights.path}" if weights is not None else ""

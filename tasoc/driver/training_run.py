@@ -10,8 +10,10 @@ falls as it fits that batch.
 On JAX the arguments stay on the device between steps and the replaced ones are
 donated to the call (`lower(module, donate=...)`), so XLA updates params and state in
 place instead of holding two copies; only the loss comes back to the host each step
-(which also waits for the step, so the per-step time is the step's). On the numpy
-reference every step is an interpreter run.
+(which also waits for the step, so the per-step time is the step's). A sharded step
+keeps its arguments on its meshes, each laid out as the step reads it (its new weights
+leave in their arguments' layouts), without donation. On the numpy reference every
+step is an interpreter run.
 """
 
 from __future__ import annotations
@@ -20,14 +22,20 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
 from tasoc.backends.numpy import run_reference
 from tasoc.driver.errors import DriverError
+from tasoc.ir.parallel import is_sharded
 from tasoc.ir.training import LOSS_ATTR, REPLACES_ATTR, TrainingSignature
 from tasoc.passes.progress import progress_bar
+
+if TYPE_CHECKING:
+    from tasoc.backends.jax import JaxProgram
+    from tasoc.backends.jax.sharded import ShardedProgram
 
 Step = Callable[[], float]
 """One training step on the loop's current arguments; returns the step's loss."""
@@ -95,11 +103,17 @@ def _reference_step(
 def _jax_step(
     module: ModuleOp, signature: TrainingSignature, arguments: Sequence[np.ndarray]
 ) -> Step:
-    from tasoc.backends.jax import lower  # JAX takes a second to import: only when used
+    # JAX takes a second to import: only when used.
+    from tasoc.backends.jax import lower
+    from tasoc.backends.jax.sharded import lower_sharded
 
     try:
-        program = lower(module, donate=[argument for _, argument in signature.replaces])
-    except ValueError as err:  # an op without a JAX lowering
+        if is_sharded(module):
+            # On its mesh; each new weight leaves laid out as the argument it replaces.
+            program: JaxProgram | ShardedProgram = lower_sharded(module)
+        else:
+            program = lower(module, donate=[argument for _, argument in signature.replaces])
+    except ValueError as err:  # an op without a JAX lowering, too few devices
         raise DriverError(f"cannot run on jax: {err}") from None
     current = list(program.device_args(arguments))
 
