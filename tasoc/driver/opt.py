@@ -71,8 +71,9 @@ from tasoc.driver.onnx_bridge import (
     weights_path,
     write_npz,
 )
-from tasoc.driver.outputs import STDOUT, Outputs, StagedOutput
+from tasoc.driver.outputs import STDOUT, Outputs, StagedOutput, errors_naming
 from tasoc.driver.pass_options import build_pass
+from tasoc.driver.plots import check_plots_directory, render
 from tasoc.driver.plugins import load_pass_plugin
 from tasoc.driver.sources import (
     MLIR,
@@ -184,6 +185,12 @@ class TasocOptMain(xDSLOptMain):
         )
         arg_parser.add_argument(
             "--report", metavar="R.json", help="write a JSON run report (timings, op counts)"
+        )
+        arg_parser.add_argument(
+            "--plots",
+            metavar="DIR",
+            help="draw the pictures the passes ask for (a sharding's simulated timeline, "
+            "its sharding map) as DIR/NAME.png",
         )
         arg_parser.add_argument(
             "--verify-each",
@@ -344,6 +351,7 @@ class TasocOptMain(xDSLOptMain):
                 weights_path(path), "the weights beside -o", may_replace_input=True
             )
         self._report_output = self.outputs.declare(self.args.report, "--report")
+        check_plots_directory(self.args.plots)
         return sys.stdout if self._program_output is None else self._text
 
     def output_resulting_program(self, prog: ModuleOp) -> str:
@@ -399,12 +407,28 @@ class TasocOptMain(xDSLOptMain):
                 with self._report_output.open() as stream:
                     json.dump(self.report.to_json(), stream, indent=2, sort_keys=True)
                     stream.write("\n")
+            if self.args.plots is not None:
+                self._stage_plots(self.args.plots)
         for message in self._notes:
             note(message)
         for line in self._pass_times:
             print(line, file=sys.stderr)
         if self.args.pass_statistics and self.report.passes:
             print(format_statistics(self.report), file=sys.stderr)
+
+    def _stage_plots(self, directory: str) -> None:
+        """Draw every figure the passes asked for into `directory` (made if missing),
+        staged with the run's other outputs; a note when no pass asked for one."""
+        if not self.report.figures:
+            self._notes.append(f"--plots {directory}: no pass of this pipeline draws a picture")
+            return
+        with errors_naming(directory):
+            os.makedirs(directory, exist_ok=True)
+        for name, figure in sorted(self.report.figures.items()):
+            staged = self.outputs.declare(os.path.join(directory, f"{name}.png"), "--plots")
+            assert staged is not None
+            with staged.open(binary=True) as stream:
+                render(figure, stream)
 
     # ------------------------------------------------------------------ between passes
     def _between_passes(

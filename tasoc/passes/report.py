@@ -18,8 +18,10 @@ import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
+
+from tasoc.passes.figures import Figure
 
 
 @dataclass
@@ -56,10 +58,18 @@ class RunReport:
     seed: int = 0
     passes: list[PassRecord] = field(default_factory=list)
     sections: dict[str, dict[str, Any]] = field(default_factory=dict)
+    figures: dict[str, Figure] = field(default_factory=dict, repr=False)
+    """Pictures the passes asked for, by file stem (`figure`); drawn by `--plots DIR`,
+    not part of the JSON."""
 
     def section(self, name: str) -> dict[str, Any]:
         """The dict a pass called `name` writes to, created empty on first use."""
         return self.sections.setdefault(name, {})
+
+    def figure(self, name: str, figure: Figure) -> None:
+        """Ask for a picture, drawn as `DIR/<name>.png` by `tasoc opt --plots DIR`
+        (the latest figure of a name wins)."""
+        self.figures[name] = figure
 
     def begin_pass(self, name: str) -> None:
         """Start a fresh section for a run of pass `name` (the driver calls this before
@@ -77,7 +87,9 @@ class RunReport:
         """The report as plain JSON data (the `--report` file's content). JSON has no
         infinity or NaN (a cost is infinite when no graph fits a memory limit), so a
         non-finite number is written as the string `"inf"`, `"-inf"` or `"nan"`."""
-        return _finite(asdict(self))
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "figures"}
+        data["passes"] = [asdict(record) for record in self.passes]
+        return _finite(data)
 
 
 def _finite(value: Any) -> Any:

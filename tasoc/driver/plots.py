@@ -1,0 +1,128 @@
+"""`tasoc opt --plots DIR`: draw the figures the passes asked for, with matplotlib.
+
+Each figure of the run report (`RunReport.figures`, data from `passes/figures.py`)
+becomes `DIR/<name>.png`. Drawing happens after the run succeeded and the files are
+staged with the run's other outputs, so they appear together with `-o` and
+`--report` or not at all. matplotlib is imported here only, on the Agg backend (no
+display needed).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import IO, Any
+
+from tasoc.driver.errors import UsageError
+from tasoc.passes.figures import Figure, ShardingMapFigure, TimelineFigure
+
+MAX_ROWS = 64
+"""Rows drawn of a timeline or a sharding map; the rest are summed up in the title
+(a picture of 512 rows is a grey block)."""
+
+
+def check_plots_directory(given: str | None) -> str | None:
+    """UsageError unless `given` is a directory or can be made one (its parent is)."""
+    if given is None:
+        return None
+    if os.path.exists(given) and not os.path.isdir(given):
+        raise UsageError(f"--plots {given!r} is not a directory")
+    parent = os.path.dirname(os.path.abspath(given))
+    if not os.path.isdir(parent):
+        raise UsageError(f"--plots {given!r}: its parent directory does not exist")
+    return given
+
+
+def render(figure: Figure, stream: IO[bytes]) -> None:
+    """Draw `figure` as PNG into `stream`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    drawn = _timeline(figure) if isinstance(figure, TimelineFigure) else _sharding_map(figure)
+    try:
+        drawn.savefig(stream, format="png", dpi=110, bbox_inches="tight")
+    finally:
+        pyplot.close(drawn)
+
+
+def _figure(rows: int, width: float) -> Any:
+    from matplotlib import pyplot
+
+    return pyplot.figure(figsize=(width, max(2.5, 0.28 * rows + 1.2)))
+
+
+def _timeline(figure: TimelineFigure) -> Any:
+    rows = figure.rows[:MAX_ROWS]
+    index = {row: i for i, row in enumerate(rows)}
+    kinds = sorted({bar.kind for bar in figure.bars})
+    colours = _palette(kinds)
+    drawn = _figure(len(rows), 12)
+    axes = drawn.add_subplot()
+    end = max((bar.end for bar in figure.bars), default=0.0)
+    scale, unit = (1e3, "ms") if end < 10 else (1.0, "s")
+    for kind in kinds:
+        spans: dict[int, list[tuple[float, float]]] = {}
+        for bar in figure.bars:
+            if bar.kind == kind and bar.row in index:
+                spans.setdefault(index[bar.row], []).append(
+                    (bar.start * scale, (bar.end - bar.start) * scale)
+                )
+        for row, pieces in spans.items():
+            axes.broken_barh(pieces, (row - 0.4, 0.8), color=colours[kind], linewidth=0)
+        axes.barh([], [], color=colours[kind], label=kind)  # the legend entry
+    axes.set_yticks(range(len(rows)), rows)
+    axes.invert_yaxis()
+    axes.set_xlabel(f"time ({unit})")
+    axes.set_xlim(0, end * scale * 1.01 or 1)
+    hidden = len(figure.rows) - len(rows)
+    axes.set_title(
+        figure.title + (f" (first {len(rows)} of {len(figure.rows)} rows)" if hidden else "")
+    )
+    if kinds:
+        axes.legend(loc="lower right", fontsize="small")
+    return drawn
+
+
+def _sharding_map(figure: ShardingMapFigure) -> Any:
+    ops = figure.ops[:MAX_ROWS]
+    labels = sorted({cell for row in figure.cells[: len(ops)] for cell in row if cell})
+    code = {label: i + 1 for i, label in enumerate(labels)}
+    grid = [[code.get(cell, 0) for cell in row] for row in figure.cells[: len(ops)]]
+    drawn = _figure(len(ops), max(6.0, 0.35 * len(figure.devices) + 4))
+    axes = drawn.add_subplot()
+    from matplotlib.colors import ListedColormap
+
+    colours = ["#f2f2f2", *_palette(labels).values()]
+    axes.imshow(
+        grid,
+        aspect="auto",
+        cmap=ListedColormap(colours),
+        vmin=0,
+        vmax=len(colours) - 1,
+        interpolation="nearest",
+    )
+    for i, row in enumerate(figure.cells[: len(ops)]):
+        for j, cell in enumerate(row):
+            if cell and len(figure.devices) <= 16:
+                axes.text(j, i, cell, ha="center", va="center", fontsize="x-small")
+    axes.set_yticks(range(len(ops)), ops, fontsize="small")
+    axes.set_xticks(range(len(figure.devices)), [str(d) for d in figure.devices])
+    axes.set_xlabel("device")
+    hidden = len(figure.ops) - len(ops)
+    axes.set_title(
+        figure.title + (f" (first {len(ops)} of {len(figure.ops)} ops)" if hidden else "")
+    )
+    return drawn
+
+
+def _titled(title: str, shown: int, total: int, what: str) -> str:
+    return title if shown == total else f"{title} (first {shown} of {total} {what})"
+
+
+def _palette(names: list[str]) -> Mapping[str, Any]:
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab20"]
+    return {name: cmap(i % cmap.N) for i, name in enumerate(names)}

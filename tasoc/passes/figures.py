@@ -1,0 +1,70 @@
+"""Pictures a pass asks for, as plain data: what `tasoc opt --plots DIR` draws.
+
+A pass says *what* to draw (the bars of a simulated timeline, who holds which shard of
+each op) and the driver draws it with matplotlib (`tasoc/driver/plots.py`), so passes
+stay free of plotting and of files, as they are of the report's JSON:
+
+    from tasoc.passes.report import current_report
+
+    current_report().figure("soap-shard-timeline", TimelineFigure(...))
+
+A figure is kept beside the report, not in its JSON: a timeline of a 64-device step
+has hundreds of thousands of bars, which a picture shows better than a file of numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Bar:
+    """One task of a timeline: on `row`, from `start` to `end` seconds; `kind` picks
+    its colour (compute, communication, ...) and names it in the legend."""
+
+    row: str
+    start: float
+    end: float
+    kind: str
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineFigure:
+    """A Gantt chart: resources (devices, links) as rows, tasks as bars."""
+
+    title: str
+    rows: tuple[str, ...]
+    """Row labels, top to bottom; every bar's row is one of them."""
+    bars: tuple[Bar, ...]
+
+    def __post_init__(self) -> None:
+        known = set(self.rows)
+        for bar in self.bars:
+            if bar.row not in known:
+                raise ValueError(f"timeline bar on row {bar.row!r}, which is not among its rows")
+            if bar.end < bar.start:
+                raise ValueError(f"timeline bar on {bar.row!r} ends before it starts")
+
+
+@dataclass(frozen=True, slots=True)
+class ShardingMapFigure:
+    """Ops down, devices across: which part of each op every device computes.
+
+    `cells[i][j]` labels what device `devices[j]` does of op `ops[i]`: the same label
+    on several devices is a replicated piece, distinct labels are shards, "" is idle
+    (the op runs on another device group).
+    """
+
+    title: str
+    ops: tuple[str, ...]
+    devices: tuple[int, ...]
+    cells: tuple[tuple[str, ...], ...]
+
+    def __post_init__(self) -> None:
+        if len(self.cells) != len(self.ops) or any(
+            len(row) != len(self.devices) for row in self.cells
+        ):
+            raise ValueError("a sharding map needs one cell per op and device")
+
+
+Figure = TimelineFigure | ShardingMapFigure

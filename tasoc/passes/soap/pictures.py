@@ -1,0 +1,60 @@
+"""The pictures `soap-shard` asks for (`tasoc opt --plots DIR`), as figure data.
+
+* `sharding_map`: ops down, devices across; each cell says which block of the op's
+  iteration space the device computes, by SOAP dimension — `S2` is block 2 of the
+  sample dim (the batch), `P1` of a parameter dim (output channels or features), `A0`
+  of an attribute dim, `R3` of a reduction dim (partial sums), `S1 P0` a block of two;
+  `all` the whole op (replicated), empty an op on another device group. One colour per
+  label, so data parallelism reads as columns of S and model parallelism of P.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+
+from tasoc.ir import soap
+from tasoc.ir.dag import Dag, Node
+from tasoc.ir.shard_plan import Plan
+from tasoc.ir.soap import Config, Mesh, OpRule
+from tasoc.passes.figures import ShardingMapFigure
+
+
+def sharding_map(dag: Dag, plan: Plan, meshes: Mapping[str, Mesh], title: str) -> ShardingMapFigure:
+    """Which block of every op each device computes, under `plan`."""
+    devices = sorted({device for mesh in meshes.values() for device in mesh.device_ids})
+    column = {device: j for j, device in enumerate(devices)}
+    ops, cells = [], []
+    for node in dag.ops:
+        if not node.inputs:
+            continue  # constants are made where they are read
+        row = [""] * len(devices)
+        mesh = meshes[plan.values[node.results[0]].mesh]
+        rule = soap.rule_of(node.op, [v.sig for v in node.inputs], dict(node.attrs), node.sigs)
+        for device, label in _blocks(rule, plan.configs.get(node, {}), mesh).items():
+            row[column[device]] = label
+        ops.append(_name(node, len(ops)))
+        cells.append(tuple(row))
+    return ShardingMapFigure(title, tuple(ops), tuple(devices), tuple(cells))
+
+
+def _blocks(rule: OpRule, config: Config, mesh: Mesh) -> dict[int, str]:
+    """Device id -> the label of the block it computes under `config` on `mesh`."""
+    split = {factor: axes for factor, axes in config.items() if axes}
+    letter = {f.name: f.kind[0].upper() for f in rule.factors}
+    labels = {}
+    sizes = [size for _, size in mesh.axes]
+    for position, coords in enumerate(itertools.product(*(range(size) for size in sizes))):
+        at = dict(zip(mesh.axis_names, coords, strict=True))
+        parts = []
+        for factor, axes in split.items():
+            index = 0
+            for axis in axes:  # major to minor, as the sharding splits the dim
+                index = index * mesh.axis_size(axis) + at[axis]
+            parts.append(f"{letter[factor]}{index}")
+        labels[mesh.device_ids[position]] = " ".join(parts) or "all"
+    return labels
+
+
+def _name(node: Node, index: int) -> str:
+    return f"{index}: {node.op}"
