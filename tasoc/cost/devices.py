@@ -87,5 +87,44 @@ H200 = Device(
 TFLOP/s FP32, 989.4 TFLOP/s dense FP16/BF16) with 141 GB of HBM3e at 4.8 TB/s.
 Launch overhead as for `H100` (assumed)."""
 
-DEVICES: dict[str, Device] = {device.name: device for device in (CPU, H100, H200)}
+V100 = Device(
+    name="v100",
+    peak_flops=15.7e12,
+    mem_bandwidth=900e9,
+    launch_overhead_s=2e-6,
+    memory_bytes=16e9,
+    peak_flops_half=125e12,
+)
+"""NVIDIA Tesla V100 SXM2 16 GB, from NVIDIA's V100 datasheet: 15.7 TFLOP/s FP32,
+125 TFLOP/s FP16 tensor core, 900 GB/s HBM2, 16 GB (the GPU of TensorOpt's cluster
+and of SwapAdvisor's p3.2xlarge). Launch overhead as for `H100` (assumed)."""
+
+P100 = Device(
+    name="p100",
+    peak_flops=10.6e12,
+    mem_bandwidth=732e9,
+    launch_overhead_s=2e-6,
+    memory_bytes=16e9,
+    peak_flops_half=21.2e12,
+)
+"""NVIDIA Tesla P100 SXM2 16 GB, from NVIDIA's P100 datasheet: 10.6 TFLOP/s FP32,
+21.2 TFLOP/s FP16 (packed half2 on the ordinary units: Pascal has no tensor cores),
+732 GB/s HBM2, 16 GB (the GPU of FlexFlow's first cluster, Jia thesis §3.7.1).
+Launch overhead as for `H100` (assumed)."""
+
+K80 = Device(
+    name="k80",
+    peak_flops=4.365e12,
+    mem_bandwidth=240e9,
+    launch_overhead_s=2e-6,
+    memory_bytes=12e9,
+)
+"""One of the two GK210 GPUs of an NVIDIA Tesla K80 board, from NVIDIA's K80
+datasheet halved (the board: 8.73 TFLOP/s FP32 with GPU Boost, 480 GB/s GDDR5,
+24 GB): 4.37 TFLOP/s, 240 GB/s, 12 GB. FlexFlow's second cluster counts these GPUs
+(64 on 16 nodes; "adjacent GPUs are connected by a separate PCI-e switch" is the
+board's own switch, Jia thesis §3.7.1). Kepler has no faster half precision.
+Launch overhead as for `H100` (assumed)."""
+
+DEVICES: dict[str, Device] = {device.name: device for device in (CPU, H100, H200, V100, P100, K80)}
 """The presets by name."""
