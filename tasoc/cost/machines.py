@@ -37,10 +37,10 @@ from tasoc.cost.devices import CPU, DEVICES, H100, K80, P100, V100, Device
 from tasoc.ir import soap
 
 CollectiveKind = soap.CollectiveKind
-COLLECTIVE_KINDS: tuple[str, ...] = get_args(CollectiveKind)
+COLLECTIVE_KINDS: tuple[CollectiveKind, ...] = get_args(CollectiveKind)
 
 LinkKind = Literal["nvlink", "pcie", "infiniband", "ethernet", "host", "shared-memory"]
-LINK_KINDS: tuple[str, ...] = get_args(LinkKind)
+LINK_KINDS: tuple[LinkKind, ...] = get_args(LinkKind)
 
 
 class MachineError(ValueError):
