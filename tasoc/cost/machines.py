@@ -177,12 +177,12 @@ class Machine:
         p = sum(per_node.values())
         if kind == "all_slice" or p == 1 or nbytes == 0:
             return 0.0
-        links = self._links_used(per_node)
-        latency = max(link.latency_s for link in links)
-        bandwidth = min(link.bandwidth for link in links)
+        used = self._links_used(per_node)
+        latency = max(link.latency_s for link, _ in used)
+        bandwidth = min(link.bandwidth for link, _ in used)
         if kind == "replicate":
             return nbytes / bandwidth + latency
-        ring_bandwidth = self._ring_bandwidth(per_node)
+        ring_bandwidth = min(link.bandwidth * channels for link, channels in used)
         steps = math.ceil(math.log2(p))
         if kind == "all_gather":
             ring = (p - 1) * (latency + nbytes / ring_bandwidth)
@@ -207,21 +207,15 @@ class Machine:
             raise MachineError(f"machine {self.name}: group {list(group)} names a device twice")
         return Counter(self.node(device) for device in group)
 
-    def _links_used(self, per_node: Counter[int]) -> list[Link]:
-        """The kinds of link a collective over these devices crosses."""
-        links = [self.intra] if max(per_node.values()) > 1 else []
+    def _links_used(self, per_node: Counter[int]) -> list[tuple[Link, int]]:
+        """The links a collective over these devices crosses, each with the ring
+        channels that run over it side by side (see `collective_time`): one inside a
+        node, the fewest group devices on one node across nodes."""
+        used = [(self.intra, 1)] if max(per_node.values()) > 1 else []
         if len(per_node) > 1:
-            assert self.inter is not None
-            links.append(self.inter)
-        return links
-
-    def _ring_bandwidth(self, per_node: Counter[int]) -> float:
-        """The bandwidth of a ring over the group (see `collective_time`)."""
-        bandwidths = [self.intra.bandwidth] if max(per_node.values()) > 1 else []
-        if len(per_node) > 1:
-            assert self.inter is not None
-            bandwidths.append(self.inter.bandwidth * min(per_node.values()))
-        return min(bandwidths)
+            assert self.inter is not None  # __post_init__: several nodes have a network
+            used.append((self.inter, min(per_node.values())))
+        return used
 
     def _exchange_time(self, per_node: Counter[int], nbytes: int) -> float:
         """The transfer time of a pairwise all-to-all (n/p to every other device, all at
