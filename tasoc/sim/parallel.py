@@ -1,0 +1,697 @@
+"""The task graph of a sharded training step (Jia thesis §3.4.1), kept editable op by op.
+
+`ShardedStep(dag, plan, machine)` turns a `Plan` (every op's SOAP configuration and
+every value's sharding, `tasoc.ir.shard_plan`) into a `TaskGraph` whose simulated
+makespan is the step's predicted iteration time:
+
+* **compute**: per op with operands, one task per device of its mesh on resource
+  `("device", d)` (mesh device ids index the machine's devices), lasting `op_cost` of
+  the op at its *local* shapes (the shard each device holds); an op whose configuration
+  splits a synced factor (batchnorm's batch in training) is followed by the all-reduce
+  of its statistics, on which its results then wait;
+* **communication**: every collective `moves` puts on an edge, as the plan's writer
+  inserts them (one chain per value and target layout, shared by the readers that want
+  that layout, and for each program result not produced as it must leave). A
+  collective is modelled as one task per participating device on `("net", d)`, all of
+  the collective's duration `machine.collective_time(kind, bytes, group)`, each
+  depending on the value on *every* device of its group: a collective is a barrier.
+  A collective over some mesh axes runs as one collective per group of devices that
+  differ only along those axes. A `replicate` is one transfer between two device
+  groups: a task on each device of both, waiting on the whole source group. An
+  `all_slice` is local (each device keeps a block): no task, no buffer;
+* **dependencies** follow the data: a task waits on the last task that made the value
+  it reads on the devices it reads it from.
+
+Memory lives beside time, in one pool `("mem", d)` per device: arguments (params,
+optimizer state, inputs) are allocated at time 0 by a zero-length task per device and
+kept; a compute task allocates its results' local bytes, a collective task the local
+bytes of the layout it makes (communication buffers); a buffer is freed at the end of
+its last reader in program order (a buffer only collectives read: their last), a result
+nothing reads at the end of its own task; program results are kept, and a new param or
+state leaves in its argument's buffer (donated, as `tasoc run` donates them). So the
+simulator's peak of `("mem", d)` is device d's peak memory, and `memory()` splits it
+into liveness's kinds (`tasoc.ir.liveness`) plus communication buffers.
+
+`set_config(node, config)` is the one-op proposal of MCMC (§3.5.2): the op's result
+shardings follow from the configuration, the layouts its operands are read in and its
+results' readers read change, and only the tasks that depend on those edges are edited
+(module docstring of `ShardedStep`), so `DeltaSimulator.update()` re-simulates little.
+The `Plan` is edited alongside and stays what `write_sharded` writes.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol
+
+from tasoc.cost.analytic import roofline
+from tasoc.cost.devices import Device
+from tasoc.cost.machines import Machine, MachineError
+from tasoc.ir import dag as dag_module
+from tasoc.ir import soap
+from tasoc.ir.dag import Dag, Node, Value
+from tasoc.ir.parallel import ShardingAttr
+from tasoc.ir.shapes import TensorSig
+from tasoc.ir.shard_plan import Plan, completed, moves
+from tasoc.ir.soap import Config, Mesh, OpRule, Sharding
+from tasoc.ir.soap_rules import local_attrs
+from tasoc.ir.training import TrainingSignature, training_signature
+from tasoc.sim.core import Task, TaskGraph, Timeline, simulate
+
+
+class OpCost(Protocol):
+    """Seconds `node` takes on one device when it holds operands of `local_inputs` and
+    makes results of `local_results` (the shards of a sharded op)."""
+
+    def __call__(
+        self,
+        node: Node,
+        local_inputs: Sequence[TensorSig],
+        local_results: Sequence[TensorSig],
+        device: Device,
+    ) -> float: ...
+
+
+def analytic_op_cost(
+    node: Node,
+    local_inputs: Sequence[TensorSig],
+    local_results: Sequence[TensorSig],
+    device: Device,
+) -> float:
+    """The roofline of `tasoc.cost.analytic` at the shard's local shapes, one kernel
+    (no fusion: FlexFlow prices each op's task on its own), plus one launch."""
+    local = local_node(node, local_inputs, local_results)
+    return roofline(local, -1, False, device) + device.launch_overhead_s
+
+
+def local_node(
+    node: Node, local_inputs: Sequence[TensorSig], local_results: Sequence[TensorSig]
+) -> Node:
+    """`node` as one device runs it: on operands of the local shapes, with the
+    attributes that name global sizes localized (`soap_rules.local_attrs`)."""
+    operands = [Node.arg(i, "shard", sig).out for i, sig in enumerate(local_inputs)]
+    attrs = local_attrs(
+        node.op,
+        dict(node.attrs),  # type: ignore[arg-type]
+        [s.shape for s in local_inputs],
+        [s.shape for s in local_results],
+    )
+    return Node(node.op, operands, **attrs)
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Bytes one device holds at its peak, by what they are (`tasoc.ir.liveness`'s
+    kinds, plus the buffers collectives make)."""
+
+    params: int = 0
+    optimizer_state: int = 0
+    inputs: int = 0
+    activations: int = 0
+    gradients: int = 0
+    communication: int = 0
+
+    @property
+    def total(self) -> int:
+        return (
+            self.params
+            + self.optimizer_state
+            + self.inputs
+            + self.activations
+            + self.gradients
+            + self.communication
+        )
+
+
+KINDS = tuple(MemoryBreakdown.__dataclass_fields__)
+"""The kinds of bytes, in `MemoryBreakdown`'s order."""
+
+Key = Hashable
+"""A task's name independent of its id: ("op", node, device) for compute, ("res",
+device) for the arguments, (group, index) for the group's collectives."""
+
+
+class _Spec(NamedTuple):
+    """A task with its dependencies named by key, and what its bytes are."""
+
+    resource: Hashable
+    duration: float
+    deps: tuple[Key, ...]
+    alloc: tuple[tuple[str, int], ...]
+    free: tuple[tuple[str, int], ...]
+    name: str
+
+
+@dataclass
+class _Buffer:
+    """One value's local block on one device: its writer, the task after which it is
+    readable, its bytes and kind, and whether it outlives the step."""
+
+    device: int
+    writer: Key | None
+    ready: Key | None
+    nbytes: int
+    kind: str
+    kept: bool
+    chain_readers: list[Key] = field(default_factory=list)
+    compute_readers: list[Node] = field(default_factory=list)
+
+
+Producer = Node | None
+
+
+@dataclass
+class _Group:
+    """The communication hanging off one producer (None: the arguments and constants):
+    its statistics all-reduce, and the collectives of every layout its results are
+    read or leave in. Built and rebuilt as a whole, so its tasks keep one order."""
+
+    producer: Producer
+    specs: dict[Key, _Spec]
+    ready: dict[tuple[Value, Sharding], dict[int, _Buffer]]
+    """Where each (value, layout) is readable on each device."""
+    compute_frees: dict[tuple[Node, int], list[tuple[str, int]]]
+    """Buffers of this group's values a compute task frees (its last reader)."""
+
+
+class ShardedStep:
+    """The task graph of `dag` sharded as `plan` on `machine` (module docstring).
+
+    `mesh` is the plan's one mesh when it has no device groups (`plan.meshes`), as
+    `write_sharded` takes it; `signature` the training roles (read from the dag's
+    attributes when None). Mesh device ids must be devices of the machine.
+
+    A one-op change (`set_config`) edits: the op's compute tasks (replaced in place);
+    the communication groups of its operands' producers and its own (rebuilt when what
+    they must communicate changed: removed, and added anew in their canonical order);
+    the compute tasks of every reader of those groups' values whose dependencies or
+    frees changed (replaced in place); and the argument tasks when an input now lies
+    otherwise. Nothing else is touched.
+    """
+
+    def __init__(
+        self,
+        dag: Dag,
+        plan: Plan,
+        machine: Machine,
+        op_cost: OpCost = analytic_op_cost,
+        *,
+        mesh: Mesh | None = None,
+        signature: TrainingSignature | None = None,
+    ) -> None:
+        if not plan.meshes and mesh is None:
+            raise ValueError("a plan on one mesh needs that mesh (mesh=...)")
+        self.dag, self.plan, self.machine, self.op_cost = dag, plan, machine, op_cost
+        self.meshes = {m.name: m for m in (plan.meshes or (mesh,))}  # type: ignore[union-attr]
+        for group in self.meshes.values():
+            if max(group.device_ids) >= machine.size:
+                raise MachineError(
+                    f"mesh @{group.name} uses device {max(group.device_ids)} but machine "
+                    f"{machine.name} has {machine.size} devices"
+                )
+        self.order = tuple(plan.order or dag.ops)
+        self._position = {node: i for i, node in enumerate(self.order)}
+        self._rules: dict[Node, OpRule] = {
+            node: soap.rule_of(node.op, [v.sig for v in node.inputs], dict(node.attrs), node.sigs)
+            for node in self.order
+            if node.inputs
+        }
+        self._consumers = dag.consumers()
+        self._exits: dict[Value, list[int]] = {}
+        for index, value in enumerate(dag.outputs):
+            self._exits.setdefault(value, []).append(index)
+        signature = signature or training_signature(dag_module.to_function(dag))
+        self._replaces = dict(signature.replaces) if signature else {}
+        self._kind = _kinds(dag, signature)
+        self._free = _free_values(dag, signature)
+        self._devices = sorted({d for m in self.meshes.values() for d in m.device_ids})
+        self._durations: dict[tuple[object, ...], float] = {}
+        self._collective_times: dict[tuple[object, ...], float] = {}
+
+        self.graph = TaskGraph()
+        self._ids: dict[Key, int] = {}
+        self._memory: dict[int, tuple[tuple[str, int], tuple[str, int]]] = {}
+        self._groups: dict[Producer, _Group] = {}
+        for device in self._devices:
+            self._add(("res", device), self._resident_spec(device))
+        for producer in (None, *(node for node in self.order if node.inputs)):
+            group = self._groups[producer] = self._group(producer)
+            if producer is not None:
+                for device in self._mesh(producer).device_ids:
+                    self._add(("op", producer, device), self._compute_spec(producer, device))
+            for key, spec in group.specs.items():
+                self._add(key, spec)
+
+    # ------------------------------------------------------------------ editing
+
+    def set_config(self, node: Node, config: Config) -> None:
+        """Give `node` configuration `config` (on its mesh): its operands are read in
+        the layouts the configuration needs, its results lie as they follow from them
+        (`soap.propagate`), inputs it reads first lie as it reads them, and program
+        results leave as before (a new weight as its argument lies, any other result
+        completed). ShardingError, the step unchanged, when the configuration does not
+        fit the op or a reader needs partial sums its results no longer hold."""
+        mesh = self._mesh(node)
+        rule = self._rules[node]
+        needs, _ = soap.shardings_for(rule, config, mesh.name)
+        for value, need in zip(node.inputs, needs, strict=True):
+            need.check(value.sig, mesh)
+        results, _ = soap.propagate(rule, needs, mesh.name)
+        relaid = {
+            value: need
+            for value, need in zip(node.inputs, needs, strict=True)
+            if value in self._free and self._first_reader(value) is node
+        }
+        changed = dict(zip(node.results, results, strict=True)) | relaid
+        for value, sharding in changed.items():
+            for use in self._consumers.get(value, ()):
+                if use.node is not node:
+                    moves(
+                        sharding, self.plan.operands[use.node][use.operand], value.sig, self.meshes
+                    )
+
+        plan = self.plan
+        plan.configs[node] = dict(config)
+        plan.operands[node] = tuple(needs)
+        plan.values.update(changed)
+        outputs = list(plan.outputs)
+        for value in changed:
+            for index in self._exits.get(value, ()):
+                outputs[index] = self._exit(index)
+        plan.outputs = tuple(outputs)
+        self._rebuild(node, relaid)
+
+    def _rebuild(self, node: Node, relaid: Mapping[Value, Sharding]) -> None:
+        producers = dict.fromkeys([*(self._producer(v) for v in node.inputs), node])
+        old_ids: list[int] = []
+        for producer in producers:
+            before = self._groups[producer]
+            after = self._groups[producer] = self._group(producer)
+            if after.specs != before.specs:
+                old_ids += [self._ids.pop(key) for key in before.specs]
+                for key, spec in after.specs.items():
+                    self._add(key, spec)
+        readers = dict.fromkeys([node])
+        for producer in producers:
+            for value in self._values_of(producer):
+                readers.update((use.node, None) for use in self._consumers.get(value, ()))
+        for reader in readers:
+            for device in self._mesh(reader).device_ids:
+                self._update(("op", reader, device), self._compute_spec(reader, device))
+        if relaid:
+            for device in self._devices:
+                self._update(("res", device), self._resident_spec(device))
+        for task_id in reversed(old_ids):
+            self.graph.remove(task_id)
+            del self._memory[task_id]
+
+    def _add(self, key: Key, spec: _Spec) -> None:
+        task = self._task(spec)
+        task_id = self.graph.add(task)
+        self._ids[key] = task_id
+        self._memory[task_id] = (spec.alloc, spec.free)
+
+    def _update(self, key: Key, spec: _Spec) -> None:
+        task_id = self._ids[key]
+        task = self._task(spec)
+        if self.graph[task_id] != task:
+            self.graph.replace(task_id, task)
+            self._memory[task_id] = (spec.alloc, spec.free)
+
+    def _task(self, spec: _Spec) -> Task:
+        pool = ("mem", spec.resource[1])  # type: ignore[index]
+        return Task(
+            spec.resource,
+            spec.duration,
+            tuple(self._ids[key] for key in spec.deps),
+            _pooled(pool, spec.alloc),
+            _pooled(pool, spec.free),
+            spec.name,
+        )
+
+    # ------------------------------------------------------------------ memory
+
+    def memory(self, timeline: Timeline | None = None) -> dict[int, MemoryBreakdown]:
+        """Per device, the bytes held at its peak in `timeline` (simulated now when
+        None), by kind; each total is the timeline's peak of pool ("mem", d)."""
+        timeline = timeline or simulate(self.graph)
+        events: dict[int, list[tuple[float, int, str, int]]] = {d: [] for d in self._devices}
+        for task_id, (alloc, free) in self._memory.items():
+            device = self.graph[task_id].resource[1]  # type: ignore[index]
+            events[device] += [(timeline.start[task_id], 1, kind, n) for kind, n in alloc]
+            events[device] += [(timeline.end[task_id], 0, kind, -n) for kind, n in free]
+        split = {}
+        for device, trace in events.items():
+            held = dict.fromkeys(KINDS, 0)
+            best = dict(held)
+            for _, _, kind, delta in sorted(trace, key=lambda e: e[:2]):
+                held[kind] += delta
+                if sum(held.values()) > sum(best.values()):
+                    best = dict(held)
+            split[device] = MemoryBreakdown(**best)
+        return split
+
+    # ------------------------------------------------------------------ tasks
+
+    def _resident_spec(self, device: int) -> _Spec:
+        alloc = [
+            (self._kind[arg.out], self._local_bytes(arg.out, self.plan.values[arg.out]))
+            for arg in self.dag.args
+            if device in self._devices_of(self.plan.values[arg.out])
+        ]
+        return _Spec(("args", device), 0.0, (), _summed(alloc), (), "arguments")
+
+    def _compute_spec(self, node: Node, device: int) -> _Spec:
+        plan = self.plan
+        needs = plan.operands[node]
+        deps = []
+        frees: list[tuple[str, int]] = []
+        for value, need in zip(node.inputs, needs, strict=True):
+            buffer = self._groups[self._producer(value)].ready[(value, need)].get(device)
+            if buffer is not None and buffer.ready is not None:
+                deps.append(buffer.ready)
+        for producer in dict.fromkeys([*(self._producer(v) for v in node.inputs), node]):
+            frees += self._groups[producer].compute_frees.get((node, device), [])
+        alloc = [
+            (self._kind[value], self._local_bytes(value, plan.values[value]))
+            for value in node.results
+            if not self._donated(value, plan.values[value])
+        ]
+        name = f"{node.op} #{self._position[node]}"
+        return _Spec(
+            ("device", device),
+            self._duration(node),
+            tuple(deps),
+            _summed(alloc),
+            _summed(frees),
+            name,
+        )
+
+    def _duration(self, node: Node) -> float:
+        plan, mesh = self.plan, self._mesh(node)
+        local_in = tuple(
+            _local_sig(v.sig, need, mesh)
+            for v, need in zip(node.inputs, plan.operands[node], strict=True)
+        )
+        local_out = tuple(_local_sig(v.sig, plan.values[v], mesh) for v in node.results)
+        key = (node, local_in, local_out)
+        if key not in self._durations:
+            self._durations[key] = self.op_cost(node, local_in, local_out, self.machine.device)
+        return self._durations[key]
+
+    def _group(self, producer: Producer) -> _Group:
+        """The communication of `producer`'s values (the arguments' and constants' for
+        None), from scratch, in canonical order: the statistics all-reduce, then per
+        value the layouts it is read in (by first reader), then those it leaves in;
+        and where each buffer is freed."""
+        plan = self.plan
+        group = _Group(producer, {}, {}, {})
+        stats = self._statistics(group) if producer is not None else {}
+        buffers: list[_Buffer] = []
+        for value in self._values_of(producer):
+            here = plan.values[value]
+            produced = {}
+            for device in self._devices_of(here):
+                writer: Key | None = None
+                ready: Key | None = None
+                if producer is not None:
+                    writer = ("op", producer, device)
+                    ready = stats.get(device, writer)
+                elif value.node.is_arg:
+                    writer = ready = ("res", device)
+                kept = value.node.is_arg or self._kept(value, here)
+                nbytes = self._local_bytes(value, here)
+                produced[device] = _Buffer(device, writer, ready, nbytes, self._kind[value], kept)
+            buffers += produced.values()
+            group.ready[(value, here)] = produced
+            for target in self._targets(value):
+                buffers += self._chain(group, value, target)
+            for use in self._consumers.get(value, ()):
+                need = plan.operands[use.node][use.operand]
+                reading = self._mesh(use.node).device_ids
+                for device, buffer in group.ready[(value, need)].items():
+                    if device in reading:
+                        buffer.compute_readers.append(use.node)
+        for buffer in buffers:
+            if not buffer.kept and buffer.writer is not None:
+                self._free_after_last_reader(group, buffer)
+        return group
+
+    def _free_after_last_reader(self, group: _Group, buffer: _Buffer) -> None:
+        """Free `buffer` at the end of its last compute reader in program order, else
+        of the last collective reading it, else of its own writer (nothing reads it)."""
+        entry = (buffer.kind, buffer.nbytes)
+        if buffer.compute_readers:
+            last = max(buffer.compute_readers, key=self._position.__getitem__)
+            group.compute_frees.setdefault((last, buffer.device), []).append(entry)
+            return
+        freer = buffer.chain_readers[-1] if buffer.chain_readers else buffer.writer
+        if freer in group.specs:
+            spec = group.specs[freer]
+            group.specs[freer] = spec._replace(free=(*spec.free, entry))
+        else:
+            group.compute_frees.setdefault((group.producer, buffer.device), []).append(entry)  # type: ignore[arg-type]
+
+    def _statistics(self, group: _Group) -> dict[int, Key]:
+        """The all-reduces of the producer's statistics (one per split synced factor,
+        over the statistics it makes: its results the factor does not index), after
+        its compute; each device's last one."""
+        node = group.producer
+        assert node is not None
+        rule, mesh = self._rules[node], self._mesh(node)
+        last: dict[int, Key] = {d: ("op", node, d) for d in mesh.device_ids}
+        for factor, axes in soap.internal_collectives(rule, self.plan.configs[node]):
+            nbytes = sum(
+                self._local_bytes(value, self.plan.values[value])
+                for value, dims in zip(node.results, rule.results, strict=True)
+                if factor not in dims
+            )
+            name = f"all_reduce of {node.op} #{self._position[node]} statistics"
+            members = _axis_groups(mesh, axes)
+            last = self._collective(group, "all_reduce", nbytes, members, dict(last), name, {})
+        return last
+
+    def _chain(self, group: _Group, value: Value, target: Sharding) -> list[_Buffer]:
+        """The collectives taking `value` to `target` (once per layout in the group, as
+        the writer inserts them once per value and target); the buffers they make."""
+        if (value, target) in group.ready:
+            return []
+        made: list[_Buffer] = []
+        source = self.plan.values[value]
+        if source.mesh != target.mesh:
+            made += self._chain(group, value, completed(source))
+            source = completed(source)
+        current = group.ready[(value, source)]
+        steps = moves(source, target, value.sig, self.meshes)
+        for number, step in enumerate(steps):
+            if step.kind == "all_slice":
+                continue
+            last = number == len(steps) - 1
+            mesh = self.meshes[step.result.mesh]
+            if step.kind == "replicate":
+                members = [sorted({*current, *mesh.device_ids})]
+            else:
+                members = _axis_groups(mesh, step.axes)
+            nbytes = self._local_bytes(value, step.result)
+            kept = last and self._kept(value, target)
+            alloc = 0 if last and self._donated(value, target) else nbytes
+            ready_on = {d: buffer.ready for d, buffer in current.items()}
+            name = f"{step.kind} of {self._describe(value)}"
+            keys = self._collective(
+                group,
+                step.kind,
+                step.bytes,
+                members,
+                ready_on,
+                name,
+                {d: alloc for d in mesh.device_ids},
+            )
+            for device, buffer in current.items():
+                buffer.chain_readers.append(keys[device])
+            current = {
+                d: _Buffer(d, keys[d], keys[d], nbytes, "communication", kept)
+                for d in mesh.device_ids
+            }
+            made += current.values()
+        group.ready[(value, target)] = current
+        return made
+
+    def _collective(
+        self,
+        group: _Group,
+        kind: soap.CollectiveKind,
+        nbytes: int,
+        members: Sequence[Sequence[int]],
+        ready_on: Mapping[int, Key | None],
+        name: str,
+        alloc: Mapping[int, int],
+    ) -> dict[int, Key]:
+        """One collective per group of devices in `members`: a task on each of them,
+        waiting on the value on every device of its group (on every device holding it,
+        for a replicate, whose one group spans both device groups); the keys by device."""
+        keys: dict[int, Key] = {}
+        for devices in members:
+            duration = self._collective_time(kind, nbytes, tuple(devices))
+            waits = devices if kind != "replicate" else list(ready_on)
+            deps = tuple(k for k in (ready_on.get(d) for d in waits) if k is not None)
+            for device in devices:
+                key = ("grp", group.producer, len(group.specs))
+                held = alloc.get(device, 0)
+                allocated = (("communication", held),) if held else ()
+                group.specs[key] = _Spec(("net", device), duration, deps, allocated, (), name)
+                keys[device] = key
+        return keys
+
+    def _collective_time(
+        self, kind: soap.CollectiveKind, nbytes: int, members: tuple[int, ...]
+    ) -> float:
+        key = (kind, nbytes, members)
+        if key not in self._collective_times:
+            self._collective_times[key] = self.machine.collective_time(kind, nbytes, members)
+        return self._collective_times[key]
+
+    # ------------------------------------------------------------------ plan facts
+
+    def _mesh(self, node: Node) -> Mesh:
+        return self.meshes[self.plan.values[node.results[0]].mesh]
+
+    def _devices_of(self, sharding: Sharding) -> tuple[int, ...]:
+        return self.meshes[sharding.mesh].device_ids
+
+    def _local_bytes(self, value: Value, sharding: Sharding) -> int:
+        local = sharding.local_shape(value.sig.shape, self.meshes[sharding.mesh])
+        return math.prod(local) * value.sig.dtype.itemsize
+
+    def _producer(self, value: Value) -> Producer:
+        return None if value.node.is_arg or not value.node.inputs else value.node
+
+    def _values_of(self, producer: Producer) -> list[Value]:
+        if producer is not None:
+            return list(producer.results)
+        constants = [v for node in self.order if not node.inputs for v in node.results]
+        return [arg.out for arg in self.dag.args] + constants
+
+    def _first_reader(self, value: Value) -> Node:
+        return min((use.node for use in self._consumers[value]), key=self._position.__getitem__)
+
+    def _targets(self, value: Value) -> list[Sharding]:
+        """The layouts `value` is read in or leaves in, other than its own: readers'
+        first (in program order), then the program results'."""
+        here = self.plan.values[value]
+        uses = sorted(self._consumers.get(value, ()), key=lambda u: self._position[u.node])
+        wanted = [self.plan.operands[use.node][use.operand] for use in uses]
+        wanted += [self.plan.outputs[index] for index in self._exits.get(value, ())]
+        return [t for t in dict.fromkeys(wanted) if t != here]
+
+    def _exit(self, index: int) -> Sharding:
+        """As `plan.complete` decides it: the argument's layout for a result replacing
+        one, else the result completed."""
+        replaced = self._replaces.get(index)
+        if replaced is not None:
+            return self.plan.values[self.dag.args[replaced].out]
+        return completed(self.plan.values[self.dag.outputs[index]])
+
+    def _kept(self, value: Value, layout: Sharding) -> bool:
+        """Whether `value` laid out as `layout` is a result of the program (kept to the end)."""
+        return any(self.plan.outputs[i] == layout for i in self._exits.get(value, ()))
+
+    def _donated(self, value: Value, layout: Sharding) -> bool:
+        """Whether `value` in `layout` is written into a donated argument's buffer."""
+        return any(
+            index in self._replaces and self.plan.outputs[index] == layout
+            for index in self._exits.get(value, ())
+        )
+
+    def _describe(self, value: Value) -> str:
+        node = value.node
+        if node.is_arg:
+            return f"%{node.attr('name')}"
+        return f"{node.op} #{self._position[node]}"
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _local_sig(sig: TensorSig, sharding: Sharding, mesh: Mesh) -> TensorSig:
+    return TensorSig(sharding.local_shape(sig.shape, mesh), sig.dtype)
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _axis_groups(mesh: Mesh, axes: tuple[str, ...]) -> list[list[int]]:
+    """The devices of `mesh` that communicate together over `axes`: those whose
+    positions differ only along them (row-major positions, mesh device ids)."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    sizes = [range(size) for _, size in mesh.axes]
+    for device, coords in zip(mesh.device_ids, itertools.product(*sizes), strict=True):
+        rest = tuple(c for (axis, _), c in zip(mesh.axes, coords, strict=True) if axis not in axes)
+        groups.setdefault(rest, []).append(device)
+    return list(groups.values())
+
+
+def _summed(entries: Iterable[tuple[str, int]]) -> tuple[tuple[str, int], ...]:
+    """Bytes by kind, in `KINDS` order, without zeros."""
+    total = dict.fromkeys(KINDS, 0)
+    for kind, nbytes in entries:
+        total[kind] += nbytes
+    return tuple((kind, n) for kind, n in total.items() if n)
+
+
+def _pooled(
+    pool: Hashable, entries: tuple[tuple[str, int], ...]
+) -> tuple[tuple[Hashable, int], ...]:
+    total = sum(n for _, n in entries)
+    return ((pool, total),) if total else ()
+
+
+def _kinds(dag: Dag, signature: TrainingSignature | None) -> dict[Value, str]:
+    """What every value is, as `tasoc.ir.liveness` splits a training step's memory:
+    params and optimizer state (arguments and the results replacing them), inputs
+    (other arguments), saved activations (results of the ops the loss depends on; every
+    result of a program without a loss) and gradients (the rest)."""
+    params = (
+        signature.params
+        if signature
+        else tuple(i for i, arg in enumerate(dag.args) if arg.attr("is_param"))
+    )
+    state = signature.state if signature else ()
+    own = {i: "params" for i in params} | {i: "optimizer_state" for i in state}
+    kinds = {arg.out: own.get(i, "inputs") for i, arg in enumerate(dag.args)}
+    loss = signature.loss if signature else None
+    forward = set(dag.ops) if loss is None else _ancestors(dag.outputs[loss].node)
+    for node in dag.ops:
+        for value in node.results:
+            kinds[value] = "activations" if node in forward else "gradients"
+    for result, argument in signature.replaces if signature else ():
+        if argument in own:
+            kinds[dag.outputs[result]] = own[argument]
+    return kinds
+
+
+def _ancestors(node: Node) -> set[Node]:
+    seen: set[Node] = set()
+    stack = [node]
+    while stack:
+        top = stack.pop()
+        if top not in seen and not top.is_arg:
+            seen.add(top)
+            stack.extend(v.node for v in top.inputs)
+    return seen
+
+
+def _free_values(dag: Dag, signature: TrainingSignature | None) -> frozenset[Value]:
+    """Values laid out as their first reader wants them (`plan.complete`): inputs and
+    labels without a sharding fixed by hand, and constants."""
+    fixed = set(signature.params + signature.state) if signature else set()
+    free = {
+        arg.out
+        for i, arg in enumerate(dag.args)
+        if i not in fixed
+        and not arg.attr("is_param")
+        and not any(isinstance(a, ShardingAttr) for _, a in arg.attr("attributes"))
+    }
+    free.update(v for node in dag.ops if not node.inputs for v in node.results)
+    return frozenset(free)
