@@ -284,8 +284,7 @@ def test_delta_after_set_config_equals_a_fresh_step(
     ops = [node for node in planned.dag.ops if node.inputs]
     for op_pick, config_pick in edits:
         node = ops[op_pick % len(ops)]
-        rule = soap.rule_of(node.op, [v.sig for v in node.inputs], dict(node.attrs), node.sigs)
-        configs = list(soap.configurations(rule, step._mesh(node)))
+        configs = list(soap.configurations(step.rules[node], step.mesh_of(node)))
         try:
             step.set_config(node, configs[config_pick % len(configs)])
         except ShardingError:

@@ -132,7 +132,11 @@ KINDS = tuple(MemoryBreakdown.__dataclass_fields__)
 
 Key = Hashable
 """A task's name independent of its id: ("op", node, device) for compute, ("res",
-device) for the arguments, (group, index) for the group's collectives."""
+device) for the arguments, ("grp", producer, index) for a group's collectives."""
+
+
+Bytes = tuple[tuple[str, int], ...]
+"""Bytes by kind (`KINDS`)."""
 
 
 class _Spec(NamedTuple):
@@ -141,8 +145,8 @@ class _Spec(NamedTuple):
     resource: Hashable
     duration: float
     deps: tuple[Key, ...]
-    alloc: tuple[tuple[str, int], ...]
-    free: tuple[tuple[str, int], ...]
+    alloc: Bytes
+    free: Bytes
     name: str
 
 
@@ -215,7 +219,7 @@ class ShardedStep:
                 )
         self.order = tuple(plan.order or dag.ops)
         self._position = {node: i for i, node in enumerate(self.order)}
-        self._rules: dict[Node, OpRule] = {
+        self.rules: Mapping[Node, OpRule] = {
             node: soap.rule_of(node.op, [v.sig for v in node.inputs], dict(node.attrs), node.sigs)
             for node in self.order
             if node.inputs
@@ -234,14 +238,15 @@ class ShardedStep:
 
         self.graph = TaskGraph()
         self._ids: dict[Key, int] = {}
-        self._memory: dict[int, tuple[tuple[str, int], tuple[str, int]]] = {}
+        self._memory: dict[int, tuple[Bytes, Bytes]] = {}
+        """Each task's allocs and frees by kind (the graph's tasks have them by pool)."""
         self._groups: dict[Producer, _Group] = {}
         for device in self._devices:
             self._add(("res", device), self._resident_spec(device))
         for producer in (None, *(node for node in self.order if node.inputs)):
             group = self._groups[producer] = self._group(producer)
             if producer is not None:
-                for device in self._mesh(producer).device_ids:
+                for device in self.mesh_of(producer).device_ids:
                     self._add(("op", producer, device), self._compute_spec(producer, device))
             for key, spec in group.specs.items():
                 self._add(key, spec)
@@ -255,8 +260,8 @@ class ShardedStep:
         results leave as before (a new weight as its argument lies, any other result
         completed). ShardingError, the step unchanged, when the configuration does not
         fit the op or a reader needs partial sums its results no longer hold."""
-        mesh = self._mesh(node)
-        rule = self._rules[node]
+        mesh = self.mesh_of(node)
+        rule = self.rules[node]
         needs, _ = soap.shardings_for(rule, config, mesh.name)
         for value, need in zip(node.inputs, needs, strict=True):
             need.check(value.sig, mesh)
@@ -300,7 +305,7 @@ class ShardedStep:
             for value in self._values_of(producer):
                 readers.update((use.node, None) for use in self._consumers.get(value, ()))
         for reader in readers:
-            for device in self._mesh(reader).device_ids:
+            for device in self.mesh_of(reader).device_ids:
                 self._update(("op", reader, device), self._compute_spec(reader, device))
         if relaid:
             for device in self._devices:
@@ -320,7 +325,7 @@ class ShardedStep:
         task = self._task(spec)
         if self.graph[task_id] != task:
             self.graph.replace(task_id, task)
-            self._memory[task_id] = (spec.alloc, spec.free)
+        self._memory[task_id] = (spec.alloc, spec.free)
 
     def _task(self, spec: _Spec) -> Task:
         pool = ("mem", spec.resource[1])  # type: ignore[index]
@@ -392,7 +397,7 @@ class ShardedStep:
         )
 
     def _duration(self, node: Node) -> float:
-        plan, mesh = self.plan, self._mesh(node)
+        plan, mesh = self.plan, self.mesh_of(node)
         local_in = tuple(
             _local_sig(v.sig, need, mesh)
             for v, need in zip(node.inputs, plan.operands[node], strict=True)
@@ -432,7 +437,7 @@ class ShardedStep:
                 buffers += self._chain(group, value, target)
             for use in self._consumers.get(value, ()):
                 need = plan.operands[use.node][use.operand]
-                reading = self._mesh(use.node).device_ids
+                reading = self.mesh_of(use.node).device_ids
                 for device, buffer in group.ready[(value, need)].items():
                     if device in reading:
                         buffer.compute_readers.append(use.node)
@@ -462,7 +467,7 @@ class ShardedStep:
         its compute; each device's last one."""
         node = group.producer
         assert node is not None
-        rule, mesh = self._rules[node], self._mesh(node)
+        rule, mesh = self.rules[node], self.mesh_of(node)
         last: dict[int, Key] = {d: ("op", node, d) for d in mesh.device_ids}
         for factor, axes in soap.internal_collectives(rule, self.plan.configs[node]):
             nbytes = sum(
@@ -556,7 +561,8 @@ class ShardedStep:
 
     # ------------------------------------------------------------------ plan facts
 
-    def _mesh(self, node: Node) -> Mesh:
+    def mesh_of(self, node: Node) -> Mesh:
+        """The mesh `node` runs on (its configurations are that mesh's)."""
         return self.meshes[self.plan.values[node.results[0]].mesh]
 
     def _devices_of(self, sharding: Sharding) -> tuple[int, ...]:
