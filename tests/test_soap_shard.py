@@ -394,7 +394,7 @@ def test_verify_each_compares_the_unsharded_program(
         ("mesh=0", "mesh must be a device count"),
         ("mesh=2x2x2x2", "mesh must be a device count"),
         ("mesh=ax2", "mesh must be a device count"),
-        ("search=mcmc", "search"),
+        ("search=annealing", "search"),
         ("", "give mesh=N"),
     ],
 )

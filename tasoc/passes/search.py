@@ -44,6 +44,8 @@ class StopReason(StrEnum):
     """The deadline passed: the best found so far was returned."""
     PIECES = "pieces searched"
     """A split graph: every piece and every cut was searched in time."""
+    CONVERGED = "converged"
+    """MCMC: the best strategy did not improve for the last half of the search (§3.5.2)."""
 
 
 Progress = Callable[[int, float], None]

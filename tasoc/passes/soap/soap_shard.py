@@ -2,10 +2,13 @@
 
     tasoc opt step.mlir -p 'soap-shard{mesh=8 search=data-parallel}'
     tasoc opt step.mlir -p 'soap-shard{mesh=2x4 search=expert}'
+    tasoc opt step.mlir -p 'soap-shard{mesh=16 machine=k80-cluster search=mcmc timeout=60}'
 
 The pass is a shell: it reads `@main` into the light graph once, lets the strategy
 named by `search` prescribe configurations (`strategies.py`), completes the rest and
-lays out the arguments (`plan.py`), and writes the sharded program back
+lays out the arguments (`plan.py`), or lets a search choose every op's configuration
+by simulating the step on `machine` (`mcmc.py`, `exhaustive.py`, starting from the
+named strategies' plans), and writes the sharded program back
 (`tasoc.ir.shard_plan`): a `parallel.mesh`, sharded types, and explicit collectives wherever
 a value lies otherwise than its consumer reads it. Everything about an op's parallel
 dims comes from its SOAP rule (`tasoc.ir.soap`).
@@ -15,7 +18,11 @@ module's own `parallel.mesh` when it has one (then `mesh=`, if given, must say t
 same). A user fixes an argument's sharding by hand with the argument attribute
 `parallel.sharding = #parallel.sharding<@mesh, ...>`; the plan keeps it.
 
-The report section says the strategy and mesh, the configurations chosen per op kind,
+The report section says the strategy, mesh and machine, the simulated iteration time
+of the plan and of data parallel and expert (and the speedups), each op's
+configuration, the bytes each link carries, each device's memory, the search's
+figures (`passes/search.py`'s keys, proposals, acceptance rate, simulations per
+second, delta vs full simulation), the configurations chosen per op kind,
 the count and bytes of each kind of collective, the device groups of a plan on
 several (each one's devices and weights), and notes (a batch the mesh does not
 split, ...). `--verify-each` compares the unsharded program of the output
@@ -24,6 +31,8 @@ split, ...). `--verify-each` compares the unsharded program of the output
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -34,6 +43,8 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
 
+from tasoc.cost import machines
+from tasoc.cost.machines import Machine
 from tasoc.ir import dag as dag_module
 from tasoc.ir.dag import Dag
 from tasoc.ir.parallel import ShardingAttr, meshes, sharding_of, unsharded
@@ -41,9 +52,17 @@ from tasoc.ir.program import entry_function
 from tasoc.ir.shard_plan import Plan, write_sharded
 from tasoc.ir.soap import Collective, Config, Mesh, Sharding, internal_collectives
 from tasoc.ir.training import training_signature
-from tasoc.passes.options import check_option_types
+from tasoc.passes.options import (
+    check_at_least,
+    check_byte_size,
+    check_option_types,
+    parse_byte_size,
+)
 from tasoc.passes.report import current_report
-from tasoc.passes.search import resolve_seed
+from tasoc.passes.search import Deadline, SearchOutcome, resolve_seed, speedup
+from tasoc.passes.soap import exhaustive, mcmc
+from tasoc.passes.soap.mcmc import Settings, SimulatedStrategy
+from tasoc.passes.soap.pictures import sharding_map
 from tasoc.passes.soap.plan import Problem, complete
 from tasoc.passes.soap.strategies import STRATEGIES
 
@@ -56,7 +75,14 @@ MESH_NAME = "mesh"
 AXIS_NAMES = {1: ("d",), 2: ("x", "y"), 3: ("x", "y", "z")}
 """Axis names of a mesh given as an option, by its number of axes."""
 
-Search = Literal["data-parallel", "expert"]
+Search = Literal["data-parallel", "expert", "mcmc", "exhaustive"]
+
+SEARCHES = {"mcmc": mcmc.search, "exhaustive": exhaustive.search}
+"""The searches that choose by simulating, by `search=` name; the other names are
+`STRATEGIES`."""
+
+BASELINES = ("data-parallel", "expert")
+"""The named strategies every report compares with, and every search starts from."""
 
 
 class SoapShardFailed(PassFailedException):
@@ -88,7 +114,20 @@ class SoapShardPass(ModulePass):
     """Devices used: `8` (axis "d") or `2x4` (axes "x", "y"); the module's own
     `parallel.mesh` when not given."""
     search: Search = "data-parallel"
-    """How configurations are chosen: a named strategy (`strategies.py`)."""
+    """How configurations are chosen: a named strategy (`strategies.py`), or a search
+    simulating the step on `machine` (`mcmc`, `exhaustive`)."""
+    machine: str | None = None
+    """What the step is simulated on: a preset, `cpu-N` or a machine file
+    (`tasoc.cost.machines`); `cpu-N` for the mesh's N devices when not given."""
+    budget: int = 2000
+    """The most proposals (mcmc) or complete strategies simulated (exhaustive)."""
+    timeout: int | float = 60
+    """Seconds the search may take; it returns the best found so far."""
+    beta: int | float = 20
+    """Eq. 3.1's inverse temperature, costs in units of the starting strategy's time."""
+    memory_cap: int | float | str | None = None
+    """The most memory one device may hold (bytes, or a size such as 16GiB): a search
+    takes strategies above it as infeasible."""
     seed: int | None = None
     """Seed of searches that sample (the named strategies are deterministic); the
     run's `--seed` when not given."""
@@ -97,23 +136,57 @@ class SoapShardPass(ModulePass):
         check_option_types(self)
         if self.mesh is not None:
             parse_mesh(self.mesh)
+        check_at_least(self, "budget", 1)
+        check_at_least(self, "timeout", 0, exclusive=True)
+        check_at_least(self, "beta", 0, exclusive=True)
+        if not math.isfinite(self.beta):
+            raise ValueError(f"beta must be finite, got {self.beta}")
+        check_at_least(self, "seed", 0)
+        check_byte_size(self, "memory_cap")
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         start = time.perf_counter()
+        deadline = Deadline.after(self.timeout)
+        outcome: SearchOutcome[Plan] | None = None
         try:
             mesh = self._mesh_of(op)
+            machine = self._machine_for(mesh)
             signature = training_signature(entry_function(op))
             dag = dag_module.from_module(op)
             problem = Problem(dag, mesh, signature, _hints(dag, mesh))
-            plan = complete(problem, STRATEGIES[self.search](problem))
+            baselines = {name: complete(problem, STRATEGIES[name](problem)) for name in BASELINES}
+            if self.search in SEARCHES:
+                outcome = SEARCHES[self.search](
+                    problem, baselines, self._settings(machine, deadline)
+                )
+                plan = outcome.best
+            else:
+                plan = baselines[self.search]
+            simulated = {
+                name: SimulatedStrategy.of(problem, candidate, machine, None)
+                for name, candidate in (("plan", plan), *baselines.items())
+            }
         except ValueError as err:
             raise SoapShardFailed(str(err)) from None
         collectives = write_sharded(op, dag, plan, mesh)
-        current_report().section(self.name).update(
+        report = current_report()
+        groups = {group.name: group for group in plan.meshes} or {mesh.name: mesh}
+        title = f"soap-shard {self.search}: which block of each op every device computes"
+        report.figure("soap-shard-sharding-map", sharding_map(dag, plan, groups, title))
+        section = report.section(self.name)
+        if outcome is not None:
+            outcome.seconds = time.perf_counter() - start
+            outcome.write_report(section, resolve_seed(self.seed))
+        section.update(
             search=self.search,
             mesh={axis: size for axis, size in mesh.axes},
             seed=resolve_seed(self.seed),
             seconds=round(time.perf_counter() - start, 3),
+            **_prediction(machine, simulated),
+            op_configs={
+                problem.describe(node): _config_text(config)
+                for node, config in plan.configs.items()
+            },
             configs=_configs_by_kind(problem, plan),
             collectives=_collective_totals(collectives),
             internal_collectives=sum(
@@ -145,10 +218,42 @@ class SoapShardPass(ModulePass):
             raise ValueError("give mesh=N or mesh=AxB: the module has no parallel.mesh")
         return wanted
 
+    def _machine_for(self, mesh: Mesh) -> Machine:
+        """The machine option's machine (`cpu-N` for the mesh's N by default), which must
+        have a device for every device of the mesh."""
+        found = machines.machine(self.machine or f"cpu-{mesh.size}")
+        if mesh.size > found.size:
+            raise ValueError(
+                f"the mesh has {mesh.size} devices, more than machine {found.name}'s {found.size}"
+            )
+        return found
+
+    def _settings(self, machine: Machine, deadline: Deadline) -> Settings:
+        cap = None if self.memory_cap is None else parse_byte_size(self.memory_cap)
+        return Settings(machine, self.budget, self.beta, cap, resolve_seed(self.seed), deadline)
+
     def verification_pair(self, before: ModuleOp, after: ModuleOp) -> tuple[ModuleOp, ModuleOp]:
         """The two programs `tasoc opt --verify-each` compares: the sharded program's
         one-device equal (collectives dropped, layouts removed) against the input."""
         return unsharded(before), unsharded(after)
+
+
+def _prediction(machine: Machine, simulated: dict[str, SimulatedStrategy]) -> dict[str, Any]:
+    """The report's simulated figures: the iteration time of the plan and of each
+    baseline on `machine`, the plan's speedups over them, and the plan's memory per
+    device (its peak, and what it holds by kind)."""
+    times = {name: strategy.time for name, strategy in simulated.items()}
+    plan = simulated["plan"]
+    return {
+        "machine": machine.name,
+        "predicted_seconds": times,
+        "speedup_over": {name: speedup(times[name], times["plan"]) for name in BASELINES},
+        "peak_memory": {name: strategy.memory for name, strategy in simulated.items()},
+        "memory_per_device": {
+            device: dataclasses.asdict(breakdown)
+            for device, breakdown in plan.step.memory(plan.simulator.timeline).items()
+        },
+    }
 
 
 def _axes_text(mesh: Mesh) -> str:

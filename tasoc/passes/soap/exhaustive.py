@@ -1,0 +1,180 @@
+"""`search=exhaustive`: every strategy of a small program, depth first, with A*-style
+pruning (Jia thesis §3.7.5, where it shows MCMC reaching the optimum).
+
+The ops are assigned configurations in topological order, depth first, each op's
+cheapest-compute configurations first; a complete assignment is simulated (delta
+simulation: the step's task graph is edited op by op as the walk goes, and a leaf
+re-simulates only what changed since the last). A partial assignment is pruned when
+a lower bound on every completion's iteration time is no better than the best found:
+a device runs its compute tasks one at a time, so the makespan is at least any
+device's compute time, which is the assigned ops' compute there plus, for each op
+still unassigned, its least compute there over its configurations. Communication
+only adds to that, so the bound never prunes the optimum.
+
+The walk is on the whole mesh (data parallel's plan is the starting point); programs
+with more than `LIMIT` strategies are refused with one line (use `search=mcmc`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from tasoc.ir import soap
+from tasoc.ir.dag import Node, Value
+from tasoc.ir.shapes import TensorSig
+from tasoc.ir.shard_plan import Plan
+from tasoc.ir.soap import Config, OpRule, Sharding
+from tasoc.passes.search import Deadline, SearchOutcome, StopReason
+from tasoc.passes.soap.mcmc import Best, Settings, SimulatedStrategy, configurations
+from tasoc.passes.soap.plan import Problem
+from tasoc.sim.parallel import ShardedStep
+
+LIMIT = 1_000_000
+"""The most strategies (the product of the ops' configuration counts) searched."""
+
+
+class TooLargeError(ValueError):
+    """A program with more strategies than `LIMIT`; one line."""
+
+
+def compute_seconds(step: ShardedStep, node: Node, rule: OpRule, config: Config) -> float:
+    """Seconds one device of `node`'s mesh computes it in `config`: the step's op cost
+    at the local shapes of the operands it reads (complete) and the results they give."""
+    mesh = step.mesh_of(node)
+    needs, _ = soap.shardings_for(rule, config, mesh.name)
+    results, _ = soap.propagate(rule, needs, mesh.name)
+
+    def local(values: Sequence[Value], layouts: Sequence[Sharding]) -> list[TensorSig]:
+        return [
+            TensorSig(layout.local_shape(v.sig.shape, mesh), v.sig.dtype)
+            for v, layout in zip(values, layouts, strict=True)
+        ]
+
+    inputs, outputs = local(node.inputs, needs), local(node.results, results)
+    return step.op_cost(node, inputs, outputs, step.machine.device)
+
+
+@dataclass
+class Walk:
+    """The depth-first walk: the ops, their configurations with each one's compute per
+    device, the best leaf so far and the counts."""
+
+    state: SimulatedStrategy
+    ops: Sequence[Node]
+    choices: Sequence[Sequence[Config]]
+    compute: Sequence[Sequence[list[float]]]
+    """Per op, per configuration: its compute seconds on each device of the machine."""
+    rest: Sequence[list[float]]
+    """Per depth: the least compute per device the ops from there on add."""
+    budget: int
+    deadline: Deadline
+    best: dict[Node, Config]
+    best_cost: float
+    leaves: int = 0
+    pruned: int = 0
+    illegal: int = 0
+    stopped: StopReason = StopReason.EXHAUSTED
+
+    def visit(self, depth: int, busy: list[float]) -> None:
+        if depth == len(self.ops):
+            self._leaf()
+            return
+        compute = self.compute[depth]
+        for index in sorted(range(len(compute)), key=lambda i: max(compute[i])):
+            if self.stopped != StopReason.EXHAUSTED:
+                return
+            assigned = [b + c for b, c in zip(busy, compute[index], strict=True)]
+            bound = max(a + r for a, r in zip(assigned, self.rest[depth + 1], strict=True))
+            if bound >= self.best_cost * (1 + 1e-9):
+                self.pruned += 1
+                continue
+            node, config = self.ops[depth], self.choices[depth][index]
+            try:
+                if self.state.configs[node] != config:
+                    self.state.set(node, config)
+            except ValueError:  # a layout a reader cannot reach
+                self.illegal += 1
+                continue
+            self.visit(depth + 1, assigned)
+
+    def _leaf(self) -> None:
+        if self.leaves >= self.budget:
+            self.stopped = StopReason.BUDGET
+        elif self.deadline.expired():
+            self.stopped = StopReason.TIMEOUT
+        else:
+            self.leaves += 1
+            cost = self.state.update()
+            if cost < self.best_cost:
+                self.best, self.best_cost = dict(self.state.configs), cost
+
+
+def search(
+    problem: Problem, baselines: Mapping[str, Plan], settings: Settings
+) -> SearchOutcome[Plan]:
+    """The cheapest strategy on the whole mesh (see the module docstring)."""
+    started = time.perf_counter()
+    plan = baselines["data-parallel"]
+    ops = [node for node in plan.order or problem.dag.ops if node in problem.rules]
+    choices = [configurations(problem.rules[node], problem.mesh) for node in ops]
+    size = math.prod(len(options) for options in choices)
+    if size > LIMIT:
+        raise TooLargeError(
+            f"search=exhaustive searches at most {LIMIT} strategies, this program has {size} "
+            f"({len(ops)} ops on {problem.mesh.size} devices): use search=mcmc"
+        )
+    state = SimulatedStrategy.of(problem, plan, settings.machine, settings.memory_cap)
+    start_cost = state.cost
+    best = Best(settings)
+    best.offer(state, "data-parallel")
+    state.normalize()
+    devices = settings.machine.size
+    compute = []
+    for node, options in zip(ops, choices, strict=True):
+        per_device = []
+        for config in options:
+            seconds = compute_seconds(state.step, node, problem.rules[node], config)
+            on = set(problem.mesh.device_ids)
+            per_device.append([seconds if d in on else 0.0 for d in range(devices)])
+        compute.append(per_device)
+    rest = [[0.0] * devices]
+    for per_config in reversed(compute):
+        least = [min(column) for column in zip(*per_config, strict=True)]
+        rest.insert(0, [a + b for a, b in zip(least, rest[0], strict=True)])
+    walk = Walk(
+        state,
+        ops,
+        choices,
+        compute,
+        rest,
+        settings.budget,
+        settings.deadline,
+        dict(state.configs),
+        min(start_cost, state.cost),
+    )
+    walk.visit(0, [0.0] * devices)
+    state.move_to(walk.best)
+    best.offer(state, "exhaustive")
+    best.polish(problem)
+    cost, chosen = best.result()
+    delta_seconds = state.update_seconds / max(state.updates, 1)
+    return SearchOutcome(
+        best=chosen,
+        cost_before=start_cost,
+        cost_after=cost,
+        seconds=time.perf_counter() - started,
+        stopped=walk.stopped,
+        details={
+            "strategies": size,
+            "simulations": walk.leaves,
+            "pruned": walk.pruned,
+            "illegal_proposals": walk.illegal,
+            "simulations_per_second": round(state.updates / max(state.update_seconds, 1e-9), 1),
+            "delta_vs_full": round(state.full_simulation_seconds() / delta_seconds, 2)
+            if delta_seconds > 0
+            else None,
+        },
+    )

@@ -1,0 +1,372 @@
+"""`search=mcmc`: FlexFlow's Metropolis-Hastings search over the SOAP space (Jia
+thesis §3.5), priced by the execution simulator (`tasoc.sim`).
+
+A strategy is every op's configuration. The search starts from data parallel, expert
+and a random strategy, one chain each, and proposes one change at a time: a random
+op takes a random other legal configuration of its rule on its mesh. The proposal is
+priced by editing the step's task graph (`ShardedStep.set_config`) and re-simulating
+only what the edit touches (`DeltaSimulator.update`), never by rebuilding IR. It is
+accepted with eq. 3.1's probability min(1, exp(beta (cost_old - cost_new))), costs in
+units of the chain's starting time, so `beta` means the same on every model and
+machine: at beta=20 a proposal 5 % slower than the start is accepted with
+probability 1/e. A strategy whose per-device peak memory exceeds `memory-cap` costs
+infinitely much (infeasible): the chain never moves from a feasible strategy to one.
+
+A chain stops when its share of the `budget` (proposals) is spent, at the deadline,
+or when the best strategy has not improved for the second half of its proposals
+(§3.5.2: "cannot further improve the best discovered strategy for half of the search
+time", counted in proposals so that a seed gives one result whatever the machine's
+speed; only the timeout depends on the clock). The search returns the best strategy
+any chain found: never worse than data parallel and expert, which are candidates.
+
+`SimulatedStrategy` (a strategy being edited op by op, and its simulated cost) and
+`Settings` are shared with `search=exhaustive` (`exhaustive.py`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import random
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tasoc.cost.machines import Machine
+from tasoc.ir import soap
+from tasoc.ir.dag import Node
+from tasoc.ir.shard_plan import Plan
+from tasoc.ir.soap import Config, Mesh, OpRule
+from tasoc.passes.search import Deadline, SearchOutcome, StopReason
+from tasoc.passes.soap.plan import PlanError, Prescription, Problem, complete
+from tasoc.sim.core import DeltaSimulator, Timeline, simulate
+from tasoc.sim.parallel import ShardedStep
+
+
+class MemoryCapError(ValueError):
+    """No strategy the search saw fits under `memory-cap`; one line naming the smallest
+    per-device memory it found."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a search is given besides the problem: the machine it prices on and its limits."""
+
+    machine: Machine
+    budget: int
+    """Proposals (mcmc) or complete strategies simulated (exhaustive)."""
+    beta: float
+    memory_cap: int | None
+    """Bytes per device; None: no cap."""
+    seed: int
+    deadline: Deadline
+
+
+def peak_memory(timeline: Timeline) -> int:
+    """The most bytes any one device holds at any time (its memory pool's peak)."""
+    return max(
+        (
+            held
+            for pool, held in timeline.peak.items()
+            if isinstance(pool, tuple) and pool[0] == "mem"
+        ),
+        default=0,
+    )
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def configurations(rule: OpRule, mesh: Mesh) -> tuple[Config, ...]:
+    """Every legal configuration of `rule` on `mesh` (the unsplit one first)."""
+    return tuple(soap.configurations(rule, mesh))
+
+
+def mesh_of(plan: Plan, problem: Problem, node: Node) -> Mesh:
+    """The mesh (whole mesh or device group) `node` runs on in `plan`."""
+    name = plan.values[node.results[0]].mesh
+    return next((mesh for mesh in plan.meshes if mesh.name == name), problem.mesh)
+
+
+@dataclass
+class SimulatedStrategy:
+    """A strategy being edited one op at a time, and its simulated iteration time: the
+    step's task graph (`ShardedStep`) and the delta simulator over it.
+
+    `ShardedStep.set_config` reads an op's operands complete, so it is its own inverse
+    only where no op reads partial sums; `normalize` first brings every op there (what
+    completion's partial sums saved is recovered at the end by `polish`)."""
+
+    problem: Problem
+    step: ShardedStep
+    simulator: DeltaSimulator
+    configs: dict[Node, Config]
+    memory_cap: int | None
+    updates: int = 0
+    update_seconds: float = 0.0
+    smallest_memory: int = field(init=False)
+    """The smallest per-device peak memory this strategy has had (for `MemoryCapError`)."""
+
+    def __post_init__(self) -> None:
+        self.smallest_memory = self.memory
+
+    @classmethod
+    def of(
+        cls, problem: Problem, plan: Plan, machine: Machine, memory_cap: int | None
+    ) -> SimulatedStrategy:
+        step = ShardedStep(problem.dag, copy_plan(plan), machine, mesh=problem.mesh)
+        return cls(problem, step, DeltaSimulator(step.graph), dict(plan.configs), memory_cap)
+
+    @property
+    def time(self) -> float:
+        """Simulated iteration time (seconds)."""
+        return self.simulator.timeline.makespan
+
+    @property
+    def memory(self) -> int:
+        return peak_memory(self.simulator.timeline)
+
+    @property
+    def cost(self) -> float:
+        """The time, or infinity over the memory cap."""
+        over = self.memory_cap is not None and self.memory > self.memory_cap
+        return math.inf if over else self.time
+
+    @property
+    def plan(self) -> Plan:
+        """The plan as it stands (the step's own: `copy_plan` it to keep it)."""
+        return self.step.plan
+
+    def normalize(self) -> float:
+        """Every op reads its operands complete, in its configuration (readers first, so
+        no producer stops making partial sums a reader still wants); the new cost."""
+        for node in reversed(self.step.order):
+            if node in self.problem.rules:
+                self.set(node, self.configs[node])
+        return self.update()
+
+    def set(self, node: Node, config: Config) -> None:
+        """`node` in `config`, without re-simulating (`update` does)."""
+        self.step.set_config(node, config)
+        self.configs[node] = config
+
+    def update(self) -> float:
+        """Re-simulate after `set`s (delta simulation); the new cost."""
+        start = time.perf_counter()
+        self.simulator.update()
+        self.update_seconds += time.perf_counter() - start
+        self.updates += 1
+        self.smallest_memory = min(self.smallest_memory, self.memory)
+        return self.cost
+
+    def move_to(self, configs: Mapping[Node, Config]) -> float:
+        """Every op in its configuration of `configs`; the new cost."""
+        for node, config in configs.items():
+            if self.configs[node] != config:
+                self.set(node, config)
+        return self.update()
+
+    def full_simulation_seconds(self, repeats: int = 3) -> float:
+        """Seconds one full simulation of the current graph takes (the best of
+        `repeats`): what the delta simulation's updates are compared with."""
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            simulate(self.step.graph)
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+
+def copy_plan(plan: Plan) -> Plan:
+    """A copy `ShardedStep` may edit (it edits its plan in place) leaving `plan` as it is."""
+    return dataclasses.replace(
+        plan,
+        configs=dict(plan.configs),
+        operands=dict(plan.operands),
+        values=dict(plan.values),
+        notes=list(plan.notes),
+    )
+
+
+@dataclass
+class Best:
+    """The cheapest strategy a search has seen, as the plan it is written as, and the
+    smallest per-device memory seen (for the memory cap's error)."""
+
+    settings: Settings
+    cost: float = math.inf
+    plan: Plan | None = None
+    origin: str = ""
+    """The initial candidate whose chain found it."""
+    smallest_memory: float = math.inf
+
+    def offer(self, state: SimulatedStrategy, origin: str) -> None:
+        """`state` as it stands, kept when it costs less than the best."""
+        self.smallest_memory = min(self.smallest_memory, state.smallest_memory)
+        if state.cost < self.cost:
+            self.cost, self.plan, self.origin = state.cost, copy_plan(state.plan), origin
+
+    def polish(self, problem: Problem) -> None:
+        """The best configurations completed again (`plan.complete`), which lets linear
+        ops read partial sums where that saves bytes (the searches' edits read
+        operands complete), kept when that simulates faster. Plans on one mesh only."""
+        if self.plan is None or self.plan.meshes:
+            return
+        try:
+            plan = complete(problem, Prescription(configs=dict(self.plan.configs)))
+        except PlanError:
+            return
+        settings = self.settings
+        self.offer(
+            SimulatedStrategy.of(problem, plan, settings.machine, settings.memory_cap), self.origin
+        )
+
+    def result(self) -> tuple[float, Plan]:
+        """The cost and plan; MemoryCapError when nothing fit under the cap."""
+        if self.plan is None:
+            raise MemoryCapError(
+                f"no strategy fits under memory-cap={self.settings.memory_cap} bytes per "
+                f"device: the smallest per-device memory found is {int(self.smallest_memory)} bytes"
+            )
+        return self.cost, self.plan
+
+
+def random_plan(problem: Problem, rng: random.Random) -> Plan | None:
+    """A random legal configuration for every op, completed; None when completion
+    finds an op whose operands cannot reach its configuration."""
+    configs = {
+        node: rng.choice(configurations(rule, problem.mesh)) for node, rule in problem.rules.items()
+    }
+    try:
+        return complete(problem, Prescription(configs=configs))
+    except PlanError:
+        return None
+
+
+@dataclass
+class Chain:
+    """One Metropolis-Hastings chain from one (normalized) initial strategy."""
+
+    state: SimulatedStrategy
+    choices: Mapping[Node, Sequence[Config]]
+    """The ops proposals change (those with two configurations or more) and theirs."""
+    rng: random.Random
+    beta: float
+    proposals: int = 0
+    accepted: int = 0
+    illegal: int = 0
+
+    def run(self, budget: int, deadline: Deadline) -> tuple[dict[Node, Config], float, StopReason]:
+        """The best configurations this chain found and their cost, and why it stopped."""
+        ops = list(self.choices)
+        scale = self.state.time or 1.0
+        current = self.state.cost
+        best, best_cost, since_best = dict(self.state.configs), current, 0
+        while True:
+            if self.proposals >= budget:
+                return best, best_cost, StopReason.BUDGET
+            if deadline.expired():
+                return best, best_cost, StopReason.TIMEOUT
+            if not ops or since_best > max(2 * len(ops), self.proposals // 2):
+                return best, best_cost, StopReason.CONVERGED
+            self.proposals += 1
+            since_best += 1
+            node = self.rng.choice(ops)
+            old = self.state.configs[node]
+            others = [config for config in self.choices[node] if config != old]
+            try:
+                self.state.set(node, self.rng.choice(others))
+            except ValueError:  # a layout a reader cannot reach: the step is unchanged
+                self.illegal += 1
+                continue
+            cost = self.state.update()
+            if self._accept(current, cost, scale):
+                self.accepted += 1
+                current = cost
+                if cost < best_cost:
+                    best, best_cost, since_best = dict(self.state.configs), cost, 0
+            else:
+                self.state.set(node, old)
+                current = self.state.update()
+
+    def _accept(self, current: float, proposed: float, scale: float) -> bool:
+        """Eq. 3.1: always when not worse, else with probability exp(beta (old - new))."""
+        if proposed <= current:
+            return True
+        if proposed == math.inf:
+            return False
+        return self.rng.random() < math.exp(self.beta * (current - proposed) / scale)
+
+
+def search(
+    problem: Problem, baselines: Mapping[str, Plan], settings: Settings
+) -> SearchOutcome[Plan]:
+    """The best strategy chains from `baselines` (data parallel, expert) and a random
+    strategy find (see the module docstring)."""
+    started = time.perf_counter()
+    rng = random.Random(settings.seed)
+    starts = dict(baselines)
+    randomly = random_plan(problem, rng)
+    if randomly is not None:
+        starts["random"] = randomly
+    best = Best(settings)
+    chains: dict[str, dict[str, Any]] = {}
+    stops: list[StopReason] = []
+    totals = {"proposals": 0, "accepted": 0, "illegal": 0, "updates": 0}
+    update_seconds, full_seconds = 0.0, math.nan
+    for index, (origin, plan) in enumerate(starts.items()):
+        left = len(starts) - index
+        state = SimulatedStrategy.of(problem, plan, settings.machine, settings.memory_cap)
+        start_cost = state.cost
+        best.offer(state, origin)
+        state.normalize()
+        choices = {
+            node: options
+            for node in problem.rules
+            if len(options := configurations(problem.rules[node], mesh_of(plan, problem, node))) > 1
+        }
+        chain = Chain(state, choices, rng, settings.beta)
+        configs, cost, stopped = chain.run(
+            (settings.budget - totals["proposals"]) // left, settings.deadline.share(1 / left)
+        )
+        if cost < best.cost:
+            state.move_to(configs)
+            best.offer(state, origin)
+        stops.append(stopped)
+        chains[origin] = {
+            "start": start_cost,
+            "best": min(cost, start_cost),
+            "proposals": chain.proposals,
+            "stopped": str(stopped),
+        }
+        for key in ("proposals", "accepted", "illegal"):
+            totals[key] += getattr(chain, key)
+        totals["updates"] += state.updates
+        update_seconds += state.update_seconds
+        full_seconds = state.full_simulation_seconds()
+    best.polish(problem)
+    cost, plan = best.result()
+    delta_seconds = update_seconds / max(totals["updates"], 1)
+    details = {
+        "proposals": totals["proposals"],
+        "accepted": totals["accepted"],
+        "acceptance_rate": round(totals["accepted"] / max(totals["proposals"], 1), 4),
+        "illegal_proposals": totals["illegal"],
+        "simulations": totals["updates"],
+        "simulations_per_second": round(totals["updates"] / max(update_seconds, 1e-9), 1),
+        "delta_vs_full": round(full_seconds / delta_seconds, 2) if delta_seconds > 0 else None,
+        "found_by": best.origin,
+        "chains": chains,
+    }
+    stopped = next(
+        (reason for reason in (StopReason.TIMEOUT, StopReason.BUDGET) if reason in stops),
+        StopReason.CONVERGED,
+    )
+    return SearchOutcome(
+        best=plan,
+        cost_before=chains["data-parallel"]["start"],
+        cost_after=cost,
+        seconds=time.perf_counter() - started,
+        stopped=stopped,
+        details=details,
+    )

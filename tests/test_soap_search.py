@@ -1,0 +1,144 @@
+"""soap-shard's simulated searches (`search=mcmc`, `search=exhaustive`): determinism per
+seed, never worse than the named strategies, MCMC reaching the exhaustive optimum,
+the report, the one-line errors, and a chosen plan that runs as the reference does."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import Result, assert_one_line_error
+from test_soap_shard import CNN, MLP, assert_runs_as_the_reference, parse, shard, step
+from xdsl.dialects.builtin import ModuleOp
+
+from tasoc.cost.machines import machine
+from tasoc.ir import dag as dag_module
+from tasoc.ir.program import entry_function
+from tasoc.ir.training import training_signature
+from tasoc.passes.search import Deadline, StopReason
+from tasoc.passes.soap import SoapShardFailed, SoapShardPass, mcmc
+from tasoc.passes.soap.plan import Problem, complete
+from tasoc.passes.soap.soap_shard import BASELINES, parse_mesh
+from tasoc.passes.soap.strategies import STRATEGIES
+
+
+def mlp_step() -> ModuleOp:
+    return step(parse(MLP), loss="mse", optimizer="sgd", lr=0.1)
+
+
+def test_mcmc_is_deterministic_per_seed() -> None:
+    module = mlp_step()
+    runs = [shard(module, mesh=4, search="mcmc", budget=150, seed=seed)[1] for seed in (3, 3, 4)]
+    first, again, other = runs
+    assert first["op_configs"] == again["op_configs"]
+    assert first["cost_after"] == again["cost_after"]
+    assert first["proposals"] == again["proposals"] > 0
+    assert first["chains"] == again["chains"]
+    assert other["chains"] != first["chains"]  # another seed walks elsewhere
+
+
+@pytest.mark.parametrize("mesh", [4, "2x2"])
+def test_mcmc_is_never_worse_than_data_parallel_and_expert(mesh: int | str) -> None:
+    _, section = shard(mlp_step(), mesh=mesh, search="mcmc", budget=200, seed=0)
+    predicted = section["predicted_seconds"]
+    assert section["machine"] == "cpu-4"
+    assert predicted["plan"] == section["cost_after"] > 0
+    for name in BASELINES:
+        assert predicted["plan"] <= predicted[name]
+        assert section["speedup_over"][name] == pytest.approx(predicted[name] / predicted["plan"])
+    assert section["cost_before"] == predicted["data-parallel"]
+    assert 0 <= section["acceptance_rate"] <= 1
+    assert section["simulations"] >= section["proposals"] - section["illegal_proposals"]
+    assert section["stopped"] in {"budget", "converged"}
+    assert len(section["memory_per_device"]) == 4
+    assert section["peak_memory"]["plan"] > 0
+
+
+def test_mcmc_reaches_the_exhaustive_optimum_of_a_tiny_mlp_on_four_devices() -> None:
+    module = parse(MLP)
+    _, exact = shard(module, mesh="2x2", search="exhaustive")
+    _, found = shard(module, mesh="2x2", search="mcmc", budget=400, seed=0)
+    assert exact["stopped"] == "exhausted"
+    assert exact["simulations"] + exact["pruned"] > 0
+    assert found["cost_after"] == pytest.approx(exact["cost_after"], rel=1e-9)
+    # the optimum is no worse than anything the baselines give
+    assert exact["cost_after"] <= min(exact["predicted_seconds"][name] for name in BASELINES)
+
+
+def problem_of(module: ModuleOp, mesh: str) -> Problem:
+    dag = dag_module.from_module(module)
+    return Problem(dag, parse_mesh(mesh), training_signature(entry_function(module)), {})
+
+
+def test_a_search_past_its_deadline_returns_the_best_candidate() -> None:
+    """A deadline already passed stops every chain at once: the best initial
+    candidate (no worse than data parallel and expert) comes back, with `timeout`."""
+    problem = problem_of(mlp_step(), "4")
+    baselines = {name: complete(problem, STRATEGIES[name](problem)) for name in BASELINES}
+    expired = Deadline.after(0.0)
+    settings = mcmc.Settings(machine("cpu-4"), 100, 20.0, None, 0, expired)
+    outcome = mcmc.search(problem, baselines, settings)
+    assert outcome.stopped == StopReason.TIMEOUT
+    assert outcome.details["proposals"] == 0
+    times = [chain["start"] for chain in outcome.details["chains"].values()]
+    assert outcome.cost_after == min(times)
+
+
+def test_a_memory_cap_no_strategy_meets_names_the_smallest_memory() -> None:
+    with pytest.raises(
+        SoapShardFailed, match=r"memory-cap=.*smallest per-device memory .* \d+ bytes"
+    ):
+        shard(mlp_step(), mesh=4, search="mcmc", budget=50, memory_cap=1)
+
+
+def test_a_memory_cap_excludes_strategies_above_it() -> None:
+    """With the cap at the smallest peak memory of the baselines (so one fits), the
+    chosen plan fits under it."""
+    _, free = shard(mlp_step(), mesh=4, search="mcmc", budget=100, seed=0)
+    cap = min(free["peak_memory"][name] for name in BASELINES)
+    _, capped = shard(mlp_step(), mesh=4, search="mcmc", budget=100, seed=0, memory_cap=cap)
+    assert capped["peak_memory"]["plan"] <= cap
+
+
+@pytest.mark.parametrize(
+    ("options", "fragment"),
+    [
+        ("mesh=4 search=mcmc budget=0", "budget must be at least 1, got 0"),
+        ("mesh=4 search=mcmc timeout=0", "timeout must be positive"),
+        ("mesh=4 search=mcmc beta=-1", "beta must be positive"),
+        ("mesh=4 search=mcmc memory-cap=lots", "memory-cap"),
+        ("mesh=4 machine=no-such-machine", "no-such-machine"),
+        ("mesh=16 machine=cpu-8 search=mcmc", "16 devices, more than machine cpu-8's 8"),
+    ],
+)
+def test_bad_options_are_one_line_errors(
+    tasoc: Callable[..., Result], tmp_path: Path, options: str, fragment: str
+) -> None:
+    source = tmp_path / "mlp.mlir"
+    source.write_text(MLP)
+    assert_one_line_error(tasoc("opt", source, "-p", f"soap-shard{{{options}}}"), fragment)
+
+
+def test_exhaustive_refuses_a_program_too_large() -> None:
+    module = step(parse(CNN), loss="softmax-cross-entropy", optimizer="sgd", lr=0.1)
+    with pytest.raises(
+        SoapShardFailed, match=r"search=exhaustive searches at most .* use search=mcmc"
+    ):
+        SoapShardPass(mesh="2x2x2", search="exhaustive").apply(None, module)  # type: ignore[arg-type]
+
+
+def test_a_cpu8_plan_runs_as_the_reference(tmp_path: Path) -> None:
+    module = step(parse(CNN), loss="softmax-cross-entropy", optimizer="momentum", lr=0.1)
+    after, section = shard(module, mesh=8, machine="cpu-8", search="mcmc", budget=150, seed=1)
+    assert section["machine"] == "cpu-8"
+    assert section["predicted_seconds"]["plan"] <= section["predicted_seconds"]["data-parallel"]
+    assert_runs_as_the_reference(after, tmp_path, devices=8)
+
+
+def test_named_strategies_report_their_simulated_time() -> None:
+    _, section = shard(mlp_step(), mesh=4, search="expert")
+    predicted: dict[str, Any] = section["predicted_seconds"]
+    assert predicted["plan"] == predicted["expert"] > 0
+    assert section["speedup_over"]["expert"] == pytest.approx(1.0)
