@@ -20,14 +20,20 @@ SwapAdvisor's compute, swap-out and swap-in streams (with device memory as a poo
 the same simulator. The module knows nothing of ops or shardings.
 
 Delta simulation (§3.4.3) keeps, from the previous run, every task's ready/start/end
-times, the global order tasks were taken in, and each memory pool's event trace. After
-edits it finds the earliest ready time `cut` that an edit can influence (the old ready
-time of every edited or removed task, and the new ready time of every edited or added
-task whose dependencies are all unedited), keeps the tasks taken before `cut` as they
-were — no edit can reach them, since ready times never decrease along the global order
-— rebuilds the queue and each resource's free time as they stood at `cut`, and replays
-the rest with the same loop as the full simulation. The result is therefore the full
-simulation's, float for float.
+times, the order tasks were taken in, each resource's free time when each task was
+taken, and each memory pool's event trace. After edits it finds the earliest ready time
+`cut` an edit can influence (the old ready time of every edited or removed task, and the
+new one of every edited or added task whose dependencies are all unedited); tasks taken
+before `cut` stay as they were, since ready times never decrease along the order taken.
+From `cut` on, as the thesis' Bellman-Ford-like update does, only *dirty* tasks are
+queued again — the edited ones, the users of a task whose end moved, and tasks met while
+one of their dependencies is still dirty — while the others are walked in their old order
+just to carry each resource's free time, and re-timed only where that free time moved.
+Merging the two by (ready, id) is the full simulation's order whenever no task ends the
+instant it becomes ready (then ready times rise strictly along every dependency); where
+one does (a zero-length task), ties depend on arrival order, so the update replays the
+event loop itself from `cut`. Either way the result is the full simulation's, float for
+float, and a memory pool's trace is re-summed only from its earliest moved event.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ import weakref
 from bisect import bisect_left
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
 Pool = Hashable
@@ -221,6 +228,7 @@ class _Schedule:
         self.order_makespan: list[float] = []  # the makespan of the first i + 1 tasks taken
         self.resource_free: dict[Hashable, float] = {}
         self.pools: dict[Pool, _PoolTrace] = {}
+        self.instant: set[int] = set()  # tasks that ended when they became ready (see `_sparse`)
         pending: dict[int, int] = {}
         queue: list[Queued] = []
         for task_id, task in graph._tasks.items():
@@ -230,7 +238,7 @@ class _Schedule:
                 queue.append((0.0, task_id))
         heapq.heapify(queue)
         self._run(graph, queue, pending)
-        self._trace_memory(0, 0.0, set())
+        self._retrace({task_id: (None, 0.0, 0.0) for task_id in self.order})
 
     def timeline(self) -> Timeline:
         return Timeline(
@@ -241,7 +249,7 @@ class _Schedule:
         )
 
     def resimulate(self, graph: TaskGraph, edited: set[int]) -> None:
-        """Replays the tasks an edit of `edited` can reach (see the module docstring)."""
+        """Re-simulates after `edited` changed: sparsely when it can, else by replay."""
         cut_time = math.inf
         for task_id in edited:
             if task_id in self.position:
@@ -250,18 +258,33 @@ class _Schedule:
             if task is not None and edited.isdisjoint(task.deps):
                 cut_time = min(cut_time, max((self.end[dep] for dep in task.deps), default=0.0))
         cut = bisect_left(self.order_ready, cut_time)
-        replayed = self.order[cut:]
-        pools = {pool for task_id in replayed for pool, _ in _memory(self.tasks[task_id])}
+        if self.instant or not self._sparse(graph, edited, cut):
+            self._replay(graph, edited, cut)
+
+    def _free_at(self, cut: int) -> dict[Hashable, float]:
+        """Each resource's free time when the `cut`-th task was taken."""
+        free = dict(self.resource_free)
         rewound: set[Hashable] = set()
-        for task_id in replayed:  # each resource as it was when its first replayed task was taken
+        for task_id in self.order[cut:]:  # a resource as its first task from `cut` on found it
             resource = self.tasks[task_id].resource
             if resource not in rewound:
                 rewound.add(resource)
-                self.resource_free[resource] = self.free_before[task_id]
+                free[resource] = self.free_before[task_id]
+        return free
+
+    def _replay(self, graph: TaskGraph, edited: set[int], cut: int) -> None:
+        """Keeps the first `cut` tasks taken and runs the event loop again from there."""
+        replayed = self.order[cut:]
+        before = {
+            task_id: (self.tasks[task_id], self.start[task_id], self.end[task_id])
+            for task_id in replayed
+        }
+        self.resource_free = self._free_at(cut)
         candidates = [task_id for task_id in replayed if task_id in graph._tasks]
         added = (task_id for task_id in edited if task_id not in self.position)
         candidates += [task_id for task_id in added if task_id in graph._tasks]
         for task_id in replayed:
+            self.instant.discard(task_id)
             if task_id not in graph._tasks:
                 for table in self._per_task():
                     del table[task_id]
@@ -277,13 +300,146 @@ class _Schedule:
                 queue.append((max((self.end[dep] for dep in deps), default=0.0), task_id))
         heapq.heapify(queue)
         self._run(graph, queue, pending)
-        self._trace_memory(cut, cut_time, pools)
+        for task_id in self.order[cut:]:
+            before.setdefault(task_id, (None, 0.0, 0.0))
+        self._retrace(before)
+
+    def _sparse(self, graph: TaskGraph, edited: set[int], cut: int) -> bool:
+        """Re-runs only the tasks an edit moves; False, having changed nothing, where it cannot.
+
+        Without instant tasks (ended when ready) ready times rise strictly along every
+        dependency, so tasks are taken in order of (ready, id) and the new order merges
+        the old one — tasks whose times stay, walked in place for the resource free times
+        they leave — with a queue of *dirty* tasks whose ready time may move: the edited
+        ones, the users of a task whose end moved, and old tasks met while one of their
+        dependencies is still dirty. A cycle or a new instant task gives up (False).
+        """
+        tasks, succ, old_order = graph._tasks, graph._succ, self.order
+        position, ready_of, start_of, end_of = self.position, self.ready, self.start, self.end
+        free = self._free_at(cut)
+        new: dict[int, tuple[float, float, float, float]] = {}  # ready, start, end, free before
+        new_end: dict[int, float] = {}
+        done: set[int] = set()
+        dirty: set[int] = set()
+        blocked: dict[int, int] = {}  # old tasks waiting on how many dirty dependencies
+        pending: dict[int, int] = {}  # dirty tasks waiting on how many untaken dependencies
+        waiters: dict[int, list[int]] = {}
+        queue: list[Queued] = []
+        taken: list[int] = []
+        taken_ready: list[float] = []
+
+        def ready_time(deps: tuple[int, ...]) -> float:
+            return max((new_end.get(dep, end_of.get(dep, 0.0)) for dep in deps), default=0.0)
+
+        def make_dirty(task_id: int) -> None:
+            dirty.add(task_id)
+            for user in succ[task_id]:
+                blocked[user] = blocked.get(user, 0) + 1
+            deps = tasks[task_id].deps
+            untaken = [dep for dep in deps if dep not in done and position.get(dep, cut) >= cut]
+            for dep in untaken:
+                waiters.setdefault(dep, []).append(task_id)
+            if untaken:
+                pending[task_id] = len(untaken)
+            else:
+                heapq.heappush(queue, (ready_time(deps), task_id))
+
+        for task_id in edited:
+            if task_id in tasks:
+                make_dirty(task_id)
+        index, count = cut, len(old_order)
+        while True:
+            while index < count:  # the next old task that keeps its ready time
+                head = old_order[index]
+                if head in dirty or head not in tasks:
+                    index += 1
+                elif blocked.get(head):
+                    make_dirty(head)
+                    index += 1
+                else:
+                    break
+            if index < count and not (
+                queue and queue[0] < (ready_of[old_order[index]], old_order[index])
+            ):
+                task_id = old_order[index]
+                ready = ready_of[task_id]
+                index += 1
+            elif queue:
+                ready, task_id = heapq.heappop(queue)
+            else:
+                break
+            task = tasks[task_id]
+            before = free.get(task.resource, 0.0)
+            start = ready if ready >= before else before
+            end = free[task.resource] = start + task.duration
+            if end == ready:
+                return False
+            done.add(task_id)
+            taken.append(task_id)
+            taken_ready.append(ready)
+            moved = end != end_of.get(task_id) or task_id not in position
+            if (
+                moved
+                or task_id in dirty
+                or start != start_of[task_id]
+                or before != self.free_before[task_id]
+            ):
+                new[task_id] = (ready, start, end, before)
+                new_end[task_id] = end
+            for waiter in waiters.pop(task_id, ()):
+                pending[waiter] -= 1
+                if not pending[waiter]:
+                    del pending[waiter]
+                    heapq.heappush(queue, (ready_time(tasks[waiter].deps), waiter))
+            if task_id in dirty:
+                for user in succ[task_id]:
+                    blocked[user] -= 1
+            if moved:
+                for user in succ[task_id]:
+                    if user not in dirty:
+                        make_dirty(user)
+        if pending:
+            return False
+        self.resource_free = free
+        self._commit(graph, cut, taken, taken_ready, new)
+        return True
+
+    def _commit(
+        self,
+        graph: TaskGraph,
+        cut: int,
+        taken: list[int],
+        taken_ready: list[float],
+        new: dict[int, tuple[float, float, float, float]],
+    ) -> None:
+        """Stores a sparse re-simulation: the order from `cut` on, the tasks whose times moved."""
+        removed = [task_id for task_id in self.order[cut:] if task_id not in graph._tasks]
+        before = {
+            task_id: (self.tasks[task_id], self.start[task_id], self.end[task_id])
+            for task_id in removed
+        }
+        for task_id, (ready, start, end, free) in new.items():
+            if task_id in self.tasks:
+                before[task_id] = (self.tasks[task_id], self.start[task_id], self.end[task_id])
+            else:
+                before[task_id] = (None, 0.0, 0.0)
+            self.tasks[task_id] = graph._tasks[task_id]
+            self.ready[task_id], self.start[task_id], self.end[task_id] = ready, start, end
+            self.free_before[task_id] = free
+        for task_id in removed:
+            for table in self._per_task():
+                del table[task_id]
+        del self.order[cut:], self.order_ready[cut:], self.order_makespan[cut:]
+        self.order += taken
+        self.order_ready += taken_ready
+        self._index(cut)
+        self._retrace(before)
 
     def _per_task(self) -> tuple[dict[int, Any], ...]:
         return (self.tasks, self.ready, self.start, self.end, self.free_before, self.position)
 
     def _run(self, graph: TaskGraph, queue: list[Queued], pending: dict[int, int]) -> None:
-        """The loop both simulations share: take the earliest ready task, run it, free its users."""
+        """The event loop: take the earliest ready task, run it, queue the users it frees."""
         tasks, succ, end = graph._tasks, graph._succ, self.end
         resource_free, order = self.resource_free, self.order
         first = len(order)
@@ -293,6 +449,8 @@ class _Schedule:
             free = resource_free.get(task.resource, 0.0)
             start = ready if ready >= free else free
             end[task_id] = resource_free[task.resource] = start + task.duration
+            if end[task_id] == ready:
+                self.instant.add(task_id)
             self.tasks[task_id] = task
             self.ready[task_id] = ready
             self.start[task_id] = start
@@ -306,43 +464,55 @@ class _Schedule:
                 else:
                     del pending[user]
                     heapq.heappush(queue, (max(end[dep] for dep in tasks[user].deps), user))
-        makespan = self.order_makespan[-1] if first else 0.0
-        for index in range(first, len(order)):
-            self.position[order[index]] = index
-            makespan = max(makespan, end[order[index]])
-            self.order_makespan.append(makespan)
+        self._index(first)
         if pending:
             member = _describe(graph, _cycle_member(graph, pending))
             raise SimulationError(f"the task graph has a cycle through {member}")
 
-    def _trace_memory(self, cut: int, cut_time: float, pools: set[Pool]) -> None:
-        """Rebuilds from `cut_time` on the traces of `pools` and of the replayed tasks' pools.
+    def _index(self, first: int) -> None:
+        """Positions and running makespans of the tasks taken from `first` on."""
+        order, end = self.order, self.end
+        makespan = self.order_makespan[first - 1] if first else 0.0
+        for index in range(first, len(order)):
+            self.position[order[index]] = index
+            makespan = max(makespan, end[order[index]])
+            self.order_makespan.append(makespan)
 
-        Events before `cut_time` belong to tasks taken before `cut`, which the replay kept;
-        `pools` are those the replayed tasks used before the edit.
+    def _retrace(self, before: Mapping[int, tuple[Task | None, float, float]]) -> None:
+        """Moves the memory events of the tasks in `before` (old task, start, end) to the new ones.
+
+        A pool's trace is re-sorted and re-summed only from the earliest event that moved.
         """
+        earliest: dict[Pool, float] = {}
         fresh: dict[Pool, list[MemoryEvent]] = {}
-        for task_id in self.order[cut:]:
-            task = self.tasks[task_id]
+        for task_id, (old, start, end) in before.items():
+            if old is not None:
+                for pool, _ in old.free:
+                    earliest[pool] = min(earliest.get(pool, math.inf), end)
+                for pool, _ in old.alloc:
+                    earliest[pool] = min(earliest.get(pool, math.inf), start)
+            task = self.tasks.get(task_id)
+            if task is None:
+                continue
+            start, end = self.start[task_id], self.end[task_id]
             for index, (pool, nbytes) in enumerate(task.free):
-                fresh.setdefault(pool, []).append((self.end[task_id], 0, task_id, index, -nbytes))
+                fresh.setdefault(pool, []).append((end, 0, task_id, index, -nbytes))
+                earliest[pool] = min(earliest.get(pool, math.inf), end)
             for index, (pool, nbytes) in enumerate(task.alloc):
-                fresh.setdefault(pool, []).append((self.start[task_id], 1, task_id, index, nbytes))
-        for pool in pools | set(fresh):
+                fresh.setdefault(pool, []).append((start, 1, task_id, index, nbytes))
+                earliest[pool] = min(earliest.get(pool, math.inf), start)
+        for pool, since in earliest.items():
             trace = self.pools.get(pool) or _PoolTrace([], [], [])
-            keep = bisect_left(trace.events, (cut_time,))
-            kept = trace.events[keep:]
-            tail = [event for event in kept if self.position.get(event[2], cut) < cut]
+            keep = bisect_left(trace.events, (since,))
+            tail = [event for event in trace.events[keep:] if event[2] not in before]
             tail += fresh.get(pool, [])
             tail.sort()
             del trace.events[keep:], trace.levels[keep:], trace.peaks[keep:]
             level, peak = (trace.levels[-1], trace.peaks[-1]) if keep else (0, 0)
-            for event in tail:
-                level += event[4]
-                peak = max(peak, level)
-                trace.events.append(event)
-                trace.levels.append(level)
-                trace.peaks.append(peak)
+            levels = list(accumulate((event[4] for event in tail), initial=level))[1:]
+            trace.events += tail
+            trace.levels += levels
+            trace.peaks += list(accumulate(levels, max, initial=peak))[1:]
             if trace.events:
                 self.pools[pool] = trace
             else:

@@ -246,8 +246,8 @@ class ShardedStep:
         for producer in (None, *(node for node in self.order if node.inputs)):
             group = self._groups[producer] = self._group(producer)
             if producer is not None:
-                for device in self.mesh_of(producer).device_ids:
-                    self._add(("op", producer, device), self._compute_spec(producer, device))
+                for device, spec in self._compute_specs(producer).items():
+                    self._add(("op", producer, device), spec)
             for key, spec in group.specs.items():
                 self._add(key, spec)
 
@@ -291,8 +291,12 @@ class ShardedStep:
         self._rebuild(node, relaid)
 
     def _rebuild(self, node: Node, relaid: Mapping[Value, Sharding]) -> None:
+        """Rebuild the groups `node`'s edges belong to, then update the compute tasks
+        that read what changed in them; the old tasks of a changed group go last, once
+        nothing depends on them."""
         producers = dict.fromkeys([*(self._producer(v) for v in node.inputs), node])
         old_ids: list[int] = []
+        readers = dict.fromkeys([node])
         for producer in producers:
             before = self._groups[producer]
             after = self._groups[producer] = self._group(producer)
@@ -300,13 +304,14 @@ class ShardedStep:
                 old_ids += [self._ids.pop(key) for key in before.specs]
                 for key, spec in after.specs.items():
                     self._add(key, spec)
-        readers = dict.fromkeys([node])
-        for producer in producers:
-            for value in self._values_of(producer):
-                readers.update((use.node, None) for use in self._consumers.get(value, ()))
+            if _readable(after) != _readable(before):
+                if producer is not None:
+                    readers[producer] = None
+                for value in self._values_of(producer):
+                    readers.update((use.node, None) for use in self._consumers.get(value, ()))
         for reader in readers:
-            for device in self.mesh_of(reader).device_ids:
-                self._update(("op", reader, device), self._compute_spec(reader, device))
+            for device, spec in self._compute_specs(reader).items():
+                self._update(("op", reader, device), spec)
         if relaid:
             for device in self._devices:
                 self._update(("res", device), self._resident_spec(device))
@@ -370,31 +375,30 @@ class ShardedStep:
         ]
         return _Spec(("args", device), 0.0, (), _summed(alloc), (), "arguments")
 
-    def _compute_spec(self, node: Node, device: int) -> _Spec:
+    def _compute_specs(self, node: Node) -> dict[int, _Spec]:
+        """`node`'s compute task on each device of its mesh."""
         plan = self.plan
-        needs = plan.operands[node]
-        deps = []
-        frees: list[tuple[str, int]] = []
-        for value, need in zip(node.inputs, needs, strict=True):
-            buffer = self._groups[self._producer(value)].ready[(value, need)].get(device)
-            if buffer is not None and buffer.ready is not None:
-                deps.append(buffer.ready)
-        for producer in dict.fromkeys([*(self._producer(v) for v in node.inputs), node]):
-            frees += self._groups[producer].compute_frees.get((node, device), [])
-        alloc = [
+        producers = [self._producer(value) for value in node.inputs]
+        groups = [self._groups[producer] for producer in producers]
+        own = [self._groups[producer] for producer in dict.fromkeys([*producers, node])]
+        alloc = _summed(
             (self._kind[value], self._local_bytes(value, plan.values[value]))
             for value in node.results
             if not self._donated(value, plan.values[value])
-        ]
-        name = f"{node.op} #{self._position[node]}"
-        return _Spec(
-            ("device", device),
-            self._duration(node),
-            tuple(deps),
-            _summed(alloc),
-            _summed(frees),
-            name,
         )
+        duration, name = self._duration(node), f"{node.op} #{self._position[node]}"
+        specs = {}
+        for device in self.mesh_of(node).device_ids:
+            deps = []
+            for group, value, need in zip(groups, node.inputs, plan.operands[node], strict=True):
+                buffer = group.ready[(value, need)].get(device)
+                if buffer is not None and buffer.ready is not None:
+                    deps.append(buffer.ready)
+            frees = [entry for g in own for entry in g.compute_frees.get((node, device), ())]
+            specs[device] = _Spec(
+                ("device", device), duration, tuple(deps), alloc, _summed(frees), name
+            )
+        return specs
 
     def _duration(self, node: Node) -> float:
         plan, mesh = self.plan, self.mesh_of(node)
@@ -620,6 +624,13 @@ class ShardedStep:
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def _readable(group: _Group) -> tuple[object, ...]:
+    """What a group tells the compute tasks reading it: its tasks, after which task
+    each layout is readable where, and which buffers readers free."""
+    ready = {layout: {d: b.ready for d, b in on.items()} for layout, on in group.ready.items()}
+    return group.specs, ready, group.compute_frees
 
 
 def _local_sig(sig: TensorSig, sharding: Sharding, mesh: Mesh) -> TensorSig:
