@@ -573,8 +573,7 @@ class ShardedStep:
         return self.meshes[sharding.mesh].device_ids
 
     def _local_bytes(self, value: Value, sharding: Sharding) -> int:
-        local = sharding.local_shape(value.sig.shape, self.meshes[sharding.mesh])
-        return math.prod(local) * value.sig.dtype.itemsize
+        return _shard_bytes(value.sig, sharding, self.meshes[sharding.mesh])
 
     def _producer(self, value: Value) -> Producer:
         return None if value.node.is_arg or not value.node.inputs else value.node
@@ -631,6 +630,13 @@ def _readable(group: _Group) -> tuple[object, ...]:
     each layout is readable where, and which buffers readers free."""
     ready = {layout: {d: b.ready for d, b in on.items()} for layout, on in group.ready.items()}
     return group.specs, ready, group.compute_frees
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _shard_bytes(sig: TensorSig, sharding: Sharding, mesh: Mesh) -> int:
+    """Bytes of one device's block (the same shapes recur layer after layer and edit
+    after edit)."""
+    return math.prod(sharding.local_shape(sig.shape, mesh)) * sig.dtype.itemsize
 
 
 def _local_sig(sig: TensorSig, sharding: Sharding, mesh: Mesh) -> TensorSig:
