@@ -1,8 +1,10 @@
 """`search=mcmc`: FlexFlow's Metropolis-Hastings search over the SOAP space (Jia
 thesis §3.5), priced by the execution simulator (`tasoc.sim`).
 
-A strategy is every op's configuration. The search starts from data parallel, expert
-and a random strategy, one chain each, and proposes one change at a time: a random
+A strategy is every op's configuration. The search starts from data parallel, expert,
+every op replicated (one device's program on each: no communication at all, which
+wins on small steps where collectives' latency outweighs the compute they save) and a
+random strategy, one chain each, and proposes one change at a time: a random
 op takes a random other legal configuration of its rule on its mesh. The proposal is
 priced by editing the step's task graph (`ShardedStep.set_config`) and re-simulating
 only what the edit touches (`DeltaSimulator.update`), never by rebuilding IR. It is
@@ -13,11 +15,12 @@ probability 1/e. A strategy whose per-device peak memory exceeds `memory-cap` co
 infinitely much (infeasible): the chain never moves from a feasible strategy to one.
 
 A chain stops when its share of the `budget` (proposals) is spent, at the deadline,
-or when the best strategy has not improved for the second half of its proposals
-(§3.5.2: "cannot further improve the best discovered strategy for half of the search
-time", counted in proposals so that a seed gives one result whatever the machine's
-speed; only the timeout depends on the clock). The search returns the best strategy
-any chain found: never worse than data parallel and expert, which are candidates.
+or when its best has not improved for the second half of its proposals (§3.5.2:
+"cannot further improve the best discovered strategy for half of the search time",
+counted in proposals so that a seed gives one result whatever the machine's speed;
+only the timeout depends on the clock), and for at least `PATIENCE` proposals per
+alternative configuration. The search returns the best strategy any chain found:
+never worse than data parallel and expert, which are candidates.
 
 `SimulatedStrategy` (a strategy being edited op by op, and its simulated cost) and
 `Settings` are shared with `search=exhaustive` (`exhaustive.py`).
@@ -30,7 +33,7 @@ import functools
 import math
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +46,11 @@ from tasoc.passes.search import Deadline, SearchOutcome, StopReason
 from tasoc.passes.soap.plan import PlanError, Prescription, Problem, complete
 from tasoc.sim.core import DeltaSimulator, Timeline, simulate
 from tasoc.sim.parallel import ShardedStep
+
+PATIENCE = 4
+"""A chain runs at least this many proposals per alternative configuration (of all
+ops together) without improving before it stops (a chain stopped by the half-time
+rule after a handful of proposals would not have seen most single changes)."""
 
 
 class MemoryCapError(ValueError):
@@ -231,12 +239,10 @@ class Best:
         return self.cost, self.plan
 
 
-def random_plan(problem: Problem, rng: random.Random) -> Plan | None:
-    """A random legal configuration for every op, completed; None when completion
-    finds an op whose operands cannot reach its configuration."""
-    configs = {
-        node: rng.choice(configurations(rule, problem.mesh)) for node, rule in problem.rules.items()
-    }
+def uniform_plan(problem: Problem, choose: Callable[[OpRule, Mesh], Config]) -> Plan | None:
+    """Every op in the configuration `choose` gives it (a random one, the unsplit one),
+    completed; None when completion finds an op its operands cannot reach so."""
+    configs = {node: choose(rule, problem.mesh) for node, rule in problem.rules.items()}
     try:
         return complete(problem, Prescription(configs=configs))
     except PlanError:
@@ -259,6 +265,7 @@ class Chain:
     def run(self, budget: int, deadline: Deadline) -> tuple[dict[Node, Config], float, StopReason]:
         """The best configurations this chain found and their cost, and why it stopped."""
         ops = list(self.choices)
+        patience = PATIENCE * sum(len(options) - 1 for options in self.choices.values())
         scale = self.state.time or 1.0
         current = self.state.cost
         best, best_cost, since_best = dict(self.state.configs), current, 0
@@ -267,7 +274,7 @@ class Chain:
                 return best, best_cost, StopReason.BUDGET
             if deadline.expired():
                 return best, best_cost, StopReason.TIMEOUT
-            if not ops or since_best > max(2 * len(ops), self.proposals // 2):
+            if not ops or since_best > max(patience, self.proposals // 2):
                 return best, best_cost, StopReason.CONVERGED
             self.proposals += 1
             since_best += 1
@@ -305,10 +312,11 @@ def search(
     strategy find (see the module docstring)."""
     started = time.perf_counter()
     rng = random.Random(settings.seed)
-    starts = dict(baselines)
-    randomly = random_plan(problem, rng)
-    if randomly is not None:
-        starts["random"] = randomly
+    made = {
+        "replicated": uniform_plan(problem, lambda rule, mesh: {}),
+        "random": uniform_plan(problem, lambda rule, mesh: rng.choice(configurations(rule, mesh))),
+    }
+    starts = {**baselines, **{name: plan for name, plan in made.items() if plan is not None}}
     best = Best(settings)
     chains: dict[str, dict[str, Any]] = {}
     stops: list[StopReason] = []
