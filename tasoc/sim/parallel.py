@@ -23,20 +23,28 @@ makespan is the step's predicted iteration time:
   it reads on the devices it reads it from.
 
 Memory lives beside time, in one pool `("mem", d)` per device: arguments (params,
-optimizer state, inputs) are allocated at time 0 by a zero-length task per device and
-kept; a compute task allocates its results' local bytes, a collective task the local
-bytes of the layout it makes (communication buffers); a buffer is freed at the end of
-its last reader in program order (a buffer only collectives read: their last), a result
-nothing reads at the end of its own task; program results are kept, and a new param or
-state leaves in its argument's buffer (donated, as `tasoc run` donates them). So the
-simulator's peak of `("mem", d)` is device d's peak memory, and `memory()` splits it
-into liveness's kinds (`tasoc.ir.liveness`) plus communication buffers.
+optimizer state, inputs) are allocated at time 0 by a zero-length task per device (on
+`("args", d)`) and kept; constants, which XLA embeds, cost nothing; a compute task
+allocates its results' local bytes, a collective task the local bytes of the layout it
+makes (communication buffers); a buffer is freed at the end of its last reader in
+program order (a buffer only collectives read: their last), a result nothing reads at
+the end of its own task; program results are kept, and a new param or state leaves in
+its argument's buffer (donated, as `tasoc run` donates them). So the simulator's peak of
+`("mem", d)` is device d's peak memory, and `memory()` splits it into liveness's kinds
+(`tasoc.ir.liveness`) plus communication buffers.
 
 `set_config(node, config)` is the one-op proposal of MCMC (§3.5.2): the op's result
 shardings follow from the configuration, the layouts its operands are read in and its
 results' readers read change, and only the tasks that depend on those edges are edited
-(module docstring of `ShardedStep`), so `DeltaSimulator.update()` re-simulates little.
-The `Plan` is edited alongside and stays what `write_sharded` writes.
+(the class docstring), so `DeltaSimulator.update()` re-simulates little. The `Plan` is
+edited alongside and stays what `write_sharded` writes.
+
+The simulator breaks ties between tasks ready at the same time by task id, and ids only
+grow, so an edited graph must order its tasks as a graph built afresh would, or the two
+would schedule differently. Compute tasks keep their ids (replaced in place). The
+collectives hanging off one producer (all arguments and constants count as one, being
+ready at once) form a group that is always rebuilt whole and in one canonical order; the
+tasks of two groups tie only when two producers end at the same instant.
 """
 
 from __future__ import annotations
@@ -192,9 +200,9 @@ class ShardedStep:
     A one-op change (`set_config`) edits: the op's compute tasks (replaced in place);
     the communication groups of its operands' producers and its own (rebuilt when what
     they must communicate changed: removed, and added anew in their canonical order);
-    the compute tasks of every reader of those groups' values whose dependencies or
-    frees changed (replaced in place); and the argument tasks when an input now lies
-    otherwise. Nothing else is touched.
+    the compute tasks reading a group whose tasks, readable layouts or frees changed
+    (replaced in place, when their task differs); and the argument tasks when an input
+    now lies otherwise. Nothing else is touched.
     """
 
     def __init__(
