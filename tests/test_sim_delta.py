@@ -5,11 +5,13 @@ for every task's start and end, the same makespan and the same peaks as `simulat
 
 from __future__ import annotations
 
+from unittest.mock import patch
+
 from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tasoc.sim import DeltaSimulator, Task, TaskGraph, Timeline, simulate
+from tasoc.sim import DeltaSimulator, Task, TaskGraph, Timeline, core, simulate
 
 RESOURCES = ("gpu0", "gpu1", ("link", 0, 1), "swap-in")
 POOLS = ("hbm0", "hbm1")
@@ -60,9 +62,16 @@ def edit(data: st.DataObject, graph: TaskGraph, durations: st.SearchStrategy[flo
 
 
 @settings(max_examples=examples(200))
-@given(st.data(), st.booleans())
-def test_delta_equals_full_after_every_edit(data: st.DataObject, zero_length: bool) -> None:
-    durations = DURATIONS[zero_length]
+@given(st.data(), st.booleans(), st.sampled_from([2, core.HANDOFF_DIRTY]))
+def test_delta_equals_full_after_every_edit(
+    data: st.DataObject, zero_length: bool, handoff: int
+) -> None:
+    """`handoff` 2 makes the sparse update hand over to the event loop in small graphs too."""
+    with patch.object(core, "HANDOFF_DIRTY", handoff):
+        check_edit_sequences(data, DURATIONS[zero_length])
+
+
+def check_edit_sequences(data: st.DataObject, durations: st.SearchStrategy[float]) -> None:
     graph = TaskGraph()
     for _ in range(data.draw(st.integers(0, 25))):
         graph.add(data.draw(tasks(sorted(graph.ids()), durations)))

@@ -57,6 +57,11 @@ Queued = tuple[float, int]
 """A ready task in the global queue: (ready time, task id), so ties go to the lower id."""
 
 
+HANDOFF_DIRTY = 64
+"""A sparse update hands the rest to the event loop once this many tasks, and half of
+those walked, are dirty: a dirty task costs it more than the event loop pays per task."""
+
+
 class SimulationError(ValueError):
     """A malformed task or task graph; one line, for the driver to print."""
 
@@ -275,33 +280,37 @@ class _Schedule:
     def _replay(self, graph: TaskGraph, edited: set[int], cut: int) -> None:
         """Keeps the first `cut` tasks taken and runs the event loop again from there."""
         replayed = self.order[cut:]
-        before = {
-            task_id: (self.tasks[task_id], self.start[task_id], self.end[task_id])
-            for task_id in replayed
-        }
+        added = [task_id for task_id in edited if task_id not in self.position]
         self.resource_free = self._free_at(cut)
-        candidates = [task_id for task_id in replayed if task_id in graph._tasks]
-        added = (task_id for task_id in edited if task_id not in self.position)
-        candidates += [task_id for task_id in added if task_id in graph._tasks]
-        for task_id in replayed:
-            self.instant.discard(task_id)
+        del self.order[cut:], self.order_ready[cut:], self.order_makespan[cut:]
+        self._run_again(graph, replayed + added)
+
+    def _run_again(self, graph: TaskGraph, again: Iterable[int]) -> None:
+        """Runs the event loop on the tasks `again` (old, new or removed ones) after those taken."""
+        before: dict[int, tuple[Task | None, float, float]] = {}
+        candidates = []
+        for task_id in again:
+            if task_id in self.position:
+                before[task_id] = (self.tasks[task_id], self.start[task_id], self.end[task_id])
+                self.instant.discard(task_id)
+                del self.position[task_id]
             if task_id not in graph._tasks:
                 for table in self._per_task():
-                    del table[task_id]
-        del self.order[cut:], self.order_ready[cut:], self.order_makespan[cut:]
+                    table.pop(task_id, None)
+            else:
+                before.setdefault(task_id, (None, 0.0, 0.0))
+                candidates.append(task_id)
         pending: dict[int, int] = {}
         queue: list[Queued] = []
         for task_id in candidates:
             deps = graph._tasks[task_id].deps
-            waiting = sum(1 for dep in deps if self.position.get(dep, cut) >= cut)
+            waiting = sum(1 for dep in deps if dep not in self.position)
             if waiting:
                 pending[task_id] = waiting
             else:
                 queue.append((max((self.end[dep] for dep in deps), default=0.0), task_id))
         heapq.heapify(queue)
         self._run(graph, queue, pending)
-        for task_id in self.order[cut:]:
-            before.setdefault(task_id, (None, 0.0, 0.0))
         self._retrace(before)
 
     def _sparse(self, graph: TaskGraph, edited: set[int], cut: int) -> bool:
@@ -348,7 +357,7 @@ class _Schedule:
             if task_id in tasks:
                 make_dirty(task_id)
         index, count = cut, len(old_order)
-        while True:
+        while len(dirty) < HANDOFF_DIRTY or 2 * len(dirty) < index - cut:
             while index < count:  # the next old task that keeps its ready time
                 head = old_order[index]
                 if head in dirty or head not in tasks:
@@ -398,6 +407,13 @@ class _Schedule:
                 for user in succ[task_id]:
                     if user not in dirty:
                         make_dirty(user)
+        else:  # most tasks turn dirty: the event loop takes the rest for less
+            rest = {task_id for task_id in old_order[index:] if task_id not in done}
+            rest.update(task_id for task_id in dirty if task_id not in done)
+            self.resource_free = free
+            self._commit(graph, cut, taken, taken_ready, new)
+            self._run_again(graph, rest)
+            return True
         if pending:
             return False
         self.resource_free = free

@@ -1,0 +1,121 @@
+"""Delta vs full simulation (issue 16, thesis Table 3.4): simulations per second of
+`tasoc.sim.simulate` and of `DeltaSimulator.update` after one edit, on 5,000-task graphs.
+
+    .venv/bin/python benchmarks/sim_delta.py [--devices 16] [--tasks 5000] [--edits 300]
+
+Two graphs, both with device memory as pools:
+
+- `step`: a training step on `devices` devices — per layer and device a forward and a
+  backward compute task chained on the device, every fourth layer a transfer to the next
+  device on its link, a gradient all-reduce per layer and device on the device's network
+  stream; activations held from forward to backward.
+- `random`: each task on a random device, depending on 1-3 of the 64 tasks added before it.
+
+Each edit scales one random task's duration by 1.5 or 1/1.5 (`task`), or every
+device's task of one random layer (`op`, one operator's configuration: `step` only);
+the same edit sequence is timed with a full simulation and with a delta update after each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from collections.abc import Callable
+
+from tasoc.sim import DeltaSimulator, Task, TaskGraph, simulate
+
+
+def step_graph(devices: int, tasks: int, rng: random.Random) -> tuple[TaskGraph, list[list[int]]]:
+    """The `step` graph and, per layer, its compute task ids (what one op's edit changes)."""
+    graph = TaskGraph()
+    layers = max(1, int(tasks / devices / 3.25))
+    last: list[int | None] = [None] * devices
+    forward: list[list[int]] = []
+    for layer in range(layers):
+        ids = []
+        for device in range(devices):
+            deps = () if last[device] is None else (last[device],)
+            hbm = (("hbm", device), 4 << 20)
+            ids.append(graph.add(Task(("gpu", device), rng.uniform(1e-4, 1e-3), deps, (hbm,))))
+        if layer % 4 == 3:
+            sends = [graph.add(Task(("link", d), 5e-4, (ids[d],))) for d in range(devices)]
+            last = [sends[(d - 1) % devices] for d in range(devices)]
+        else:
+            last = list(ids)
+        forward.append(ids)
+    backward: list[list[int]] = []
+    for layer in reversed(range(layers)):
+        ids = []
+        for device in range(devices):
+            hbm = (("hbm", device), 4 << 20)
+            deps = (last[device], forward[layer][device])
+            ids.append(graph.add(Task(("gpu", device), rng.uniform(2e-4, 2e-3), deps, free=(hbm,))))
+            graph.add(Task(("net", device), 3e-4, (ids[-1],)))
+        last = list(ids)
+        backward.append(ids)
+    return graph, forward + backward
+
+
+def random_graph(devices: int, tasks: int, rng: random.Random) -> TaskGraph:
+    graph = TaskGraph()
+    for index in range(tasks):
+        earlier = range(max(0, index - 64), index)
+        deps = tuple(rng.sample(earlier, min(len(earlier), rng.randint(1, 3))))
+        hbm = (("hbm", rng.randrange(devices)), 1 << 20)
+        graph.add(
+            Task(("gpu", rng.randrange(devices)), rng.uniform(1e-4, 1e-3), deps, (hbm,), (hbm,))
+        )
+    return graph
+
+
+def scale(graph: TaskGraph, task_ids: list[int], factor: float) -> None:
+    for task_id in task_ids:
+        old = graph[task_id]
+        graph.replace(
+            task_id, Task(old.resource, old.duration * factor, old.deps, old.alloc, old.free)
+        )
+
+
+def rate(
+    graph: TaskGraph, edits: list[tuple[list[int], float]], simulate_one: Callable[[], object]
+) -> float:
+    """Simulations per second over `edits`, each applied and then simulated."""
+    began = time.perf_counter()
+    for task_ids, factor in edits:
+        scale(graph, task_ids, factor)
+        simulate_one()
+    return len(edits) / (time.perf_counter() - began)
+
+
+def measure(graph: TaskGraph, edits: list[tuple[list[int], float]]) -> tuple[float, float]:
+    full = rate(graph, edits, lambda: simulate(graph))
+    undo = [(task_ids, 1 / factor) for task_ids, factor in reversed(edits)]
+    rate(graph, undo, lambda: None)
+    delta = DeltaSimulator(graph)
+    return full, rate(graph, edits, delta.update)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--devices", type=int, default=16)
+    parser.add_argument("--tasks", type=int, default=5000)
+    parser.add_argument("--edits", type=int, default=300)
+    args = parser.parse_args()
+    rng = random.Random(0)
+    step, layers = step_graph(args.devices, args.tasks, rng)
+    graphs = {"step": step, "random": random_graph(args.devices, args.tasks, rng)}
+    print(f"{'graph':8} {'tasks':>6} {'edit':5} {'full/s':>8} {'delta/s':>8} {'speedup':>8}")
+    for name, graph in graphs.items():
+        ids = list(graph.ids())
+        kinds = {"task": lambda: [rng.choice(ids)]}
+        if name == "step":
+            kinds["op"] = lambda: rng.choice(layers)
+        for kind, pick in kinds.items():
+            edits = [(pick(), rng.choice((1.5, 1 / 1.5))) for _ in range(args.edits)]
+            full, delta = measure(graph, edits)
+            print(f"{name:8} {len(graph):6} {kind:5} {full:8.1f} {delta:8.1f} {delta / full:7.2f}x")
+
+
+if __name__ == "__main__":
+    main()
