@@ -167,3 +167,15 @@ def test_named_strategies_report_their_simulated_time() -> None:
     predicted: dict[str, Any] = section["predicted_seconds"]
     assert predicted["plan"] == predicted["expert"] > 0
     assert section["speedup_over"]["expert"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    ("mesh", "links"),
+    [(4, {"intra-node nvlink"}), (16, {"intra-node nvlink", "inter-node infiniband"})],
+)
+def test_bytes_per_link_follow_the_machines_topology(mesh: int, links: set[str]) -> None:
+    """Data parallel's gradient all-reduces over 4 P100s stay on one node's NVLink;
+    over 16 (4 nodes) each also crosses InfiniBand."""
+    _, section = shard(mlp_step(), mesh=mesh, machine="p100-cluster")
+    reduced = section["collectives"]["all_reduce"]["bytes"]
+    assert section["bytes_per_link"] == dict.fromkeys(sorted(links), reduced)

@@ -32,9 +32,11 @@ split, ...). `--verify-each` compares the unsharded program of the output
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import time
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -189,6 +191,7 @@ class SoapShardPass(ModulePass):
             },
             configs=_configs_by_kind(problem, plan),
             collectives=_collective_totals(collectives),
+            bytes_per_link=_bytes_per_link(collectives, groups, machine),
             internal_collectives=sum(
                 len(internal_collectives(problem.rules[node], config))
                 for node, config in plan.configs.items()
@@ -313,6 +316,46 @@ def _configs_by_kind(problem: Problem, plan: Plan) -> dict[str, dict[str, int]]:
     for node, config in plan.configs.items():
         counts.setdefault(node.op, Counter())[_config_text(config)] += 1
     return {op: dict(sorted(c.items())) for op, c in sorted(counts.items())}
+
+
+def _bytes_per_link(
+    collectives: list[Collective], groups: Mapping[str, Mesh], machine: Machine
+) -> dict[str, int]:
+    """Bytes (operand bytes per device, as `collectives` counts them) by the links they
+    cross: `intra-node` or `inter-node` with the link's kind. A collective over mesh
+    axes crosses the links between the devices of one of its groups (those differing
+    along its axes only); a copy between device groups, those among all the groups'
+    devices. A collective spanning nodes counts under both links."""
+    names = {id(machine.intra): "intra-node"}
+    if machine.inter is not None:
+        names[id(machine.inter)] = "inter-node"
+    everyone = sorted({d for group in groups.values() for d in group.device_ids})
+    totals: Counter[str] = Counter()
+    for step in collectives:
+        if step.kind == "all_slice":
+            continue
+        mesh = groups[step.result.mesh]
+        devices = everyone if step.kind == "replicate" else _first_group(mesh, step.axes)
+        crossed = {
+            f"{names[id(link)]} {link.kind}"
+            for a in devices
+            for b in devices
+            for link in machine.path(a, b)
+        }
+        for link in crossed:
+            totals[link] += step.bytes
+    return dict(sorted(totals.items()))
+
+
+def _first_group(mesh: Mesh, axes: tuple[str, ...]) -> list[int]:
+    """The devices of `mesh` communicating with its first over `axes` (row-major
+    positions: those at position 0 along every other axis)."""
+    positions = itertools.product(*(range(size) for _, size in mesh.axes))
+    return [
+        device
+        for device, coords in zip(mesh.device_ids, positions, strict=True)
+        if all(c == 0 for (axis, _), c in zip(mesh.axes, coords, strict=True) if axis not in axes)
+    ]
 
 
 def _collective_totals(collectives: list[Collective]) -> dict[str, dict[str, Any]]:
