@@ -29,11 +29,12 @@ From `cut` on, as the thesis' Bellman-Ford-like update does, only *dirty* tasks 
 queued again — the edited ones, the users of a task whose end moved, and tasks met while
 one of their dependencies is still dirty — while the others are walked in their old order
 just to carry each resource's free time, and re-timed only where that free time moved.
-Merging the two by (ready, id) is the full simulation's order whenever no task ends the
-instant it becomes ready (then ready times rise strictly along every dependency); where
-one does (a zero-length task), ties depend on arrival order, so the update replays the
-event loop itself from `cut`. Either way the result is the full simulation's, float for
-float, and a memory pool's trace is re-summed only from its earliest moved event.
+Merging the two by (ready, id) is the full simulation's order whenever no task from `cut`
+on ends the instant it becomes ready (then ready times rise strictly along dependencies);
+where one does (a zero-length task), ties depend on arrival order, so the update replays
+the event loop itself from `cut`, as it also does for the rest once most tasks are dirty.
+Either way the result is the full simulation's, float for float, and a memory pool's
+trace is re-summed only from its earliest moved event.
 """
 
 from __future__ import annotations
@@ -263,7 +264,9 @@ class _Schedule:
             if task is not None and edited.isdisjoint(task.deps):
                 cut_time = min(cut_time, max((self.end[dep] for dep in task.deps), default=0.0))
         cut = bisect_left(self.order_ready, cut_time)
-        if self.instant or not self._sparse(graph, edited, cut):
+        if any(self.position[task_id] >= cut for task_id in self.instant) or not self._sparse(
+            graph, edited, cut
+        ):
             self._replay(graph, edited, cut)
 
     def _free_at(self, cut: int) -> dict[Hashable, float]:
