@@ -95,3 +95,26 @@ def test_plots_into_a_file_is_one_error_line(tasoc: Callable[..., Result], tmp_p
     assert result.code == 1
     assert result.err == f"tasoc: error: --plots '{target}' is not a directory\n"
     assert target.read_text() == "x"
+
+
+def test_the_timeline_has_a_compute_and_a_network_row_per_device() -> None:
+    from xdsl.parser import Parser
+
+    from tasoc.cost.machines import machine
+    from tasoc.driver.sources import make_context
+    from tasoc.passes.soap.pictures import timeline
+    from tasoc.sim import simulate
+    from tasoc.sim.parallel import ShardedStep
+
+    step_text = CLASSIFIER.read_text()
+    module = Parser(make_context(), step_text).parse_module()
+    dag, mesh = from_module(module), parse_mesh("4")
+    problem = Problem(dag, mesh, None, {})
+    plan = complete(problem, STRATEGIES["expert"](problem))
+    step = ShardedStep(dag, plan, machine("cpu-4"), mesh=mesh)
+    simulated = simulate(step.graph)
+    figure = timeline(step.graph, simulated, "step")
+    assert figure.rows[:2] == ("device 0", "net 0")
+    assert {bar.kind for bar in figure.bars} >= {"compute", "all_gather"}
+    assert max(bar.end for bar in figure.bars) == simulated.makespan
+    assert drawn(figure).startswith(PNG)

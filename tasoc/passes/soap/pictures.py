@@ -6,6 +6,9 @@
   of an attribute dim, `R3` of a reduction dim (partial sums), `S1 P0` a block of two;
   `all` the whole op (replicated), empty an op on another device group. One colour per
   label, so data parallelism reads as columns of S and model parallelism of P.
+* `timeline`: the simulated step (`tasoc.sim`), devices' compute streams and their
+  network ports as rows, tasks as bars coloured by kind (compute, all_reduce, ...):
+  where the step waits on communication, and which device is the straggler.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from tasoc.ir import soap
 from tasoc.ir.dag import Dag, Node
 from tasoc.ir.shard_plan import Plan
 from tasoc.ir.soap import Config, Mesh, OpRule
-from tasoc.passes.figures import ShardingMapFigure
+from tasoc.passes.figures import Bar, ShardingMapFigure, TimelineFigure
+from tasoc.sim import TaskGraph, Timeline
 
 
 def sharding_map(dag: Dag, plan: Plan, meshes: Mapping[str, Mesh], title: str) -> ShardingMapFigure:
@@ -58,3 +62,20 @@ def _blocks(rule: OpRule, config: Config, mesh: Mesh) -> dict[int, str]:
 
 def _name(node: Node, index: int) -> str:
     return f"{index}: {node.op}"
+
+
+def timeline(graph: TaskGraph, simulated: Timeline, title: str) -> TimelineFigure:
+    """The simulated step as a Gantt chart: per device its compute row, then its
+    network row; zero-length tasks (arguments laid out) are left out."""
+    rows: dict[object, str] = {}
+    bars = []
+    for task_id in graph.ids():
+        task = graph[task_id]
+        start, end = simulated.start[task_id], simulated.end[task_id]
+        if end <= start or not isinstance(task.resource, tuple):
+            continue
+        rows.setdefault(task.resource, " ".join(map(str, task.resource)))
+        kind = "compute" if task.resource[0] == "device" else task.name.split(" ", 1)[0]
+        bars.append(Bar(rows[task.resource], start, end, kind))
+    order = sorted(rows, key=lambda resource: (resource[1:], resource[0]))  # type: ignore[index]
+    return TimelineFigure(title, tuple(rows[r] for r in order), tuple(bars))
