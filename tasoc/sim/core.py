@@ -102,6 +102,10 @@ class Task:
         return self.name or repr(self.resource)
 
 
+Before = tuple[Task | None, float, float]
+"""A task as the previous simulation had it (None: it is new), with its start and end."""
+
+
 class _ChangeLog:
     """The ids a `TaskGraph` edited since its reader last looked (weakly held by the graph)."""
 
@@ -288,9 +292,12 @@ class _Schedule:
         del self.order[cut:], self.order_ready[cut:], self.order_makespan[cut:]
         self._run_again(graph, replayed + added)
 
-    def _run_again(self, graph: TaskGraph, again: Iterable[int]) -> None:
-        """Runs the event loop on the tasks `again` (old, new or removed ones) after those taken."""
-        before: dict[int, tuple[Task | None, float, float]] = {}
+    def _run_again(
+        self, graph: TaskGraph, again: Iterable[int], before: dict[int, Before] | None = None
+    ) -> None:
+        """Runs the event loop on the tasks `again` (old, new or removed ones) after those taken;
+        `before` holds what earlier steps of the same update moved, for one `_retrace`."""
+        before = {} if before is None else before
         candidates = []
         for task_id in again:
             if task_id in self.position:
@@ -414,13 +421,12 @@ class _Schedule:
             rest = {task_id for task_id in old_order[index:] if task_id not in done}
             rest.update(task_id for task_id in dirty if task_id not in done)
             self.resource_free = free
-            self._commit(graph, cut, taken, taken_ready, new)
-            self._run_again(graph, rest)
+            self._run_again(graph, rest, self._commit(graph, cut, taken, taken_ready, new))
             return True
         if pending:
             return False
         self.resource_free = free
-        self._commit(graph, cut, taken, taken_ready, new)
+        self._retrace(self._commit(graph, cut, taken, taken_ready, new))
         return True
 
     def _commit(
@@ -430,8 +436,9 @@ class _Schedule:
         taken: list[int],
         taken_ready: list[float],
         new: dict[int, tuple[float, float, float, float]],
-    ) -> None:
-        """Stores a sparse re-simulation: the order from `cut` on, the tasks whose times moved."""
+    ) -> dict[int, Before]:
+        """Stores a sparse re-simulation (the order from `cut` on, the tasks whose times moved);
+        returns the old task, start and end of each task moved or removed, for `_retrace`."""
         removed = [task_id for task_id in self.order[cut:] if task_id not in graph._tasks]
         before = {
             task_id: (self.tasks[task_id], self.start[task_id], self.end[task_id])
@@ -452,7 +459,7 @@ class _Schedule:
         self.order += taken
         self.order_ready += taken_ready
         self._index(cut)
-        self._retrace(before)
+        return before
 
     def _per_task(self) -> tuple[dict[int, Any], ...]:
         return (self.tasks, self.ready, self.start, self.end, self.free_before, self.position)
@@ -497,30 +504,29 @@ class _Schedule:
             makespan = max(makespan, end[order[index]])
             self.order_makespan.append(makespan)
 
-    def _retrace(self, before: Mapping[int, tuple[Task | None, float, float]]) -> None:
+    def _retrace(self, before: Mapping[int, Before]) -> None:
         """Moves the memory events of the tasks in `before` (old task, start, end) to the new ones.
 
         A pool's trace is re-sorted and re-summed only from the earliest event that moved.
         """
-        earliest: dict[Pool, float] = {}
+        moved: dict[Pool, list[float]] = {}  # the old times of the events that move
         fresh: dict[Pool, list[MemoryEvent]] = {}
         for task_id, (old, start, end) in before.items():
             if old is not None:
                 for pool, _ in old.free:
-                    earliest[pool] = min(earliest.get(pool, math.inf), end)
+                    moved.setdefault(pool, []).append(end)
                 for pool, _ in old.alloc:
-                    earliest[pool] = min(earliest.get(pool, math.inf), start)
+                    moved.setdefault(pool, []).append(start)
             task = self.tasks.get(task_id)
             if task is None:
                 continue
             start, end = self.start[task_id], self.end[task_id]
             for index, (pool, nbytes) in enumerate(task.free):
                 fresh.setdefault(pool, []).append((end, 0, task_id, index, -nbytes))
-                earliest[pool] = min(earliest.get(pool, math.inf), end)
             for index, (pool, nbytes) in enumerate(task.alloc):
                 fresh.setdefault(pool, []).append((start, 1, task_id, index, nbytes))
-                earliest[pool] = min(earliest.get(pool, math.inf), start)
-        for pool, since in earliest.items():
+        for pool in moved.keys() | fresh.keys():
+            since = min(min(moved.get(pool, (math.inf,))), min(fresh.get(pool, [(math.inf,)]))[0])
             trace = self.pools.get(pool) or _PoolTrace([], [], [])
             keep = bisect_left(trace.events, (since,))
             tail = [event for event in trace.events[keep:] if event[2] not in before]
