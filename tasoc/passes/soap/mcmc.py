@@ -145,13 +145,14 @@ class SimulatedStrategy:
         """The plan as it stands (the step's own: `copy_plan` it to keep it)."""
         return self.step.plan
 
-    def normalize(self) -> float:
+    def normalize(self) -> None:
         """Every op reads its operands complete, in its configuration (readers first, so
-        no producer stops making partial sums a reader still wants); the new cost."""
+        no producer stops making partial sums a reader still wants). Not counted among
+        the search's simulations: it is setting up, not a proposal."""
         for node in reversed(self.step.order):
-            if node in self.problem.rules:
+            if any(operand.unreduced for operand in self.plan.operands.get(node, ())):
                 self.set(node, self.configs[node])
-        return self.update()
+        self.simulator.update()
 
     def set(self, node: Node, config: Config) -> None:
         """`node` in `config`, without re-simulating (`update` does)."""
@@ -174,7 +175,7 @@ class SimulatedStrategy:
                 self.set(node, config)
         return self.update()
 
-    def full_simulation_seconds(self, repeats: int = 3) -> float:
+    def full_simulation_seconds(self, repeats: int = 1) -> float:
         """Seconds one full simulation of the current graph takes (the best of
         `repeats`): what the delta simulation's updates are compared with."""
         times = []
@@ -327,7 +328,9 @@ def search(
         state = SimulatedStrategy.of(problem, plan, settings.machine, settings.memory_cap)
         start_cost = state.cost
         best.offer(state, origin)
-        state.normalize()
+        deadline = settings.deadline.share(1 / left)
+        if not deadline.expired():
+            state.normalize()
         choices = {
             node: options
             for node in problem.rules
@@ -335,7 +338,7 @@ def search(
         }
         chain = Chain(state, choices, rng, settings.beta)
         configs, cost, stopped = chain.run(
-            (settings.budget - totals["proposals"]) // left, settings.deadline.share(1 / left)
+            (settings.budget - totals["proposals"]) // left, deadline
         )
         if cost < best.cost:
             state.move_to(configs)
@@ -351,7 +354,7 @@ def search(
             totals[key] += getattr(chain, key)
         totals["updates"] += state.updates
         update_seconds += state.update_seconds
-        full_seconds = state.full_simulation_seconds()
+    full_seconds = state.full_simulation_seconds()
     best.polish(problem)
     cost, plan = best.result()
     delta_seconds = update_seconds / max(totals["updates"], 1)

@@ -83,6 +83,9 @@ SEARCHES = {"mcmc": mcmc.search, "exhaustive": exhaustive.search}
 """The searches that choose by simulating, by `search=` name; the other names are
 `STRATEGIES`."""
 
+SEARCH_SHARE = 0.8
+"""The part of `timeout` a search takes; the pass simulates the plans it reports after."""
+
 BASELINES = ("data-parallel", "expert")
 """The named strategies every report compares with, and every search starts from."""
 
@@ -158,9 +161,9 @@ class SoapShardPass(ModulePass):
             problem = Problem(dag, mesh, signature, _hints(dag, mesh))
             baselines = {name: complete(problem, STRATEGIES[name](problem)) for name in BASELINES}
             if self.search in SEARCHES:
-                outcome = SEARCHES[self.search](
-                    problem, baselines, self._settings(machine, deadline)
-                )
+                # the rest of the time is the report's: its simulations of the plans
+                settings = self._settings(machine, deadline.share(SEARCH_SHARE))
+                outcome = SEARCHES[self.search](problem, baselines, settings)
                 plan = outcome.best
             else:
                 plan = baselines[self.search]
