@@ -4,6 +4,7 @@ the report, the one-line errors, and a chosen plan that runs as the reference do
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -179,3 +180,33 @@ def test_bytes_per_link_follow_the_machines_topology(mesh: int, links: set[str])
     _, section = shard(mlp_step(), mesh=mesh, machine="p100-cluster")
     reduced = section["collectives"]["all_reduce"]["bytes"]
     assert section["bytes_per_link"] == dict.fromkeys(sorted(links), reduced)
+
+
+def test_exhaustive_pruning_keeps_the_optimum_of_every_strategy() -> None:
+    """The lower bound prunes (some strategies are never simulated) yet the optimum is
+    that of simulating every strategy one by one."""
+    module = parse(WIDE)
+    _, exact = shard(module, mesh=4, search="exhaustive")
+    problem = problem_of(module, "4")
+    start = complete(problem, STRATEGIES["data-parallel"](problem))
+    state = mcmc.SimulatedStrategy.of(problem, start, machine("cpu-4"), None)
+    state.normalize()
+    ops = list(problem.rules)
+    options = [mcmc.configurations(problem.rules[node], problem.mesh) for node in ops]
+    every = [
+        state.move_to(dict(zip(ops, configs, strict=True)))
+        for configs in itertools.product(*options)
+    ]
+    assert exact["pruned"] > 0 and exact["simulations"] < len(every) == exact["strategies"]
+    assert exact["cost_after"] == pytest.approx(min(every), rel=1e-9)
+
+
+def test_beta_is_the_inverse_temperature() -> None:
+    """A colder chain (larger beta) accepts fewer proposals that make the step slower."""
+    rates = [
+        shard(mlp_step(), mesh=4, search="mcmc", budget=200, seed=0, beta=beta)[1][
+            "acceptance_rate"
+        ]
+        for beta in (0.5, 20, 1000)
+    ]
+    assert rates[0] > rates[1] > rates[2]
