@@ -2,8 +2,10 @@
 
 A strategy reads the `Problem` and prescribes configurations for the ops it has an
 opinion on, with notes for what it could not do; `plan.complete` chooses the rest.
-Strategies register by their `search=` name in `STRATEGIES`; the searches of the next
-issue (mcmc, exhaustive, ...) join the same table.
+Strategies register by their `search=` name in `STRATEGIES`. The searches that choose
+by simulation (`search=mcmc`, `search=exhaustive`: `mcmc.py`, `exhaustive.py`) are
+not strategies: they take the machine and limits besides the problem, start from the
+plans of these two and are listed in `soap_shard.SEARCHES`.
 
 * `data-parallel`: every forward op on the batch splits its first sample factor over
   all mesh axes (over fewer when they do not divide it, none when no axis does: that
