@@ -68,7 +68,7 @@ def test_plots_are_written_with_the_run(tasoc: Callable[..., Result], tmp_path: 
         "opt",
         str(CLASSIFIER),
         "-p",
-        "soap-shard{mesh=4 search=expert}",
+        "soap-shard{mesh=4 machine=cpu-4 search=mcmc budget=20}",
         "-o",
         str(tmp_path / "s.mlir"),
         "--plots",
@@ -76,6 +76,7 @@ def test_plots_are_written_with_the_run(tasoc: Callable[..., Result], tmp_path: 
     )
     assert result.code == 0, result
     assert (plots / "soap-shard-sharding-map.png").read_bytes().startswith(PNG)
+    assert (plots / "soap-shard-timeline.png").read_bytes().startswith(PNG)
 
 
 def test_plots_of_a_failing_run_are_not_written(

@@ -56,7 +56,7 @@ def _figure(rows: int, width: float) -> Any:
 def _timeline(figure: TimelineFigure) -> Any:
     rows = figure.rows[:MAX_ROWS]
     index = {row: i for i, row in enumerate(rows)}
-    kinds = sorted({bar.kind for bar in figure.bars})
+    kinds = sorted({bar.kind for bar in figure.bars}, key=lambda kind: (kind != "compute", kind))
     colours = _palette(kinds)
     drawn = _figure(len(rows), 12)
     axes = drawn.add_subplot()
@@ -70,7 +70,13 @@ def _timeline(figure: TimelineFigure) -> Any:
                     (bar.start * scale, (bar.end - bar.start) * scale)
                 )
         for row, pieces in spans.items():
-            axes.broken_barh(pieces, (row - 0.4, 0.8), color=colours[kind], linewidth=0)
+            axes.broken_barh(
+                pieces,
+                (row - 0.4, 0.8),
+                facecolor=colours[kind],
+                edgecolor="white",
+                linewidth=0.4,
+            )
         axes.barh([], [], color=colours[kind], label=kind)  # the legend entry
     axes.set_yticks(range(len(rows)), rows)
     axes.invert_yaxis()
@@ -124,5 +130,5 @@ def _titled(title: str, shown: int, total: int, what: str) -> str:
 def _palette(names: list[str]) -> Mapping[str, Any]:
     from matplotlib import colormaps
 
-    cmap = colormaps["tab20"]
+    cmap = colormaps["tab10" if len(names) <= 10 else "tab20"]
     return {name: cmap(i % cmap.N) for i, name in enumerate(names)}

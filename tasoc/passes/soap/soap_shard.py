@@ -64,7 +64,7 @@ from tasoc.passes.report import current_report
 from tasoc.passes.search import Deadline, SearchOutcome, resolve_seed, speedup
 from tasoc.passes.soap import exhaustive, mcmc
 from tasoc.passes.soap.mcmc import Settings, SimulatedStrategy
-from tasoc.passes.soap.pictures import sharding_map
+from tasoc.passes.soap.pictures import sharding_map, timeline
 from tasoc.passes.soap.plan import Problem, complete
 from tasoc.passes.soap.strategies import STRATEGIES
 
@@ -178,6 +178,11 @@ class SoapShardPass(ModulePass):
         groups = {group.name: group for group in plan.meshes} or {mesh.name: mesh}
         title = f"soap-shard {self.search}: which block of each op every device computes"
         report.figure("soap-shard-sharding-map", sharding_map(dag, plan, groups, title))
+        chosen = simulated["plan"]
+        title = f"soap-shard {self.search}: the simulated step on {machine.name}"
+        report.figure(
+            "soap-shard-timeline", timeline(chosen.step.graph, chosen.simulator.timeline, title)
+        )
         section = report.section(self.name)
         if outcome is not None:
             outcome.seconds = time.perf_counter() - start
