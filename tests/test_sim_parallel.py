@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_soap_shard import MLP
 from xdsl.parser import Parser
 
 from tasoc.cost.devices import CPU, Device
@@ -32,16 +33,6 @@ from tasoc.passes.soap.soap_shard import parse_mesh
 from tasoc.passes.soap.strategies import STRATEGIES
 from tasoc.sim.core import DeltaSimulator, Task, simulate
 from tasoc.sim.parallel import MemoryBreakdown, ShardedStep
-
-MLP = """
-func.func @main(%x: tensor<16x8xf32>, %w1: tensor<8x32xf32> {graph.param},
-                %w2: tensor<32x4xf32> {graph.param}) -> tensor<16x4xf32> {
-  %h = graph.matmul %x, %w1 : tensor<16x32xf32>
-  %r = graph.relu %h : tensor<16x32xf32>
-  %y = graph.matmul %r, %w2 : tensor<16x4xf32>
-  func.return %y : tensor<16x4xf32>
-}
-"""
 
 TINY = """
 func.func @main(%x: tensor<4x8xf32>, %w: tensor<8x4xf32> {graph.param}) -> tensor<4x4xf32> {

@@ -5,12 +5,10 @@ the report, the one-line errors, and a chosen plan that runs as the reference do
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Result, assert_one_line_error
 from test_soap_shard import CNN, MLP, assert_runs_as_the_reference, parse, shard, step
 from xdsl.dialects.builtin import ModuleOp
 
@@ -118,25 +116,6 @@ def test_a_memory_cap_excludes_strategies_above_it() -> None:
     _, capped = shard(mlp_step(), mesh=4, search="mcmc", budget=100, seed=0, memory_cap=cap)
     assert capped["peak_memory"]["plan"] <= cap
     assert free["cost_after"] < capped["cost_after"] <= capped["predicted_seconds"]["data-parallel"]
-
-
-@pytest.mark.parametrize(
-    ("options", "fragment"),
-    [
-        ("mesh=4 search=mcmc budget=0", "budget must be at least 1, got 0"),
-        ("mesh=4 search=mcmc timeout=0", "timeout must be positive"),
-        ("mesh=4 search=mcmc beta=-1", "beta must be positive"),
-        ("mesh=4 search=mcmc memory-cap=lots", "memory-cap"),
-        ("mesh=4 machine=no-such-machine", "no-such-machine"),
-        ("mesh=16 machine=cpu-8 search=mcmc", "16 devices, more than machine cpu-8's 8"),
-    ],
-)
-def test_bad_options_are_one_line_errors(
-    tasoc: Callable[..., Result], tmp_path: Path, options: str, fragment: str
-) -> None:
-    source = tmp_path / "mlp.mlir"
-    source.write_text(MLP)
-    assert_one_line_error(tasoc("opt", source, "-p", f"soap-shard{{{options}}}"), fragment)
 
 
 def test_exhaustive_refuses_a_program_too_large() -> None:

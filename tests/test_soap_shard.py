@@ -396,6 +396,12 @@ def test_verify_each_compares_the_unsharded_program(
         ("mesh=ax2", "mesh must be a device count"),
         ("search=annealing", "search"),
         ("", "give mesh=N"),
+        ("mesh=4 search=mcmc budget=0", "budget must be at least 1, got 0"),
+        ("mesh=4 search=mcmc timeout=0", "timeout must be positive"),
+        ("mesh=4 search=mcmc beta=-1", "beta must be positive"),
+        ("mesh=4 search=mcmc memory-cap=lots", "memory-cap"),
+        ("mesh=4 machine=no-such-machine", "no-such-machine"),
+        ("mesh=16 machine=cpu-8 search=mcmc", "16 devices, more than machine cpu-8's 8"),
     ],
 )
 def test_bad_options_are_one_line_errors(
