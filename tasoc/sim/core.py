@@ -93,8 +93,12 @@ class Task:
                 raise SimulationError(
                     f"task {self.label}: bytes of pool {pool!r} must be an int >= 0, got {nbytes!r}"
                 )
-        object.__setattr__(self, "duration", duration)
-        object.__setattr__(self, "deps", tuple(dict.fromkeys(self.deps)))
+        if duration is not self.duration:
+            object.__setattr__(self, "duration", duration)
+        if len(self.deps) > 1:  # duplicates only where there are two deps or more
+            object.__setattr__(self, "deps", tuple(dict.fromkeys(self.deps)))
+        elif type(self.deps) is not tuple:
+            object.__setattr__(self, "deps", tuple(self.deps))
 
     @property
     def label(self) -> str:
@@ -126,7 +130,8 @@ class TaskGraph:
         self._tasks: dict[int, Task] = {}
         self._succ: dict[int, set[int]] = {}
         self._next_id = 0
-        self._logs: weakref.WeakSet[_ChangeLog] = weakref.WeakSet()
+        self._logs: list[weakref.ref[_ChangeLog]] = []
+        """Weak references (a WeakSet's iteration costs more than the rest of an `add`)."""
         for task in tasks:
             self.add(task)
 
@@ -181,7 +186,7 @@ class TaskGraph:
     def watch(self) -> _ChangeLog:
         """A log that collects the id of every task edited from now on."""
         log = _ChangeLog()
-        self._logs.add(log)
+        self._logs = [ref for ref in self._logs if ref() is not None] + [weakref.ref(log)]
         return log
 
     def _check_deps(self, task: Task) -> None:
@@ -200,8 +205,10 @@ class TaskGraph:
         self._touch(task_id)
 
     def _touch(self, task_id: int) -> None:
-        for log in self._logs:
-            log.ids.add(task_id)
+        for ref in self._logs:
+            log = ref()
+            if log is not None:
+                log.ids.add(task_id)
 
 
 @dataclass(frozen=True)
@@ -247,8 +254,8 @@ class _Schedule:
             else:
                 queue.append((0.0, task_id))
         heapq.heapify(queue)
-        self._run(graph, queue, pending)
-        self._retrace({task_id: (None, 0.0, 0.0) for task_id in self.order})
+        self._run(graph, queue, pending, {})
+        self._retrace(dict.fromkeys(self.order, (None, 0.0, 0.0)))
 
     def timeline(self) -> Timeline:
         return Timeline(
@@ -298,29 +305,38 @@ class _Schedule:
         """Runs the event loop on the tasks `again` (old, new or removed ones) after those taken;
         `before` holds what earlier steps of the same update moved, for one `_retrace`."""
         before = {} if before is None else before
+        tasks, position, instant = graph._tasks, self.position, self.instant
+        old_tasks, start_of, end_of = self.tasks, self.start, self.end
         candidates = []
         for task_id in again:
-            if task_id in self.position:
-                before[task_id] = (self.tasks[task_id], self.start[task_id], self.end[task_id])
-                self.instant.discard(task_id)
-                del self.position[task_id]
-            if task_id not in graph._tasks:
+            if task_id in position:
+                before[task_id] = (old_tasks[task_id], start_of[task_id], end_of[task_id])
+                instant.discard(task_id)
+                del position[task_id]
+            if task_id not in tasks:
                 for table in self._per_task():
                     table.pop(task_id, None)
             else:
-                before.setdefault(task_id, (None, 0.0, 0.0))
+                if task_id not in before:
+                    before[task_id] = (None, 0.0, 0.0)
                 candidates.append(task_id)
         pending: dict[int, int] = {}
+        ready_at: dict[int, float] = {}
         queue: list[Queued] = []
         for task_id in candidates:
-            deps = graph._tasks[task_id].deps
-            waiting = sum(1 for dep in deps if dep not in self.position)
+            waiting, ready = 0, 0.0
+            for dep in tasks[task_id].deps:
+                if dep not in position:
+                    waiting += 1
+                elif end_of[dep] > ready:
+                    ready = end_of[dep]
             if waiting:
                 pending[task_id] = waiting
+                ready_at[task_id] = ready
             else:
-                queue.append((max((self.end[dep] for dep in deps), default=0.0), task_id))
+                queue.append((ready, task_id))
         heapq.heapify(queue)
-        self._run(graph, queue, pending)
+        self._run(graph, queue, pending, ready_at)
         self._retrace(before)
 
     def _sparse(self, graph: TaskGraph, edited: set[int], cut: int) -> bool:
@@ -464,32 +480,51 @@ class _Schedule:
     def _per_task(self) -> tuple[dict[int, Any], ...]:
         return (self.tasks, self.ready, self.start, self.end, self.free_before, self.position)
 
-    def _run(self, graph: TaskGraph, queue: list[Queued], pending: dict[int, int]) -> None:
-        """The event loop: take the earliest ready task, run it, queue the users it frees."""
-        tasks, succ, end = graph._tasks, graph._succ, self.end
-        resource_free, order = self.resource_free, self.order
+    def _run(
+        self,
+        graph: TaskGraph,
+        queue: list[Queued],
+        pending: dict[int, int],
+        ready_at: dict[int, float],
+    ) -> None:
+        """The event loop: take the earliest ready task, run it, queue the users it frees.
+
+        `pending` counts each waiting task's untaken dependencies and `ready_at` holds the
+        latest end among its taken ones (0.0 when absent), so a freed user's ready time is
+        known without reading all its dependencies again (the max is the same float)."""
+        tasks, succ = graph._tasks, graph._succ
+        taken, ready_of, start_of, end_of = self.tasks, self.ready, self.start, self.end
+        free_before, resource_free, instant = self.free_before, self.resource_free, self.instant
+        order, order_ready = self.order, self.order_ready
+        pop, push = heapq.heappop, heapq.heappush
         first = len(order)
         while queue:
-            ready, task_id = heapq.heappop(queue)
+            ready, task_id = pop(queue)
             task = tasks[task_id]
-            free = resource_free.get(task.resource, 0.0)
+            resource = task.resource
+            free = resource_free.get(resource, 0.0)
             start = ready if ready >= free else free
-            end[task_id] = resource_free[task.resource] = start + task.duration
-            if end[task_id] == ready:
-                self.instant.add(task_id)
-            self.tasks[task_id] = task
-            self.ready[task_id] = ready
-            self.start[task_id] = start
-            self.free_before[task_id] = free
+            end = resource_free[resource] = end_of[task_id] = start + task.duration
+            if end == ready:
+                instant.add(task_id)
+            taken[task_id] = task
+            ready_of[task_id] = ready
+            start_of[task_id] = start
+            free_before[task_id] = free
             order.append(task_id)
-            self.order_ready.append(ready)
+            order_ready.append(ready)
             for user in succ[task_id]:
+                latest = ready_at.get(user, 0.0)
+                if end > latest:
+                    latest = end
                 waiting = pending[user] - 1
                 if waiting:
                     pending[user] = waiting
+                    ready_at[user] = latest
                 else:
                     del pending[user]
-                    heapq.heappush(queue, (max(end[dep] for dep in tasks[user].deps), user))
+                    ready_at.pop(user, None)
+                    push(queue, (latest, user))
         self._index(first)
         if pending:
             member = _describe(graph, _cycle_member(graph, pending))
@@ -497,12 +532,12 @@ class _Schedule:
 
     def _index(self, first: int) -> None:
         """Positions and running makespans of the tasks taken from `first` on."""
-        order, end = self.order, self.end
+        taken = self.order[first:]
         makespan = self.order_makespan[first - 1] if first else 0.0
-        for index in range(first, len(order)):
-            self.position[order[index]] = index
-            makespan = max(makespan, end[order[index]])
-            self.order_makespan.append(makespan)
+        self.position.update(zip(taken, range(first, first + len(taken)), strict=True))
+        running = accumulate(map(self.end.__getitem__, taken), max, initial=makespan)
+        next(running)  # the initial value itself
+        self.order_makespan += running
 
     def _retrace(self, before: Mapping[int, Before]) -> None:
         """Moves the memory events of the tasks in `before` (old task, start, end) to the new ones.
@@ -511,24 +546,30 @@ class _Schedule:
         """
         moved: dict[Pool, list[float]] = {}  # the old times of the events that move
         fresh: dict[Pool, list[MemoryEvent]] = {}
-        for task_id, (old, start, end) in before.items():
+        tasks, start_of, end_of = self.tasks, self.start, self.end
+        for task_id, (old, old_start, old_end) in before.items():
             if old is not None:
                 for pool, _ in old.free:
-                    moved.setdefault(pool, []).append(end)
+                    moved.setdefault(pool, []).append(old_end)
                 for pool, _ in old.alloc:
-                    moved.setdefault(pool, []).append(start)
-            task = self.tasks.get(task_id)
+                    moved.setdefault(pool, []).append(old_start)
+            task = tasks.get(task_id)
             if task is None:
                 continue
-            start, end = self.start[task_id], self.end[task_id]
-            for index, (pool, nbytes) in enumerate(task.free):
-                fresh.setdefault(pool, []).append((end, 0, task_id, index, -nbytes))
-            for index, (pool, nbytes) in enumerate(task.alloc):
-                fresh.setdefault(pool, []).append((start, 1, task_id, index, nbytes))
+            if task.free:
+                end = end_of[task_id]
+                for index, (pool, nbytes) in enumerate(task.free):
+                    fresh.setdefault(pool, []).append((end, 0, task_id, index, -nbytes))
+            if task.alloc:
+                start = start_of[task_id]
+                for index, (pool, nbytes) in enumerate(task.alloc):
+                    fresh.setdefault(pool, []).append((start, 1, task_id, index, nbytes))
         for pool in moved.keys() | fresh.keys():
-            since = min(min(moved.get(pool, (math.inf,))), min(fresh.get(pool, [(math.inf,)]))[0])
+            earliest = min(
+                min(moved.get(pool, (math.inf,))), min(fresh.get(pool, [(math.inf,)]))[0]
+            )
             trace = self.pools.get(pool) or _PoolTrace([], [], [])
-            keep = bisect_left(trace.events, (since,))
+            keep = bisect_left(trace.events, (earliest,))
             tail = [event for event in trace.events[keep:] if event[2] not in before]
             tail += fresh.get(pool, [])
             tail.sort()
