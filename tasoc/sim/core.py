@@ -39,11 +39,13 @@ trace is re-summed only from its earliest moved event.
 
 from __future__ import annotations
 
+import gc
 import heapq
 import math
 import weakref
 from bisect import bisect_left
 from collections.abc import Hashable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
@@ -61,6 +63,26 @@ Queued = tuple[float, int]
 HANDOFF_DIRTY = 64
 """A sparse update hands the rest to the event loop once this many tasks, and half of
 those walked, are dirty: a dirty task costs it more than the event loop pays per task."""
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """Runs its block (or decorated function) without the cyclic garbage collector.
+
+    A simulation or a step's build allocates some 10^5 tuples, dicts and tasks, none in a
+    reference cycle, and the collector, woken every 700 allocations, rescans the young
+    ones and now and then the whole heap: measured, that was half the time of building
+    and simulating a 10^5-task step. Nothing is leaked: the block's garbage is freed by
+    reference counting, and any cycle waits for the collector's next run.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 class SimulationError(ValueError):
@@ -233,6 +255,7 @@ class _PoolTrace:
 class _Schedule:
     """Everything one simulation knows, kept so that the next one can start from it."""
 
+    @paused_gc()
     def __init__(self, graph: TaskGraph) -> None:
         self.tasks: dict[int, Task] = {}
         self.ready: dict[int, float] = {}
@@ -265,6 +288,7 @@ class _Schedule:
             peak={pool: trace.peaks[-1] for pool, trace in self.pools.items()},
         )
 
+    @paused_gc()
     def resimulate(self, graph: TaskGraph, edited: set[int]) -> None:
         """Re-simulates after `edited` changed: sparsely when it can, else by replay."""
         cut_time = math.inf

@@ -68,7 +68,7 @@ from tasoc.ir.shard_plan import Plan, completed, moves
 from tasoc.ir.soap import Config, Mesh, OpRule, Sharding
 from tasoc.ir.soap_rules import local_attrs
 from tasoc.ir.training import TrainingSignature, training_signature
-from tasoc.sim.core import Task, TaskGraph, Timeline, simulate
+from tasoc.sim.core import Task, TaskGraph, Timeline, paused_gc, simulate
 
 
 class OpCost(Protocol):
@@ -205,6 +205,7 @@ class ShardedStep:
     now lies otherwise. Nothing else is touched.
     """
 
+    @paused_gc()  # some 10^5 tasks and specs: see `paused_gc`
     def __init__(
         self,
         dag: Dag,
@@ -241,7 +242,6 @@ class ShardedStep:
         self._kind = _kinds(dag, signature)
         self._free = _free_values(dag, signature)
         self._devices = sorted({d for m in self.meshes.values() for d in m.device_ids})
-        self._durations: dict[tuple[object, ...], float] = {}
         self._collective_times: dict[tuple[object, ...], float] = {}
 
         self.graph = TaskGraph()
@@ -345,7 +345,7 @@ class ShardedStep:
         return Task(
             spec.resource,
             spec.duration,
-            tuple(self._ids[key] for key in spec.deps),
+            tuple(map(self._ids.__getitem__, spec.deps)),
             _pooled(pool, spec.alloc),
             _pooled(pool, spec.free),
             spec.name,
@@ -415,10 +415,7 @@ class ShardedStep:
             for v, need in zip(node.inputs, plan.operands[node], strict=True)
         )
         local_out = tuple(_local_sig(v.sig, plan.values[v], mesh) for v in node.results)
-        key = (node, local_in, local_out)
-        if key not in self._durations:
-            self._durations[key] = self.op_cost(node, local_in, local_out, self.machine.device)
-        return self._durations[key]
+        return _priced(self.op_cost, node, local_in, local_out, self.machine.device)
 
     def _group(self, producer: Producer) -> _Group:
         """The communication of `producer`'s values (the arguments' and constants' for
@@ -614,7 +611,8 @@ class ShardedStep:
 
     def _kept(self, value: Value, layout: Sharding) -> bool:
         """Whether `value` laid out as `layout` is a result of the program (kept to the end)."""
-        return any(self.plan.outputs[i] == layout for i in self._exits.get(value, ()))
+        exits = self._exits.get(value)
+        return exits is not None and any(self.plan.outputs[i] == layout for i in exits)
 
     def _donated(self, value: Value, layout: Sharding) -> bool:
         """Whether `value` in `layout` is written into a donated argument's buffer."""
@@ -638,6 +636,19 @@ def _readable(group: _Group) -> tuple[object, ...]:
     each layout is readable where, and which buffers readers free."""
     ready = {layout: {d: b.ready for d, b in on.items()} for layout, on in group.ready.items()}
     return group.specs, ready, group.compute_frees
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _priced(
+    op_cost: OpCost,
+    node: Node,
+    local_inputs: tuple[TensorSig, ...],
+    local_results: tuple[TensorSig, ...],
+    device: Device,
+) -> float:
+    """`op_cost` of one shard, kept across steps: a search builds a step per chain and
+    per candidate, all of the same ops, and an edit flips an op between a few shapes."""
+    return op_cost(node, local_inputs, local_results, device)
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -665,15 +676,20 @@ def _axis_groups(mesh: Mesh, axes: tuple[str, ...]) -> list[list[int]]:
 
 def _summed(entries: Iterable[tuple[str, int]]) -> tuple[tuple[str, int], ...]:
     """Bytes by kind, in `KINDS` order, without zeros."""
-    total = dict.fromkeys(KINDS, 0)
+    total: dict[str, int] = {}
     for kind, nbytes in entries:
-        total[kind] += nbytes
-    return tuple((kind, n) for kind, n in total.items() if n)
+        if nbytes:
+            total[kind] = total.get(kind, 0) + nbytes
+    if len(total) < 2:  # most tasks allocate or free one kind, or none
+        return tuple(total.items())
+    return tuple((kind, total[kind]) for kind in KINDS if kind in total)
 
 
 def _pooled(
     pool: Hashable, entries: tuple[tuple[str, int], ...]
 ) -> tuple[tuple[Hashable, int], ...]:
+    if not entries:
+        return ()
     total = sum(n for _, n in entries)
     return ((pool, total),) if total else ()
 

@@ -44,7 +44,7 @@ from tasoc.ir.shard_plan import Plan
 from tasoc.ir.soap import Config, Mesh, OpRule
 from tasoc.passes.search import Deadline, SearchOutcome, StopReason
 from tasoc.passes.soap.plan import PlanError, Prescription, Problem, complete
-from tasoc.sim.core import DeltaSimulator, Timeline, simulate
+from tasoc.sim.core import DeltaSimulator, Timeline, paused_gc, simulate
 from tasoc.sim.parallel import ShardedStep
 
 PATIENCE = 4
@@ -303,6 +303,7 @@ class Chain:
         return self.rng.random() < math.exp(self.beta * (current - proposed) / scale)
 
 
+@paused_gc()  # steps of 10^5 tasks built and edited: `paused_gc` says why
 def search(
     problem: Problem, baselines: Mapping[str, Plan], settings: Settings
 ) -> SearchOutcome[Plan]:
