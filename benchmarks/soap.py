@@ -26,8 +26,8 @@ Four tables, every time but the measured ones *simulated* on the named preset
    shapes of `benchmarks/autodiff.py`) in >= 5 strategies (data parallel, expert, every
    op replicated, a random plan, MCMC's plan) on 8 fake CPU devices and the `cpu-8`
    preset: the Spearman rank correlation of simulated against measured step time
-   (interleaved samples, median), the collectives the simulated step prices (distinct
-   collectives per kind of its task graph) against the compiled HLO's (`audit()`), the
+   (interleaved samples, median), the collectives the simulated step prices (per kind,
+   from its task graph) against the compiled HLO's (`audit()`), the
    IR's bytes against the HLO's, and the simulated per-device peak memory against
    XLA's `compiled.memory_analysis()` (arguments + outputs - aliased + temporaries).
    Goals (issue 16): same collectives on every plan, bytes within 2 %, memory within 5 %.
@@ -309,16 +309,23 @@ def plan_of(problem: Problem, strategy: str, budget: int) -> Plan | None:
 
 
 def predicted_collectives(simulated: mcmc.SimulatedStrategy) -> dict[str, int]:
-    """Collectives per HLO kind the simulated step prices: its communication tasks, one
-    per device, named `<kind> of <value>`; one collective per distinct name (as the IR
-    writes one op per value and layout, whatever the device groups)."""
+    """Collectives per HLO kind the simulated step prices. A collective is one task per
+    device it joins, added one after another, named `<kind> of <value>` and waiting on
+    the same tasks; a run of such tasks ends where the name or waits change or a device
+    comes again. (On a one-axis mesh, as here, each is one collective of the IR.)"""
     graph = simulated.step.graph
-    names = {
-        graph[task].name
-        for task in graph.ids()
-        if isinstance(graph[task].resource, tuple) and graph[task].resource[0] == "net"
-    }
-    counts = Counter(name.split(" of ")[0].replace("_", "-") for name in names)
+    counts: Counter[str] = Counter()
+    current: tuple[str, tuple[int, ...]] | None = None
+    joined: set[int] = set()
+    for task_id in sorted(graph.ids()):
+        task = graph[task_id]
+        if not (isinstance(task.resource, tuple) and task.resource[0] == "net"):
+            continue
+        device = task.resource[1]
+        if (task.name, task.deps) != current or device in joined:
+            current, joined = (task.name, task.deps), set()
+            counts[task.name.split(" of ")[0].replace("_", "-")] += 1
+        joined.add(device)
     return dict(sorted(counts.items()))
 
 
