@@ -372,10 +372,23 @@ class _Schedule:
         they leave — with a queue of *dirty* tasks whose ready time may move: the edited
         ones, the users of a task whose end moved, and old tasks met while one of their
         dependencies is still dirty. A cycle or a new instant task gives up (False).
+
+        The walk stops early, keeping the rest of the old order as it was, once the edit's
+        wave has passed: no dirty task left, none taken ahead of its old place, no removed
+        task further on, and every resource free at the very time it was in the old run at
+        this point (FlexFlow's observation that a change moves only what lies downstream
+        of it until the times close up again); from there the old run is the new one.
         """
         tasks, succ, old_order = graph._tasks, graph._succ, self.order
         position, ready_of, start_of, end_of = self.position, self.ready, self.start, self.end
+        old_tasks = self.tasks
         free = self._free_at(cut)
+        old_free = dict(free)  # each resource's free time in the old run, at `index`
+        differs: set[Hashable] = set()  # resources where `free` and `old_free` disagree
+        ahead: set[int] = set()  # old tasks taken before the walk reached their old place
+        last_removed = max(
+            (position.get(task_id, -1) for task_id in edited if task_id not in tasks), default=-1
+        )
         new: dict[int, tuple[float, float, float, float]] = {}  # ready, start, end, free before
         new_end: dict[int, float] = {}
         done: set[int] = set()
@@ -406,31 +419,52 @@ class _Schedule:
         for task_id in edited:
             if task_id in tasks:
                 make_dirty(task_id)
+
+        def pass_old(task_id: int) -> None:
+            """The walk reaches old task `task_id`'s place: the old run's resource moves on."""
+            resource = old_tasks[task_id].resource
+            old_free[resource] = end_of[task_id]
+            if free.get(resource, 0.0) == end_of[task_id]:
+                differs.discard(resource)
+            else:
+                differs.add(resource)
+
         index, count = cut, len(old_order)
         while len(dirty) < HANDOFF_DIRTY or 2 * len(dirty) < index - cut:
             while index < count:  # the next old task that keeps its ready time
                 head = old_order[index]
                 if head in dirty or head not in tasks:
-                    index += 1
+                    ahead.discard(head)
                 elif blocked.get(head):
                     make_dirty(head)
-                    index += 1
                 else:
                     break
+                pass_old(head)
+                index += 1
+            if not queue and not pending and not differs and not ahead and index > last_removed:
+                break  # the wave has passed: the rest is as it was
             if index < count and not (
                 queue and queue[0] < (ready_of[old_order[index]], old_order[index])
             ):
                 task_id = old_order[index]
                 ready = ready_of[task_id]
+                pass_old(task_id)
                 index += 1
             elif queue:
                 ready, task_id = heapq.heappop(queue)
+                if position.get(task_id, -1) >= index:
+                    ahead.add(task_id)
             else:
                 break
             task = tasks[task_id]
-            before = free.get(task.resource, 0.0)
+            resource = task.resource
+            before = free.get(resource, 0.0)
             start = ready if ready >= before else before
-            end = free[task.resource] = start + task.duration
+            end = free[resource] = start + task.duration
+            if end == old_free.get(resource, 0.0):
+                differs.discard(resource)
+            else:
+                differs.add(resource)
             if end == ready:
                 return False
             done.add(task_id)
@@ -461,12 +495,15 @@ class _Schedule:
             rest = {task_id for task_id in old_order[index:] if task_id not in done}
             rest.update(task_id for task_id in dirty if task_id not in done)
             self.resource_free = free
-            self._run_again(graph, rest, self._commit(graph, cut, taken, taken_ready, new))
+            before = self._commit(graph, cut, taken, taken_ready, new, count)
+            self._run_again(graph, rest, before)
             return True
         if pending:
             return False
+        if index < count:  # stopped early: the old run's resources end as they did
+            free = {**free, **self.resource_free}
         self.resource_free = free
-        self._retrace(self._commit(graph, cut, taken, taken_ready, new))
+        self._retrace(self._commit(graph, cut, taken, taken_ready, new, index))
         return True
 
     def _commit(
@@ -476,10 +513,12 @@ class _Schedule:
         taken: list[int],
         taken_ready: list[float],
         new: dict[int, tuple[float, float, float, float]],
+        rest: int,
     ) -> dict[int, Before]:
-        """Stores a sparse re-simulation (the order from `cut` on, the tasks whose times moved);
-        returns the old task, start and end of each task moved or removed, for `_retrace`."""
-        removed = [task_id for task_id in self.order[cut:] if task_id not in graph._tasks]
+        """Stores a sparse re-simulation (the order from `cut` on: `taken`, then the old one
+        from `rest` on, the tasks whose times moved); returns the old task, start and end of
+        each task moved or removed, for `_retrace`."""
+        removed = [task_id for task_id in self.order[cut:rest] if task_id not in graph._tasks]
         before = {
             task_id: (self.tasks[task_id], self.start[task_id], self.end[task_id])
             for task_id in removed
@@ -495,9 +534,9 @@ class _Schedule:
         for task_id in removed:
             for table in self._per_task():
                 del table[task_id]
-        del self.order[cut:], self.order_ready[cut:], self.order_makespan[cut:]
-        self.order += taken
-        self.order_ready += taken_ready
+        self.order[cut:rest] = taken
+        self.order_ready[cut:rest] = taken_ready
+        del self.order_makespan[cut:]
         self._index(cut)
         return before
 
