@@ -448,16 +448,18 @@ class _Schedule:
             ):
                 task_id = old_order[index]
                 ready = ready_of[task_id]
-                pass_old(task_id)
                 index += 1
+                task = tasks[task_id]  # unedited: the old task
+                resource = task.resource
+                old_free[resource] = end_of[task_id]
             elif queue:
                 ready, task_id = heapq.heappop(queue)
                 if position.get(task_id, -1) >= index:
                     ahead.add(task_id)
+                task = tasks[task_id]
+                resource = task.resource
             else:
                 break
-            task = tasks[task_id]
-            resource = task.resource
             before = free.get(resource, 0.0)
             start = ready if ready >= before else before
             end = free[resource] = start + task.duration
