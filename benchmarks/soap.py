@@ -12,7 +12,8 @@ Four tables, every time but the measured ones *simulated* on the named preset
    `soap-shard{machine=M mesh=D search=mcmc budget=B timeout=T seed=0}`: the simulated
    iteration time of data parallel, expert and the search's plan, the plan's speedup
    over each, the pass's seconds and why the search stopped. Shapes are the zoo's
-   defaults (the thesis' models) except the RNNs' sequence length (`SEARCH_MODELS`):
+   defaults (the thesis' models) except batches of 1 and the RNNs' sequence length
+   (`SEARCH_MODELS`):
    the simulator runs in Python, so the search's speed, not the shapes, sets what fits
    2 cores, and an RNN's graph grows with its steps.
 2. **Delta vs full**, from the same searches' statistics: delta simulations per second
@@ -83,15 +84,16 @@ from tasoc.passes.soap.strategies import STRATEGIES  # noqa: E402
 
 SEARCH_MODELS: dict[str, dict[str, OptionValue]] = {
     "alexnet": {},
-    "inception_v3": {},
-    "resnet50": {},
+    "inception_v3": {"batch": 64},
+    "resnet50": {"batch": 64},
     "rnntc": {"seq": 4},
     "rnnlm": {"seq": 4},
     "nmt": {"seq": 4},
     "dlrm": {},
     "candle_uno": {},
 }
-"""Model -> options over the zoo's defaults (the thesis' shapes): RNNs unrolled 4 steps."""
+"""Model -> options over the zoo's defaults (the thesis' shapes): a batch of 64 for the
+CNNs whose default is 1 (nothing to split across devices), RNNs unrolled 4 steps."""
 
 MACHINES = ("k80-cluster", "p100-cluster")
 DEVICE_COUNTS = (4, 8, 16)
