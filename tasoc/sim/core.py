@@ -29,12 +29,20 @@ From `cut` on, as the thesis' Bellman-Ford-like update does, only *dirty* tasks 
 queued again — the edited ones, the users of a task whose end moved, and tasks met while
 one of their dependencies is still dirty — while the others are walked in their old order
 just to carry each resource's free time, and re-timed only where that free time moved.
+The walk stops, keeping the old rest, where the edit's effect has closed up: nothing
+dirty left and every resource free at the time it was in the old run at that point.
 Merging the two by (ready, id) is the full simulation's order whenever no task from `cut`
 on ends the instant it becomes ready (then ready times rise strictly along dependencies);
 where one does (a zero-length task), ties depend on arrival order, so the update replays
 the event loop itself from `cut`, as it also does for the rest once most tasks are dirty.
 Either way the result is the full simulation's, float for float, and a memory pool's
 trace is re-summed only from its earliest moved event.
+
+Cost: both run with the cyclic garbage collector paused (`paused_gc`). An edit that
+moves the makespan moves the tasks after it up to the end (a data-parallel step's op
+does), so the update then costs the full simulation of the part of the timeline after
+the edit; it is cheap where the edit's effect is absorbed by slack before the end
+(`benchmarks/sim_delta.py` has the numbers).
 """
 
 from __future__ import annotations
@@ -678,7 +686,8 @@ class DeltaSimulator:
     """Re-simulates a `TaskGraph` after edits, replaying only what they can reach (§3.4.3).
 
     Every `update()` equals `simulate(graph)` exactly; it is cheaper the later in the
-    timeline the earliest edited task sits.
+    timeline the earliest edited task sits, and the sooner the times after it close up
+    with the old ones.
     """
 
     def __init__(self, graph: TaskGraph) -> None:

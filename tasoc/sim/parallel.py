@@ -395,11 +395,15 @@ class ShardedStep:
             if not self._donated(value, plan.values[value])
         )
         duration, name = self._duration(node), f"{node.op} #{self._position[node]}"
+        operands = [
+            group.ready[(value, need)]
+            for group, value, need in zip(groups, node.inputs, plan.operands[node], strict=True)
+        ]
         specs = {}
         for device in self.mesh_of(node).device_ids:
             deps = []
-            for group, value, need in zip(groups, node.inputs, plan.operands[node], strict=True):
-                buffer = group.ready[(value, need)].get(device)
+            for readable in operands:
+                buffer = readable.get(device)
                 if buffer is not None and buffer.ready is not None:
                     deps.append(buffer.ready)
             frees = [entry for g in own for entry in g.compute_frees.get((node, device), ())]
@@ -428,6 +432,8 @@ class ShardedStep:
         buffers: list[_Buffer] = []
         for value in self._values_of(producer):
             here = plan.values[value]
+            kept = value.node.is_arg or self._kept(value, here)
+            nbytes, kind = self._local_bytes(value, here), self._kind[value]
             produced = {}
             for device in self._devices_of(here):
                 writer: Key | None = None
@@ -437,9 +443,7 @@ class ShardedStep:
                     ready = stats.get(device, writer)
                 elif value.node.is_arg:
                     writer = ready = ("res", device)
-                kept = value.node.is_arg or self._kept(value, here)
-                nbytes = self._local_bytes(value, here)
-                produced[device] = _Buffer(device, writer, ready, nbytes, self._kind[value], kept)
+                produced[device] = _Buffer(device, writer, ready, nbytes, kind, kept)
             buffers += produced.values()
             group.ready[(value, here)] = produced
             for target in self._targets(value):
