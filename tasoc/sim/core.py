@@ -53,7 +53,7 @@ import math
 import weakref
 from bisect import bisect_left
 from collections.abc import Hashable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any
@@ -273,6 +273,7 @@ class _Schedule:
         self.position: dict[int, int] = {}
         self.order: list[int] = []
         self.order_ready: list[float] = []  # non-decreasing: what `cut` bisects
+        self.order_resource: list[Hashable] = []  # each taken task's resource, for C-speed scans
         self.order_makespan: list[float] = []  # the makespan of the first i + 1 tasks taken
         self.resource_free: dict[Hashable, float] = {}
         self.pools: dict[Pool, _PoolTrace] = {}
@@ -315,12 +316,12 @@ class _Schedule:
     def _free_at(self, cut: int) -> dict[Hashable, float]:
         """Each resource's free time when the `cut`-th task was taken."""
         free = dict(self.resource_free)
-        rewound: set[Hashable] = set()
-        for task_id in self.order[cut:]:  # a resource as its first task from `cut` on found it
-            resource = self.tasks[task_id].resource
-            if resource not in rewound:
-                rewound.add(resource)
-                free[resource] = self.free_before[task_id]
+        # a resource as its first task from `cut` on found it: written last, read backwards
+        tail = self.order[cut:]
+        tail.reverse()
+        resources = self.order_resource[cut:]
+        resources.reverse()
+        free.update(zip(resources, map(self.free_before.__getitem__, tail), strict=True))
         return free
 
     def _replay(self, graph: TaskGraph, edited: set[int], cut: int) -> None:
@@ -329,6 +330,7 @@ class _Schedule:
         added = [task_id for task_id in edited if task_id not in self.position]
         self.resource_free = self._free_at(cut)
         del self.order[cut:], self.order_ready[cut:], self.order_makespan[cut:]
+        del self.order_resource[cut:]
         self._run_again(graph, replayed + added)
 
     def _run_again(
@@ -394,9 +396,11 @@ class _Schedule:
         old_free = dict(free)  # each resource's free time in the old run, at `index`
         differs: set[Hashable] = set()  # resources where `free` and `old_free` disagree
         ahead: set[int] = set()  # old tasks taken before the walk reached their old place
-        last_removed = max(
-            (position.get(task_id, -1) for task_id in edited if task_id not in tasks), default=-1
+        resources = self.order_resource
+        removed_at = sorted(
+            position[task_id] for task_id in edited if task_id not in tasks and task_id in position
         )
+        last_removed = removed_at[-1] if removed_at else -1
         new: dict[int, tuple[float, float, float, float]] = {}  # ready, start, end, free before
         new_end: dict[int, float] = {}
         done: set[int] = set()
@@ -407,6 +411,8 @@ class _Schedule:
         queue: list[Queued] = []
         taken: list[int] = []
         taken_ready: list[float] = []
+        taken_resource: list[Hashable] = []
+        index, count = cut, len(old_order)
 
         def ready_time(deps: tuple[int, ...]) -> float:
             return max((new_end.get(dep, end_of.get(dep, 0.0)) for dep in deps), default=0.0)
@@ -416,7 +422,12 @@ class _Schedule:
             for user in succ[task_id]:
                 blocked[user] = blocked.get(user, 0) + 1
             deps = tasks[task_id].deps
-            untaken = [dep for dep in deps if dep not in done and position.get(dep, cut) >= cut]
+            untaken = [
+                dep
+                for dep in deps
+                # untaken: dirty, new (no old place) or not yet reached by the walk
+                if dep not in done and (dep in dirty or position.get(dep, count) >= index)
+            ]
             for dep in untaken:
                 waiters.setdefault(dep, []).append(task_id)
             if untaken:
@@ -437,7 +448,18 @@ class _Schedule:
             else:
                 differs.add(resource)
 
-        index, count = cut, len(old_order)
+        def next_disagreement() -> int:
+            """The first old place from `index` on whose task is removed or runs on a
+            resource that disagrees with the old run (C-speed scans of `resources`)."""
+            stop = count
+            after = bisect_left(removed_at, index)
+            if after < len(removed_at):
+                stop = removed_at[after]
+            for resource in differs:
+                with suppress(ValueError):
+                    stop = resources.index(resource, index, stop)
+            return stop
+
         while len(dirty) < HANDOFF_DIRTY or 2 * len(dirty) < index - cut:
             while index < count:  # the next old task that keeps its ready time
                 head = old_order[index]
@@ -449,8 +471,22 @@ class _Schedule:
                     break
                 pass_old(head)
                 index += 1
-            if not queue and not pending and not differs and not ahead and index > last_removed:
-                break  # the wave has passed: the rest is as it was
+            if not queue and not pending and not ahead:  # nothing dirty left to take
+                if not differs and index > last_removed:
+                    break  # the wave has passed: the rest is as it was
+                skip = next_disagreement()
+                if skip > index:  # the old tasks up to there keep their times: taken as a block
+                    ids = old_order[index:skip]
+                    taken += ids
+                    taken_ready += self.order_ready[index:skip]
+                    taken_resource += resources[index:skip]
+                    passed = dict(
+                        zip(resources[index:skip], map(end_of.__getitem__, ids), strict=True)
+                    )
+                    free.update(passed)
+                    old_free.update(passed)
+                    index = skip
+                    continue
             if index < count and not (
                 queue and queue[0] < (ready_of[old_order[index]], old_order[index])
             ):
@@ -480,6 +516,7 @@ class _Schedule:
             done.add(task_id)
             taken.append(task_id)
             taken_ready.append(ready)
+            taken_resource.append(resource)
             moved = end != end_of.get(task_id) or task_id not in position
             if (
                 moved
@@ -505,7 +542,7 @@ class _Schedule:
             rest = {task_id for task_id in old_order[index:] if task_id not in done}
             rest.update(task_id for task_id in dirty if task_id not in done)
             self.resource_free = free
-            before = self._commit(graph, cut, taken, taken_ready, new, count)
+            before = self._commit(graph, cut, (taken, taken_ready, taken_resource), new, count)
             self._run_again(graph, rest, before)
             return True
         if pending:
@@ -513,21 +550,21 @@ class _Schedule:
         if index < count:  # stopped early: the old run's resources end as they did
             free = {**free, **self.resource_free}
         self.resource_free = free
-        self._retrace(self._commit(graph, cut, taken, taken_ready, new, index))
+        self._retrace(self._commit(graph, cut, (taken, taken_ready, taken_resource), new, index))
         return True
 
     def _commit(
         self,
         graph: TaskGraph,
         cut: int,
-        taken: list[int],
-        taken_ready: list[float],
+        taken: tuple[list[int], list[float], list[Hashable]],
         new: dict[int, tuple[float, float, float, float]],
         rest: int,
     ) -> dict[int, Before]:
-        """Stores a sparse re-simulation (the order from `cut` on: `taken`, then the old one
-        from `rest` on, the tasks whose times moved); returns the old task, start and end of
-        each task moved or removed, for `_retrace`."""
+        """Stores a sparse re-simulation (the order from `cut` on: the tasks `taken`, with
+        their ready times and resources, then the old order from `rest` on; the tasks whose
+        times moved); returns the old task, start and end of each task moved or removed,
+        for `_retrace`."""
         removed = [task_id for task_id in self.order[cut:rest] if task_id not in graph._tasks]
         before = {
             task_id: (self.tasks[task_id], self.start[task_id], self.end[task_id])
@@ -544,8 +581,7 @@ class _Schedule:
         for task_id in removed:
             for table in self._per_task():
                 del table[task_id]
-        self.order[cut:rest] = taken
-        self.order_ready[cut:rest] = taken_ready
+        self.order[cut:rest], self.order_ready[cut:rest], self.order_resource[cut:rest] = taken
         del self.order_makespan[cut:]
         self._index(cut)
         return before
@@ -568,7 +604,7 @@ class _Schedule:
         tasks, succ = graph._tasks, graph._succ
         taken, ready_of, start_of, end_of = self.tasks, self.ready, self.start, self.end
         free_before, resource_free, instant = self.free_before, self.resource_free, self.instant
-        order, order_ready = self.order, self.order_ready
+        order, order_ready, order_resource = self.order, self.order_ready, self.order_resource
         pop, push = heapq.heappop, heapq.heappush
         first = len(order)
         while queue:
@@ -586,6 +622,7 @@ class _Schedule:
             free_before[task_id] = free
             order.append(task_id)
             order_ready.append(ready)
+            order_resource.append(resource)
             for user in succ[task_id]:
                 latest = ready_at.get(user, 0.0)
                 if end > latest:
