@@ -223,6 +223,9 @@ def delta_table(rows: Sequence[SearchRow]) -> str:
         "| --- | --- | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
+        if r.proposals == 0:  # the clock ran out first: no update of a proposal to time
+            lines.append(f"| {r.model} | {r.machine} | {r.devices} | - | - | - |")
+            continue
         full = r.delta_per_s / r.delta_vs_full
         lines.append(
             f"| {r.model} | {r.machine} | {r.devices} | {r.delta_per_s:.1f} | {full:.1f} "
