@@ -15,20 +15,25 @@ Each edit scales one random task's duration by 1.5 or 1/1.5 (`task`), or every
 device's task of one random layer (`op`, one operator's configuration: `step` only);
 the same edit sequence is timed with a full simulation and with a delta update after each.
 
-Measured on this 2-core machine (shared, so +-15 %), 2026-11-25:
+Measured on this 2-core machine (shared, so +-15 %), 2026-11-25, after the event loop
+lost its per-user dependency scans and the cyclic GC was paused around simulations
+(`tasoc.sim.core.paused_gc`), and the sparse update learnt to stop, or to take a block
+of old tasks at once, where the edit's effect has closed up (before: 102, 104, 68 full
+and 280, 129, 185 delta simulations/s at 16 devices):
 
     graph     tasks edit    full/s  delta/s  speedup     (16 devices)
-    step       4992 task     102.2    280.1    2.74x
-    step       4992 op       104.4    129.1    1.24x
-    random     5000 task      67.5    185.4    2.75x
-    step       4992 task      98.5    428.3    4.35x     (64 devices)
-    step       4992 op       100.4     99.4    0.99x
-    random     5000 task      72.5    211.5    2.92x
+    step       4992 task     133.5    361.3    2.71x
+    step       4992 op       143.2    164.8    1.15x
+    random     5000 task      85.5    244.9    2.87x
+    step       4992 task     123.0    463.3    3.77x     (64 devices)
+    step       4992 op       135.5    166.2    1.23x
+    random     5000 task      74.9    385.8    5.15x
 
 A one-task edit moves one device's chain, which the sparse update re-times alone; an
-`op` edit moves every device's chain from its layer on, so the update re-runs the event
-loop from that layer (the earlier part is all it saves), like a full simulation of the
-rest.
+`op` edit moves every device's chain from its layer on to the end of the step (the
+makespan moves), so the update re-runs the event loop from that layer: it saves the
+part before the edit, never more, since an exact (float for float) update cannot shift
+the later tasks by a constant and must re-time each of them.
 """
 
 from __future__ import annotations
