@@ -246,8 +246,9 @@ class ShardedStep:
 
         self.graph = TaskGraph()
         self._ids: dict[Key, int] = {}
-        self._memory: dict[int, tuple[Bytes, Bytes]] = {}
-        """Each task's allocs and frees by kind (the graph's tasks have them by pool)."""
+        self._specs: dict[int, _Spec] = {}
+        """Each task's spec: its allocs and frees by kind (the graph's tasks have them by
+        pool), and what an edit compares before making a task anew."""
         self._groups: dict[Producer, _Group] = {}
         for device in self._devices:
             self._add(("res", device), self._resident_spec(device))
@@ -325,20 +326,24 @@ class ShardedStep:
                 self._update(("res", device), self._resident_spec(device))
         for task_id in reversed(old_ids):
             self.graph.remove(task_id)
-            del self._memory[task_id]
+            del self._specs[task_id]
 
     def _add(self, key: Key, spec: _Spec) -> None:
         task = self._task(spec)
         task_id = self.graph.add(task)
         self._ids[key] = task_id
-        self._memory[task_id] = (spec.alloc, spec.free)
+        self._specs[task_id] = spec
 
     def _update(self, key: Key, spec: _Spec) -> None:
         task_id = self._ids[key]
+        if spec == self._specs[task_id] and self.graph[task_id].deps == tuple(
+            map(self._ids.__getitem__, spec.deps)
+        ):
+            return  # the same task (an edit re-specs every reader; most stay as they were)
         task = self._task(spec)
         if self.graph[task_id] != task:
             self.graph.replace(task_id, task)
-        self._memory[task_id] = (spec.alloc, spec.free)
+        self._specs[task_id] = spec
 
     def _task(self, spec: _Spec) -> Task:
         pool = ("mem", spec.resource[1])  # type: ignore[index]
@@ -358,10 +363,10 @@ class ShardedStep:
         None), by kind; each total is the timeline's peak of pool ("mem", d)."""
         timeline = timeline or simulate(self.graph)
         events: dict[int, list[tuple[float, int, str, int]]] = {d: [] for d in self._devices}
-        for task_id, (alloc, free) in self._memory.items():
+        for task_id, spec in self._specs.items():
             device = self.graph[task_id].resource[1]  # type: ignore[index]
-            events[device] += [(timeline.start[task_id], 1, kind, n) for kind, n in alloc]
-            events[device] += [(timeline.end[task_id], 0, kind, -n) for kind, n in free]
+            events[device] += [(timeline.start[task_id], 1, kind, n) for kind, n in spec.alloc]
+            events[device] += [(timeline.end[task_id], 0, kind, -n) for kind, n in spec.free]
         split = {}
         for device, trace in events.items():
             held = dict.fromkeys(KINDS, 0)
