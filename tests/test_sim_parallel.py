@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass, replace
 
 import pytest
@@ -101,7 +102,7 @@ def collectives(step: ShardedStep) -> Counter[str]:
 
 def test_data_parallel_mlp_has_a_compute_task_per_op_and_device_and_an_all_reduce_per_weight():
     planned = training_plan(MLP, "8", "data-parallel")
-    step = planned.step(machine("cpu-8"))
+    step = planned.step(machine("cpu-8"), collapse=False)
     tasks = [step.graph[i] for i in step.graph.ids()]
     computing = [t for t in tasks if t.resource[0] == "device"]
     ops = [node for node in planned.dag.ops if node.inputs]
@@ -164,7 +165,7 @@ def test_a_two_op_step_takes_compute_plus_the_all_reduce_between():
         },
         outputs=(Sharding.replicated("mesh", 2),),
     )
-    step = ShardedStep(dag, plan, FixedMachine(), fixed_cost, mesh=mesh)  # type: ignore[arg-type]
+    step = ShardedStep(dag, plan, FixedMachine(), fixed_cost, mesh=mesh, collapse=False)  # type: ignore[arg-type]
     timeline = simulate(step.graph)
     assert timeline.makespan == 1.0 + 0.5 + 2.0
     memory = step.memory(timeline)
@@ -178,7 +179,7 @@ def test_memory_of_a_weight_replicated_and_split():
     output features (8 ways) holds 1/8 of its weight."""
     data = training_plan(MLP, "8", "data-parallel")
     weights = (8 * 32 + 32 * 4) * 4
-    step = data.step(machine("cpu-8"))
+    step = data.step(machine("cpu-8"), collapse=False)
     timeline = simulate(step.graph)
     memory = step.memory(timeline)
     assert {m.params for m in memory.values()} == {weights}
@@ -193,6 +194,61 @@ def test_memory_of_a_weight_replicated_and_split():
     plan.outputs = tuple(split_columns if i == result else s for i, s in enumerate(plan.outputs))
     split = ShardedStep(data.dag, plan, machine("cpu-8"), mesh=data.mesh, signature=data.signature)
     assert {m.params for m in split.memory().values()} == {weights - 8 * 32 * 4 * 7 // 8}
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    start=st.sampled_from(
+        [
+            ("data-parallel", "8", "cpu-8"),
+            ("expert", "8", "cpu-8"),
+            ("data-parallel", "2x4", "k80-cluster"),
+            ("expert", "4x2", "p100-cluster"),
+        ]
+    ),
+    edits=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 10**6)), max_size=3),
+)
+def test_a_collapsed_step_simulates_as_every_device_would(
+    start: tuple[str, str, str], edits: list[tuple[int, int]]
+) -> None:
+    """One device standing for its mesh (`_device_classes`) gives the per-device task
+    graph's makespan and every device's memory, exactly, with a mesh's devices fewer
+    tasks; after random edits too (the collapsed step edited, the other built afresh)."""
+    search, mesh, name = start
+    planned = alexnet_plan(search, mesh)
+    on = machine(name)
+    collapsed = planned.step(on)
+    collapsed.plan = copied(planned.plan)
+    assert all(len(devices) > 1 for devices in collapsed.stands_for.values())
+    ops = [node for node in planned.dag.ops if node.inputs]
+    for op_pick, config_pick in edits:
+        node = ops[op_pick % len(ops)]
+        configs = list(soap.configurations(collapsed.rules[node], collapsed.mesh_of(node)))
+        with suppress(ShardingError):
+            collapsed.set_config(node, configs[config_pick % len(configs)])
+    every = ShardedStep(
+        planned.dag,
+        copied(collapsed.plan),
+        on,
+        mesh=planned.mesh,
+        signature=planned.signature,
+        collapse=False,
+    )
+    assert len(collapsed.graph) < len(every.graph)
+    short, full = simulate(collapsed.graph), simulate(every.graph)
+    assert short.makespan == full.makespan
+    assert collapsed.memory(short) == every.memory(full)
+    assert max(short.peak.values()) == max(full.peak.values())
+
+
+def test_a_step_collapses_only_where_devices_are_alike():
+    """Groups of one collective with different shapes on the machine (a 2x3 mesh's
+    rows of 3 on nodes of 4: one on a node, one across two) keep every device its own."""
+    planned = training_plan(MLP, "2x3", "data-parallel")
+    k80 = machine("k80-cluster")
+    assert k80.group_shape([0, 1, 2]) != k80.group_shape([3, 4, 5])
+    assert planned.step(k80).stands_for == {d: (d,) for d in range(6)}
+    assert planned.step(machine("cpu-8")).stands_for == {0: tuple(range(6))}
 
 
 def test_a_mesh_larger_than_the_machine_is_one_line():

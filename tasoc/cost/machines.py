@@ -198,6 +198,12 @@ class Machine:
             tree = steps * (latency + nbytes / 2 / bandwidth)
         return min(ring, tree)
 
+    def group_shape(self, group: Sequence[int]) -> tuple[int, ...]:
+        """How many devices of `group` each node it spans holds, largest first: all that
+        `collective_time` depends on of a group (every node is alike), so two groups of
+        one shape take equally long for every collective."""
+        return tuple(sorted(self._group_per_node(group).values(), reverse=True))
+
     def _group_per_node(self, group: Sequence[int]) -> Counter[int]:
         """How many devices of `group` each node holds; MachineError for a device the
         machine does not have, a repeated one or an empty group."""

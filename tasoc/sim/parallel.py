@@ -52,7 +52,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
@@ -215,6 +215,7 @@ class ShardedStep:
         *,
         mesh: Mesh | None = None,
         signature: TrainingSignature | None = None,
+        collapse: bool = True,
     ) -> None:
         if not plan.meshes and mesh is None:
             raise ValueError("a plan on one mesh needs that mesh (mesh=...)")
@@ -241,7 +242,10 @@ class ShardedStep:
         self._replaces = dict(signature.replaces) if signature else {}
         self._kind = _kinds(dag, signature)
         self._free = _free_values(dag, signature)
-        self._devices = sorted({d for m in self.meshes.values() for d in m.device_ids})
+        self.stands_for = _device_classes(self.meshes.values(), machine, collapse)
+        """Each simulated device and the devices whose tasks it stands for (itself alone
+        when the step is not collapsed; `_device_classes`)."""
+        self._devices = sorted(self.stands_for)
         self._collective_times: dict[tuple[object, ...], float] = {}
 
         self.graph = TaskGraph()
@@ -375,8 +379,8 @@ class ShardedStep:
                 held[kind] += delta
                 if sum(held.values()) > sum(best.values()):
                     best = dict(held)
-            split[device] = MemoryBreakdown(**best)
-        return split
+            split.update(dict.fromkeys(self.stands_for[device], MemoryBreakdown(**best)))
+        return dict(sorted(split.items()))
 
     # ------------------------------------------------------------------ tasks
 
@@ -405,7 +409,7 @@ class ShardedStep:
             for group, value, need in zip(groups, node.inputs, plan.operands[node], strict=True)
         ]
         specs = {}
-        for device in self.mesh_of(node).device_ids:
+        for device in self._simulated(self.mesh_of(node).device_ids):
             deps = []
             for readable in operands:
                 buffer = readable.get(device)
@@ -440,7 +444,7 @@ class ShardedStep:
             kept = value.node.is_arg or self._kept(value, here)
             nbytes, kind = self._local_bytes(value, here), self._kind[value]
             produced = {}
-            for device in self._devices_of(here):
+            for device in self._simulated(self._devices_of(here)):
                 writer: Key | None = None
                 ready: Key | None = None
                 if producer is not None:
@@ -486,7 +490,7 @@ class ShardedStep:
         node = group.producer
         assert node is not None
         rule, mesh = self.rules[node], self.mesh_of(node)
-        last: dict[int, Key] = {d: ("op", node, d) for d in mesh.device_ids}
+        last: dict[int, Key] = {d: ("op", node, d) for d in self._simulated(mesh.device_ids)}
         for factor, axes in soap.internal_collectives(rule, self.plan.configs[node]):
             nbytes = sum(
                 self._local_bytes(value, self.plan.values[value])
@@ -509,6 +513,7 @@ class ShardedStep:
             made += self._chain(group, value, completed(source))
             source = completed(source)
         current = group.ready[(value, source)]
+        held = self._devices_of(source)  # every device holding the value, simulated or not
         steps = moves(source, target, value.sig, self.meshes)
         for number, step in enumerate(steps):
             if step.kind == "all_slice":
@@ -516,7 +521,7 @@ class ShardedStep:
             last = number == len(steps) - 1
             mesh = self.meshes[step.result.mesh]
             if step.kind == "replicate":
-                members = [sorted({*current, *mesh.device_ids})]
+                members = [sorted({*held, *mesh.device_ids})]
             else:
                 members = _axis_groups(mesh, step.axes)
             nbytes = self._local_bytes(value, step.result)
@@ -537,8 +542,9 @@ class ShardedStep:
                 buffer.chain_readers.append(keys[device])
             current = {
                 d: _Buffer(d, keys[d], keys[d], nbytes, "communication", kept)
-                for d in mesh.device_ids
+                for d in self._simulated(mesh.device_ids)
             }
+            held = mesh.device_ids
             made += current.values()
         group.ready[(value, target)] = current
         return made
@@ -553,15 +559,19 @@ class ShardedStep:
         name: str,
         alloc: Mapping[int, int],
     ) -> dict[int, Key]:
-        """One collective per group of devices in `members`: a task on each of them,
-        waiting on the value on every device of its group (on every device holding it,
-        for a replicate, whose one group spans both device groups); the keys by device."""
+        """One collective per group of devices in `members`: a task on each of them
+        simulated, waiting on the value on every device of its group (on every device
+        holding it, for a replicate, whose one group spans both device groups); the keys
+        by device. A group with no simulated device is left out (`_device_classes`)."""
         keys: dict[int, Key] = {}
         for devices in members:
+            simulated = self._simulated(devices)
+            if not simulated:
+                continue
             duration = self._collective_time(kind, nbytes, tuple(devices))
             waits = devices if kind != "replicate" else list(ready_on)
             deps = tuple(k for k in (ready_on.get(d) for d in waits) if k is not None)
-            for device in devices:
+            for device in simulated:
                 key = ("grp", group.producer, len(group.specs))
                 held = alloc.get(device, 0)
                 allocated = (("communication", held),) if held else ()
@@ -585,6 +595,11 @@ class ShardedStep:
 
     def _devices_of(self, sharding: Sharding) -> tuple[int, ...]:
         return self.meshes[sharding.mesh].device_ids
+
+    def _simulated(self, devices: Iterable[int]) -> list[int]:
+        """Those of `devices` that have tasks of their own (all of them, uncollapsed)."""
+        stands_for = self.stands_for
+        return [device for device in devices if device in stands_for]
 
     def _local_bytes(self, value: Value, sharding: Sharding) -> int:
         return _shard_bytes(value.sig, sharding, self.meshes[sharding.mesh])
@@ -681,6 +696,37 @@ def _axis_groups(mesh: Mesh, axes: tuple[str, ...]) -> list[list[int]]:
         rest = tuple(c for (axis, _), c in zip(mesh.axes, coords, strict=True) if axis not in axes)
         groups.setdefault(rest, []).append(device)
     return list(groups.values())
+
+
+def _device_classes(
+    meshes: Collection[Mesh], machine: Machine, collapse: bool
+) -> dict[int, tuple[int, ...]]:
+    """Which devices one device's tasks can stand for, exactly.
+
+    Every op runs on all devices of its mesh, each shard of the same local shape, and a
+    collective over some mesh axes runs once per group of devices differing only
+    along them. So the devices of one mesh run the same tasks, of the same lengths, in
+    the same order, and their timelines and memory are identical (by induction over
+    the order tasks are taken), provided nothing tells them apart: every two meshes'
+    device sets are equal or disjoint (no task covers part of a mesh), and every
+    group a collective can run over on a mesh has the same shape on the machine
+    (`Machine.group_shape`, all a collective's time depends on), so all groups of one
+    collective take equally long. Then each mesh's devices are simulated as one, its
+    smallest id, and the task graph shrinks by the mesh's size: what makes a search
+    at 64 devices as fast as at 4. Otherwise, or without `collapse`, each device is
+    its own.
+    """
+    sets = {frozenset(mesh.device_ids) for mesh in meshes}
+    alone = {device: (device,) for devices in sets for device in devices}
+    if not collapse or sum(map(len, sets)) != len(alone):  # two sets overlap
+        return alone
+    for mesh in meshes:
+        for count in range(1, len(mesh.axes) + 1):
+            for axes in itertools.combinations(mesh.axis_names, count):
+                shapes = {machine.group_shape(group) for group in _axis_groups(mesh, axes)}
+                if len(shapes) > 1:
+                    return alone
+    return {min(devices): tuple(sorted(devices)) for devices in sets}
 
 
 def _summed(entries: Iterable[tuple[str, int]]) -> tuple[tuple[str, int], ...]:

@@ -64,9 +64,16 @@ def _name(node: Node, index: int) -> str:
     return f"{index}: {node.op}"
 
 
-def timeline(graph: TaskGraph, simulated: Timeline, title: str) -> TimelineFigure:
+def timeline(
+    graph: TaskGraph,
+    simulated: Timeline,
+    title: str,
+    stands_for: Mapping[int, tuple[int, ...]] | None = None,
+) -> TimelineFigure:
     """The simulated step as a Gantt chart: per device its compute row, then its
-    network row; zero-length tasks (arguments laid out) are left out."""
+    network row; zero-length tasks (arguments laid out) are left out. A device that
+    `stands_for` devices besides itself (`ShardedStep.stands_for`: they run the same
+    tasks at the same times) has its rows labelled with all of them."""
     rows: dict[object, str] = {}
     bars = []
     for task_id in graph.ids():
@@ -74,8 +81,18 @@ def timeline(graph: TaskGraph, simulated: Timeline, title: str) -> TimelineFigur
         start, end = simulated.start[task_id], simulated.end[task_id]
         if end <= start or not isinstance(task.resource, tuple):
             continue
-        rows.setdefault(task.resource, " ".join(map(str, task.resource)))
+        if task.resource not in rows:
+            kind, device = task.resource
+            devices = (stands_for or {}).get(device, (device,))
+            rows[task.resource] = f"{kind} {_devices_text(devices)}"
         kind = "compute" if task.resource[0] == "device" else task.name.split(" ", 1)[0]
         bars.append(Bar(rows[task.resource], start, end, kind))
     order = sorted(rows, key=lambda resource: (resource[1:], resource[0]))  # type: ignore[index]
     return TimelineFigure(title, tuple(rows[r] for r in order), tuple(bars))
+
+
+def _devices_text(devices: tuple[int, ...]) -> str:
+    """`3`, `0-15` for a run of ids, else `0,2,4`."""
+    if len(devices) > 1 and devices == tuple(range(devices[0], devices[-1] + 1)):
+        return f"{devices[0]}-{devices[-1]}"
+    return ",".join(map(str, devices))

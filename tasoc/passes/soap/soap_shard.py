@@ -181,7 +181,10 @@ class SoapShardPass(ModulePass):
         chosen = simulated["plan"]
         title = f"soap-shard {self.search}: the simulated step on {machine.name}"
         report.figure(
-            "soap-shard-timeline", timeline(chosen.step.graph, chosen.simulator.timeline, title)
+            "soap-shard-timeline",
+            timeline(
+                chosen.step.graph, chosen.simulator.timeline, title, chosen.step.stands_for
+            ),
         )
         section = report.section(self.name)
         if outcome is not None:
