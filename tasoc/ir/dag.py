@@ -145,7 +145,7 @@ class Node:
     keyword arguments (all of the op's, no others; lists are taken as tuples).
     """
 
-    __slots__ = ("__weakref__", "attrs", "inputs", "op", "sigs")
+    __slots__ = ("__weakref__", "_results", "attrs", "inputs", "op", "sigs")
 
     op: str
     attrs: Attrs
@@ -205,7 +205,7 @@ class Node:
 
     @property
     def results(self) -> tuple[Value, ...]:
-        return tuple(Value(self, i) for i in range(len(self.sigs)))
+        return self._results  # made once: searches read them millions of times
 
     @property
     def out(self) -> Value:
@@ -499,6 +499,7 @@ def _intern(
     init(node, "attrs", attrs)
     init(node, "inputs", inputs)
     init(node, "sigs", sigs)
+    init(node, "_results", tuple(Value(node, i) for i in range(len(sigs))))
     with _NODES_LOCK:
         return _NODES.setdefault(key, node)
 

@@ -68,8 +68,17 @@ class Mesh:
     name: str
     axes: tuple[tuple[str, int], ...]
     devices: tuple[int, ...] | None = None
+    size: int = field(init=False, repr=False, compare=False)
+    """The number of devices (made once: searches ask it millions of times)."""
+    device_ids: tuple[int, ...] = field(init=False, repr=False, compare=False)
+    """`devices`, or `0 .. size-1` when None."""
 
     def __post_init__(self) -> None:
+        size = math.prod(size for _, size in self.axes)
+        object.__setattr__(self, "size", size)
+        object.__setattr__(
+            self, "device_ids", self.devices if self.devices is not None else tuple(range(size))
+        )
         names = [axis for axis, _ in self.axes]
         repeated = sorted({axis for axis in names if names.count(axis) > 1})
         if repeated:
@@ -87,16 +96,8 @@ class Mesh:
                 raise ShardingError(f"mesh @{self.name} lists a device twice or below 0")
 
     @property
-    def size(self) -> int:
-        return math.prod(size for _, size in self.axes)
-
-    @property
     def axis_names(self) -> tuple[str, ...]:
         return tuple(axis for axis, _ in self.axes)
-
-    @property
-    def device_ids(self) -> tuple[int, ...]:
-        return self.devices if self.devices is not None else tuple(range(self.size))
 
     def axis_size(self, axis: str) -> int:
         for name, size in self.axes:

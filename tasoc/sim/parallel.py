@@ -313,15 +313,16 @@ class ShardedStep:
         for producer in producers:
             before = self._groups[producer]
             after = self._groups[producer] = self._group(producer)
-            if after.specs != before.specs:
+            renamed = after.specs != before.specs
+            if renamed:
                 old_ids += [self._ids.pop(key) for key in before.specs]
                 for key, spec in after.specs.items():
                     self._add(key, spec)
-            if _readable(after) != _readable(before):
-                if producer is not None:
-                    readers[producer] = None
-                for value in self._values_of(producer):
-                    readers.update((use.node, None) for use in self._consumers.get(value, ()))
+            for value in _moved_values(before, after, renamed):
+                readers.update((use.node, None) for use in self._consumers.get(value, ()))
+            for key in before.compute_frees.keys() | after.compute_frees.keys():
+                if before.compute_frees.get(key) != after.compute_frees.get(key):
+                    readers[key[0]] = None
         for reader in readers:
             for device, spec in self._compute_specs(reader).items():
                 self._update(("op", reader, device), spec)
@@ -655,11 +656,20 @@ class ShardedStep:
 # ---------------------------------------------------------------------- helpers
 
 
-def _readable(group: _Group) -> tuple[object, ...]:
-    """What a group tells the compute tasks reading it: its tasks, after which task
-    each layout is readable where, and which buffers readers free."""
-    ready = {layout: {d: b.ready for d, b in on.items()} for layout, on in group.ready.items()}
-    return group.specs, ready, group.compute_frees
+def _moved_values(before: _Group, after: _Group, renamed: bool) -> set[Value]:
+    """The values whose readers must be looked at again after a group was rebuilt: a
+    layout of theirs became readable after another task, or somewhere else, or after
+    a task of the group when its tasks were made anew (`renamed`: new ids)."""
+    moved = set()
+    for layout in before.ready.keys() | after.ready.keys():
+        old, new = before.ready.get(layout, {}), after.ready.get(layout, {})
+        old_ready = {d: b.ready for d, b in old.items()}
+        new_ready = {d: b.ready for d, b in new.items()}
+        if old_ready != new_ready or (
+            renamed and any(key is not None and key[0] == "grp" for key in new_ready.values())  # type: ignore[index]
+        ):
+            moved.add(layout[0])
+    return moved
 
 
 @functools.lru_cache(maxsize=1 << 16)

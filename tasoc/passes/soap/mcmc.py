@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import heapq
 import math
 import random
 import time
@@ -43,9 +44,18 @@ from tasoc.ir.dag import Node
 from tasoc.ir.shard_plan import Plan
 from tasoc.ir.soap import Config, Mesh, OpRule
 from tasoc.passes.search import Deadline, SearchOutcome, StopReason
-from tasoc.passes.soap.plan import PlanError, Prescription, Problem, complete
+from tasoc.passes.soap.plan import PlanError, Prescription, Problem, cheapest_config, complete
 from tasoc.sim.core import DeltaSimulator, Timeline, paused_gc, simulate
 from tasoc.sim.parallel import ShardedStep
+
+PROPAGATING = 0.5
+"""The share of proposals that propagate to the changed op's readers (`Chain._propagate`);
+the others are FlexFlow's, one op alone."""
+
+PROPAGATION_LIMIT = 256
+"""The most readers one propagating proposal re-chooses: a bound on its price (each
+costs a few resharding estimates and an edit of the step), not on how far it reaches
+in a small step."""
 
 PATIENCE = 4
 """A chain runs at least this many proposals per alternative configuration (of all
@@ -256,9 +266,18 @@ class Chain:
     """The ops proposals change (those with two configurations or more) and theirs."""
     rng: random.Random
     beta: float
+    propagating: float = PROPAGATING
+    """The share of proposals that propagate (`_propagate`)."""
     proposals: int = 0
     accepted: int = 0
     illegal: int = 0
+    propagated: int = 0
+    """Proposals that propagated, and so changed more than their op."""
+
+    def __post_init__(self) -> None:
+        step = self.state.step
+        self._consumers = step.dag.consumers()
+        self._position = {node: i for i, node in enumerate(step.order)}
 
     def run(self, budget: int, deadline: Deadline) -> tuple[dict[Node, Config], float, StopReason]:
         """The best configurations this chain found and their cost, and why it stopped."""
@@ -279,11 +298,14 @@ class Chain:
             node = self.rng.choice(ops)
             old = self.state.configs[node]
             others = [config for config in self.choices[node] if config != old]
+            propagate = self.rng.random() < self.propagating
             try:
                 self.state.set(node, self.rng.choice(others))
             except ValueError:  # a layout a reader cannot reach: the step is unchanged
                 self.illegal += 1
                 continue
+            undo = [(node, old), *(self._propagate(node) if propagate else ())]
+            self.propagated += len(undo) > 1
             cost = self.state.update()
             if self._accept(current, cost, scale):
                 self.accepted += 1
@@ -291,8 +313,52 @@ class Chain:
                 if cost < best_cost:
                     best, best_cost, since_best = dict(self.state.configs), cost, 0
             else:
-                self.state.set(node, old)
+                for changed, config in reversed(undo):
+                    self.state.set(changed, config)
                 current = self.state.update()
+
+    def _propagate(self, node: Node) -> list[tuple[Node, Config]]:
+        """After `node` changed: its readers, and theirs in turn (in program order, up
+        to `PROPAGATION_LIMIT` of them), re-choose the configuration completion would
+        give them now (`cheapest_config`); the readers changed, with their old
+        configurations.
+
+        One op's change alone is mostly a change *against* its neighbours, costing
+        the communication between them: a dense layer split by features while the
+        rest stays data parallel gathers its result back, and its backward ops, which
+        read that split, still compute as before. FlexFlow gives an op's forward and
+        backward one configuration (its tasks are the op's, both passes); a tasoc
+        training step has them as separate ops, which only move together when the
+        change propagates."""
+        step, problem = self.state.step, self.state.problem
+        queue = [
+            (self._position[use.node], use.node)
+            for v in node.results
+            for use in self._consumers.get(v, ())
+        ]
+        heapq.heapify(queue)
+        seen: set[Node] = {node}
+        changed: list[tuple[Node, Config]] = []
+        while queue and len(changed) < PROPAGATION_LIMIT:
+            _, reader = heapq.heappop(queue)
+            if reader in seen or reader not in self.choices:
+                continue
+            seen.add(reader)
+            old = self.state.configs[reader]
+            try:
+                chosen = cheapest_config(
+                    problem, step.plan, reader, step.mesh_of(reader), self.choices[reader]
+                )
+                if chosen == old:
+                    continue
+                self.state.set(reader, chosen)
+            except ValueError:  # no reachable configuration, or a reader cannot follow
+                continue
+            changed.append((reader, old))
+            for value in reader.results:
+                for use in self._consumers.get(value, ()):
+                    heapq.heappush(queue, (self._position[use.node], use.node))
+        return changed
 
     def _accept(self, current: float, proposed: float, scale: float) -> bool:
         """Eq. 3.1: always when not worse, else with probability exp(beta (old - new))."""
@@ -319,7 +385,7 @@ def search(
     best = Best(settings)
     chains: dict[str, dict[str, Any]] = {}
     stops: list[StopReason] = []
-    totals = {"proposals": 0, "accepted": 0, "illegal": 0, "updates": 0}
+    totals = {"proposals": 0, "accepted": 0, "illegal": 0, "propagated": 0, "updates": 0}
     update_seconds, full_seconds = 0.0, math.nan
     for index, (origin, plan) in enumerate(starts.items()):
         left = len(starts) - index
@@ -348,7 +414,7 @@ def search(
             "proposals": chain.proposals,
             "stopped": str(stopped),
         }
-        for key in ("proposals", "accepted", "illegal"):
+        for key in ("proposals", "accepted", "illegal", "propagated"):
             totals[key] += getattr(chain, key)
         totals["updates"] += state.updates
         update_seconds += state.update_seconds
@@ -361,6 +427,7 @@ def search(
         "accepted": totals["accepted"],
         "acceptance_rate": round(totals["accepted"] / max(totals["proposals"], 1), 4),
         "illegal_proposals": totals["illegal"],
+        "propagated_proposals": totals["propagated"],
         "simulations": totals["updates"],
         "simulations_per_second": round(totals["updates"] / max(update_seconds, 1e-9), 1),
         "delta_vs_full": round(full_seconds / delta_seconds, 2) if delta_seconds > 0 else None,

@@ -193,6 +193,23 @@ def complete(problem: Problem, prescription: Prescription) -> Plan:
     )
 
 
+def cheapest_config(
+    problem: Problem, plan: Plan, node: Node, mesh: Mesh, candidates: Sequence[Config]
+) -> Config:
+    """The one of `candidates` (configurations on `mesh`) completion would give `node`
+    where `plan` lays out its operands as it does now: the fewest bytes of resharding
+    its operands and its results into the layouts they leave the program in
+    (`_cheapest`'s order of ties).
+    What a search's propagating proposal re-chooses for the readers of an op it edits."""
+    meshes = {m.name: m for m in (problem.mesh, *plan.meshes)}
+    exits: dict[Value, list[int]] = {}
+    for index, value in enumerate(problem.dag.outputs):
+        if value.node is node:
+            exits.setdefault(value, []).append(index)
+    rule = problem.rules[node]
+    return _cheapest(problem, meshes, mesh, rule, candidates, node, plan.values, exits, {})[0]
+
+
 def _runs(order: Sequence[Node], placement: Mapping[Node, Mesh]) -> dict[Node, int]:
     """Each op's run, on a program on device groups: the consecutive ops (constants
     aside, which go where they are read) on one group, which run as one computation.
