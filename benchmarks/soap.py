@@ -16,10 +16,11 @@ Four tables, every time but the measured ones *simulated* on the named preset
    (`SEARCH_MODELS`):
    the simulator runs in Python, so the search's speed, not the shapes, sets what fits
    2 cores, and an RNN's graph grows with its steps.
-2. **Delta vs full**, from the same searches' statistics: delta simulations per second
-   over the proposals the search made, and full simulations per second of the same
-   graph (`delta_vs_full` of the report: one full simulation's time over the mean
-   delta update's).
+2. **Delta vs full** on one proposal sequence (`--proposals` of a chain from data
+   parallel, seed 0): each strategy it simulated, priced by delta simulation (editing
+   the task graph, `ShardedStep.set_config`, then `DeltaSimulator.update`) and again
+   in full as the thesis defines it (§3.4.2: build the task graph, then simulate), side
+   by side; and the simulators alone (an update against `simulate` of the built graph).
 3. **Optimality**: a LeNet-like CNN and a 2-step RNNLM (forward programs: a training
    step has far more strategies than `search=exhaustive` enumerates) on `cpu-4`, 4
    devices: MCMC's plan against `search=exhaustive`'s optimum.
@@ -81,6 +82,8 @@ from tasoc.passes.soap import SoapShardFailed, SoapShardPass, mcmc  # noqa: E402
 from tasoc.passes.soap.plan import Problem, complete  # noqa: E402
 from tasoc.passes.soap.soap_shard import BASELINES, parse_mesh  # noqa: E402
 from tasoc.passes.soap.strategies import STRATEGIES  # noqa: E402
+from tasoc.sim.core import simulate  # noqa: E402
+from tasoc.sim.parallel import ShardedStep  # noqa: E402
 
 SEARCH_MODELS: dict[str, dict[str, OptionValue]] = {
     "alexnet": {},
@@ -102,6 +105,8 @@ SEED = 0
 REALITY_MODELS = ("dlrm", "candle_uno", "transformer")
 PAIRS, QUICK_PAIRS = 8, 2
 QUICK_BUDGET = 20
+PROPOSALS, QUICK_PROPOSALS = 30, 5
+"""Proposals of the chain whose simulations the delta vs full table replays."""
 SAMPLE_S = 0.03
 """A timed sample repeats a step until it takes this long."""
 OPTIMALITY_MESH = 4
@@ -164,8 +169,6 @@ class SearchRow:
     seconds: float
     stopped: str
     proposals: int
-    delta_per_s: float
-    delta_vs_full: float
 
     @property
     def over_data_parallel(self) -> float:
@@ -196,8 +199,6 @@ def search_row(
         section["seconds"],
         section["stopped"],
         section["proposals"],
-        section["simulations_per_second"],
-        section["delta_vs_full"] or math.nan,
     )
 
 
@@ -217,19 +218,84 @@ def search_table(rows: Sequence[SearchRow]) -> str:
     return "\n".join(lines)
 
 
-def delta_table(rows: Sequence[SearchRow]) -> str:
+@dataclass
+class DeltaRow:
+    """One proposal sequence simulated both ways: seconds per simulation, means."""
+
+    model: str
+    machine: str
+    devices: int
+    simulations: int
+    delta_s: float
+    """Editing the task graph (`set_config`) and the delta update."""
+    full_s: float
+    """Building the task graph afresh and simulating it (the thesis' full simulation)."""
+    update_s: float
+    """The delta update alone..."""
+    simulate_s: float
+    """... and the full simulation of the built graph alone."""
+
+
+def delta_row(name: str, step: ModuleOp, preset: str, devices: int, proposals: int) -> DeltaRow:
+    """A chain of `proposals` from data parallel (seed 0, half of them propagating)
+    priced by delta simulation, then every strategy it simulated (proposals and
+    reverts alike) simulated again in full, from a task graph built afresh."""
+    func = entry_function(step)
+    dag = dag_module.from_module(step)
+    problem = Problem(dag, parse_mesh(str(devices)), training_signature(func), {})
+    plan = complete(problem, STRATEGIES["data-parallel"](problem))
+    cluster = machine(preset)
+    state = mcmc.SimulatedStrategy.of(problem, plan, cluster, None, memory=False)
+    state.normalize()
+    choices = {
+        node: options
+        for node, rule in problem.rules.items()
+        if len(options := mcmc.configurations(rule, problem.mesh)) > 1
+    }
+    simulated: list[Plan] = []
+    spent: list[tuple[float, float]] = [(0.0, 0.0)]
+    update = state.update
+
+    def recorded() -> float:  # outside the timed edit and update: copies the plan
+        cost = update()
+        simulated.append(mcmc.copy_plan(state.plan))
+        spent.append((state.edit_seconds + state.update_seconds, state.update_seconds))
+        return cost
+
+    state.update = recorded  # type: ignore[method-assign]
+    mcmc.Chain(state, choices, random.Random(SEED), 20.0).run(proposals, Deadline.after(600))
+    full = simulate_only = 0.0
+    for edited in simulated:
+        start = time.perf_counter()
+        fresh = ShardedStep(dag, edited, cluster, mesh=problem.mesh)
+        built = time.perf_counter()
+        simulate(fresh.graph, memory=False)
+        done = time.perf_counter()
+        full, simulate_only = full + done - start, simulate_only + done - built
+    count = len(simulated)
+    return DeltaRow(
+        name,
+        preset,
+        devices,
+        count,
+        spent[-1][0] / count,
+        full / count,
+        spent[-1][1] / count,
+        simulate_only / count,
+    )
+
+
+def delta_table(rows: Sequence[DeltaRow]) -> str:
     lines = [
-        "| model | machine | devices | delta sims/s | full sims/s | delta vs full |",
-        "| --- | --- | ---: | ---: | ---: | ---: |",
+        "| model | machine | devices | simulations | delta sims/s | full sims/s | delta vs full "
+        "| updates/s | simulations/s | update vs simulation |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
-        if r.proposals == 0:  # the clock ran out first: no update of a proposal to time
-            lines.append(f"| {r.model} | {r.machine} | {r.devices} | - | - | - |")
-            continue
-        full = r.delta_per_s / r.delta_vs_full
         lines.append(
-            f"| {r.model} | {r.machine} | {r.devices} | {r.delta_per_s:.1f} | {full:.1f} "
-            f"| {r.delta_vs_full:.2f}x |"
+            f"| {r.model} | {r.machine} | {r.devices} | {r.simulations} | {1 / r.delta_s:.1f} "
+            f"| {1 / r.full_s:.1f} | {r.full_s / r.delta_s:.2f}x | {1 / r.update_s:.1f} "
+            f"| {1 / r.simulate_s:.1f} | {r.simulate_s / r.update_s:.2f}x |"
         )
     return "\n".join(lines)
 
@@ -433,7 +499,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=TIMEOUT, help="seconds per search")
     parser.add_argument("--reality", default=",".join(REALITY_MODELS), help="cpu-8 models")
     parser.add_argument("--pairs", type=int, default=None, help=f"timed rounds ({PAIRS})")
-    parser.add_argument("--skip", default="", help="tables to skip: search,optimality,reality")
+    parser.add_argument("--proposals", type=int, default=PROPOSALS, help="delta vs full")
+    parser.add_argument(
+        "--skip", default="", help="tables to skip: search,delta,optimality,reality"
+    )
     parser.add_argument(
         "--quick",
         action="store_true",
@@ -457,6 +526,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 @dataclass
 class Results:
     search: list[SearchRow]
+    delta: list[DeltaRow]
     optimality: list[str]
     reality: list[RealityRow]
     correlation: dict[str, float]
@@ -470,7 +540,7 @@ def main(argv: Sequence[str] | None = None) -> Results:
     load = os.getloadavg()
     print(f"# {datetime.date.today()}, {os.cpu_count()} cores, load {load[0]:.2f}, {versions()}")
     print("# every ms below but 'measured' is simulated on the named preset\n")
-    results = Results([], [], [], {})
+    results = Results([], [], [], [], {})
     if "search" not in args.skip:
         for name in args.models:
             step = step_of(name, SEARCH_MODELS.get(name, MODELS[name][0]))
@@ -481,8 +551,18 @@ def main(argv: Sequence[str] | None = None) -> Results:
                     print(f"  {name} {preset} {devices}: {row.seconds:.1f} s", file=sys.stderr)
         print(f"MCMC (budget={budget} timeout={args.timeout:g} seed={SEED}), simulated:")
         print(search_table(results.search))
-        print("\nDelta vs full simulation, same searches:")
-        print(delta_table(results.search))
+    if "delta" not in args.skip:
+        proposals = min(args.proposals, QUICK_PROPOSALS) if args.quick else args.proposals
+        for name in args.models:
+            step = step_of(name, SEARCH_MODELS.get(name, MODELS[name][0]))
+            for preset in args.machines:
+                for devices in args.devices:
+                    results.delta.append(delta_row(name, step, preset, devices, proposals))
+                    print(f"  {name} {preset} {devices}: delta vs full", file=sys.stderr)
+        print(
+            f"\nDelta vs full simulation, {proposals} proposals from data parallel (seed {SEED}):"
+        )
+        print(delta_table(results.delta))
     if "optimality" not in args.skip:
         results.optimality = optimality_rows()
         print(f"\nOptimality on cpu-{OPTIMALITY_MESH}, {OPTIMALITY_MESH} devices, simulated:")

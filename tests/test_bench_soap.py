@@ -28,7 +28,11 @@ def test_quick_run_fills_every_table(bench: ModuleType, capsys: pytest.CaptureFi
     assert (row.model, row.machine, row.devices) == ("candle_uno", "k80-cluster", 4)
     # MCMC starts from data parallel and expert: never slower than either
     assert row.over_data_parallel >= 1 and row.over_expert >= 1
-    assert row.proposals == bench.QUICK_BUDGET and row.delta_per_s > 0
+    assert row.proposals == bench.QUICK_BUDGET
+    (delta,) = results.delta
+    assert delta.simulations >= bench.QUICK_PROPOSALS
+    # the thesis' full simulation builds the task graph too: never cheaper than an edit
+    assert delta.full_s > delta.delta_s > delta.update_s > 0 and delta.simulate_s > 0
     line = next(line for line in output.splitlines() if line.startswith("| candle_uno | k80"))
     assert f"{row.over_data_parallel:.2f}x" in line
     lenet = next(line for line in results.optimality if line.startswith("| LeNet"))

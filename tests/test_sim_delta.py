@@ -5,6 +5,7 @@ for every task's start and end, the same makespan and the same peaks as `simulat
 
 from __future__ import annotations
 
+from dataclasses import replace
 from unittest.mock import patch
 
 from conftest import examples
@@ -72,15 +73,20 @@ def test_delta_equals_full_after_every_edit(
 
 
 def check_edit_sequences(data: st.DataObject, durations: st.SearchStrategy[float]) -> None:
+    """Also a simulator without memory: the same times, no peaks."""
     graph = TaskGraph()
     for _ in range(data.draw(st.integers(0, 25))):
         graph.add(data.draw(tasks(sorted(graph.ids()), durations)))
     simulator = DeltaSimulator(graph)
+    timeless = DeltaSimulator(graph, memory=False)
     assert_equal(simulator.timeline, simulate(graph))
     for _ in range(data.draw(st.integers(1, 6))):
         for _ in range(data.draw(st.integers(1, 3))):
             edit(data, graph, durations)
-        assert_equal(simulator.update(), simulate(graph))
+        full = simulate(graph)
+        assert_equal(simulator.update(), full)
+        assert_equal(timeless.update(), replace(full, peak={}))
+        assert simulate(graph, memory=False).peak == {}
 
 
 def test_update_without_edits_returns_the_same_timeline() -> None:

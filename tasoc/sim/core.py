@@ -73,6 +73,17 @@ HANDOFF_DIRTY = 64
 those walked, are dirty: a dirty task costs it more than the event loop pays per task."""
 
 
+SPARSE_ODDS = 0.25
+"""Below this share of sparse updates that paid (kept most of the old run, not handed
+off), `_Schedule.resimulate` replays at once..."""
+
+SPARSE_RETRY = 8
+"""... trying the sparse update again every this many updates,"""
+
+SPARSE_MEMORY = 0.2
+"""... the share of each try in the running mean (the last five or so count)."""
+
+
 @contextmanager
 def paused_gc() -> Iterator[None]:
     """Runs its block (or decorated function) without the cyclic garbage collector.
@@ -264,7 +275,8 @@ class _Schedule:
     """Everything one simulation knows, kept so that the next one can start from it."""
 
     @paused_gc()
-    def __init__(self, graph: TaskGraph) -> None:
+    def __init__(self, graph: TaskGraph, memory: bool = True) -> None:
+        self.memory = memory  # whether the pools' traces are kept (`DeltaSimulator`)
         self.tasks: dict[int, Task] = {}
         self.ready: dict[int, float] = {}
         self.start: dict[int, float] = {}
@@ -278,6 +290,8 @@ class _Schedule:
         self.resource_free: dict[Hashable, float] = {}
         self.pools: dict[Pool, _PoolTrace] = {}
         self.instant: set[int] = set()  # tasks that ended when they became ready (see `_sparse`)
+        self.sparse_odds = 1.0  # a running mean of how often a sparse update paid (`resimulate`)
+        self.replays_in_a_row = 0
         pending: dict[int, int] = {}
         queue: list[Queued] = []
         for task_id, task in graph._tasks.items():
@@ -308,10 +322,30 @@ class _Schedule:
             if task is not None and edited.isdisjoint(task.deps):
                 cut_time = min(cut_time, max((self.end[dep] for dep in task.deps), default=0.0))
         cut = bisect_left(self.order_ready, cut_time)
-        if any(self.position[task_id] >= cut for task_id in self.instant) or not self._sparse(
-            graph, edited, cut
+        if (
+            any(self.position[task_id] >= cut for task_id in self.instant)
+            or not self._worth_sparse()
         ):
             self._replay(graph, edited, cut)
+            return
+        self.handed_off = False
+        paid = self._sparse(graph, edited, cut)
+        if not paid:
+            self._replay(graph, edited, cut)
+        paid = paid and not self.handed_off
+        self.sparse_odds = (1 - SPARSE_MEMORY) * self.sparse_odds + SPARSE_MEMORY * paid
+
+    def _worth_sparse(self) -> bool:
+        """Whether to try the sparse update first. Where edits move most of what follows
+        them (an edit on a data-parallel step's critical path moves every later task),
+        the sparse walk marks task after task dirty and then hands the rest to the
+        event loop anyway, costing more than replaying at once: once it has mostly not
+        paid, only every `SPARSE_RETRY`-th update tries it. Either way is exact."""
+        if self.sparse_odds >= SPARSE_ODDS or self.replays_in_a_row >= SPARSE_RETRY:
+            self.replays_in_a_row = 0
+            return True
+        self.replays_in_a_row += 1
+        return False
 
     def _free_at(self, cut: int) -> dict[Hashable, float]:
         """Each resource's free time when the `cut`-th task was taken."""
@@ -544,6 +578,7 @@ class _Schedule:
             self.resource_free = free
             before = self._commit(graph, cut, (taken, taken_ready, taken_resource), new, count)
             self._run_again(graph, rest, before)
+            self.handed_off = True
             return True
         if pending:
             return False
@@ -653,7 +688,10 @@ class _Schedule:
         """Moves the memory events of the tasks in `before` (old task, start, end) to the new ones.
 
         A pool's trace is re-sorted and re-summed only from the earliest event that moved.
+        Nothing, when the schedule keeps no memory.
         """
+        if not self.memory:
+            return
         moved: dict[Pool, list[float]] = {}  # the old times of the events that move
         fresh: dict[Pool, list[MemoryEvent]] = {}
         tasks, start_of, end_of = self.tasks, self.start, self.end
@@ -714,9 +752,10 @@ def _describe(graph: TaskGraph, task_id: int) -> str:
     return f"task {task_id} ({name})" if name else f"task {task_id}"
 
 
-def simulate(graph: TaskGraph) -> Timeline:
-    """The full simulation (§3.4.2): O((V + E) log V) for V tasks and E dependencies."""
-    return _Schedule(graph).timeline()
+def simulate(graph: TaskGraph, memory: bool = True) -> Timeline:
+    """The full simulation (§3.4.2): O((V + E) log V) for V tasks and E dependencies.
+    Without `memory`, the pools are not traced and the timeline's `peak` is empty."""
+    return _Schedule(graph, memory).timeline()
 
 
 class DeltaSimulator:
@@ -725,12 +764,16 @@ class DeltaSimulator:
     Every `update()` equals `simulate(graph)` exactly; it is cheaper the later in the
     timeline the earliest edited task sits, and the sooner the times after it close up
     with the old ones.
+
+    Without `memory` the memory pools are not traced (every timeline's `peak` is
+    empty): a search that prices time alone saves a third of a large step's update.
     """
 
-    def __init__(self, graph: TaskGraph) -> None:
+    def __init__(self, graph: TaskGraph, memory: bool = True) -> None:
         self._graph = graph
         self._log = graph.watch()
-        self._schedule: _Schedule | None = _Schedule(graph)
+        self._memory = memory
+        self._schedule: _Schedule | None = _Schedule(graph, memory)
         self._timeline = self._schedule.timeline()
 
     def update(self) -> Timeline:
@@ -741,7 +784,7 @@ class DeltaSimulator:
         # a replay that fails (a cycle) leaves no half-updated schedule behind
         schedule, self._schedule = self._schedule, None
         if schedule is None:
-            schedule = _Schedule(self._graph)
+            schedule = _Schedule(self._graph, self._memory)
         else:
             schedule.resimulate(self._graph, edited)
         self._schedule = schedule
@@ -752,3 +795,8 @@ class DeltaSimulator:
     def timeline(self) -> Timeline:
         """The timeline of the last `update()` (or of the constructor's full simulation)."""
         return self._timeline
+
+    @property
+    def memory(self) -> bool:
+        """Whether the memory pools are traced."""
+        return self._memory

@@ -28,7 +28,13 @@ from tasoc.ir.shapes import TensorSig
 from tasoc.ir.shard_plan import Plan
 from tasoc.ir.soap import Config, OpRule, Sharding
 from tasoc.passes.search import Deadline, SearchOutcome, StopReason
-from tasoc.passes.soap.mcmc import Best, Settings, SimulatedStrategy, configurations
+from tasoc.passes.soap.mcmc import (
+    Best,
+    Settings,
+    SimulatedStrategy,
+    configurations,
+    simulation_statistics,
+)
 from tasoc.passes.soap.plan import Problem
 from tasoc.sim.parallel import ShardedStep
 
@@ -126,7 +132,9 @@ def search(
             f"search=exhaustive searches at most {LIMIT} strategies, this program has {size} "
             f"({len(ops)} ops on {problem.mesh.size} devices): use search=mcmc"
         )
-    state = SimulatedStrategy.of(problem, plan, settings.machine, settings.memory_cap)
+    state = SimulatedStrategy.of(
+        problem, plan, settings.machine, settings.memory_cap, memory=settings.traces_memory
+    )
     start_cost = state.cost
     best = Best(settings)
     best.offer(state, "data-parallel")
@@ -160,7 +168,6 @@ def search(
     best.offer(state, "exhaustive")
     best.polish(problem)
     cost, chosen = best.result()
-    delta_seconds = state.update_seconds / max(state.updates, 1)
     return SearchOutcome(
         best=chosen,
         cost_before=start_cost,
@@ -172,9 +179,6 @@ def search(
             "simulations": walk.leaves,
             "pruned": walk.pruned,
             "illegal_proposals": walk.illegal,
-            "simulations_per_second": round(state.updates / max(state.update_seconds, 1e-9), 1),
-            "delta_vs_full": round(state.full_simulation_seconds() / delta_seconds, 2)
-            if delta_seconds > 0
-            else None,
+            **simulation_statistics([state]),
         },
     )

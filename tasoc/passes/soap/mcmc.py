@@ -81,6 +81,11 @@ class Settings:
     seed: int
     deadline: Deadline
 
+    @property
+    def traces_memory(self) -> bool:
+        """Whether the search simulates memory: only a memory cap needs it."""
+        return self.memory_cap is not None
+
 
 def peak_memory(timeline: Timeline) -> int:
     """The most bytes any one device holds at any time (its memory pool's peak)."""
@@ -122,6 +127,9 @@ class SimulatedStrategy:
     memory_cap: int | None
     updates: int = 0
     update_seconds: float = 0.0
+    """Seconds spent in the delta simulator's updates..."""
+    edit_seconds: float = 0.0
+    """... and editing the task graph for them (`ShardedStep.set_config`)."""
     smallest_memory: int = field(init=False)
     """The smallest per-device peak memory this strategy has had (for `MemoryCapError`)."""
 
@@ -130,10 +138,19 @@ class SimulatedStrategy:
 
     @classmethod
     def of(
-        cls, problem: Problem, plan: Plan, machine: Machine, memory_cap: int | None
+        cls,
+        problem: Problem,
+        plan: Plan,
+        machine: Machine,
+        memory_cap: int | None,
+        *,
+        memory: bool = True,
     ) -> SimulatedStrategy:
+        """`plan` simulated on `machine`; without `memory` (a search without a memory
+        cap) its time alone, and `memory` reads 0 (`DeltaSimulator`)."""
         step = ShardedStep(problem.dag, copy_plan(plan), machine, mesh=problem.mesh)
-        return cls(problem, step, DeltaSimulator(step.graph), dict(plan.configs), memory_cap)
+        simulator = DeltaSimulator(step.graph, memory=memory)
+        return cls(problem, step, simulator, dict(plan.configs), memory_cap)
 
     @property
     def time(self) -> float:
@@ -163,10 +180,15 @@ class SimulatedStrategy:
             if any(operand.unreduced for operand in self.plan.operands.get(node, ())):
                 self.set(node, self.configs[node])
         self.simulator.update()
+        self.edit_seconds = 0.0
 
     def set(self, node: Node, config: Config) -> None:
         """`node` in `config`, without re-simulating (`update` does)."""
-        self.step.set_config(node, config)
+        start = time.perf_counter()
+        try:
+            self.step.set_config(node, config)
+        finally:
+            self.edit_seconds += time.perf_counter() - start
         self.configs[node] = config
 
     def update(self) -> float:
@@ -185,12 +207,33 @@ class SimulatedStrategy:
                 self.set(node, config)
         return self.update()
 
-    def full_simulation_seconds(self) -> float:
-        """Seconds one full simulation of the current graph takes: what the delta
-        simulation's updates are compared with."""
-        start = time.perf_counter()
-        simulate(self.step.graph)
-        return time.perf_counter() - start
+
+def simulation_statistics(states: Sequence[SimulatedStrategy]) -> dict[str, float | None]:
+    """How fast a search simulated: delta updates (the edit and the update) per
+    second over `states`' proposals, and against one full simulation of the last
+    state's strategy, as the thesis measures it (§3.4.2: build the task graph, then
+    simulate; Table 3.4) and of the simulator alone (`simulate` of the built graph
+    against an `update`). None where nothing was simulated."""
+    updates = sum(state.updates for state in states)
+    update_seconds = sum(state.update_seconds for state in states)
+    delta = (update_seconds + sum(state.edit_seconds for state in states)) / max(updates, 1)
+    names = ("simulations_per_second", "full_simulations_per_second", "delta_vs_full")
+    if not updates or not states:
+        return dict.fromkeys((*names, "update_vs_simulate"))
+    last = states[-1]
+    start = time.perf_counter()
+    step = ShardedStep(
+        last.problem.dag, copy_plan(last.plan), last.step.machine, mesh=last.problem.mesh
+    )
+    built = time.perf_counter()
+    simulate(step.graph, memory=last.simulator.memory)
+    done = time.perf_counter()
+    return {
+        "simulations_per_second": round(1 / max(delta, 1e-9), 1),
+        "full_simulations_per_second": round(1 / (done - start), 1),
+        "delta_vs_full": round((done - start) / max(delta, 1e-9), 2),
+        "update_vs_simulate": round((done - built) / max(update_seconds / updates, 1e-9), 2),
+    }
 
 
 def copy_plan(plan: Plan) -> Plan:
@@ -234,7 +277,10 @@ class Best:
             return
         settings = self.settings
         self.offer(
-            SimulatedStrategy.of(problem, plan, settings.machine, settings.memory_cap), self.origin
+            SimulatedStrategy.of(
+                problem, plan, settings.machine, settings.memory_cap, memory=settings.traces_memory
+            ),
+            self.origin,
         )
 
     def result(self) -> tuple[float, Plan]:
@@ -385,11 +431,13 @@ def search(
     best = Best(settings)
     chains: dict[str, dict[str, Any]] = {}
     stops: list[StopReason] = []
-    totals = {"proposals": 0, "accepted": 0, "illegal": 0, "propagated": 0, "updates": 0}
-    update_seconds, full_seconds = 0.0, math.nan
+    totals = {"proposals": 0, "accepted": 0, "illegal": 0, "propagated": 0}
+    states: list[SimulatedStrategy] = []
     for index, (origin, plan) in enumerate(starts.items()):
         left = len(starts) - index
-        state = SimulatedStrategy.of(problem, plan, settings.machine, settings.memory_cap)
+        state = SimulatedStrategy.of(
+            problem, plan, settings.machine, settings.memory_cap, memory=settings.traces_memory
+        )
         start_cost = state.cost
         best.offer(state, origin)
         deadline = settings.deadline.share(1 / left)
@@ -414,23 +462,20 @@ def search(
             "proposals": chain.proposals,
             "stopped": str(stopped),
         }
-        for key in ("proposals", "accepted", "illegal", "propagated"):
+        for key in totals:
             totals[key] += getattr(chain, key)
-        totals["updates"] += state.updates
-        update_seconds += state.update_seconds
-    full_seconds = state.full_simulation_seconds()
+        states.append(state)
+    statistics = simulation_statistics(states)
     best.polish(problem)
     cost, plan = best.result()
-    delta_seconds = update_seconds / max(totals["updates"], 1)
     details = {
         "proposals": totals["proposals"],
         "accepted": totals["accepted"],
         "acceptance_rate": round(totals["accepted"] / max(totals["proposals"], 1), 4),
         "illegal_proposals": totals["illegal"],
         "propagated_proposals": totals["propagated"],
-        "simulations": totals["updates"],
-        "simulations_per_second": round(totals["updates"] / max(update_seconds, 1e-9), 1),
-        "delta_vs_full": round(full_seconds / delta_seconds, 2) if delta_seconds > 0 else None,
+        "simulations": sum(state.updates for state in states),
+        **statistics,
         "found_by": best.origin,
         "chains": chains,
     }

@@ -182,9 +182,7 @@ class SoapShardPass(ModulePass):
         title = f"soap-shard {self.search}: the simulated step on {machine.name}"
         report.figure(
             "soap-shard-timeline",
-            timeline(
-                chosen.step.graph, chosen.simulator.timeline, title, chosen.step.stands_for
-            ),
+            timeline(chosen.step.graph, chosen.simulator.timeline, title, chosen.step.stands_for),
         )
         section = report.section(self.name)
         if outcome is not None:
