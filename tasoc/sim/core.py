@@ -292,6 +292,7 @@ class _Schedule:
         self.instant: set[int] = set()  # tasks that ended when they became ready (see `_sparse`)
         self.sparse_odds = 1.0  # a running mean of how often a sparse update paid (`resimulate`)
         self.replays_in_a_row = 0
+        self.handed_off = False  # whether the last sparse update handed the rest to the event loop
         pending: dict[int, int] = {}
         queue: list[Queued] = []
         for task_id, task in graph._tasks.items():
