@@ -98,7 +98,7 @@ def test_plots_into_a_file_is_one_error_line(tasoc: Callable[..., Result], tmp_p
     assert target.read_text() == "x"
 
 
-def test_the_timeline_has_a_compute_and_a_network_row_per_device() -> None:
+def test_the_timeline_has_a_compute_and_a_network_row_per_simulated_device() -> None:
     from xdsl.parser import Parser
 
     from tasoc.cost.machines import machine
@@ -114,8 +114,11 @@ def test_the_timeline_has_a_compute_and_a_network_row_per_device() -> None:
     plan = complete(problem, STRATEGIES["expert"](problem))
     step = ShardedStep(dag, plan, machine("cpu-4"), mesh=mesh)
     simulated = simulate(step.graph)
-    figure = timeline(step.graph, simulated, "step")
-    assert figure.rows[:2] == ("device 0", "net 0")
+    figure = timeline(step.graph, simulated, "step", step.stands_for)
+    # the 4 devices run alike: one simulated for all, its rows named for all
+    assert step.stands_for == {0: (0, 1, 2, 3)}
+    assert figure.rows == ("devices 0-3", "nets 0-3")
+    assert timeline(step.graph, simulated, "step").rows == ("device 0", "net 0")
     assert {bar.kind for bar in figure.bars} >= {"compute", "all_gather"}
     assert max(bar.end for bar in figure.bars) == simulated.makespan
     assert drawn(figure).startswith(PNG)

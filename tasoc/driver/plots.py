@@ -54,6 +54,8 @@ def _figure(rows: int, width: float) -> Any:
 
 
 def _timeline(figure: TimelineFigure) -> Any:
+    from matplotlib.patches import Patch
+
     rows = figure.rows[:MAX_ROWS]
     index = {row: i for i, row in enumerate(rows)}
     kinds = sorted({bar.kind for bar in figure.bars}, key=lambda kind: (kind != "compute", kind))
@@ -74,10 +76,8 @@ def _timeline(figure: TimelineFigure) -> Any:
                 pieces,
                 (row - 0.4, 0.8),
                 facecolor=colours[kind],
-                edgecolor="white",
-                linewidth=0.4,
+                linewidth=0,  # edges would wash out a step's thousands of short tasks
             )
-        axes.barh([], [], color=colours[kind], label=kind)  # the legend entry
     axes.set_yticks(range(len(rows)), rows)
     axes.invert_yaxis()
     axes.set_xlabel(f"time ({unit})")
@@ -87,7 +87,8 @@ def _timeline(figure: TimelineFigure) -> Any:
         figure.title + (f" (first {len(rows)} of {len(figure.rows)} rows)" if hidden else "")
     )
     if kinds:
-        axes.legend(loc="lower right", fontsize="small")
+        handles = [Patch(facecolor=colours[kind], label=kind) for kind in kinds]
+        axes.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     return drawn
 
 

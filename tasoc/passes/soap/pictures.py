@@ -84,7 +84,8 @@ def timeline(
         if task.resource not in rows:
             kind, device = task.resource
             devices = (stands_for or {}).get(device, (device,))
-            rows[task.resource] = f"{kind} {_devices_text(devices)}"
+            plural = "s" if len(devices) > 1 else ""
+            rows[task.resource] = f"{kind}{plural} {_devices_text(devices)}"
         kind = "compute" if task.resource[0] == "device" else task.name.split(" ", 1)[0]
         bars.append(Bar(rows[task.resource], start, end, kind))
     order = sorted(rows, key=lambda resource: (resource[1:], resource[0]))  # type: ignore[index]
