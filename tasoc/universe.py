@@ -1,5 +1,5 @@
-"""xDSL plugin entry point: makes the `graph` and `parallel` dialects and tasoc's passes visible to
-xdsl-opt and friends (`xdsl-opt -p equality-rewrite m.mlir`).
+"""xDSL plugin entry point: makes the `graph`, `parallel` and `memory` dialects and tasoc's
+passes visible to xdsl-opt and friends (`xdsl-opt -p equality-rewrite m.mlir`).
 
 Only tasoc's own passes are offered: the xDSL passes `tasoc opt` also lists are
 xDSL's already, and the multiverse refuses a name defined twice.
@@ -23,7 +23,17 @@ def _parallel_dialect() -> Dialect:
     return Parallel
 
 
+def _memory_dialect() -> Dialect:
+    from tasoc.ir.memory import Memory
+
+    return Memory
+
+
 TASOC_UNIVERSE = Universe(
-    all_dialects={"graph": _graph_dialect, "parallel": _parallel_dialect},
+    all_dialects={
+        "graph": _graph_dialect,
+        "parallel": _parallel_dialect,
+        "memory": _memory_dialect,
+    },
     all_passes=TASOC_PASSES,
 )

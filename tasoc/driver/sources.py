@@ -30,6 +30,7 @@ from tasoc.driver.errors import DriverError, one_line
 from tasoc.driver.onnx_bridge import ONNX, InputShapes, import_model, require_onnx_for_shapes
 from tasoc.ir.graph import Graph
 from tasoc.ir.limits import MAX_NESTING, LimitError, check_environment
+from tasoc.ir.memory import Memory
 from tasoc.ir.parallel import Parallel
 from tasoc.ir.program import IRRuleError, verify_ir
 
@@ -45,12 +46,12 @@ def register_dialects(ctx: Context) -> None:
     """Make every dialect xDSL knows parseable, and tasoc's even without the plugin entry.
 
     Registration is lazy (a factory per dialect), so this costs nothing per dialect
-    until the IR uses it; the explicit `graph` and `parallel` cover an install whose entry points
-    were not refreshed.
+    until the IR uses it; the explicit `graph`, `parallel` and `memory` cover an install
+    whose entry points were not refreshed.
     """
     for name, factory in Universe.get_multiverse().all_dialects.items():
         ctx.register_dialect(name, factory)
-    for dialect in (Graph, Parallel):
+    for dialect in (Graph, Parallel, Memory):
         if dialect.name not in ctx.registered_dialect_names:
             ctx.register_dialect(dialect.name, lambda d=dialect: d)
 

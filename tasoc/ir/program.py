@@ -14,7 +14,7 @@ limits (`limits.py`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from xdsl.dialects import func
@@ -203,6 +203,12 @@ class IRRuleError(VerifyException):
         self.op = op
 
 
+PROGRAM_CHECKS: list[Callable[[ModuleOp], None]] = []
+"""Module-level rules of the dialects that extend a program (a placed program's replay
+against its capacity), registered when the dialect is imported, like `encodings.CHECK`;
+`verify_ir` runs each on every module. Each raises IRRuleError."""
+
+
 def verify_ir(root: Operation) -> None:
     """IRRuleError for the first break, under `root`, of two rules xDSL does not check.
 
@@ -217,6 +223,8 @@ def verify_ir(root: Operation) -> None:
     - Sizes: every static tensor type, of a result or a block argument, is within the
       resource limits (`limits.py`), so `tensor<9223372036854775807xf32>` is refused
       where it is written, not when a backend allocates it.
+
+    - The module-level rules of `PROGRAM_CHECKS` (a placed program's replay).
 
     Linear in the ops; each distinct type is checked once.
     """
@@ -233,6 +241,9 @@ def verify_ir(root: Operation) -> None:
             if value.type not in checked:
                 _check_type_size(op, value.type)
                 checked.add(value.type)
+    for module in [op for op in root.walk() if isinstance(op, ModuleOp)]:
+        for check in PROGRAM_CHECKS:
+            check(module)
 
 
 def _check_signature_encodings(function: func.FuncOp) -> None:

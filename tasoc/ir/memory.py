@@ -1,0 +1,598 @@
+"""The `memory` dialect: programs whose values live in device or host memory.
+
+A memory-placed program says where every tensor lives and when it moves
+(SwapAdvisor, Huang thesis ch. 4; ROC, Jia thesis §4.5; docs/memory.md):
+
+    module attributes {memory.capacity = 1048576 : i64,
+                       memory.pool = #memory.pool<[4096 x 16, 65536 x 8]>} {
+      func.func @main(%x: tensor<64x64xf32>, %w: tensor<64x64xf32, #memory.space<host>>) -> ... {
+        %wd = memory.swap_in %w : tensor<64x64xf32>
+        %y = graph.matmul %x, %wd : tensor<64x64xf32>
+        %yh = memory.swap_out %y : tensor<64x64xf32, #memory.space<host>>
+        memory.free %x
+        ...
+
+* `#memory.space<host>` is a tensor type's encoding: the value lives in host memory.
+  Device memory is the default and has no encoding (one spelling per type, so equal
+  types compare equal). `graph` ops read and write device values only; a host value is
+  read by `memory.swap_in`, `memory.free` and `func.return` alone.
+* `memory.swap_out %x` copies a device value to host memory, `memory.swap_in %h`
+  copies a host value back, for the first op of the schedule that reads its result
+  (the op it prefetches for, `prefetch_target`); both change the space and nothing
+  else. `memory.free %x` ends a value's life: no op reads it afterwards.
+* The order of the ops in `@main`'s block is the schedule: a swap starts where it
+  stands, so a swap-in written three ops before its reader overlaps those three ops.
+* Module attributes: `memory.capacity` (device bytes), `memory.pool` (size classes
+  and object counts, SwapAdvisor §4.3.1: every device tensor takes one object of the
+  smallest class that holds it) and `memory.plan` (the planner's figures: simulated,
+  ideal and baseline times, bytes moved), which the verifier leaves alone.
+
+Device memory over the schedule (`replay`): a value takes device memory from the op
+that makes it (a swap-in from where it starts, so in-flight swap-ins count) to its last
+reader, a returned value to the end. An argument is the caller's: it holds device
+memory for the whole step unless a `memory.free` releases it. The verifier replays the
+schedule against the capacity and the pool (`check_placed`, registered in
+`program.PROGRAM_CHECKS`) and names the first op over either.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Literal, Self
+
+from xdsl.dialects import func
+from xdsl.dialects.builtin import (
+    DenseArrayBase,
+    FunctionType,
+    IntegerAttr,
+    ModuleOp,
+    StringAttr,
+    TensorType,
+    i64,
+)
+from xdsl.ir import Attribute, BlockArgument, Dialect, Operation, ParametrizedAttribute, SSAValue
+from xdsl.irdl import (
+    IRDLOperation,
+    irdl_attr_definition,
+    irdl_op_definition,
+    operand_def,
+    result_def,
+)
+from xdsl.parser import AttrParser, Parser
+from xdsl.printer import Printer
+from xdsl.rewriter import Rewriter
+from xdsl.utils.exceptions import VerifyException
+
+from tasoc.ir.encodings import PROPAGATE
+from tasoc.ir.graph import defined_value, sig_of, tensor_type
+from tasoc.ir.limits import format_bytes
+from tasoc.ir.program import (
+    PROGRAM_CHECKS,
+    IRRuleError,
+    ProgramError,
+    entry_block,
+    entry_function,
+    return_values,
+)
+from tasoc.ir.shapes import ShapeError, TensorSig
+
+Space = Literal["device", "host"]
+
+CAPACITY_ATTR = "memory.capacity"
+"""Module attribute: the device memory a placed program must fit in, bytes (i64)."""
+POOL_ATTR = "memory.pool"
+"""Module attribute: the device memory pool, a `#memory.pool<...>`."""
+PLAN_ATTR = "memory.plan"
+"""Module attribute: the planner's figures, a dictionary of numbers (docs/memory.md)."""
+
+# --------------------------------------------------------------------- attributes
+
+
+@irdl_attr_definition
+class SpaceAttr(ParametrizedAttribute):
+    """`#memory.space<host>`: the tensor lives in host memory (module docstring)."""
+
+    name = "memory.space"
+
+    space: StringAttr
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+        parser.parse_punctuation("<")
+        at = parser.pos
+        space = parser.parse_identifier()
+        if space == "device":
+            parser.raise_error(
+                "device memory is the default: write the tensor type without an encoding", at
+            )
+        if space != "host":
+            parser.raise_error(f"unknown memory space '{space}' (expected host)", at)
+        parser.parse_punctuation(">")
+        return (StringAttr(space),)
+
+    def print_parameters(self, printer: Printer) -> None:
+        printer.print_string(f"<{self.space.data}>")
+
+    def verify(self) -> None:
+        if self.space.data != "host":
+            raise VerifyException(
+                f"memory space '{self.space.data}' is not an encoding: host is, device "
+                "memory is the default"
+            )
+
+
+HOST = SpaceAttr(StringAttr("host"))
+
+
+def space_of(sig: TensorSig) -> Space:
+    return "host" if isinstance(sig.encoding, SpaceAttr) else "device"
+
+
+def in_space(sig: TensorSig, space: Space) -> TensorSig:
+    """`sig` in `space` (its other encodings are not memory's to keep: a placed program
+    has none yet)."""
+    return TensorSig(sig.shape, sig.dtype, HOST if space == "host" else None)
+
+
+def _refuse_host(
+    op: str, inputs: Sequence[TensorSig], attrs: object, results: list[TensorSig]
+) -> list[TensorSig]:
+    """Compute ops read device values only: the `PROPAGATE` rule of host values."""
+    for index, sig in enumerate(inputs):
+        if space_of(sig) == "host":
+            raise ShapeError(
+                f"operand #{index} ({sig}) is in host memory; compute ops read device "
+                "values only (memory.swap_in it first)"
+            )
+    return results
+
+
+PROPAGATE[SpaceAttr] = _refuse_host
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """A device memory pool: `counts[i]` objects of `sizes[i]` bytes (sizes ascending)."""
+
+    sizes: tuple[int, ...]
+    counts: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.sizes) != len(self.counts) or not self.sizes:
+            raise ValueError("a memory pool needs one object count per size class, and a class")
+        if any(s < 1 for s in self.sizes) or any(c < 1 for c in self.counts):
+            raise ValueError("a memory pool's sizes and object counts must be positive")
+        if any(a >= b for a, b in itertools.pairwise(self.sizes)):
+            raise ValueError("a memory pool's size classes must be strictly ascending")
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(s * c for s, c in zip(self.sizes, self.counts, strict=True))
+
+    def size_class(self, nbytes: int) -> int | None:
+        """The index of the smallest class that holds `nbytes`, None if none does."""
+        for index, size in enumerate(self.sizes):
+            if nbytes <= size:
+                return index
+        return None
+
+    def __str__(self) -> str:
+        classes = ", ".join(f"{s} x {c}" for s, c in zip(self.sizes, self.counts, strict=True))
+        return f"#memory.pool<[{classes}]>"
+
+
+@irdl_attr_definition
+class PoolAttr(ParametrizedAttribute):
+    """`#memory.pool<[4096 x 16, 65536 x 8]>`: size classes (bytes) and object counts."""
+
+    name = "memory.pool"
+
+    sizes: DenseArrayBase
+    counts: DenseArrayBase
+
+    @classmethod
+    def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
+        parser.parse_punctuation("<")
+
+        def size_class() -> tuple[int, int]:
+            size = parser.parse_integer(allow_boolean=False, allow_negative=False)
+            parser.parse_keyword("x")
+            return size, parser.parse_integer(allow_boolean=False, allow_negative=False)
+
+        classes = parser.parse_comma_separated_list(parser.Delimiter.SQUARE, size_class)
+        parser.parse_punctuation(">")
+        return (
+            DenseArrayBase.from_list(i64, [s for s, _ in classes]),
+            DenseArrayBase.from_list(i64, [c for _, c in classes]),
+        )
+
+    def print_parameters(self, printer: Printer) -> None:
+        printer.print_string(str(self.pool).removeprefix("#memory.pool"))
+
+    def verify(self) -> None:
+        try:
+            self.pool  # noqa: B018 - building it checks the classes
+        except ValueError as err:
+            raise VerifyException(str(err)) from None
+
+    @property
+    def pool(self) -> Pool:
+        return Pool(tuple(self.sizes.get_values()), tuple(self.counts.get_values()))  # type: ignore[arg-type]
+
+    @staticmethod
+    def of(pool: Pool) -> PoolAttr:
+        return PoolAttr(
+            DenseArrayBase.from_list(i64, pool.sizes), DenseArrayBase.from_list(i64, pool.counts)
+        )
+
+
+# ----------------------------------------------------------------------------- ops
+
+
+class MoveOp(IRDLOperation):
+    """A copy between memory spaces: one operand, one result of the same shape and
+    element type in the other space. Written `%r = memory.<kind> %x : <result type>`."""
+
+    SOURCE: ClassVar[Space]
+    TARGET: ClassVar[Space]
+
+    input = operand_def(TensorType)
+    output = result_def(TensorType)
+
+    @classmethod
+    def parse(cls, parser: Parser) -> Self:
+        operand = parser.parse_unresolved_operand()
+        attributes = parser.parse_optional_attr_dict()
+        parser.parse_punctuation(":")
+        result_type = parser.parse_type()
+        return cls.create(
+            operands=[defined_value(parser, operand)],
+            result_types=[result_type],
+            attributes=attributes,
+        )
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_operand(self.input)
+        printer.print_op_attributes(self.attributes)
+        printer.print_string(" : ")
+        printer.print_attribute(self.output.type)
+
+    @classmethod
+    def build_on(cls, value: SSAValue) -> Self:
+        sig = in_space(sig_of(value.type), cls.TARGET)
+        return cls.create(operands=[value], result_types=[tensor_type(sig)])
+
+    def verify_(self) -> None:
+        try:
+            source, target = sig_of(self.input.type), sig_of(self.output.type)
+        except ShapeError as err:
+            raise VerifyException(f"'{self.name}': {err}") from None
+        if space_of(source) != self.SOURCE:
+            raise VerifyException(f"'{self.name}': {self._wrong_source(source)}")
+        if in_space(source, self.TARGET) != target:
+            raise VerifyException(
+                f"'{self.name}' moves {source} to {self.TARGET} memory, so its result is "
+                f"{in_space(source, self.TARGET)}, not {target}: a move changes only the space"
+            )
+
+    def _wrong_source(self, source: TensorSig) -> str:
+        raise NotImplementedError
+
+    @property
+    def nbytes(self) -> int:
+        return tensor_bytes(sig_of(self.input.type))
+
+
+@irdl_op_definition
+class SwapOutOp(MoveOp):
+    """`%h = memory.swap_out %x : tensor<..., #memory.space<host>>`: device to host."""
+
+    name = "memory.swap_out"
+    SOURCE: ClassVar[Space] = "device"
+    TARGET: ClassVar[Space] = "host"
+
+    def _wrong_source(self, source: TensorSig) -> str:
+        return f"swaps out {_shown(self.input)} ({source}), which is in host memory already"
+
+
+@irdl_op_definition
+class SwapInOp(MoveOp):
+    """`%d = memory.swap_in %h : tensor<...>`: host to device, for the first op that
+    reads its result (`prefetch_target`), starting where it stands in the schedule."""
+
+    name = "memory.swap_in"
+    SOURCE: ClassVar[Space] = "host"
+    TARGET: ClassVar[Space] = "device"
+
+    def _wrong_source(self, source: TensorSig) -> str:
+        return (
+            f"swaps in {_shown(self.input)} ({source}), which is in device memory: only a "
+            "value swapped out (or born on the host) can be swapped in"
+        )
+
+    @property
+    def prefetch_target(self) -> Operation | None:
+        """The op this swap-in prefetches for: the first op after it in the block that
+        reads its result (None when nothing does)."""
+        readers = {use.operation for use in self.output.uses}
+        op = self.next_op
+        while op is not None:
+            if op in readers:
+                return op
+            op = op.next_op
+        return None
+
+
+@irdl_op_definition
+class FreeOp(IRDLOperation):
+    """`memory.free %x`: `%x` ends here; nothing reads it afterwards (an argument's
+    device memory is released here, the caller's otherwise)."""
+
+    name = "memory.free"
+
+    input = operand_def(TensorType)
+
+    @classmethod
+    def parse(cls, parser: Parser) -> Self:
+        operand = parser.parse_unresolved_operand()
+        attributes = parser.parse_optional_attr_dict()
+        return cls.create(operands=[defined_value(parser, operand)], attributes=attributes)
+
+    def print(self, printer: Printer) -> None:
+        printer.print_string(" ")
+        printer.print_operand(self.input)
+        printer.print_op_attributes(self.attributes)
+
+
+Memory = Dialect("memory", [SwapOutOp, SwapInOp, FreeOp], [SpaceAttr, PoolAttr])
+
+MEMORY_OPS = (SwapOutOp, SwapInOp, FreeOp)
+
+
+def _shown(value: SSAValue) -> str:
+    return f"%{value.name_hint}" if value.name_hint else "a value"
+
+
+def tensor_bytes(sig: TensorSig) -> int:
+    return sig.size * sig.dtype.itemsize
+
+
+# ------------------------------------------------------------------ the schedule
+
+
+@dataclass(frozen=True, slots=True)
+class Replay:
+    """Device memory over a schedule (module docstring): `live[i]` bytes are held
+    while op `i` of the block runs (its operands and results included), `start` before
+    the first op (the device arguments). Bytes are pool objects where there is a pool."""
+
+    start: int
+    live: tuple[int, ...]
+    ops: tuple[Operation, ...]
+
+    @property
+    def peak_bytes(self) -> int:
+        return max((self.start, *self.live))
+
+    @property
+    def peak_op(self) -> int | None:
+        """The position of the first op at the peak, None when the arguments are it."""
+        peak = self.peak_bytes
+        return next((i for i, b in enumerate(self.live) if b == peak), None)
+
+
+def is_placed(module: ModuleOp) -> bool:
+    """Whether `module` is a memory-placed program: a memory op, a host value or a
+    memory module attribute anywhere."""
+    if any(name.startswith("memory.") for name in module.attributes):
+        return True
+    for op in module.walk():
+        if isinstance(op, MEMORY_OPS):
+            return True
+        if isinstance(op, func.FuncOp) and any(
+            _is_host(t) for t in (*op.function_type.inputs.data, *op.function_type.outputs.data)
+        ):
+            return True
+    return False
+
+
+def _is_host(type_: Attribute) -> bool:
+    return isinstance(type_, TensorType) and isinstance(type_.encoding, SpaceAttr)
+
+
+def capacity_of(module: ModuleOp) -> int | None:
+    attr = module.attributes.get(CAPACITY_ATTR)
+    return attr.value.data if isinstance(attr, IntegerAttr) else None
+
+
+def pool_of(module: ModuleOp) -> Pool | None:
+    attr = module.attributes.get(POOL_ATTR)
+    return attr.pool if isinstance(attr, PoolAttr) else None
+
+
+def replay(function: func.FuncOp, pool: Pool | None = None, capacity: int | None = None) -> Replay:
+    """Replay `function`'s schedule: the device bytes held while each op runs.
+
+    IRRuleError, at the op, for a value read after its `memory.free` (or freed twice),
+    a returned value freed, a tensor no size class of `pool` holds, a size class out of
+    objects, and more than `capacity` bytes held — each naming the bytes.
+    """
+    block = entry_block(function)
+    ops = tuple(op for op in block.ops if not isinstance(op, func.ReturnOp))
+    returned = set(return_values(function))
+    last_use: dict[SSAValue, int] = {}
+    freed: dict[SSAValue, int] = {}
+    for position, op in enumerate(ops):
+        for operand in op.operands:
+            if operand in freed:
+                raise IRRuleError(op, f"reads {_shown(operand)} after its memory.free")
+            last_use[operand] = position
+        if isinstance(op, FreeOp):
+            if op.input in returned:
+                raise IRRuleError(op, f"frees {_shown(op.input)}, which @main returns")
+            freed[op.input] = position
+
+    held = _Held(pool, capacity)
+    release: dict[int, list[SSAValue]] = {}
+    for argument in block.args:
+        if space_of(sig_of(argument.type)) == "device":
+            held.take(argument, function, "an argument")
+            if argument in freed:
+                release.setdefault(freed[argument], []).append(argument)
+    start = held.bytes
+    live = []
+    for position, op in enumerate(ops):
+        for result in op.results:
+            if space_of(sig_of(result.type)) == "device":
+                held.take(result, op, "a result")
+                if result not in returned:
+                    release.setdefault(last_use.get(result, position), []).append(result)
+        live.append(held.bytes)
+        for value in release.pop(position, ()):
+            held.give(value)
+    return Replay(start, tuple(live), ops)
+
+
+class _Held:
+    """Device memory in use during a replay: bytes, and objects per size class."""
+
+    def __init__(self, pool: Pool | None, capacity: int | None) -> None:
+        self.pool = pool
+        self.capacity = capacity
+        self.bytes = 0
+        self.objects: Counter[int] = Counter()
+        self.sizes: dict[SSAValue, tuple[int, int | None]] = {}
+
+    def take(self, value: SSAValue, op: Operation, what: str) -> None:
+        nbytes = tensor_bytes(sig_of(value.type))
+        size_class = None
+        if self.pool is not None:
+            size_class = self.pool.size_class(nbytes)
+            if size_class is None:
+                raise IRRuleError(
+                    op,
+                    f"has {what} of {nbytes} bytes ({_shown(value)}), larger than the "
+                    f"memory pool's largest size class ({self.pool.sizes[-1]} bytes)",
+                )
+            if self.objects[size_class] == self.pool.counts[size_class]:
+                raise IRRuleError(
+                    op,
+                    f"needs a {self.pool.sizes[size_class]}-byte pool object for "
+                    f"{_shown(value)} ({nbytes} bytes), but all "
+                    f"{self.pool.counts[size_class]} of that size class are in use",
+                )
+            self.objects[size_class] += 1
+            nbytes = self.pool.sizes[size_class]
+        self.bytes += nbytes
+        self.sizes[value] = (nbytes, size_class)
+        if self.capacity is not None and self.bytes > self.capacity:
+            raise IRRuleError(
+                op,
+                f"holds {self.bytes} bytes ({format_bytes(self.bytes)}) of device memory "
+                f"with {_shown(value)}, over the capacity of {self.capacity} bytes "
+                f"({format_bytes(self.capacity)})",
+            )
+
+    def give(self, value: SSAValue) -> None:
+        nbytes, size_class = self.sizes.pop(value)
+        self.bytes -= nbytes
+        if size_class is not None:
+            self.objects[size_class] -= 1
+
+
+def check_placed(module: ModuleOp) -> None:
+    """The module-level rules of a placed program (IRRuleError at the first broken):
+    memory module attributes well formed, the pool within the capacity, and the
+    schedule's replay (`replay`) within both."""
+    if not is_placed(module):
+        return
+    capacity_attr = module.attributes.get(CAPACITY_ATTR)
+    if capacity_attr is not None and (
+        not isinstance(capacity_attr, IntegerAttr) or capacity_attr.value.data < 1
+    ):
+        raise IRRuleError(
+            module, f"{CAPACITY_ATTR} must be a positive byte count (i64), got {capacity_attr}"
+        )
+    pool_attr = module.attributes.get(POOL_ATTR)
+    if pool_attr is not None and not isinstance(pool_attr, PoolAttr):
+        raise IRRuleError(module, f"{POOL_ATTR} must be a #memory.pool<...>, got {pool_attr}")
+    capacity, pool = capacity_of(module), pool_of(module)
+    if capacity is not None and pool is not None and pool.total_bytes > capacity:
+        raise IRRuleError(
+            module,
+            f"the memory pool takes {pool.total_bytes} bytes, over the capacity of "
+            f"{capacity} bytes",
+        )
+    try:
+        function = entry_function(module)
+    except ProgramError as err:
+        raise IRRuleError(module, f"is a placed program, but {err}") from None
+    replay(function, pool, capacity)
+
+
+PROGRAM_CHECKS.append(check_placed)
+
+
+# ------------------------------------------------------------------ whole programs
+
+
+def moves(function: func.FuncOp) -> Iterator[MoveOp]:
+    for op in entry_block(function).ops:
+        if isinstance(op, MoveOp):
+            yield op
+
+
+def moved_bytes(function: func.FuncOp) -> dict[str, int]:
+    """Bytes swapped out and in by one run of the schedule."""
+    totals = {"swap_out": 0, "swap_in": 0}
+    for op in moves(function):
+        totals["swap_out" if isinstance(op, SwapOutOp) else "swap_in"] += op.nbytes
+    return totals
+
+
+def unplaced(module: ModuleOp) -> ModuleOp:
+    """A copy of `module` as the program without placement it equals: moves dropped
+    (each is the identity on the value), frees dropped, host spaces removed, memory
+    module attributes gone. The reference a placed program is checked against."""
+    copy = module.clone()
+    for op in list(copy.walk()):
+        if isinstance(op, MoveOp):
+            op.output.replace_all_uses_with(op.input)
+        if isinstance(op, MEMORY_OPS):
+            op.detach()
+            op.erase()
+    for name in [n for n in copy.attributes if n.startswith("memory.")]:
+        del copy.attributes[name]
+    _strip_spaces(copy)
+    return copy
+
+
+def _strip_spaces(module: ModuleOp) -> None:
+    def plain(type_: Attribute) -> Attribute:
+        if _is_host(type_):
+            assert isinstance(type_, TensorType)
+            return TensorType(type_.element_type, type_.get_shape())
+        return type_
+
+    for op in list(module.walk()):
+        for value in (*op.results, *(a for r in op.regions for b in r.blocks for a in b.args)):
+            if plain(value.type) is not value.type:
+                Rewriter.replace_value_with_new_type(value, plain(value.type))
+        if isinstance(op, func.FuncOp):
+            kind = op.function_type
+            op.function_type = FunctionType.from_lists(
+                [plain(t) for t in kind.inputs.data], [plain(t) for t in kind.outputs.data]
+            )
+
+
+def host_arguments(function: func.FuncOp) -> tuple[int, ...]:
+    """Indices of `function`'s arguments that live in host memory."""
+    return tuple(
+        index
+        for index, argument in enumerate(entry_block(function).args)
+        if isinstance(argument, BlockArgument) and _is_host(argument.type)
+    )
