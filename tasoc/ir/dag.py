@@ -613,12 +613,13 @@ def _unpickle_dag(
 
 
 @_collector_paused()
-def from_module(module: ModuleOp) -> Dag:
+def from_module(module: ModuleOp, *, keep_order: bool = False) -> Dag:
     """The dag of a program's entry function (see the module docstring for the CSE
     effect), with its argument, result and function attributes and every tensor's
-    encoding. Raises ProgramError, naming the op, for what a dag cannot hold exactly
-    (`representable`), and ShapeError when an op's result types disagree with
-    inference (an unverified module)."""
+    encoding; with `keep_order`, its ops in the block's order (`Dag.scheduled`), for a
+    pass to which the order is a schedule (placement). Raises ProgramError, naming the
+    op, for what a dag cannot hold exactly (`representable`), and ShapeError when an
+    op's result types disagree with inference (an unverified module)."""
     function = entry_function(module)
     block = entry_block(function)
     args = tuple(
@@ -629,6 +630,7 @@ def from_module(module: ModuleOp) -> Dag:
         block_arg: Value(node, 0) for block_arg, node in zip(block.args, args, strict=True)
     }
     sigs_of_types: dict[Attribute, TensorSig] = {}
+    order: list[Node] = []
     for op in block.ops:
         if isinstance(op, func.ReturnOp):
             continue
@@ -639,6 +641,7 @@ def from_module(module: ModuleOp) -> Dag:
                 raise ProgramError(f"'{op.name}' reads a value defined outside @main's block")
             operands.append(values[operand])
         node = _make(graph_op.op_name(), tuple(operands), graph_op.py_attrs())
+        order.append(node)
         for i, result in enumerate(op.results):
             sig = sigs_of_types.get(result.type)
             if sig is None:
@@ -649,13 +652,14 @@ def from_module(module: ModuleOp) -> Dag:
                 )
             values[result] = Value(node, i)
     outputs = tuple(values[v] for v in return_values(function))
-    return Dag(
+    dag = Dag(
         args,
         outputs,
         function.sym_name.data,
         attributes=function_attributes(function),
         result_attributes=result_attributes(function),
     )
+    return dag.scheduled(order) if keep_order else dag
 
 
 def representable(op: Operation) -> GraphOp:

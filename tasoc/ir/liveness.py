@@ -31,6 +31,7 @@ from enum import IntEnum
 from xdsl.dialects import func
 from xdsl.ir import BlockArgument, Operation, OpResult, SSAValue
 
+from tasoc.ir.dag import Dag, Node, Value
 from tasoc.ir.graph import sig_of
 from tasoc.ir.limits import format_bytes
 from tasoc.ir.program import arg_infos, entry_block, return_values
@@ -190,3 +191,38 @@ def _ancestors(value: SSAValue) -> set[OpResult]:
 def _bytes(value: SSAValue) -> int:
     sig = sig_of(value.type)
     return sig.size * sig.dtype.itemsize
+
+
+def value_kinds(dag: Dag, signature: TrainingSignature | None) -> dict[Value, str]:
+    """What every value of `dag` is, as `peak_memory` splits a training step's memory:
+    params and optimizer state (arguments and the results replacing them), inputs
+    (other arguments), saved activations (results of the ops the loss depends on; every
+    result of a program without a loss) and gradients (the rest)."""
+    params = (
+        signature.params
+        if signature
+        else tuple(i for i, arg in enumerate(dag.args) if arg.attr("is_param"))
+    )
+    state = signature.state if signature else ()
+    own = {i: "params" for i in params} | {i: "optimizer_state" for i in state}
+    kinds = {arg.out: own.get(i, "inputs") for i, arg in enumerate(dag.args)}
+    loss = signature.loss if signature else None
+    forward = set(dag.ops) if loss is None else _node_ancestors(dag.outputs[loss].node)
+    for node in dag.ops:
+        for value in node.results:
+            kinds[value] = "activations" if node in forward else "gradients"
+    for result, argument in signature.replaces if signature else ():
+        if argument in own:
+            kinds[dag.outputs[result]] = own[argument]
+    return kinds
+
+
+def _node_ancestors(node: Node) -> set[Node]:
+    seen: set[Node] = set()
+    stack = [node]
+    while stack:
+        top = stack.pop()
+        if top not in seen and not top.is_arg:
+            seen.add(top)
+            stack.extend(v.node for v in top.inputs)
+    return seen

@@ -42,6 +42,7 @@ def _lazy_pass(module: str, class_name: str) -> PassFactory:
 TASOC_PASSES: dict[str, PassFactory] = {
     "autodiff": _lazy_pass("tasoc.passes.autodiff", "AutodiffPass"),
     "equality-rewrite": _lazy_pass("tasoc.passes.rewrite.equality_rewrite", "EqualityRewritePass"),
+    "placement": _lazy_pass("tasoc.passes.placement", "PlacementPass"),
     "soap-shard": _lazy_pass("tasoc.passes.soap", "SoapShardPass"),
 }
 """tasoc's own passes, by pipeline name: what the xDSL universe entry point

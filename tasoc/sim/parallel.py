@@ -62,6 +62,7 @@ from tasoc.cost.machines import Machine, MachineError
 from tasoc.ir import dag as dag_module
 from tasoc.ir import soap
 from tasoc.ir.dag import Dag, Node, Value
+from tasoc.ir.liveness import value_kinds
 from tasoc.ir.parallel import ShardingAttr
 from tasoc.ir.shapes import TensorSig
 from tasoc.ir.shard_plan import Plan, completed, moves
@@ -240,7 +241,7 @@ class ShardedStep:
             self._exits.setdefault(value, []).append(index)
         signature = signature or training_signature(dag_module.to_function(dag))
         self._replaces = dict(signature.replaces) if signature else {}
-        self._kind = _kinds(dag, signature)
+        self._kind = value_kinds(dag, signature)
         self._free = _free_values(dag, signature)
         self.stands_for = _device_classes(self.meshes.values(), machine, collapse)
         """Each simulated device and the devices whose tasks it stands for (itself alone
@@ -757,41 +758,6 @@ def _pooled(
         return ()
     total = sum(n for _, n in entries)
     return ((pool, total),) if total else ()
-
-
-def _kinds(dag: Dag, signature: TrainingSignature | None) -> dict[Value, str]:
-    """What every value is, as `tasoc.ir.liveness` splits a training step's memory:
-    params and optimizer state (arguments and the results replacing them), inputs
-    (other arguments), saved activations (results of the ops the loss depends on; every
-    result of a program without a loss) and gradients (the rest)."""
-    params = (
-        signature.params
-        if signature
-        else tuple(i for i, arg in enumerate(dag.args) if arg.attr("is_param"))
-    )
-    state = signature.state if signature else ()
-    own = {i: "params" for i in params} | {i: "optimizer_state" for i in state}
-    kinds = {arg.out: own.get(i, "inputs") for i, arg in enumerate(dag.args)}
-    loss = signature.loss if signature else None
-    forward = set(dag.ops) if loss is None else _ancestors(dag.outputs[loss].node)
-    for node in dag.ops:
-        for value in node.results:
-            kinds[value] = "activations" if node in forward else "gradients"
-    for result, argument in signature.replaces if signature else ():
-        if argument in own:
-            kinds[dag.outputs[result]] = own[argument]
-    return kinds
-
-
-def _ancestors(node: Node) -> set[Node]:
-    seen: set[Node] = set()
-    stack = [node]
-    while stack:
-        top = stack.pop()
-        if top not in seen and not top.is_arg:
-            seen.add(top)
-            stack.extend(v.node for v in top.inputs)
-    return seen
 
 
 def _free_values(dag: Dag, signature: TrainingSignature | None) -> frozenset[Value]:
