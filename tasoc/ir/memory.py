@@ -78,6 +78,7 @@ from tasoc.ir.program import (
     return_values,
 )
 from tasoc.ir.shapes import ShapeError, TensorSig
+from tasoc.ir.training import training_signature
 
 Space = Literal["device", "host"]
 
@@ -506,8 +507,9 @@ class _Held:
 
 def check_placed(module: ModuleOp) -> None:
     """The module-level rules of a placed program (IRRuleError at the first broken):
-    memory module attributes well formed, the pool within the capacity, and the
-    schedule's replay (`replay`) within both."""
+    memory module attributes well formed, the pool within the capacity, each result
+    that replaces an argument in the argument's space (where the next step reads it),
+    and the schedule's replay (`replay`) within capacity and pool."""
     if not is_placed(module):
         return
     capacity_attr = module.attributes.get(CAPACITY_ATTR)
@@ -531,6 +533,10 @@ def check_placed(module: ModuleOp) -> None:
         function = entry_function(module)
     except ProgramError as err:
         raise IRRuleError(module, f"is a placed program, but {err}") from None
+    try:
+        training_signature(function)  # a replacing result leaves in its argument's space
+    except ProgramError as err:
+        raise IRRuleError(function, str(err)) from None
     replay(function, pool, capacity)
 
 
