@@ -19,6 +19,9 @@ that claims to preserve meaning can then be checked against the reference:
 (clone first when the pass rewrites in place). `graphs(ops=["conv2d"], max_ops=1)`
 draws single-op programs, which is how the backend tests cover each op.
 
+`placements(dag)`, `placed_programs(module)` and `capacities(module)` draw
+memory-placed programs and device capacities (`placement_strategies.py`).
+
 `meshes()` draws device meshes and `shardings(dag, mesh)` a legal SOAP configuration
 for every op of a light graph (`ir/dag.py`), as the `Plan` that `soap-shard`'s writer
 writes as a sharded program: inputs for a parallel backend or cost model under test.
@@ -51,6 +54,11 @@ from tasoc.ir.shapes import ConstData, DType, ShapeError, TensorSig, infer
 from tasoc.ir.shard_plan import Plan
 from tasoc.ir.soap import Config, Mesh, OpRule, Sharding
 from tasoc.ir.traits import Training
+from tasoc.verify.placement_strategies import (  # noqa: F401 - public strategies
+    capacities,
+    placed_programs,
+    placements,
+)
 
 
 def _pretty_module(module: ModuleOp, printer: RepresentationPrinter, cycle: bool) -> None:
