@@ -8,8 +8,11 @@ re-simulates only what changed since the last). A partial assignment is pruned w
 a lower bound on every completion's iteration time is no better than the best found:
 a device runs its compute tasks one at a time, so the makespan is at least any
 device's compute time, which is the assigned ops' compute there plus, for each op
-still unassigned, its least compute there over its configurations. Communication
-only adds to that, so the bound never prunes the optimum.
+still unassigned, its least compute there over its configurations; and an op finishes
+no earlier than its operands' ops plus its own compute, so the makespan is at least
+the longest chain of dependent ops, each at its assigned (or least) compute.
+Communication only adds to both, so the bound never prunes an optimum; a branch whose
+bound reaches the best found is pruned too (it cannot beat it).
 
 The walk is on the whole mesh (data parallel's plan is the starting point); programs
 with more than `LIMIT` strategies are refused with one line (use `search=mcmc`).
@@ -20,7 +23,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tasoc.ir import soap
 from tasoc.ir.dag import Node, Value
@@ -75,6 +78,10 @@ class Walk:
     """Per op, per configuration: its compute seconds on each device of the machine."""
     rest: Sequence[list[float]]
     """Per depth: the least compute per device the ops from there on add."""
+    operands: Sequence[tuple[int, ...]]
+    """Per op, the positions in `ops` of the ops it reads."""
+    least: Sequence[float]
+    """Per op, its least compute time over its configurations (on its slowest device)."""
     budget: int
     deadline: Deadline
     best: dict[Node, Config]
@@ -83,6 +90,8 @@ class Walk:
     pruned: int = 0
     illegal: int = 0
     stopped: StopReason = StopReason.EXHAUSTED
+    finish: list[float] = field(default_factory=list)
+    """Per op, the earliest it can finish: its operands' ops first, then its compute."""
 
     def visit(self, depth: int, busy: list[float]) -> None:
         if depth == len(self.ops):
@@ -93,8 +102,15 @@ class Walk:
             if self.stopped != StopReason.EXHAUSTED:
                 return
             assigned = [b + c for b, c in zip(busy, compute[index], strict=True)]
-            bound = max(a + r for a, r in zip(assigned, self.rest[depth + 1], strict=True))
-            if bound >= self.best_cost * (1 + 1e-9):
+            self.finish[depth] = self._ready(depth) + max(compute[index])
+            bound = max(
+                max(a + r for a, r in zip(assigned, self.rest[depth + 1], strict=True)),
+                self._path_bound(depth),
+            )
+            # No completion can beat the best when the bound reaches it: ties are pruned
+            # too, or equal strategies (a split by one dim or another, alike in compute)
+            # would be walked exhaustively for nothing.
+            if bound >= self.best_cost * (1 - 1e-9):
                 self.pruned += 1
                 continue
             node, config = self.ops[depth], self.choices[depth][index]
@@ -105,6 +121,16 @@ class Walk:
                 self.illegal += 1
                 continue
             self.visit(depth + 1, assigned)
+
+    def _ready(self, op: int) -> float:
+        return max((self.finish[i] for i in self.operands[op]), default=0.0)
+
+    def _path_bound(self, depth: int) -> float:
+        """The longest chain of dependent ops: the assigned ones in their configuration,
+        the rest at their least compute (`finish` beyond `depth` is scratch space)."""
+        for op in range(depth + 1, len(self.ops)):
+            self.finish[op] = self._ready(op) + self.least[op]
+        return max(self.finish)
 
     def _leaf(self) -> None:
         if self.leaves >= self.budget:
@@ -152,17 +178,25 @@ def search(
     for per_config in reversed(compute):
         least = [min(column) for column in zip(*per_config, strict=True)]
         rest.insert(0, [a + b for a, b in zip(least, rest[0], strict=True)])
+    position = {node: i for i, node in enumerate(ops)}
+    operands = [
+        tuple(sorted({position[v.node] for v in node.inputs if v.node in position}))
+        for node in ops
+    ]
     walk = Walk(
         state,
         ops,
         choices,
         compute,
         rest,
+        operands,
+        [min(max(per_config) for per_config in per_op) for per_op in compute],
         settings.budget,
         settings.deadline,
         dict(state.configs),
         min(start_cost, state.cost),
     )
+    walk.finish = [0.0] * len(ops)
     walk.visit(0, [0.0] * devices)
     state.move_to(walk.best)
     best.offer(state, "exhaustive")
