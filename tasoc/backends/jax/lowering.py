@@ -37,6 +37,7 @@ import numpy as np
 from jax import lax
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation, SSAValue
 
 from tasoc.backends import numpy_dtype
 from tasoc.backends.arguments import check_arguments
@@ -303,8 +304,11 @@ def _embedding(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[ja
 
 
 @dataclass(frozen=True, slots=True)
-class _Step:
-    """One op of `@main`, detached from xDSL: values are slots in a flat list."""
+class Step:
+    """One `graph` op of `@main`, detached from xDSL: values are slots in a flat list.
+    Detached so that a lowered program no longer depends on the module (a pass may
+    rewrite it afterwards), and shared by every lowering that runs `graph` ops on one
+    device (`lower`, and `placed.lower_placed`, which interleaves them with moves)."""
 
     name: str
     attrs: Mapping[str, Any]
@@ -312,16 +316,39 @@ class _Step:
     results: tuple[int, ...]
     result_sigs: tuple[TensorSig, ...]
 
+    def run(self, inputs: Sequence[jax.Array]) -> list[jax.Array]:
+        """The op's JAX kernel on (traced) `inputs`; each result's type is checked at
+        trace time (`check_results`)."""
+        results = JAX_KERNELS[self.name](self.attrs, inputs)
+        check_results(f"graph.{self.name}", self.result_sigs, results)
+        return results
+
+
+def graph_step(op: Operation, slots: dict[SSAValue, int]) -> Step:
+    """`op` as a `Step` reading the slots `slots` gives its operands; its results take
+    the next free slots, which are added to `slots`. ValueError for an op that is not a
+    `graph` op with a JAX lowering."""
+    if not isinstance(op, GraphOp) or op.op_name() not in JAX_KERNELS:
+        raise ValueError(f"no JAX lowering for op '{op.name}'")
+    results = tuple(range(len(slots), len(slots) + len(op.results)))
+    step = Step(
+        name=op.op_name(),
+        attrs=op.py_attrs(),
+        operands=tuple(slots[v] for v in op.operands),
+        results=results,
+        result_sigs=tuple(sig_of(r.type) for r in op.results),
+    )
+    slots.update(zip(op.results, results, strict=True))
+    return step
+
 
 def _evaluate(
-    steps: Sequence[_Step], outputs: Sequence[int], args: Sequence[jax.Array]
+    steps: Sequence[Step], outputs: Sequence[int], args: Sequence[jax.Array]
 ) -> tuple[jax.Array, ...]:
     """Run the steps on (traced) arrays; checks each result's type at trace time."""
     values: dict[int, jax.Array] = dict(enumerate(args))
     for step in steps:
-        results = JAX_KERNELS[step.name](step.attrs, [values[i] for i in step.operands])
-        check_results(f"graph.{step.name}", step.result_sigs, results)
-        values.update(zip(step.results, results, strict=True))
+        values.update(zip(step.results, step.run([values[i] for i in step.operands]), strict=True))
     return tuple(values[i] for i in outputs)
 
 
@@ -396,24 +423,8 @@ def lower(module: ModuleOp, donate: Sequence[int] = ()) -> JaxProgram:
     function = entry_function(module)
     refuse_encodings(function, "the JAX lowering")
     block = function.body.block
-    slots = {value: index for index, value in enumerate(block.args)}
-    steps = []
-    for op in block.ops:
-        if isinstance(op, func.ReturnOp):
-            continue
-        if not isinstance(op, GraphOp) or op.op_name() not in JAX_KERNELS:
-            raise ValueError(f"no JAX lowering for op '{op.name}'")
-        results = tuple(range(len(slots), len(slots) + len(op.results)))
-        slots.update(zip(op.results, results, strict=True))
-        steps.append(
-            _Step(
-                name=op.op_name(),
-                attrs=op.py_attrs(),
-                operands=tuple(slots[v] for v in op.operands),
-                results=results,
-                result_sigs=tuple(sig_of(r.type) for r in op.results),
-            )
-        )
+    slots: dict[SSAValue, int] = {value: index for index, value in enumerate(block.args)}
+    steps = [graph_step(op, slots) for op in block.ops if not isinstance(op, func.ReturnOp)]
     returned = return_values(function)
     outputs = tuple(slots[v] for v in returned)
 
