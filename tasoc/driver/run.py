@@ -23,6 +23,12 @@ fake CPU devices first (`devices.py`), `--check` compares with the numpy referen
 the equal one-device program, and `--audit` sets the collectives XLA compiled beside
 those the IR asks for (`backends/jax/audit.py`). `--processes P` runs it as P JAX
 processes instead (`distributed.py`).
+
+A memory-placed program (the `memory` dialect) runs on one device with its host values
+in host memory (`backends/jax/placed.py`, `run_placed`): `--mode compiled` (the
+default) as one jitted program, `--mode runtime` op by op, measuring the live device
+bytes after every op against the schedule's replay; `--check` compares with the numpy
+reference of the equal program without placement, which `--backend numpy` runs.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import argparse
 import json
 import statistics
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -48,6 +55,7 @@ from tasoc.driver.errors import (
     OneLineArgumentParser,
     UsageError,
     non_negative_int,
+    note,
     positive_int,
 )
 from tasoc.driver.index_ranges import check_index_ranges
@@ -63,6 +71,7 @@ from tasoc.driver.training_run import TrainingRun, steppable, train
 from tasoc.driver.weights import WeightsFile, find_weights, load_arguments
 from tasoc.ir.limits import LimitError
 from tasoc.ir.liveness import PeakMemory, peak_memory
+from tasoc.ir.memory import Replay, is_placed, replay, unplaced
 from tasoc.ir.parallel import is_sharded, meshes, unsharded
 from tasoc.ir.program import (
     ArgInfo,
@@ -72,14 +81,18 @@ from tasoc.ir.program import (
     value_name,
 )
 from tasoc.ir.training import TrainingSignature, training_signature
+from tasoc.passes.progress import progress_bar
 from tasoc.verify.equivalence import OpMismatch, OutputReport, compare, compare_ops
 
 if TYPE_CHECKING:
     import onnx
 
+    from tasoc.backends.jax.placed import Measured, PlacedProgram
     from tasoc.backends.jax.sharded import ShardedProgram
 
 BACKENDS = ("jax", "numpy")
+MODES = ("compiled", "runtime")
+"""How a memory-placed program runs on jax (`backends/jax/placed.py`)."""
 
 
 def _parser() -> OneLineArgumentParser:
@@ -142,7 +155,16 @@ def _parser() -> OneLineArgumentParser:
         "--audit",
         action="store_true",
         help="set the collectives of a sharded program's compiled HLO (and its CUDA "
-        "lowering) beside those its IR asks for",
+        "lowering) beside those its IR asks for; for a memory-placed program, the "
+        "host-memory placements of its CUDA lowering beside its swaps and host values",
+    )
+    parser.add_argument(
+        "--mode",
+        choices=MODES,
+        help="how a memory-placed program runs on jax: compiled (default), one jitted "
+        "program, host values in pinned host memory, the schedule's order kept with "
+        "barriers; runtime, op by op, measuring the live device bytes after each op "
+        "against the schedule's replay",
     )
     distributed.add_arguments(parser)
     return parser
@@ -312,6 +334,16 @@ def _refuse_combinations(args: argparse.Namespace) -> None:
             "--check-onnxruntime cannot be combined with --steps; --check compares the "
             "first step with the numpy reference"
         )
+    if args.mode is not None and args.backend != "jax":
+        raise UsageError(
+            "--mode says how a memory-placed program runs on jax: it needs --backend jax "
+            "(the numpy reference ignores memory spaces)"
+        )
+    if args.mode == "runtime" and args.bench:
+        raise UsageError(
+            "--bench times the compiled mode; --mode runtime runs op by op from Python "
+            "to measure memory, which says nothing of the program's speed"
+        )
 
 
 def run_command(argv: Sequence[str]) -> int:
@@ -339,13 +371,29 @@ def _run(args: argparse.Namespace, found: WeightsFile | None) -> dict[str, objec
     program = load_program(args.input, collect_input_shapes(args.input_shape))
     module = program.module
     sharded = is_sharded(module)
+    placed = is_placed(module)
+    if args.mode is not None and not placed:
+        raise UsageError(
+            f"--mode says how a memory-placed program runs; {args.input} is not one "
+            "(it has no memory spaces, swaps or memory attributes)"
+        )
     if sharded and args.devices is None:
         default_devices(mesh_devices(meshes(module).values()))
     if sharded and args.backend == "numpy":
         module = unsharded(module)  # the reference runs the equal one-device program
         sharded = False
-    if args.audit and not sharded:
-        raise UsageError(f"--audit reads a sharded program's collectives; {args.input} is not one")
+    if placed and args.backend == "numpy":
+        note(
+            "--backend numpy ignores memory spaces: it runs the equal program without "
+            "placement (swaps and frees dropped, every value in one memory)"
+        )
+        module = unplaced(module)
+        placed = False
+    if args.audit and not (sharded or placed):
+        raise UsageError(
+            f"--audit reads a sharded program's collectives (or a memory-placed program's "
+            f"host-memory placements); {args.input} is neither"
+        )
     weights = found if program.weights is None else None
     if program.weights is not None and args.params is not None:
         raise UsageError("--params gives weights, and an .onnx INPUT carries its own")
@@ -354,13 +402,20 @@ def _run(args: argparse.Namespace, found: WeightsFile | None) -> dict[str, objec
         returned = return_values(function)
         infos = arg_infos(function)
         signature = training_signature(function)
-        memory = peak_memory(function)
+        # A placed program's own liveness would count its host values: its figure
+        # without placement is the one the placement beats, as for any program.
+        memory = peak_memory(entry_function(unplaced(module)) if placed else function)
         inputs = _arguments(program, weights, args.seed)
         check_index_ranges(function, inputs)
     except (ValueError, LimitError) as err:  # ProgramError, an index out of range
         raise DriverError(f"{args.input}: {err}") from None
     if sharded and args.check_onnxruntime:
         raise UsageError("--check-onnxruntime on a sharded program is not supported yet")
+    if placed and args.check_onnxruntime:
+        raise UsageError(
+            "--check-onnxruntime on a memory-placed program is not supported yet; --check "
+            "compares it with the numpy reference"
+        )
     training = steppable(signature, args.input) if args.steps is not None else None
 
     values_from = f", values from {weights.path}" if weights is not None else ""
@@ -370,6 +425,9 @@ def _run(args: argparse.Namespace, found: WeightsFile | None) -> dict[str, objec
         "seed": args.seed,
         "memory": memory.to_json(),
     }
+    if placed:
+        provenance = f" (seed {args.seed}{values_from})"
+        return report | run_placed(args, module, inputs, provenance, training)
     if training is not None:
         steps = f"{args.steps} training step{'s' if args.steps > 1 else ''}"
         print(f"{args.input}: {steps} on {args.backend} (seed {args.seed}{values_from})")
@@ -493,6 +551,207 @@ def run_sharded(
         )
         report["bench_seconds"] = _bench(executable, inputs, args.bench, f"jax, {devices} devices")
     return report
+
+
+def run_placed(
+    args: argparse.Namespace,
+    module: ModuleOp,
+    inputs: Sequence[np.ndarray],
+    provenance: str,
+    training: TrainingSignature | None,
+) -> dict[str, object]:
+    """Run a memory-placed program on jax in `args.mode` (compiled by default), once or
+    `args.steps` times as a training step; print its outputs (or losses) and its device
+    memory: the schedule's replay, and in runtime mode the bytes measured beside it.
+    With `args.check`, compare with the numpy reference of the equal program without
+    placement (`memory.unplaced`), and in runtime mode fail unless the measurement is
+    the replay, op by op. Returns what `--report` adds (`placement`)."""
+    from tasoc.backends.jax import bench
+    from tasoc.backends.jax.placed import lower_placed
+
+    mode = args.mode or "compiled"
+    function = entry_function(module)
+    signature = training_signature(function)
+    planned = replay(function)
+    reference = unplaced(module)
+    # A training loop's compiled step updates what it replaces in place, as unplaced.
+    donate = [a for _, a in training.replaces] if training and mode == "compiled" else []
+    try:
+        program = lower_placed(module, mode, donate)
+    except ValueError as err:  # an op without a JAX lowering, a sharded program
+        raise DriverError(f"cannot run on jax: {err}") from None
+    if training is not None:
+        steps = f"{args.steps} training step{'s' if args.steps > 1 else ''}"
+        print(f"{args.input}: {steps} on jax, {mode} mode{provenance}")
+        if args.check:
+            first, _ = _placed_call(program, inputs)
+            _check_first_step(reference, training, inputs, first, "jax")
+        run, measured = _train_placed(program, training, inputs, args.steps)
+        print(_timing_line(run))
+        report = run_report(run)
+    else:
+        outputs, measured = _placed_call(program, inputs)
+        print(f"{args.input} on jax, {mode} mode{provenance}:")
+        _print_outputs(return_values(function), outputs)
+        report = {}
+        if args.check:
+            _check_against(
+                "the numpy reference of the unplaced program",
+                run_reference(reference, inputs),
+                outputs,
+                "jax",
+                _gradient_outputs(signature),
+                _op_by_op(reference, inputs, signature, "jax"),
+            )
+    if args.audit:
+        report["audit"] = _audit_placed(module, program)
+    unplaced_peak = replay(entry_function(reference)).peak_bytes
+    report["placement"] = _placement_memory(mode, planned, unplaced_peak, measured, args.check)
+    if args.bench:
+        executable = Executable(
+            run=lambda args: program(*args),
+            time=lambda args, repeats: bench(program, args, repeats),
+        )
+        report["bench_seconds"] = _bench(executable, inputs, args.bench, f"jax, {mode} mode")
+    return report
+
+
+def _audit_placed(module: ModuleOp, program: PlacedProgram) -> dict[str, object]:
+    """`--audit` of a placed program: the copies and host values the IR asks for beside
+    those of the compiled mode cross-lowered for CUDA (`placed.cuda_placements`; the CPU
+    lowering elides copies within a program, a GPU's keeps them)."""
+    from tasoc.backends.jax.placed import (
+        CompiledProgram,
+        cuda_placements,
+        lower_placed,
+        planned_placements,
+    )
+
+    compiled = program if isinstance(program, CompiledProgram) else lower_placed(module, "compiled")
+    planned = planned_placements(module)
+    cuda, _ = cuda_placements(compiled)
+    print("audit: host-memory placements the IR asks for, the CUDA lowering has:")
+    rows = (
+        ("copies to host (swap-outs, host results)", "to_host"),
+        ("copies to device (swap-ins, device results)", "to_device"),
+        ("host arguments", "host_arguments"),
+        ("host results", "host_results"),
+    )
+    width = max(len(label) for label, _ in rows)
+    print(f"  {'':<{width}}  {'IR':>6}  {'CUDA':>6}")
+    for label, key in rows:
+        print(f"  {label:<{width}}  {getattr(planned, key):>6}  {getattr(cuda, key):>6}")
+    same = planned == cuda
+    print(
+        "audit: the CUDA lowering places every value where the IR says"
+        if same
+        else "audit: the CUDA lowering differs from the IR (above)"
+    )
+    return {"planned": planned.to_json(), "cuda": cuda.to_json(), "equal": same}
+
+
+def _placed_call(
+    program: PlacedProgram, inputs: Sequence[np.ndarray]
+) -> tuple[list[np.ndarray], Measured | None]:
+    """One run of a placed program on `inputs`: its outputs as NumPy arrays, and in
+    runtime mode the device memory it measured."""
+    from tasoc.backends.jax.lowering import host_results
+    from tasoc.backends.jax.placed import RuntimeProgram
+
+    if isinstance(program, RuntimeProgram):
+        results, measured = program.measure(*program.device_args(inputs))
+        return host_results(results, program.result_sigs), measured
+    return program(*inputs), None
+
+
+def _placement_memory(
+    mode: str, planned: Replay, unplaced_peak: int, measured: Measured | None, check: bool
+) -> dict[str, object]:
+    """Print the placed program's device memory, planned (the schedule's replay, no
+    pool: bytes, as measured), measured (runtime mode), and the replay's peak of the
+    program without placement; with `check`, fail unless the measurement is the replay
+    op by op. Returns the report's `placement` section."""
+    section: dict[str, object] = {
+        "mode": mode,
+        "planned_peak_bytes": planned.peak_bytes,
+        "planned_bytes": [planned.start, *planned.live],
+        "unplaced_peak_bytes": unplaced_peak,
+    }
+    without = f"; {unplaced_peak} without placement"
+    if measured is None:
+        print(f"memory: planned peak device bytes {planned.peak_bytes} (replay){without}")
+        return section
+    print(
+        f"memory: peak live device bytes measured {measured.peak_bytes}, "
+        f"planned {planned.peak_bytes} (replay){without}"
+    )
+    section["measured_peak_bytes"] = measured.peak_bytes
+    section["measured_bytes"] = [measured.start, *measured.live]
+    if check:
+        where = _first_difference(planned, measured)
+        if where is not None:
+            raise DriverError(f"runtime mode measured what the replay does not plan: {where}")
+        print("check: the measured device bytes are the replay's, op by op")
+    return section
+
+
+def _first_difference(planned: Replay, measured: Measured) -> str | None:
+    """Where the runtime's device bytes first differ from the replay's, None if nowhere."""
+    if planned.start != measured.start:
+        return f"{measured.start} bytes of arguments, planned {planned.start}"
+    for position, (want, got) in enumerate(zip(planned.live, measured.live, strict=True)):
+        if want != got:
+            name = planned.ops[position].name
+            return f"{got} bytes after op {position} ({name}), planned {want}"
+    return None
+
+
+def _train_placed(
+    program: PlacedProgram, signature: TrainingSignature, inputs: Sequence[np.ndarray], steps: int
+) -> tuple[TrainingRun, Measured | None]:
+    """`--steps` of a placed training step: `training_run.train`'s loop on a placed
+    program. Each new param or state value is put back in its argument's space (where
+    it already is when the step returns it there), an argument the runtime mode frees
+    (deletes) is placed anew before each step, and the runtime's measurement with the
+    highest peak over the steps is returned. On the compiled mode the replaced
+    arguments are donated, as on an unplaced step."""
+    import jax
+
+    from tasoc.backends.jax.lowering import host_argument
+    from tasoc.backends.jax.placed import RuntimeProgram
+
+    replaced = {argument for _, argument in signature.replaces}
+    consumed = program.consumed if isinstance(program, RuntimeProgram) else ()
+    renewed = [i for i in consumed if i not in replaced]
+    current = list(program.device_args(inputs))
+    width = len(str(steps))
+    losses: list[float] = []
+    seconds: list[float] = []
+    highest: Measured | None = None
+    with progress_bar("training", unit="step", total=steps, delay=1.0) as update:
+        for number in range(1, steps + 1):
+            for i in renewed:
+                info = program.arg_infos[i]
+                current[i] = jax.device_put(host_argument(info, inputs[i]), program.in_shardings[i])
+            start = time.perf_counter()
+            if isinstance(program, RuntimeProgram):
+                results, measured = program.measure(*current)
+                if highest is None or measured.peak_bytes > highest.peak_bytes:
+                    highest = measured
+            else:
+                with warnings.catch_warnings():
+                    # As `training_run`: a backend that cannot reuse a donated buffer
+                    # says so on every call; the step is still right.
+                    warnings.filterwarnings("ignore", message="Some donated buffers")
+                    results = program.fn(*current)
+            for result, argument in signature.replaces:
+                current[argument] = jax.device_put(results[result], program.in_shardings[argument])
+            loss = float(results[signature.loss])  # type: ignore[index]
+            seconds.append(time.perf_counter() - start)
+            losses.append(loss)
+            print(f"step {number:>{width}}/{steps}  loss {loss:.7g}")
+            update(number, loss=f"{loss:.4g}")
+    return TrainingRun(tuple(losses), tuple(seconds)), highest
 
 
 def _print_memory(memory: PeakMemory) -> None:
