@@ -34,11 +34,12 @@ reference of the equal program without placement, which `--backend numpy` runs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -661,7 +662,17 @@ def _placed_call(
     if isinstance(program, RuntimeProgram):
         results, measured = program.measure(*program.device_args(inputs))
         return host_results(results, program.result_sigs), measured
-    return program(*inputs), None
+    with _donation_quiet():
+        return program(*inputs), None
+
+
+@contextlib.contextmanager
+def _donation_quiet() -> Iterator[None]:
+    """As in `training_run`: a backend that cannot reuse a donated buffer says so on
+    every call of a step that donates; the step is still right, only not in place."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
+        yield
 
 
 def _placement_memory(
@@ -710,11 +721,12 @@ def _train_placed(
     program: PlacedProgram, signature: TrainingSignature, inputs: Sequence[np.ndarray], steps: int
 ) -> tuple[TrainingRun, Measured | None]:
     """`--steps` of a placed training step: `training_run.train`'s loop on a placed
-    program. Each new param or state value is put back in its argument's space (where
-    it already is when the step returns it there), an argument the runtime mode frees
-    (deletes) is placed anew before each step, and the runtime's measurement with the
-    highest peak over the steps is returned. On the compiled mode the replaced
-    arguments are donated, as on an unplaced step."""
+    program. Each new param or state value comes back in its argument's space (a
+    replacing result has its argument's type, space included: `training_signature`), so
+    it is fed back as it is; an argument the runtime mode frees (deletes) is placed anew
+    before each step, and the runtime's measurement with the highest peak over the steps
+    is returned. In compiled mode the replaced arguments are donated (`run_placed`), as
+    on an unplaced step."""
     import jax
 
     from tasoc.backends.jax.lowering import host_argument
@@ -739,13 +751,10 @@ def _train_placed(
                 if highest is None or measured.peak_bytes > highest.peak_bytes:
                     highest = measured
             else:
-                with warnings.catch_warnings():
-                    # As `training_run`: a backend that cannot reuse a donated buffer
-                    # says so on every call; the step is still right.
-                    warnings.filterwarnings("ignore", message="Some donated buffers")
+                with _donation_quiet():
                     results = program.fn(*current)
             for result, argument in signature.replaces:
-                current[argument] = jax.device_put(results[result], program.in_shardings[argument])
+                current[argument] = results[result]
             loss = float(results[signature.loss])  # type: ignore[index]
             seconds.append(time.perf_counter() - start)
             losses.append(loss)
