@@ -93,7 +93,8 @@ if TYPE_CHECKING:
 
 BACKENDS = ("jax", "numpy")
 MODES = ("compiled", "runtime")
-"""How a memory-placed program runs on jax (`backends/jax/placed.py`)."""
+"""How a memory-placed program runs on jax (`backends/jax/placed.Mode`; spelled here so
+that `tasoc run --help` does not import JAX)."""
 
 
 def _parser() -> OneLineArgumentParser:

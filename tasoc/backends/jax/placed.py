@@ -62,7 +62,6 @@ from tasoc.ir.program import ArgInfo, arg_infos, entry_block, entry_function, re
 from tasoc.ir.shapes import TensorSig
 
 Mode = Literal["compiled", "runtime"]
-MODES: tuple[Mode, ...] = ("compiled", "runtime")
 
 MEMORY_KINDS: dict[Space, str] = {"device": "device", "host": "pinned_host"}
 """The JAX memory kind of each memory space: host values are pinned, which is the host
