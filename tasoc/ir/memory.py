@@ -415,18 +415,20 @@ def pool_of(module: ModuleOp) -> Pool | None:
     return attr.pool if isinstance(attr, PoolAttr) else None
 
 
-def replay(function: func.FuncOp, pool: Pool | None = None, capacity: int | None = None) -> Replay:
-    """Replay `function`'s schedule: the device bytes held while each op runs.
+def release_points(function: func.FuncOp) -> tuple[tuple[SSAValue, ...], ...]:
+    """Per op of `function`'s block (`func.return` excluded), the values whose life
+    ends once it has run: a result after its last reader (where it is made when
+    nothing reads it), unless returned; an argument at its `memory.free` only. Values
+    of both spaces: the replay counts the device ones, the runtime mode deletes all.
 
-    IRRuleError, at the op, for a value read after its `memory.free` (or freed twice),
-    a returned value freed, a tensor no size class of `pool` holds, a size class out of
-    objects, and more than `capacity` bytes held — each naming the bytes.
+    IRRuleError, at the op, for a value read after its `memory.free` (or freed twice)
+    and for a returned value freed.
     """
-    block = entry_block(function)
-    ops = tuple(op for op in block.ops if not isinstance(op, func.ReturnOp))
+    ops = [op for op in entry_block(function).ops if not isinstance(op, func.ReturnOp)]
     returned = set(return_values(function))
     last_use: dict[SSAValue, int] = {}
-    freed: dict[SSAValue, int] = {}
+    freed: set[SSAValue] = set()
+    releases: list[list[SSAValue]] = [[] for _ in ops]
     for position, op in enumerate(ops):
         for operand in op.operands:
             if operand in freed:
@@ -435,26 +437,42 @@ def replay(function: func.FuncOp, pool: Pool | None = None, capacity: int | None
         if isinstance(op, FreeOp):
             if op.input in returned:
                 raise IRRuleError(op, f"frees {_shown(op.input)}, which @main returns")
-            freed[op.input] = position
+            freed.add(op.input)
+            if isinstance(op.input, BlockArgument):
+                releases[position].append(op.input)
+    for position, op in enumerate(ops):
+        for result in op.results:
+            if result not in returned:
+                releases[last_use.get(result, position)].append(result)
+    return tuple(tuple(values) for values in releases)
 
+
+def replay(function: func.FuncOp, pool: Pool | None = None, capacity: int | None = None) -> Replay:
+    """Replay `function`'s schedule: the device bytes held while each op runs, each
+    value from the op that makes it (arguments: from the start) to its
+    `release_points`.
+
+    IRRuleError, at the op, for what `release_points` refuses, a tensor no size class
+    of `pool` holds, a size class out of objects, and more than `capacity` bytes held
+    — each naming the bytes.
+    """
+    block = entry_block(function)
+    ops = tuple(op for op in block.ops if not isinstance(op, func.ReturnOp))
+    releases = release_points(function)
     held = _Held(pool, capacity)
-    release: dict[int, list[SSAValue]] = {}
     for argument in block.args:
         if space_of(sig_of(argument.type)) == "device":
             held.take(argument, function, "an argument")
-            if argument in freed:
-                release.setdefault(freed[argument], []).append(argument)
     start = held.bytes
     live = []
-    for position, op in enumerate(ops):
+    for op, released in zip(ops, releases, strict=True):
         for result in op.results:
             if space_of(sig_of(result.type)) == "device":
                 held.take(result, op, "a result")
-                if result not in returned:
-                    release.setdefault(last_use.get(result, position), []).append(result)
         live.append(held.bytes)
-        for value in release.pop(position, ()):
-            held.give(value)
+        for value in released:
+            if value in held.sizes:
+                held.give(value)
     return Replay(start, tuple(live), ops)
 
 

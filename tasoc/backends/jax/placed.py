@@ -43,7 +43,7 @@ from jax import lax
 from jax.sharding import SingleDeviceSharding
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Operation, SSAValue
+from xdsl.ir import SSAValue
 
 from tasoc.backends.arguments import check_arguments
 from tasoc.backends.jax.lowering import Step, graph_step, host_argument, host_results, jax_dtype
@@ -54,6 +54,7 @@ from tasoc.ir.memory import (
     Space,
     SwapInOp,
     in_space,
+    release_points,
     space_of,
     tensor_bytes,
 )
@@ -113,7 +114,7 @@ Entry = Step | _Move | _Free
 class _Schedule:
     """`@main` of a placed program, detached from xDSL: `entries[i]` is op `i` of the
     block (values are slots, arguments first), `releases[i]` the slots whose life ends
-    once op `i` has run, by `memory.replay`'s rule."""
+    once op `i` has run (`memory.release_points`, the replay's rule)."""
 
     entries: tuple[Entry, ...]
     releases: tuple[tuple[int, ...], ...]
@@ -151,46 +152,15 @@ def _read(module: ModuleOp) -> _Schedule:
     infos = tuple(arg_infos(function))
     return _Schedule(
         entries=tuple(entries),
-        releases=_releases(ops, [slots[v] for v in returned], len(block.args), slots),
+        releases=tuple(
+            tuple(slots[value] for value in values) for values in release_points(function)
+        ),
         outputs=tuple(slots[v] for v in returned),
         arg_infos=infos,
         arg_spaces=tuple(space_of(info.sig) for info in infos),
         result_sigs=tuple(sig_of(v.type) for v in returned),
         result_spaces=tuple(space_of(sig_of(v.type)) for v in returned),
     )
-
-
-def _releases(
-    ops: Sequence[Operation], returned: Sequence[int], arguments: int, slots: dict[SSAValue, int]
-) -> tuple[tuple[int, ...], ...]:
-    """Per op, the slots released after it: `memory.replay`'s rule (a result after its
-    last reader, or where it is made when nothing reads it, unless returned; an
-    argument only at its `memory.free`), for values of both spaces (host values are
-    released too; only device ones are measured). `memory.replay` computes the same
-    positions for the bytes it counts; it does not expose them, hence this mirror, which
-    the runtime's measurement checks against the replay op by op."""
-    last_use: dict[int, int] = {}
-    made: dict[int, int] = {}
-    freed: dict[int, int] = {}
-    for position, op in enumerate(ops):
-        for operand in op.operands:
-            last_use[slots[operand]] = position
-        for result in op.results:
-            made[slots[result]] = position
-        if isinstance(op, FreeOp):
-            freed[slots[op.input]] = position
-    kept = set(returned)
-    releases: list[list[int]] = [[] for _ in ops]
-    for slot, position in freed.items():
-        if slot < arguments:
-            releases[position].append(slot)
-    for slot, position in made.items():
-        if slot not in kept:
-            releases[last_use.get(slot, position)].append(slot)
-    return tuple(tuple(slots_) for slots_ in releases)
-
-
-# ------------------------------------------------------------------ the programs
 
 
 def device_sharding(space: Space, device: jax.Device | None = None) -> SingleDeviceSharding:
