@@ -68,7 +68,7 @@ from tasoc.driver.onnx_bridge import (
 )
 from tasoc.driver.outputs import Outputs
 from tasoc.driver.sources import Program, load_program
-from tasoc.driver.training_run import TrainingRun, steppable, train
+from tasoc.driver.training_run import TrainingRun, loop, steppable, train
 from tasoc.driver.weights import WeightsFile, find_weights, load_arguments
 from tasoc.ir.limits import LimitError
 from tasoc.ir.liveness import PeakMemory, peak_memory
@@ -82,7 +82,6 @@ from tasoc.ir.program import (
     value_name,
 )
 from tasoc.ir.training import TrainingSignature, training_signature
-from tasoc.passes.progress import progress_bar
 from tasoc.verify.equivalence import OpMismatch, OutputReport, compare, compare_ops
 
 if TYPE_CHECKING:
@@ -738,30 +737,28 @@ def _train_placed(
     renewed = [i for i in consumed if i not in replaced]
     current = list(program.device_args(inputs))
     width = len(str(steps))
-    losses: list[float] = []
-    seconds: list[float] = []
-    highest: Measured | None = None
-    with progress_bar("training", unit="step", total=steps, delay=1.0) as update:
-        for number in range(1, steps + 1):
-            for i in renewed:
-                info = program.arg_infos[i]
-                current[i] = jax.device_put(host_argument(info, inputs[i]), program.in_shardings[i])
-            start = time.perf_counter()
-            if isinstance(program, RuntimeProgram):
-                results, measured = program.measure(*current)
-                if highest is None or measured.peak_bytes > highest.peak_bytes:
-                    highest = measured
-            else:
-                with _donation_quiet():
-                    results = program.fn(*current)
-            for result, argument in signature.replaces:
-                current[argument] = results[result]
-            loss = float(results[signature.loss])  # type: ignore[index]
-            seconds.append(time.perf_counter() - start)
-            losses.append(loss)
-            print(f"step {number:>{width}}/{steps}  loss {loss:.7g}")
-            update(number, loss=f"{loss:.4g}")
-    return TrainingRun(tuple(losses), tuple(seconds)), highest
+    highest: list[Measured] = []
+
+    def step() -> float:
+        for i in renewed:
+            info = program.arg_infos[i]
+            current[i] = jax.device_put(host_argument(info, inputs[i]), program.in_shardings[i])
+        if isinstance(program, RuntimeProgram):
+            results, measured = program.measure(*current)
+            if not highest or measured.peak_bytes > highest[0].peak_bytes:
+                highest[:] = [measured]
+        else:
+            with _donation_quiet():
+                results = program.fn(*current)
+        for result, argument in signature.replaces:
+            current[argument] = results[result]
+        return float(results[signature.loss])  # type: ignore[index]
+
+    def show(number: int, loss: float) -> None:
+        print(f"step {number:>{width}}/{steps}  loss {loss:.7g}")
+
+    run = loop(step, steps, show)
+    return run, highest[0] if highest else None
 
 
 def _print_memory(memory: PeakMemory) -> None:

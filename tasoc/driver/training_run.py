@@ -73,6 +73,13 @@ def train(
     """Run `steps` training steps from `arguments` on `backend`, calling `on_step(step,
     loss)` (1-based) after each; a progress bar on a terminal for runs over a second."""
     step = (_jax_step if backend == "jax" else _reference_step)(module, signature, arguments)
+    return loop(step, steps, on_step)
+
+
+def loop(step: Step, steps: int, on_step: Callable[[int, float], None]) -> TrainingRun:
+    """Call `step()` (one training step, returning its loss) `steps` times, timing each
+    and calling `on_step(number, loss)` after it, under a progress bar: the loop every
+    runner of training steps shares."""
     losses: list[float] = []
     seconds: list[float] = []
     with progress_bar("training", unit="step", total=steps, delay=1.0) as update:
