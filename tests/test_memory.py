@@ -7,8 +7,10 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from memory_helpers import SWAPS
+from test_soap_shard import MLP
+from test_soap_shard import parse as parse_text
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
-from xdsl.parser import Parser
 
 from tasoc.driver.sources import make_context
 from tasoc.ir import dag as dag_module
@@ -30,37 +32,11 @@ from tasoc.passes.placement import PlacementFailed, PlacementPass
 from tasoc.verify.equivalence import equivalent
 from tasoc.verify.strategies import capacities, graphs, placed_programs
 
-PLACED = """
-module attributes {memory.pool = #memory.pool<[1024 x 4, 16384 x 8]>} {
-  func.func @main(%x: tensor<64x64xf32>, %w: tensor<64x64xf32, #memory.space<host>> {graph.param})
-      -> (tensor<64x64xf32>, tensor<64x64xf32, #memory.space<host>>) {
-    %wd = memory.swap_in %w : tensor<64x64xf32>
-    %y = graph.matmul %x, %wd : tensor<64x64xf32>
-    %yh = memory.swap_out %y : tensor<64x64xf32, #memory.space<host>>
-    %z = graph.relu %y : tensor<64x64xf32>
-    memory.free %x
-    %yd = memory.swap_in %yh : tensor<64x64xf32>
-    %o = graph.add %z, %yd : tensor<64x64xf32>
-    func.return %o, %yh : tensor<64x64xf32>, tensor<64x64xf32, #memory.space<host>>
-  }
-}
-"""
-
-MLP = """
-func.func @main(%x: tensor<16x8xf32>, %w1: tensor<8x32xf32> {graph.param},
-                %w2: tensor<32x4xf32> {graph.param}) -> tensor<16x4xf32> {
-  %h = graph.matmul %x, %w1 : tensor<16x32xf32>
-  %r = graph.relu %h : tensor<16x32xf32>
-  %y = graph.matmul %r, %w2 : tensor<16x4xf32>
-  func.return %y : tensor<16x4xf32>
-}
-"""
-
 KIB16 = 64 * 64 * 4
 
 
 def parse(text: str) -> ModuleOp:
-    module = Parser(make_context(), text).parse_module()
+    module = parse_text(text)
     module.verify()
     verify_ir(module)
     return module
@@ -73,7 +49,7 @@ def training_step(optimizer: str = "adam") -> ModuleOp:
 
 
 def test_replay_holds_each_value_from_its_op_to_its_last_reader() -> None:
-    run = replay(entry_function(parse(PLACED)))
+    run = replay(entry_function(parse(SWAPS)))
     # %x is held from the start (the caller's) until its free; %w is on the host.
     assert run.start == KIB16
     # swap_in %w: x, wd | matmul: x, wd, y | swap_out: x, y (wd died at the matmul)
@@ -83,7 +59,7 @@ def test_replay_holds_each_value_from_its_op_to_its_last_reader() -> None:
 
 
 def test_replay_rounds_to_the_pool_and_counts_its_objects() -> None:
-    function = entry_function(parse(PLACED))
+    function = entry_function(parse(SWAPS))
     pool = Pool((20000, 40000), (3, 1))
     assert replay(function, pool).peak_bytes == 3 * 20000
     with pytest.raises(IRRuleError, match=r"'graph.matmul' .* all 2 of that size class are in use"):
@@ -91,7 +67,7 @@ def test_replay_rounds_to_the_pool_and_counts_its_objects() -> None:
 
 
 def test_the_verifier_checks_the_capacity_the_module_states() -> None:
-    module = parse(PLACED)
+    module = parse(SWAPS)
     del module.attributes[POOL_ATTR]
     module.attributes[CAPACITY_ATTR] = IntegerAttr(3 * KIB16, i64)
     verify_ir(module)
@@ -101,7 +77,7 @@ def test_the_verifier_checks_the_capacity_the_module_states() -> None:
 
 
 def test_unplaced_drops_moves_and_spaces_and_computes_the_same() -> None:
-    module = parse(PLACED)
+    module = parse(SWAPS)
     plain = unplaced(module)
     assert is_placed(module) and not is_placed(plain)
     text = str(plain)
@@ -110,7 +86,7 @@ def test_unplaced_drops_moves_and_spaces_and_computes_the_same() -> None:
 
 
 def test_moved_bytes_sum_the_swaps() -> None:
-    assert moved_bytes(entry_function(parse(PLACED))) == {"swap_out": KIB16, "swap_in": 2 * KIB16}
+    assert moved_bytes(entry_function(parse(SWAPS))) == {"swap_out": KIB16, "swap_in": 2 * KIB16}
 
 
 def test_offload_all_swaps_every_saved_activation_across_the_step() -> None:
@@ -155,7 +131,7 @@ def test_a_capacity_below_the_plan_fails_the_pass_in_one_line() -> None:
 
 def test_a_placed_program_is_not_placed_again() -> None:
     with pytest.raises(PlacementFailed, match="placed already"):
-        PlacementPass().apply(make_context(), parse(PLACED))
+        PlacementPass().apply(make_context(), parse(SWAPS))
 
 
 @pytest.mark.parametrize(

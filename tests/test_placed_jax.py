@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from memory_helpers import SWAPS
 from xdsl.dialects import arith
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
 from xdsl.parser import Parser
@@ -33,23 +34,6 @@ from tasoc.driver.sources import make_context
 from tasoc.ir.memory import replay, unplaced
 from tasoc.ir.program import entry_function
 from tasoc.verify.equivalence import compare
-
-# The example of the memory dialect: a host weight swapped in, an activation swapped out
-# and back, an argument freed, a host result.
-SWAPS = """\
-module attributes {memory.capacity = 200000 : i64, memory.pool = #memory.pool<[16384 x 8]>} {
-  func.func @main(%x: tensor<64x64xf32>, %w: tensor<64x64xf32, #memory.space<host>> {graph.param}) -> (tensor<64x64xf32>, tensor<64x64xf32, #memory.space<host>>) {
-    %wd = memory.swap_in %w : tensor<64x64xf32>
-    %y = graph.matmul %x, %wd : tensor<64x64xf32>
-    %yh = memory.swap_out %y : tensor<64x64xf32, #memory.space<host>>
-    %z = graph.relu %y : tensor<64x64xf32>
-    memory.free %x
-    %yd = memory.swap_in %yh : tensor<64x64xf32>
-    %o = graph.add %z, %yd : tensor<64x64xf32>
-    func.return %o, %yh : tensor<64x64xf32>, tensor<64x64xf32, #memory.space<host>>
-  }
-}
-"""  # noqa: E501
 
 # The corners: an argument swapped out and freed, an op with two results of which one
 # is never read, i64 ids (int32 on JAX), a constant, a host argument returned as it is,

@@ -59,13 +59,13 @@ from xdsl.irdl import (
     irdl_attr_definition,
     irdl_op_definition,
     operand_def,
-    result_def,
 )
 from xdsl.parser import AttrParser, Parser
 from xdsl.printer import Printer
 from xdsl.rewriter import Rewriter
 from xdsl.utils.exceptions import VerifyException
 
+from tasoc.ir.conversion import ConversionOp
 from tasoc.ir.encodings import PROPAGATE
 from tasoc.ir.graph import defined_value, sig_of, tensor_type
 from tasoc.ir.limits import format_bytes
@@ -233,34 +233,12 @@ class PoolAttr(ParametrizedAttribute):
 # ----------------------------------------------------------------------------- ops
 
 
-class MoveOp(IRDLOperation):
+class MoveOp(ConversionOp):
     """A copy between memory spaces: one operand, one result of the same shape and
     element type in the other space. Written `%r = memory.<kind> %x : <result type>`."""
 
     SOURCE: ClassVar[Space]
     TARGET: ClassVar[Space]
-
-    input = operand_def(TensorType)
-    output = result_def(TensorType)
-
-    @classmethod
-    def parse(cls, parser: Parser) -> Self:
-        operand = parser.parse_unresolved_operand()
-        attributes = parser.parse_optional_attr_dict()
-        parser.parse_punctuation(":")
-        result_type = parser.parse_type()
-        return cls.create(
-            operands=[defined_value(parser, operand)],
-            result_types=[result_type],
-            attributes=attributes,
-        )
-
-    def print(self, printer: Printer) -> None:
-        printer.print_string(" ")
-        printer.print_operand(self.input)
-        printer.print_op_attributes(self.attributes)
-        printer.print_string(" : ")
-        printer.print_attribute(self.output.type)
 
     @classmethod
     def build_on(cls, value: SSAValue) -> Self:
@@ -365,15 +343,13 @@ def tensor_bytes(sig: TensorSig) -> int:
 # ------------------------------------------------------------------ the schedule
 
 
-@dataclass(frozen=True, slots=True)
-class Replay:
-    """Device memory over a schedule (module docstring): `live[i]` bytes are held
-    while op `i` of the block runs (its operands and results included), `start` before
-    the first op (the device arguments). Bytes are pool objects where there is a pool."""
+@dataclass(frozen=True)
+class LiveBytes:
+    """Device bytes over a schedule: `start` before its first op (the device
+    arguments), `live[i]` while op `i` runs (its operands and results included)."""
 
     start: int
     live: tuple[int, ...]
-    ops: tuple[Operation, ...]
 
     @property
     def peak_bytes(self) -> int:
@@ -384,6 +360,14 @@ class Replay:
         """The position of the first op at the peak, None when the arguments are it."""
         peak = self.peak_bytes
         return next((i for i, b in enumerate(self.live) if b == peak), None)
+
+
+@dataclass(frozen=True)
+class Replay(LiveBytes):
+    """The device bytes the schedule of `ops` holds (`replay`); bytes are pool objects
+    where there is a pool."""
+
+    ops: tuple[Operation, ...]
 
 
 def is_placed(module: ModuleOp) -> bool:

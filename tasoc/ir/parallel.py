@@ -53,10 +53,8 @@ from xdsl.irdl import (
     IRDLOperation,
     irdl_attr_definition,
     irdl_op_definition,
-    operand_def,
     opt_prop_def,
     prop_def,
-    result_def,
     traits_def,
 )
 from xdsl.parser import AttrParser, Parser
@@ -66,8 +64,9 @@ from xdsl.traits import Pure, SymbolOpInterface
 from xdsl.utils.exceptions import VerifyException
 
 from tasoc.ir import soap
+from tasoc.ir.conversion import ConversionOp
 from tasoc.ir.encodings import CHECK, PROPAGATE
-from tasoc.ir.graph import defined_value, sig_of, tensor_type
+from tasoc.ir.graph import sig_of, tensor_type
 from tasoc.ir.shapes import DType, ShapeError, TensorSig
 from tasoc.ir.soap import CollectiveKind, Mesh, Sharding, ShardingError
 
@@ -380,35 +379,13 @@ CHECK[ShardingAttr] = _check_op
 # --------------------------------------------------------------------- collectives
 
 
-class CollectiveOp(IRDLOperation):
+class CollectiveOp(ConversionOp):
     """A communication op: one sharded operand, one result of the same shape and
     element type laid out differently. Written `%r = parallel.<kind> %x : <type>`."""
 
     KIND: ClassVar[CollectiveKind]
 
-    input = operand_def(TensorType)
-    output = result_def(TensorType)
-
     traits = traits_def(Pure())
-
-    @classmethod
-    def parse(cls, parser: Parser) -> Self:
-        operand = parser.parse_unresolved_operand()
-        attributes = parser.parse_optional_attr_dict()
-        parser.parse_punctuation(":")
-        result_type = parser.parse_type()
-        return cls.create(
-            operands=[defined_value(parser, operand)],
-            result_types=[result_type],
-            attributes=attributes,
-        )
-
-    def print(self, printer: Printer) -> None:
-        printer.print_string(" ")
-        printer.print_operand(self.input)
-        printer.print_op_attributes(self.attributes)
-        printer.print_string(" : ")
-        printer.print_attribute(self.output.type)
 
     @classmethod
     def build_on(cls, value: SSAValue, result: Sharding) -> Self:

@@ -438,6 +438,39 @@ def lower(module: ModuleOp, donate: Sequence[int] = ()) -> JaxProgram:
     )
 
 
+@dataclass(frozen=True)
+class ShardedArguments:
+    """A lowered program whose every argument and result has a JAX sharding of its own
+    (a mesh layout, a memory kind): `fn` takes `jax.Array`s placed as `in_shardings`
+    and returns them as `out_shardings`, in `@main` order; calling the program itself
+    takes and returns NumPy arrays of the IR's dtypes, as `JaxProgram` does. The sharded
+    and the placed lowerings build on it."""
+
+    fn: Callable[..., tuple[jax.Array, ...]]
+    arg_infos: tuple[ArgInfo, ...]
+    result_sigs: tuple[TensorSig, ...]
+    in_shardings: tuple[jax.sharding.Sharding, ...]
+    out_shardings: tuple[jax.sharding.Sharding, ...]
+
+    def device_args(self, args: Sequence[np.ndarray]) -> tuple[jax.Array, ...]:
+        """Check `args` against `@main` and put each where its sharding says."""
+        check_arguments(self.arg_infos, args)
+        return tuple(
+            jax.device_put(host_argument(info, arg), sharding)
+            for info, arg, sharding in zip(self.arg_infos, args, self.in_shardings, strict=True)
+        )
+
+    def __call__(self, *arrays: np.ndarray) -> list[np.ndarray]:
+        return host_results(self.fn(*self.device_args(arrays)), self.result_sigs)
+
+    def abstract_args(self) -> tuple[jax.ShapeDtypeStruct, ...]:
+        """The arguments' global shapes, JAX dtypes and shardings (no data)."""
+        return tuple(
+            jax.ShapeDtypeStruct(info.sig.shape, jax_dtype(info.sig.dtype), sharding=sharding)
+            for info, sharding in zip(self.arg_infos, self.in_shardings, strict=True)
+        )
+
+
 class Runnable(Protocol):
     """What `bench` times: a jitted `fn` and the arguments it takes, placed on devices
     (a `JaxProgram`, or a sharded program on a mesh)."""

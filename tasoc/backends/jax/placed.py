@@ -45,11 +45,16 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
 
-from tasoc.backends.arguments import check_arguments
-from tasoc.backends.jax.lowering import Step, graph_step, host_argument, host_results, jax_dtype
+from tasoc.backends.jax.lowering import (
+    ShardedArguments,
+    Step,
+    graph_step,
+    jax_dtype,
+)
 from tasoc.ir.graph import sig_of
 from tasoc.ir.memory import (
     FreeOp,
+    LiveBytes,
     MoveOp,
     Space,
     SwapInOp,
@@ -170,35 +175,9 @@ def device_sharding(space: Space, device: jax.Device | None = None) -> SingleDev
 
 
 @dataclass(frozen=True)
-class PlacedProgram:
-    """A lowered placed program. `fn` takes and returns `jax.Array`s in `@main` order,
-    each in its space's memory kind (`in_shardings`, `out_shardings`; build them with
-    `device_args`); calling the program itself takes and returns NumPy arrays of the
-    IR's dtypes, as `JaxProgram` does."""
-
-    fn: Callable[..., tuple[jax.Array, ...]]
-    arg_infos: tuple[ArgInfo, ...]
-    result_sigs: tuple[TensorSig, ...]
-    in_shardings: tuple[SingleDeviceSharding, ...]
-    out_shardings: tuple[SingleDeviceSharding, ...]
-
-    def device_args(self, args: Sequence[np.ndarray]) -> tuple[jax.Array, ...]:
-        """Check `args` against `@main` and put each in its space's memory."""
-        check_arguments(self.arg_infos, args)
-        return tuple(
-            jax.device_put(host_argument(info, arg), sharding)
-            for info, arg, sharding in zip(self.arg_infos, args, self.in_shardings, strict=True)
-        )
-
-    def __call__(self, *arrays: np.ndarray) -> list[np.ndarray]:
-        return host_results(self.fn(*self.device_args(arrays)), self.result_sigs)
-
-    def abstract_args(self) -> tuple[jax.ShapeDtypeStruct, ...]:
-        """The arguments' shapes, JAX dtypes and placements (no data)."""
-        return tuple(
-            jax.ShapeDtypeStruct(info.sig.shape, jax_dtype(info.sig.dtype), sharding=sharding)
-            for info, sharding in zip(self.arg_infos, self.in_shardings, strict=True)
-        )
+class PlacedProgram(ShardedArguments):
+    """A lowered placed program: each argument and result on the default device, in
+    its space's memory kind (`in_shardings`, `out_shardings`)."""
 
 
 @dataclass(frozen=True)
@@ -214,8 +193,8 @@ class CompiledProgram(PlacedProgram):
         return traced.lower(lowering_platforms=(platform,))
 
 
-@dataclass(frozen=True, slots=True)
-class Measured:
+@dataclass(frozen=True)
+class Measured(LiveBytes):
     """Device memory measured over one runtime run, in the shape of `memory.Replay`:
     `start` bytes live once the arguments are placed, `live[i]` after op `i` ran (its
     results made, nothing it was the last reader of released yet).
@@ -226,19 +205,6 @@ class Measured:
     them: without x64 mode JAX holds an i64 value as int32, half the bytes, which is
     JAX's doing and not the plan's (`lowering.jax_dtype`); anything else counts its
     own `nbytes`."""
-
-    start: int
-    live: tuple[int, ...]
-
-    @property
-    def peak_bytes(self) -> int:
-        return max((self.start, *self.live))
-
-    @property
-    def peak_op(self) -> int | None:
-        """The position of the first op at the peak, None when the arguments are it."""
-        peak = self.peak_bytes
-        return next((i for i, b in enumerate(self.live) if b == peak), None)
 
 
 @dataclass(frozen=True)

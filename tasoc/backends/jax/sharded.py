@@ -48,20 +48,18 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
 
-from tasoc.backends.arguments import check_arguments
 from tasoc.backends.jax.lowering import (
     JAX_KERNELS,
     JaxKernel,
+    ShardedArguments,
     check_results,
-    host_argument,
-    host_results,
     jax_dtype,
 )
 from tasoc.backends.numpy.kernels import in_float32
 from tasoc.ir import soap
 from tasoc.ir.graph import GraphOp, sig_of
 from tasoc.ir.parallel import CollectiveOp, ReplicateOp, check_transition, meshes, sharding_of
-from tasoc.ir.program import ArgInfo, arg_infos, entry_function, return_values
+from tasoc.ir.program import arg_infos, entry_function, return_values
 from tasoc.ir.shapes import TensorSig
 from tasoc.ir.soap import Mesh, Sharding
 from tasoc.ir.soap_rules import local_attrs
@@ -355,44 +353,19 @@ class _Move:
 
 
 @dataclass(frozen=True)
-class ShardedProgram:
+class ShardedProgram(ShardedArguments):
     """A lowered sharded program. `fn` takes global `jax.Array`s laid out as
     `in_shardings` and returns them laid out as `out_shardings` (in `@main` order;
     build them with `device_args`, or `jax.make_array_from_callback` in a
     multi-process run): on one mesh the jitted shard_map itself, on several the
-    shard_map of each mesh's segment in turn, joined by copies between meshes.
-    Calling the program itself takes and returns global NumPy arrays of the IR's
-    dtypes, as `JaxProgram` does."""
+    shard_map of each mesh's segment in turn, joined by copies between meshes."""
 
-    fn: Callable[..., tuple[jax.Array, ...]]
-    meshes: tuple[jax.sharding.Mesh, ...]
-    arg_infos: tuple[ArgInfo, ...]
-    result_sigs: tuple[TensorSig, ...]
-    in_shardings: tuple[NamedSharding, ...]
-    out_shardings: tuple[NamedSharding, ...]
+    meshes: tuple[jax.sharding.Mesh, ...] = ()
 
     @property
     def device_count(self) -> int:
         """The devices the program runs on, over all its meshes."""
         return len({device for mesh in self.meshes for device in mesh.devices.flat})
-
-    def device_args(self, args: Sequence[np.ndarray]) -> tuple[jax.Array, ...]:
-        """Check `args` against `@main` and lay them out on their meshes."""
-        check_arguments(self.arg_infos, args)
-        return tuple(
-            jax.device_put(host_argument(info, arg), sharding)
-            for info, arg, sharding in zip(self.arg_infos, args, self.in_shardings, strict=True)
-        )
-
-    def __call__(self, *arrays: np.ndarray) -> list[np.ndarray]:
-        return host_results(self.fn(*self.device_args(arrays)), self.result_sigs)
-
-    def abstract_args(self) -> tuple[jax.ShapeDtypeStruct, ...]:
-        """The arguments' global shapes, JAX dtypes and shardings (no data)."""
-        return tuple(
-            jax.ShapeDtypeStruct(info.sig.shape, jax_dtype(info.sig.dtype), sharding=sharding)
-            for info, sharding in zip(self.arg_infos, self.in_shardings, strict=True)
-        )
 
     def lowered(self, platform: str | None = None) -> jax.stages.Lowered:
         """The StableHLO of a program on one mesh, for this machine or cross-lowered
