@@ -324,6 +324,25 @@ def _check_against(
     )
 
 
+def _check_equal_program(
+    kind: str,
+    reference: ModuleOp,
+    inputs: Sequence[np.ndarray],
+    outputs: Sequence[np.ndarray],
+    signature: TrainingSignature | None,
+) -> None:
+    """`--check` of a sharded or placed program's JAX outputs against the numpy
+    reference of the plain program it equals (`kind`: "unsharded", "unplaced")."""
+    _check_against(
+        f"the numpy reference of the {kind} program",
+        run_reference(reference, inputs),
+        outputs,
+        "jax",
+        _gradient_outputs(signature),
+        _op_by_op(reference, inputs, signature, "jax"),
+    )
+
+
 def _refuse_combinations(args: argparse.Namespace) -> None:
     """UsageError for options that mean nothing together, before any work."""
     if args.steps is not None and args.bench:
@@ -527,14 +546,7 @@ def run_sharded(
     report: dict[str, object] = {"devices": devices}
     if args.check:
         reference = unsharded(module)
-        _check_against(
-            "the numpy reference of the unsharded program",
-            run_reference(reference, inputs),
-            outputs,
-            "jax",
-            _gradient_outputs(signature),
-            _op_by_op(reference, inputs, signature, "jax"),
-        )
+        _check_equal_program("unsharded", reference, inputs, outputs, signature)
     if args.audit:
         try:
             found = audit(module, program)
@@ -596,14 +608,7 @@ def run_placed(
         _print_outputs(return_values(function), outputs)
         report = {}
         if args.check:
-            _check_against(
-                "the numpy reference of the unplaced program",
-                run_reference(reference, inputs),
-                outputs,
-                "jax",
-                _gradient_outputs(signature),
-                _op_by_op(reference, inputs, signature, "jax"),
-            )
+            _check_equal_program("unplaced", reference, inputs, outputs, signature)
     if args.audit:
         report["audit"] = _audit_placed(module, program)
     unplaced_peak = replay(entry_function(reference)).peak_bytes

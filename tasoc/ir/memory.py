@@ -46,7 +46,6 @@ from typing import ClassVar, Literal, Self
 from xdsl.dialects import func
 from xdsl.dialects.builtin import (
     DenseArrayBase,
-    FunctionType,
     IntegerAttr,
     ModuleOp,
     StringAttr,
@@ -62,7 +61,6 @@ from xdsl.irdl import (
 )
 from xdsl.parser import AttrParser, Parser
 from xdsl.printer import Printer
-from xdsl.rewriter import Rewriter
 from xdsl.utils.exceptions import VerifyException
 
 from tasoc.ir.conversion import ConversionOp
@@ -75,6 +73,7 @@ from tasoc.ir.program import (
     ProgramError,
     entry_block,
     entry_function,
+    map_types,
     return_values,
 )
 from tasoc.ir.shapes import ShapeError, TensorSig
@@ -575,26 +574,15 @@ def unplaced(module: ModuleOp) -> ModuleOp:
             op.erase()
     for name in [n for n in copy.attributes if n.startswith("memory.")]:
         del copy.attributes[name]
-    _strip_spaces(copy)
+    map_types(copy, _plain)
     return copy
 
 
-def _strip_spaces(module: ModuleOp) -> None:
-    def plain(type_: Attribute) -> Attribute:
-        if _is_host(type_):
-            assert isinstance(type_, TensorType)
-            return TensorType(type_.element_type, type_.get_shape())
-        return type_
-
-    for op in list(module.walk()):
-        for value in (*op.results, *(a for r in op.regions for b in r.blocks for a in b.args)):
-            if plain(value.type) is not value.type:
-                Rewriter.replace_value_with_new_type(value, plain(value.type))
-        if isinstance(op, func.FuncOp):
-            kind = op.function_type
-            op.function_type = FunctionType.from_lists(
-                [plain(t) for t in kind.inputs.data], [plain(t) for t in kind.outputs.data]
-            )
+def _plain(type_: Attribute) -> Attribute:
+    if _is_host(type_):
+        assert isinstance(type_, TensorType)
+        return TensorType(type_.element_type, type_.get_shape())
+    return type_
 
 
 def host_arguments(function: func.FuncOp) -> tuple[int, ...]:

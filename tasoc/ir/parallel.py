@@ -41,7 +41,6 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import (
     ArrayAttr,
     DenseArrayBase,
-    FunctionType,
     ModuleOp,
     StringAttr,
     SymbolNameConstraint,
@@ -59,7 +58,6 @@ from xdsl.irdl import (
 )
 from xdsl.parser import AttrParser, Parser
 from xdsl.printer import Printer
-from xdsl.rewriter import Rewriter
 from xdsl.traits import Pure, SymbolOpInterface
 from xdsl.utils.exceptions import VerifyException
 
@@ -67,6 +65,7 @@ from tasoc.ir import soap
 from tasoc.ir.conversion import ConversionOp
 from tasoc.ir.encodings import CHECK, PROPAGATE
 from tasoc.ir.graph import sig_of, tensor_type
+from tasoc.ir.program import map_types
 from tasoc.ir.shapes import DType, ShapeError, TensorSig
 from tasoc.ir.soap import CollectiveKind, Mesh, Sharding, ShardingError
 
@@ -533,22 +532,11 @@ def unsharded(module: ModuleOp) -> ModuleOp:
         elif isinstance(op, MeshOp):
             op.detach()
             op.erase()
-    _strip_types(copy)
+    map_types(copy, _plain)
     return copy
 
 
-def _strip_types(module: ModuleOp) -> None:
-    def plain(type_: Attribute) -> Attribute:
-        if isinstance(type_, TensorType) and isinstance(type_.encoding, ShardingAttr):
-            return TensorType(type_.element_type, type_.get_shape())
-        return type_
-
-    for op in list(module.walk()):
-        for value in (*op.results, *(a for r in op.regions for b in r.blocks for a in b.args)):
-            if plain(value.type) is not value.type:
-                Rewriter.replace_value_with_new_type(value, plain(value.type))
-        if isinstance(op, func.FuncOp):
-            kind = op.function_type
-            op.function_type = FunctionType.from_lists(
-                [plain(t) for t in kind.inputs.data], [plain(t) for t in kind.outputs.data]
-            )
+def _plain(type_: Attribute) -> Attribute:
+    if isinstance(type_, TensorType) and isinstance(type_.encoding, ShardingAttr):
+        return TensorType(type_.element_type, type_.get_shape())
+    return type_

@@ -29,6 +29,7 @@ from xdsl.dialects.builtin import (
     UnitAttr,
 )
 from xdsl.ir import Attribute, Block, Operation, OpResult, Region, SSAValue
+from xdsl.rewriter import Rewriter
 from xdsl.utils.exceptions import VerifyException
 
 from tasoc.ir.encodings import check_op
@@ -326,3 +327,20 @@ def make_function(
     for key, value in func_attrs:
         (function.properties if key in declared else function.attributes)[key] = value
     return function
+
+
+def map_types(module: ModuleOp, change: Callable[[Attribute], Attribute]) -> None:
+    """Give every value of `module` (results and block arguments) and every function
+    signature the type `change` makes of its own, in place: how a dialect's program is
+    turned into the plain one it equals (`parallel.unsharded`, `memory.unplaced`).
+    `change` returns its argument itself for a type it keeps."""
+    for op in list(module.walk()):
+        for value in (*op.results, *(a for r in op.regions for b in r.blocks for a in b.args)):
+            new = change(value.type)
+            if new is not value.type:
+                Rewriter.replace_value_with_new_type(value, new)
+        if isinstance(op, func.FuncOp):
+            kind = op.function_type
+            op.function_type = FunctionType.from_lists(
+                [change(t) for t in kind.inputs.data], [change(t) for t in kind.outputs.data]
+            )
