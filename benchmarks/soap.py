@@ -82,7 +82,7 @@ from tasoc.passes.soap import SoapShardFailed, SoapShardPass, mcmc  # noqa: E402
 from tasoc.passes.soap.plan import Problem, complete  # noqa: E402
 from tasoc.passes.soap.soap_shard import BASELINES, parse_mesh  # noqa: E402
 from tasoc.passes.soap.strategies import STRATEGIES  # noqa: E402
-from tasoc.sim.core import simulate  # noqa: E402
+from tasoc.sim.core import paused_gc, simulate  # noqa: E402
 from tasoc.sim.parallel import ShardedStep  # noqa: E402
 
 SEARCH_MODELS: dict[str, dict[str, OptionValue]] = {
@@ -263,15 +263,16 @@ def delta_row(name: str, step: ModuleOp, preset: str, devices: int, proposals: i
         return cost
 
     state.update = recorded  # type: ignore[method-assign]
-    mcmc.Chain(state, choices, random.Random(SEED), 20.0).run(proposals, Deadline.after(600))
     full = simulate_only = 0.0
-    for edited in simulated:
-        start = time.perf_counter()
-        fresh = ShardedStep(dag, edited, cluster, mesh=problem.mesh)
-        built = time.perf_counter()
-        simulate(fresh.graph, memory=False)
-        done = time.perf_counter()
-        full, simulate_only = full + done - start, simulate_only + done - built
+    with paused_gc():  # as the search runs both: a collection is neither's cost
+        mcmc.Chain(state, choices, random.Random(SEED), 20.0).run(proposals, Deadline.after(600))
+        for edited in simulated:
+            start = time.perf_counter()
+            fresh = ShardedStep(dag, edited, cluster, mesh=problem.mesh)
+            built = time.perf_counter()
+            simulate(fresh.graph, memory=False)
+            done = time.perf_counter()
+            full, simulate_only = full + done - start, simulate_only + done - built
     count = len(simulated)
     return DeltaRow(
         name,

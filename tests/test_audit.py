@@ -116,9 +116,11 @@ def found(*sizes: int) -> list[Found]:
         (asked(100, 100), found(100, 120), "XLA changed the bytes"),
         (asked(100, 100), found(200), "XLA combined 2 into 1, the same bytes"),
         (asked(200), found(100, 100), "XLA split 1 into 2, the same bytes"),
-        (asked(100), found(100, 50), "XLA added"),
-        (asked(100, 50), found(100), "XLA removed"),
-        ([], found(8), "XLA added"),
+        (asked(100), found(100, 50), "XLA added 1 (+50 bytes)"),
+        (asked(100, 50), found(100), "XLA removed 1 (-50 bytes)"),
+        ([], found(8), "XLA added 1 (+8 bytes)"),
+        # one small collective dropped is within the byte tolerance, but no combination
+        (asked(1000, 1000, 8), found(1000, 1000), "XLA removed 1 (-8 bytes)"),
     ],
 )
 def test_verdicts(want: list[Asked], have: list[Found], expected: str) -> None:

@@ -264,16 +264,23 @@ def stablehlo_counts(text: str) -> Counter[str]:
 
 
 def verdict(asked: Sequence[Asked], found: Sequence[Found]) -> str:
-    """ "ok", or how XLA differs: the same bytes in fewer or more collectives is a
-    combiner's or a decomposition's work; other differences add, remove or change."""
+    """ "ok", or how XLA differs: exactly the same bytes in fewer or more collectives is
+    a combiner's or a decomposition's work; fewer or more bytes in other counts is
+    collectives removed or added, said with the bytes (a small collective dropped is
+    within the byte tolerance, so the tolerance only excuses equal counts)."""
     want, have = sum(a.bytes for a in asked), sum(f.bytes for f in found)
-    same_bytes = abs(have - want) <= BYTES_TOLERANCE * max(want, 1)
     if len(found) == len(asked):
-        return "ok" if same_bytes else "XLA changed the bytes"
-    if same_bytes and asked and found:
+        return (
+            "ok"
+            if abs(have - want) <= BYTES_TOLERANCE * max(want, 1)
+            else ("XLA changed the bytes")
+        )
+    if have == want and asked and found:
         joined = "combined" if len(found) < len(asked) else "split"
         return f"XLA {joined} {len(asked)} into {len(found)}, the same bytes"
-    return "XLA added" if len(found) > len(asked) else "XLA removed"
+    if len(found) > len(asked):
+        return f"XLA added {len(found) - len(asked)} ({have - want:+d} bytes)"
+    return f"XLA removed {len(asked) - len(found)} ({have - want:+d} bytes)"
 
 
 def audit(module: ModuleOp, program: ShardedProgram) -> Audit:
