@@ -44,6 +44,10 @@ demo: setup
 	  -p 'autodiff{loss=softmax-cross-entropy optimizer=sgd lr=0.01},soap-shard{mesh=8 search=expert}' \
 	  -o demo-sharded.mlir
 	$(TASOC) run demo-sharded.mlir --devices 8 --check --audit
+	$(TASOC) opt 'zoo:transformer?layers=2&hidden=256&seq=64&batch=4' \
+	  -p 'autodiff{loss=mse optimizer=adam lr=0.001},placement{search=offload-all params=host}' \
+	  -o demo-placed.mlir
+	$(TASOC) run demo-placed.mlir --check --mode runtime
 
 bench: setup
 	$(PY) benchmarks/ir.py
