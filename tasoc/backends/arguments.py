@@ -21,15 +21,18 @@ from xdsl.ir import Operation, SSAValue
 
 from tasoc.backends import describe, numpy_dtype
 from tasoc.ir import graph as G
+from tasoc.ir.conversion import ConversionOp
 from tasoc.ir.indices import index_operand
 from tasoc.ir.limits import check_argument_bytes
 from tasoc.ir.program import ArgInfo, arg_infos, argument_bytes, entry_function
 from tasoc.ir.shapes import TensorSig
 from tasoc.ir.training import STATE_ATTR
 
-_LAYOUT_OPS = (G.ReshapeOp, G.TransposeOp, G.ConcatOp, G.SplitOp)
+_LAYOUT_OPS = (G.ReshapeOp, G.TransposeOp, G.ConcatOp, G.SplitOp, ConversionOp)
 """Ops that move elements without changing them: a weight reshaped or transposed
-before a matmul is still that matmul's weight, an id reshaped is still an id."""
+before a matmul is still that matmul's weight, an id reshaped is still an id, and a
+value laid out on devices (`parallel`) or moved between memories (`memory`) is the
+value its reader reads (Adam's second moment swapped in is still non-negative)."""
 
 _INT_RANGE = (-8, 8)
 """Integers that are neither ids nor fed to a known op are drawn from this range."""
