@@ -1,25 +1,22 @@
 """A placement plan on the light graph (`PlacementPlan`), and its writing as a
 memory-placed program: host types, swaps, frees and the module's memory attributes.
 
-A plan says in what order the ops run, which arguments live in host memory and which
-values go to host memory between two of their readers; planners (placement's
-`offload-all`, and the swap planners after it) make one on a `Dag` whose op order is
-the schedule, and `write_placed` turns it into the `memory` dialect (docs/memory.md);
-`set_figures` records what the planner measured of it. It lives in `ir/` because it is
-IR-level, like `shard_plan.py`.
+A plan is the placed program's block as a list (`schedule`): every op of a `Dag` once,
+in a topological order, with the moves between them — `SwapOut(v)` copies the device
+copy of `v` to host memory, `SwapIn(v)` makes a new device copy from the host copy,
+`Release(v)` ends the device copy (`memory.free`) — and the arguments that arrive in
+host memory (`host_arguments`; the results that replace them leave there). Planners
+(placement's `offload-all`, SwapAdvisor's swap planner, ROC's DP) build one without
+touching xDSL, `check_plan` says whether it can run, `release_points` where each
+device copy dies (the replay's rule, which the simulator shares), and `write_placed`
+turns it into the `memory` dialect (docs/memory.md); `set_figures` records what the
+planner measured of it. It lives in `ir/` because it is IR-level, like `shard_plan.py`.
 
-`@main` is rebuilt from the light graph once (`dag.to_function`, ops in the plan's
-order), then edited locally, each edit where the plan puts it:
-
-* a host argument gets the host type and one `memory.swap_in` before the op named in
-  `HostArgument.swap_in_before`; its readers read the copy. A result that replaces it
-  (`graph.replaces`) is swapped out right after the op that makes it, so it leaves in
-  the space its argument came in — the next step's.
-* an `Offload` swaps its value out right after the op named in `swap_out_after` (the
-  start of the step for an argument, when None), swaps it back in before the op named
-  in `swap_in_before`, and the readers from `readers_from` on read the copy. The device
-  copy then dies at its last earlier reader (or at the swap-out); an argument's, which
-  the caller would hold, ends in a `memory.free` there.
+A value may go out and come back several times (evicted again after a swap-in); its
+host copy, once made, stays valid (values are immutable), so a second swap-out of the
+same value is refused as pointless. Every op reads its operands' current device
+copies; a device copy lives from the entry that makes it to its last reader, or to
+its `Release` (an argument's: only to its `Release`, as the replay counts it).
 """
 
 from __future__ import annotations
@@ -27,22 +24,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from xdsl.dialects import func
-from xdsl.dialects.builtin import (
-    DictionaryAttr,
-    FloatAttr,
-    FunctionType,
-    IntegerAttr,
-    ModuleOp,
-    f64,
-    i64,
-)
-from xdsl.ir import Operation, OpResult, SSAValue
-from xdsl.rewriter import InsertPoint, Rewriter
+from xdsl.dialects.builtin import DictionaryAttr, FloatAttr, IntegerAttr, ModuleOp, f64, i64
+from xdsl.ir import Attribute, Block, SSAValue
+from xdsl.rewriter import Rewriter
 
-from tasoc.ir import dag as dag_module
 from tasoc.ir.dag import Dag, Node, Value
-from tasoc.ir.graph import sig_of, tensor_type
+from tasoc.ir.graph import OPS_BY_NAME, tensor_type, to_attr
 from tasoc.ir.memory import (
     CAPACITY_ATTR,
     PLAN_ATTR,
@@ -50,151 +37,240 @@ from tasoc.ir.memory import (
     FreeOp,
     Pool,
     PoolAttr,
+    Space,
     SwapInOp,
     SwapOutOp,
     in_space,
 )
-from tasoc.ir.program import entry_block, entry_function, return_values
-from tasoc.ir.training import training_signature
+from tasoc.ir.program import entry_function, make_function
 
 
 @dataclass(frozen=True, slots=True)
-class HostArgument:
-    """Argument `index` arrives in host memory and is swapped in before `swap_in_before`
-    (an op at or before its first reader)."""
-
-    index: int
-    swap_in_before: Node
-
-
-@dataclass(frozen=True, slots=True)
-class Offload:
-    """`value` spends the time between two of its readers in host memory: swapped out
-    after `swap_out_after` (None: at the start, for an argument), swapped in before
-    `swap_in_before`, read from the host copy by `readers_from` and every reader after
-    it. In the schedule: swap_out_after < readers before readers_from <= ... and
-    swap_in_before <= readers_from."""
+class SwapOut:
+    """Copy the device copy of `value` to host memory (`memory.swap_out`)."""
 
     value: Value
-    swap_out_after: Node | None
-    swap_in_before: Node
-    readers_from: Node
+
+
+@dataclass(frozen=True, slots=True)
+class SwapIn:
+    """Make a new device copy of `value` from its host copy (`memory.swap_in`)."""
+
+    value: Value
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """End the device copy of `value` here (`memory.free`)."""
+
+    value: Value
+
+
+Move = SwapOut | SwapIn | Release
+Entry = Node | Move
+"""One entry of a schedule: an op of the dag (run on device values) or a move."""
 
 
 @dataclass(frozen=True)
 class PlacementPlan:
-    """What `write_placed` writes: the schedule, host arguments, offloads, and the
-    module attributes of the device memory (capacity, pool)."""
+    """What `write_placed` writes (module docstring): the schedule, the arguments that
+    arrive in host memory, and the module attributes of the device memory."""
 
-    order: tuple[Node, ...]
-    host_arguments: tuple[HostArgument, ...] = ()
-    offloads: tuple[Offload, ...] = ()
+    schedule: tuple[Entry, ...]
+    host_arguments: frozenset[int] = frozenset()
     capacity: int | None = None
     pool: Pool | None = None
 
+    @property
+    def order(self) -> tuple[Node, ...]:
+        """The ops alone, in the plan's order."""
+        return tuple(entry for entry in self.schedule if isinstance(entry, Node))
+
+    def moves(self) -> tuple[Move, ...]:
+        return tuple(entry for entry in self.schedule if not isinstance(entry, Node))
+
+
+class PlanError(ValueError):
+    """A plan that cannot run (one line): an op reading a value with no device copy, a
+    swap-in with no host copy, an op out of order or missing."""
+
+
+@dataclass(frozen=True)
+class Copies:
+    """Where each value lives along a schedule (`check_plan`). A device copy is keyed
+    by the index of the entry that made it (-1 - i for argument i as it arrived):
+
+    - `reads[e]`: the copies entry `e` reads (an op its operands', a swap-out its
+      value's), in operand order;
+    - `dies[k]`: the entry after which copy `k` dies as the replay counts it (its
+      `Release`, else its last reader, else the entry that made it), None when it lives
+      to the end (a returned value, an argument never released);
+    - `last_read[k]`: its last reader (the entry that made it when none), where a
+      timed run frees it;
+    - `value_of[k]`: the value the copy holds."""
+
+    reads: tuple[tuple[int, ...], ...]
+    dies: Mapping[int, int | None]
+    last_read: Mapping[int, int]
+    value_of: Mapping[int, Value]
+
+
+def check_plan(dag: Dag, plan: PlacementPlan, spaces: Sequence[Space] | None = None) -> Copies:
+    """Check that `plan` runs `dag` (PlanError, naming the first entry that cannot) and
+    say where each copy lives. `spaces` are the spaces the outputs leave in (a result
+    replacing a host argument leaves on the host); device by default."""
+    position: dict[Node, int] = {}
+    device: dict[Value, int] = {}  # value -> key of its current device copy
+    host: set[Value] = set()
+    value_of: dict[int, Value] = {}
+    for index, arg in enumerate(dag.args):
+        if index in plan.host_arguments:
+            host.add(arg.out)
+        else:
+            device[arg.out] = -1 - index
+            value_of[-1 - index] = arg.out
+    last_reader: dict[int, int] = {}
+    released: dict[int, int] = {}
+    reads: list[tuple[int, ...]] = []
+    for i, entry in enumerate(plan.schedule):
+        if isinstance(entry, Node):
+            if entry in position:
+                raise PlanError(f"entry {i}: {entry.op} runs twice")
+            keys = []
+            for value in entry.inputs:
+                if value not in device:
+                    raise PlanError(
+                        f"entry {i}: {entry.op} reads {_name(value)}, which has no device copy"
+                    )
+                keys.append(device[value])
+                last_reader[device[value]] = i
+            reads.append(tuple(keys))
+            position[entry] = i
+            for result in entry.results:
+                device[result] = i
+                value_of[i] = result
+            continue
+        value = entry.value
+        if isinstance(entry, SwapOut):
+            if value not in device:
+                raise PlanError(f"entry {i}: swaps out {_name(value)}, which has no device copy")
+            if value in host:
+                raise PlanError(f"entry {i}: swaps out {_name(value)} again: its host copy is kept")
+            host.add(value)
+            last_reader[device[value]] = i
+            reads.append((device[value],))
+            continue
+        reads.append(())
+        if isinstance(entry, SwapIn):
+            if value not in host:
+                raise PlanError(f"entry {i}: swaps in {_name(value)}, which has no host copy")
+            if value in device:
+                raise PlanError(f"entry {i}: swaps in {_name(value)} beside its device copy")
+            device[value] = i
+            value_of[i] = value
+        else:
+            if value not in device:
+                raise PlanError(f"entry {i}: releases {_name(value)}, which has no device copy")
+            released[device.pop(value)] = i
+    missing = [node for node in dag.ops if node not in position]
+    if missing:
+        raise PlanError(f"the schedule leaves out {len(missing)} op(s), {missing[0].op} first")
+    wanted = spaces or ["device"] * len(dag.outputs)
+    for value, space in zip(dag.outputs, wanted, strict=True):
+        if space == "host" and value not in host:
+            raise PlanError(f"{_name(value)} leaves in host memory but is never swapped out")
+        if space == "device" and value not in device:
+            raise PlanError(f"{_name(value)} leaves in device memory but has no device copy there")
+    returned = {device[v] for v, s in zip(dag.outputs, wanted, strict=True) if s == "device"}
+    dies: dict[int, int | None] = {}
+    for key in value_of:
+        if key in returned:
+            dies[key] = None
+        elif key in released:
+            dies[key] = released[key]
+        elif key < 0:
+            dies[key] = None  # an argument: the caller's until released
+        else:
+            dies[key] = last_reader.get(key, key)
+    last_read = {key: last_reader.get(key, max(key, 0)) for key in value_of}
+    return Copies(tuple(reads), dies, last_read, value_of)
+
+
+def _name(value: Value) -> str:
+    node = value.node
+    return f"argument {node.attr('name')}" if node.is_arg else f"{node.op} result #{value.index}"
+
+
+def output_spaces(dag: Dag, host_arguments: frozenset[int]) -> list[Space]:
+    """The space each output of a training step leaves in: a result replacing a host
+    argument (`graph.replaces`) leaves on the host, the next step's space."""
+    spaces: list[Space] = ["device"] * len(dag.outputs)
+    for index, attributes in enumerate(dag.result_attributes):
+        for name, attr in attributes:
+            replaced = isinstance(attr, IntegerAttr) and attr.value.data in host_arguments
+            if name == "graph.replaces" and replaced:
+                spaces[index] = "host"
+    return spaces
+
 
 def write_placed(module: ModuleOp, dag: Dag, plan: PlacementPlan) -> None:
-    """Replace `module`'s `@main` with `dag` run in `plan.order`, placed as `plan` says
-    (module docstring), and set the module's memory attributes. The module then
-    verifies as a placed program when the plan fits its capacity and pool."""
-    scheduled = dag.scheduled(plan.order)
-    function = dag_module.to_function(scheduled)
-    block = entry_block(function)
-    ops = [op for op in block.ops if not isinstance(op, func.ReturnOp)]
-    op_of = dict(zip(scheduled.ops, ops, strict=True))
-    position = {op: i for i, op in enumerate(ops)}
-    values: dict[Value, SSAValue] = {
-        arg.out: a for arg, a in zip(dag.args, block.args, strict=True)
-    }
-    for node, op in op_of.items():
-        values.update(zip(node.results, op.results, strict=True))
+    """Replace `module`'s `@main` with `dag` placed as `plan` says (module docstring),
+    and set the module's memory attributes; PlanError for a plan that cannot run. The
+    module then verifies as a placed program when the plan fits its capacity and pool."""
+    spaces = output_spaces(dag, plan.host_arguments)
+    check_plan(dag, plan, spaces)
+    types = {}
 
-    signature = training_signature(function)
-    replaces = signature.replaces if signature else ()
-    for host in plan.host_arguments:
-        replacing = [result for result, argument in replaces if argument == host.index]
-        _place_on_host(function, host.index, op_of[host.swap_in_before], replacing)
-    for offload in plan.offloads:
-        value = values[offload.value]
-        after = None if offload.swap_out_after is None else op_of[offload.swap_out_after]
-        _offload(value, after, op_of[offload.swap_in_before], op_of[offload.readers_from], position)
-    _retype(function)
+    def type_of(value: Value, space: Space) -> Attribute:
+        key = (value.sig, space)
+        if key not in types:
+            types[key] = tensor_type(in_space(value.sig, space))
+        return types[key]
+
+    block = Block(
+        arg_types=[
+            type_of(arg.out, "host" if i in plan.host_arguments else "device")
+            for i, arg in enumerate(dag.args)
+        ]
+    )
+    device: dict[Value, SSAValue] = {}
+    host: dict[Value, SSAValue] = {}
+    for index, (arg, block_arg) in enumerate(zip(dag.args, block.args, strict=True)):
+        block_arg.name_hint = arg.attr("name")
+        (host if index in plan.host_arguments else device)[arg.out] = block_arg
+    ops = []
+    for entry in plan.schedule:
+        if isinstance(entry, Node):
+            op = OPS_BY_NAME[entry.op].create(
+                operands=[device[v] for v in entry.inputs],
+                result_types=[type_of(v, "device") for v in entry.results],
+                properties={name: to_attr(value) for name, value in entry.attrs},
+            )
+            device.update(zip(entry.results, op.results, strict=True))
+        elif isinstance(entry, SwapOut):
+            op = SwapOutOp.build_on(device[entry.value])
+            host[entry.value] = op.output
+        elif isinstance(entry, SwapIn):
+            op = SwapInOp.build_on(host[entry.value])
+            device[entry.value] = op.output
+        else:
+            op = FreeOp.create(operands=[device.pop(entry.value)])
+        ops.append(op)
+    block.add_ops(ops)
+    outputs = [
+        (host if space == "host" else device)[value]
+        for value, space in zip(dag.outputs, spaces, strict=True)
+    ]
+    function = make_function(
+        dag.name,
+        block,
+        [node.attr("is_param") for node in dag.args],
+        outputs,
+        arg_attrs=[node.attr("attributes") for node in dag.args],
+        res_attrs=dag.result_attributes,
+        func_attrs=dag.attributes,
+    )
     Rewriter.replace_op(entry_function(module), function)
-    _set_attributes(module, plan)
-
-
-def _place_on_host(
-    function: func.FuncOp, index: int, swap_in_before: Operation, replacing: Sequence[int]
-) -> None:
-    argument = entry_block(function).args[index]
-    host = Rewriter.replace_value_with_new_type(
-        argument, tensor_type(in_space(sig_of(argument.type), "host"))
-    )
-    readers = list(host.uses)
-    swap_in = SwapInOp.build_on(host)
-    swap_in.output.name_hint = host.name_hint
-    Rewriter.insert_op(swap_in, InsertPoint.before(swap_in_before))
-    ret = _return(function)
-    for use in readers:
-        if use.operation is not ret:
-            use.operation.operands[use.index] = swap_in.output
-    for result in replacing:
-        new = ret.operands[result]
-        if new is host:
-            continue  # returned as it came: on the host already
-        swap_out = SwapOutOp.build_on(new)
-        where = (
-            InsertPoint.after(new.op)
-            if isinstance(new, OpResult)
-            else InsertPoint.at_start(entry_block(function))
-        )
-        Rewriter.insert_op(swap_out, where)
-        ret.operands[result] = swap_out.output
-
-
-def _offload(
-    value: SSAValue,
-    swap_out_after: Operation | None,
-    swap_in_before: Operation,
-    readers_from: Operation,
-    position: Mapping[Operation, int],
-) -> None:
-    block = swap_in_before.parent_block()
-    assert block is not None
-    swap_out = SwapOutOp.build_on(value)
-    where = (
-        InsertPoint.at_start(block) if swap_out_after is None else InsertPoint.after(swap_out_after)
-    )
-    Rewriter.insert_op(swap_out, where)
-    swap_in = SwapInOp.build_on(swap_out.output)
-    Rewriter.insert_op(swap_in, InsertPoint.before(swap_in_before))
-    start = position[readers_from]
-    earlier: list[Operation] = [swap_out]
-    for use in list(value.uses):
-        reader = use.operation
-        if reader in position and position[reader] >= start:
-            reader.operands[use.index] = swap_in.output
-        elif reader in position:
-            earlier.append(reader)
-    if not isinstance(value.owner, Operation):  # an argument: the caller's until freed
-        last = max(earlier, key=lambda op: position.get(op, -1))
-        Rewriter.insert_op(FreeOp.create(operands=[value]), InsertPoint.after(last))
-
-
-def _return(function: func.FuncOp) -> func.ReturnOp:
-    last = entry_block(function).last_op
-    assert isinstance(last, func.ReturnOp)
-    return last
-
-
-def _retype(function: func.FuncOp) -> None:
-    block = entry_block(function)
-    function.function_type = FunctionType.from_lists(
-        [a.type for a in block.args], [v.type for v in return_values(function)]
-    )
-
-
-def _set_attributes(module: ModuleOp, plan: PlacementPlan) -> None:
     for name in (CAPACITY_ATTR, POOL_ATTR, PLAN_ATTR):
         module.attributes.pop(name, None)
     if plan.capacity is not None:

@@ -16,6 +16,16 @@ the plan says (partial sums completed; a new weight as its argument lies). Argum
 result and function attributes are the dag's, so they survive; only `@main` is
 replaced, and the mesh is added when the module has none.
 
+Every collective written moves values that some op reads and that only the devices
+holding them know; JAX and XLA remove the others, and the compiled program would then
+run fewer collectives than the IR says (docs/decisions.md). So where moving would
+communicate, the writer makes instead: an operand read for its shape alone
+(`OpRule.shape_only`: the x of a mean's gradient) becomes zeros of the layout read,
+and a *local* value (`local_values`: a constant, or computed from constants alone,
+like a mean loss's seed gradient) is made where it is read, a constant in the layout
+read, an op's result computed whole and sliced. `free_read` says which reads those
+are, for the plan's completion and the simulator, which price them as nothing.
+
 A plan on device groups writes one `parallel.mesh` per group instead of the mesh (which
 the module then no longer defines) and its ops in the plan's order, as runs of ops on
 one group. A value read on another group is completed where it lies, at the end of its
@@ -26,7 +36,7 @@ a copy, which split a program into separate computations.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from xdsl.dialects.builtin import ModuleOp
@@ -36,10 +46,17 @@ from xdsl.rewriter import Rewriter
 from tasoc.ir import soap
 from tasoc.ir.dag import Dag, Node, Value
 from tasoc.ir.graph import OPS_BY_NAME, sig_of, tensor_type, to_attr
-from tasoc.ir.parallel import COLLECTIVE_BY_KIND, MeshOp, ShardingAttr, meshes, with_sharding
+from tasoc.ir.parallel import (
+    COLLECTIVE_BY_KIND,
+    MeshOp,
+    ShardingAttr,
+    check_transition,
+    meshes,
+    with_sharding,
+)
 from tasoc.ir.program import entry_function, make_function
 from tasoc.ir.shapes import TensorSig, infer
-from tasoc.ir.soap import Collective, Config, Mesh, Sharding, ShardingError
+from tasoc.ir.soap import Collective, Config, Mesh, OpRule, Sharding, ShardingError
 
 
 @dataclass
@@ -81,24 +98,84 @@ def moves(
     return [*steps, soap.Collective("replicate", target, (), sig.size * sig.dtype.itemsize)]
 
 
+def rules_of(dag: Dag) -> dict[Node, OpRule]:
+    """Each op's SOAP rule (constants, which have no operands, have none)."""
+    return {
+        node: soap.rule_of(node.op, [v.sig for v in node.inputs], dict(node.attrs), node.sigs)
+        for node in dag.ops
+        if node.inputs
+    }
+
+
+def local_values(dag: Dag, rules: Mapping[Node, OpRule]) -> frozenset[Value]:
+    """The values that depend on no argument of the program: constants, and the
+    results of ops reading only such values (operands read for their shape alone
+    aside). Every device can make them itself, in any layout, and XLA folds them: a
+    collective of one (an all-gather of a broadcast constant) is no communication."""
+    local: set[Value] = set()
+    for node in dag.ops:
+        shape_only = rules[node].shape_only if node.inputs else ()
+        if all(v in local for i, v in enumerate(node.inputs) if i not in shape_only):
+            local.update(node.results)
+    return frozenset(local)
+
+
+def free_read(value: Value, target: Sharding, local: Collection[Value]) -> bool:
+    """Whether `value` is read in `target` without communication wherever it lies: a
+    local value read complete, which the writer makes there rather than moving it
+    (partial sums cannot be made without communication)."""
+    return value in local and not target.unreduced
+
+
+def _sliced(source: Sharding, target: Sharding) -> bool:
+    """Whether `target` is `source` or a block of it: reached by all-slices alone."""
+    return source == target or (
+        source.mesh == target.mesh and check_transition("all_slice", source, target) is None
+    )
+
+
 @dataclass
 class _Builder:
     """The ops of the new body, in order, and the collectives among them."""
 
     meshes: dict[str, Mesh]
+    rules: Mapping[Node, OpRule]
+    local: frozenset[Value]
+    values: dict[Node, Sequence[SSAValue]] = field(default_factory=dict)
+    """The written results of each node of the plan."""
     ops: list[Operation] = field(default_factory=list)
     collectives: list[Collective] = field(default_factory=list)
     _resharded: dict[tuple[SSAValue, Sharding], SSAValue] = field(default_factory=dict)
+    _made: dict[tuple[Value, Sharding], SSAValue] = field(default_factory=dict)
+    _whole: dict[tuple[Node, str], Sequence[SSAValue]] = field(default_factory=dict)
 
-    def read(self, value: SSAValue, target: Sharding) -> SSAValue:
+    def read(self, value: Value, target: Sharding) -> SSAValue:
+        """`value` laid out as `target`: moved there, or made there when moving it
+        would communicate a local value (`free_read`)."""
+        written = self.values[value.node][value.index]
+        if free_read(value, target, self.local) and not _sliced(_sharding(written), target):
+            return self._make(value, target)
+        return self.move(written, target)
+
+    def operand(self, node: Node, index: int, target: Sharding) -> SSAValue:
+        """Operand `index` of `node` laid out as `target`; one the op reads for its
+        shape alone is zeros of that layout where it lies otherwise than slices reach."""
+        value = node.inputs[index]
+        written = self.values[value.node][value.index]
+        if index in self.rules[node].shape_only and not _sliced(_sharding(written), target):
+            zeros = Node("zeros", (), shape=value.sig.shape, dtype=value.sig.dtype)
+            return self.emit(zeros, [], [target])[0]
+        return self.read(value, target)
+
+    def move(self, value: SSAValue, target: Sharding) -> SSAValue:
         """`value` laid out as `target`, through the collectives that take it there
-        (from another mesh: from its completed form, itself read once)."""
+        (from another mesh: from its completed form, itself moved once)."""
         key = (value, target)
         if key not in self._resharded:
             source = _sharding(value)
             current = value
             if source.mesh != target.mesh:
-                current = self.read(value, Sharding(source.mesh, source.dims))
+                current = self.move(value, Sharding(source.mesh, source.dims))
             for step in moves(_sharding(current), target, sig_of(value.type), self.meshes):
                 op = COLLECTIVE_BY_KIND[step.kind].build_on(current, step.result)
                 self.ops.append(op)
@@ -106,6 +183,38 @@ class _Builder:
                 current = op.output
             self._resharded[key] = current
         return self._resharded[key]
+
+    def emit(
+        self, node: Node, operands: Sequence[SSAValue], results: Sequence[Sharding]
+    ) -> Sequence[SSAValue]:
+        """`node` written on `operands`, its results laid out as `results`."""
+        self.ops.append(_graph_op(node, operands, results))
+        return self.ops[-1].results
+
+    def _make(self, value: Value, target: Sharding) -> SSAValue:
+        """Local `value` in `target` without communication: a constant made in
+        `target`, an op's result computed whole on `target`'s mesh and sliced."""
+        key = (value, target)
+        if key not in self._made:
+            node = value.node
+            if node.inputs:
+                self._made[key] = self.move(self._whole_on(node, target.mesh)[value.index], target)
+            else:
+                self._made[key] = self.emit(node, [], [target])[0]
+        return self._made[key]
+
+    def _whole_on(self, node: Node, mesh: str) -> Sequence[SSAValue]:
+        """The results of local op `node` computed unsplit on `mesh` (from its operands
+        made whole there: the unsplit configuration every rule has)."""
+        key = (node, mesh)
+        if key not in self._whole:
+            operands = [
+                self.operand(node, i, Sharding.replicated(mesh, v.sig.rank))
+                for i, v in enumerate(node.inputs)
+            ]
+            results = [Sharding.replicated(mesh, v.sig.rank) for v in node.results]
+            self._whole[key] = self.emit(node, operands, results)
+        return self._whole[key]
 
 
 def _sharding(value: SSAValue) -> Sharding:
@@ -131,32 +240,30 @@ def write_sharded(module: ModuleOp, dag: Dag, plan: Plan, mesh: Mesh) -> list[Co
     the module unless it defines it) or on the plan's device groups (which replace
     it); the collectives inserted, in program order."""
     groups = plan.meshes or (mesh,)
-    builder = _Builder({group.name: group for group in groups})
+    rules = rules_of(dag)
+    builder = _Builder({group.name: group for group in groups}, rules, local_values(dag, rules))
     block = Block(
         arg_types=[tensor_type(with_sharding(a.out.sig, plan.values[a.out])) for a in dag.args]
     )
-    values: dict[Node, Sequence[SSAValue]] = {}
     for block_arg, node in zip(block.args, dag.args, strict=True):
         block_arg.name_hint = node.attr("name")
-        values[node] = (block_arg,)
-
-    def read(value: Value, target: Sharding) -> SSAValue:
-        return builder.read(values[value.node][value.index], target)
+        builder.values[node] = (block_arg,)
 
     order = plan.order or dag.ops
     for run in _runs(order, plan) if plan.meshes else [list(order)]:
         if plan.meshes:
-            _copy_in(run, plan, read)
+            _copy_in(run, plan, builder)
         for node in run:
             operands = [
-                read(v, need)
-                for v, need in zip(node.inputs, plan.operands.get(node, ()), strict=True)
+                builder.operand(node, i, need) for i, need in enumerate(plan.operands.get(node, ()))
             ]
-            builder.ops.append(_graph_op(node, operands, plan))
-            values[node] = builder.ops[-1].results
+            results = [plan.values[v] for v in node.results]
+            builder.values[node] = builder.emit(node, operands, results)
         if plan.meshes:
-            _send_out(run, dag, plan, read)
-    outputs = [read(v, target) for v, target in zip(dag.outputs, plan.outputs, strict=True)]
+            _send_out(run, dag, plan, builder)
+    outputs = [
+        builder.read(v, target) for v, target in zip(dag.outputs, plan.outputs, strict=True)
+    ]
     block.add_ops(builder.ops)
     function = make_function(
         dag.name,
@@ -178,14 +285,12 @@ def write_sharded(module: ModuleOp, dag: Dag, plan: Plan, mesh: Mesh) -> list[Co
     return builder.collectives
 
 
-def _graph_op(node: Node, operands: Sequence[SSAValue], plan: Plan) -> Operation:
-    """`node` on its sharded `operands`, typed by inference (constants: by the plan)."""
+def _graph_op(node: Node, operands: Sequence[SSAValue], results: Sequence[Sharding]) -> Operation:
+    """`node` on its sharded `operands`, typed by inference (constants: as `results`)."""
     attrs = dict(node.attrs)
-    planned = [
-        with_sharding(sig, plan.values[v]) for sig, v in zip(node.sigs, node.results, strict=True)
-    ]
+    planned = [with_sharding(sig, s) for sig, s in zip(node.sigs, results, strict=True)]
     sigs = infer(node.op, [sig_of(o.type) for o in operands], attrs) if operands else planned
-    # The plan's shardings are the rule's: inference must give them back.
+    # The planned shardings are the rule's: inference must give them back.
     assert planned == list(sigs), node
     return OPS_BY_NAME[node.op].create(
         operands=operands,
@@ -194,18 +299,15 @@ def _graph_op(node: Node, operands: Sequence[SSAValue], plan: Plan) -> Operation
     )
 
 
-Read = Callable[[Value, Sharding], SSAValue]
-
-
-def _copy_in(run: Sequence[Node], plan: Plan, read: Read) -> None:
+def _copy_in(run: Sequence[Node], plan: Plan, builder: _Builder) -> None:
     """Before a run: the values its ops read from other groups, copied over."""
     for node in run:
-        for value, need in zip(node.inputs, plan.operands.get(node, ()), strict=True):
-            if plan.values[value].mesh != need.mesh:
-                read(value, need)
+        for index, need in enumerate(plan.operands.get(node, ())):
+            if plan.values[node.inputs[index]].mesh != need.mesh:
+                builder.operand(node, index, need)
 
 
-def _send_out(run: Sequence[Node], dag: Dag, plan: Plan, read: Read) -> None:
+def _send_out(run: Sequence[Node], dag: Dag, plan: Plan, builder: _Builder) -> None:
     """After a run: the program's results it computes laid out as they leave, and its
     partial sums read after it completed as their readers want them; what other
     groups read, completed (the plan reads partial sums in their run only)."""
@@ -222,7 +324,9 @@ def _send_out(run: Sequence[Node], dag: Dag, plan: Plan, read: Read) -> None:
             targets += [
                 plan.operands[use.node][use.operand]
                 for use in consumers.get(value, ())
-                if use.node not in inside and here.unreduced
+                if use.node not in inside
+                and here.unreduced
+                and use.operand not in builder.rules[use.node].shape_only
             ]
             for target in targets:
-                read(value, target if target.mesh == here.mesh else complete)
+                builder.read(value, target if target.mesh == here.mesh else complete)

@@ -203,13 +203,16 @@ class OpRule:
     result r, or None where that dim cannot be split (a softmax's axis, a conv's
     kernel window). `linear` lists groups of operands the op is jointly linear in:
     partial sums may enter through exactly one group (all its operands unreduced
-    along the same axes, the others not), and leave as partial sums.
+    along the same axes, the others not), and leave as partial sums. `shape_only`
+    lists operands the op reads for their shape alone (the x of a mean's gradient):
+    their values never reach a result, so no communication can serve them.
     """
 
     factors: tuple[Factor, ...]
     operands: tuple[tuple[str | None, ...], ...]
     results: tuple[tuple[str | None, ...], ...]
     linear: tuple[tuple[int, ...], ...] = ()
+    shape_only: tuple[int, ...] = ()
     by_name: Mapping[str, Factor] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:

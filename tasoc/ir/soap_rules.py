@@ -39,6 +39,7 @@ def _rule(
     operands: Sequence[Dims],
     results: Sequence[Dims],
     linear: Linear = (),
+    shape_only: tuple[int, ...] = (),
 ) -> OpRule:
     """An OpRule whose factors that no result indexes (and that are not synced:
     those the op all-reduces itself) are `reduction` factors."""
@@ -49,7 +50,7 @@ def _rule(
         else Factor(f.name, f.size, "reduction", f.mean, f.synced)
         for f in factors
     ]
-    return OpRule(tuple(kinds), tuple(operands), tuple(results), linear)
+    return OpRule(tuple(kinds), tuple(operands), tuple(results), linear, shape_only)
 
 
 def _names(prefix: str, count: int) -> tuple[str, ...]:
@@ -265,9 +266,10 @@ def _pool2d(inputs: Inputs, attrs: Attrs, results: Results) -> OpRule:
 
 @soap_rule("pool2d_grad")
 def _pool2d_grad(inputs: Inputs, attrs: Attrs, results: Results) -> OpRule:
+    # avg spreads dy over each window whatever x holds: x gives only dx's shape.
     x, dy = inputs
     factors, dims = _pool(x, dy.shape, attrs)
-    return _rule(factors, [dims, dims], [dims], ((1,),))
+    return _rule(factors, [dims, dims], [dims], ((1,),), (0,) if attrs["kind"] == "avg" else ())
 
 
 # --------------------------------------------------------------------- structure
@@ -383,10 +385,12 @@ def _reduce(inputs: Inputs, attrs: Attrs, results: Results) -> OpRule:
 
 @soap_rule("reduce_grad")
 def _reduce_grad(inputs: Inputs, attrs: Attrs, results: Results) -> OpRule:
-    # dx spreads dy over the reduced dims (divided by their extent for a mean);
-    # for max it needs the global maximum, so max's reduced dims stay unsplit.
+    # dx spreads dy over the reduced dims (divided by their extent for a mean), so
+    # for sum and mean x gives only dx's shape; for max it needs the global maximum,
+    # so max's reduced dims stay unsplit.
     factors, x_dims, dy_dims = _reduce_factors(inputs[0], attrs)
-    return _rule(factors, [x_dims, dy_dims], [x_dims], ((1,),))
+    shape_only = () if attrs["kind"] == "max" else (0,)
+    return _rule(factors, [x_dims, dy_dims], [x_dims], ((1,),), shape_only)
 
 
 def _channels(x: TensorSig, synced: bool) -> tuple[list[Factor], Dims]:

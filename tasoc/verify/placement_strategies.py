@@ -2,8 +2,9 @@
 
 `placements(dag)` draws a `PlacementPlan` for a light graph: a schedule (any
 topological order of its ops), arguments that arrive in host memory, and values sent
-to host memory between two of their readers, with swap-ins started anywhere between
-the swap-out and the reader they prefetch for. `placed_programs(module)` writes one
+to host memory between two of their readers (swapped out when made, released after
+the last reader before the gap, swapped in anywhere between that and the reader they
+prefetch for). `placed_programs(module)` writes one
 into a copy of a module (`write_placed`), and `capacities(module)` draws device
 capacities from the smallest any schedule of it could run in to a little above what
 its own schedule needs, so both sides of the verifier's capacity check get drawn:
@@ -21,6 +22,8 @@ its own schedule needs, so both sides of the verifier's capacity check get drawn
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 from hypothesis import strategies as st
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
@@ -30,9 +33,11 @@ from tasoc.ir.dag import Dag, Node
 from tasoc.ir.graph import sig_of
 from tasoc.ir.memory import replay, space_of, tensor_bytes
 from tasoc.ir.placement_plan import (
-    HostArgument,
-    Offload,
+    Entry,
     PlacementPlan,
+    Release,
+    SwapIn,
+    SwapOut,
     positions,
     readers_in_order,
     write_placed,
@@ -65,35 +70,37 @@ def _schedules(draw: st.DrawFn, dag: Dag) -> tuple[Node, ...]:
 @st.composite
 def _placements(draw: st.DrawFn, dag: Dag) -> PlacementPlan:
     order = draw(_schedules(dag))
-    scheduled = dag.scheduled(order)
     where = positions(order)
-    readers = readers_in_order(scheduled)
+    readers = readers_in_order(dag.scheduled(order))
     returned = set(dag.outputs)
+    before: defaultdict[int, list[Entry]] = defaultdict(list)  # entries before op p
+    after: defaultdict[int, list[Entry]] = defaultdict(list)  # after op p (-1: the start)
+    releases: defaultdict[int, list[Entry]] = defaultdict(list)  # after op p's swap-outs
 
-    hosted = []
+    hosted = set()
     for index, arg in enumerate(dag.args):
         reads = readers.get(arg.out)
         if reads and space_of(arg.out.sig) == "device" and draw(st.booleans()):
-            hosted.append(HostArgument(index, order[draw(st.integers(0, where[reads[0]]))]))
-    on_host = {dag.args[h.index].out for h in hosted}
+            hosted.add(index)
+            before[draw(st.integers(0, where[reads[0]]))].append(SwapIn(arg.out))
 
-    offloads = []
-    values = [arg.out for arg in dag.args] + [v for node in order for v in node.results]
+    values = [arg.out for i, arg in enumerate(dag.args) if i not in hosted]
+    values += [v for node in order for v in node.results]
     for value in values:
         reads = [where[node] for node in readers.get(value, ())]
-        if not reads or value in on_host or value in returned or not draw(st.booleans()):
+        if not reads or value in returned or not draw(st.booleans()):
             continue
         made = -1 if value.node.is_arg else where[value.node]
-        back = draw(st.integers(0, len(reads) - 1))  # the first reader of the copy
-        offloads.append(
-            Offload(
-                value=value,
-                swap_out_after=None if made < 0 else order[made],
-                swap_in_before=order[draw(st.integers(made + 1, reads[back]))],
-                readers_from=order[reads[back]],
-            )
-        )
-    return PlacementPlan(order, tuple(hosted), tuple(offloads))
+        back = draw(st.integers(0, len(reads) - 1))  # the first reader of the new copy
+        last_old = reads[back - 1] if back else made  # the old copy's last reader
+        after[made].append(SwapOut(value))
+        releases[last_old].append(Release(value))
+        before[draw(st.integers(last_old + 1, reads[back]))].append(SwapIn(value))
+
+    schedule: list[Entry] = [*after[-1], *releases[-1]]
+    for p, node in enumerate(order):
+        schedule += [*before[p], node, *after[p], *releases[p]]
+    return PlacementPlan(tuple(schedule), frozenset(hosted))
 
 
 def placements(dag: Dag) -> st.SearchStrategy[PlacementPlan]:

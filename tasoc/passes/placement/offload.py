@@ -15,44 +15,59 @@ reader, and its replacing result is swapped out as soon as it is made.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
 
 from tasoc.ir.dag import Dag, Node, Value
 from tasoc.ir.liveness import value_kinds
 from tasoc.ir.memory import Space, space_of, tensor_bytes
-from tasoc.ir.placement_plan import HostArgument, Offload, positions, readers_in_order
+from tasoc.ir.placement_plan import (
+    Entry,
+    PlacementPlan,
+    Release,
+    SwapIn,
+    SwapOut,
+    positions,
+    readers_in_order,
+)
 from tasoc.ir.training import TrainingSignature
 
 
 @dataclass(frozen=True, slots=True)
 class OffloadChoice:
-    """What `offload_all` decided: the plan's parts and what it left alone."""
+    """What `offload_all` decided: the plan, and what it moved and left alone."""
 
-    offloads: tuple[Offload, ...]
-    host_arguments: tuple[HostArgument, ...]
+    plan: PlacementPlan
+    offloaded: int
+    """Saved activations sent to host memory."""
     kept: int
     """Saved activations left in device memory: too close to their backward reader."""
 
 
 def offload_all(
-    dag: Dag, signature: TrainingSignature, *, params: Space, prefetch: int, min_bytes: int
+    dag: Dag,
+    signature: TrainingSignature,
+    *,
+    params: Space,
+    prefetch: int,
+    min_bytes: int,
+    capacity: int | None = None,
 ) -> OffloadChoice:
-    """The offloads of every saved activation of `dag` (ops in schedule order) of at
-    least `min_bytes`, and the host arguments `params` asks for (module docstring)."""
+    """The plan sending every saved activation of `dag` (ops in schedule order) of at
+    least `min_bytes` to host memory, and the arguments `params` asks for (module
+    docstring)."""
     assert signature.loss is not None
     order = dag.ops
     where = positions(order)
     loss_at = where[dag.outputs[signature.loss].node]
     readers = readers_in_order(dag)
-    kinds = value_kinds(dag, signature)
     returned = set(dag.outputs)
+    before: defaultdict[int, list[Entry]] = defaultdict(list)  # entries before op p
+    after: defaultdict[int, list[Entry]] = defaultdict(list)  # after op p (-1: the start)
+    releases: defaultdict[int, list[Entry]] = defaultdict(list)  # after op p's swap-outs
 
-    def swap_in_point(first_reader: int, earliest: int) -> int:
-        return max(first_reader - prefetch, earliest)
-
-    offloads = []
-    kept = 0
-    for value, kind in kinds.items():
+    offloaded = kept = 0
+    for value, kind in value_kinds(dag, signature).items():
         if kind not in ("activations", "inputs") or value in returned:
             continue
         if space_of(value.sig) == "host" or tensor_bytes(value.sig) < min_bytes:
@@ -61,28 +76,32 @@ def offload_all(
         backward = [p for p in reads if p > loss_at]
         if not backward:
             continue
-        made = -1 if value.node.is_arg else where[value.node]
+        made = _made_at(value, where)
         last_forward = max([made, *(p for p in reads if p <= loss_at)])
-        swap_in = swap_in_point(backward[0], last_forward + 1)
+        swap_in = max(backward[0] - prefetch, last_forward + 1)
         if swap_in <= last_forward + 1:
-            kept += 1  # the device copy would be freed and retaken at once
+            kept += 1  # the device copy would be freed and taken again at once
             continue
-        offloads.append(
-            Offload(
-                value=value,
-                swap_out_after=None if made < 0 else order[made],
-                swap_in_before=order[swap_in],
-                readers_from=order[backward[0]],
-            )
-        )
-    hosted = []
-    if params == "host":
-        for index in (*signature.params, *signature.state):
-            reads = readers.get(dag.args[index].out)
-            if reads:
-                hosted.append(HostArgument(index, order[swap_in_point(where[reads[0]], 0)]))
-    offloads.sort(key=lambda o: (where[o.swap_in_before], _made_at(o.value, where)))
-    return OffloadChoice(tuple(offloads), tuple(hosted), kept)
+        offloaded += 1
+        after[made].append(SwapOut(value))
+        releases[last_forward].append(Release(value))
+        before[swap_in].append(SwapIn(value))
+
+    hosted = frozenset((*signature.params, *signature.state) if params == "host" else ()) & {
+        i for i, arg in enumerate(dag.args) if arg.out in readers
+    }
+    for index in sorted(hosted):
+        first = where[readers[dag.args[index].out][0]]
+        before[max(first - prefetch, 0)].append(SwapIn(dag.args[index].out))
+    for result, argument in signature.replaces:
+        value = dag.outputs[result]
+        if argument in hosted and not value.node.is_arg:
+            after[where[value.node]].append(SwapOut(value))
+
+    schedule: list[Entry] = [*after[-1], *releases[-1]]
+    for p, node in enumerate(order):
+        schedule += [*before[p], node, *after[p], *releases[p]]
+    return OffloadChoice(PlacementPlan(tuple(schedule), hosted, capacity), offloaded, kept)
 
 
 def _made_at(value: Value, where: dict[Node, int]) -> int:

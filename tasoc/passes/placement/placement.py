@@ -23,7 +23,7 @@ from xdsl.utils.exceptions import PassFailedException
 from tasoc.ir import dag as dag_module
 from tasoc.ir.limits import format_bytes
 from tasoc.ir.memory import Replay, Space, is_placed, moved_bytes, replay, unplaced
-from tasoc.ir.placement_plan import PlacementPlan, set_figures, write_placed
+from tasoc.ir.placement_plan import set_figures, write_placed
 from tasoc.ir.program import entry_function
 from tasoc.ir.training import training_signature
 from tasoc.passes.options import (
@@ -86,16 +86,16 @@ class PlacementPass(ModulePass):
             )
         before = replay(function)
         dag = dag_module.from_module(op, keep_order=True)
+        capacity = None if self.capacity is None else parse_byte_size(self.capacity)
         choice = offload_all(
             dag,
             signature,
             params=self.params,
             prefetch=self.prefetch,
             min_bytes=parse_byte_size(self.min_bytes),
+            capacity=capacity,
         )
-        capacity = None if self.capacity is None else parse_byte_size(self.capacity)
-        plan = PlacementPlan(dag.ops, choice.host_arguments, choice.offloads, capacity)
-        write_placed(op, dag, plan)
+        write_placed(op, dag, choice.plan)
         placed = entry_function(op)
         after = replay(placed)
         if capacity is not None and after.peak_bytes > capacity:
@@ -117,8 +117,8 @@ class PlacementPass(ModulePass):
             params=self.params,
             prefetch=self.prefetch,
             capacity=capacity,
-            offloaded_values=len(choice.offloads),
-            host_arguments=len(choice.host_arguments),
+            offloaded_values=choice.offloaded,
+            host_arguments=len(choice.plan.host_arguments),
             kept_on_device=choice.kept,
             peak_bytes=after.peak_bytes,
             unplaced_peak_bytes=before.peak_bytes,
