@@ -95,24 +95,28 @@ class PlanError(ValueError):
     swap-in with no host copy, an op out of order or missing."""
 
 
+CopyKey = tuple[int, int]
+"""A device copy: (the schedule entry that made it, which of its results); argument i
+as it arrived is (-1 - i, 0)."""
+
+
 @dataclass(frozen=True)
 class Copies:
-    """Where each value lives along a schedule (`check_plan`). A device copy is keyed
-    by the index of the entry that made it (-1 - i for argument i as it arrived):
+    """Where each value lives along a schedule (`check_plan`), copy by copy:
 
     - `reads[e]`: the copies entry `e` reads (an op its operands', a swap-out its
       value's), in operand order;
     - `dies[k]`: the entry after which copy `k` dies as the replay counts it (its
       `Release`, else its last reader, else the entry that made it), None when it lives
       to the end (a returned value, an argument never released);
-    - `last_read[k]`: its last reader (the entry that made it when none), where a
-      timed run frees it;
+    - `last_read[k]`: its last reader (the entry that made it when none, -1 for an
+      argument nobody reads), where a timed run frees it;
     - `value_of[k]`: the value the copy holds."""
 
-    reads: tuple[tuple[int, ...], ...]
-    dies: Mapping[int, int | None]
-    last_read: Mapping[int, int]
-    value_of: Mapping[int, Value]
+    reads: tuple[tuple[CopyKey, ...], ...]
+    dies: Mapping[CopyKey, int | None]
+    last_read: Mapping[CopyKey, int]
+    value_of: Mapping[CopyKey, Value]
 
 
 def check_plan(dag: Dag, plan: PlacementPlan, spaces: Sequence[Space] | None = None) -> Copies:
@@ -120,18 +124,18 @@ def check_plan(dag: Dag, plan: PlacementPlan, spaces: Sequence[Space] | None = N
     say where each copy lives. `spaces` are the spaces the outputs leave in (a result
     replacing a host argument leaves on the host); device by default."""
     position: dict[Node, int] = {}
-    device: dict[Value, int] = {}  # value -> key of its current device copy
+    device: dict[Value, CopyKey] = {}  # value -> its current device copy
     host: set[Value] = set()
-    value_of: dict[int, Value] = {}
+    value_of: dict[CopyKey, Value] = {}
     for index, arg in enumerate(dag.args):
         if index in plan.host_arguments:
             host.add(arg.out)
         else:
-            device[arg.out] = -1 - index
-            value_of[-1 - index] = arg.out
-    last_reader: dict[int, int] = {}
-    released: dict[int, int] = {}
-    reads: list[tuple[int, ...]] = []
+            device[arg.out] = (-1 - index, 0)
+            value_of[(-1 - index, 0)] = arg.out
+    last_reader: dict[CopyKey, int] = {}
+    released: dict[CopyKey, int] = {}
+    reads: list[tuple[CopyKey, ...]] = []
     for i, entry in enumerate(plan.schedule):
         if isinstance(entry, Node):
             if entry in position:
@@ -147,8 +151,8 @@ def check_plan(dag: Dag, plan: PlacementPlan, spaces: Sequence[Space] | None = N
             reads.append(tuple(keys))
             position[entry] = i
             for result in entry.results:
-                device[result] = i
-                value_of[i] = result
+                device[result] = (i, result.index)
+                value_of[(i, result.index)] = result
             continue
         value = entry.value
         if isinstance(entry, SwapOut):
@@ -166,8 +170,8 @@ def check_plan(dag: Dag, plan: PlacementPlan, spaces: Sequence[Space] | None = N
                 raise PlanError(f"entry {i}: swaps in {_name(value)}, which has no host copy")
             if value in device:
                 raise PlanError(f"entry {i}: swaps in {_name(value)} beside its device copy")
-            device[value] = i
-            value_of[i] = value
+            device[value] = (i, 0)
+            value_of[(i, 0)] = value
         else:
             if value not in device:
                 raise PlanError(f"entry {i}: releases {_name(value)}, which has no device copy")
@@ -182,17 +186,19 @@ def check_plan(dag: Dag, plan: PlacementPlan, spaces: Sequence[Space] | None = N
         if space == "device" and value not in device:
             raise PlanError(f"{_name(value)} leaves in device memory but has no device copy there")
     returned = {device[v] for v, s in zip(dag.outputs, wanted, strict=True) if s == "device"}
-    dies: dict[int, int | None] = {}
+    dies: dict[CopyKey, int | None] = {}
+    last_read: dict[CopyKey, int] = {}
     for key in value_of:
+        made = max(key[0], -1)
+        last_read[key] = last_reader.get(key, made)
         if key in returned:
             dies[key] = None
         elif key in released:
             dies[key] = released[key]
-        elif key < 0:
+        elif key[0] < 0:
             dies[key] = None  # an argument: the caller's until released
         else:
-            dies[key] = last_reader.get(key, key)
-    last_read = {key: last_reader.get(key, max(key, 0)) for key in value_of}
+            dies[key] = last_read[key]
     return Copies(tuple(reads), dies, last_read, value_of)
 
 

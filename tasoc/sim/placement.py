@@ -1,0 +1,213 @@
+"""The task graph of a memory-placed training step (SwapAdvisor's dataflow simulation,
+Huang thesis §4.4), on the one simulator of `tasoc.sim.core`.
+
+A `PlacementPlan` (`tasoc.ir.placement_plan`: the placed block as a list of ops and
+moves) runs on one device with three streams, SwapAdvisor's (§4.3.1): `COMPUTE` runs
+the ops in the plan's order, `SWAP_OUT` and `SWAP_IN` copy tensors to and from host
+memory over the machine's host link (`Machine.host`: size / bandwidth + latency,
+FlexFlow's A2), each its own FIFO resource, so copies overlap compute and each other.
+Device memory is the pool `DEVICE`.
+
+- An op's task follows the op before it (the schedule), and waits for the swap-ins
+  that made the device copies it reads. It takes its results' bytes when it starts.
+- A swap-out waits for the task that made the device copy it reads (as early as
+  safe: right after its producer, Fig. 4.3); a swap-in waits for the swap-out that
+  made the host copy, and for the op before it in the schedule to end — where it
+  stands is when it may start, since memory freed by that op is what it takes. It
+  takes its bytes when it starts.
+- A device copy's bytes are given back when its last reader (op or swap-out) ends;
+  an argument's only if the plan releases it (the caller holds it otherwise); a
+  returned value's never.
+- With a `capacity`: the order-based replay (`memory.replay`) frees a copy whose last
+  reader is a swap-out right after the swap-out *starts*, but the bytes come back only
+  when the copy *ends*. So an op or swap-in that takes memory waits for the oldest
+  swap-outs still copying until what the replay holds plus what those copies hold
+  fits the capacity — SwapAdvisor's control edges from a swap-out to the allocation
+  it makes room for. Without one, nothing waits for memory.
+
+`simulate_plan` gives the iteration time, the device peak over time (at most the
+capacity when there is one), the bytes each way and the stall (time the compute
+stream waited, the iteration time over the ops' own).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from tasoc.cost.analytic import roofline
+from tasoc.cost.devices import Device
+from tasoc.cost.machines import Machine
+from tasoc.ir.dag import Dag, Node, Value
+from tasoc.ir.memory import Space, tensor_bytes
+from tasoc.ir.placement_plan import CopyKey, PlacementPlan, SwapIn, SwapOut, check_plan
+from tasoc.sim.core import Task, TaskGraph, Timeline, simulate
+
+COMPUTE = "compute"
+SWAP_OUT = "swap-out"
+SWAP_IN = "swap-in"
+DEVICE = "device"
+
+
+def op_seconds(dag: Dag, device: Device) -> dict[Node, float]:
+    """Each op's time on `device`: the analytic roofline of one kernel plus a launch
+    (the op costs soap-shard's simulator uses at full shapes)."""
+    return {node: roofline(node, -1, False, device) + device.launch_overhead_s for node in dag.ops}
+
+
+@dataclass(frozen=True)
+class PlacedSimulation:
+    """A simulated iteration of a placed step (module docstring)."""
+
+    seconds: float
+    """The iteration time (makespan)."""
+    compute_seconds: float
+    """The ops' own time, summed: the iteration time with infinite memory."""
+    peak_bytes: int
+    """The most device bytes held at any instant."""
+    swapped_out_bytes: int
+    swapped_in_bytes: int
+    timeline: Timeline
+    tasks: tuple[int | None, ...]
+    """The task of each schedule entry (None for a `Release`): rows of a picture."""
+
+    @property
+    def stall_seconds(self) -> float:
+        return self.seconds - self.compute_seconds
+
+    @property
+    def fraction_of_ideal(self) -> float:
+        """The ideal (infinite memory: the ops alone) over this iteration's time."""
+        return self.compute_seconds / self.seconds if self.seconds else 1.0
+
+
+def placed_task_graph(
+    dag: Dag,
+    plan: PlacementPlan,
+    machine: Machine,
+    seconds: Mapping[Node, float],
+    spaces: Sequence[Space] | None = None,
+) -> tuple[TaskGraph, tuple[int | None, ...]]:
+    """The task graph of `plan` (module docstring) and each entry's task; PlanError
+    for a plan that cannot run (`check_plan`)."""
+    copies = check_plan(dag, plan, spaces)
+    size = {key: tensor_bytes(value.sig) for key, value in copies.value_of.items()}
+    # A copy's bytes go back at the end of its last reader, unless it lives to the end.
+    frees: dict[int, int] = {}
+    dying: dict[int, int] = {}  # the replay's: bytes that die after each entry
+    for key, dies in copies.dies.items():
+        if dies is not None:
+            at = copies.last_read[key]
+            frees[at] = frees.get(at, 0) + size[key]
+            dying[dies] = dying.get(dies, 0) + size[key]
+    graph = TaskGraph()
+    arguments = sum(size[key] for key in copies.value_of if key[0] < 0)
+    start = graph.add(
+        Task(COMPUTE, 0.0, (), ((DEVICE, arguments),), ((DEVICE, frees.get(-1, 0)),), "arguments")
+    )
+    made: dict[CopyKey, int] = {key: start for key in copies.value_of if key[0] < 0}
+    host_made: dict[Value, int] = {}  # value -> the swap-out task of its host copy
+    room = _Room(plan.capacity, arguments)
+    tasks: list[int | None] = []
+    last_compute = start
+    for index, entry in enumerate(plan.schedule):
+        free = ((DEVICE, frees.get(index, 0)),)
+        task_id: int | None = None
+        if isinstance(entry, Node):
+            results = sum(tensor_bytes(v.sig) for v in entry.results)
+            deps = (last_compute, *(made[key] for key in copies.reads[index]))
+            task_id = last_compute = graph.add(
+                Task(
+                    COMPUTE,
+                    seconds[entry],
+                    (*deps, *room.take(results)),
+                    ((DEVICE, results),),
+                    free,
+                    entry.op,
+                )
+            )
+            made.update({(index, v.index): task_id for v in entry.results})
+        elif isinstance(entry, SwapOut):
+            (key,) = copies.reads[index]
+            nbytes = size[key]
+            task_id = graph.add(
+                Task(SWAP_OUT, machine.host.time(nbytes), (made[key],), (), free, "swap-out")
+            )
+            host_made[entry.value] = task_id
+            if copies.last_read[key] == index and copies.dies[key] is not None:
+                room.copying(task_id, nbytes)  # the replay frees it by now; the copy ends later
+        elif isinstance(entry, SwapIn):
+            nbytes = size[(index, 0)]
+            deps = (last_compute, *((host_made[entry.value],) if entry.value in host_made else ()))
+            task_id = graph.add(
+                Task(
+                    SWAP_IN,
+                    machine.host.time(nbytes),
+                    (*deps, *room.take(nbytes)),
+                    ((DEVICE, nbytes),),
+                    free,
+                    "swap-in",
+                )
+            )
+            made[(index, 0)] = task_id
+        tasks.append(task_id)
+        room.release(dying.get(index, 0))
+    return graph, tuple(tasks)
+
+
+class _Room:
+    """The capacity's control edges (module docstring): the bytes the replay holds
+    along the schedule, and the swap-outs whose copies it has freed but which may
+    still be copying (oldest first: one swap-out stream ends them in order)."""
+
+    def __init__(self, capacity: int | None, held: int) -> None:
+        self.capacity = capacity
+        self.held = held
+        self.pending: deque[tuple[int, int]] = deque()  # (swap-out task, bytes)
+        self.copying_bytes = 0
+
+    def take(self, nbytes: int) -> tuple[int, ...]:
+        """The swap-outs an entry taking `nbytes` waits for; the bytes are then held."""
+        waits = []
+        if self.capacity is not None:
+            while self.pending and self.held + nbytes + self.copying_bytes > self.capacity:
+                task, done = self.pending.popleft()
+                waits.append(task)
+                self.copying_bytes -= done
+        self.held += nbytes
+        return tuple(waits)
+
+    def copying(self, task: int, nbytes: int) -> None:
+        self.pending.append((task, nbytes))
+        self.copying_bytes += nbytes
+
+    def release(self, nbytes: int) -> None:
+        self.held -= nbytes
+
+
+def simulate_plan(
+    dag: Dag,
+    plan: PlacementPlan,
+    machine: Machine,
+    seconds: Mapping[Node, float] | None = None,
+    spaces: Sequence[Space] | None = None,
+) -> PlacedSimulation:
+    """Simulate one iteration of `plan` on `machine` (op times: `seconds`, else the
+    roofline of `op_seconds` on the machine's device)."""
+    times = seconds if seconds is not None else op_seconds(dag, machine.device)
+    graph, tasks = placed_task_graph(dag, plan, machine, times, spaces)
+    timeline = simulate(graph)
+    moved = {SwapOut: 0, SwapIn: 0}
+    for entry in plan.schedule:
+        if isinstance(entry, SwapOut | SwapIn):
+            moved[type(entry)] += tensor_bytes(entry.value.sig)
+    return PlacedSimulation(
+        seconds=timeline.makespan,
+        compute_seconds=sum(times[node] for node in dag.ops),
+        peak_bytes=timeline.peak.get(DEVICE, 0),
+        swapped_out_bytes=moved[SwapOut],
+        swapped_in_bytes=moved[SwapIn],
+        timeline=timeline,
+        tasks=tasks,
+    )

@@ -1,0 +1,124 @@
+"""The placed step's task graph (`tasoc.sim.placement`): three streams and device
+memory on the one simulator, against the order-based replay of the memory dialect."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_memory import training_step
+from xdsl.dialects.builtin import ModuleOp
+
+from tasoc.cost.machines import machine
+from tasoc.ir import dag as dag_module
+from tasoc.ir.memory import replay, tensor_bytes
+from tasoc.ir.placement_plan import (
+    PlacementPlan,
+    PlanError,
+    Release,
+    SwapIn,
+    SwapOut,
+    output_spaces,
+    write_placed,
+)
+from tasoc.ir.program import entry_function
+from tasoc.ir.training import training_signature
+from tasoc.passes.placement.offload import offload_all
+from tasoc.sim.placement import simulate_plan
+from tasoc.verify.strategies import graphs, placements
+
+V100 = machine("v100-swapadvisor")
+
+
+def offloaded(params: str = "device"):  # type: ignore[no-untyped-def]
+    module = training_step("sgd")
+    dag = dag_module.from_module(module, keep_order=True)
+    choice = offload_all(
+        dag,
+        training_signature(entry_function(module)),
+        params=params,  # type: ignore[arg-type]
+        prefetch=1,
+        min_bytes=0,
+    )
+    return module, dag, choice.plan
+
+
+def placed_peak(module: ModuleOp, dag: dag_module.Dag, plan: PlacementPlan) -> int:
+    placed = module.clone()
+    write_placed(placed, dag, plan)
+    return replay(entry_function(placed)).peak_bytes
+
+
+def test_without_moves_the_step_is_its_ops_one_after_another() -> None:
+    module = training_step("sgd")
+    dag = dag_module.from_module(module, keep_order=True)
+    run = simulate_plan(dag, PlacementPlan(dag.ops), V100)
+    assert run.seconds == pytest.approx(run.compute_seconds)
+    assert run.fraction_of_ideal == pytest.approx(1.0)
+    assert run.peak_bytes == replay(entry_function(module)).peak_bytes
+    assert run.swapped_in_bytes == run.swapped_out_bytes == 0
+
+
+def test_swaps_run_on_their_own_streams_at_the_host_links_speed() -> None:
+    module, dag, plan = offloaded()
+    spaces = output_spaces(dag, plan.host_arguments)
+    run = simulate_plan(dag, plan, V100, spaces=spaces)
+    assert run.swapped_out_bytes == run.swapped_in_bytes > 0
+    starts, ends = run.timeline.start, run.timeline.end
+    for entry, task in zip(plan.schedule, run.tasks, strict=True):
+        if isinstance(entry, Release):
+            assert task is None
+        elif isinstance(entry, SwapIn | SwapOut):
+            assert task is not None
+            copy_time = V100.host.time(tensor_bytes(entry.value.sig))
+            assert ends[task] - starts[task] == pytest.approx(copy_time)
+    assert run.seconds >= run.compute_seconds
+    assert run.peak_bytes <= placed_peak(module, dag, plan)
+
+
+def test_swapping_params_in_and_out_costs_time_on_a_slow_link() -> None:
+    _, dag, plan = offloaded("host")
+    spaces = output_spaces(dag, plan.host_arguments)
+    slow = replace(V100, host=replace(V100.host, bandwidth=1e6))
+    assert simulate_plan(dag, plan, slow, spaces=spaces).fraction_of_ideal < 0.5
+
+
+def test_a_capacity_holds_allocations_until_swap_outs_end() -> None:
+    """With the capacity at the replay's peak the timed peak stays under it, however
+    slow the swap-outs: allocations wait for the copies the replay already freed."""
+    module, dag, plan = offloaded()
+    peak = placed_peak(module, dag, plan)
+    slow = replace(V100, host=replace(V100.host, bandwidth=1e5))
+    free_run = simulate_plan(dag, plan, slow)
+    capped = simulate_plan(dag, replace(plan, capacity=peak), slow)
+    assert capped.peak_bytes <= peak
+    assert capped.seconds >= free_run.seconds
+
+
+def test_a_plan_that_cannot_run_is_refused_in_one_line() -> None:
+    _, dag, _ = offloaded()
+    value = dag.ops[0].results[0]
+    broken = PlacementPlan((dag.ops[0], SwapIn(value), *dag.ops[1:]))
+    with pytest.raises(PlanError, match="swaps in .* which has no host copy"):
+        simulate_plan(dag, broken, V100)
+    twice = PlacementPlan((dag.ops[0], SwapOut(value), SwapOut(value), *dag.ops[1:]))
+    with pytest.raises(PlanError, match="again"):
+        simulate_plan(dag, twice, V100)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data(), graphs(max_ops=6))
+def test_drawn_plans_keep_streams_fifo_and_memory_within_the_replay(
+    data: st.DataObject, module: ModuleOp
+) -> None:
+    dag = dag_module.from_module(module, keep_order=True)
+    plan = data.draw(placements(dag))
+    peak = placed_peak(module, dag, plan)
+    slow = replace(V100, host=replace(V100.host, bandwidth=data.draw(st.sampled_from([1e3, 1e9]))))
+    run = simulate_plan(dag, replace(plan, capacity=peak), slow)
+    assert run.peak_bytes <= peak
+    assert run.seconds >= run.compute_seconds * (1 - 1e-12)
+    ops = [t for e, t in zip(plan.schedule, run.tasks, strict=True) if e in set(dag.ops)]
+    assert all(run.timeline.end[a] <= run.timeline.start[b] for a, b in zip(ops, ops[1:]))
