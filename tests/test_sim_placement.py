@@ -4,6 +4,7 @@ memory on the one simulator, against the order-based replay of the memory dialec
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import pairwise
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -101,7 +102,7 @@ def test_a_plan_that_cannot_run_is_refused_in_one_line() -> None:
     _, dag, _ = offloaded()
     value = dag.ops[0].results[0]
     broken = PlacementPlan((dag.ops[0], SwapIn(value), *dag.ops[1:]))
-    with pytest.raises(PlanError, match="swaps in .* which has no host copy"):
+    with pytest.raises(PlanError, match=r"swaps in .* which has no host copy"):
         simulate_plan(dag, broken, V100)
     twice = PlacementPlan((dag.ops[0], SwapOut(value), SwapOut(value), *dag.ops[1:]))
     with pytest.raises(PlanError, match="again"):
@@ -121,4 +122,4 @@ def test_drawn_plans_keep_streams_fifo_and_memory_within_the_replay(
     assert run.peak_bytes <= peak
     assert run.seconds >= run.compute_seconds * (1 - 1e-12)
     ops = [t for e, t in zip(plan.schedule, run.tasks, strict=True) if e in set(dag.ops)]
-    assert all(run.timeline.end[a] <= run.timeline.start[b] for a, b in zip(ops, ops[1:]))
+    assert all(run.timeline.end[a] <= run.timeline.start[b] for a, b in pairwise(ops))
