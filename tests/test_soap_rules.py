@@ -330,6 +330,29 @@ def test_linear_groups_are_linear(case: Case) -> None:
             np.testing.assert_allclose(a + b, want, rtol=1e-9, atol=1e-9)
 
 
+SHAPE_ONLY = [c for c in CASES if _rule(c)[0].shape_only]
+
+
+@pytest.mark.parametrize("case", SHAPE_ONLY, ids=str)
+def test_shape_only_operands_are_read_for_their_shape_alone(case: Case) -> None:
+    """Zeros standing in for an operand the rule reads for its shape alone change no
+    result: what the writer gives the op where moving that operand would communicate."""
+    rule, _ = _rule(case)
+    inputs = case.inputs(np.random.default_rng(2))
+    zeroed = [np.zeros_like(x) if i in rule.shape_only else x for i, x in enumerate(inputs)]
+    pieces = zip(_run(case.op, case.attrs, inputs), _run(case.op, case.attrs, zeroed), strict=True)
+    for want, have in pieces:
+        np.testing.assert_array_equal(have, want)
+
+
+def test_the_gradients_of_sums_means_and_average_pooling_read_x_for_its_shape() -> None:
+    assert {(c.op, c.attrs["kind"]) for c in SHAPE_ONLY} == {
+        ("reduce_grad", "sum"),
+        ("reduce_grad", "mean"),
+        ("pool2d_grad", "avg"),
+    }
+
+
 def test_every_op_has_a_rule_and_a_case() -> None:
     assert sorted(set(INFER) - set(soap.SOAP_RULES)) == []
     assert sorted(set(INFER) - {case.op for case in CASES}) == []

@@ -16,19 +16,24 @@ from conftest import Result, assert_one_line_error
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.parser import Parser
 
+from tasoc.backends.jax.audit import audit
+from tasoc.backends.jax.sharded import lower_sharded
+from tasoc.cost.machines import machine
 from tasoc.driver.sources import build_zoo_model, make_context, verify_module
 from tasoc.ir import dag as dag_module
 from tasoc.ir.graph import sig_of
 from tasoc.ir.parallel import CollectiveOp, MeshOp, sharding_of, unsharded
 from tasoc.ir.program import entry_block, entry_function
+from tasoc.ir.shard_plan import write_sharded
 from tasoc.ir.soap import Mesh, Sharding
 from tasoc.ir.training import training_signature
 from tasoc.passes.autodiff import AutodiffPass
 from tasoc.passes.report import RunReport, reporting
 from tasoc.passes.soap import SoapShardFailed, SoapShardPass
 from tasoc.passes.soap.layers import recurrent_layers
-from tasoc.passes.soap.plan import Problem, largest_split
+from tasoc.passes.soap.plan import Prescription, Problem, complete, largest_split
 from tasoc.passes.soap.soap_shard import parse_mesh
+from tasoc.sim.parallel import ShardedStep
 from tasoc.verify.equivalence import equivalent
 
 MLP = """
@@ -373,6 +378,54 @@ def test_one_recurrent_layer_or_hand_written_shardings_keep_one_mesh() -> None:
     note = "2 recurrent layers stay on @mesh: arguments laid out by hand name it"
     assert section["notes"] == [note]
     assert argument_shardings(after)[0] == Sharding("mesh", (("d",), (), ()))
+
+
+# ------------------------------------------------------------------ the collectives written
+
+
+SEED_GRADIENT = """
+func.func @main(%x: tensor<4x2xf32>, %w: tensor<2x2xf32> {graph.param})
+    -> (tensor<f32>, tensor<4x2xf32>) {
+  %y = graph.matmul %x, %w : tensor<4x2xf32>
+  %l = graph.reduce %y {kind = "mean", axes = array<i64: 0, 1>, keepdims = false} : tensor<f32>
+  %one = graph.ones {shape = array<i64>, dtype = f32} : tensor<f32>
+  %g = graph.reduce_grad %y, %one {kind = "mean", axes = array<i64: 0, 1>,
+                                   keepdims = false} : tensor<4x2xf32>
+  %d = graph.mul %g, %y : tensor<4x2xf32>
+  func.return %l, %d : tensor<f32>, tensor<4x2xf32>
+}
+"""
+"""A mean loss and the seed of its gradient, as autodiff writes them: the gradient
+reads y for its shape alone, and depends on no argument (it is 1/8 everywhere)."""
+
+
+def test_the_writer_moves_only_values_an_op_reads_and_a_device_alone_knows() -> None:
+    # soap.py's random plans of dlrm and the transformer (issue 16): y lies split by
+    # rows, the gradient reads it split by columns (an all-to-all JAX drops as dead:
+    # only y's shape reaches a result) and the mul reads the gradient whole (an
+    # all-gather of a broadcast constant, which XLA folds). Neither may be written.
+    module = parse(SEED_GRADIENT)
+    dag = dag_module.from_module(module)
+    problem = Problem(dag, parse_mesh(2), None, {})
+    ops = {node.op: node for node in dag.ops}
+    configs = {
+        ops["matmul"]: {"m": ("d",)},
+        ops["reduce"]: {},
+        ops["reduce_grad"]: {"d1": ("d",)},
+        ops["mul"]: {},
+    }
+    plan = complete(problem, Prescription(configs))
+    sharded = module.clone()
+    written = write_sharded(sharded, dag, plan, problem.mesh)
+    verify_module(sharded)
+    assert [c.kind for c in written] == ["all_gather"]  # y, whole for the loss and the mul
+    found = audit(sharded, lower_sharded(sharded))
+    assert found.ok, found.table()
+    step = ShardedStep(dag, plan, machine("cpu-2"), mesh=problem.mesh, collapse=False)
+    assert [step.graph[i].name for i in step.graph.ids() if step.graph[i].resource[0] == "net"] == [
+        "all_gather of matmul #0"
+    ] * 2
+    check_program(module, sharded)
 
 
 # ------------------------------------------------------------------ errors

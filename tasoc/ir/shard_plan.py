@@ -22,9 +22,10 @@ run fewer collectives than the IR says (docs/decisions.md). So where moving woul
 communicate, the writer makes instead: an operand read for its shape alone
 (`OpRule.shape_only`: the x of a mean's gradient) becomes zeros of the layout read,
 and a *local* value (`local_values`: a constant, or computed from constants alone,
-like a mean loss's seed gradient) is made where it is read, a constant in the layout
-read, an op's result computed whole and sliced. `free_read` says which reads those
-are, for the plan's completion and the simulator, which price them as nothing.
+like a mean loss's seed gradient) is written where it is read: a constant in the
+layout read, an op's result as planned where slices reach the layout read, else
+computed whole there and sliced. `free_read` says which reads those are, for the
+plan's completion and the simulator, which price them as nothing.
 
 A plan on device groups writes one `parallel.mesh` per group instead of the mesh (which
 the module then no longer defines) and its ops in the plan's order, as runs of ops on
@@ -36,7 +37,7 @@ a copy, which split a program into separate computations.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from xdsl.dialects.builtin import ModuleOp
@@ -98,7 +99,7 @@ def moves(
     return [*steps, soap.Collective("replicate", target, (), sig.size * sig.dtype.itemsize)]
 
 
-def rules_of(dag: Dag) -> dict[Node, OpRule]:
+def _rules_of(dag: Dag) -> dict[Node, OpRule]:
     """Each op's SOAP rule (constants, which have no operands, have none)."""
     return {
         node: soap.rule_of(node.op, [v.sig for v in node.inputs], dict(node.attrs), node.sigs)
@@ -138,31 +139,49 @@ def _sliced(source: Sharding, target: Sharding) -> bool:
 class _Builder:
     """The ops of the new body, in order, and the collectives among them."""
 
+    plan: Plan
     meshes: dict[str, Mesh]
     rules: Mapping[Node, OpRule]
     local: frozenset[Value]
     values: dict[Node, Sequence[SSAValue]] = field(default_factory=dict)
-    """The written results of each node of the plan."""
+    """The written results of each node, laid out as the plan says."""
     ops: list[Operation] = field(default_factory=list)
     collectives: list[Collective] = field(default_factory=list)
     _resharded: dict[tuple[SSAValue, Sharding], SSAValue] = field(default_factory=dict)
-    _made: dict[tuple[Value, Sharding], SSAValue] = field(default_factory=dict)
+    _constants: dict[tuple[Value, Sharding], SSAValue] = field(default_factory=dict)
     _whole: dict[tuple[Node, str], Sequence[SSAValue]] = field(default_factory=dict)
 
+    def write(self, node: Node) -> Sequence[SSAValue]:
+        """`node` as the plan says, once: on its operands laid out as it reads them."""
+        if node not in self.values:
+            operands = [
+                self.operand(node, i, need)
+                for i, need in enumerate(self.plan.operands.get(node, ()))
+            ]
+            results = [self.plan.values[v] for v in node.results]
+            self.values[node] = self.emit(node, operands, results)
+        return self.values[node]
+
     def read(self, value: Value, target: Sharding) -> SSAValue:
-        """`value` laid out as `target`: moved there, or made there when moving it
-        would communicate a local value (`free_read`)."""
-        written = self.values[value.node][value.index]
-        if free_read(value, target, self.local) and not _sliced(_sharding(written), target):
-            return self._make(value, target)
-        return self.move(written, target)
+        """`value` laid out as `target`: moved there, or made there when it is a local
+        value read complete (`free_read`)."""
+        if not free_read(value, target, self.local):
+            return self.move(self.write(value.node)[value.index], target)
+        node = value.node
+        if not node.inputs:
+            key = (value, target)
+            if key not in self._constants:
+                self._constants[key] = self.emit(node, [], [target])[0]
+            return self._constants[key]
+        if _sliced(self.plan.values[value], target):
+            return self.move(self.write(node)[value.index], target)
+        return self.move(self._whole_on(node, target.mesh)[value.index], target)
 
     def operand(self, node: Node, index: int, target: Sharding) -> SSAValue:
         """Operand `index` of `node` laid out as `target`; one the op reads for its
         shape alone is zeros of that layout where it lies otherwise than slices reach."""
         value = node.inputs[index]
-        written = self.values[value.node][value.index]
-        if index in self.rules[node].shape_only and not _sliced(_sharding(written), target):
+        if index in self.rules[node].shape_only and not _sliced(self.plan.values[value], target):
             zeros = Node("zeros", (), shape=value.sig.shape, dtype=value.sig.dtype)
             return self.emit(zeros, [], [target])[0]
         return self.read(value, target)
@@ -191,21 +210,9 @@ class _Builder:
         self.ops.append(_graph_op(node, operands, results))
         return self.ops[-1].results
 
-    def _make(self, value: Value, target: Sharding) -> SSAValue:
-        """Local `value` in `target` without communication: a constant made in
-        `target`, an op's result computed whole on `target`'s mesh and sliced."""
-        key = (value, target)
-        if key not in self._made:
-            node = value.node
-            if node.inputs:
-                self._made[key] = self.move(self._whole_on(node, target.mesh)[value.index], target)
-            else:
-                self._made[key] = self.emit(node, [], [target])[0]
-        return self._made[key]
-
     def _whole_on(self, node: Node, mesh: str) -> Sequence[SSAValue]:
-        """The results of local op `node` computed unsplit on `mesh` (from its operands
-        made whole there: the unsplit configuration every rule has)."""
+        """The results of local op `node` computed unsplit on `mesh`, from its
+        operands made whole there (the unsplit configuration every rule has)."""
         key = (node, mesh)
         if key not in self._whole:
             operands = [
@@ -240,8 +247,10 @@ def write_sharded(module: ModuleOp, dag: Dag, plan: Plan, mesh: Mesh) -> list[Co
     the module unless it defines it) or on the plan's device groups (which replace
     it); the collectives inserted, in program order."""
     groups = plan.meshes or (mesh,)
-    rules = rules_of(dag)
-    builder = _Builder({group.name: group for group in groups}, rules, local_values(dag, rules))
+    rules = _rules_of(dag)
+    builder = _Builder(
+        plan, {group.name: group for group in groups}, rules, local_values(dag, rules)
+    )
     block = Block(
         arg_types=[tensor_type(with_sharding(a.out.sig, plan.values[a.out])) for a in dag.args]
     )
@@ -254,16 +263,12 @@ def write_sharded(module: ModuleOp, dag: Dag, plan: Plan, mesh: Mesh) -> list[Co
         if plan.meshes:
             _copy_in(run, plan, builder)
         for node in run:
-            operands = [
-                builder.operand(node, i, need) for i, need in enumerate(plan.operands.get(node, ()))
-            ]
-            results = [plan.values[v] for v in node.results]
-            builder.values[node] = builder.emit(node, operands, results)
+            # Local values are written where they are read, in the layouts read.
+            if node.results[0] not in builder.local:
+                builder.write(node)
         if plan.meshes:
             _send_out(run, dag, plan, builder)
-    outputs = [
-        builder.read(v, target) for v, target in zip(dag.outputs, plan.outputs, strict=True)
-    ]
+    outputs = [builder.read(v, target) for v, target in zip(dag.outputs, plan.outputs, strict=True)]
     block.add_ops(builder.ops)
     function = make_function(
         dag.name,
@@ -300,8 +305,11 @@ def _graph_op(node: Node, operands: Sequence[SSAValue], results: Sequence[Shardi
 
 
 def _copy_in(run: Sequence[Node], plan: Plan, builder: _Builder) -> None:
-    """Before a run: the values its ops read from other groups, copied over."""
+    """Before a run: the values its ops read from other groups, copied over (local
+    ops are written where they are read, and make their operands there)."""
     for node in run:
+        if node.results[0] in builder.local:
+            continue
         for index, need in enumerate(plan.operands.get(node, ())):
             if plan.values[node.inputs[index]].mesh != need.mesh:
                 builder.operand(node, index, need)
@@ -310,7 +318,8 @@ def _copy_in(run: Sequence[Node], plan: Plan, builder: _Builder) -> None:
 def _send_out(run: Sequence[Node], dag: Dag, plan: Plan, builder: _Builder) -> None:
     """After a run: the program's results it computes laid out as they leave, and its
     partial sums read after it completed as their readers want them; what other
-    groups read, completed (the plan reads partial sums in their run only)."""
+    groups read, completed (the plan reads partial sums in their run only). Local
+    values are not sent: they are made where they are read."""
     exits: dict[Value, list[int]] = {}
     for index, value in enumerate(dag.outputs):
         exits.setdefault(value, []).append(index)
@@ -318,6 +327,8 @@ def _send_out(run: Sequence[Node], dag: Dag, plan: Plan, builder: _Builder) -> N
     inside = set(run)
     for node in run:
         for value in node.results:
+            if value in builder.local:
+                continue
             here = plan.values[value]
             complete = Sharding(here.mesh, here.dims)
             targets = [plan.outputs[index] for index in exits.get(value, ())]

@@ -11,7 +11,10 @@ makespan is the step's predicted iteration time:
   of its statistics, on which its results then wait;
 * **communication**: every collective `moves` puts on an edge, as the plan's writer
   inserts them (one chain per value and target layout, shared by the readers that want
-  that layout, and for each program result not produced as it must leave). A
+  that layout, and for each program result not produced as it must leave); none
+  where the writer moves nothing: an operand read for its shape alone, which the op
+  does not wait for, and a value that depends on no argument read complete
+  (`shard_plan.free_read`), which readers take as if sliced. A
   collective is modelled as one task per participating device on `("net", d)`, all of
   the collective's duration `machine.collective_time(kind, bytes, group)`, each
   depending on the value on *every* device of its group: a collective is a barrier.
@@ -65,7 +68,7 @@ from tasoc.ir.dag import Dag, Node, Value
 from tasoc.ir.liveness import value_kinds
 from tasoc.ir.parallel import ShardingAttr
 from tasoc.ir.shapes import TensorSig
-from tasoc.ir.shard_plan import Plan, completed, moves
+from tasoc.ir.shard_plan import Plan, completed, free_read, local_values, moves
 from tasoc.ir.soap import Config, Mesh, OpRule, Sharding
 from tasoc.ir.soap_rules import local_attrs
 from tasoc.ir.training import TrainingSignature, training_signature
@@ -236,6 +239,7 @@ class ShardedStep:
             if node.inputs
         }
         self._consumers = dag.consumers()
+        self._local = local_values(dag, self.rules)
         self._exits: dict[Value, list[int]] = {}
         for index, value in enumerate(dag.outputs):
             self._exits.setdefault(value, []).append(index)
@@ -287,11 +291,10 @@ class ShardedStep:
         }
         changed = dict(zip(node.results, results, strict=True)) | relaid
         for value, sharding in changed.items():
-            for use in self._consumers.get(value, ()):
-                if use.node is not node:
-                    moves(
-                        sharding, self.plan.operands[use.node][use.operand], value.sig, self.meshes
-                    )
+            for use in self._values_read(value):
+                need = self.plan.operands[use.node][use.operand]
+                if use.node is not node and not free_read(value, need, self._local):
+                    moves(sharding, need, value.sig, self.meshes)
 
         plan = self.plan
         plan.configs[node] = dict(config)
@@ -406,9 +409,13 @@ class ShardedStep:
             if not self._donated(value, plan.values[value])
         )
         duration, name = self._duration(node), f"{node.op} #{self._position[node]}"
+        shape_only = self.rules[node].shape_only
         operands = [
             group.ready[(value, need)]
-            for group, value, need in zip(groups, node.inputs, plan.operands[node], strict=True)
+            for index, (group, value, need) in enumerate(
+                zip(groups, node.inputs, plan.operands[node], strict=True)
+            )
+            if index not in shape_only
         ]
         specs = {}
         for device in self._simulated(self.mesh_of(node).device_ids):
@@ -459,7 +466,7 @@ class ShardedStep:
             group.ready[(value, here)] = produced
             for target in self._targets(value):
                 buffers += self._chain(group, value, target)
-            for use in self._consumers.get(value, ()):
+            for use in self._values_read(value):
                 need = plan.operands[use.node][use.operand]
                 reading = self.mesh_of(use.node).device_ids
                 for device, buffer in group.ready[(value, need)].items():
@@ -511,6 +518,9 @@ class ShardedStep:
             return []
         made: list[_Buffer] = []
         source = self.plan.values[value]
+        if free_read(value, target, self._local):
+            group.ready[(value, target)] = group.ready[(value, source)]
+            return made
         if source.mesh != target.mesh:
             made += self._chain(group, value, completed(source))
             source = completed(source)
@@ -618,11 +628,19 @@ class ShardedStep:
     def _first_reader(self, value: Value) -> Node:
         return min((use.node for use in self._consumers[value]), key=self._position.__getitem__)
 
+    def _values_read(self, value: Value) -> list[dag_module.Use]:
+        """The uses of `value` that read its values (not its shape alone)."""
+        return [
+            use
+            for use in self._consumers.get(value, ())
+            if use.operand not in self.rules[use.node].shape_only
+        ]
+
     def _targets(self, value: Value) -> list[Sharding]:
         """The layouts `value` is read in or leaves in, other than its own: readers'
         first (in program order), then the program results'."""
         here = self.plan.values[value]
-        uses = sorted(self._consumers.get(value, ()), key=lambda u: self._position[u.node])
+        uses = sorted(self._values_read(value), key=lambda u: self._position[u.node])
         wanted = [self.plan.operands[use.node][use.operand] for use in uses]
         wanted += [self.plan.outputs[index] for index in self._exits.get(value, ())]
         return [t for t in dict.fromkeys(wanted) if t != here]

@@ -771,7 +771,8 @@ def shardings(dag: Dag, mesh: Mesh) -> st.SearchStrategy[Plan]:
     (`soap.shardings_for`: partial sums along the factors it sums over). Arguments
     and constants lie as their first reader reads them; each output leaves complete,
     split as computed or replicated. Where a value lies otherwise than a reader reads
-    it, the writer inserts the collectives `soap.reshard` names.
+    it, the writer inserts the collectives `soap.reshard` names (or makes what no
+    device needs sent: `tasoc.ir.shard_plan`).
 
     Every op of `dag` with operands needs a SOAP rule (ValueError naming those that
     have none, raised at once), so draw programs among the ops that have one:

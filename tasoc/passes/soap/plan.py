@@ -21,7 +21,11 @@ op's rule allows it. So backward ops follow their forward op's configuration (an
 communication) and weight gradients of a split batch come out as partial sums.
 
 Values with no sharding yet, inputs, labels and constants, take the one their first
-consumer wants, at no cost: an input is laid out as the first layer reads it.
+consumer wants, at no cost: an input is laid out as the first layer reads it. Some
+reads cost nothing whatever the layout, and neither count nor break ties: an operand
+read for its shape alone (`OpRule.shape_only`), and a value that depends on no
+argument (`Problem.local`), which the writer makes where it is read
+(`tasoc.ir.shard_plan`).
 
 A strategy may place ops and arguments on device groups (`Prescription.placement`,
 FlexFlow's Operator dimension): each op then chooses among the configurations of its
@@ -40,7 +44,7 @@ from dataclasses import dataclass, field
 from tasoc.ir import soap
 from tasoc.ir.dag import Dag, Node, Value
 from tasoc.ir.shapes import TensorSig
-from tasoc.ir.shard_plan import Plan, completed, moves
+from tasoc.ir.shard_plan import Plan, completed, free_read, local_values, moves
 from tasoc.ir.soap import Config, Mesh, OpRule, Sharding, ShardingError
 from tasoc.ir.training import TrainingSignature
 
@@ -68,6 +72,9 @@ class Problem:
     """Arguments that are weights or optimizer state (laid out before any op)."""
     activations: frozenset[Node] = field(init=False)
     """The ops that depend on an input or the labels, not on weights and constants alone."""
+    local: frozenset[Value] = field(init=False)
+    """The values that depend on no argument (`shard_plan.local_values`): read in any
+    complete layout at no cost, since the writer makes them where they are read."""
 
     def __post_init__(self) -> None:
         rules = {}
@@ -86,6 +93,7 @@ class Problem:
         state = self.signature.state if self.signature else ()
         object.__setattr__(self, "weights", frozenset((*params, *state)))
         object.__setattr__(self, "activations", self._input_descendants())
+        object.__setattr__(self, "local", local_values(self.dag, rules))
 
     @property
     def replaces(self) -> dict[int, int]:
@@ -309,15 +317,19 @@ def _cheapest(
             try:
                 moved = [
                     _move_bytes(values[value], need, value.sig, meshes)
-                    for value, need in zip(node.inputs, needs, strict=True)
-                    if value in values and values[value] != need
+                    for index, (value, need) in enumerate(zip(node.inputs, needs, strict=True))
+                    if value in values
+                    and values[value] != need
+                    and index not in rule.shape_only
+                    and not free_read(value, need, problem.local)
                 ]
                 cost = sum(moved)
                 results = _results(rule, needs, mesh.name)
                 for value, result in zip(node.results, results, strict=True):
                     for index in exits.get(value, ()):
                         target = _exit(problem, values, index, result)
-                        cost += _move_bytes(result, target, value.sig, meshes)
+                        if not free_read(value, target, problem.local):
+                            cost += _move_bytes(result, target, value.sig, meshes)
             except ShardingError:
                 continue
             key = (cost, moved.count(0), -degree, order)
