@@ -385,7 +385,16 @@ class _Backward:
         needed = tuple(v.node in self.needs and v.sig.dtype.is_float for v in node.inputs)
         for value, gradient in zip(node.inputs, rule(self.w, node, grads, needed), strict=True):
             if gradient is not None and value.node in self.needs:
-                self.contributions.setdefault(value, []).append(gradient)
+                self._accumulate(value, gradient)
+
+    def _accumulate(self, value: Value, gradient: Value) -> None:
+        """Add `gradient` to `value`'s running sum at once, as frameworks accumulate a
+        weight's `.grad`: the same sum, added left to right in the order the sweep makes
+        them (`StepWriter.total`'s), but scheduled as each contribution appears, so an
+        RNN's weight gradients over its time steps are not all held until the sweep
+        reaches the weight (the step's peak memory)."""
+        found = self.contributions.get(value)
+        self.contributions[value] = [gradient if found is None else self.w.add(found[0], gradient)]
 
 
 def _ancestors_in_order(order: Sequence[Node], root: Node) -> list[Node]:

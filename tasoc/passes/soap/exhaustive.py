@@ -180,8 +180,7 @@ def search(
         rest.insert(0, [a + b for a, b in zip(least, rest[0], strict=True)])
     position = {node: i for i, node in enumerate(ops)}
     operands = [
-        tuple(sorted({position[v.node] for v in node.inputs if v.node in position}))
-        for node in ops
+        tuple(sorted({position[v.node] for v in node.inputs if v.node in position})) for node in ops
     ]
     walk = Walk(
         state,
