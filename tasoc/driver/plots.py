@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import IO, Any
 
 from tasoc.driver.errors import UsageError
-from tasoc.passes.figures import Figure, ShardingMapFigure, TimelineFigure
+from tasoc.passes.figures import Figure, MemoryFigure, ShardingMapFigure, TimelineFigure
 
 MAX_ROWS = 64
 """Rows drawn of a timeline or a sharding map; the rest are summed up in the title
@@ -40,7 +40,12 @@ def render(figure: Figure, stream: IO[bytes]) -> None:
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
-    drawn = _timeline(figure) if isinstance(figure, TimelineFigure) else _sharding_map(figure)
+    if isinstance(figure, TimelineFigure):
+        drawn = _timeline(figure)
+    elif isinstance(figure, MemoryFigure):
+        drawn = _memory(figure)
+    else:
+        drawn = _sharding_map(figure)
     try:
         drawn.savefig(stream, format="png", dpi=110, bbox_inches="tight")
     finally:
@@ -122,6 +127,49 @@ def _sharding_map(figure: ShardingMapFigure) -> Any:
         figure.title + (f" (first {len(ops)} of {len(figure.ops)} ops)" if hidden else "")
     )
     return drawn
+
+
+def _memory(figure: MemoryFigure) -> Any:
+    """One panel per series, sharing the time axis: device bytes as a step line, the
+    capacity dashed, swap-outs and swap-ins as ticks under the line."""
+    from matplotlib import pyplot
+
+    panels = max(1, len(figure.series))
+    drawn, axes = pyplot.subplots(panels, 1, figsize=(9, 2.6 * panels + 0.6), sharex=True)
+    axes = [axes] if panels == 1 else list(axes)
+    scale, unit = _byte_scale(max([*(max(s.held) for s in figure.series), figure.capacity or 0]))
+    for ax, series in zip(axes, figure.series, strict=True):
+        times_ms = [t * 1e3 for t in series.times]
+        ax.step(times_ms, [b / scale for b in series.held], where="post", label="device memory")
+        if figure.capacity is not None:
+            ax.axhline(figure.capacity / scale, linestyle="--", color="black", label="capacity")
+        low = -0.04 * max(max(series.held), figure.capacity or 0) / scale
+        for when, marker, label in (
+            (series.swap_outs, "v", "swap-out"),
+            (series.swap_ins, "^", "swap-in"),
+        ):
+            if when:
+                ax.plot(
+                    [t * 1e3 for t in when],
+                    [low] * len(when),
+                    marker,
+                    markersize=4,
+                    linestyle="none",
+                    label=f"{label} ({len(when)})",
+                )
+        ax.set_ylabel(unit)
+        ax.set_title(series.name, fontsize=9, loc="left")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    axes[-1].set_xlabel("simulated time (ms)")
+    drawn.suptitle(figure.title, fontsize=10)
+    return drawn
+
+
+def _byte_scale(largest: int) -> tuple[float, str]:
+    for scale, unit in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+        if largest >= scale:
+            return float(scale), unit
+    return 1.0, "bytes"
 
 
 def _titled(title: str, shown: int, total: int, what: str) -> str:

@@ -67,4 +67,30 @@ class ShardingMapFigure:
             raise ValueError("a sharding map needs one cell per op and device")
 
 
-Figure = TimelineFigure | ShardingMapFigure
+@dataclass(frozen=True, slots=True)
+class MemorySeries:
+    """Device bytes over a simulated run: `held[i]` from `times[i]` on (a step
+    function), and when its swaps out and in started."""
+
+    name: str
+    times: tuple[float, ...]
+    held: tuple[int, ...]
+    swap_outs: tuple[float, ...]
+    swap_ins: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.times) != len(self.held):
+            raise ValueError(f"memory series {self.name!r}: one byte count per time")
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryFigure:
+    """Device memory over time, one panel per series (a plan above its baseline), with
+    the capacity as a line and the swaps marked."""
+
+    title: str
+    capacity: int | None
+    series: tuple[MemorySeries, ...]
+
+
+Figure = TimelineFigure | ShardingMapFigure | MemoryFigure

@@ -69,6 +69,7 @@ class PlacedSimulation:
     swapped_out_bytes: int
     swapped_in_bytes: int
     timeline: Timeline
+    graph: TaskGraph
     tasks: tuple[int | None, ...]
     """The task of each schedule entry (None for a `Release`): rows of a picture."""
 
@@ -209,5 +210,6 @@ def simulate_plan(
         swapped_out_bytes=moved[SwapOut],
         swapped_in_bytes=moved[SwapIn],
         timeline=timeline,
+        graph=graph,
         tasks=tasks,
     )

@@ -7,25 +7,28 @@ host arguments, swaps and frees, and the module's `memory.capacity` and `memory.
 The pass is a shell: read `@main` into the light graph with its op order (the
 schedule), plan there (`offload.py`), write the plan back (`placement_plan.py`),
 replay the placed schedule for the device memory it holds, report. `offload-all` is
-the manual plan; SwapAdvisor's and ROC's planners join `search` next.
+the manual plan; `belady` and `lru` plan swaps within a capacity (`planning.py`,
+`swap_planner.py`), priced by the placed-step simulator (`tasoc.sim.placement`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
 
+from tasoc.cost.machines import MachineError, machine
 from tasoc.ir import dag as dag_module
+from tasoc.ir.dag import Dag
 from tasoc.ir.limits import format_bytes
 from tasoc.ir.memory import Replay, Space, is_placed, moved_bytes, replay, unplaced
-from tasoc.ir.placement_plan import set_figures, write_placed
+from tasoc.ir.placement_plan import PlacementPlan, set_figures, write_placed
 from tasoc.ir.program import entry_function
-from tasoc.ir.training import training_signature
+from tasoc.ir.training import TrainingSignature, training_signature
 from tasoc.passes.options import (
     check_at_least,
     check_byte_size,
@@ -33,9 +36,11 @@ from tasoc.passes.options import (
     parse_byte_size,
 )
 from tasoc.passes.placement.offload import offload_all
+from tasoc.passes.placement.planning import plan_within
+from tasoc.passes.placement.swap_planner import CapacityTooSmall
 from tasoc.passes.report import current_report
 
-Search = Literal["offload-all"]
+Search = Literal["offload-all", "belady", "lru"]
 
 
 class PlacementFailed(PassFailedException):
@@ -54,17 +59,22 @@ class PlacementPass(ModulePass):
 
     search: Search = "offload-all"
     """How the plan is made: `offload-all` sends every saved activation to host memory
-    between the forward and the backward pass."""
+    between the forward and the backward pass; `belady` is SwapAdvisor's swap planner
+    (Belady's eviction, swap-ins prefetched as early as memory allows) and `lru` its
+    on-demand LRU baseline (ODSwap), both on the step's own schedule within `capacity`."""
     capacity: int | float | str | None = None
     """Device memory (bytes, or a size such as 16GiB): written as `memory.capacity`,
     and a plan over it fails the pass, naming the op and the bytes."""
+    machine: str = "v100-swapadvisor"
+    """What the plans are simulated on (`belady`, `lru`): a preset or a machine file;
+    its host link is what swaps cross."""
     params: Space = "device"
-    """Where params and optimizer state live between steps: `host` swaps each in before
+    """offload-all: where params and optimizer state live between steps: `host` swaps each in before
     its first reader and its new value out as soon as it is made."""
     prefetch: int = 1
-    """How many ops before its reader a swap-in starts (0: right before it)."""
+    """offload-all: how many ops before its reader a swap-in starts (0: right before it)."""
     min_bytes: int | float | str = 0
-    """Saved activations smaller than this stay in device memory."""
+    """offload-all: saved activations smaller than this stay in device memory."""
 
     def __post_init__(self) -> None:
         check_option_types(self)
@@ -81,21 +91,34 @@ class PlacementPass(ModulePass):
         signature = training_signature(function)
         if signature is None or signature.loss is None:
             raise PlacementFailed(
-                f"search={self.search} moves a training step's saved activations, and @main "
-                "computes no loss (apply autodiff first)"
+                f"search={self.search} places a training step, and @main computes no loss "
+                "(apply autodiff first)"
             )
         before = replay(function)
         dag = dag_module.from_module(op, keep_order=True)
         capacity = None if self.capacity is None else parse_byte_size(self.capacity)
-        choice = offload_all(
-            dag,
-            signature,
-            params=self.params,
-            prefetch=self.prefetch,
-            min_bytes=parse_byte_size(self.min_bytes),
-            capacity=capacity,
-        )
-        write_placed(op, dag, choice.plan)
+        section = current_report().section(self.name)
+        section.update(search=self.search, capacity=capacity)
+        if self.search == "offload-all":
+            choice = offload_all(
+                dag,
+                signature,
+                params=self.params,
+                prefetch=self.prefetch,
+                min_bytes=parse_byte_size(self.min_bytes),
+                capacity=capacity,
+            )
+            plan = choice.plan
+            section.update(
+                params=self.params,
+                prefetch=self.prefetch,
+                offloaded_values=choice.offloaded,
+                host_arguments=len(plan.host_arguments),
+                kept_on_device=choice.kept,
+            )
+        else:
+            plan = self._planned(dag, signature, capacity, before.peak_bytes, section)
+        write_placed(op, dag, plan)
         placed = entry_function(op)
         after = replay(placed)
         if capacity is not None and after.peak_bytes > capacity:
@@ -105,27 +128,47 @@ class PlacementPass(ModulePass):
                 f"({format_bytes(capacity)})"
             )
         moved = moved_bytes(placed)
-        figures = {
+        figures: dict[str, int | float] = {
             "peak_bytes": after.peak_bytes,
             "unplaced_peak_bytes": before.peak_bytes,
             "swapped_out_bytes": moved["swap_out"],
             "swapped_in_bytes": moved["swap_in"],
         }
+        figures.update(section.get("simulated_seconds", {}))
         set_figures(op, figures)
-        current_report().section(self.name).update(
-            search=self.search,
-            params=self.params,
-            prefetch=self.prefetch,
-            capacity=capacity,
-            offloaded_values=choice.offloaded,
-            host_arguments=len(choice.plan.host_arguments),
-            kept_on_device=choice.kept,
+        section.update(
             peak_bytes=after.peak_bytes,
             unplaced_peak_bytes=before.peak_bytes,
             peak_op=_where(after),
             swapped_out_bytes=moved["swap_out"],
             swapped_in_bytes=moved["swap_in"],
         )
+
+    def _planned(
+        self,
+        dag: Dag,
+        signature: TrainingSignature,
+        capacity: int | None,
+        unplaced_peak: int,
+        section: dict[str, Any],
+    ) -> PlacementPlan:
+        """The swap plan of `search` within `capacity`, with the baselines priced beside
+        it on `machine` by the simulator (`planning.py`)."""
+        if capacity is None:
+            raise PlacementFailed(
+                f"search={self.search} plans swaps within a device capacity: give capacity=..."
+            )
+        try:
+            cluster = machine(self.machine)
+        except MachineError as err:
+            raise PlacementFailed(str(err)) from None
+        try:
+            outcome = plan_within(dag, signature, capacity, unplaced_peak, self.search, cluster)
+        except CapacityTooSmall as err:
+            raise PlacementFailed(str(err)) from None
+        section.update(outcome.report())
+        current_report().figure(f"{self.name}-memory", outcome.memory_figure())
+        return outcome.plan
 
     def verification_pair(self, before: ModuleOp, after: ModuleOp) -> tuple[ModuleOp, ModuleOp]:
         """The two programs `tasoc opt --verify-each` compares: the placed program

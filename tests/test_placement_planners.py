@@ -1,0 +1,136 @@
+"""placement's swap planner (SwapAdvisor §4.3.2), its LRU baseline and
+`placement{search=belady|lru}`: plans fit their capacity by the verifier's replay and
+by the simulator, compute what the step computes, and are priced beside the baselines."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_memory import training_step
+from xdsl.context import Context
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
+
+from tasoc.cost.machines import machine
+from tasoc.ir import dag as dag_module
+from tasoc.ir.memory import CAPACITY_ATTR, SwapInOp, SwapOutOp, replay, unplaced
+from tasoc.ir.placement_plan import output_spaces, write_placed
+from tasoc.ir.program import entry_function, verify_ir
+from tasoc.ir.training import training_signature
+from tasoc.models.registry import get_model
+from tasoc.passes.autodiff import AutodiffPass
+from tasoc.passes.placement import PlacementFailed, PlacementPass
+from tasoc.passes.placement.swap_planner import CapacityTooSmall, SwapSettings, plan_swaps
+from tasoc.passes.report import RunReport, reporting
+from tasoc.sim.placement import simulate_plan
+from tasoc.verify.equivalence import equivalent
+from tasoc.verify.strategies import capacities, graphs
+
+V100 = machine("v100-swapadvisor")
+
+
+def rnn_step() -> ModuleOp:
+    module = get_model("rnn").build(layers=2, hidden=64, seq=6, batch=4)
+    AutodiffPass(loss="mse", optimizer="sgd", lr=0.01).apply(Context(), module)
+    return module
+
+
+def placed(module: ModuleOp, **options: object) -> tuple[ModuleOp, dict]:
+    copy = module.clone()
+    with reporting(RunReport()) as report:
+        PlacementPass(**options).apply(Context(), copy)  # type: ignore[arg-type]
+    return copy, report.section("placement")
+
+
+@pytest.mark.parametrize("policy", ["belady", "lru"])
+@pytest.mark.parametrize("ratio", [1.25, 2.0])
+def test_plans_fit_the_capacity_and_compute_the_step(policy: str, ratio: float) -> None:
+    module = rnn_step()
+    capacity = int(replay(entry_function(module)).peak_bytes / ratio)
+    dag = dag_module.from_module(module, keep_order=True)
+    plan = plan_swaps(
+        dag,
+        training_signature(entry_function(module)),
+        SwapSettings(capacity, policy, prefetch=policy == "belady"),  # type: ignore[arg-type]
+    )
+    copy = module.clone()
+    write_placed(copy, dag, plan)
+    copy.verify()
+    verify_ir(copy)  # the replay within memory.capacity
+    assert replay(entry_function(copy)).peak_bytes <= capacity
+    spaces = output_spaces(dag, plan.host_arguments)
+    run = simulate_plan(dag, plan, V100, spaces=spaces)
+    assert run.peak_bytes <= capacity and run.swapped_in_bytes > 0
+    assert equivalent(module, unplaced(copy)).ok
+
+
+def test_belady_beats_on_demand_lru_on_an_rnn() -> None:
+    """An RNN reads its weights in a cycle, LRU's worst case: it evicts the weight the
+    next step reads. Belady keeps it and prefetches the rest."""
+    module = rnn_step()
+    capacity = replay(entry_function(module)).peak_bytes // 2
+    _, section = placed(module, search="belady", capacity=capacity)
+    assert section["speedup_over_lru"] > 1.0
+    fractions = section["fraction_of_ideal"]
+    assert fractions["ideal"] == 1.0 and 0 < fractions["lru"] < fractions["belady"] <= 1.0
+    assert set(section["planner_seconds"]) == {"belady", "lru"}
+
+
+def test_params_that_fit_stay_on_the_device_across_steps() -> None:
+    """The double pass: with room for the weights but not for every activation, the
+    weights start and end on the device (no host arguments), activations move."""
+    module = rnn_step()
+    peak = replay(entry_function(module)).peak_bytes
+    copy, section = placed(module, search="belady", capacity=int(peak * 0.9))
+    assert section["host_arguments"] == 0 and section["swapped_out_bytes"] > 0
+    assert verify_ir(copy) is None
+
+
+def test_a_step_that_fits_moves_nothing_and_says_so() -> None:
+    module = rnn_step()
+    copy, section = placed(module, search="belady", capacity="1GiB")
+    assert section["swapped_in_bytes"] == section["swapped_out_bytes"] == 0
+    assert "nothing is moved" in section["notes"][0]
+    assert not [op for op in copy.walk() if isinstance(op, SwapInOp | SwapOutOp)]
+
+
+def test_a_capacity_below_one_ops_working_set_names_the_op() -> None:
+    with pytest.raises(PlacementFailed, match=r"^placement: op \d+ \(\w+\) needs \d+ bytes"):
+        placed(rnn_step(), search="belady", capacity=1024)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"search": "belady"}, "give capacity="),
+        ({"search": "lru", "capacity": "1MiB", "machine": "tpu-v9"}, "unknown machine 'tpu-v9'"),
+    ],
+)
+def test_bad_planner_options_fail_in_one_line(options: dict, message: str) -> None:
+    with pytest.raises(PlacementFailed, match=message):
+        placed(rnn_step(), **options)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data(), graphs(max_ops=6))
+def test_every_capacity_gets_a_plan_within_it_or_a_reason(
+    data: st.DataObject, module: ModuleOp
+) -> None:
+    capacity = data.draw(capacities(module))
+    dag = dag_module.from_module(module, keep_order=True)
+    policy = data.draw(st.sampled_from(["belady", "lru"]))
+    try:
+        plan = plan_swaps(dag, None, SwapSettings(capacity, policy))  # type: ignore[arg-type]
+    except CapacityTooSmall:
+        return  # the arguments or one op's operands and results alone are over it
+    copy = module.clone()
+    write_placed(copy, dag, plan)
+    copy.attributes[CAPACITY_ATTR] = IntegerAttr(capacity, i64)
+    verify_ir(copy)
+    assert equivalent(module, unplaced(copy)).ok
+    assert simulate_plan(dag, plan, V100).peak_bytes <= capacity
+
+
+def test_offload_all_still_plans_by_rule() -> None:
+    _, section = placed(training_step("sgd"))
+    assert section["search"] == "offload-all" and section["offloaded_values"] == 3
