@@ -25,9 +25,10 @@ def test_quick_run_measures_the_replayed_peak(
     output = capsys.readouterr().out
     assert [row.placement for row in rows] == list(bench.PLACEMENTS)
     for row in rows:
-        assert row.measured_peak == row.predicted_peak
-        assert row.predicted_peak < row.unplaced_peak
+        assert row.measured_peak == row.predicted_peak <= row.unplaced_peak
         assert row.compile_s > 0 and row.compiled_ratio.pairs == 2
+    # Adam's moments dominate this step's peak: moving them to the host lowers it
+    assert rows[-1].predicted_peak < rows[-1].unplaced_peak
     lines = [line for line in output.splitlines() if line.startswith("| rnn |")]
     assert len(lines) == 2 and "0.00%" in lines[0]
     assert "jax " in output.splitlines()[0]
