@@ -8,13 +8,16 @@ The pass is a shell: read `@main` into the light graph with its op order (the
 schedule), plan there (`offload.py`), write the plan back (`placement_plan.py`),
 replay the placed schedule for the device memory it holds, report. `offload-all` is
 the manual plan; `belady` and `lru` plan swaps within a capacity (`planning.py`,
-`swap_planner.py`), priced by the placed-step simulator (`tasoc.sim.placement`).
+`swap_planner.py`), priced by the placed-step simulator (`tasoc.sim.placement`); `ga`
+searches schedules and memory pools for the swap planner (`ga.py`). A searching
+planner is one entry of `PlacementPass.searching`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from functools import partial
+from typing import Any, ClassVar, Literal, cast
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
@@ -32,15 +35,20 @@ from tasoc.ir.training import TrainingSignature, training_signature
 from tasoc.passes.options import (
     check_at_least,
     check_byte_size,
+    check_fraction,
     check_option_types,
     parse_byte_size,
 )
+from tasoc.passes.placement.ga import GASettings, ga_search
 from tasoc.passes.placement.offload import offload_all
-from tasoc.passes.placement.planning import plan_within
-from tasoc.passes.placement.swap_planner import CapacityTooSmall
+from tasoc.passes.placement.planning import Searching, plan_within
+from tasoc.passes.placement.problem import Search as SearchRun
+from tasoc.passes.placement.problem import SearchLimits
+from tasoc.passes.placement.swap_planner import CapacityTooSmall, Policy
 from tasoc.passes.report import current_report
+from tasoc.passes.search import Deadline, resolve_seed
 
-Search = Literal["offload-all", "belady", "lru"]
+Search = Literal["offload-all", "belady", "lru", "ga"]
 
 
 class PlacementFailed(PassFailedException):
@@ -61,13 +69,14 @@ class PlacementPass(ModulePass):
     """How the plan is made: `offload-all` sends every saved activation to host memory
     between the forward and the backward pass; `belady` is SwapAdvisor's swap planner
     (Belady's eviction, swap-ins prefetched as early as memory allows) and `lru` its
-    on-demand LRU baseline (ODSwap), both on the step's own schedule within `capacity`."""
+    on-demand LRU baseline (ODSwap), both on the step's own schedule within `capacity`;
+    `ga` is SwapAdvisor's genetic algorithm over schedules and memory pools."""
     capacity: int | float | str | None = None
     """Device memory (bytes, or a size such as 16GiB): written as `memory.capacity`,
     and a plan over it fails the pass, naming the op and the bytes."""
     machine: str = "v100-swapadvisor"
-    """What the plans are simulated on (`belady`, `lru`): a preset or a machine file;
-    its host link is what swaps cross."""
+    """What the plans are simulated on (`belady`, `lru`, `ga`): a preset or a machine
+    file; its host link is what swaps cross."""
     params: Space = "device"
     """offload-all: where params and optimizer state live between steps: `host` swaps each in before
     its first reader and its new value out as soon as it is made."""
@@ -75,16 +84,39 @@ class PlacementPass(ModulePass):
     """offload-all: how many ops before its reader a swap-in starts (0: right before it)."""
     min_bytes: int | float | str = 0
     """offload-all: saved activations smaller than this stay in device memory."""
+    budget: int = 1000
+    """ga: the most plans simulated (distinct schedules and allocations)."""
+    timeout: int | float = 60
+    """ga: seconds the whole pass may take; the search returns the best found so far."""
+    seed: int | None = None
+    """ga: the seed of its random choices; the run's `--seed` when not given."""
+    population: int = 16
+    """ga: chromosomes that survive each generation (N_p)."""
+    mutation: int | float = 0.03
+    """ga: the probability of each random choice of a mutation (P; the thesis' 10 % is
+    for far more evaluations than a pass makes)."""
 
     def __post_init__(self) -> None:
         check_option_types(self)
         check_at_least(self, "prefetch", 0)
+        check_at_least(self, "budget", 1)
+        check_at_least(self, "timeout", 0, exclusive=True)
+        check_at_least(self, "seed", 0)
+        check_at_least(self, "population", 2)
+        check_fraction(self, "mutation", top_included=True)
         check_byte_size(self, "capacity")
         check_byte_size(self, "min_bytes")
         if self.capacity is not None and parse_byte_size(self.capacity) < 1:
             raise ValueError(f"capacity must be at least one byte, got {self.capacity}")
 
+    @property
+    def searching(self) -> dict[str, SearchRun]:
+        """The searching planners by `search` name, with their options."""
+        settings = GASettings(self.population, float(self.mutation))
+        return {"ga": partial(ga_search, settings=settings)}
+
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        deadline = Deadline.after(self.timeout)
         if is_placed(op):
             raise PlacementFailed("the program is placed already (it has memory ops or spaces)")
         function = entry_function(op)
@@ -117,7 +149,7 @@ class PlacementPass(ModulePass):
                 kept_on_device=choice.kept,
             )
         else:
-            plan = self._planned(dag, signature, capacity, before.peak_bytes, section)
+            plan = self._planned(dag, signature, capacity, before.peak_bytes, section, deadline)
         write_placed(op, dag, plan)
         placed = entry_function(op)
         after = replay(placed)
@@ -151,6 +183,7 @@ class PlacementPass(ModulePass):
         capacity: int | None,
         unplaced_peak: int,
         section: dict[str, Any],
+        deadline: Deadline,
     ) -> PlacementPlan:
         """The swap plan of `search` within `capacity`, with the baselines priced beside
         it on `machine` by the simulator (`planning.py`)."""
@@ -162,8 +195,13 @@ class PlacementPass(ModulePass):
             cluster = machine(self.machine)
         except MachineError as err:
             raise PlacementFailed(str(err)) from None
+        if self.search in self.searching:
+            limits = SearchLimits(self.budget, deadline, resolve_seed(self.seed))
+            search: Policy | Searching = Searching(self.search, self.searching[self.search], limits)
+        else:
+            search = cast(Policy, self.search)  # offload-all never plans here
         try:
-            outcome = plan_within(dag, signature, capacity, unplaced_peak, self.search, cluster)
+            outcome = plan_within(dag, signature, capacity, unplaced_peak, search, cluster)
         except CapacityTooSmall as err:
             raise PlacementFailed(str(err)) from None
         section.update(outcome.report())

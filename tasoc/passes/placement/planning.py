@@ -1,13 +1,17 @@
 """Planning swaps within a capacity: the planner's plan, its baselines, their prices.
 
-`plan_within` runs what `placement{search=belady|lru}` asks for on the step's own
-schedule and prices it beside the baselines a user would otherwise run — *ideal*
-(infinite memory: the ops alone), *lru* (SwapAdvisor's on-demand ODSwap) and *belady*
-(the swap planner with prefetching) — all on the one placed-step simulator
-(`tasoc.sim.placement`), and says how the plan's device memory moves over the
-simulated iteration (`memory_figure`). A capacity the step fits in needs no swapping:
-the plan moves nothing and a note says so. One below the largest single op's working
-set cannot run at all: `CapacityTooSmall`, naming the op.
+`plan_within` runs what `placement{search=...}` asks for and prices it beside the
+baselines a user would otherwise run — *ideal* (infinite memory: the ops alone),
+*lru* (SwapAdvisor's on-demand ODSwap) and *belady* (the swap planner with
+prefetching), both on the step's own schedule — all on the one placed-step simulator
+(`PlacementProblem.simulate`), and says how the plan's device memory moves over the
+simulated iteration (`memory_figure`). `search=belady|lru` is that baseline's plan; a
+searching planner (`Searching`: `search=ga`, `ga.py`) runs after the baselines with
+what is left of the deadline, and its plan is kept only when it is faster than
+belady's — a search never makes the step slower than the planner it starts from (the
+report says when belady's plan was kept). A capacity the step fits in needs no
+swapping: the plan moves nothing and a note says so. One below the largest single
+op's working set cannot run at all: `CapacityTooSmall`, naming the op.
 """
 
 from __future__ import annotations
@@ -19,9 +23,10 @@ from typing import Any
 from tasoc.cost.machines import Machine
 from tasoc.ir.dag import Dag
 from tasoc.ir.limits import format_bytes
-from tasoc.ir.placement_plan import PlacementPlan, output_spaces
+from tasoc.ir.placement_plan import PlacementPlan
 from tasoc.ir.training import TrainingSignature
 from tasoc.passes.figures import MemoryFigure, MemorySeries
+from tasoc.passes.placement.problem import NoPlanFound, PlacementProblem, Search, SearchLimits
 from tasoc.passes.placement.swap_planner import (
     CapacityTooSmall,
     Policy,
@@ -29,7 +34,10 @@ from tasoc.passes.placement.swap_planner import (
     plan_swaps,
     working_set,
 )
-from tasoc.sim.placement import SWAP_IN, SWAP_OUT, PlacedSimulation, op_seconds, simulate_plan
+from tasoc.passes.search import SearchOutcome
+from tasoc.sim.placement import SWAP_IN, SWAP_OUT, PlacedSimulation
+
+BASELINES: tuple[Policy, ...] = ("lru", "belady")
 
 
 def settings_for(policy: Policy, capacity: int) -> SwapSettings:
@@ -38,22 +46,35 @@ def settings_for(policy: Policy, capacity: int) -> SwapSettings:
     return SwapSettings(capacity, policy, prefetch=policy == "belady")
 
 
+@dataclass(frozen=True)
+class Searching:
+    """A searching planner for `plan_within`: its name (the `search` option), how to
+    run it, and its limits."""
+
+    name: str
+    run: Search
+    limits: SearchLimits
+
+
 @dataclass
 class PlanningOutcome:
     """The chosen plan and what the simulator says of it and of the baselines."""
 
-    search: Policy
+    search: str
     plan: PlacementPlan
     simulated: dict[str, PlacedSimulation]
-    """ideal, lru, belady (one of them the plan), by name."""
+    """ideal, lru, belady and the search's, by name (one of them the plan)."""
     planner_seconds: dict[str, float]
     machine: Machine
     notes: list[str] = field(default_factory=list)
+    searched: SearchOutcome[PlacementPlan] | None = None
+    """A searching planner's outcome: its statistics go to the report."""
+    seed: int = 0
 
     def report(self) -> dict[str, Any]:
-        """The report section's keys (docs/placement.md)."""
+        """The report section's keys (docs/placement.md; a search's in docs/placement-ga.md)."""
         plan, ideal = self.simulated[self.search], self.simulated["ideal"]
-        return {
+        section = {
             "machine": self.machine.name,
             "simulated_seconds": {
                 f"{name}_seconds": run.seconds for name, run in self.simulated.items()
@@ -72,6 +93,9 @@ class PlanningOutcome:
             "host_arguments": len(self.plan.host_arguments),
             "notes": self.notes,
         }
+        if self.searched is not None:
+            self.searched.write_report(section, self.seed)
+        return section
 
     def memory_figure(self) -> MemoryFigure:
         """Device memory over the simulated iteration, swaps marked: the plan above its
@@ -89,36 +113,65 @@ def plan_within(
     signature: TrainingSignature,
     capacity: int,
     unplaced_peak: int,
-    search: Policy,
+    search: Policy | Searching,
     machine: Machine,
 ) -> PlanningOutcome:
     """Plan `dag` (ops in schedule order) within `capacity` with `search`, and price it
     beside the baselines (module docstring)."""
     op, needed = working_set(dag)
     if capacity < needed:
-        raise CapacityTooSmall(op, dag.ops.index(op), needed, capacity)
-    seconds = op_seconds(dag, machine.device)
+        raise CapacityTooSmall.in_bytes(op, dag.ops.index(op), needed, capacity)
+    problem = PlacementProblem.of(dag, signature, capacity, machine)
     ideal = PlacementPlan(dag.ops, capacity=capacity)
+    name = search.name if isinstance(search, Searching) else search
+    fits = capacity >= unplaced_peak
     plans: dict[str, PlacementPlan] = {}
     spent: dict[str, float] = {}
     notes = []
-    if capacity >= unplaced_peak:
+    if fits:
         notes.append(
             f"the step fits the capacity ({format_bytes(unplaced_peak)} at its peak): "
             "nothing is moved"
         )
-        plans = {"lru": ideal, "belady": ideal}
-        spent = {"lru": 0.0, "belady": 0.0}
+        plans = {policy: ideal for policy in BASELINES}
+        spent = {policy: 0.0 for policy in BASELINES}
     else:
-        for policy in ("lru", "belady"):
+        for policy in BASELINES:
             start = time.perf_counter()
             plans[policy] = plan_swaps(dag, signature, settings_for(policy, capacity))
             spent[policy] = time.perf_counter() - start
-    simulated = {"ideal": simulate_plan(dag, ideal, machine, seconds)}
-    for name, plan in plans.items():
-        spaces = output_spaces(dag, plan.host_arguments)
-        simulated[name] = simulate_plan(dag, plan, machine, seconds, spaces)
-    return PlanningOutcome(search, plans[search], simulated, spent, machine, notes)
+    simulated = {"ideal": problem.simulate(ideal)}
+    simulated.update({policy: problem.simulate(plans[policy]) for policy in BASELINES})
+    first = name if name in plans else "belady"  # a search starts from belady's plan
+    simulated[name] = simulated[first]
+    outcome = PlanningOutcome(name, plans[first], simulated, spent, machine, notes)
+    if isinstance(search, Searching) and not fits:
+        _run_search(problem, search, outcome)
+    return outcome
+
+
+def _run_search(problem: PlacementProblem, search: Searching, outcome: PlanningOutcome) -> None:
+    """Run a searching planner into `outcome`, whose plan is belady's until the search
+    finds a faster one (module docstring)."""
+    belady = outcome.simulated["belady"]
+    outcome.seed = search.limits.seed
+    try:
+        searched = search.run(problem, search.limits)
+    except NoPlanFound as err:
+        outcome.notes.append(f"search={search.name}: {err}; belady's plan is kept")
+        return
+    outcome.searched = searched
+    outcome.planner_seconds[search.name] = searched.seconds
+    run = problem.simulate(searched.best)
+    if run.seconds <= belady.seconds:
+        outcome.plan, outcome.simulated[search.name] = searched.best, run
+    else:
+        outcome.notes.append(
+            f"search={search.name} found nothing faster than belady's plan "
+            f"({run.seconds:.6g} s against {belady.seconds:.6g} s simulated): belady's is kept"
+        )
+    searched.cost_before = belady.seconds
+    searched.cost_after = outcome.simulated[search.name].seconds
 
 
 def _series(name: str, run: PlacedSimulation) -> MemorySeries:

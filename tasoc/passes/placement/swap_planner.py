@@ -3,20 +3,29 @@
 Given a schedule (the dag's op order) and a device capacity, the planner scans the ops
 in order, keeping the set of device copies the replay would hold (`memory.replay`'s
 rule: a copy from where it is made to its last reader). When an op's missing inputs
-and its results do not fit, it evicts resident tensors the op does not read:
+and its results do not fit, it evicts resident tensors the op does not read.
 
-- `belady` picks the one whose next use is furthest ahead (Belady's rule, optimal for
-  a cache, and it leaves the most time to bring the tensor back), among those last
-  used at least `threshold` ops ago when there are any — SwapAdvisor's remedy for an
-  eviction that cannot start until a just-used tensor is done; `lru` picks the least
-  recently used (SwapAdvisor's ODSwap baseline).
+What "fit" means is the memory's: without a pool, bytes against the capacity; with a
+memory pool (`SwapSettings.pool`, SwapAdvisor §4.3.1), objects of its size classes —
+every tensor takes one object of the smallest class that holds it, as `memory.replay`
+counts a module's `memory.pool` — so the planner runs out of room when the tensor's
+class has no free object, and evicts a resident tensor *of that class* (§4.3.2: "the
+planner chooses the tensor from the same size-class"). Both are one rule over
+`_Meter`'s classes: bytes are one class whose objects are bytes.
+
+- `belady` picks the one (of the class short of room) whose next use is furthest
+  ahead (Belady's rule, optimal for a cache, and it leaves the most time to bring the
+  tensor back), among those last used at least `threshold` ops ago when there are
+  any — SwapAdvisor's remedy for an eviction that cannot start until a just-used
+  tensor is done; `lru` picks the least recently used (SwapAdvisor's ODSwap baseline).
 - An evicted tensor without a host copy is swapped out right after the op that made
   it (as early as safe: the copy then overlaps the ops in between), and released
   after its last reader before the op that needs the room.
 - A missing input is swapped in as early as memory allows (`prefetch`): the planner
   looks back up to `lookback` ops for the earliest point from which the replay's held
-  bytes plus the tensor stay within the capacity, and never before the tensor's last
-  eviction. Without prefetching (LRU), right before the op.
+  bytes (objects of its class) plus the tensor stay within the capacity (the class's
+  count), and never before the tensor's last eviction. Without prefetching (LRU),
+  right before the op.
 
 Params and optimizer state persist across iterations, so the plan must leave them
 where it found them. The double pass (§4.3.2): the first pass starts with every
@@ -24,23 +33,23 @@ param and state tensor on the host and keeps each new value on the device until 
 is evicted; those still resident at the end are the *initial residents*. The second
 pass starts with them on the device (their new values returned there, never
 evicted) and the rest on the host (their new values swapped out when made); where
-that pass runs out of memory, the largest initial resident goes back to the host and
-the pass runs again.
+that pass runs out of memory, the largest initial resident (of the pool class that ran
+out) goes back to the host and the pass runs again.
 
-Every plan the planner returns verifies within the capacity (the replay is what the
-verifier checks). The simulator (`tasoc.sim.placement`) prices it.
+Every plan the planner returns verifies within the capacity and its pool (the replay
+is what the verifier checks; a plan carries its pool, so the written module has
+`memory.pool`). The simulator (`tasoc.sim.placement`) prices it.
 """
 
 from __future__ import annotations
 
-import bisect
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from tasoc.ir.dag import Dag, Node, Value
-from tasoc.ir.memory import tensor_bytes
+from tasoc.ir.memory import Pool, tensor_bytes
 from tasoc.ir.placement_plan import (
     Entry,
     PlacementPlan,
@@ -57,14 +66,23 @@ Policy = Literal["belady", "lru"]
 
 
 class CapacityTooSmall(ValueError):
-    """No eviction makes an op fit: the op and the bytes it needs at once (one line)."""
+    """No eviction makes an op fit: the op and what it needs at once (one line)."""
 
-    def __init__(self, op: Node, position: int, needed: int, capacity: int) -> None:
-        super().__init__(
-            f"op {position} ({op.op}) needs {needed} bytes of device memory at once (its "
-            f"inputs and results, with what cannot be moved), over the capacity of {capacity}"
+    def __init__(self, op: Node, position: int, needs: str, size_class: int | None = 0) -> None:
+        super().__init__(f"op {position} ({op.op}) needs {needs}")
+        self.size_class = size_class
+        """The class that ran out (`_Meter`: 0 for bytes), None when no class could
+        hold the tensor."""
+
+    @classmethod
+    def in_bytes(cls, op: Node, position: int, needed: int, capacity: int) -> CapacityTooSmall:
+        """More bytes than the capacity, whatever is moved."""
+        return cls(
+            op,
+            position,
+            f"{needed} bytes of device memory at once (its inputs and results, with what "
+            f"cannot be moved), over the capacity of {capacity}",
         )
-        self.needed = needed
 
 
 @dataclass(frozen=True)
@@ -76,6 +94,9 @@ class SwapSettings:
     prefetch: bool = True
     threshold: int = 2
     lookback: int = 64
+    pool: Pool | None = None
+    """Count device memory in this pool's objects (module docstring), not in bytes; its
+    total is within `capacity` (the caller's to check)."""
 
 
 def plan_swaps(
@@ -87,7 +108,8 @@ def plan_swaps(
         frozenset((*signature.params, *signature.state)) if signature is not None else frozenset()
     )
     replaced = dict(signature.replaces) if signature is not None else {}
-    first = _Pass(dag, settings, host=persistent, sticky=True, replaced=replaced).run()
+    meter = _Meter(settings)
+    first = _Pass(dag, meter, host=persistent, sticky=True, replaced=replaced).run()
     residents = sorted(
         (i for i in persistent if first.resident_at_end(i)),
         key=lambda i: tensor_bytes(dag.args[i].out.sig),
@@ -95,11 +117,55 @@ def plan_swaps(
     while True:
         host = persistent - frozenset(residents)
         try:
-            return _Pass(dag, settings, host=host, sticky=False, replaced=replaced).run().plan()
-        except CapacityTooSmall:
-            if not residents:
+            return _Pass(dag, meter, host=host, sticky=False, replaced=replaced).run().plan()
+        except CapacityTooSmall as err:
+            # the largest initial resident of the class that ran out goes back to the host
+            short = [
+                i for i, r in enumerate(residents) if meter.key(dag.args[r].out) == err.size_class
+            ]
+            if not short:
                 raise
-            residents.pop()  # the largest initial resident goes back to the host
+            residents.pop(short[-1])
+
+
+class _Meter:
+    """Device memory as the planner counts it (module docstring): each value takes
+    `units` of one class `key`, each class holds at most `limits[key]` units. Without a
+    pool: one class, bytes, the capacity. With one: a class per pool size class, one
+    object per tensor, its object count."""
+
+    def __init__(self, settings: SwapSettings) -> None:
+        self.settings = settings
+        self.pool = settings.pool
+        self.limits = (settings.capacity,) if self.pool is None else self.pool.counts
+        self._costs: dict[Value, tuple[int, int] | None] = {}
+
+    def cost(self, value: Value) -> tuple[int, int] | None:
+        """(class, units) of `value`; None when no pool class holds it."""
+        if value not in self._costs:
+            nbytes = tensor_bytes(value.sig)
+            key = 0 if self.pool is None else self.pool.size_class(nbytes)
+            units = nbytes if self.pool is None else 1
+            self._costs[value] = None if key is None else (key, units)
+        return self._costs[value]
+
+    def key(self, value: Value) -> int | None:
+        """The class of `value`, None when no pool class holds it."""
+        cost = self.cost(value)
+        return None if cost is None else cost[0]
+
+    def too_small(self, op: Node, position: int, key: int, needed: int) -> CapacityTooSmall:
+        """Op `position` needs `needed` units of class `key` at once, over its limit."""
+        if self.pool is None:
+            return CapacityTooSmall.in_bytes(op, position, needed, self.limits[0])
+        return CapacityTooSmall(
+            op,
+            position,
+            f"{needed} objects of the memory pool's {self.pool.sizes[key]}-byte size class at "
+            f"once (its inputs and results, with what cannot be moved), over its "
+            f"{self.limits[key]} objects",
+            key,
+        )
 
 
 @dataclass
@@ -109,22 +175,20 @@ class _Pass:
     device until evicted (the first pass), else they leave where their argument came."""
 
     dag: Dag
-    settings: SwapSettings
+    meter: _Meter
     host: frozenset[int]
     sticky: bool
     replaced: dict[int, int]
     """Result index -> the argument it replaces."""
     before: defaultdict[int, list[Entry]] = field(default_factory=lambda: defaultdict(list))
     after: defaultdict[int, list[Entry]] = field(default_factory=lambda: defaultdict(list))
-    resident: dict[Value, int] = field(default_factory=dict)
-    """Device copies held now, and bytes."""
+    resident: dict[Value, tuple[int, int]] = field(default_factory=dict)
+    """Device copies held now, each with its class and units (`_Meter`)."""
     made_at: dict[Value, tuple[int, bool]] = field(default_factory=dict)
     """Where the current device copy was made: (op position, made by a swap-in before it)."""
     on_host: set[Value] = field(default_factory=set)
     last_read: dict[Value, int] = field(default_factory=dict)
     """The last op that read the current device copy."""
-    held_at: list[int] = field(default_factory=list)
-    """The replay's held bytes while each op so far runs (kept right within `lookback`)."""
     gone_since: dict[Value, int] = field(default_factory=dict)
     """The first op position after each evicted tensor's device copy was released."""
 
@@ -133,6 +197,17 @@ class _Pass:
         self.where = positions(order)
         readers = readers_in_order(self.dag)
         self.uses = {v: [self.where[n] for n in nodes] for v, nodes in readers.items()}
+        self.cursor: dict[Value, int] = {}
+        """Per value, the index in `uses` of its next use (`_next_use`)."""
+        self.settings = self.meter.settings
+        classes = range(len(self.meter.limits))
+        self.held = [0 for _ in classes]
+        """Units held now, per class: `resident` summed."""
+        self.members: list[dict[Value, None]] = [{} for _ in classes]
+        """The resident values of each class, in the order they became resident."""
+        self.held_at: list[list[int]] = [[] for _ in classes]
+        """Per class, the replay's held units while each op so far runs (kept right
+        within `lookback`)."""
         spaces = output_spaces(self.dag, self.host)
         self.leaves_on_host = {
             v for v, space in zip(self.dag.outputs, spaces, strict=True) if space == "host"
@@ -149,33 +224,71 @@ class _Pass:
             if index in self.host:
                 self.on_host.add(arg.out)
             else:
-                self.resident[arg.out] = tensor_bytes(arg.out.sig)
+                self._hold(arg.out, 0)
                 self.made_at[arg.out] = (-1, False)
+
+    def _cost(self, value: Value, position: int) -> tuple[int, int]:
+        """`value`'s class and units; CapacityTooSmall, at the op making or first reading
+        it, when no pool class holds it."""
+        cost = self.meter.cost(value)
+        if cost is None:
+            assert self.meter.pool is not None
+            at = position if not value.node.is_arg else self._next_use(value, 0)
+            at = min(at, len(self.dag.ops) - 1)
+            raise CapacityTooSmall(
+                self.dag.ops[at],
+                at,
+                f"a tensor of {tensor_bytes(value.sig)} bytes, larger than the memory pool's "
+                f"largest size class ({self.meter.pool.sizes[-1]} bytes)",
+                None,
+            )
+        return cost
+
+    def _hold(self, value: Value, position: int) -> None:
+        key, units = self.resident[value] = self._cost(value, position)
+        self.held[key] += units
+        self.members[key][value] = None
+
+    def _unhold(self, value: Value) -> int:
+        """Drop `value`'s device copy from the count; its units."""
+        key, units = self.resident.pop(value)
+        self.held[key] -= units
+        del self.members[key][value]
+        return units
 
     # ------------------------------------------------------------------ the scan
 
     def run(self) -> _Pass:
-        capacity = self.settings.capacity
-        if sum(self.resident.values()) > capacity:
-            raise CapacityTooSmall(self.dag.ops[0], 0, sum(self.resident.values()), capacity)
+        limits = self.meter.limits
+        for key, held in enumerate(self.held):
+            if held > limits[key]:
+                raise self.meter.too_small(self.dag.ops[0], 0, key, held)
         for i, node in enumerate(self.dag.ops):
             inputs = set(node.inputs)
             missing = [v for v in dict.fromkeys(node.inputs) if v not in self.resident]
-            results = sum(tensor_bytes(v.sig) for v in node.results)
-            need = sum(tensor_bytes(v.sig) for v in missing) + results
-            held = sum(self.resident.values())
-            while held + need > capacity:
-                victim = self._victim(i, inputs)
-                if victim is None:
-                    raise CapacityTooSmall(node, i, held + need, capacity)
-                held -= self._evict(victim, i)
+            need: dict[int, int] = {}
+            made: dict[int, int] = {}
+            for value in missing:
+                key, units = self._cost(value, i)
+                need[key] = need.get(key, 0) + units
+            for value in node.results:
+                key, units = self._cost(value, i)
+                need[key] = need.get(key, 0) + units
+                made[key] = made.get(key, 0) + units
+            for key, units in need.items():
+                while self.held[key] + units > limits[key]:
+                    victim = self._victim(i, inputs, key)
+                    if victim is None:
+                        raise self.meter.too_small(node, i, key, self.held[key] + units)
+                    self._evict(victim, i)
             for value in missing:
                 self._swap_in(value, i)
-            self.held_at.append(sum(self.resident.values()) + results)
+            for key, at in enumerate(self.held_at):
+                at.append(self.held[key] + made.get(key, 0))
             for value in node.inputs:
                 self.last_read[value] = i
             for value in node.results:
-                self.resident[value] = tensor_bytes(value.sig)
+                self._hold(value, i)
                 self.made_at[value] = (i, False)
                 if value in self.leaves_on_host:
                     self.after[i].append(SwapOut(value))
@@ -183,9 +296,10 @@ class _Pass:
             self._drop_dead(node, i)
         return self
 
-    def _victim(self, i: int, inputs: set[Value]) -> Value | None:
-        """The resident tensor to evict for op `i` (module docstring), None if none can."""
-        candidates = [v for v in self.resident if v not in inputs and v not in self.pinned]
+    def _victim(self, i: int, inputs: set[Value], key: int) -> Value | None:
+        """The resident tensor of class `key` to evict for op `i` (module docstring),
+        None if none can."""
+        candidates = [v for v in self.members[key] if v not in inputs and v not in self.pinned]
         if not candidates:
             return None
         last = {v: self.last_read.get(v, self.made_at[v][0]) for v in candidates}
@@ -196,13 +310,18 @@ class _Pass:
         return max(pool, key=lambda v: (self._next_use(v, i), -last[v]))
 
     def _next_use(self, value: Value, i: int) -> int:
+        """The first op at or after `i` that reads `value` (past the end: none). A scan
+        asks with `i` never decreasing, so each value's cursor only moves forward."""
         uses = self.uses.get(value, ())
-        at = bisect.bisect_left(uses, i)
+        at = self.cursor.get(value, 0)
+        while at < len(uses) and uses[at] < i:
+            at += 1
+        self.cursor[value] = at
         return uses[at] if at < len(uses) else len(self.dag.ops) + 1
 
-    def _evict(self, value: Value, i: int) -> int:
+    def _evict(self, value: Value, i: int) -> None:
         """Send `value`'s device copy away before op `i`: swapped out when made (unless
-        its host copy exists), released after its last reader. Returns its bytes."""
+        its host copy exists), released after its last reader."""
         made, by_swap_in = self.made_at.pop(value)
         if value not in self.on_host:
             self.after[made].append(SwapOut(value))  # made == -1: at the start
@@ -214,24 +333,26 @@ class _Pass:
         else:
             self.after[last].append(Release(value))
         self.gone_since[value] = last + 1
-        nbytes = self.resident.pop(value)
+        key = self.resident[value][0]
+        units = self._unhold(value)
+        held_at = self.held_at[key]
         for p in range(max(last + 1, i - self.settings.lookback, 0), i):
-            self.held_at[p] -= nbytes
+            held_at[p] -= units
         self.last_read.pop(value, None)
-        return nbytes
 
     def _swap_in(self, value: Value, i: int) -> None:
         """Bring `value` back before op `i`, as early as memory allows (module docstring)."""
-        nbytes = tensor_bytes(value.sig)
+        key, units = self._cost(value, i)
+        held_at, limit = self.held_at[key], self.meter.limits[key]
         start = i
         if self.settings.prefetch:
             earliest = max(self.gone_since.get(value, 0), i - self.settings.lookback, 0)
-            while start > earliest and self.held_at[start - 1] + nbytes <= self.settings.capacity:
+            while start > earliest and held_at[start - 1] + units <= limit:
                 start -= 1
         self.before[start].append(SwapIn(value))
         for p in range(start, i):
-            self.held_at[p] += nbytes
-        self.resident[value] = nbytes
+            held_at[p] += units
+        self._hold(value, i)
         self.made_at[value] = (start, True)
         self.last_read[value] = start - 1
 
@@ -247,7 +368,7 @@ class _Pass:
                 continue
             if value.node.is_arg:
                 self.after[i].append(Release(value))
-            self.resident.pop(value)
+            self._unhold(value)
             self.made_at.pop(value)
         for value in node.results:  # made and never read
             if (
@@ -255,7 +376,7 @@ class _Pass:
                 and value not in self.pinned
                 and not (self.sticky and value in self.persistent_new)
             ):
-                self.resident.pop(value)
+                self._unhold(value)
                 self.made_at.pop(value)
 
     # ------------------------------------------------------------------ results
@@ -270,7 +391,7 @@ class _Pass:
         schedule: list[Entry] = [*self.after[-1]]
         for p, node in enumerate(self.dag.ops):
             schedule += [*self.before[p], node, *self.after[p]]
-        return PlacementPlan(tuple(schedule), self.host, self.settings.capacity)
+        return PlacementPlan(tuple(schedule), self.host, self.settings.capacity, self.settings.pool)
 
 
 def ideal_plan(dag: Dag) -> PlacementPlan:
