@@ -24,6 +24,12 @@ Device memory is the pool `DEVICE`.
   swap-outs still copying until what the replay holds plus what those copies hold
   fits the capacity — SwapAdvisor's control edges from a swap-out to the allocation
   it makes room for. Without one, nothing waits for memory.
+- Memory is counted in bytes, also for a plan with a memory pool (`PlacementPlan.pool`,
+  SwapAdvisor §4.3.1): the pool's objects are counted by the replay (`memory.replay`,
+  which the verifier runs and the swap planner plans by), and a pool holds at most its
+  total bytes, within the capacity. The simulator prices the runtime that runs a placed
+  program — XLA's allocator, which has no pool — so a swap-in waits for bytes, not for
+  an object of its class.
 
 `simulate_plan` gives the iteration time, the device peak over time (at most the
 capacity when there is one), the bytes each way and the stall (time the compute
