@@ -29,12 +29,12 @@ Operators (§4.4.2-4.4.3):
   itself (sigma a quarter of it, at least one object);
 - repair (`Genome.fit`), after every allocation operator: each class gets at least the
   objects that must fit in it at once (`Genome.needs`: an op's inputs and results, the
-  arguments at the start), then, while the pool is
-  over the capacity, every class above that floor gives up the same bytes (counts fall
-  inversely to the class size: Fig. 4.6's [8, 3] becomes [4, 2]). An allocation no
-  repair fits is dropped; a chromosome the planner cannot fit (`CapacityTooSmall`: what
-  must stay on the device fills a class) is *penalized*: infinitely slow, it survives
-  only while nothing feasible can take its place.
+  arguments at the start), then, while the pool is over the capacity, every class
+  above that floor gives up the same bytes (counts fall inversely to the class size:
+  Fig. 4.6's [8, 3] becomes [4, 2]). An allocation no repair fits is dropped; a
+  chromosome the planner cannot fit (`CapacityTooSmall`: what must stay on the device
+  fills a class) is *penalized*: infinitely slow, it survives only while nothing
+  feasible can take its place.
 
 Each generation crosses random pairs of the population; each crossing gives two
 schedules and two allocations, so four children, each mutated. Survivors (eq. 4.1):
@@ -45,15 +45,23 @@ worse). The search stops after `budget` evaluations (distinct chromosomes simula
 repeats come from a cache), at the deadline, or when the best has not improved for
 `patience` generations (converged).
 
-The first population: the step's own schedule (what `search=belady` plans) with the
-one-class allocation that fits (every tensor in an object of the largest size) and
-with the *profile* allocation (a class per size, as many objects as the step's schedule
-holds of that size at once, repaired to the capacity), then random variants: the
-ready-set mutation of the step's schedule, a random CLS and Gaussian counts around the
-profile's. `mode` freezes a part: `schedule` searches schedules with the profile
-allocation, `allocation` allocations on the step's schedule (the thesis' ablations,
-ch. 5). `random_search` evaluates the same first population, then random variants
-alone, for the same budget.
+The first population: each seed schedule — the step's own (what `search=belady`
+plans) and the light graph's depth-first order (`Genome.depth_first`: each output's
+computation in turn, a value made just before its first reader) — with the one-class
+allocation that fits (every tensor in an object of the largest size) and with the
+*profile* allocation (a class per size, as many objects as the step's schedule holds of
+that size at once, repaired to the capacity); then random variants: a seed schedule's
+ready-set mutation, a random CLS and Gaussian counts around the profile's. `mode`
+freezes a part: `schedule` searches schedules with the profile allocation,
+`allocation` allocations on the step's schedule (the thesis' ablations, ch. 5).
+`random_search` evaluates the same first population, then random variants alone, for
+the same budget.
+
+The last stage (`without_pool`, in the last tenth of the time): SwapAdvisor needs a pool
+because MXNet's allocator does; the programs tasoc writes run on XLA's allocator, which
+needs none, so the pool is only a constraint there. The last population's schedules
+are also planned without one (bytes against the capacity), and the fastest plan of all
+is the search's.
 
 Evaluations run in parallel on the machine's cores (forked worker processes, a
 generation at a time); an evaluation is a pure function of its chromosome and every
@@ -571,11 +579,11 @@ class _Run:
         evaluated while the budget and the deadline last (the rest are left out)."""
         chromosomes = list(dict.fromkeys(chromosomes))
         new = [c for c in chromosomes if c not in self.cache]
+        self.repeats += len(chromosomes) - len(new)
         new = new[: max(0, self.limits.budget - self.evaluations)]
         times = self.evaluate([(c.schedule, c.allocation) for c in new], self.deadline)
         self.timed_out |= len(times) < len(new)
         self.cache.update(zip(new, times, strict=False))
-        self.repeats += len(chromosomes) - len(new)
         scored = [(c, self.cache[c]) for c in chromosomes if c in self.cache]
         for chromosome, seconds in scored:
             if self.best is None or seconds < self.best[1]:

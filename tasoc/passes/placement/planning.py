@@ -17,7 +17,7 @@ op's working set cannot run at all: `CapacityTooSmall`, naming the op.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tasoc.cost.machines import Machine
@@ -38,6 +38,10 @@ from tasoc.passes.search import SearchOutcome
 from tasoc.sim.placement import SWAP_IN, SWAP_OUT, PlacedSimulation
 
 BASELINES: tuple[Policy, ...] = ("lru", "belady")
+
+SEARCH_SHARE = 0.95
+"""The part of what is left of the deadline a searching planner takes when it starts;
+the rest is the pass's, to price the plan found and write it."""
 
 
 def settings_for(policy: Policy, capacity: int) -> SwapSettings:
@@ -155,8 +159,9 @@ def _run_search(problem: PlacementProblem, search: Searching, outcome: PlanningO
     finds a faster one (module docstring)."""
     belady = outcome.simulated["belady"]
     outcome.seed = search.limits.seed
+    limits = replace(search.limits, deadline=search.limits.deadline.share(SEARCH_SHARE))
     try:
-        searched = search.run(problem, search.limits)
+        searched = search.run(problem, limits)
     except NoPlanFound as err:
         outcome.notes.append(f"search={search.name}: {err}; belady's plan is kept")
         return
