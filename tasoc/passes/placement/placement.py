@@ -42,8 +42,7 @@ from tasoc.passes.options import (
 from tasoc.passes.placement.ga import GASettings, ga_search
 from tasoc.passes.placement.offload import offload_all
 from tasoc.passes.placement.planning import Searching, plan_within
-from tasoc.passes.placement.problem import Search as SearchRun
-from tasoc.passes.placement.problem import SearchLimits
+from tasoc.passes.placement.problem import Searcher, SearchLimits
 from tasoc.passes.placement.swap_planner import CapacityTooSmall, Policy
 from tasoc.passes.report import current_report
 from tasoc.passes.search import Deadline, resolve_seed
@@ -110,7 +109,7 @@ class PlacementPass(ModulePass):
             raise ValueError(f"capacity must be at least one byte, got {self.capacity}")
 
     @property
-    def searching(self) -> dict[str, SearchRun]:
+    def searching(self) -> dict[str, Searcher]:
         """The searching planners by `search` name, with their options."""
         settings = GASettings(self.population, float(self.mutation))
         return {"ga": partial(ga_search, settings=settings)}

@@ -26,7 +26,7 @@ from tasoc.ir.limits import format_bytes
 from tasoc.ir.placement_plan import PlacementPlan
 from tasoc.ir.training import TrainingSignature
 from tasoc.passes.figures import MemoryFigure, MemorySeries
-from tasoc.passes.placement.problem import NoPlanFound, PlacementProblem, Search, SearchLimits
+from tasoc.passes.placement.problem import NoPlanFound, PlacementProblem, Searcher, SearchLimits
 from tasoc.passes.placement.swap_planner import (
     CapacityTooSmall,
     Policy,
@@ -56,7 +56,7 @@ class Searching:
     run it, and its limits."""
 
     name: str
-    run: Search
+    run: Searcher
     limits: SearchLimits
 
 

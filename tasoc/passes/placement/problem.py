@@ -4,8 +4,8 @@ A `PlacementProblem` is a training step on the light graph (its ops in the step'
 schedule), the device capacity, and the machine and op times the placed-step
 simulator prices plans with. `simulate` is the one way a plan is priced, by the
 baselines (`planning.py`) and by the searches (`ga.py`) alike, so that every figure of
-the report is the same simulation. A search (`planning.SEARCHES`) takes a problem and
-its `SearchLimits` and returns a `SearchOutcome` whose best is a plan.
+the report is the same simulation. A `Searcher` (`PlacementPass.searching`) takes a
+problem and its `SearchLimits` and returns a `SearchOutcome` whose best is a plan.
 """
 
 from __future__ import annotations
@@ -59,5 +59,5 @@ class SearchLimits:
     seed: int
 
 
-Search = Callable[[PlacementProblem, SearchLimits], SearchOutcome[PlacementPlan]]
+Searcher = Callable[[PlacementProblem, SearchLimits], SearchOutcome[PlacementPlan]]
 """A planner that searches: its best plan and how it got there (report `details`)."""
