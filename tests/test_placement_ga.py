@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_placement_planners import V100, placed, rnn_step
+from xdsl.context import Context
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
 
 from tasoc.ir import dag as dag_module
@@ -21,6 +22,8 @@ from tasoc.ir.memory import CAPACITY_ATTR, Pool, pool_of, replay, tensor_bytes, 
 from tasoc.ir.placement_plan import PlacementPlan, SwapIn, SwapOut, write_placed
 from tasoc.ir.program import entry_function, verify_ir
 from tasoc.ir.training import training_signature
+from tasoc.models.registry import get_model
+from tasoc.passes.autodiff import AutodiffPass
 from tasoc.passes.placement.ga import (
     Allocation,
     GASettings,
@@ -235,6 +238,23 @@ def test_joint_frozen_and_random_searches_run_on_the_same_budget(mode: str) -> N
         assert outcome.best.order == problem.dag.ops
     if mode == "schedule":
         assert outcome.best.pool == genome.profile().pool(genome.sizes)  # type: ignore[union-attr]
+
+
+def test_schedule_only_freezes_a_random_allocation_when_no_seed_fits() -> None:
+    """A transformer step's many sizes at 2x: no pool of a class per size fits (each
+    class needs what its busiest op holds), nor one of the largest size; schedule-only
+    search freezes a random allocation that does."""
+    module = get_model("transformer").build(layers=1, hidden=32, seq=8, batch=2)
+    AutodiffPass(loss="mse", optimizer="sgd", lr=0.01).apply(Context(), module)
+    capacity = replay(entry_function(module)).peak_bytes // 2
+    dag = dag_module.from_module(module, keep_order=True)
+    problem = PlacementProblem.of(dag, training_signature(entry_function(module)), capacity, V100)
+    genome = Genome.of(problem)
+    assert genome.profile() is None and genome.one_class() is None
+    ga = GASettings(8, mode="schedule", without_pool=False, workers=1)
+    outcome = ga_search(problem, limits(24), ga)
+    assert outcome.best.pool is not None
+    verified(module, dag, outcome.best)
 
 
 def test_a_search_out_of_time_finds_nothing_and_says_so() -> None:

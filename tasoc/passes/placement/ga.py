@@ -52,7 +52,8 @@ allocation that fits (every tensor in an object of the largest size) and with th
 *profile* allocation (a class per size, as many objects as the step's schedule holds of
 that size at once, repaired to the capacity); then random variants: a seed schedule's
 ready-set mutation, a random CLS and Gaussian counts around the profile's. `mode`
-freezes a part: `schedule` searches schedules with the profile allocation,
+freezes a part: `schedule` searches schedules with the profile allocation (else the
+one-class one, else a random one that fits),
 `allocation` allocations on the step's schedule (the thesis' ablations, ch. 5).
 `random_search` evaluates the same first population, then random variants alone, for
 the same budget.
@@ -71,6 +72,7 @@ result whatever the number of workers (when the budget, not the clock, stops it)
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 import os
@@ -295,6 +297,11 @@ class Genome:
     def profile(self) -> Allocation | None:
         """A class per size, as many objects as the step's schedule holds at once."""
         return self.fit(tuple(range(len(self.sizes))), self.live)
+
+    def seed_allocations(self) -> list[Allocation | None]:
+        """The first population's allocations: one class, then the profile (None for
+        one that does not fit)."""
+        return [self.one_class(), self.profile()]
 
     # ------------------------------------------------------------------ operators
 
@@ -594,19 +601,26 @@ class _Run:
         """The seed schedules with the one-class and profile allocations, then random
         variants (module docstring), as `mode` allows."""
         genome, settings = self.genome, self.settings
-        profile = genome.profile()
-        allocations = [profile] if settings.mode == "schedule" else [genome.one_class(), profile]
+        allocations = [self.frozen] if settings.mode == "schedule" else genome.seed_allocations()
         schedules = [genome.default] if settings.mode == "allocation" else genome.seeds
         chosen = [Chromosome(s, a) for s in schedules for a in allocations if a is not None]
         for _ in range(4 * settings.population):
             if len(dict.fromkeys(chosen)) >= settings.population:
                 break
-            variant = self.variant(profile)
+            variant = self.variant()
             if variant is not None:
                 chosen.append(variant)
         return list(dict.fromkeys(chosen))[: settings.population]
 
-    def variant(self, profile: Allocation | None) -> Chromosome | None:
+    @functools.cached_property
+    def frozen(self) -> Allocation | None:
+        """The allocation of `mode=schedule`: the profile, else the one-class one, else
+        the first random one that fits."""
+        tries = (self.genome.random_allocation(self.rng) for _ in range(self.settings.population))
+        fitting = (a for a in (*reversed(self.genome.seed_allocations()), *tries) if a is not None)
+        return next(fitting, None)
+
+    def variant(self) -> Chromosome | None:
         """A random variant: a seed schedule mutated, a random allocation (the frozen
         part as `mode` says)."""
         genome, settings = self.genome, self.settings
@@ -614,7 +628,8 @@ class _Run:
         if settings.mode != "allocation":
             seed = self.rng.choice(genome.seeds)
             schedule = genome.mutate_schedule(seed, settings.mutation, self.rng)
-        allocation = profile if settings.mode == "schedule" else genome.random_allocation(self.rng)
+        schedule_only = settings.mode == "schedule"
+        allocation = self.frozen if schedule_only else genome.random_allocation(self.rng)
         return None if allocation is None else Chromosome(schedule, allocation)
 
     def outcome(
@@ -669,7 +684,7 @@ def ga_search(
         population = run.score(run.first_population())
         history = [run.best[1] if run.best else math.inf]
         stale = 0
-        while (stopped := run.spent()) is None and stale < settings.patience:
+        while population and run.spent() is None and stale < settings.patience:
             children = []
             for _ in range(-(-settings.population // 4)):
                 (a, _), (b, _) = (
@@ -680,7 +695,7 @@ def ga_search(
             history.append(run.best[1] if run.best else math.inf)
             stale = stale + 1 if history[-1] >= history[-2] else 0
         return run.outcome(
-            stopped or StopReason.CONVERGED,
+            run.spent() or (StopReason.CONVERGED if population else StopReason.EXHAUSTED),
             population,
             {
                 "generations": len(history) - 1,
@@ -747,10 +762,9 @@ def random_search(
     settings = settings or GASettings()
     with _Run(problem, limits, settings) as run:
         population = run.score(run.first_population())
-        profile = run.genome.profile()
         while run.spent() is None:
             before = run.evaluations
-            batch = (run.variant(profile) for _ in range(settings.population))
+            batch = (run.variant() for _ in range(settings.population))
             scored = run.score(c for c in batch if c is not None)
             population = sorted(population + scored, key=lambda c: c[1])[: settings.population]
             if run.evaluations == before:
