@@ -134,3 +134,14 @@ def test_every_capacity_gets_a_plan_within_it_or_a_reason(
 def test_offload_all_still_plans_by_rule() -> None:
     _, section = placed(training_step("sgd"))
     assert section["search"] == "offload-all" and section["offloaded_values"] == 3
+
+
+def test_search_dp_plans_the_fewest_bytes_and_says_how() -> None:
+    module = rnn_step()
+    capacity = replay(entry_function(module)).peak_bytes // 2
+    copy, section = placed(module, search="dp", capacity=capacity, max_states=64)
+    verify_ir(copy)
+    assert section["method"] in ("exact", "bounded", "belady", "lru")
+    assert section["transferred_bytes"] <= min(section["compared_bytes"].values(), default=10**18)
+    assert "dp" in section["fraction_of_ideal"] and section["dp_note"].startswith("dp: ")
+    assert equivalent(module, unplaced(copy)).ok

@@ -66,6 +66,7 @@ from tasoc.ir.dag import Dag, Value
 from tasoc.ir.memory import tensor_bytes
 from tasoc.ir.placement_plan import PlacementPlan, Release, positions, readers_in_order
 from tasoc.ir.training import TrainingSignature
+from tasoc.passes.placement.problem import PlacementProblem, SearchLimits
 from tasoc.passes.placement.swap_planner import (
     CapacityTooSmall,
     SwapSettings,
@@ -73,6 +74,7 @@ from tasoc.passes.placement.swap_planner import (
     _Pass,
     plan_swaps,
 )
+from tasoc.passes.search import SearchOutcome, StopReason
 
 Method = Literal["exact", "bounded", "belady", "lru"]
 
@@ -536,3 +538,30 @@ def _bits(mask: int) -> list[int]:
         found.append(low.bit_length() - 1)
         mask ^= low
     return found
+
+
+def dp_search(
+    problem: PlacementProblem, limits: SearchLimits, max_states: int = DEFAULT_MAX_STATES
+) -> SearchOutcome[PlacementPlan]:
+    """`placement{search=dp}`: the DP's plan as a search outcome. The DP's cost is
+    bytes moved; the outcome's costs are simulated seconds (the belady plan's before,
+    the DP's after), as every placement search reports them. The stop reason says
+    whether the exact DP ran to its end or the bound cut it."""
+    found = plan_dp(problem.dag, problem.signature, problem.capacity, max_states=max_states)
+    belady = plan_swaps(problem.dag, problem.signature, SwapSettings(problem.capacity, "belady"))
+    return SearchOutcome(
+        best=found.plan,
+        cost_before=problem.simulate(belady).seconds,
+        cost_after=problem.simulate(found.plan).seconds,
+        seconds=found.seconds,
+        stopped=StopReason.EXHAUSTED if found.method == "exact" else StopReason.BUDGET,
+        details={
+            "method": found.method,
+            "transferred_bytes": found.transferred_bytes,
+            "dp_bytes": found.dp_bytes,
+            "max_states": found.max_states,
+            "peak_states": found.peak_states,
+            "compared_bytes": dict(found.baselines),
+            "dp_note": found.note,
+        },
+    )

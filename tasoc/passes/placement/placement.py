@@ -39,6 +39,7 @@ from tasoc.passes.options import (
     check_option_types,
     parse_byte_size,
 )
+from tasoc.passes.placement.dp import dp_search
 from tasoc.passes.placement.ga import GASettings, ga_search
 from tasoc.passes.placement.offload import offload_all
 from tasoc.passes.placement.planning import Searching, plan_within
@@ -47,7 +48,7 @@ from tasoc.passes.placement.swap_planner import CapacityTooSmall, Policy
 from tasoc.passes.report import current_report
 from tasoc.passes.search import Deadline, resolve_seed
 
-Search = Literal["offload-all", "belady", "lru", "ga"]
+Search = Literal["offload-all", "belady", "lru", "ga", "dp"]
 
 
 class PlacementFailed(PassFailedException):
@@ -94,6 +95,9 @@ class PlacementPass(ModulePass):
     mutation: int | float = 0.03
     """ga: the probability of each random choice of a mutation (P; the thesis' 10 % is
     for far more evaluations than a pass makes)."""
+    max_states: int = 1000
+    """dp: states kept at a step before the exact DP becomes its bounded form (then
+    compared with Belady and LRU; the report's `method` says which ran)."""
 
     def __post_init__(self) -> None:
         check_option_types(self)
@@ -102,6 +106,7 @@ class PlacementPass(ModulePass):
         check_at_least(self, "timeout", 0, exclusive=True)
         check_at_least(self, "seed", 0)
         check_at_least(self, "population", 2)
+        check_at_least(self, "max_states", 1)
         check_fraction(self, "mutation", top_included=True)
         check_byte_size(self, "capacity")
         check_byte_size(self, "min_bytes")
@@ -112,7 +117,10 @@ class PlacementPass(ModulePass):
     def searching(self) -> dict[str, Searcher]:
         """The searching planners by `search` name, with their options."""
         settings = GASettings(self.population, float(self.mutation))
-        return {"ga": partial(ga_search, settings=settings)}
+        return {
+            "ga": partial(ga_search, settings=settings),
+            "dp": partial(dp_search, max_states=self.max_states),
+        }
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         deadline = Deadline.after(self.timeout)

@@ -1,4 +1,4 @@
-// search=belady on a small MLP step whose peak is over the capacity: the planner
+// search=belady (and dp) on a small MLP step whose peak is over the capacity: the planner
 // swaps out what the backward pass reads late, prefetches it back, and the module
 // records the capacity and the simulated times of the plan and its baselines (on the
 // v100-swapadvisor preset). The placed program verifies within the capacity, and
@@ -6,6 +6,7 @@
 // RUN: %tasoc opt %s --verify-each -p 'autodiff{loss=mse optimizer=sgd lr=0.1},placement{search=belady capacity=60000}' | filecheck %s
 // RUN: %tasoc opt %s -p 'autodiff{loss=mse optimizer=sgd lr=0.1},placement{search=lru capacity=60000}' | filecheck %s --check-prefix=LRU
 // RUN: %tasoc opt %s -p 'autodiff{loss=mse optimizer=sgd lr=0.1},placement{search=belady capacity=1MiB}' | filecheck %s --check-prefix=FITS
+// RUN: %tasoc opt %s -p 'autodiff{loss=mse optimizer=sgd lr=0.1},placement{search=dp capacity=60000}' | filecheck %s --check-prefix=DP
 // RUN: not %tasoc opt %s -p 'autodiff{loss=mse optimizer=sgd lr=0.1},placement{search=belady capacity=4KiB}' 2>&1 | filecheck %s --check-prefix=SMALL
 // RUN: not %tasoc opt %s -p 'autodiff{loss=mse optimizer=sgd lr=0.1},placement{search=belady}' 2>&1 | filecheck %s --check-prefix=NOCAP
 
@@ -23,6 +24,8 @@ func.func @main(%x: tensor<64x32xf32>, %w1: tensor<32x64xf32> {graph.param},
 // CHECK:        func.return
 // LRU:        memory.capacity = 60000 : i64
 // LRU:        memory.swap_in
+// DP:         memory.capacity = 60000 : i64, memory.plan = {belady_seconds = {{.*}}, dp_seconds = {{.*}}, ideal_seconds
+// DP:         memory.swap_in
 // FITS:       memory.capacity = 1048576 : i64
 // FITS-NOT:   memory.swap_
 // SMALL:      {{^}}tasoc: error: placement: op {{[0-9]+}} ({{[a-z_0-9]+}}) needs {{[0-9]+}} bytes of device memory at once (its inputs and results, with what cannot be moved), over the capacity of 4096{{$}}
