@@ -115,7 +115,7 @@ class GASettings:
     mutation: float = 0.03
     """P: the probability each pick of a schedule mutation is random, and each CLS and
     CNT element mutates. The thesis' 10 % is for SwapAdvisor's hundreds of thousands
-    of evaluations; with hundreds, 3 % did better (docs/placement-ga.md)."""
+    of evaluations; with hundreds, 3 % did better (docs/placement.md, search=ga)."""
     patience: int = 10
     """Generations without a better best after which the search has converged."""
     mode: Mode = "joint"

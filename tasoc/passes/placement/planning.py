@@ -76,7 +76,7 @@ class PlanningOutcome:
     seed: int = 0
 
     def report(self) -> dict[str, Any]:
-        """The report section's keys (docs/placement.md; a search's in docs/placement-ga.md)."""
+        """The report section's keys (docs/placement.md)."""
         plan, ideal = self.simulated[self.search], self.simulated["ideal"]
         section = {
             "machine": self.machine.name,
