@@ -9,8 +9,10 @@ as 2 cores allow, `MODELS`) and each memory ratio r (the step's peak without pla
 ÷ the capacity), `placement{search=S capacity=peak/r}` plans it and the row gives,
 *simulated* on the preset, the iteration time of ideal (infinite memory: the ops
 alone), and the fraction of ideal (ideal's time ÷ the plan's) of each search and of
-the baselines the pass prices beside it, the bytes swapped in, and the planner's
-wall time on this machine. The goals (issue 18): at least SwapAdvisor's 53-99 % of
+the baselines the pass prices beside it, the bytes swapped in, and the wall time on
+this machine of each pass asked for with `--searches` (the whole pass: the search, the
+baselines it prices beside its plan, the simulations; "-" for a baseline priced inside
+another search's pass). The goals (issue 18): at least SwapAdvisor's 53-99 % of
 ideal on every model (Fig. 5.1), and beyond it >= 95 % at 2x and >= 85 % at 4x for the
 CNNs, never below LRU. Results are recorded in docs/benchmarks.md.
 """
@@ -74,7 +76,7 @@ class Row:
             return f"| {self.model} | {self.ops} | {self.ratio:g} | {self.failed} |"
         cells = [f"{100 * self.fractions.get(s, float('nan')):.1f}%" for s in searches]
         moved = [f"{self.swapped_in.get(s, 0) / 1e9:.2f}" for s in searches]
-        spent = [f"{self.planner_s.get(s, 0.0):.2f}" for s in searches]
+        spent = [f"{self.planner_s[s]:.2f}" if s in self.planner_s else "-" for s in searches]
         return (
             f"| {self.model} | {self.ops} | {self.ratio:g} | {self.capacity / 1e9:.3f} | "
             f"{self.ideal_ms:.2f} | " + " | ".join(cells + moved + spent) + " |"
