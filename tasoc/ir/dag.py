@@ -720,11 +720,18 @@ def to_function(dag: Dag) -> func.FuncOp:
         results[node] = op.results
         ops.append(op)
     block.add_ops(ops)
+    return function_of(dag, block, [results[v.node][v.index] for v in dag.outputs])
+
+
+def function_of(dag: Dag, block: Block, outputs: Sequence[SSAValue]) -> func.FuncOp:
+    """`@main` of `dag` around `block` (its ops, not yet a return) returning `outputs`:
+    the dag's name, arguments' marks and attributes, result and function attributes.
+    What every writer of a light graph (plain, sharded, placed) wraps its block in."""
     return make_function(
         dag.name,
         block,
         [node.attr("is_param") for node in dag.args],
-        [results[v.node][v.index] for v in dag.outputs],
+        outputs,
         arg_attrs=[node.attr("attributes") for node in dag.args],
         res_attrs=dag.result_attributes,
         func_attrs=dag.attributes,

@@ -28,7 +28,7 @@ from xdsl.dialects.builtin import DictionaryAttr, FloatAttr, IntegerAttr, Module
 from xdsl.ir import Attribute, Block, SSAValue
 from xdsl.rewriter import Rewriter
 
-from tasoc.ir.dag import Dag, Node, Value
+from tasoc.ir.dag import Dag, Node, Value, function_of
 from tasoc.ir.graph import OPS_BY_NAME, tensor_type, to_attr
 from tasoc.ir.memory import (
     CAPACITY_ATTR,
@@ -42,7 +42,7 @@ from tasoc.ir.memory import (
     SwapOutOp,
     in_space,
 )
-from tasoc.ir.program import entry_function, make_function
+from tasoc.ir.program import entry_function
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,15 +267,7 @@ def write_placed(module: ModuleOp, dag: Dag, plan: PlacementPlan) -> None:
         (host if space == "host" else device)[value]
         for value, space in zip(dag.outputs, spaces, strict=True)
     ]
-    function = make_function(
-        dag.name,
-        block,
-        [node.attr("is_param") for node in dag.args],
-        outputs,
-        arg_attrs=[node.attr("attributes") for node in dag.args],
-        res_attrs=dag.result_attributes,
-        func_attrs=dag.attributes,
-    )
+    function = function_of(dag, block, outputs)
     Rewriter.replace_op(entry_function(module), function)
     for name in (CAPACITY_ATTR, POOL_ATTR, PLAN_ATTR):
         module.attributes.pop(name, None)

@@ -45,7 +45,7 @@ from xdsl.ir import Block, Operation, SSAValue
 from xdsl.rewriter import Rewriter
 
 from tasoc.ir import soap
-from tasoc.ir.dag import Dag, Node, Value
+from tasoc.ir.dag import Dag, Node, Value, function_of
 from tasoc.ir.graph import OPS_BY_NAME, sig_of, tensor_type, to_attr
 from tasoc.ir.parallel import (
     COLLECTIVE_BY_KIND,
@@ -55,7 +55,7 @@ from tasoc.ir.parallel import (
     meshes,
     with_sharding,
 )
-from tasoc.ir.program import entry_function, make_function
+from tasoc.ir.program import entry_function
 from tasoc.ir.shapes import TensorSig, infer
 from tasoc.ir.soap import Collective, Config, Mesh, OpRule, Sharding, ShardingError
 
@@ -270,15 +270,7 @@ def write_sharded(module: ModuleOp, dag: Dag, plan: Plan, mesh: Mesh) -> list[Co
             _send_out(run, dag, plan, builder)
     outputs = [builder.read(v, target) for v, target in zip(dag.outputs, plan.outputs, strict=True)]
     block.add_ops(builder.ops)
-    function = make_function(
-        dag.name,
-        block,
-        [node.attr("is_param") for node in dag.args],
-        outputs,
-        arg_attrs=[node.attr("attributes") for node in dag.args],
-        res_attrs=dag.result_attributes,
-        func_attrs=dag.attributes,
-    )
+    function = function_of(dag, block, outputs)
     Rewriter.replace_op(entry_function(module), function)
     body = module.body.block
     if plan.meshes:
