@@ -20,7 +20,9 @@ that claims to preserve meaning can then be checked against the reference:
 draws single-op programs, which is how the backend tests cover each op.
 
 `placements(dag)`, `placed_programs(module)` and `capacities(module)` draw
-memory-placed programs and device capacities (`placement_strategies.py`).
+memory-placed programs and device capacities (`placement_strategies.py`), and
+`cost_graphs()` the additive cost graphs soap-shard's frontier, tiling and ILP
+searches work on (`cost_graph_strategies.py`).
 
 `meshes()` draws device meshes and `shardings(dag, mesh)` a legal SOAP configuration
 for every op of a light graph (`ir/dag.py`), as the `Plan` that `soap-shard`'s writer
@@ -54,6 +56,7 @@ from tasoc.ir.shapes import ConstData, DType, ShapeError, TensorSig, infer
 from tasoc.ir.shard_plan import Plan
 from tasoc.ir.soap import Config, Mesh, OpRule, Sharding
 from tasoc.ir.traits import Training
+from tasoc.verify.cost_graph_strategies import cost_graphs  # noqa: F401 - public strategy
 from tasoc.verify.placement_strategies import (  # noqa: F401 - public strategies
     capacities,
     placed_programs,
