@@ -37,6 +37,7 @@ CNN_MODELS = [
     "resnet50",
     "resnext50",
     "squeezenet",
+    "vgg16",
     "vgg19",
     "wresnet",
 ]
@@ -109,6 +110,8 @@ def test_small_variant_round_trips_and_runs_with_a_batch_of_two(name: str) -> No
 TORCHVISION_BIAS = 1000
 """The only bias of the torchvision/timm ResNets and Inceptions: the classifier's."""
 
+VGG16_BIASES = (2 * 64 + 2 * 128 + 3 * 256 + 6 * 512) + (4096 + 4096 + 1000)
+"""13,416: so tasoc's VGG-16 has 138,357,544 - 13,416 = 138,344,128 weights."""
 VGG19_BIASES = (2 * 64 + 2 * 128 + 4 * 256 + 8 * 512) + (4096 + 4096 + 1000)
 ALEXNET_BIASES = (64 + 192 + 384 + 256 + 256) + (4096 + 4096 + 1000)
 FIRE_BIASES = sum(
@@ -125,7 +128,9 @@ FIRE_BIASES = sum(
         ("resnext50", 25_028_904, TORCHVISION_BIAS, False),
         ("wresnet?depth=50&widen=2&batch=1", 68_883_240, TORCHVISION_BIAS, False),
         ("wresnet?depth=101&widen=2&batch=1", 126_886_696, TORCHVISION_BIAS, False),
-        # torchvision vgg19, alexnet, squeezenet1_1 / 1_0
+        # torchvision vgg16 (the paper's 138 M of configuration D), vgg19, alexnet,
+        # squeezenet1_1 / 1_0
+        ("vgg16", 138_357_544, VGG16_BIASES, False),
         ("vgg19", 143_667_240, VGG19_BIASES, False),
         ("alexnet?batch=1", 61_100_840, ALEXNET_BIASES, False),
         ("squeezenet", 1_235_496, 64 + FIRE_BIASES + 1000, False),
@@ -182,6 +187,7 @@ HEAD = {"reduce": 1, "matmul": 1}
         ),
         ("resnext50", {**HEAD, "conv2d": 53, "batchnorm": 53, "relu": 49, "add": 16, "pool2d": 1}),
         ("wresnet", {**HEAD, "conv2d": 155, "batchnorm": 155, "relu": 151, "add": 50, "pool2d": 1}),
+        ("vgg16", {"conv2d": 13, "pool2d": 5, "reshape": 1, "matmul": 3, "relu": 2}),
         ("vgg19", {"conv2d": 16, "pool2d": 5, "reshape": 1, "matmul": 3, "relu": 2}),
         ("alexnet", {"conv2d": 5, "pool2d": 3, "reshape": 1, "matmul": 3, "relu": 2}),
         ("squeezenet", {"conv2d": 26, "pool2d": 3, "concat": 8, "reduce": 1}),
@@ -209,6 +215,7 @@ def test_default_shapes_are_the_benchmarks() -> None:
     expected_inputs = {
         "resnet50": (1, 3, 224, 224),
         "resnext50": (1, 3, 224, 224),
+        "vgg16": (1, 3, 224, 224),
         "vgg19": (1, 3, 224, 224),
         "squeezenet": (1, 3, 224, 224),
         "inception_v3": (1, 3, 299, 299),
@@ -239,6 +246,31 @@ def test_resnext_groups_and_wide_resnet_widths() -> None:
     assert wide["s1b1_a_w"] == (640, 64, 1, 1) and wide["s1b1_c_w"] == (256, 640, 1, 1)
     assert wide["s4b3_b_w"] == (5120, 5120, 3, 3)
     assert sum(1 for name in wide if name.endswith("_b_w")) == 50  # 3 + 8 + 36 + 3 blocks
+
+
+@pytest.mark.parametrize(
+    ("name", "convs"), [("vgg16", (2, 2, 3, 3, 3)), ("vgg19", (2, 2, 4, 4, 4))]
+)
+def test_vgg_configurations_differ_only_in_convolutions_per_stage(
+    name: str, convs: tuple[int, ...]
+) -> None:
+    """Configurations D and E share one builder: the small variants (what the tests
+    run) have the same layers as the full networks, 13 or 16 convolutions named by
+    stage and the same three dense layers, at an eighth of the channels."""
+    model = get_model(name)
+    module = model.build(**model.small)
+    module.verify()
+    counts = _op_counts(module)
+    assert counts["conv2d"] == sum(convs) and counts["matmul"] == 3
+    weights = _weights(module)
+    expected = {
+        f"conv{stage}_{index}_w"
+        for stage, count in enumerate(convs, start=1)
+        for index in range(1, count + 1)
+    }
+    assert {w for w in weights if w.startswith("conv")} == expected
+    assert weights["conv5_1_w"] == (64, 64, 3, 3)  # 512 / 8 channels
+    assert weights["fc1_w"] == (64, 512) and weights["fc3_w"] == (512, 1000)  # 1x1 map left
 
 
 def test_squeezenet_versions_and_bypasses() -> None:
@@ -328,6 +360,7 @@ def test_nasnet_factorized_reduction_samples_even_and_shifted_pixels() -> None:
         ("squeezenet?bypass=yes", r"option 'bypass' must be one of none, simple, complex, got yes"),
         ("nasnet?filters=3", r"option 'filters' must be at least 4, got 3"),
         ("nasnet_a?cells=0", r"option 'cells' must be positive, got 0"),
+        ("vgg16?image=31", r"zoo:vgg16: option 'image' \(31\) is too small for this model: "),
         ("vgg19?image=31", r"zoo:vgg19: option 'image' \(31\) is too small for this model: "),
         ("alexnet?image=62", r"option 'image' \(62\) is too small"),
         ("squeezenet?image=16", r"option 'image' \(16\) is too small"),
@@ -345,6 +378,7 @@ def test_option_errors_are_one_line(spec: str, message: str) -> None:
 
 def test_smallest_images_build() -> None:
     for spec in (
+        "vgg16?image=32",
         "vgg19?image=32",
         "alexnet?image=63&batch=1",
         "squeezenet?image=17",

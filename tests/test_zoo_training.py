@@ -39,6 +39,7 @@ README = REPO / "README.md"
 
 CLASSIFIERS = {
     "alexnet",
+    "vgg16",
     "vgg19",
     "resnet50",
     "resnet101",
@@ -72,7 +73,7 @@ CHECKED_SMALL = [
     "vgg19",
 ]
 """Models whose small variant's `train=sgd` step is run with `--check` (JAX against the
-numpy reference). All 21 take about 180 s on 2 cores, so this is a subset (about 55 s):
+numpy reference). All 22 take about 180 s on 2 cores, so this is a subset (about 55 s):
 every model family and both default losses, resnet50 and resnext50 for the batchnormed
 residual networks. Left out: inception_v3/v4, nasnet, nasnet_a (14-28 s each: their
 steps have 1,000-3,000 ops), resnet101 and wresnet (resnet50's blocks again). Every
