@@ -14,7 +14,14 @@ from collections.abc import Mapping
 from typing import IO, Any
 
 from tasoc.driver.errors import UsageError
-from tasoc.passes.figures import Figure, MemoryFigure, ShardingMapFigure, TimelineFigure
+from tasoc.passes.figures import (
+    Figure,
+    FrontierFigure,
+    MemoryFigure,
+    ProfileFigure,
+    ShardingMapFigure,
+    TimelineFigure,
+)
 
 MAX_ROWS = 64
 """Rows drawn of a timeline or a sharding map; the rest are summed up in the title
@@ -44,6 +51,10 @@ def render(figure: Figure, stream: IO[bytes]) -> None:
         drawn = _timeline(figure)
     elif isinstance(figure, MemoryFigure):
         drawn = _memory(figure)
+    elif isinstance(figure, FrontierFigure):
+        drawn = _frontier(figure)
+    elif isinstance(figure, ProfileFigure):
+        drawn = _profile(figure)
     else:
         drawn = _sharding_map(figure)
     try:
@@ -161,6 +172,77 @@ def _memory(figure: MemoryFigure) -> Any:
         ax.set_title(series.name, fontsize=9, loc="left")
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     axes[-1].set_xlabel("simulated time (ms)")
+    drawn.suptitle(figure.title, fontsize=10)
+    return drawn
+
+
+def _frontier(figure: FrontierFigure) -> Any:
+    """Two panels sharing their axes' units: the cost model's estimates (the frontier
+    as a step line, each strategy's estimate) and the simulator's figures for the same
+    strategies; the memory cap dashed on both."""
+    from matplotlib import pyplot
+
+    drawn, axes = pyplot.subplots(1, 2, figsize=(12, 4.6))
+    largest = max(
+        [*(m for m, _ in figure.frontier), *(mark.memory for mark in figure.marks), figure.cap or 0]
+    )
+    scale, unit = _byte_scale(int(largest))
+    names = list(dict.fromkeys(mark.name for mark in figure.marks))
+    colours = _palette(names)
+    markers = dict(zip(names, "osD^vP*Xh<>", strict=False))
+    for ax, simulated, panel in (
+        (axes[0], False, "cost model (TensorOpt eq. 3)"),
+        (axes[1], True, "simulated"),
+    ):
+        if figure.frontier and not simulated:
+            ax.step(
+                [m / scale for m, _ in figure.frontier],
+                [t * 1e3 for _, t in figure.frontier],
+                where="post",
+                color="grey",
+                label=f"FT frontier ({len(figure.frontier)} points)",
+            )
+            ax.plot(
+                [m / scale for m, _ in figure.frontier],
+                [t * 1e3 for _, t in figure.frontier],
+                ".",
+                color="grey",
+            )
+        for mark in figure.marks:
+            if mark.simulated == simulated:
+                ax.plot(
+                    mark.memory / scale,
+                    mark.seconds * 1e3,
+                    markers.get(mark.name, "o"),
+                    color=colours[mark.name],
+                    markersize=8,
+                    linestyle="none",
+                    label=mark.name,
+                )
+        if figure.cap is not None:
+            ax.axvline(figure.cap / scale, linestyle="--", color="black", label="memory cap")
+        ax.set_xlabel(f"memory per device ({unit})")
+        ax.set_ylabel("time per iteration (ms)")
+        ax.set_title(panel, fontsize=9, loc="left")
+        ax.legend(fontsize=7)
+    drawn.suptitle(figure.title, fontsize=10)
+    return drawn
+
+
+def _profile(figure: ProfileFigure) -> Any:
+    """Time and memory per device against the device count (log scale)."""
+    from matplotlib import pyplot
+
+    drawn, (time_axis, memory_axis) = pyplot.subplots(1, 2, figsize=(10, 3.8))
+    scale, unit = _byte_scale(max(figure.memory, default=0))
+    time_axis.plot(figure.devices, [t * 1e3 for t in figure.seconds], "o-")
+    time_axis.set_ylabel("best time per iteration (ms)")
+    memory_axis.plot(figure.devices, [m / scale for m in figure.memory], "s-", color="tab:orange")
+    memory_axis.set_ylabel(f"its memory per device ({unit})")
+    for ax in (time_axis, memory_axis):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(figure.devices, [str(d) for d in figure.devices])
+        ax.set_xlabel("devices")
     drawn.suptitle(figure.title, fontsize=10)
     return drawn
 

@@ -93,4 +93,42 @@ class MemoryFigure:
     series: tuple[MemorySeries, ...]
 
 
-Figure = TimelineFigure | ShardingMapFigure | MemoryFigure
+@dataclass(frozen=True, slots=True)
+class StrategyMark:
+    """One strategy in a frontier picture: who chose it, and its memory per device and
+    time, either by the cost model's estimate or by the simulator."""
+
+    name: str
+    memory: float
+    seconds: float
+    simulated: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FrontierFigure:
+    """Time against memory per device: a frontier (cost-model estimates, TensorOpt
+    Fig. 6) with strategies placed beside it, estimated on one panel and simulated on
+    the other, and the memory cap."""
+
+    title: str
+    frontier: tuple[tuple[float, float], ...]
+    """(memory, seconds) of each frontier point, by increasing memory."""
+    marks: tuple[StrategyMark, ...]
+    cap: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileFigure:
+    """The best time (and its memory per device) at each device count."""
+
+    title: str
+    devices: tuple[int, ...]
+    seconds: tuple[float, ...]
+    memory: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if not len(self.devices) == len(self.seconds) == len(self.memory):
+            raise ValueError("a profile needs one time and one memory per device count")
+
+
+Figure = TimelineFigure | ShardingMapFigure | MemoryFigure | FrontierFigure | ProfileFigure

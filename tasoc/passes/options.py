@@ -141,6 +141,9 @@ def _conforms(value: Any, expected: Any) -> bool:
         return any(value == choice and type(value) is type(choice) for choice in get_args(expected))
     if origin in (Union, UnionType):
         return any(_conforms(value, member) for member in get_args(expected))
+    if origin is tuple:
+        (member, _) = get_args(expected)
+        return isinstance(value, tuple) and all(_conforms(item, member) for item in value)
     if expected is NoneType:
         return value is None
     if expected is bool:
@@ -167,4 +170,6 @@ def describe_option_type(expected: Any) -> str:
         if {int, float} <= set(members):
             members = [member for member in members if member is not int]
         return " or ".join(describe_option_type(member) for member in members)
+    if origin is tuple:
+        return f"a comma-separated list, each {describe_option_type(get_args(expected)[0])}"
     return _KINDS.get(expected, getattr(expected, "__name__", str(expected)))

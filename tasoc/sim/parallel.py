@@ -507,7 +507,7 @@ class ShardedStep:
                 if factor not in dims
             )
             name = f"all_reduce of {node.op} #{self._position[node]} statistics"
-            members = _axis_groups(mesh, axes)
+            members = axis_groups(mesh, axes)
             last = self._collective(group, "all_reduce", nbytes, members, dict(last), name, {})
         return last
 
@@ -535,7 +535,7 @@ class ShardedStep:
             if step.kind == "replicate":
                 members = [sorted({*held, *mesh.device_ids})]
             else:
-                members = _axis_groups(mesh, step.axes)
+                members = axis_groups(mesh, step.axes)
             nbytes = self._local_bytes(value, step.result)
             kept = last and self._kept(value, target)
             alloc = 0 if last and self._donated(value, target) else nbytes
@@ -614,7 +614,7 @@ class ShardedStep:
         return [device for device in devices if device in stands_for]
 
     def _local_bytes(self, value: Value, sharding: Sharding) -> int:
-        return _shard_bytes(value.sig, sharding, self.meshes[sharding.mesh])
+        return shard_bytes(value.sig, sharding, self.meshes[sharding.mesh])
 
     def _producer(self, value: Value) -> Producer:
         return None if value.node.is_arg or not value.node.inputs else value.node
@@ -705,7 +705,7 @@ def _priced(
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def _shard_bytes(sig: TensorSig, sharding: Sharding, mesh: Mesh) -> int:
+def shard_bytes(sig: TensorSig, sharding: Sharding, mesh: Mesh) -> int:
     """Bytes of one device's block (the same shapes recur layer after layer and edit
     after edit)."""
     return math.prod(sharding.local_shape(sig.shape, mesh)) * sig.dtype.itemsize
@@ -716,7 +716,7 @@ def _local_sig(sig: TensorSig, sharding: Sharding, mesh: Mesh) -> TensorSig:
 
 
 @functools.lru_cache(maxsize=1 << 12)
-def _axis_groups(mesh: Mesh, axes: tuple[str, ...]) -> list[list[int]]:
+def axis_groups(mesh: Mesh, axes: tuple[str, ...]) -> list[list[int]]:
     """The devices of `mesh` that communicate together over `axes`: those whose
     positions differ only along them (row-major positions, mesh device ids)."""
     groups: dict[tuple[int, ...], list[int]] = {}
@@ -752,7 +752,7 @@ def _device_classes(
     for mesh in meshes:
         for count in range(1, len(mesh.axes) + 1):
             for axes in itertools.combinations(mesh.axis_names, count):
-                shapes = {machine.group_shape(group) for group in _axis_groups(mesh, axes)}
+                shapes = {machine.group_shape(group) for group in axis_groups(mesh, axes)}
                 if len(shapes) > 1:
                     return alone
     return {min(devices): tuple(sorted(devices)) for devices in sets}

@@ -36,7 +36,7 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from tasoc.cost.machines import Machine
 from tasoc.ir import soap
@@ -47,6 +47,12 @@ from tasoc.passes.search import Deadline, SearchOutcome, StopReason
 from tasoc.passes.soap.plan import PlanError, Prescription, Problem, cheapest_config, complete
 from tasoc.sim.core import DeltaSimulator, Timeline, paused_gc, simulate
 from tasoc.sim.parallel import ShardedStep
+
+Objective = Literal["time", "frontier", "mini-time", "mini-parallelism", "profile"]
+"""TensorOpt's objectives (§4.1) and FlexFlow's (`time`: the fastest strategy)."""
+
+Heuristic = Literal["memory", "time", "weighted"]
+"""How FT's heuristic elimination chooses a node's option (`frontier.py`)."""
 
 PROPAGATING = 0.5
 """The share of proposals that propagate to the changed op's readers (`Chain._propagate`);
@@ -80,6 +86,14 @@ class Settings:
     """Bytes per device; None: no cap."""
     seed: int
     deadline: Deadline
+    objective: Objective = "time"
+    """What the cost-graph searches choose (`cost_searches.py`)."""
+    pick: str | None = None
+    """Which frontier point `objective=frontier` writes (`fastest`, `smallest`, a number)."""
+    heuristic: Heuristic | None = "weighted"
+    """How FT fixes a node it cannot eliminate exactly; None: it conditions (exact)."""
+    max_points: int | None = None
+    """The most points FT keeps per frontier (None: all, exact)."""
 
     @property
     def traces_memory(self) -> bool:

@@ -9,18 +9,30 @@
 * `timeline`: the simulated step (`tasoc.sim`), devices' compute streams and their
   network ports as rows, tasks as bars coloured by kind (compute, all_reduce, ...):
   where the step waits on communication, and which device is the straggler.
+* `frontier_figure`: time against memory per device: FT's frontier (estimates) and
+  every compared strategy (searches, data parallel, expert), estimated on one panel
+  and simulated on the other, with the memory cap.
+* `profile_figure`: the best simulated time and its memory at each device count.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from tasoc.ir import soap
 from tasoc.ir.dag import Dag, Node
 from tasoc.ir.shard_plan import Plan
 from tasoc.ir.soap import Config, Mesh, OpRule
-from tasoc.passes.figures import Bar, ShardingMapFigure, TimelineFigure
+from tasoc.passes.figures import (
+    Bar,
+    FrontierFigure,
+    ProfileFigure,
+    ShardingMapFigure,
+    StrategyMark,
+    TimelineFigure,
+)
+from tasoc.passes.soap.cost_searches import Evaluated
 from tasoc.sim import TaskGraph, Timeline
 
 
@@ -97,3 +109,28 @@ def _devices_text(devices: tuple[int, ...]) -> str:
     if len(devices) > 1 and devices == tuple(range(devices[0], devices[-1] + 1)):
         return f"{devices[0]}-{devices[-1]}"
     return ",".join(map(str, devices))
+
+
+def frontier_figure(
+    title: str,
+    frontier: Sequence[tuple[float, float]],
+    strategies: Mapping[str, Evaluated],
+    cap: int | None,
+) -> FrontierFigure:
+    """The frontier and each strategy's estimate (where the cost graph can express
+    it) and simulation."""
+    marks = []
+    for name, strategy in strategies.items():
+        if strategy.estimate is not None:
+            marks.append(StrategyMark(name, *strategy.estimate, simulated=False))
+        simulated = strategy.simulated
+        marks.append(StrategyMark(name, simulated.memory, simulated.time, simulated=True))
+    return FrontierFigure(title, tuple(frontier), tuple(marks), cap)
+
+
+def profile_figure(title: str, best: Mapping[int, tuple[float, int]]) -> ProfileFigure:
+    """`best`: device count -> (seconds, memory per device) of its best strategy."""
+    counts = tuple(sorted(best))
+    return ProfileFigure(
+        title, counts, tuple(best[c][0] for c in counts), tuple(best[c][1] for c in counts)
+    )

@@ -139,6 +139,8 @@ class Prescription:
     placement: dict[Node, Mesh] = field(default_factory=dict)
     """Op or argument -> the device group it runs on; a node not here runs on the
     problem's whole mesh. Empty for strategies on one mesh."""
+    layouts: dict[int, Sharding] = field(default_factory=dict)
+    """Argument index -> the layout it lies in (as a hint fixes it; hints win)."""
     order: tuple[Node, ...] | None = None
     """The order to run the ops in (the dag's when None): ops of one group kept
     together, since each change of group is a new computation on other devices."""
@@ -165,7 +167,8 @@ def complete(problem: Problem, prescription: Prescription) -> Plan:
     mesh_of = functools.partial(prescription.mesh_of, problem)
     groups = tuple(sorted(set(prescription.placement.values()), key=lambda m: m.device_ids))
     meshes = {mesh.name: mesh for mesh in (problem.mesh, *groups)}
-    values: dict[Value, Sharding] = {dag.args[i].out: s for i, s in problem.hints.items()}
+    fixed = {**prescription.layouts, **problem.hints}
+    values: dict[Value, Sharding] = {dag.args[i].out: s for i, s in fixed.items()}
     _lay_out_weights(problem, prescription, values)
     exits: dict[Value, list[int]] = {}
     for index, value in enumerate(dag.outputs):

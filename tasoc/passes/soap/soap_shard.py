@@ -32,13 +32,12 @@ split, ...). `--verify-each` compares the unsharded program of the output
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
 import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, get_args
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
@@ -63,10 +62,26 @@ from tasoc.passes.options import (
 from tasoc.passes.report import current_report
 from tasoc.passes.search import Deadline, SearchOutcome, resolve_seed, speedup
 from tasoc.passes.soap import exhaustive, mcmc
-from tasoc.passes.soap.mcmc import Settings, SimulatedStrategy
-from tasoc.passes.soap.pictures import sharding_map, timeline
+from tasoc.passes.soap.cost_searches import (
+    COST_SEARCHES,
+    Evaluated,
+    FrontierError,
+    cost_model,
+    evaluate,
+    frontier_points,
+    greedy_plan,
+)
+from tasoc.passes.soap.mcmc import (
+    Heuristic,
+    MemoryCapError,
+    Objective,
+    Settings,
+    SimulatedStrategy,
+)
+from tasoc.passes.soap.pictures import frontier_figure, profile_figure, sharding_map, timeline
 from tasoc.passes.soap.plan import Problem, complete
 from tasoc.passes.soap.strategies import STRATEGIES
+from tasoc.sim.parallel import axis_groups
 
 HINT_ATTR = "parallel.sharding"
 """Argument attribute fixing that argument's sharding by hand."""
@@ -77,11 +92,19 @@ MESH_NAME = "mesh"
 AXIS_NAMES = {1: ("d",), 2: ("x", "y"), 3: ("x", "y", "z")}
 """Axis names of a mesh given as an option, by its number of axes."""
 
-Search = Literal["data-parallel", "expert", "mcmc", "exhaustive"]
+Search = Literal["data-parallel", "expert", "mcmc", "exhaustive", "ft", "greedy", "ilp"]
 
-SEARCHES = {"mcmc": mcmc.search, "exhaustive": exhaustive.search}
-"""The searches that choose by simulating, by `search=` name; the other names are
-`STRATEGIES`."""
+SEARCHES = {"mcmc": mcmc.search, "exhaustive": exhaustive.search, **COST_SEARCHES}
+"""The searches that choose by simulating or on the cost graph, by `search=` name; the
+other names are `STRATEGIES`."""
+
+Compared = Literal["mcmc", "ft", "greedy", "ilp", "exhaustive"]
+
+FRONTIER_COMPARE: tuple[Compared, ...] = ("mcmc", "ilp", "greedy")
+"""The searches `objective=frontier` places beside FT's frontier unless `compare=` says."""
+
+COMPARE_SHARE = 0.5
+"""The part of the time left that the compared searches share, after the pass's own."""
 
 SEARCH_SHARE = 0.8
 """The part of `timeout` a search takes; the pass simulates the plans it reports after."""
@@ -136,6 +159,25 @@ class SoapShardPass(ModulePass):
     seed: int | None = None
     """Seed of searches that sample (the named strategies are deterministic); the
     run's `--seed` when not given."""
+    objective: Objective = "time"
+    """`time` (the fastest), `frontier` (FT's whole time/memory frontier, `pick=` one),
+    `mini-time` (the fastest under `memory-cap`), `mini-parallelism` (the fewest of
+    `devices` that fit `memory-cap`), `profile` (the fastest at each of `devices`)."""
+    pick: int | str | None = None
+    """The frontier point `objective=frontier` writes: `fastest` (default),
+    `smallest`, or its number (1: the least memory)."""
+    devices: int | str | tuple[int, ...] | None = None
+    """Device counts `mini-parallelism` and `profile` try: `1-16` (the powers of two
+    in that range) or a list `2,4,8`; the powers of two up to the machine's size when
+    not given."""
+    compare: tuple[Compared, ...] | str | None = None
+    """Searches whose strategies the report and the frontier picture place beside the
+    chosen one (`none`: no others); `mcmc,ilp,greedy` for `objective=frontier`."""
+    heuristic: Heuristic | Literal["exact"] = "weighted"
+    """How FT fixes a node no exact elimination removes (`memory`, `time`, `weighted`),
+    or `exact`: it tries every option of that node (exponential, exact)."""
+    max_points: int | None = None
+    """The most points FT keeps in any frontier (thinning, inexact); all when not given."""
 
     def __post_init__(self) -> None:
         check_option_types(self)
@@ -148,48 +190,93 @@ class SoapShardPass(ModulePass):
             raise ValueError(f"beta must be finite, got {self.beta}")
         check_at_least(self, "seed", 0)
         check_byte_size(self, "memory_cap")
+        check_at_least(self, "max_points", 2)
+        if isinstance(self.pick, int) and self.pick < 1:
+            raise ValueError(
+                f"pick must be fastest, smallest or a point's number from 1, got {self.pick}"
+            )
+        if isinstance(self.pick, str) and self.pick not in ("fastest", "smallest"):
+            raise ValueError(
+                f"pick must be fastest, smallest or a point's number, got {self.pick!r}"
+            )
+        if self.pick is not None and self.objective != "frontier":
+            raise ValueError("pick= chooses a frontier point: give objective=frontier")
+        if self.objective == "frontier" and self.search != "ft":
+            raise ValueError("objective=frontier needs search=ft (the search that tracks it)")
+        needs_cap = self.objective in ("mini-time", "mini-parallelism")
+        if needs_cap and self.memory_cap is None:
+            raise ValueError(f"objective={self.objective} needs memory-cap=BYTES")
+        if self.devices is not None:
+            if self.objective not in ("mini-parallelism", "profile"):
+                raise ValueError("devices= is for objective=mini-parallelism or profile")
+            device_counts(self.devices)
+        self._compared()
+
+    def _compared(self) -> tuple[Compared, ...]:
+        """The searches to compare with (`compare=`), the pass's own left out."""
+        given = self.compare
+        if given is None:
+            given = FRONTIER_COMPARE if self.objective == "frontier" else ()
+        elif given == "none":
+            given = ()
+        elif isinstance(given, str):
+            given = (given,)  # type: ignore[assignment]
+        known = get_args(Compared)
+        for name in given:
+            if name not in known:
+                raise ValueError(
+                    f"compare must list searches among {', '.join(known)}, got {name!r}"
+                )
+        return tuple(name for name in given if name != self.search)  # type: ignore[misc]
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         start = time.perf_counter()
         deadline = Deadline.after(self.timeout)
-        outcome: SearchOutcome[Plan] | None = None
         try:
-            mesh = self._mesh_of(op)
-            machine = self._machine_for(mesh)
+            meshes_tried = self._meshes(op)
             signature = training_signature(entry_function(op))
             dag = dag_module.from_module(op)
-            problem = Problem(dag, mesh, signature, _hints(dag, mesh))
-            baselines = {name: complete(problem, STRATEGIES[name](problem)) for name in BASELINES}
-            if self.search in SEARCHES:
-                # the rest of the time is the report's: its simulations of the plans
-                settings = self._settings(machine, deadline.share(SEARCH_SHARE))
-                outcome = SEARCHES[self.search](problem, baselines, settings)
-                plan = outcome.best
-            else:
-                plan = baselines[self.search]
-            simulated = {
-                name: SimulatedStrategy.of(problem, candidate, machine, None)
-                for name, candidate in (("plan", plan), *baselines.items())
-            }
+            tried: dict[int, _Planned] = {}
+            for index, mesh in enumerate(meshes_tried):
+                share = deadline.share(1 / (len(meshes_tried) - index))
+                try:
+                    planned = self._plan(dag, mesh, signature, share)
+                except (FrontierError, MemoryCapError):
+                    if self.objective != "mini-parallelism":
+                        raise
+                    continue  # the cap is under this count's least memory
+                tried[mesh.size] = planned
+                if self.objective == "mini-parallelism" and planned.fits(self._cap()):
+                    break
+            chosen = self._chosen(tried)
+            compared, compare_notes = self._compare(chosen, deadline)
         except ValueError as err:
             raise SoapShardFailed(str(err)) from None
+        problem, plan, mesh, machine = chosen.problem, chosen.plan, chosen.mesh, chosen.machine
         collectives = write_sharded(op, dag, plan, mesh)
         report = current_report()
         groups = {group.name: group for group in plan.meshes} or {mesh.name: mesh}
         title = f"soap-shard {self.search}: which block of each op every device computes"
         report.figure("soap-shard-sharding-map", sharding_map(dag, plan, groups, title))
-        chosen = simulated["plan"]
+        simulated = chosen.simulated
         title = f"soap-shard {self.search}: the simulated step on {machine.name}"
         report.figure(
             "soap-shard-timeline",
-            timeline(chosen.step.graph, chosen.simulator.timeline, title, chosen.step.stands_for),
+            timeline(
+                simulated["plan"].step.graph,
+                simulated["plan"].simulator.timeline,
+                title,
+                simulated["plan"].step.stands_for,
+            ),
         )
         section = report.section(self.name)
+        outcome = chosen.outcome
         if outcome is not None:
             outcome.seconds = time.perf_counter() - start
             outcome.write_report(section, resolve_seed(self.seed))
         section.update(
             search=self.search,
+            objective=self.objective,
             mesh={axis: size for axis, size in mesh.axes},
             seed=resolve_seed(self.seed),
             seconds=round(time.perf_counter() - start, 3),
@@ -208,6 +295,133 @@ class SoapShardPass(ModulePass):
             groups=_groups(dag, plan),
             notes=plan.notes,
         )
+        if compared:
+            section["compared"] = {name: entry.figures() for name, entry in compared.items()}
+        if compare_notes:
+            section["compare_notes"] = compare_notes
+        if len(tried) > 1 or self.objective in ("mini-parallelism", "profile"):
+            section["profile"] = {
+                str(count): {
+                    "simulated_seconds": planned.simulated["plan"].time,
+                    "simulated_memory": planned.simulated["plan"].memory,
+                }
+                for count, planned in sorted(tried.items())
+            }
+            report.figure(
+                "soap-shard-profile",
+                profile_figure(
+                    f"soap-shard {self.search}: the best step per device count on {machine.name}",
+                    {
+                        count: (p.simulated["plan"].time, p.simulated["plan"].memory)
+                        for count, p in tried.items()
+                    },
+                ),
+            )
+        if (outcome is not None and "frontier" in outcome.details) or compared:
+            cap = self._cap()
+            title = f"soap-shard {self.search}: time against memory per device on {machine.name}"
+            report.figure(
+                "soap-shard-frontier",
+                frontier_figure(title, chosen.frontier, compared, cap),
+            )
+
+    def _cap(self) -> int | None:
+        return None if self.memory_cap is None else parse_byte_size(self.memory_cap)
+
+    def _meshes(self, module: ModuleOp) -> list[Mesh]:
+        """The meshes to plan on: the one mesh, or one per device count tried."""
+        if self.objective not in ("mini-parallelism", "profile"):
+            return [self._mesh_of(module)]
+        if meshes(module):
+            raise ValueError(
+                f"objective={self.objective} chooses the mesh: the module has its own parallel.mesh"
+            )
+        if self.mesh is not None:
+            raise ValueError(
+                f"objective={self.objective} chooses the mesh: give devices=, not mesh="
+            )
+        machine = machines.machine(self.machine) if self.machine else None
+        if self.devices is None:
+            if machine is None:
+                raise ValueError(f"objective={self.objective} needs machine= or devices=")
+            counts = [1 << k for k in range(machine.size.bit_length()) if 1 << k <= machine.size]
+        else:
+            counts = device_counts(self.devices)
+        largest = max(counts)
+        if machine is not None and largest > machine.size:
+            raise ValueError(
+                f"devices={_devices_text(self.devices)} asks for {largest} devices, more than "
+                f"machine {machine.name}'s {machine.size}"
+            )
+        return [parse_mesh(count) for count in counts]
+
+    def _plan(
+        self, dag: dag_module.Dag, mesh: Mesh, signature: Any, deadline: Deadline
+    ) -> _Planned:
+        """The strategy of the `search` on `mesh`, with its baselines, all simulated."""
+        machine = self._machine_for(mesh)
+        problem = Problem(dag, mesh, signature, _hints(dag, mesh))
+        baselines = {name: complete(problem, STRATEGIES[name](problem)) for name in BASELINES}
+        outcome: SearchOutcome[Plan] | None = None
+        if self.search in SEARCHES:
+            # the rest of the time is the report's: its simulations of the plans
+            settings = self._settings(machine, deadline.share(SEARCH_SHARE))
+            outcome = _search(self.search, problem, baselines, settings)
+            plan = outcome.best
+        else:
+            plan = baselines[self.search]
+        simulated = {
+            name: SimulatedStrategy.of(problem, candidate, machine, None)
+            for name, candidate in (("plan", plan), *baselines.items())
+        }
+        return _Planned(mesh, machine, problem, baselines, outcome, plan, simulated)
+
+    def _chosen(self, tried: dict[int, _Planned]) -> _Planned:
+        if not tried:
+            raise FrontierError(
+                f"no device count of devices={_devices_text(self.devices)} fits "
+                f"memory-cap={self._cap()} bytes per device"
+            )
+        if self.objective == "mini-parallelism":
+            cap = self._cap()
+            fitting = [planned for planned in tried.values() if planned.fits(cap)]
+            if not fitting:
+                least = min(tried.values(), key=lambda p: p.simulated["plan"].memory)
+                raise FrontierError(
+                    f"no device count of {', '.join(map(str, tried))} fits memory-cap={cap} "
+                    f"bytes per device: the least simulated is {least.simulated['plan'].memory} "
+                    f"bytes at {least.mesh.size} devices"
+                )
+            return min(fitting, key=lambda planned: planned.mesh.size)
+        return min(tried.values(), key=lambda planned: planned.simulated["plan"].time)
+
+    def _compare(
+        self, chosen: _Planned, deadline: Deadline
+    ) -> tuple[dict[str, Evaluated], list[str]]:
+        """The compared searches' strategies and the baselines, each with its estimate
+        and simulation (empty when nothing is compared), and why a compared search
+        has none."""
+        names = self._compared()
+        notes: list[str] = []
+        if not names and not (chosen.outcome and "frontier" in chosen.outcome.details):
+            return {}, notes
+        problem, machine = chosen.problem, chosen.machine
+        budget = deadline.share(COMPARE_SHARE)
+        model = cost_model(problem, self._settings(machine, budget))
+        found: dict[str, Evaluated] = {}
+        for index, name in enumerate(names):
+            settings = self._settings(machine, budget.share(1 / (len(names) - index)))
+            try:
+                outcome = _search(name, problem, chosen.baselines, settings)
+            except ValueError as err:
+                notes.append(f"search={name}: {err}")
+                continue
+            found[name] = evaluate(model, outcome.best, settings)
+        settings = self._settings(machine, budget)
+        for name, plan in chosen.baselines.items():
+            found[name] = evaluate(model, plan, settings)
+        found[self.search] = evaluate(model, chosen.plan, settings)
+        return found, notes
 
     def _mesh_of(self, module: ModuleOp) -> Mesh:
         """The module's mesh (which `mesh=` must match), else the option's."""
@@ -241,13 +455,78 @@ class SoapShardPass(ModulePass):
         return found
 
     def _settings(self, machine: Machine, deadline: Deadline) -> Settings:
-        cap = None if self.memory_cap is None else parse_byte_size(self.memory_cap)
-        return Settings(machine, self.budget, self.beta, cap, resolve_seed(self.seed), deadline)
+        return Settings(
+            machine,
+            self.budget,
+            self.beta,
+            self._cap(),
+            resolve_seed(self.seed),
+            deadline,
+            objective=self.objective,
+            pick=None if self.pick is None else str(self.pick),
+            heuristic=None if self.heuristic == "exact" else self.heuristic,
+            max_points=self.max_points,
+        )
 
     def verification_pair(self, before: ModuleOp, after: ModuleOp) -> tuple[ModuleOp, ModuleOp]:
         """The two programs `tasoc opt --verify-each` compares: the sharded program's
         one-device equal (collectives dropped, layouts removed) against the input."""
         return unsharded(before), unsharded(after)
+
+
+@dataclass
+class _Planned:
+    """One mesh's strategy: the problem, baselines, the search's outcome, and the
+    plan and baselines simulated."""
+
+    mesh: Mesh
+    machine: Machine
+    problem: Problem
+    baselines: dict[str, Plan]
+    outcome: SearchOutcome[Plan] | None
+    plan: Plan
+    simulated: dict[str, SimulatedStrategy]
+
+    def fits(self, cap: int | None) -> bool:
+        return cap is None or self.simulated["plan"].memory <= cap
+
+    @property
+    def frontier(self) -> list[tuple[int, float]]:
+        return [] if self.outcome is None else frontier_points(self.outcome)
+
+
+def _search(
+    name: str, problem: Problem, baselines: Mapping[str, Plan], settings: Settings
+) -> SearchOutcome[Plan]:
+    """Search `name` from the baselines (MCMC also from Spartan's tiling: one more
+    chain's start, as the tiling is cheap and often close)."""
+    starts = dict(baselines)
+    if name == "mcmc":
+        starts["greedy"] = greedy_plan(problem, settings)[0]
+    return SEARCHES[name](problem, starts, settings)
+
+
+def device_counts(spec: int | str | tuple[int, ...]) -> list[int]:
+    """The device counts of option `devices` (ValueError naming it): `8`, `1-16` (the
+    powers of two from 1 to 16), or a list `2,4,8`."""
+    if isinstance(spec, int):
+        counts = [spec]
+    elif isinstance(spec, tuple):
+        counts = list(spec)
+    else:
+        low, sep, high = spec.partition("-")
+        if not (sep and low.isdigit() and high.isdigit() and 0 < int(low) <= int(high)):
+            raise ValueError(f"devices must be N, LOW-HIGH or a list such as 2,4,8, got {spec!r}")
+        counts = [1 << k for k in range(int(high).bit_length()) if int(low) <= 1 << k <= int(high)]
+        if not counts:
+            raise ValueError(f"devices={spec} holds no power of two")
+    if any(not isinstance(c, int) or c < 1 for c in counts):
+        raise ValueError(f"devices must be positive device counts, got {spec!r}")
+    return sorted(set(counts))
+
+
+def _devices_text(spec: int | str | tuple[int, ...] | None) -> str:
+    return ",".join(map(str, spec)) if isinstance(spec, tuple) else str(spec)
 
 
 def _prediction(machine: Machine, simulated: dict[str, SimulatedStrategy]) -> dict[str, Any]:
@@ -344,7 +623,7 @@ def _bytes_per_link(
         if step.kind == "all_slice":
             continue
         mesh = groups[step.result.mesh]
-        devices = everyone if step.kind == "replicate" else _first_group(mesh, step.axes)
+        devices = everyone if step.kind == "replicate" else axis_groups(mesh, step.axes)[0]
         crossed = {
             f"{names[id(link)]} {link.kind}"
             for a in devices
@@ -354,17 +633,6 @@ def _bytes_per_link(
         for link in crossed:
             totals[link] += step.bytes
     return dict(sorted(totals.items()))
-
-
-def _first_group(mesh: Mesh, axes: tuple[str, ...]) -> list[int]:
-    """The devices of `mesh` communicating with its first over `axes` (row-major
-    positions: those at position 0 along every other axis)."""
-    positions = itertools.product(*(range(size) for _, size in mesh.axes))
-    return [
-        device
-        for device, coords in zip(mesh.device_ids, positions, strict=True)
-        if all(c == 0 for (axis, _), c in zip(mesh.axes, coords, strict=True) if axis not in axes)
-    ]
 
 
 def _collective_totals(collectives: list[Collective]) -> dict[str, dict[str, Any]]:

@@ -1,0 +1,300 @@
+"""`search=ft`, `search=greedy` and `search=ilp`: the searches on TensorOpt's cost
+graph (`costs.py`), with the contract `search=mcmc` keeps (`SEARCHES` in
+`soap_shard.py`): a problem, its baselines and the `Settings` in, a `SearchOutcome`
+whose best plan the pass writes out.
+
+* `ft` tracks the whole time/memory frontier (`frontier.py`, TensorOpt §3) and
+  chooses one point by `Settings.objective`: the fastest (`time`), the fastest whose
+  memory fits `memory-cap` (`mini-time`), or the one `pick=` names (`frontier`:
+  `fastest`, `smallest` or its number, 1 the least memory);
+* `greedy` is Spartan's maximum-connectivity-first tiling (`greedy.py`), fewest
+  bytes communicated, `memory-cap` as its budget;
+* `ilp` is one configuration per op solved exactly by HiGHS (`ilp.py`), under
+  `memory-cap`; a model too large for it falls back to `greedy`, with a note.
+
+Each chosen strategy is completed (`plan.complete`: its configurations and argument
+layouts kept) and re-simulated with the full simulator, and its cost-graph
+estimate is reported beside the simulated figures: the two disagree where eq. 3's
+sums do (no overlap, memory as the forward's activations).
+Under `mini-time` a point whose estimate fits but whose simulated peak does not
+gives way to the next point down the frontier (up to `FIT_TRIES` of them).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tasoc.ir.shard_plan import Plan
+from tasoc.passes.search import SearchOutcome, StopReason
+from tasoc.passes.soap import costs, frontier, greedy, ilp
+from tasoc.passes.soap.cost_graph import Choice
+from tasoc.passes.soap.costs import CostModel
+from tasoc.passes.soap.mcmc import Settings, SimulatedStrategy
+from tasoc.passes.soap.plan import PlanError, Problem, complete
+
+FIT_TRIES = 8
+"""Frontier points re-simulated under `mini-time` before the estimate's choice is
+kept with a note that its simulated peak exceeds the cap."""
+
+ILP_MAX_VARIABLES = 200_000
+"""The largest ILP `search=ilp` builds (variables); above it, the greedy tiling with a
+note, rather than a solver that cannot finish."""
+
+FT_SHARE = 0.8
+"""The part of the search's time FT may take; re-simulating its choice takes the rest."""
+
+
+class FrontierError(ValueError):
+    """An objective the frontier cannot meet (a cap under its least memory, a `pick=`
+    naming no point); one line."""
+
+
+@dataclass(frozen=True)
+class Evaluated:
+    """A strategy's cost-graph estimate beside its full simulation."""
+
+    plan: Plan
+    estimate: tuple[float, float] | None
+    """(memory per device, seconds) by eq. 3; None when the graph cannot express it."""
+    simulated: SimulatedStrategy
+
+    def figures(self) -> dict[str, Any]:
+        memory, seconds = self.estimate or (math.nan, math.nan)
+        return {
+            "estimated_memory": None if self.estimate is None else int(memory),
+            "estimated_seconds": None if self.estimate is None else seconds,
+            "simulated_memory": self.simulated.memory,
+            "simulated_seconds": self.simulated.time,
+        }
+
+
+def evaluate(model: CostModel, plan: Plan, settings: Settings) -> Evaluated:
+    """`plan` simulated on the settings' machine (memory traced), with its estimate."""
+    choice = model.choice_of(plan)
+    estimate = None if choice is None else model.graph.cost(choice)
+    simulated = SimulatedStrategy.of(model.problem, plan, settings.machine, settings.memory_cap)
+    return Evaluated(plan, estimate, simulated)
+
+
+def realize(model: CostModel, choice: Choice, settings: Settings) -> Evaluated:
+    """A strategy of the graph as a completed plan, simulated."""
+    try:
+        plan = complete(model.problem, model.prescription(choice))
+    except PlanError as err:
+        raise PlanError(f"a strategy of the cost graph cannot be completed: {err}") from None
+    return evaluate(model, plan, settings)
+
+
+_models: dict[tuple[int, str], CostModel] = {}
+
+
+def cost_model(problem: Problem, settings: Settings) -> CostModel:
+    """The cost graph of `problem` on the settings' machine, built once per pass run
+    (the searches of one pass and its comparisons share it)."""
+    key = (id(problem), settings.machine.name)
+    if key not in _models or _models[key].problem is not problem:
+        _models.clear()
+        _models[key] = costs.build(problem, settings.machine)
+    return _models[key]
+
+
+def _outcome(
+    best: Evaluated,
+    baselines: Mapping[str, Plan],
+    settings: Settings,
+    started: float,
+    stopped: StopReason,
+    details: dict[str, Any],
+) -> SearchOutcome[Plan]:
+    start = SimulatedStrategy.of(
+        best.simulated.problem, baselines["data-parallel"], settings.machine, None, memory=False
+    )
+    return SearchOutcome(
+        best=best.plan,
+        cost_before=start.time,
+        cost_after=best.simulated.cost,
+        seconds=time.perf_counter() - started,
+        stopped=stopped,
+        details={**details, "chosen": best.figures()},
+    )
+
+
+def _graph_figures(model: CostModel, seconds: float) -> dict[str, Any]:
+    graph = model.graph
+    return {
+        "cost_graph": {
+            "nodes": len(graph.nodes),
+            "edges": len(graph.edges),
+            "strategies_log10": round(sum(math.log10(node.options) for node in graph.nodes), 1),
+            "seconds": round(seconds, 3),
+        }
+    }
+
+
+# ------------------------------------------------------------------ ft
+
+
+def pick_point(
+    points: list[frontier.FrontierPoint], settings: Settings
+) -> list[frontier.FrontierPoint]:
+    """The frontier points the objective accepts, the preferred first."""
+    cap = settings.memory_cap
+    if settings.objective == "mini-time" or (cap is not None and settings.pick is None):
+        assert cap is not None
+        fitting = [p for p in points if p.memory <= cap]
+        if not fitting:
+            raise FrontierError(
+                f"memory-cap={cap} bytes is under the frontier's least memory per device, "
+                f"{int(points[0].memory)} bytes (FT's estimate)"
+            )
+        return fitting[::-1]
+    pick = settings.pick or "fastest"
+    if pick == "fastest":
+        return [points[-1]]
+    if pick == "smallest":
+        return [points[0]]
+    number = int(pick)
+    if not 1 <= number <= len(points):
+        raise FrontierError(
+            f"pick={pick} names no frontier point: the frontier has {len(points)} "
+            f"(pick=1 to {len(points)}, fastest or smallest)"
+        )
+    return [points[number - 1]]
+
+
+def search_ft(
+    problem: Problem, baselines: Mapping[str, Plan], settings: Settings
+) -> SearchOutcome[Plan]:
+    """TensorOpt's FT, then the point the objective asks for (module docstring)."""
+    started = time.perf_counter()
+    model = cost_model(problem, settings)
+    built = time.perf_counter() - started
+    try:
+        tracked = frontier.track(
+            model.graph,
+            heuristic=settings.heuristic,
+            max_points=settings.max_points,
+            deadline=settings.deadline.share(FT_SHARE),
+        )
+    except frontier.FrontierTimeout as err:
+        raise FrontierError(
+            f"search=ft ran out of time ({err}): raise timeout or max-points"
+        ) from None
+    if not tracked.points:
+        raise FrontierError("no strategy of the cost graph is feasible")
+    wanted = pick_point(tracked.points, settings)
+    picked, chosen = wanted[0], realize(model, wanted[0].choice, settings)
+    notes = []
+    cap = settings.memory_cap
+    if cap is not None and settings.pick is None:
+        for point in wanted[1:FIT_TRIES]:
+            if chosen.simulated.memory <= cap or settings.deadline.expired():
+                break
+            picked, chosen = point, realize(model, point.choice, settings)
+        if chosen.simulated.memory > cap:
+            notes.append(
+                f"the chosen point's simulated peak, {chosen.simulated.memory} bytes, exceeds "
+                f"memory-cap={cap} (its estimate fits)"
+            )
+    details = {
+        **_graph_figures(model, built),
+        "eliminations": dict(sorted(tracked.eliminations.items())),
+        "heuristic_eliminations": tracked.eliminations.get("heuristic", 0),
+        "chain": tracked.chain,
+        "exact": tracked.exact,
+        "thinned": tracked.thinned,
+        "ft_seconds": round(tracked.seconds, 3),
+        "frontier": [[int(p.memory), p.time] for p in tracked.points],
+        "picked": tracked.points.index(picked) + 1,
+        "frontier_notes": notes,
+    }
+    return _outcome(chosen, baselines, settings, started, StopReason.EXHAUSTED, details)
+
+
+def frontier_points(outcome: SearchOutcome[Plan]) -> list[tuple[int, float]]:
+    """The (memory, seconds) estimates of the frontier `search_ft` reported."""
+    return [(memory, seconds) for memory, seconds in outcome.details.get("frontier", ())]
+
+
+# ------------------------------------------------------------------ greedy
+
+
+def greedy_plan(problem: Problem, settings: Settings) -> tuple[Plan, greedy.Tiling]:
+    """Spartan's tiling of `problem`, completed (also MCMC's "greedy" start)."""
+    model = cost_model(problem, settings)
+    tiling = greedy.tile(model.graph, memory_budget=settings.memory_cap)
+    return complete(problem, model.prescription(tiling.choice)), tiling
+
+
+def search_greedy(
+    problem: Problem, baselines: Mapping[str, Plan], settings: Settings
+) -> SearchOutcome[Plan]:
+    started = time.perf_counter()
+    model = cost_model(problem, settings)
+    built = time.perf_counter() - started
+    plan, tiling = greedy_plan(problem, settings)
+    details = {
+        **_graph_figures(model, built),
+        "communicated_bytes": tiling.bytes,
+        "tiling_seconds": round(tiling.seconds, 3),
+    }
+    return _outcome(
+        evaluate(model, plan, settings), baselines, settings, started, StopReason.EXHAUSTED, details
+    )
+
+
+# ------------------------------------------------------------------ ilp
+
+
+def search_ilp(
+    problem: Problem, baselines: Mapping[str, Plan], settings: Settings
+) -> SearchOutcome[Plan]:
+    started = time.perf_counter()
+    model = cost_model(problem, settings)
+    built = time.perf_counter() - started
+    try:
+        result = ilp.solve(
+            model.graph,
+            memory_cap=settings.memory_cap,
+            deadline=settings.deadline.share(FT_SHARE),
+            max_variables=ILP_MAX_VARIABLES,
+        )
+    except ilp.IlpTooLarge as err:
+        outcome = search_greedy(problem, baselines, settings)
+        outcome.details["ilp_notes"] = [f"{err}: search=greedy's tiling instead"]
+        return outcome
+    except ilp.IlpInfeasible as err:
+        raise FrontierError(str(err)) from None
+    if result.choice is None:
+        raise FrontierError(
+            f"search=ilp found no strategy within its time ({result.seconds:.1f} s): raise timeout"
+        )
+    details = {
+        **_graph_figures(model, built),
+        "ilp": {
+            "status": result.status,
+            "gap": result.gap,
+            "bound": result.bound,
+            "variables": result.variables,
+            "constraints": result.constraints,
+            "seconds": round(result.seconds, 3),
+        },
+    }
+    stopped = StopReason.TIMEOUT if result.status == "timeout" else StopReason.EXHAUSTED
+    return _outcome(
+        realize(model, result.choice, settings), baselines, settings, started, stopped, details
+    )
+
+
+COST_SEARCHES: Mapping[
+    str, Callable[[Problem, Mapping[str, Plan], Settings], SearchOutcome[Plan]]
+] = {
+    "ft": search_ft,
+    "greedy": search_greedy,
+    "ilp": search_ilp,
+}
+"""The searches on the cost graph, by `search=` name."""

@@ -1,0 +1,310 @@
+"""A SOAP problem as TensorOpt's cost graph (`cost_graph.py`): what `search=ft`,
+`search=greedy` and `search=ilp` search, priced with the simulator's op costs and the
+machine's collectives.
+
+Nodes are the choices a strategy makes on one mesh:
+
+* each op with operands: its SOAP configurations (`soap.configurations`). An
+  option's time is eq. 1's t = t_c + t_s: the op's cost on one device at its local
+  shapes (`sim.parallel.analytic_op_cost`, what the simulator charges), plus the
+  all-reduce of its statistics when it splits a synced factor (batchnorm's batch),
+  plus completing the partial sums of a program result it leaves unreduced. Its
+  memory is eq. 1's m_t: the local bytes of its results when it is a forward op of
+  a training step (the activations are all held at the turn from forward to
+  backward, where a step peaks), else nothing (transient gradients);
+* each argument an op reads: the layouts it may lie in (replicated, and every
+  complete layout a configuration of a reader reads it in), memory its local bytes
+  (eq. 1's m_p: params, optimizer state, inputs); one option when a user fixed it.
+
+Edges join a value's producer (op or argument) to each op reading it: for every pair
+of options, the time (eq. 2's t_x) of the collectives `soap.reshard` inserts to turn
+the producer's layout into the reader's, each priced by `Machine.collective_time` on
+the first group of devices it runs over (the groups run at once), and the bytes they
+communicate per device; `inf` where no collective can (a reader wanting partial sums).
+A re-scheduled forward activation read by a forward op is held twice until the
+backward (TensorOpt §4's "keep both copies"), so its edge also holds the reader's
+copy. A new weight leaving the step must lie as its argument does: an edge from the
+op making it to the argument. Values that depend on no argument and operands read
+for their shape alone cost nothing (the writer makes them where they are read), as
+in completion (`plan.py`).
+
+What the graph leaves out, the re-simulation of a chosen strategy shows: the sums of
+eq. 3 ignore overlap of compute and communication and count a collective once per
+reader, and memory is the forward's activations rather than the simulated peak.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tasoc.cost.machines import Machine
+from tasoc.ir import soap
+from tasoc.ir.dag import Node, Value
+from tasoc.ir.shapes import TensorSig
+from tasoc.ir.shard_plan import Plan, free_read
+from tasoc.ir.soap import Config, Mesh, Sharding, ShardingError
+from tasoc.passes.soap.cost_graph import Choice, CostEdge, CostGraph, CostNode
+from tasoc.passes.soap.mcmc import configurations
+from tasoc.passes.soap.plan import Prescription, Problem
+from tasoc.sim.parallel import analytic_op_cost, axis_groups, shard_bytes
+
+Option = Config | Sharding
+"""An op node's option is a configuration, an argument node's a layout."""
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """The cost graph of a problem and what its nodes and options stand for."""
+
+    graph: CostGraph
+    problem: Problem
+    machine: Machine
+    nodes: tuple[Node, ...]
+    """Per graph node, the op or argument it chooses for."""
+    options: tuple[tuple[Option, ...], ...]
+    """Per graph node, its options (configurations or layouts), in index order."""
+
+    def prescription(self, choice: Choice) -> Prescription:
+        """A strategy as what completion keeps: every op's configuration and every
+        argument's layout."""
+        configs: dict[Node, Config] = {}
+        layouts: dict[int, Sharding] = {}
+        position = {arg: i for i, arg in enumerate(self.problem.dag.args)}
+        for node, options, index in zip(self.nodes, self.options, choice, strict=True):
+            option = options[index]
+            if isinstance(option, Sharding):
+                layouts[position[node]] = option
+            else:
+                configs[node] = option
+        return Prescription(configs=configs, layouts=layouts)
+
+    def choice_of(self, plan: Plan) -> Choice | None:
+        """`plan` as a strategy of this graph, or None when it chooses what the graph
+        has no option for (a layout no reader reads, a plan on device groups)."""
+        if plan.meshes:
+            return None
+        choice = []
+        for node, options in zip(self.nodes, self.options, strict=True):
+            if node.is_arg:
+                wanted: Option = plan.values[node.out]
+                found = next((i for i, o in enumerate(options) if o == wanted), None)
+            else:
+                wanted = _split_only(plan.configs[node])
+                found = next(
+                    (i for i, o in enumerate(options) if _split_only(o) == wanted),  # type: ignore[arg-type]
+                    None,
+                )
+            if found is None:
+                return None
+            choice.append(found)
+        return tuple(choice)
+
+
+def _split_only(config: Config) -> dict[str, tuple[str, ...]]:
+    return {factor: axes for factor, axes in config.items() if axes}
+
+
+def build(problem: Problem, machine: Machine) -> CostModel:
+    """The cost graph of `problem` on its mesh, priced on `machine` (module docstring)."""
+    return _Builder(problem, machine).build()
+
+
+class _Builder:
+    def __init__(self, problem: Problem, machine: Machine) -> None:
+        self.problem, self.machine, self.mesh = problem, machine, problem.mesh
+        self.dag = problem.dag
+        self.consumers = self.dag.consumers()
+        self.index: dict[Node, int] = {}
+        self.nodes: list[Node] = []
+        self.options: list[tuple[Option, ...]] = []
+        self.costs: list[CostNode] = []
+        self.edges: list[CostEdge] = []
+
+    def build(self) -> CostModel:
+        readers = [node for node in self.dag.ops if node in self.problem.rules]
+        for position, arg in enumerate(self.dag.args):
+            layouts = self._layouts(position, arg)
+            memories = [self._bytes(arg.out, layout) for layout in layouts]
+            self._add(arg, layouts, [0.0] * len(layouts), memories)
+        for node in readers:
+            options = configurations(self.problem.rules[node], self.mesh)
+            times, memories = zip(*(self._op_cost(node, config) for config in options), strict=True)
+            self._add(node, options, list(times), list(memories))
+        for node in readers:
+            self._read_edges(node)
+        self._exit_edges()
+        graph = CostGraph(tuple(self.costs), tuple(self.edges))
+        return CostModel(graph, self.problem, self.machine, tuple(self.nodes), tuple(self.options))
+
+    # ------------------------------------------------------------------ nodes
+
+    def _add(
+        self, node: Node, options: Sequence[Option], times: list[float], memories: list[float]
+    ) -> None:
+        self.index[node] = len(self.nodes)
+        self.nodes.append(node)
+        self.options.append(tuple(options))
+        name = f"%{node.attr('name')}" if node.is_arg else self.problem.describe(node)
+        self.costs.append(CostNode(name, np.array(times, float), np.array(memories, float)))
+
+    def _layouts(self, position: int, arg: Node) -> list[Sharding]:
+        """The layouts argument `arg` may lie in: its hint alone, else replicated and
+        every complete layout a reader's configuration reads it in."""
+        if position in self.problem.hints:
+            return [self.problem.hints[position]]
+        value = arg.out
+        found = {Sharding.replicated(self.mesh.name, value.sig.rank): None}
+        for use in self.consumers.get(value, ()):
+            if use.node not in self.problem.rules:
+                continue
+            rule = self.problem.rules[use.node]
+            for config in configurations(rule, self.mesh):
+                need = _needs(rule, config, self.mesh.name)[use.operand]
+                if not need.unreduced:
+                    found.setdefault(need)
+        return list(found)
+
+    def _op_cost(self, node: Node, config: Config) -> tuple[float, float]:
+        rule = self.problem.rules[node]
+        needs = _needs(rule, config, self.mesh.name)
+        results = _results(rule, needs, self.mesh.name)
+        device = self.machine.device
+        local_in = [_local(v.sig, s, self.mesh) for v, s in zip(node.inputs, needs, strict=True)]
+        local_out = [
+            _local(v.sig, s, self.mesh) for v, s in zip(node.results, results, strict=True)
+        ]
+        time = analytic_op_cost(node, local_in, local_out, device)
+        for factor, axes in soap.internal_collectives(rule, config):
+            stats = sum(
+                shard_bytes(v.sig, s, self.mesh)
+                for v, s, dims in zip(node.results, results, rule.results, strict=True)
+                if factor not in dims
+            )
+            time += self._collective("all_reduce", stats, axes)
+        outputs = set(self.dag.outputs)
+        replaced = {self.dag.outputs[i] for i in self.problem.replaces}
+        for value, result in zip(node.results, results, strict=True):
+            if value in outputs and value not in replaced and result.unreduced:
+                time += self._reshard(result, Sharding(result.mesh, result.dims), value.sig)[0]
+        if self.problem.signature is not None and node not in self.problem.forward:
+            return time, 0.0
+        return time, sum(self._bytes(v, s) for v, s in zip(node.results, results, strict=True))
+
+    # ------------------------------------------------------------------ edges
+
+    def _read_edges(self, reader: Node) -> None:
+        rule = self.problem.rules[reader]
+        target = self.index[reader]
+        reader_options = self.options[target]
+        for operand, value in enumerate(reader.inputs):
+            if operand in rule.shape_only or value in self.problem.local:
+                continue
+            producer = value.node
+            if producer not in self.index:
+                continue  # an argument nobody splits, or a constant: read as made
+            source = self.index[producer]
+            made = [self._made(producer, value, option) for option in self.options[source]]
+            wanted = [_needs(rule, config, self.mesh.name)[operand] for config in reader_options]
+            held = (
+                reader in self.problem.forward
+                and (producer.is_arg or producer in self.problem.forward)
+                and self.problem.signature is not None
+            )
+            self.edges.append(self._edge(source, target, value, made, wanted, held))
+
+    def _exit_edges(self) -> None:
+        """A new weight (or optimizer state) leaves as its argument lies."""
+        for output, argument in self.problem.replaces.items():
+            value, arg = self.dag.outputs[output], self.dag.args[argument]
+            producer = value.node
+            if producer not in self.index or arg not in self.index or producer is arg:
+                continue
+            source, target = self.index[producer], self.index[arg]
+            made = [self._made(producer, value, option) for option in self.options[source]]
+            wanted = list(self.options[target])
+            self.edges.append(self._edge(source, target, value, made, wanted, False))  # type: ignore[arg-type]
+
+    def _made(self, producer: Node, value: Value, option: Option) -> Sharding:
+        """The layout `value` is made in when `producer` takes `option`."""
+        if isinstance(option, Sharding):
+            return option
+        rule = self.problem.rules[producer]
+        results = _results(rule, _needs(rule, option, self.mesh.name), self.mesh.name)
+        return results[producer.results.index(value)]
+
+    def _edge(
+        self,
+        source: int,
+        target: int,
+        value: Value,
+        made: Sequence[Sharding],
+        wanted: Sequence[Sharding],
+        held: bool,
+    ) -> CostEdge:
+        shape = (len(made), len(wanted))
+        time, moved, memory = np.zeros(shape), np.zeros(shape), np.zeros(shape)
+        for i, have in enumerate(made):
+            for j, want in enumerate(wanted):
+                if have == want or free_read(value, want, self.problem.local):
+                    continue
+                time[i, j], moved[i, j] = self._reshard(have, want, value.sig)
+                if held and math.isfinite(time[i, j]):
+                    memory[i, j] = self._bytes(value, want)
+        return CostEdge(source, target, time, moved, memory if memory.any() else None)
+
+    # ------------------------------------------------------------------ pricing
+
+    def _reshard(self, source: Sharding, target: Sharding, sig: TensorSig) -> tuple[float, float]:
+        return _reshard_cost(source, target, sig, self.mesh, self.machine)
+
+    def _collective(self, kind: soap.CollectiveKind, nbytes: int, axes: tuple[str, ...]) -> float:
+        group = tuple(axis_groups(self.mesh, axes)[0])
+        return self.machine.collective_time(kind, nbytes, group)
+
+    def _bytes(self, value: Value, sharding: Sharding) -> float:
+        return float(shard_bytes(value.sig, sharding, self.mesh))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _reshard_cost(
+    source: Sharding, target: Sharding, sig: TensorSig, mesh: Mesh, machine: Machine
+) -> tuple[float, float]:
+    """(seconds, bytes per device) of the collectives turning `source` into `target`;
+    (inf, inf) where none can."""
+    try:
+        steps = soap.reshard(source, target, sig, mesh)
+    except ShardingError:
+        return math.inf, math.inf
+    seconds = moved = 0.0
+    for step in steps:
+        if step.kind == "all_slice":
+            continue
+        group = tuple(axis_groups(mesh, step.axes)[0])
+        seconds += machine.collective_time(step.kind, step.bytes, group)
+        moved += step.bytes
+    return seconds, moved
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _needs_cached(
+    rule: soap.OpRule, config: tuple[tuple[str, tuple[str, ...]], ...], mesh: str
+) -> tuple[Sharding, ...]:
+    return tuple(soap.shardings_for(rule, dict(config), mesh)[0])
+
+
+def _needs(rule: soap.OpRule, config: Config, mesh: str) -> tuple[Sharding, ...]:
+    return _needs_cached(rule, tuple(sorted(config.items())), mesh)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _results(rule: soap.OpRule, needs: tuple[Sharding, ...], mesh: str) -> tuple[Sharding, ...]:
+    return tuple(soap.propagate(rule, needs, mesh)[0])
+
+
+def _local(sig: TensorSig, sharding: Sharding, mesh: Mesh) -> TensorSig:
+    return TensorSig(sharding.local_shape(sig.shape, mesh), sig.dtype)
