@@ -70,9 +70,8 @@ def test_mini_time_is_the_fastest_point_under_the_cap(mlp_step: ModuleOp) -> Non
     best_under = max(i for i, (memory, _) in enumerate(points) if memory <= cap)
     assert capped["picked"] <= best_under + 1
     assert capped["chosen"]["estimated_memory"] <= cap or capped["frontier_notes"]
-    least = int(points[0][0])
-    with pytest.raises(SoapShardFailed, match=f"under the frontier's least memory.*{least} bytes"):
-        frontier_run(mlp_step, mesh=4, objective="mini-time", memory_cap=least - 1)
+    with pytest.raises(SoapShardFailed, match=r"under the frontier's least memory.*, \d+ bytes"):
+        frontier_run(mlp_step, mesh=4, objective="mini-time", memory_cap=1)
 
 
 @pytest.mark.parametrize("search", ["greedy", "ilp"])

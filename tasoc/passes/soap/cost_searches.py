@@ -44,6 +44,9 @@ ILP_MAX_VARIABLES = 200_000
 """The largest ILP `search=ilp` builds (variables); above it, the greedy tiling with a
 note, rather than a solver that cannot finish."""
 
+ANCHOR_SHARE = 0.3
+"""The part of `search=ft`'s time the ILP anchor may take (`_anchors`)."""
+
 FT_SHARE = 0.8
 """The part of the search's time FT may take; re-simulating its choice takes the rest."""
 
@@ -173,12 +176,14 @@ def search_ft(
     started = time.perf_counter()
     model = cost_model(problem, settings)
     built = time.perf_counter() - started
+    anchors = _anchors(model, baselines, settings) if settings.heuristic is not None else {}
     try:
         tracked = frontier.track(
             model.graph,
             heuristic=settings.heuristic,
             max_points=settings.max_points,
             deadline=settings.deadline.share(FT_SHARE),
+            anchors=tuple(anchors.values()),
         )
     except frontier.FrontierTimeout as err:
         raise FrontierError(
@@ -204,6 +209,7 @@ def search_ft(
         **_graph_figures(model, built),
         "eliminations": dict(sorted(tracked.eliminations.items())),
         "heuristic_eliminations": tracked.eliminations.get("heuristic", 0),
+        "anchors": list(anchors),
         "chain": tracked.chain,
         "exact": tracked.exact,
         "thinned": tracked.thinned,
@@ -213,6 +219,32 @@ def search_ft(
         "frontier_notes": notes,
     }
     return _outcome(chosen, baselines, settings, started, StopReason.EXHAUSTED, details)
+
+
+def _anchors(
+    model: CostModel, baselines: Mapping[str, Plan], settings: Settings
+) -> dict[str, Choice]:
+    """The strategies FT's heuristic elimination also follows (`frontier.track`): the
+    baselines the graph can express, Spartan's tiling, and the ILP's fastest when it
+    is proven within `ANCHOR_SHARE` of the time (an incumbent is fine too)."""
+    found = {
+        name: choice
+        for name, plan in baselines.items()
+        if (choice := model.choice_of(plan)) is not None
+    }
+    found["greedy"] = greedy.tile(model.graph, memory_budget=settings.memory_cap).choice
+    try:
+        result = ilp.solve(
+            model.graph,
+            memory_cap=settings.memory_cap,
+            deadline=settings.deadline.share(ANCHOR_SHARE),
+            max_variables=ILP_MAX_VARIABLES,
+        )
+    except (ilp.IlpTooLarge, ilp.IlpInfeasible):
+        return found
+    if result.choice is not None:
+        found["ilp"] = result.choice
+    return found
 
 
 def frontier_points(outcome: SearchOutcome[Plan]) -> list[tuple[int, float]]:

@@ -9,9 +9,10 @@ Nodes are the choices a strategy makes on one mesh:
   shapes (`sim.parallel.analytic_op_cost`, what the simulator charges), plus the
   all-reduce of its statistics when it splits a synced factor (batchnorm's batch),
   plus completing the partial sums of a program result it leaves unreduced. Its
-  memory is eq. 1's m_t: the local bytes of its results when it is a forward op of
-  a training step (the activations are all held at the turn from forward to
-  backward, where a step peaks), else nothing (transient gradients);
+  memory is eq. 1's m_t: the local bytes of its results held at a training step's
+  peak, the turn from forward to backward: forward values a backward or update op
+  reads (activations saved for the backward) and program results (a new weight
+  excepted: it reuses its argument's buffer); every result of a forward program;
 * each argument an op reads: the layouts it may lie in (replicated, and every
   complete layout a configuration of a reader reads it in), memory its local bytes
   (eq. 1's m_p: params, optimizer state, inputs); one option when a user fixed it.
@@ -21,7 +22,7 @@ of options, the time (eq. 2's t_x) of the collectives `soap.reshard` inserts to 
 the producer's layout into the reader's, each priced by `Machine.collective_time` on
 the first group of devices it runs over (the groups run at once), and the bytes they
 communicate per device; `inf` where no collective can (a reader wanting partial sums).
-A re-scheduled forward activation read by a forward op is held twice until the
+A re-scheduled saved activation read by a forward op is held twice until the
 backward (TensorOpt §4's "keep both copies"), so its edge also holds the reader's
 copy. A new weight leaving the step must lie as its argument does: an edge from the
 op making it to the argument. Values that depend on no argument and operands read
@@ -30,7 +31,8 @@ in completion (`plan.py`).
 
 What the graph leaves out, the re-simulation of a chosen strategy shows: the sums of
 eq. 3 ignore overlap of compute and communication and count a collective once per
-reader, and memory is the forward's activations rather than the simulated peak.
+reader, and memory is the saved activations and the arguments rather than the
+simulated peak (gradients and communication buffers live there too).
 """
 
 from __future__ import annotations
@@ -124,6 +126,10 @@ class _Builder:
         self.options: list[tuple[Option, ...]] = []
         self.costs: list[CostNode] = []
         self.edges: list[CostEdge] = []
+        replaced = {self.dag.outputs[index] for index in problem.replaces}
+        self.kept_outputs = frozenset(self.dag.outputs) - replaced
+        """Program results held in buffers of their own (a new weight reuses its
+        argument's: donated)."""
 
     def build(self) -> CostModel:
         readers = [node for node in self.dag.ops if node in self.problem.rules]
@@ -191,9 +197,12 @@ class _Builder:
         for value, result in zip(node.results, results, strict=True):
             if value in outputs and value not in replaced and result.unreduced:
                 time += self._reshard(result, Sharding(result.mesh, result.dims), value.sig)[0]
-        if self.problem.signature is not None and node not in self.problem.forward:
-            return time, 0.0
-        return time, sum(self._bytes(v, s) for v, s in zip(node.results, results, strict=True))
+        held = [
+            self._bytes(value, result)
+            for value, result in zip(node.results, results, strict=True)
+            if self._saved(value)
+        ]
+        return time, sum(held)
 
     # ------------------------------------------------------------------ edges
 
@@ -210,11 +219,7 @@ class _Builder:
             source = self.index[producer]
             made = [self._made(producer, value, option) for option in self.options[source]]
             wanted = [_needs(rule, config, self.mesh.name)[operand] for config in reader_options]
-            held = (
-                reader in self.problem.forward
-                and (producer.is_arg or producer in self.problem.forward)
-                and self.problem.signature is not None
-            )
+            held = reader in self.problem.forward and self._saved(value)
             self.edges.append(self._edge(source, target, value, made, wanted, held))
 
     def _exit_edges(self) -> None:
@@ -256,6 +261,18 @@ class _Builder:
                 if held and math.isfinite(time[i, j]):
                     memory[i, j] = self._bytes(value, want)
         return CostEdge(source, target, time, moved, memory if memory.any() else None)
+
+    def _saved(self, value: Value) -> bool:
+        """Whether `value` is held at the step's peak, the turn from forward to backward:
+        a forward value some backward or update op reads (an activation saved for the
+        backward), or a program result not donated. In a forward program every value
+        counts."""
+        problem = self.problem
+        if problem.signature is None or value in self.kept_outputs:
+            return True
+        if not (value.node.is_arg or value.node in problem.forward):
+            return False
+        return any(use.node not in problem.forward for use in self.consumers.get(value, ()))
 
     # ------------------------------------------------------------------ pricing
 

@@ -21,6 +21,14 @@ How it works here, following Algorithm 2:
   both normalized), and each of its edges folds into the neighbour's frontier. With
   `heuristic=None` the node is *conditioned* on instead: the rest of FT runs once per
   option and the results are united and reduced, which is exponential but exact.
+- **Anchors.** TensorOpt uses "multiple heuristics" to fix a node; `anchors` adds
+  whole strategies as such heuristics: one more run per anchor, each of its
+  heuristic eliminations fixing the node as the anchor does, the final frontiers
+  united. A training step's forward, backward and update ops are separate nodes
+  joined by the weights and saved activations, a ladder rather than a chain, so
+  heuristic elimination runs hundreds of times there (TensorOpt's forward-only
+  graphs needed it twice for BERT), and a local rule alone strays far from the
+  optimum; a run following an anchor keeps the anchor's strategy in its space.
 - **Marking** (line 5): the first node of each connected component is marked, and a
   mark extends to the last marked node's single higher-index neighbour, so the chain
   the program runs along stays whole for LDP instead of being eliminated. Elimination
@@ -49,6 +57,7 @@ import itertools
 import math
 import time as clock
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -87,7 +96,8 @@ class Tracked:
     feasible."""
     eliminations: Counter[str]
     """How many of each elimination ran: "node", "edge", "branch", "heuristic",
-    "conditioned" (one per node conditioned on, in every branch)."""
+    "conditioned" (one per node conditioned on, in every branch), summed over the runs
+    (one, and one more per anchor)."""
     chain: int
     """Nodes of the linear graph LDP ran on, summed over components (with conditioning,
     the longest of its runs)."""
@@ -109,22 +119,35 @@ def track(
     heuristic: Heuristic | None = "weighted",
     max_points: int | None = None,
     deadline: Deadline | None = None,
+    anchors: Sequence[Choice] = (),
 ) -> Tracked:
     """The (memory, time) frontier of `graph` by Frontier Tracking (Algorithm 2).
 
     `heuristic` picks the option of a node heuristic elimination fixes; None conditions
     on it instead, keeping the result exact at exponential cost. `max_points` thins any
     frontier longer than it (the result is then approximate); `deadline` raises
-    `FrontierTimeout` once passed."""
+    `FrontierTimeout` once passed.
+
+    `anchors` are whole strategies (a data-parallel plan, an ILP's optimum) used as
+    more of TensorOpt's "multiple heuristics": FT runs once more per anchor, its
+    heuristic eliminations fixing each node as the anchor does, and the frontiers
+    are united. An anchor's strategy stays in its run's space, so the result has a
+    point at least as good as every anchor on both costs."""
     if heuristic not in (None, "memory", "time", "weighted"):
         raise ValueError(f"unknown heuristic {heuristic!r}")
     if max_points is not None and max_points < 2:
         raise ValueError(f"max_points must keep both ends of a frontier, got {max_points}")
     started = clock.perf_counter()
     run = _Run(heuristic, max_points, deadline, _scales(graph))
+    for anchor in anchors:
+        if len(anchor) != len(graph.nodes):
+            raise ValueError(f"an anchor needs one option per node, got {len(anchor)}")
     if graph.nodes:
-        state = _State.initial(graph, run)
-        final = _solve(state, run)
+        results = []
+        for anchor in (None, *anchors) if heuristic is not None else (None,):
+            run.anchor = anchor
+            results.append(_solve(_State.initial(graph, run), run))
+        final = results[0] if len(results) == 1 else _union(results, run)
         choices = _unroll(run.records, final.src[:, 0], len(graph.nodes))
     else:
         final = _leaf(np.zeros(1), np.zeros(1), 1)
@@ -427,6 +450,8 @@ class _Run:
     scales: tuple[float, float]
     """(time, memory) totals the weighted heuristic divides by."""
     records: _Records = field(default_factory=_Records)
+    anchor: Choice | None = None
+    """The strategy heuristic elimination follows in this run (None: `heuristic`)."""
     eliminations: Counter[str] = field(default_factory=Counter)
     thinned: int = 0
     chain: int = 0
@@ -848,7 +873,11 @@ def _solve(state: _State, run: _Run) -> _Frontiers:
         elif run.heuristic is None:
             return _condition(state, node, run)
         else:
-            state.fix(node, state.pick(node, run.heuristic, run.scales), run)
+            if run.anchor is not None:
+                option = run.anchor[node]
+            else:
+                option = state.pick(node, run.heuristic, run.scales)
+            state.fix(node, option, run)
             run.eliminations["heuristic"] += 1
     return _ldp_all(state, run)
 

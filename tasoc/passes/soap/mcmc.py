@@ -1,10 +1,11 @@
 """`search=mcmc`: FlexFlow's Metropolis-Hastings search over the SOAP space (Jia
 thesis §3.5), priced by the execution simulator (`tasoc.sim`).
 
-A strategy is every op's configuration. The search starts from data parallel, expert,
-every op replicated (one device's program on each: no communication at all, which
-wins on small steps where collectives' latency outweighs the compute they save) and a
-random strategy, one chain each, and proposes one change at a time: a random
+A strategy is every op's configuration. The search starts from the plans it is given
+(data parallel, expert and, from the pass, Spartan's greedy tiling), every op
+replicated (one device's program on each: no communication at all, which wins on
+small steps where collectives' latency outweighs the compute they save) and a random
+strategy, one chain each, and proposes one change at a time: a random
 op takes a random other legal configuration of its rule on its mesh. The proposal is
 priced by editing the step's task graph (`ShardedStep.set_config`) and re-simulating
 only what the edit touches (`DeltaSimulator.update`), never by rebuilding IR. It is

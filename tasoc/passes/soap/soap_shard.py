@@ -140,7 +140,7 @@ class SoapShardPass(ModulePass):
 
     mesh: int | str | None = None
     """Devices used: `8` (axis "d") or `2x4` (axes "x", "y"); the module's own
-    `parallel.mesh` when not given."""
+    `parallel.mesh` when not given, else all of `machine`'s devices on one axis."""
     search: Search = "data-parallel"
     """How configurations are chosen: a named strategy (`strategies.py`), or a search
     simulating the step on `machine` (`mcmc`, `exhaustive`)."""
@@ -440,8 +440,13 @@ class SoapShardPass(ModulePass):
                     f"{_axes_text(mesh)}"
                 )
             return mesh
+        if wanted is None and self.machine is not None:
+            return parse_mesh(machines.machine(self.machine).size)
         if wanted is None:
-            raise ValueError("give mesh=N or mesh=AxB: the module has no parallel.mesh")
+            raise ValueError(
+                "give mesh=N or mesh=AxB (or machine=, whose devices it then uses): the "
+                "module has no parallel.mesh"
+            )
         return wanted
 
     def _machine_for(self, mesh: Mesh) -> Machine:
