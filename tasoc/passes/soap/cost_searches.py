@@ -45,7 +45,7 @@ ILP_MAX_VARIABLES = 200_000
 note, rather than a solver that cannot finish."""
 
 ANCHOR_SHARE = 0.3
-"""The part of `search=ft`'s time the ILP anchor may take (`_anchors`)."""
+"""The part of `search=ft`'s time the ILP anchor may take (`ft_anchors`)."""
 
 FT_SHARE = 0.8
 """The part of the search's time FT may take; re-simulating its choice takes the rest."""
@@ -176,7 +176,7 @@ def search_ft(
     started = time.perf_counter()
     model = cost_model(problem, settings)
     built = time.perf_counter() - started
-    anchors = _anchors(model, baselines, settings) if settings.heuristic is not None else {}
+    anchors = ft_anchors(model, baselines, settings) if settings.heuristic is not None else {}
     try:
         tracked = frontier.track(
             model.graph,
@@ -221,7 +221,7 @@ def search_ft(
     return _outcome(chosen, baselines, settings, started, StopReason.EXHAUSTED, details)
 
 
-def _anchors(
+def ft_anchors(
     model: CostModel, baselines: Mapping[str, Plan], settings: Settings
 ) -> dict[str, Choice]:
     """The strategies FT's heuristic elimination also follows (`frontier.track`): the
