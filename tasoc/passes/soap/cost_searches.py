@@ -105,6 +105,12 @@ def cost_model(problem: Problem, settings: Settings) -> CostModel:
     return _models[key]
 
 
+def _timed_model(problem: Problem, settings: Settings) -> tuple[CostModel, float]:
+    """The problem's cost model and the seconds building it took (0 when built before)."""
+    started = time.perf_counter()
+    return cost_model(problem, settings), time.perf_counter() - started
+
+
 def _outcome(
     best: Evaluated,
     baselines: Mapping[str, Plan],
@@ -174,8 +180,7 @@ def search_ft(
 ) -> SearchOutcome[Plan]:
     """TensorOpt's FT, then the point the objective asks for (module docstring)."""
     started = time.perf_counter()
-    model = cost_model(problem, settings)
-    built = time.perf_counter() - started
+    model, built = _timed_model(problem, settings)
     anchors = ft_anchors(model, baselines, settings) if settings.heuristic is not None else {}
     try:
         tracked = frontier.track(
@@ -234,12 +239,7 @@ def ft_anchors(
     }
     found["greedy"] = greedy.tile(model.graph, memory_budget=settings.memory_cap).choice
     try:
-        result = ilp.solve(
-            model.graph,
-            memory_cap=settings.memory_cap,
-            deadline=settings.deadline.share(ANCHOR_SHARE),
-            max_variables=ILP_MAX_VARIABLES,
-        )
+        result = _solve_ilp(model, settings, ANCHOR_SHARE)
     except (ilp.IlpTooLarge, ilp.IlpInfeasible):
         return found
     if result.choice is not None:
@@ -266,8 +266,7 @@ def search_greedy(
     problem: Problem, baselines: Mapping[str, Plan], settings: Settings
 ) -> SearchOutcome[Plan]:
     started = time.perf_counter()
-    model = cost_model(problem, settings)
-    built = time.perf_counter() - started
+    model, built = _timed_model(problem, settings)
     plan, tiling = greedy_plan(problem, settings)
     details = {
         **_graph_figures(model, built),
@@ -282,19 +281,23 @@ def search_greedy(
 # ------------------------------------------------------------------ ilp
 
 
+def _solve_ilp(model: CostModel, settings: Settings, share: float) -> ilp.IlpResult:
+    """The ILP under the settings' cap, in `share` of their time."""
+    return ilp.solve(
+        model.graph,
+        memory_cap=settings.memory_cap,
+        deadline=settings.deadline.share(share),
+        max_variables=ILP_MAX_VARIABLES,
+    )
+
+
 def search_ilp(
     problem: Problem, baselines: Mapping[str, Plan], settings: Settings
 ) -> SearchOutcome[Plan]:
     started = time.perf_counter()
-    model = cost_model(problem, settings)
-    built = time.perf_counter() - started
+    model, built = _timed_model(problem, settings)
     try:
-        result = ilp.solve(
-            model.graph,
-            memory_cap=settings.memory_cap,
-            deadline=settings.deadline.share(FT_SHARE),
-            max_variables=ILP_MAX_VARIABLES,
-        )
+        result = _solve_ilp(model, settings, FT_SHARE)
     except ilp.IlpTooLarge as err:
         outcome = search_greedy(problem, baselines, settings)
         outcome.details["ilp_notes"] = [f"{err}: search=greedy's tiling instead"]
