@@ -3,6 +3,7 @@
     tasoc opt step.mlir -p 'soap-shard{mesh=8 search=data-parallel}'
     tasoc opt step.mlir -p 'soap-shard{mesh=2x4 search=expert}'
     tasoc opt step.mlir -p 'soap-shard{mesh=16 machine=k80-cluster search=mcmc timeout=60}'
+    tasoc opt step.mlir -p 'soap-shard{machine=v100-tensoropt search=ft objective=frontier}'
 
 The pass is a shell: it reads `@main` into the light graph once, lets the strategy
 named by `search` prescribe configurations (`strategies.py`), completes the rest and
@@ -10,7 +11,14 @@ lays out the arguments (`plan.py`), or lets a search choose every op's configura
 by simulating the step on `machine` (`mcmc.py`, `exhaustive.py`, starting from the
 named strategies' plans), and writes the sharded program back
 (`tasoc.ir.shard_plan`): a `parallel.mesh`, sharded types, and explicit collectives wherever
-a value lies otherwise than its consumer reads it. Everything about an op's parallel
+a value lies otherwise than its consumer reads it.
+
+The searches on TensorOpt's cost graph (`cost_searches.py`: `ft`, `greedy`, `ilp`)
+choose by `objective`: the fastest (`time`), a point of the time/memory frontier
+(`frontier`, `pick=`), the fastest under `memory-cap` (`mini-time`); `profile` and
+`mini-parallelism` plan once per device count of `devices` and write the fastest, or
+the fewest devices that fit. `compare=` places other searches' strategies beside the
+written one, in the report and the frontier picture. Everything about an op's parallel
 dims comes from its SOAP rule (`tasoc.ir.soap`).
 
 The mesh is `mesh=N` (one axis "d") or `mesh=AxB(xC)` (axes "x", "y", "z"), or the
@@ -233,27 +241,48 @@ class SoapShardPass(ModulePass):
         start = time.perf_counter()
         deadline = Deadline.after(self.timeout)
         try:
-            meshes_tried = self._meshes(op)
-            signature = training_signature(entry_function(op))
             dag = dag_module.from_module(op)
-            tried: dict[int, _Planned] = {}
-            for index, mesh in enumerate(meshes_tried):
-                share = deadline.share(1 / (len(meshes_tried) - index))
-                try:
-                    planned = self._plan(dag, mesh, signature, share)
-                except (FrontierError, MemoryCapError):
-                    if self.objective != "mini-parallelism":
-                        raise
-                    continue  # the cap is under this count's least memory
-                tried[mesh.size] = planned
-                if self.objective == "mini-parallelism" and planned.fits(self._cap()):
-                    break
+            tried = self._plan_meshes(op, dag, deadline)
             chosen = self._chosen(tried)
             compared, compare_notes = self._compare(chosen, deadline)
         except ValueError as err:
             raise SoapShardFailed(str(err)) from None
+        collectives = write_sharded(op, dag, chosen.plan, chosen.mesh)
+        self._report(start, dag, chosen, tried, collectives, compared, compare_notes)
+
+    def _plan_meshes(
+        self, module: ModuleOp, dag: dag_module.Dag, deadline: Deadline
+    ) -> dict[int, _Planned]:
+        """The strategy on each mesh tried (one, or one per device count), by device
+        count; `mini-parallelism` stops at the first count that fits."""
+        meshes_tried = self._meshes(module)
+        signature = training_signature(entry_function(module))
+        tried: dict[int, _Planned] = {}
+        for index, mesh in enumerate(meshes_tried):
+            share = deadline.share(1 / (len(meshes_tried) - index))
+            try:
+                planned = self._plan(dag, mesh, signature, share)
+            except (FrontierError, MemoryCapError):
+                if self.objective != "mini-parallelism":
+                    raise
+                continue  # the cap is under this count's least memory
+            tried[mesh.size] = planned
+            if self.objective == "mini-parallelism" and planned.fits(self._cap()):
+                break
+        return tried
+
+    def _report(
+        self,
+        start: float,
+        dag: dag_module.Dag,
+        chosen: _Planned,
+        tried: Mapping[int, _Planned],
+        collectives: list[Collective],
+        compared: Mapping[str, Evaluated],
+        compare_notes: list[str],
+    ) -> None:
+        """The report section and the pictures of the written plan."""
         problem, plan, mesh, machine = chosen.problem, chosen.plan, chosen.mesh, chosen.machine
-        collectives = write_sharded(op, dag, plan, mesh)
         report = current_report()
         groups = {group.name: group for group in plan.meshes} or {mesh.name: mesh}
         title = f"soap-shard {self.search}: which block of each op every device computes"
