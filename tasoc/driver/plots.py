@@ -179,12 +179,16 @@ def _memory(figure: MemoryFigure) -> Any:
 def _frontier(figure: FrontierFigure) -> Any:
     """Two panels sharing their axes' units: the cost model's estimates (the frontier
     as a step line, each strategy's estimate) and the simulator's figures for the same
-    strategies; the memory cap dashed on both."""
+    strategies and a sample of the frontier's points; the memory cap dashed on both."""
     from matplotlib import pyplot
 
     drawn, axes = pyplot.subplots(1, 2, figsize=(12, 4.6))
     largest = max(
-        [*(m for m, _ in figure.frontier), *(mark.memory for mark in figure.marks), figure.cap or 0]
+        [
+            *(m for m, _ in (*figure.frontier, *figure.simulated_frontier)),
+            *(mark.memory for mark in figure.marks),
+            figure.cap or 0,
+        ]
     )
     scale, unit = _byte_scale(int(largest))
     names = list(dict.fromkeys(mark.name for mark in figure.marks))
@@ -194,20 +198,23 @@ def _frontier(figure: FrontierFigure) -> Any:
         (axes[0], False, "cost model (TensorOpt eq. 3)"),
         (axes[1], True, "simulated"),
     ):
-        if figure.frontier and not simulated:
-            ax.step(
-                [m / scale for m, _ in figure.frontier],
-                [t * 1e3 for _, t in figure.frontier],
-                where="post",
-                color="grey",
-                label=f"FT frontier ({len(figure.frontier)} points)",
-            )
+        line = figure.simulated_frontier if simulated else figure.frontier
+        if line:
+            what = "points simulated" if simulated else "points"
             ax.plot(
-                [m / scale for m, _ in figure.frontier],
-                [t * 1e3 for _, t in figure.frontier],
-                ".",
+                [m / scale for m, _ in line],
+                [t * 1e3 for _, t in line],
+                ".-" if simulated else ".",
                 color="grey",
+                label=f"FT frontier ({len(line)} {what})",
             )
+            if not simulated:
+                ax.step(
+                    [m / scale for m, _ in line],
+                    [t * 1e3 for _, t in line],
+                    where="post",
+                    color="grey",
+                )
         for mark in figure.marks:
             if mark.simulated == simulated:
                 ax.plot(

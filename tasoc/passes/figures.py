@@ -113,6 +113,8 @@ class FrontierFigure:
     title: str
     frontier: tuple[tuple[float, float], ...]
     """(memory, seconds) of each frontier point, by increasing memory."""
+    simulated_frontier: tuple[tuple[float, float], ...]
+    """(memory, seconds) of some frontier points as the simulator sees them."""
     marks: tuple[StrategyMark, ...]
     cap: int | None
 

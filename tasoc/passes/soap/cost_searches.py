@@ -36,6 +36,9 @@ from tasoc.passes.soap.costs import CostModel
 from tasoc.passes.soap.mcmc import Settings, SimulatedStrategy
 from tasoc.passes.soap.plan import PlanError, Problem, complete
 
+SIMULATED_POINTS = 8
+"""Frontier points `search=ft` re-simulates for the report and the picture."""
+
 FIT_TRIES = 8
 """Frontier points re-simulated under `mini-time` before the estimate's choice is
 kept with a note that its simulated peak exceeds the cap."""
@@ -221,9 +224,32 @@ def search_ft(
         "ft_seconds": round(tracked.seconds, 3),
         "frontier": [[int(p.memory), p.time] for p in tracked.points],
         "picked": tracked.points.index(picked) + 1,
+        "frontier_simulated": _simulated_sample(model, tracked.points, settings),
         "frontier_notes": notes,
     }
     return _outcome(chosen, baselines, settings, started, StopReason.EXHAUSTED, details)
+
+
+def _simulated_sample(
+    model: CostModel, points: list[frontier.FrontierPoint], settings: Settings
+) -> list[list[float]]:
+    """Up to `SIMULATED_POINTS` frontier points spread evenly (both ends first)
+    re-simulated, as [number, simulated memory, simulated seconds]: how the
+    frontier looks to the simulator, for the report and the picture. Stops at the
+    deadline."""
+    count = min(len(points), SIMULATED_POINTS)
+    spread = [round(i * (len(points) - 1) / max(count - 1, 1)) for i in range(count)]
+    order = list(dict.fromkeys([spread[0], spread[-1], *spread]))
+    sample = []
+    for index in order:
+        if settings.deadline.expired():
+            break
+        try:
+            simulated = realize(model, points[index].choice, settings).simulated
+        except PlanError:
+            continue
+        sample.append([index + 1, simulated.memory, simulated.time])
+    return sorted(sample)
 
 
 def ft_anchors(

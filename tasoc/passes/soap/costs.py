@@ -22,9 +22,10 @@ of options, the time (eq. 2's t_x) of the collectives `soap.reshard` inserts to 
 the producer's layout into the reader's, each priced by `Machine.collective_time` on
 the first group of devices it runs over (the groups run at once), and the bytes they
 communicate per device; `inf` where no collective can (a reader wanting partial sums).
-A re-scheduled saved activation read by a forward op is held twice until the
-backward (TensorOpt §4's "keep both copies"), so its edge also holds the reader's
-copy. A new weight leaving the step must lie as its argument does: an edge from the
+A re-scheduled copy of a saved activation is made as soon as the value is (the
+simulator runs collectives then) and held until its reader, so at the turn to the
+backward both copies are held (TensorOpt §4's "keep both copies"): its edge holds the
+reader's copy. A new weight leaving the step must lie as its argument does: an edge from the
 op making it to the argument. Values that depend on no argument and operands read
 for their shape alone cost nothing (the writer makes them where they are read), as
 in completion (`plan.py`).
@@ -219,7 +220,7 @@ class _Builder:
             source = self.index[producer]
             made = [self._made(producer, value, option) for option in self.options[source]]
             wanted = [_needs(rule, config, self.mesh.name)[operand] for config in reader_options]
-            held = reader in self.problem.forward and self._saved(value)
+            held = self._saved(value)
             self.edges.append(self._edge(source, target, value, made, wanted, held))
 
     def _exit_edges(self) -> None:

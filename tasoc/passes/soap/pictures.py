@@ -114,18 +114,19 @@ def _devices_text(devices: tuple[int, ...]) -> str:
 def frontier_figure(
     title: str,
     frontier: Sequence[tuple[float, float]],
+    simulated_frontier: Sequence[tuple[float, float]],
     strategies: Mapping[str, Evaluated],
     cap: int | None,
 ) -> FrontierFigure:
-    """The frontier and each strategy's estimate (where the cost graph can express
-    it) and simulation."""
+    """The frontier (estimates, and some points simulated) and each strategy's
+    estimate (where the cost graph can express it) and simulation."""
     marks = []
     for name, strategy in strategies.items():
         if strategy.estimate is not None:
             marks.append(StrategyMark(name, *strategy.estimate, simulated=False))
         simulated = strategy.simulated
         marks.append(StrategyMark(name, simulated.memory, simulated.time, simulated=True))
-    return FrontierFigure(title, tuple(frontier), tuple(marks), cap)
+    return FrontierFigure(title, tuple(frontier), tuple(simulated_frontier), tuple(marks), cap)
 
 
 def profile_figure(title: str, best: Mapping[int, tuple[float, int]]) -> ProfileFigure:

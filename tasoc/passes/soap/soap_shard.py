@@ -351,7 +351,7 @@ class SoapShardPass(ModulePass):
             title = f"soap-shard {self.search}: time against memory per device on {machine.name}"
             report.figure(
                 "soap-shard-frontier",
-                frontier_figure(title, chosen.frontier, compared, cap),
+                frontier_figure(title, chosen.frontier, chosen.simulated_frontier, compared, cap),
             )
 
     def _cap(self) -> int | None:
@@ -526,7 +526,18 @@ class _Planned:
 
     @property
     def frontier(self) -> list[tuple[int, float]]:
+        """FT's frontier (estimates), empty for other searches."""
         return [] if self.outcome is None else frontier_points(self.outcome)
+
+    @property
+    def simulated_frontier(self) -> list[tuple[int, float]]:
+        """The frontier points FT re-simulated, as (memory, seconds)."""
+        if self.outcome is None:
+            return []
+        return [
+            (memory, seconds)
+            for _, memory, seconds in self.outcome.details.get("frontier_simulated", ())
+        ]
 
 
 def _search(
