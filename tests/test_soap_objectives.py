@@ -47,8 +47,12 @@ def test_frontier_reports_every_point_and_writes_the_fastest(mlp_step: ModuleOp)
     assert set(section["compared"]) == {"ft", "mcmc", "ilp", "greedy", "data-parallel", "expert"}
     # the ILP optimum of the same cost graph is no faster than the frontier's fastest point
     assert section["compared"]["ilp"]["estimated_seconds"] >= times[-1] * (1 - 1e-9)
+    sample = section["frontier_simulated"]
+    assert [number for number, _, _ in sample][0] == 1 and sample[-1][0] == len(points)
+    assert sample[-1][1:] == [chosen["simulated_memory"], chosen["simulated_seconds"]]
     figure = report.figures["soap-shard-frontier"]
     assert isinstance(figure, FrontierFigure) and len(figure.frontier) == len(points)
+    assert len(figure.simulated_frontier) == len(sample)
     names = {mark.name for mark in figure.marks if mark.simulated}
     assert names == set(section["compared"])
 
