@@ -21,8 +21,9 @@ its `Release` (an argument's: only to its `Release`, as the replay counts it).
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from xdsl.dialects.builtin import DictionaryAttr, FloatAttr, IntegerAttr, ModuleOp, f64, i64
 from xdsl.ir import Attribute, Block, SSAValue
@@ -286,6 +287,28 @@ def set_figures(module: ModuleOp, figures: Mapping[str, int | float]) -> None:
             for name, value in sorted(figures.items())
         }
     )
+
+
+def _slot() -> defaultdict[int, list[Entry]]:
+    return defaultdict(list)
+
+
+@dataclass
+class Slots:
+    """Moves placed around the ops of an order by position, as planners decide them,
+    and the schedule they make: `before[p]` ahead of op p, then op p, `after[p]`, then
+    `releases[p]` (position -1: at the start, before any op)."""
+
+    before: defaultdict[int, list[Entry]] = field(default_factory=_slot)
+    after: defaultdict[int, list[Entry]] = field(default_factory=_slot)
+    releases: defaultdict[int, list[Entry]] = field(default_factory=_slot)
+    """After op p's `after` entries: a copy freed once its swap-out has been issued."""
+
+    def schedule(self, order: Sequence[Node]) -> tuple[Entry, ...]:
+        schedule: list[Entry] = [*self.after[-1], *self.releases[-1]]
+        for p, node in enumerate(order):
+            schedule += [*self.before[p], node, *self.after[p], *self.releases[p]]
+        return tuple(schedule)
 
 
 def readers_in_order(dag: Dag) -> dict[Value, list[Node]]:

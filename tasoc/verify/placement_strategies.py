@@ -22,8 +22,6 @@ its own schedule needs, so both sides of the verifier's capacity check get drawn
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 from hypothesis import strategies as st
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation
@@ -33,9 +31,9 @@ from tasoc.ir.dag import Dag, Node
 from tasoc.ir.graph import sig_of
 from tasoc.ir.memory import replay, space_of, tensor_bytes
 from tasoc.ir.placement_plan import (
-    Entry,
     PlacementPlan,
     Release,
+    Slots,
     SwapIn,
     SwapOut,
     positions,
@@ -73,16 +71,14 @@ def _placements(draw: st.DrawFn, dag: Dag) -> PlacementPlan:
     where = positions(order)
     readers = readers_in_order(dag.scheduled(order))
     returned = set(dag.outputs)
-    before: defaultdict[int, list[Entry]] = defaultdict(list)  # entries before op p
-    after: defaultdict[int, list[Entry]] = defaultdict(list)  # after op p (-1: the start)
-    releases: defaultdict[int, list[Entry]] = defaultdict(list)  # after op p's swap-outs
+    slots = Slots()
 
     hosted = set()
     for index, arg in enumerate(dag.args):
         reads = readers.get(arg.out)
         if reads and space_of(arg.out.sig) == "device" and draw(st.booleans()):
             hosted.add(index)
-            before[draw(st.integers(0, where[reads[0]]))].append(SwapIn(arg.out))
+            slots.before[draw(st.integers(0, where[reads[0]]))].append(SwapIn(arg.out))
 
     values = [arg.out for i, arg in enumerate(dag.args) if i not in hosted]
     values += [v for node in order for v in node.results]
@@ -93,14 +89,10 @@ def _placements(draw: st.DrawFn, dag: Dag) -> PlacementPlan:
         made = -1 if value.node.is_arg else where[value.node]
         back = draw(st.integers(0, len(reads) - 1))  # the first reader of the new copy
         last_old = reads[back - 1] if back else made  # the old copy's last reader
-        after[made].append(SwapOut(value))
-        releases[last_old].append(Release(value))
-        before[draw(st.integers(last_old + 1, reads[back]))].append(SwapIn(value))
-
-    schedule: list[Entry] = [*after[-1], *releases[-1]]
-    for p, node in enumerate(order):
-        schedule += [*before[p], node, *after[p], *releases[p]]
-    return PlacementPlan(tuple(schedule), frozenset(hosted))
+        slots.after[made].append(SwapOut(value))
+        slots.releases[last_old].append(Release(value))
+        slots.before[draw(st.integers(last_old + 1, reads[back]))].append(SwapIn(value))
+    return PlacementPlan(slots.schedule(order), frozenset(hosted))
 
 
 def placements(dag: Dag) -> st.SearchStrategy[PlacementPlan]:

@@ -15,16 +15,15 @@ reader, and its replacing result is swapped out as soon as it is made.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
 
 from tasoc.ir.dag import Dag, Node, Value
 from tasoc.ir.liveness import value_kinds
 from tasoc.ir.memory import Space, space_of, tensor_bytes
 from tasoc.ir.placement_plan import (
-    Entry,
     PlacementPlan,
     Release,
+    Slots,
     SwapIn,
     SwapOut,
     positions,
@@ -62,9 +61,7 @@ def offload_all(
     loss_at = where[dag.outputs[signature.loss].node]
     readers = readers_in_order(dag)
     returned = set(dag.outputs)
-    before: defaultdict[int, list[Entry]] = defaultdict(list)  # entries before op p
-    after: defaultdict[int, list[Entry]] = defaultdict(list)  # after op p (-1: the start)
-    releases: defaultdict[int, list[Entry]] = defaultdict(list)  # after op p's swap-outs
+    slots = Slots()
 
     offloaded = kept = 0
     for value, kind in value_kinds(dag, signature).items():
@@ -83,25 +80,23 @@ def offload_all(
             kept += 1  # the device copy would be freed and taken again at once
             continue
         offloaded += 1
-        after[made].append(SwapOut(value))
-        releases[last_forward].append(Release(value))
-        before[swap_in].append(SwapIn(value))
+        slots.after[made].append(SwapOut(value))
+        slots.releases[last_forward].append(Release(value))
+        slots.before[swap_in].append(SwapIn(value))
 
     hosted = frozenset((*signature.params, *signature.state) if params == "host" else ()) & {
         i for i, arg in enumerate(dag.args) if arg.out in readers
     }
     for index in sorted(hosted):
         first = where[readers[dag.args[index].out][0]]
-        before[max(first - prefetch, 0)].append(SwapIn(dag.args[index].out))
+        slots.before[max(first - prefetch, 0)].append(SwapIn(dag.args[index].out))
     for result, argument in signature.replaces:
         value = dag.outputs[result]
         if argument in hosted and not value.node.is_arg:
-            after[where[value.node]].append(SwapOut(value))
+            slots.after[where[value.node]].append(SwapOut(value))
 
-    schedule: list[Entry] = [*after[-1], *releases[-1]]
-    for p, node in enumerate(order):
-        schedule += [*before[p], node, *after[p], *releases[p]]
-    return OffloadChoice(PlacementPlan(tuple(schedule), hosted, capacity), offloaded, kept)
+    plan = PlacementPlan(slots.schedule(order), hosted, capacity)
+    return OffloadChoice(plan, offloaded, kept)
 
 
 def _made_at(value: Value, where: dict[Node, int]) -> int:

@@ -43,7 +43,6 @@ is what the verifier checks; a plan carries its pool, so the written module has
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -51,9 +50,9 @@ from typing import Literal
 from tasoc.ir.dag import Dag, Node, Value
 from tasoc.ir.memory import Pool, tensor_bytes
 from tasoc.ir.placement_plan import (
-    Entry,
     PlacementPlan,
     Release,
+    Slots,
     SwapIn,
     SwapOut,
     output_spaces,
@@ -180,8 +179,7 @@ class _Pass:
     sticky: bool
     replaced: dict[int, int]
     """Result index -> the argument it replaces."""
-    before: defaultdict[int, list[Entry]] = field(default_factory=lambda: defaultdict(list))
-    after: defaultdict[int, list[Entry]] = field(default_factory=lambda: defaultdict(list))
+    slots: Slots = field(default_factory=Slots)
     resident: dict[Value, tuple[int, int]] = field(default_factory=dict)
     """Device copies held now, each with its class and units (`_Meter`)."""
     made_at: dict[Value, tuple[int, bool]] = field(default_factory=dict)
@@ -291,7 +289,7 @@ class _Pass:
                 self._hold(value, i)
                 self.made_at[value] = (i, False)
                 if value in self.leaves_on_host:
-                    self.after[i].append(SwapOut(value))
+                    self.slots.after[i].append(SwapOut(value))
                     self.on_host.add(value)
             self._drop_dead(node, i)
         return self
@@ -324,14 +322,14 @@ class _Pass:
         its host copy exists), released after its last reader."""
         made, by_swap_in = self.made_at.pop(value)
         if value not in self.on_host:
-            self.after[made].append(SwapOut(value))  # made == -1: at the start
+            self.slots.after[made].append(SwapOut(value))  # made == -1: at the start
             self.on_host.add(value)
         last = self.last_read.get(value, made)
         if by_swap_in and last < made:  # a swap-in nobody read: release right after it
-            self.before[made].append(Release(value))
+            self.slots.before[made].append(Release(value))
             last = made - 1
         else:
-            self.after[last].append(Release(value))
+            self.slots.after[last].append(Release(value))
         self.gone_since[value] = last + 1
         key = self.resident[value][0]
         units = self._unhold(value)
@@ -349,7 +347,7 @@ class _Pass:
             earliest = max(self.gone_since.get(value, 0), i - self.settings.lookback, 0)
             while start > earliest and held_at[start - 1] + units <= limit:
                 start -= 1
-        self.before[start].append(SwapIn(value))
+        self.slots.before[start].append(SwapIn(value))
         for p in range(start, i):
             held_at[p] += units
         self._hold(value, i)
@@ -367,7 +365,7 @@ class _Pass:
             if self.sticky and value in self.persistent_new:
                 continue
             if value.node.is_arg:
-                self.after[i].append(Release(value))
+                self.slots.after[i].append(Release(value))
             self._unhold(value)
             self.made_at.pop(value)
         for value in node.results:  # made and never read
@@ -388,10 +386,8 @@ class _Pass:
         )
 
     def plan(self) -> PlacementPlan:
-        schedule: list[Entry] = [*self.after[-1]]
-        for p, node in enumerate(self.dag.ops):
-            schedule += [*self.before[p], node, *self.after[p]]
-        return PlacementPlan(tuple(schedule), self.host, self.settings.capacity, self.settings.pool)
+        schedule = self.slots.schedule(self.dag.ops)
+        return PlacementPlan(schedule, self.host, self.settings.capacity, self.settings.pool)
 
 
 def ideal_plan(dag: Dag) -> PlacementPlan:
