@@ -46,7 +46,7 @@ eviction sets among the tensors read again last (Belady's order). That plan is t
 compared with the swap planner's Belady and LRU plans and the fewest bytes win;
 `DpPlan.method` says which ran (`exact`, `bounded`, `belady`, `lru`).
 
-The choice is written as a plan by the swap planner's own scan (`swap_planner._Pass`)
+The choice is written as a plan by the swap planner's own scan (`swap_planner.SwapScan`)
 with the DP's evictions for victims: swap-outs right after a tensor is made, releases
 after its last reader, swap-ins prefetched as early as memory allows. That scan too
 evicts only when an op does not fit, so its plan moves the DP's bytes.
@@ -69,9 +69,9 @@ from tasoc.ir.training import TrainingSignature
 from tasoc.passes.placement.problem import PlacementProblem, SearchLimits
 from tasoc.passes.placement.swap_planner import (
     CapacityTooSmall,
+    Meter,
+    SwapScan,
     SwapSettings,
-    _Meter,
-    _Pass,
     plan_swaps,
 )
 from tasoc.passes.search import SearchOutcome, StopReason
@@ -177,7 +177,7 @@ def plan_dp(
         cached, host, _ = choice
         scan = _Realized(
             dag,
-            _Meter(SwapSettings(capacity, lookback=lookback)),
+            Meter(SwapSettings(capacity, lookback=lookback)),
             host=host,
             sticky=False,
             replaced=dict(signature.replaces) if signature is not None else {},
@@ -498,7 +498,7 @@ def _minimal_sets(
 
 
 @dataclass
-class _Realized(_Pass):
+class _Realized(SwapScan):
     """The swap planner's scan with the DP's choice of victims (module docstring)."""
 
     cached: Sequence[frozenset[Value]] = ()
@@ -510,11 +510,11 @@ class _Realized(_Pass):
         super().__post_init__()
         self.on_host |= self.dead  # nothing reads them again: released without a copy
 
-    def _victim(self, i: int, inputs: set[Value], key: int) -> Value | None:
+    def victim(self, i: int, inputs: set[Value], key: int) -> Value | None:
         """A value the DP does not keep across op `i` (the one read again last): one
         exists whenever op `i` does not fit, since it fits what the DP keeps."""
         candidates = [v for v in self.members[key] if v not in inputs and v not in self.cached[i]]
-        return max(candidates, key=lambda v: self._next_use(v, i)) if candidates else None
+        return max(candidates, key=lambda v: self.next_use(v, i)) if candidates else None
 
 
 def _put(states: dict[State, _Entry], key: State, entry: _Entry) -> None:

@@ -11,7 +11,7 @@ every tensor takes one object of the smallest class that holds it, as `memory.re
 counts a module's `memory.pool` — so the planner runs out of room when the tensor's
 class has no free object, and evicts a resident tensor *of that class* (§4.3.2: "the
 planner chooses the tensor from the same size-class"). Both are one rule over
-`_Meter`'s classes: bytes are one class whose objects are bytes.
+`Meter`'s classes: bytes are one class whose objects are bytes.
 
 - `belady` picks the one (of the class short of room) whose next use is furthest
   ahead (Belady's rule, optimal for a cache, and it leaves the most time to bring the
@@ -70,7 +70,7 @@ class CapacityTooSmall(ValueError):
     def __init__(self, op: Node, position: int, needs: str, size_class: int | None = 0) -> None:
         super().__init__(f"op {position} ({op.op}) needs {needs}")
         self.size_class = size_class
-        """The class that ran out (`_Meter`: 0 for bytes), None when no class could
+        """The class that ran out (`Meter`: 0 for bytes), None when no class could
         hold the tensor."""
 
     @classmethod
@@ -107,8 +107,8 @@ def plan_swaps(
         frozenset((*signature.params, *signature.state)) if signature is not None else frozenset()
     )
     replaced = dict(signature.replaces) if signature is not None else {}
-    meter = _Meter(settings)
-    first = _Pass(dag, meter, host=persistent, sticky=True, replaced=replaced).run()
+    meter = Meter(settings)
+    first = SwapScan(dag, meter, host=persistent, sticky=True, replaced=replaced).run()
     residents = sorted(
         (i for i in persistent if first.resident_at_end(i)),
         key=lambda i: tensor_bytes(dag.args[i].out.sig),
@@ -116,7 +116,7 @@ def plan_swaps(
     while True:
         host = persistent - frozenset(residents)
         try:
-            return _Pass(dag, meter, host=host, sticky=False, replaced=replaced).run().plan()
+            return SwapScan(dag, meter, host=host, sticky=False, replaced=replaced).run().plan()
         except CapacityTooSmall as err:
             # the largest initial resident of the class that ran out goes back to the host
             short = [
@@ -127,7 +127,7 @@ def plan_swaps(
             residents.pop(short[-1])
 
 
-class _Meter:
+class Meter:
     """Device memory as the planner counts it (module docstring): each value takes
     `units` of one class `key`, each class holds at most `limits[key]` units. Without a
     pool: one class, bytes, the capacity. With one: a class per pool size class, one
@@ -168,20 +168,24 @@ class _Meter:
 
 
 @dataclass
-class _Pass:
+class SwapScan:
     """One scan of the schedule (module docstring): `host` are the arguments that
     start on the host; with `sticky`, new values of persistent tensors stay on the
-    device until evicted (the first pass), else they leave where their argument came."""
+    device until evicted (the first pass), else they leave where their argument came.
+
+    Other planners reuse the scan (the moves, prefetches and pools it writes) with
+    their own choice of what to evict: a subclass overrides `victim` (ROC's DP does,
+    `dp.py`)."""
 
     dag: Dag
-    meter: _Meter
+    meter: Meter
     host: frozenset[int]
     sticky: bool
     replaced: dict[int, int]
     """Result index -> the argument it replaces."""
     slots: Slots = field(default_factory=Slots)
     resident: dict[Value, tuple[int, int]] = field(default_factory=dict)
-    """Device copies held now, each with its class and units (`_Meter`)."""
+    """Device copies held now, each with its class and units (`Meter`)."""
     made_at: dict[Value, tuple[int, bool]] = field(default_factory=dict)
     """Where the current device copy was made: (op position, made by a swap-in before it)."""
     on_host: set[Value] = field(default_factory=set)
@@ -196,7 +200,7 @@ class _Pass:
         readers = readers_in_order(self.dag)
         self.uses = {v: [self.where[n] for n in nodes] for v, nodes in readers.items()}
         self.cursor: dict[Value, int] = {}
-        """Per value, the index in `uses` of its next use (`_next_use`)."""
+        """Per value, the index in `uses` of its next use (`next_use`)."""
         self.settings = self.meter.settings
         classes = range(len(self.meter.limits))
         self.held = [0 for _ in classes]
@@ -231,7 +235,7 @@ class _Pass:
         cost = self.meter.cost(value)
         if cost is None:
             assert self.meter.pool is not None
-            at = position if not value.node.is_arg else self._next_use(value, 0)
+            at = position if not value.node.is_arg else self.next_use(value, 0)
             at = min(at, len(self.dag.ops) - 1)
             raise CapacityTooSmall(
                 self.dag.ops[at],
@@ -256,7 +260,7 @@ class _Pass:
 
     # ------------------------------------------------------------------ the scan
 
-    def run(self) -> _Pass:
+    def run(self) -> SwapScan:
         limits = self.meter.limits
         for key, held in enumerate(self.held):
             if held > limits[key]:
@@ -275,7 +279,7 @@ class _Pass:
                 made[key] = made.get(key, 0) + units
             for key, units in need.items():
                 while self.held[key] + units > limits[key]:
-                    victim = self._victim(i, inputs, key)
+                    victim = self.victim(i, inputs, key)
                     if victim is None:
                         raise self.meter.too_small(node, i, key, self.held[key] + units)
                     self._evict(victim, i)
@@ -294,9 +298,9 @@ class _Pass:
             self._drop_dead(node, i)
         return self
 
-    def _victim(self, i: int, inputs: set[Value], key: int) -> Value | None:
+    def victim(self, i: int, inputs: set[Value], key: int) -> Value | None:
         """The resident tensor of class `key` to evict for op `i` (module docstring),
-        None if none can."""
+        None if none can: the hook a subclass overrides."""
         candidates = [v for v in self.members[key] if v not in inputs and v not in self.pinned]
         if not candidates:
             return None
@@ -304,10 +308,10 @@ class _Pass:
         settled = [v for v in candidates if i - last[v] >= self.settings.threshold]
         pool = settled or candidates
         if self.settings.policy == "lru":
-            return min(pool, key=lambda v: (last[v], self._next_use(v, i)))
-        return max(pool, key=lambda v: (self._next_use(v, i), -last[v]))
+            return min(pool, key=lambda v: (last[v], self.next_use(v, i)))
+        return max(pool, key=lambda v: (self.next_use(v, i), -last[v]))
 
-    def _next_use(self, value: Value, i: int) -> int:
+    def next_use(self, value: Value, i: int) -> int:
         """The first op at or after `i` that reads `value` (past the end: none). A scan
         asks with `i` never decreasing, so each value's cursor only moves forward."""
         uses = self.uses.get(value, ())
@@ -360,7 +364,7 @@ class _Pass:
         for value in dict.fromkeys(node.inputs):
             if value not in self.resident or value in self.pinned:
                 continue
-            if self._next_use(value, i + 1) <= len(self.dag.ops):
+            if self.next_use(value, i + 1) <= len(self.dag.ops):
                 continue
             if self.sticky and value in self.persistent_new:
                 continue
