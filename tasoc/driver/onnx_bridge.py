@@ -22,7 +22,7 @@ import ml_dtypes
 import numpy as np
 from xdsl.dialects.builtin import ModuleOp
 
-from tasoc.driver.errors import DriverError, UsageError, one_line
+from tasoc.driver.errors import DriverError, UsageError, note, one_line
 from tasoc.ir.program import ProgramError, arg_infos, entry_function
 
 if TYPE_CHECKING:
@@ -71,17 +71,22 @@ def import_model(
     source: bytes | str, name: str, shapes: InputShapes
 ) -> tuple[ModuleOp, dict[str, np.ndarray]]:
     """`import_onnx` on INPUT (its path, or the bytes read from stdin); its one-line
-    error, prefixed with INPUT's name."""
+    error, prefixed with INPUT's name, and its notes (an opset upgraded) as
+    `tasoc: note:` lines, prefixed the same way."""
     from tasoc.backends.onnx import OnnxImportError, import_onnx
 
+    notes: list[str] = []
     try:
-        return import_onnx(source, shapes)
+        imported = import_onnx(source, shapes, notes)
     except OnnxImportError as err:
         # The importer names its Python parameter; on the command line it is the option.
         message = re.sub(r"^input_shapes ", "--input-shape ", one_line(str(err)))
         if isinstance(source, str):  # the message starts with INPUT's name already
             message = message.replace(f"'{source}'", "the file")
         raise DriverError(f"{name}: {message}") from None
+    for message in notes:
+        note(f"{name}: {message}")
+    return imported
 
 
 def program_weights(module: ModuleOp, values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

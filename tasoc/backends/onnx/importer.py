@@ -22,6 +22,7 @@ and the opset. `docs/onnx.md` lists what maps to what.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections import Counter
@@ -31,6 +32,8 @@ from typing import Any, NoReturn
 
 import numpy as np
 import onnx
+import onnx.defs
+import onnx.version_converter
 from onnx import TensorProto
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, BlockArgument, SSAValue
@@ -43,7 +46,7 @@ from tasoc.backends.onnx.conventions import (
     DTYPES_BY_ONNX,
     NODE_FORMS_KEY,
 )
-from tasoc.backends.onnx.errors import OnnxImportError, format_dims, shown
+from tasoc.backends.onnx.errors import OnnxImportError, first_line, format_dims, shown
 from tasoc.backends.onnx.files import load_model, read_metadata
 from tasoc.backends.onnx.folding import FOLDERS
 from tasoc.backends.onnx.gelu import find_gelus
@@ -55,8 +58,65 @@ from tasoc.ir.program import ENTRY, make_function
 from tasoc.ir.shapes import ConstData, DType, ShapeError, TensorSig
 
 MIN_OPSET = 11
-MAX_OPSET = 25
-"""The default-domain opsets whose operator semantics the importer implements."""
+MAX_OPSET = 28
+"""The default-domain opsets whose operator semantics the importer implements. A model
+of an older opset is first upgraded to MIN_OPSET with `onnx.version_converter`; one of a
+newer opset than the installed `onnx` knows (`onnx.defs.onnx_opset_version()`) is
+refused, as its operators have no schema to check them against."""
+
+OP_VERSIONS: dict[str, tuple[int, ...]] = {
+    "Add": (7, 13, 14),
+    "AveragePool": (11, 19, 22),
+    "BatchNormalization": (9, 14, 15),
+    "Cast": (9, 13, 19, 21, 23, 24, 25, 28),
+    "Concat": (11, 13),
+    "Constant": (11, 12, 13, 19, 21, 23, 24, 25),
+    "ConstantOfShape": (9, 20, 21, 23, 24, 25),
+    "Conv": (11, 22),
+    "Div": (7, 13, 14),
+    "Dropout": (10, 12, 13, 22),
+    "Equal": (11, 13, 19),
+    "Expand": (8, 13),
+    "EyeLike": (9, 22),
+    "Flatten": (11, 13, 21, 23, 24, 25),
+    "Gather": (11, 13),
+    "Gelu": (20,),
+    "Gemm": (11, 13),
+    "GlobalAveragePool": (1, 22),
+    "GlobalMaxPool": (1, 22),
+    "Identity": (1, 13, 14, 16, 19, 21, 23, 24, 25),
+    "LayerNormalization": (17,),
+    "MatMul": (9, 13),
+    "MaxPool": (11, 12, 22),
+    "Mul": (7, 13, 14),
+    "Neg": (6, 13),
+    "Pad": (11, 13, 18, 19, 21, 23, 24, 25),
+    "Range": (11, 27),
+    "ReduceMax": (11, 12, 13, 18, 20),
+    "ReduceMean": (11, 13, 18),
+    "ReduceSum": (11, 13),
+    "Relu": (6, 13, 14),
+    "Reshape": (5, 13, 14, 19, 21, 23, 24, 25),
+    "Shape": (1, 13, 15, 19, 21, 23, 24, 25),
+    "Sigmoid": (6, 13),
+    "Slice": (11, 13),
+    "Softmax": (11, 13),
+    "Split": (11, 13, 18),
+    "Squeeze": (11, 13, 21, 23, 24, 25),
+    "Sub": (7, 13, 14),
+    "Tanh": (6, 13),
+    "Transpose": (1, 13, 21, 23, 24, 25),
+    "Unsqueeze": (11, 13, 21, 23, 24, 25),
+    "Where": (9, 16),
+}
+"""The versions of each op's ONNX schema (`since_version`) whose semantics the handler
+(and folder) of the op implements: every version in force at some opset in
+MIN_OPSET..MAX_OPSET. A node whose op is listed but whose schema at the model's opset is
+another version is refused, naming the version, rather than imported with the semantics
+of a version it is not. `tests/test_onnx_opsets.py` checks this table against the
+schemas of the installed `onnx`, so that an onnx release adding a version of a handled
+op fails there until the handler is checked against it (`docs/onnx.md` lists the
+per-version differences the handlers take care of)."""
 
 CONSTANT_ELEMENTS_LIMIT = 1024
 """Literals up to this many elements become `graph.constant`; larger ones are weights
@@ -71,16 +131,27 @@ name is also its member name in the `.npz` beside text IR, which a zip file caps
 def import_onnx(
     model: str | PathLike[str] | bytes | onnx.ModelProto,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
+    notes: list[str] | None = None,
 ) -> tuple[ModuleOp, dict[str, np.ndarray]]:
     """Import `model` (a path, serialized bytes or a ModelProto) into the graph dialect.
 
     `input_shapes` fixes the shapes of graph inputs by ONNX name (needed when the
     model declares dynamic dimensions). Returns the module and the weight values by
     `@main` argument name: the ONNX initializer name, made a valid IR name (see
-    `ir_name`). Raises OnnxImportError with a one-line message.
+    `ir_name`). Raises OnnxImportError with a one-line message. What the user should
+    know about an import that succeeded (a model of an opset below MIN_OPSET upgraded
+    with `onnx.version_converter`) is appended to `notes`, one line each.
     """
     proto = load_model(model)
     opset = _default_opset(proto)
+    if opset < MIN_OPSET:
+        proto = _upgraded(proto, opset)
+        if notes is not None:
+            notes.append(
+                f"the model's opset {opset} was upgraded to opset {MIN_OPSET} with "
+                "onnx.version_converter"
+            )
+        opset = MIN_OPSET
     order = read_metadata(proto, ARGUMENT_ORDER_KEY)
     if not (isinstance(order, list) and all(isinstance(name, str) for name in order)):
         order = None
@@ -120,17 +191,64 @@ def ir_name(onnx_name: str, taken: set[str]) -> str:
     return unique
 
 
+def highest_opset() -> int:
+    """The newest default-domain opset the importer takes: MAX_OPSET, or the newest the
+    installed `onnx` knows when that is older."""
+    return min(MAX_OPSET, onnx.defs.onnx_opset_version())
+
+
 def _default_opset(model: onnx.ModelProto) -> int:
     versions = {entry.domain or "ai.onnx": entry.version for entry in model.opset_import}
     opset = versions.get("ai.onnx")
     if opset is None:
         raise OnnxImportError("the model imports no default-domain ('ai.onnx') opset")
-    if not MIN_OPSET <= opset <= MAX_OPSET:
+    highest = highest_opset()
+    if not 1 <= opset <= highest:
+        known = onnx.defs.onnx_opset_version()
+        why = (
+            "opsets start at 1"
+            if opset < 1
+            else f"the installed onnx {onnx.__version__} knows opsets up to {known}"
+            if opset > known
+            else f"tasoc implements opsets up to {MAX_OPSET}"
+        )
         raise OnnxImportError(
-            f"unsupported ONNX opset {opset} (supported: {MIN_OPSET}-{MAX_OPSET}); "
-            "convert the model with onnx.version_converter"
+            f"unsupported ONNX opset {opset} (supported: 1-{highest}, those below "
+            f"{MIN_OPSET} upgraded with onnx.version_converter); {why}"
         )
     return opset
+
+
+def _upgraded(model: onnx.ModelProto, opset: int) -> onnx.ModelProto:
+    """`model` (default-domain opset `opset` < MIN_OPSET) converted to MIN_OPSET by
+    `onnx.version_converter`; its failure is one line naming the opsets and its reason."""
+    try:
+        return onnx.version_converter.convert_version(model, MIN_OPSET)
+    except Exception as err:  # its C++ binding raises RuntimeError and ConvertError
+        reason = re.sub(r"^.*?Assertion `.*?` failed: ", "", first_line(err))
+        if re.search(r"%l*[ds]", reason):  # an assertion whose message is not formatted
+            unknown = [
+                n.op_type for n in model.graph.node if _since_version(n.op_type, opset) is None
+            ]
+            reason = (
+                f"op {shown(unknown[0])} has no schema in onnx {onnx.__version__}"
+                if unknown and all(n.domain in ("", "ai.onnx") for n in model.graph.node)
+                else reason
+            )
+        raise OnnxImportError(
+            f"cannot upgrade the model from ONNX opset {opset} to opset {MIN_OPSET} with "
+            f"onnx.version_converter: {reason}"
+        ) from None
+
+
+@functools.cache
+def _since_version(op_type: str, opset: int) -> int | None:
+    """The version of default-domain op `op_type`'s schema in force at `opset`, or None
+    when the installed `onnx` has no such op at that opset."""
+    try:
+        return onnx.defs.get_schema(op_type, opset, "").since_version
+    except onnx.defs.SchemaError:
+        return None
 
 
 _ERROR_HINTS = {
@@ -466,6 +584,7 @@ class Importer:
     def import_node(self, node: onnx.NodeProto) -> None:
         if node.domain not in ("", "ai.onnx"):
             self.unsupported(node, f" from domain {shown(node.domain)}")
+        self.check_version(node)
         attrs = _attributes(node)
         folder = FOLDERS.get(node.op_type)
         values = [self.value(name) for name in node.input if name] if folder else []
@@ -497,6 +616,22 @@ class Importer:
                 if made is not None:
                     self.made[name] = made
                     self.eager.append(made)
+
+    def check_version(self, node: onnx.NodeProto) -> None:
+        """Refuse a node whose op's schema at the model's opset is a version the
+        importer does not implement (`OP_VERSIONS`)."""
+        versions = OP_VERSIONS.get(node.op_type)
+        if versions is None:
+            return
+        since = _since_version(node.op_type, self.opset)
+        if since is None:
+            self.fail(f"ONNX has no op {shown(node.op_type)} at opset {self.opset}")
+        if since not in versions:
+            listed = ", ".join(map(str, versions))
+            self.fail(
+                f"version {since} of {shown(node.op_type)} is not implemented "
+                f"(tasoc implements its versions {listed})"
+            )
 
     def unsupported(self, node: onnx.NodeProto, domain: str) -> NoReturn:
         hint = _ERROR_HINTS.get(node.op_type)
