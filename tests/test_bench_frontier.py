@@ -28,18 +28,34 @@ def test_quick_run_fills_every_table(bench: ModuleType, capsys: pytest.CaptureFi
 
     (vgg,) = results.tensoropt
     assert vgg.model == "vgg16" and vgg.ops > 0 and vgg.nodes > 0 and vgg.edges > 0
-    assert vgg.points >= 1 and vgg.ft_s > 0 and vgg.eliminations
-    # the frontier runs from the least memory to the fastest
-    assert vgg.least[0] <= vgg.fastest[0] and vgg.least[1] >= vgg.fastest[1]
-    assert vgg.fastest_simulated[0] > 0 and vgg.data_parallel[0] > 0
-    # the ILP is exact on the estimates: FT's fastest point is never faster
-    assert vgg.ilp.status == "optimal" and vgg.distance >= -1e-9
-    assert vgg.goal.startswith("n/a") and vgg.table4 == (0.10, 0.16)
-    assert f"{vgg.speedup:.2f}x" in output
+    local, anchored = vgg.local, vgg.anchored
+    assert (local.label, anchored.label) == ("local", "anchored")
+    assert local.anchors == () and local.runs == 1 and local.anchors_s == 0
+    # the pass's anchors: both baselines, the tiling and the ILP's optimum (VGG16's is quick)
+    assert set(anchored.anchors) == {"data-parallel", "expert", "greedy", "ilp"}
+    assert anchored.runs == 1 + len(anchored.anchors)
+    assert 0 < anchored.anchors_s < anchored.seconds  # the anchored time includes them
+    for ft in vgg.fts:
+        assert not ft.error and ft.points >= 1 and ft.seconds > 0 and ft.heuristic > 0
+        # the frontier runs from the least memory to the fastest
+        assert ft.least[0] <= ft.fastest[0] and ft.least[1] >= ft.fastest[1]
+        assert ft.fastest_simulated[0] > 0
+        # the ILP is exact on the estimates: no FT's fastest point is faster
+        assert ft.distance(vgg.ilp.time) >= -1e-9
+        assert vgg.goal(ft).startswith("n/a")
+        assert f"{vgg.speedup(ft):.2f}x" in output
+    # the anchored run includes the local one, and follows the ILP's optimum
+    assert anchored.fastest[1] <= local.fastest[1] + 1e-12
+    assert anchored.distance(vgg.ilp.time) <= 1e-6
+    assert vgg.ilp.status == "optimal" and vgg.data_parallel[0] > 0
+    assert vgg.table4 == (0.10, 0.16) and vgg.mini_time.startswith("point ")
+    assert "| anchored (as search=ft runs it) |" in output and "[1] The anchored FT" in output
 
     (candle,) = results.flexflow
     strategies = [row.strategy for row in candle.rows]
-    assert strategies == ["mcmc", "ft", "greedy", "ilp", "data-parallel", "expert"]
+    assert strategies == [
+        "mcmc", "ft-local", "ft-anchored", "greedy", "ilp", "data-parallel", "expert"
+    ]  # fmt: skip
     assert all(row.simulated_s > 0 and row.simulated_memory > 0 for row in candle.rows)
     by_name = {row.strategy: row for row in candle.rows}
     assert by_name["ilp"].note.startswith("optimal")
@@ -47,6 +63,9 @@ def test_quick_run_fills_every_table(bench: ModuleType, capsys: pytest.CaptureFi
     least = by_name["ilp"].estimate[1]
     assert all(row.estimate is None or row.estimate[1] >= least - 1e-12 for row in candle.rows)
     assert any(line.startswith("| candle_uno (") for line in lines)
+    # the anchored FT follows the ILP's optimum: its fastest point is the ILP's estimate
+    assert by_name["ft-anchored"].estimate[1] <= least * (1 + 1e-6)
+    assert "5 runs" in by_name["ft-anchored"].note and "1 run)" in by_name["ft-local"].note
 
     summary = results.greedy
     assert summary.graphs == bench.QUICK_GRAPHS and summary.free
