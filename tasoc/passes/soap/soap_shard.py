@@ -111,6 +111,12 @@ Compared = Literal["mcmc", "ft", "greedy", "ilp", "exhaustive"]
 FRONTIER_COMPARE: tuple[Compared, ...] = ("mcmc", "ilp", "greedy")
 """The searches `objective=frontier` places beside FT's frontier unless `compare=` says."""
 
+FT_MAX_POINTS = 64
+"""FT's default bound on any frontier's points. Exact frontiers of training steps grow
+to 10^5 points once re-scheduled copies hold memory (a 13-layer transformer step), and
+node elimination multiplies two frontiers per option triple, which ran a 2,000-op
+inception_v3 step out of 22 GB; 64 points draw the trade-off and keep FT to seconds."""
+
 COMPARE_SHARE = 0.5
 """The part of the time left that the compared searches share, after the pass's own."""
 
@@ -185,7 +191,9 @@ class SoapShardPass(ModulePass):
     """How FT fixes a node no exact elimination removes (`memory`, `time`, `weighted`),
     or `exact`: it tries every option of that node (exponential, exact)."""
     max_points: int | None = None
-    """The most points FT keeps in any frontier (thinning, inexact); all when not given."""
+    """The most points FT keeps in any frontier (thinning: both ends kept, the rest
+    spread evenly in memory); `FT_MAX_POINTS` when not given, no limit with
+    `heuristic=exact`."""
 
     def __post_init__(self) -> None:
         check_option_types(self)
@@ -354,6 +362,11 @@ class SoapShardPass(ModulePass):
                 frontier_figure(title, chosen.frontier, chosen.simulated_frontier, compared, cap),
             )
 
+    def _max_points(self) -> int | None:
+        if self.max_points is not None or self.heuristic == "exact":
+            return self.max_points
+        return FT_MAX_POINTS
+
     def _cap(self) -> int | None:
         return None if self.memory_cap is None else parse_byte_size(self.memory_cap)
 
@@ -499,7 +512,7 @@ class SoapShardPass(ModulePass):
             objective=self.objective,
             pick=None if self.pick is None else str(self.pick),
             heuristic=None if self.heuristic == "exact" else self.heuristic,
-            max_points=self.max_points,
+            max_points=self._max_points(),
         )
 
     def verification_pair(self, before: ModuleOp, after: ModuleOp) -> tuple[ModuleOp, ModuleOp]:
