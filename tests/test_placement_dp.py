@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import examples
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from xdsl.context import Context
@@ -160,7 +161,7 @@ def swap_planner(
     return moved
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data(), small_steps())
 def test_dp_equals_brute_force_on_every_small_random_graph(
     data: st.DataObject, step: tuple[ModuleOp, TrainingSignature]
@@ -189,7 +190,7 @@ def test_dp_equals_brute_force_on_every_small_random_graph(
     placed(module, result)
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data(), small_steps())
 def test_dp_never_moves_more_than_belady_or_lru(
     data: st.DataObject, step: tuple[ModuleOp, TrainingSignature]
@@ -208,7 +209,7 @@ def test_dp_never_moves_more_than_belady_or_lru(
     assert all(result.transferred_bytes <= moved for moved in baselines)
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data(), small_steps())
 def test_dp_plans_verify_and_compute_the_step(
     data: st.DataObject, step: tuple[ModuleOp, TrainingSignature]
