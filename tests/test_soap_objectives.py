@@ -48,7 +48,7 @@ def test_frontier_reports_every_point_and_writes_the_fastest(mlp_step: ModuleOp)
     # the ILP optimum of the same cost graph is no faster than the frontier's fastest point
     assert section["compared"]["ilp"]["estimated_seconds"] >= times[-1] * (1 - 1e-9)
     sample = section["frontier_simulated"]
-    assert [number for number, _, _ in sample][0] == 1 and sample[-1][0] == len(points)
+    assert sample[0][0] == 1 and sample[-1][0] == len(points)
     assert sample[-1][1:] == [chosen["simulated_memory"], chosen["simulated_seconds"]]
     figure = report.figures["soap-shard-frontier"]
     assert isinstance(figure, FrontierFigure) and len(figure.frontier) == len(points)
