@@ -53,7 +53,7 @@ from tasoc.ir.shard_plan import Plan, free_read
 from tasoc.ir.soap import Config, Mesh, Sharding, ShardingError
 from tasoc.passes.soap.cost_graph import Choice, CostEdge, CostGraph, CostNode
 from tasoc.passes.soap.mcmc import configurations
-from tasoc.passes.soap.plan import Prescription, Problem
+from tasoc.passes.soap.plan import Prescription, Problem, operand_layouts, result_layouts
 from tasoc.sim.parallel import analytic_op_cost, axis_groups, shard_bytes
 
 Option = Config | Sharding
@@ -171,15 +171,15 @@ class _Builder:
                 continue
             rule = self.problem.rules[use.node]
             for config in configurations(rule, self.mesh):
-                need = _needs(rule, config, self.mesh.name)[use.operand]
+                need = operand_layouts(rule, config, self.mesh.name)[use.operand]
                 if not need.unreduced:
                     found.setdefault(need)
         return list(found)
 
     def _op_cost(self, node: Node, config: Config) -> tuple[float, float]:
         rule = self.problem.rules[node]
-        needs = _needs(rule, config, self.mesh.name)
-        results = _results(rule, needs, self.mesh.name)
+        needs = operand_layouts(rule, config, self.mesh.name)
+        results = result_layouts(rule, needs, self.mesh.name)
         device = self.machine.device
         local_in = [_local(v.sig, s, self.mesh) for v, s in zip(node.inputs, needs, strict=True)]
         local_out = [
@@ -219,7 +219,9 @@ class _Builder:
                 continue  # an argument nobody splits, or a constant: read as made
             source = self.index[producer]
             made = [self._made(producer, value, option) for option in self.options[source]]
-            wanted = [_needs(rule, config, self.mesh.name)[operand] for config in reader_options]
+            wanted = [
+                operand_layouts(rule, config, self.mesh.name)[operand] for config in reader_options
+            ]
             held = self._saved(value)
             self.edges.append(self._edge(source, target, value, made, wanted, held))
 
@@ -240,7 +242,9 @@ class _Builder:
         if isinstance(option, Sharding):
             return option
         rule = self.problem.rules[producer]
-        results = _results(rule, _needs(rule, option, self.mesh.name), self.mesh.name)
+        results = result_layouts(
+            rule, operand_layouts(rule, option, self.mesh.name), self.mesh.name
+        )
         return results[producer.results.index(value)]
 
     def _edge(
@@ -306,22 +310,6 @@ def _reshard_cost(
         seconds += machine.collective_time(step.kind, step.bytes, group)
         moved += step.bytes
     return seconds, moved
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _needs_cached(
-    rule: soap.OpRule, config: tuple[tuple[str, tuple[str, ...]], ...], mesh: str
-) -> tuple[Sharding, ...]:
-    return tuple(soap.shardings_for(rule, dict(config), mesh)[0])
-
-
-def _needs(rule: soap.OpRule, config: Config, mesh: str) -> tuple[Sharding, ...]:
-    return _needs_cached(rule, tuple(sorted(config.items())), mesh)
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _results(rule: soap.OpRule, needs: tuple[Sharding, ...], mesh: str) -> tuple[Sharding, ...]:
-    return tuple(soap.propagate(rule, needs, mesh)[0])
 
 
 def _local(sig: TensorSig, sharding: Sharding, mesh: Mesh) -> TensorSig:

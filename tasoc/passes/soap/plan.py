@@ -191,7 +191,7 @@ def complete(problem: Problem, prescription: Prescription) -> Plan:
         )
         for value, need in zip(node.inputs, needs, strict=True):
             values.setdefault(value, need)
-        values.update(zip(node.results, _results(rule, needs, mesh.name), strict=True))
+        values.update(zip(node.results, result_layouts(rule, needs, mesh.name), strict=True))
         configs[node], operands[node] = config, needs
     for node in (*dag.args, *order):
         for value in node.results:
@@ -327,7 +327,7 @@ def _cheapest(
                     and not free_read(value, need, problem.local)
                 ]
                 cost = sum(moved)
-                results = _results(rule, needs, mesh.name)
+                results = result_layouts(rule, needs, mesh.name)
                 for value, result in zip(node.results, results, strict=True):
                     for index in exits.get(value, ()):
                         target = _exit(problem, values, index, result)
@@ -350,7 +350,7 @@ _reshard_bytes = functools.lru_cache(maxsize=1 << 16)(soap.reshard_bytes)
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def _results(rule: OpRule, operands: tuple[Sharding, ...], mesh: str) -> tuple[Sharding, ...]:
+def result_layouts(rule: OpRule, operands: tuple[Sharding, ...], mesh: str) -> tuple[Sharding, ...]:
     return tuple(soap.propagate(rule, operands, mesh)[0])
 
 
@@ -359,6 +359,11 @@ def _operand_layouts(
     rule: OpRule, config: tuple[tuple[str, tuple[str, ...]], ...], mesh: str
 ) -> tuple[Sharding, ...]:
     return tuple(soap.shardings_for(rule, dict(config), mesh)[0])
+
+
+def operand_layouts(rule: OpRule, config: Config, mesh: str) -> tuple[Sharding, ...]:
+    """The complete operand shardings `config` reads (cached, as `result_layouts`)."""
+    return _operand_layouts(rule, tuple(sorted(config.items())), mesh)
 
 
 def _operand_choices(
@@ -378,7 +383,7 @@ def _operand_choices(
     costs what completing them now does, whereas a matmul turning a partial gradient
     of activations into a partial gradient of a large weight would reduce far more
     bytes than it saved."""
-    needs = _operand_layouts(rule, tuple(sorted(config.items())), mesh)
+    needs = operand_layouts(rule, config, mesh)
     yield needs
     used = {axis for axes in config.values() for axis in axes}
     largest_result = max(sig.size for sig in node.sigs)
