@@ -9,6 +9,7 @@ the JAX lowerings are checked against the reference kernels in float32.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -47,13 +48,40 @@ BACKWARD_OPS = (
 )
 
 
+@functools.lru_cache(maxsize=32)
+def _jitted(function: Callable[..., Any]) -> Callable[..., Any]:
+    """`function` jitted. Run eagerly, JAX compiles every primitive of a forward and of
+    its transpose anew for each shape drawn (a dozen compiles an example); jitted, one."""
+    return jax.jit(function)
+
+
+@functools.lru_cache(maxsize=32)
+def _pullback(forward: Callable[..., jax.Array]) -> Callable[..., Any]:
+    def pullback(primals: tuple[jax.Array, ...], cotangent: jax.Array) -> tuple[jax.Array, ...]:
+        return jax.vjp(forward, *primals)[1](cotangent)
+
+    return jax.jit(pullback)
+
+
 def _vjp(
     forward: Callable[..., jax.Array], primals: Sequence[np.ndarray], cotangent: np.ndarray
 ) -> list[np.ndarray]:
-    """`jax.vjp(forward, *primals)(cotangent)` computed in float64."""
+    """`jax.vjp(forward, *primals)(cotangent)` computed in float64 (jitted)."""
     with jax.enable_x64(True):
-        _, pullback = jax.vjp(forward, *(jnp.asarray(p) for p in primals))
-        return [np.asarray(g) for g in pullback(jnp.asarray(cotangent))]
+        arrays = tuple(jnp.asarray(p) for p in primals)
+        return [np.asarray(g) for g in _pullback(forward)(arrays, jnp.asarray(cotangent))]
+
+
+def _x64(forward: Callable[..., Any], *args: np.ndarray) -> Any:
+    """`forward(*args)` computed in float64 (jitted)."""
+    with jax.enable_x64(True):
+        return _jitted(forward)(*map(jnp.asarray, args))
+
+
+def _x64_shape(forward: Callable[..., jax.Array], *args: np.ndarray) -> tuple[int, ...]:
+    """The shape of `forward(*args)`, traced without running (nothing compiled)."""
+    with jax.enable_x64(True):
+        return jax.eval_shape(forward, *map(jnp.asarray, args)).shape
 
 
 def _close(actual: Sequence[np.ndarray], expected: Sequence[np.ndarray], tol: float = 1e-9) -> None:
@@ -88,8 +116,7 @@ def test_activation_grads_are_the_vjp(op: str, shape: tuple[int, ...], seed: int
     rng = np.random.default_rng(seed)
     x, dy = _normal(rng, shape) * 3, _normal(rng, shape)
     forward, takes_output = ACTIVATIONS[op]
-    with jax.enable_x64(True):
-        y = np.asarray(forward(jnp.asarray(x)))
+    y = np.asarray(_x64(forward, x))
     _close(KERNELS[op]({}, [y if takes_output else x, dy]), _vjp(forward, [x], dy))
 
 
@@ -160,8 +187,7 @@ def test_conv2d_grads_are_the_vjp(
     rng = np.random.default_rng(seed)
     x, w = _normal(rng, x_shape), _normal(rng, w_shape)
     conv = _lax_conv(attrs, x_shape, w_shape[2:])
-    with jax.enable_x64(True):
-        dy = _normal(rng, conv(jnp.asarray(x), jnp.asarray(w)).shape)
+    dy = _normal(rng, _x64_shape(conv, x, w))
     dx, dw = _vjp(conv, [x, w], dy)
     grad_input = KERNELS["conv2d_grad_input"]({**attrs, "input_shape": x_shape}, [dy, w])
     grad_weight = KERNELS["conv2d_grad_weight"]({**attrs, "kernel": w_shape[2:]}, [x, dy])
@@ -195,8 +221,7 @@ def test_pool2d_grad_is_the_vjp(kind: str, data: st.DataObject, seed: int) -> No
             return lax.reduce_window(x, -jnp.inf, lax.max, dims, strides, pads)
         return lax.reduce_window(x, 0.0, lax.add, dims, strides, pads) / (kh * kw)
 
-    with jax.enable_x64(True):
-        dy = _normal(rng, pool(jnp.asarray(x)).shape)
+    dy = _normal(rng, _x64_shape(pool, x))
     _close(KERNELS["pool2d_grad"](attrs, [x, dy]), _vjp(pool, [x], dy))
 
 
@@ -299,8 +324,7 @@ def test_batchnorm_train_and_grad(shape: tuple[int, ...], epsilon: float, seed: 
     x, scale, bias = _normal(rng, shape), _normal(rng, shape[1:2]), _normal(rng, shape[1:2])
     dy = _normal(rng, shape)
     forward = _batchnorm_train(epsilon)
-    with jax.enable_x64(True):
-        expected = [np.asarray(r) for r in forward(*map(jnp.asarray, (x, scale, bias)))]
+    expected = [np.asarray(r) for r in _x64(forward, x, scale, bias)]
     attrs = {"epsilon": epsilon}
     _close(KERNELS["batchnorm_train"](attrs, [x, scale, bias]), expected)
     grads = _vjp(lambda *a: forward(*a)[0], [x, scale, bias], dy)
@@ -326,8 +350,7 @@ def test_softmax_cross_entropy_and_grad(shape: tuple[int, ...], scale: float, se
     labels = rng.integers(0, shape[-1], shape[:-1]).astype(np.int64)
     dloss = _normal(rng, shape[:-1])
     loss = _cross_entropy(labels)
-    with jax.enable_x64(True):
-        expected = np.asarray(loss(jnp.asarray(logits)))
+    expected = np.asarray(_x64(loss, logits))
     _close(KERNELS["softmax_cross_entropy"]({}, [logits, labels]), [expected])
     grad = KERNELS["softmax_cross_entropy_grad"]({}, [logits, labels, dloss])
     _close(grad, _vjp(loss, [logits], dloss))

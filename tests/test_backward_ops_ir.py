@@ -365,11 +365,16 @@ def test_the_loss_counts_every_logit() -> None:
     assert (stats.bytes_read, stats.bytes_written) == (4 * 40 + 4 * 4, 4 * 4)
 
 
+UNARY = ("neg", "exp", "log", "sqrt", "reciprocal", "erf", "abs")
+BINARY = ("sub", "div", "pow", "max", "min")
+LOGIC = ("and", "or", "xor")
+
+
 def _example(op: str) -> Node:
     """A small node of `op` (every op of the dialect, forward ones included)."""
     x, w, ids = arg(0, 1, 4, 6, 6), arg(1, 4, 4, 3, 3), arg(2, 2, 3, dtype="i32")
     m, c, s = arg(3, 3, 5), arg(4, 4), arg(5)
-    table, five = arg(6, 10, 5), arg(7, 5)
+    table, five, flags = arg(6, 10, 5), arg(7, 5), arg(8, 3, 5, dtype="i1")
     window = {"kind": "avg", "kernel": (2, 2), "strides": (2, 2), "padding": "valid"}
     reduced = {"kind": "sum", "axes": (1,), "keepdims": False}
     makers: dict[str, Callable[[], Node]] = {
@@ -399,6 +404,15 @@ def _example(op: str) -> Node:
         "batchnorm": lambda: Node("batchnorm", [x.out, c.out, c.out, c.out, c.out], epsilon=0.1),
         "layernorm": lambda: Node("layernorm", [m.out, five.out, five.out], axis=1, epsilon=0.1),
         "embedding": lambda: Node("embedding", [ids.out, table.out]),
+        **{name: (lambda name=name: Node(name, [m.out])) for name in UNARY},
+        **{name: (lambda name=name: Node(name, [m.out, five.out])) for name in BINARY},
+        "compare": lambda: Node("compare", [m.out, five.out], predicate="le"),
+        "not": lambda: Node("not", [flags.out]),
+        **{name: (lambda name=name: Node(name, [flags.out, flags.out])) for name in LOGIC},
+        "where": lambda: Node("where", [flags.out, m.out, five.out]),
+        "cast": lambda: Node("cast", [m.out], to=DType.F16),
+        "broadcast": lambda: Node("broadcast", [five.out], shape=(2, 3, 5)),
+        "gather": lambda: Node("gather", [table.out, ids.out], axis=-2),
         "relu_grad": lambda: Node("relu_grad", [m.out, m.out]),
         "sigmoid_grad": lambda: Node("sigmoid_grad", [m.out, m.out]),
         "tanh_grad": lambda: Node("tanh_grad", [m.out, m.out]),

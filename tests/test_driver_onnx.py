@@ -282,7 +282,7 @@ def test_run_reports_a_difference_from_onnxruntime(
 
 # --------------------------------------------------------------------------------- errors
 
-SQRT = helper.make_node("Sqrt", ["y"], ["s"], name="root")
+HARDMAX = helper.make_node("Hardmax", ["y"], ["s"], name="hard")
 
 # (name, model bytes or None for mlp.onnx, arguments after `opt INPUT`, error fragments)
 OPT_FAILURES = [
@@ -300,9 +300,9 @@ OPT_FAILURES = [
     ),
     (
         "unsupported op",
-        lambda: mlp_model([SQRT]).SerializeToString(),
+        lambda: mlp_model([HARDMAX]).SerializeToString(),
         ["--input-shape", "x=2x4"],
-        ["Sqrt node 'root' (opset 17)", "unsupported ONNX op 'Sqrt'"],
+        ["Hardmax node 'hard' (opset 17)", "unsupported ONNX op 'Hardmax'"],
     ),
     ("dynamic shape", None, [], ["input 'x' has a dynamic shape", "--input-shape x="]),
     ("unknown input", None, ["--input-shape", "z=2x4"], ["--input-shape names 'z'"]),

@@ -29,7 +29,10 @@ from tasoc.verify.equivalence import compare
 from tasoc.verify.strategies import graphs
 
 ALL_OPS = sorted(G.OPS_BY_NAME)
-NUMERIC_OPS = ["batchnorm", "conv2d", "gelu", "layernorm", "matmul", "pool2d", "reduce", "softmax"]
+NUMERIC_OPS = [
+    *("batchnorm", "conv2d", "gelu", "layernorm", "matmul", "pool2d", "reduce", "softmax"),
+    *("div", "erf", "exp", "log", "pow", "reciprocal", "sqrt"),
+]
 
 
 def assert_jax_matches_reference(module: ModuleOp) -> None:

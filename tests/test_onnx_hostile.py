@@ -320,7 +320,7 @@ FOLDING_ERRORS: dict[str, tuple[Callable[[], onnx.ModelProto], str]] = {
     ),
     "where condition": (
         lambda: folded("Where", [INT64_ARRAY, INT64_ARRAY, INT64_ARRAY]),
-        "condition must be bool",
+        "condition ('c0') must be bool",
     ),
     "div by zero": (lambda: folded("Div", [INT64_ARRAY, np.array([1, 0, 1])]), "division by zero"),
     "add types": (lambda: folded("Add", [INT64_ARRAY, np.int32(1)]), "one element type"),

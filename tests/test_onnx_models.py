@@ -6,11 +6,6 @@ driver, `tasoc run --check --check-onnxruntime` (JAX, the driver's default backe
 against the reference and against onnxruntime: JAX is checked here, once per model,
 as its compile is the slow part) and `tasoc opt -p equality-rewrite --verify-each -o
 out.onnx`, whose output onnxruntime runs like the input model.
-
-A case the importer cannot take yet is marked `xfail(strict=True)` with the error it
-stops at, so that it fails (XPASS) the day the missing support lands and the mark must
-go: GoogLeNet at sizes where its ceil-mode pools round up (224x224, 32x32); at 46x46
-every ceil-mode window fits exactly and it imports.
 """
 
 from __future__ import annotations
@@ -28,7 +23,7 @@ from conftest import Result
 
 from tasoc.backends.arguments import random_inputs
 from tasoc.backends.numpy import run_reference
-from tasoc.backends.onnx import OnnxImportError, import_onnx
+from tasoc.backends.onnx import import_onnx
 from tasoc.backends.onnx.runtime import inference_session
 from tasoc.ir.program import arg_infos, entry_function
 from tasoc.models.exported import EXPORTED_MODELS
@@ -43,13 +38,11 @@ TEXT |= {"vocab": 50, "max_positions": 16}
 
 @dataclass(frozen=True)
 class Case:
-    """A model of `EXPORTED_MODELS` at a small size, and why it does not import yet."""
+    """A model of `EXPORTED_MODELS` at a small size."""
 
     id: str
     model: str
     sizes: tuple[tuple[str, Any], ...]
-    blocked: str | None = None
-    """The import error this case stops at today (None: it imports)."""
 
     def build(self) -> onnx.ModelProto:
         return _built(self.model, self.sizes)
@@ -76,8 +69,8 @@ def _built(model: str, sizes: tuple[tuple[str, Any], ...]) -> onnx.ModelProto:
     return EXPORTED_MODELS[model](**dict(sizes))
 
 
-def case(case_id: str, model: str, blocked: str | None = None, **sizes: Any) -> Case:
-    return Case(case_id, model, tuple(sorted(sizes.items())), blocked)
+def case(case_id: str, model: str, **sizes: Any) -> Case:
+    return Case(case_id, model, tuple(sorted(sizes.items())))
 
 
 CASES = [
@@ -103,18 +96,8 @@ CASES = [
         fold_batchnorm=False,
     ),
     case("squeezenet1_1", "squeezenet1_1", batch=2, image=32, width=1 / 8, classes=10),
-    # 46x46: every ceil-mode pool of GoogLeNet's has windows that fit exactly
-    case("googlenet-exact-pools", "googlenet", batch=1, image=46, width=1 / 16, classes=10),
-    case(
-        "googlenet",
-        "googlenet",
-        "MaxPool node '/maxpool1/MaxPool' (opset 17): ceil_mode=1 changes the output size "
-        "here; only floor mode imports",
-        batch=1,
-        image=32,
-        width=1 / 16,
-        classes=10,
-    ),
+    # at 32x32 GoogLeNet's ceil-mode pools round up: a window more than floor mode
+    case("googlenet", "googlenet", batch=1, image=32, width=1 / 16, classes=10),
     case(
         "densenet121",
         "densenet121",
@@ -162,20 +145,6 @@ CASES = [
         **TEXT,
     ),
 ]
-
-
-def cases(raises: type[Exception] | None = None) -> list[Any]:
-    """The cases as parameters, the blocked ones expected to fail (strictly)."""
-    return [
-        pytest.param(
-            c,
-            id=c.id,
-            marks=[pytest.mark.xfail(strict=True, reason=c.blocked, raises=raises)]
-            if c.blocked
-            else [],
-        )
-        for c in CASES
-    ]
 
 
 def onnxruntime_feeds(c: Case) -> dict[str, np.ndarray]:
@@ -260,7 +229,7 @@ def test_the_exports_are_written_as_pytorch_writes_them() -> None:
 # ------------------------------------------------------------------------ importing
 
 
-@pytest.mark.parametrize("c", cases(raises=OnnxImportError))
+@pytest.mark.parametrize("c", CASES, ids=lambda c: c.id)
 def test_imported_models_run_like_onnxruntime(c: Case) -> None:
     module, params = import_onnx(c.build(), c.input_shapes)
     infos = arg_infos(entry_function(module))
@@ -273,7 +242,7 @@ def test_imported_models_run_like_onnxruntime(c: Case) -> None:
     assert report.ok, report.summary()
 
 
-@pytest.mark.parametrize("c", cases())
+@pytest.mark.parametrize("c", CASES, ids=lambda c: c.id)
 def test_the_driver_runs_them_checked_on_jax(
     c: Case, tasoc: Callable[..., Result], tmp_path: Path
 ) -> None:
@@ -285,7 +254,7 @@ def test_the_driver_runs_them_checked_on_jax(
     assert "check: equivalent to onnxruntime" in result.out
 
 
-@pytest.mark.parametrize("c", cases())
+@pytest.mark.parametrize("c", CASES, ids=lambda c: c.id)
 def test_equality_rewrite_keeps_what_they_compute(
     c: Case, tasoc: Callable[..., Result], tmp_path: Path
 ) -> None:

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from xdsl.context import Context
 from xdsl.dialects import builtin, func
 from xdsl.parser import Parser
+from xdsl.traits import ConstantLike
 
 from tasoc.cost import AnalyticCost
 from tasoc.ir import graph as G
@@ -27,8 +28,16 @@ from tasoc.ir.shapes import DType, TensorSig
 from tasoc.ir.shard_plan import Plan, write_sharded
 from tasoc.ir.soap import SOAP_RULES, Mesh
 from tasoc.ir.traits import Training
+from tasoc.passes.autodiff.rules import VJP
 from tasoc.verify.equivalence import compare, equivalent
-from tasoc.verify.strategies import EMITTERS, graphs, meshes, shardings, tensor_sigs
+from tasoc.verify.strategies import (
+    EMITTERS,
+    NO_GRADIENT,
+    graphs,
+    meshes,
+    shardings,
+    tensor_sigs,
+)
 
 
 def parse(text: str) -> builtin.ModuleOp:
@@ -146,6 +155,27 @@ def test_graphs_draw_programs_that_cost_nothing_and_ops_that_cancel() -> None:
         ops=["transpose"],
         max_ops=2,
     )  # fmt: skip
+
+
+def test_trainable_graphs_draw_only_ops_autodiff_differentiates() -> None:
+    forward = EMITTERS.keys() - ops_with(Training) - NO_GRADIENT
+    # Constants have no operands, batchnorm trains as batchnorm_train, and the
+    # comparisons and logic ops make i1 values, which no gradient reaches.
+    without_rule = {"batchnorm", "compare", "not", "and", "or", "xor"}
+    assert forward - VJP.keys() == ops_with(ConstantLike) | without_rule
+    assert not NO_GRADIENT & VJP.keys()
+
+
+def test_graphs_draw_the_new_element_types_and_reduce_kinds() -> None:
+    findable(lambda ops, _: any(op.attrs.get("to") == DType.BOOL for op in ops), ops=["cast"])
+    findable(lambda ops, _: any(op.attrs.get("kind") == "prod" for op in ops), ops=["reduce"])
+
+
+@settings(max_examples=20, deadline=None)
+@given(module=graphs(max_ops=4, ops=["reduce"], trainable=True))
+def test_trainable_graphs_reduce_only_as_reduce_grad_can(module: builtin.ModuleOp) -> None:
+    reductions = [op for op in graph_ops(module) if isinstance(op, G.ReduceOp)]
+    assert all(op.py_attrs()["kind"] in ("sum", "mean", "max") for op in reductions)
 
 
 def test_graphs_rejects_bad_arguments() -> None:

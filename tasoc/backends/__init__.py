@@ -21,8 +21,13 @@ NUMPY_DTYPES: Mapping[DType, np.dtype] = {
     DType.F32: np.dtype(np.float32),
     DType.F16: np.dtype(np.float16),
     DType.BF16: np.dtype(ml_dtypes.bfloat16),
+    DType.F64: np.dtype(np.float64),
     DType.I32: np.dtype(np.int32),
     DType.I64: np.dtype(np.int64),
+    DType.I8: np.dtype(np.int8),
+    DType.I16: np.dtype(np.int16),
+    DType.U8: np.dtype(np.uint8),
+    DType.BOOL: np.dtype(np.bool_),
 }
 """The NumPy dtype that holds each IR element type."""
 

@@ -25,7 +25,7 @@ from tasoc.ir.conversion import ConversionOp
 from tasoc.ir.indices import index_operand
 from tasoc.ir.limits import check_argument_bytes
 from tasoc.ir.program import ArgInfo, arg_infos, argument_bytes, entry_function
-from tasoc.ir.shapes import TensorSig
+from tasoc.ir.shapes import DType, TensorSig
 from tasoc.ir.training import STATE_ATTR
 
 _LAYOUT_OPS = (G.ReshapeOp, G.TransposeOp, G.ConcatOp, G.SplitOp, ConversionOp)
@@ -35,7 +35,8 @@ value laid out on devices (`parallel`) or moved between memories (`memory`) is t
 value its reader reads (Adam's second moment swapped in is still non-negative)."""
 
 _INT_RANGE = (-8, 8)
-"""Integers that are neither ids nor fed to a known op are drawn from this range."""
+"""Integers that are neither ids nor fed to a known op are drawn from this range (from
+0 for an unsigned type); booleans are true or false alike."""
 
 _VAR_RANGE = (0.5, 1.5)
 """Batchnorm variances and normalization scales: positive and near 1, like those of a
@@ -70,14 +71,27 @@ def _uses(value: SSAValue) -> Iterator[tuple[Operation, int, SSAValue]]:
             yield use.operation, use.index, value
 
 
+_POSITIVE_OPERANDS: dict[type[Operation], tuple[int, ...]] = {
+    G.BatchnormOp: (1, 4),
+    G.BatchnormTrainOp: (1,),
+    G.LayernormOp: (1,),
+    G.LogOp: (0,),
+    G.SqrtOp: (0,),
+    G.ReciprocalOp: (0,),
+    G.DivOp: (1,),
+    G.PowOp: (0,),
+}
+"""Operands drawn from `_VAR_RANGE`, by op class: see `_is_positive_operand`."""
+
+
 def _is_positive_operand(op: Operation, index: int) -> bool:
-    """A batchnorm variance, or a normalization's scale (batchnorm's, a training
-    batchnorm's, layernorm's gamma): drawn from `_VAR_RANGE`. Frameworks start scales
-    at one; a scale near zero would also make the backward of a training-mode
-    batchnorm so ill-conditioned in float32 that two correct backends disagree."""
-    if isinstance(op, G.BatchnormOp):
-        return index in (1, 4)
-    return isinstance(op, G.BatchnormTrainOp | G.LayernormOp) and index == 1
+    """A batchnorm variance, a normalization's scale (batchnorm's, a training
+    batchnorm's, layernorm's gamma), the operand of log, sqrt or reciprocal, a divisor
+    or the base of a power: drawn from `_VAR_RANGE`. Frameworks start scales at one; a
+    scale near zero would also make the backward of a training-mode batchnorm so
+    ill-conditioned in float32 that two correct backends disagree; the others stay in
+    their op's domain, away from its pole."""
+    return index in _POSITIVE_OPERANDS.get(type(op), ())
 
 
 def _fan_in(op: Operation, index: int, value: SSAValue) -> int | None:
@@ -96,12 +110,19 @@ def _random_value(info: ArgInfo, value: SSAValue, rng: np.random.Generator) -> n
     if any(name == STATE_ATTR for name, _ in info.attributes):
         return np.zeros(sig.shape, dtype)  # optimizer state starts at zero (Adam's step too)
     uses = list(_uses(value))
+    if sig.dtype == DType.BOOL:
+        return rng.integers(0, 2, sig.shape).astype(dtype)
     if not sig.dtype.is_float:
         bounds = [found.bound(op) for op, index, _ in uses if (found := index_operand(op, index))]
         if bounds and min(bounds) < 1 and sig.size:
             raise ValueError(f"argument '{info.name}' indexes an axis with no entries")
-        low, high = (0, min(bounds)) if bounds else _INT_RANGE
-        return rng.integers(low, high, sig.shape).astype(dtype)
+        if bounds:
+            low, high = 0, min(bounds)
+        elif any(_is_positive_operand(op, index) for op, index, _ in uses):
+            low, high = 1, _INT_RANGE[1]  # an integer divisor, say: never zero
+        else:
+            low, high = _INT_RANGE
+        return rng.integers(max(low, np.iinfo(dtype).min), high, sig.shape).astype(dtype)
     if any(_is_positive_operand(op, index) for op, index, _ in uses):
         return rng.uniform(*_VAR_RANGE, sig.shape).astype(dtype)
     if any(isinstance(op, G.AdamUpdateOp) and index == 3 for op, index, _ in uses):
@@ -118,10 +139,13 @@ def random_inputs(module: ModuleOp, seed: int = 0) -> list[np.ndarray]:
 
     Optimizer state (`{graph.state}`) is zero, as a training run starts it.
     Floats are N(0, 1); a weight (`{graph.param}`) used as a matmul or convolution
-    operand is scaled by 1/sqrt(fan_in); batchnorm variances and normalization scales
-    (gamma) are uniform in [0.5, 1.5]; integer ids and labels are uniform over the rows
-    of every table (the classes of every loss) they index; Adam's second moment is
-    |N(0, 1)| and its step an integer in [1, 10).
+    operand is scaled by 1/sqrt(fan_in); batchnorm variances, normalization scales
+    (gamma), the operands of log, sqrt and reciprocal, divisors and the bases of powers
+    are uniform in [0.5, 1.5]; integer ids, labels and gather indices are
+    uniform over the rows of every table (the classes of every loss, the entries of
+    every gathered axis) they index, integer divisors and bases of powers over [1, 8),
+    other integers over [-8, 8) (unsigned: [0, 8)), booleans fair coins; Adam's second
+    moment is |N(0, 1)| and its step an integer in [1, 10).
     Raises LimitError, before drawing any, when the arguments together are over
     `limits.max_argument_bytes()`.
     """
@@ -137,13 +161,21 @@ def random_inputs(module: ModuleOp, seed: int = 0) -> list[np.ndarray]:
     ]
 
 
+def _kind(dtype: np.dtype) -> str:
+    """The kind `load_inputs` casts within, never across: bool, int or float."""
+    if dtype == np.bool_:
+        return "bool"
+    return "int" if np.issubdtype(dtype, np.integer) else "float"
+
+
 def load_inputs(module: ModuleOp, npz_path: str | Path, seed: int = 0) -> list[np.ndarray]:
     """Arguments of `@main` taken by name from an `.npz` file (`tasoc run --params`).
 
     Every weight must be in the file; activation inputs missing from it are drawn as
     `random_inputs(module, seed)` would. Values are cast to the declared element type
     within their kind (float64 weights load into f32, say); a name matching no
-    argument, a missing weight, a wrong shape or a float/integer mix raises ValueError.
+    argument, a missing weight, a wrong shape or a mix of floats, integers and booleans
+    raises ValueError.
     """
     infos = arg_infos(entry_function(module))
     with np.load(npz_path) as data:
@@ -162,7 +194,7 @@ def load_inputs(module: ModuleOp, npz_path: str | Path, seed: int = 0) -> list[n
             continue
         array = stored[info.name]
         target = numpy_dtype(info.sig.dtype)
-        same_kind = np.issubdtype(array.dtype, np.integer) == (not info.sig.dtype.is_float)
+        same_kind = _kind(array.dtype) == _kind(target)
         if array.shape != info.sig.shape or not same_kind:
             raise ValueError(f"{npz_path}: '{info.name}' expects {info.sig}, got {describe(array)}")
         if array.size and np.issubdtype(target, np.integer):

@@ -17,16 +17,8 @@ from xdsl.traits import ConstantLike
 
 from tasoc.ir.dag import Node
 from tasoc.ir.op_sets import ops_with
-from tasoc.ir.shapes import DType, TensorSig
+from tasoc.ir.shapes import TensorSig
 from tasoc.ir.traits import DataMovement
-
-ITEM_BYTES: dict[DType, int] = {
-    DType.F32: 4,
-    DType.F16: 2,
-    DType.BF16: 2,
-    DType.I32: 4,
-    DType.I64: 8,
-}
 
 _FLOPS_PER_ELEMENT: dict[str, int] = {
     "add": 1,
@@ -36,6 +28,25 @@ _FLOPS_PER_ELEMENT: dict[str, int] = {
     "sigmoid": 4,
     "tanh": 4,
     "gelu": 8,
+    "neg": 1,
+    "exp": 4,
+    "log": 4,
+    "sqrt": 2,
+    "reciprocal": 1,
+    "erf": 8,
+    "abs": 1,
+    "sub": 1,
+    "div": 1,
+    "pow": 8,
+    "max": 1,
+    "min": 1,
+    "compare": 1,
+    "not": 1,
+    "and": 1,
+    "or": 1,
+    "xor": 1,
+    "where": 1,
+    "cast": 1,
     "batchnorm": 4,
     "layernorm": 8,
     "softmax": 5,
@@ -67,7 +78,7 @@ class OpStats:
 
 
 def sig_bytes(sig: TensorSig) -> int:
-    return sig.size * ITEM_BYTES[sig.dtype]
+    return sig.size * sig.dtype.itemsize
 
 
 def _matmul_flops(node: Node) -> int:
@@ -132,6 +143,9 @@ _FLOPS: dict[str, Callable[[Node], int]] = {
     "softmax_cross_entropy": _first_operand_flops(5),
 }
 
+_LOOKUPS: dict[str, int] = {"embedding": 0, "gather": 1}
+"""Ops that read only the entries they gather, by the index of their indices operand."""
+
 _ZERO = OpStats(0, 0, 0)
 
 _CACHE: weakref.WeakKeyDictionary[Node, OpStats] = weakref.WeakKeyDictionary()
@@ -140,9 +154,9 @@ _CACHE: weakref.WeakKeyDictionary[Node, OpStats] = weakref.WeakKeyDictionary()
 def node_stats(node: Node) -> OpStats:
     """FLOPs and bytes of `node` run as a standalone kernel (cached per node).
 
-    Arguments and constants (`ConstantLike`) cost nothing; layout ops and embedding
-    lookups (`DataMovement`) move data without arithmetic. An embedding reads only
-    the rows it gathers, not the whole table.
+    Arguments and constants (`ConstantLike`) cost nothing; layout ops, embedding
+    lookups and gathers (`DataMovement`) move data without arithmetic. An embedding
+    or a gather reads only the entries it gathers, not the whole table.
     """
     stats = _CACHE.get(node)
     if stats is None:
@@ -154,8 +168,8 @@ def _compute(node: Node) -> OpStats:
     if node.is_arg or node.op in ops_with(ConstantLike):
         return _ZERO
     written = sum(sig_bytes(sig) for sig in node.sigs)
-    if node.op == "embedding":
-        read = sig_bytes(node.inputs[0].sig) + written
+    if node.op in _LOOKUPS:
+        read = sig_bytes(node.inputs[_LOOKUPS[node.op]].sig) + written
     else:
         read = sum(sig_bytes(value.sig) for value in node.inputs)
     if node.op in ops_with(DataMovement):

@@ -2,7 +2,8 @@
 
 Class labels (`graph.softmax_cross_entropy` and its gradient: classes are the logits'
 last dimension) and ids (`graph.embedding`: rows of the table, `graph.scatter_add`:
-rows of its result) must lie in [0, bound). The reference interpreter raises on a
+rows of its result) must lie in [0, bound), `graph.gather`'s indices in [-bound, bound)
+(`tasoc.ir.indices`). The reference interpreter raises on a
 value outside, but a jitted JAX function cannot raise on data: it yields NaN or
 drops the row, and a training run would go on with a NaN loss. So `tasoc run` checks
 the argument values against the bound of every op that reads them, on any backend,
@@ -43,12 +44,13 @@ def check_index_ranges(function: func.FuncOp, arguments: Sequence[np.ndarray]) -
         if info.sig.dtype.is_float or not np.size(array):
             continue
         for op, index in _index_uses(argument):
-            bound = index.bound(op)
-            bad = (array < 0) | (array >= bound)
+            least, bound = index.least(op), index.bound(op)
+            bad = (array < least) | (array >= bound)
             if bad.any():
                 where = tuple(int(i) for i in np.argwhere(bad)[0])
                 at = f" at {list(where)}" if where else ""
                 raise ValueError(
-                    f"argument '{info.name}' holds {array[where]}{at}, outside [0, {bound}): "
+                    f"argument '{info.name}' holds {array[where]}{at}, "
+                    f"outside [{least}, {bound}): "
                     f"it is the {index.role} of {op.name}, which has {bound} {index.bound_is}"
                 )

@@ -208,6 +208,71 @@ class GraphBuilder:
     def embedding(self, ids: SSAValue, table: SSAValue) -> SSAValue:
         return self._one(G.EmbeddingOp, ids, table)
 
+    # ------------------------------- arithmetic, comparison, logic and indexing
+    def neg(self, x: SSAValue) -> SSAValue:
+        return self._one(G.NegOp, x)
+
+    def exp(self, x: SSAValue) -> SSAValue:
+        return self._one(G.ExpOp, x)
+
+    def log(self, x: SSAValue) -> SSAValue:
+        return self._one(G.LogOp, x)
+
+    def sqrt(self, x: SSAValue) -> SSAValue:
+        return self._one(G.SqrtOp, x)
+
+    def reciprocal(self, x: SSAValue) -> SSAValue:
+        return self._one(G.ReciprocalOp, x)
+
+    def erf(self, x: SSAValue) -> SSAValue:
+        return self._one(G.ErfOp, x)
+
+    def abs(self, x: SSAValue) -> SSAValue:
+        return self._one(G.AbsOp, x)
+
+    def sub(self, lhs: SSAValue, rhs: SSAValue) -> SSAValue:
+        return self._one(G.SubOp, lhs, rhs)
+
+    def div(self, lhs: SSAValue, rhs: SSAValue) -> SSAValue:
+        return self._one(G.DivOp, lhs, rhs)
+
+    def pow(self, lhs: SSAValue, rhs: SSAValue) -> SSAValue:
+        return self._one(G.PowOp, lhs, rhs)
+
+    def max(self, lhs: SSAValue, rhs: SSAValue) -> SSAValue:
+        return self._one(G.MaxOp, lhs, rhs)
+
+    def min(self, lhs: SSAValue, rhs: SSAValue) -> SSAValue:
+        return self._one(G.MinOp, lhs, rhs)
+
+    def compare(self, lhs: SSAValue, rhs: SSAValue, predicate: str) -> SSAValue:
+        """An i1 tensor: `predicate` is eq, ne, lt, le, gt or ge."""
+        return self._one(G.CompareOp, lhs, rhs, predicate=predicate)
+
+    def not_(self, x: SSAValue) -> SSAValue:
+        return self._one(G.NotOp, x)
+
+    def and_(self, lhs: SSAValue, rhs: SSAValue) -> SSAValue:
+        return self._one(G.AndOp, lhs, rhs)
+
+    def or_(self, lhs: SSAValue, rhs: SSAValue) -> SSAValue:
+        return self._one(G.OrOp, lhs, rhs)
+
+    def xor(self, lhs: SSAValue, rhs: SSAValue) -> SSAValue:
+        return self._one(G.XorOp, lhs, rhs)
+
+    def where(self, condition: SSAValue, lhs: SSAValue, rhs: SSAValue) -> SSAValue:
+        return self._one(G.WhereOp, condition, lhs, rhs)
+
+    def cast(self, x: SSAValue, to: str) -> SSAValue:
+        return self._one(G.CastOp, x, to=DType(to))
+
+    def broadcast(self, x: SSAValue, shape: Sequence[int]) -> SSAValue:
+        return self._one(G.BroadcastOp, x, shape=tuple(shape))
+
+    def gather(self, data: SSAValue, indices: SSAValue, axis: int = 0) -> SSAValue:
+        return self._one(G.GatherOp, data, indices, axis=axis)
+
     # ------------------------- backward ops, losses and optimizer updates (autodiff)
     # Each backward op takes its forward op's attributes, with the same defaults.
     def relu_grad(self, y: SSAValue, dy: SSAValue) -> SSAValue:

@@ -34,9 +34,12 @@ from xdsl.dialects.builtin import (
     DenseIntOrFPElementsAttr,
     Float16Type,
     Float32Type,
+    Float64Type,
     FloatAttr,
     IntegerAttr,
+    IntegerType,
     NoneAttr,
+    Signedness,
     StringAttr,
     TensorType,
     f64,
@@ -81,8 +84,13 @@ _XDSL_DTYPES: dict[DType, Attribute] = {
     DType.F32: Float32Type(),
     DType.F16: Float16Type(),
     DType.BF16: BFloat16Type(),
+    DType.F64: Float64Type(),
     DType.I32: i32,
     DType.I64: i64,
+    DType.I8: IntegerType(8),
+    DType.I16: IntegerType(16),
+    DType.U8: IntegerType(8, Signedness.UNSIGNED),
+    DType.BOOL: i1,
 }
 _DTYPES_BY_ATTR: dict[Attribute, DType] = {attr: dtype for dtype, attr in _XDSL_DTYPES.items()}
 
@@ -585,9 +593,10 @@ class SoftmaxOp(GraphOp):
 
 @irdl_op_definition
 class ReduceOp(GraphOp):
-    """Sum, mean or max over `axes`, keeping them as size 1 when `keepdims`. Over a
-    size-0 axis a sum is 0 and a max -inf (an integer type's least value); a mean
-    there is undefined and does not type-check."""
+    """Sum, mean, max, min or product over `axes`, keeping them as size 1 when
+    `keepdims`. Over a size-0 axis a sum is 0, a product 1, a max -inf and a min +inf
+    (an integer type's least and largest value); a mean there is undefined and does
+    not type-check. NaN propagates through max and min."""
 
     name = "graph.reduce"
     input = operand_def(TensorType)
@@ -635,6 +644,196 @@ class EmbeddingOp(GraphOp):
     table = operand_def(TensorType)
     result = result_def(TensorType)
     traits = traits_def(DataMovement())
+
+
+# ------------------------------------------ arithmetic, comparison, logic, indexing
+# What imported models (ONNX) compute beyond TASO's set. The binary ops broadcast
+# NumPy-style and take operands of one element type, as ONNX's do.
+
+
+@irdl_op_definition
+class NegOp(_UnaryOp):
+    """-x (floats and integers; integers wrap at their least value)."""
+
+    name = "graph.neg"
+
+
+@irdl_op_definition
+class ExpOp(_UnaryOp):
+    """e**x."""
+
+    name = "graph.exp"
+
+
+@irdl_op_definition
+class LogOp(_UnaryOp):
+    """The natural logarithm: -inf at 0, NaN below."""
+
+    name = "graph.log"
+
+
+@irdl_op_definition
+class SqrtOp(_UnaryOp):
+    """The square root: NaN below 0."""
+
+    name = "graph.sqrt"
+
+
+@irdl_op_definition
+class ReciprocalOp(_UnaryOp):
+    """1 / x."""
+
+    name = "graph.reciprocal"
+
+
+@irdl_op_definition
+class ErfOp(_UnaryOp):
+    """The error function."""
+
+    name = "graph.erf"
+
+
+@irdl_op_definition
+class AbsOp(_UnaryOp):
+    """|x| (floats and integers; an integer's least value stays itself, as it wraps)."""
+
+    name = "graph.abs"
+
+
+class _BinaryOp(GraphOp):
+    lhs = operand_def(TensorType)
+    rhs = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure(), Elementwise(), Broadcasting(), Fusible())
+
+
+class _SymmetricOp(_BinaryOp):
+    traits = traits_def(Pure(), Commutative(), Elementwise(), Broadcasting(), Fusible())
+
+
+@irdl_op_definition
+class SubOp(_BinaryOp):
+    """lhs - rhs."""
+
+    name = "graph.sub"
+
+
+@irdl_op_definition
+class DivOp(_BinaryOp):
+    """lhs / rhs; integers truncate toward zero (as C and onnxruntime do, not as
+    Python's floor division), and dividing an integer by zero is an error of the
+    reference."""
+
+    name = "graph.div"
+
+
+@irdl_op_definition
+class PowOp(_BinaryOp):
+    """lhs ** rhs; an integer raised to a negative integer is an error of the reference."""
+
+    name = "graph.pow"
+
+
+@irdl_op_definition
+class MaxOp(_SymmetricOp):
+    """The element-wise maximum; NaN if either is NaN (ONNX's Max)."""
+
+    name = "graph.max"
+
+
+@irdl_op_definition
+class MinOp(_SymmetricOp):
+    """The element-wise minimum; NaN if either is NaN (ONNX's Min)."""
+
+    name = "graph.min"
+
+
+@irdl_op_definition
+class CompareOp(_BinaryOp):
+    """lhs `predicate` rhs as i1, `predicate` one of eq, ne, lt, le, gt, ge (NaN is
+    unequal to everything, itself included: only `ne` holds for it)."""
+
+    name = "graph.compare"
+    predicate = prop_def(Attribute)
+
+
+@irdl_op_definition
+class NotOp(_UnaryOp):
+    """Logical not of an i1 tensor."""
+
+    name = "graph.not"
+
+
+@irdl_op_definition
+class AndOp(_SymmetricOp):
+    """Logical and of i1 tensors."""
+
+    name = "graph.and"
+
+
+@irdl_op_definition
+class OrOp(_SymmetricOp):
+    """Logical or of i1 tensors."""
+
+    name = "graph.or"
+
+
+@irdl_op_definition
+class XorOp(_SymmetricOp):
+    """Logical exclusive or of i1 tensors."""
+
+    name = "graph.xor"
+
+
+@irdl_op_definition
+class WhereOp(GraphOp):
+    """lhs where the i1 condition holds, else rhs; all three broadcast."""
+
+    name = "graph.where"
+    condition = operand_def(TensorType)
+    lhs = operand_def(TensorType)
+    rhs = operand_def(TensorType)
+    result = result_def(TensorType)
+    traits = traits_def(Pure(), Elementwise(), Broadcasting(), Fusible())
+
+
+@irdl_op_definition
+class CastOp(GraphOp):
+    """Convert to element type `to`: floats to integers truncate toward zero and
+    saturate at the integer type's range (NaN gives 0), any number to i1 is x != 0,
+    i1 to a number is 0 or 1, and a narrower float rounds to nearest even."""
+
+    name = "graph.cast"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    to = prop_def(Attribute)
+    traits = traits_def(Pure(), Elementwise(), Fusible())
+
+
+@irdl_op_definition
+class BroadcastOp(GraphOp):
+    """Stretch to the full result `shape`, NumPy's broadcast_to (ONNX's Expand once
+    its target shape is known)."""
+
+    name = "graph.broadcast"
+    input = operand_def(TensorType)
+    result = result_def(TensorType)
+    shape = prop_def(Attribute)
+    traits = traits_def(Pure(), DataMovement(), Fusible())
+
+
+@irdl_op_definition
+class GatherOp(GraphOp):
+    """Take entries of `data` along `axis` at integer `indices` (NumPy's take; a
+    negative index counts from the end): the result's shape is data's before `axis`,
+    then indices', then data's after `axis`."""
+
+    name = "graph.gather"
+    data = operand_def(TensorType)
+    indices = operand_def(TensorType)
+    result = result_def(TensorType)
+    axis = prop_def(Attribute)
+    traits = traits_def(Pure(), DataMovement())
 
 
 # ------------------------------------- backward ops, losses and optimizer updates
@@ -886,6 +1085,27 @@ GRAPH_OPS: tuple[type[GraphOp], ...] = (
     BatchnormOp,
     LayernormOp,
     EmbeddingOp,
+    NegOp,
+    ExpOp,
+    LogOp,
+    SqrtOp,
+    ReciprocalOp,
+    ErfOp,
+    AbsOp,
+    SubOp,
+    DivOp,
+    PowOp,
+    MaxOp,
+    MinOp,
+    CompareOp,
+    NotOp,
+    AndOp,
+    OrOp,
+    XorOp,
+    WhereOp,
+    CastOp,
+    BroadcastOp,
+    GatherOp,
     # backward ops, losses and optimizer updates (autodiff, docs/autodiff.md)
     ReluGradOp,
     SigmoidGradOp,

@@ -2,7 +2,8 @@
 
 Class labels (`graph.softmax_cross_entropy` and its gradient: classes are the logits'
 last dimension) and ids (`graph.embedding`: rows of the table, `graph.scatter_add`:
-rows of its result) must lie in [0, bound). Two places need that fact: drawing valid
+rows of its result) must lie in [0, bound); `graph.gather`'s indices in [-bound,
+bound), the size of the gathered axis. Two places need that fact: drawing valid
 random arguments (`backends.arguments`) and refusing out-of-range ones before a JAX
 run, which cannot raise on data (`driver.index_ranges`). It is written once, here.
 """
@@ -19,13 +20,19 @@ from tasoc.ir.graph import sig_of
 
 @dataclass(frozen=True, slots=True)
 class IndexOperand:
-    """Operand `operand` of an op indexes `[0, bound(op))`; `role` names the operand
-    and `bound_is` what the bound is, for the error message."""
+    """Operand `operand` of an op indexes `[0, bound(op))`, or `[-bound, bound)` when
+    `from_end` (a negative index counts from the end); `role` names the operand and
+    `bound_is` what the bound is, for the error message."""
 
     operand: int
     role: str
     bound_is: str
     bound: Callable[[Operation], int]
+    from_end: bool = False
+
+    def least(self, op: Operation) -> int:
+        """The least index `op` accepts in this operand."""
+        return -self.bound(op) if self.from_end else 0
 
 
 def _logits_classes(op: Operation) -> int:
@@ -40,6 +47,11 @@ def _result_rows(op: Operation) -> int:
     return sig_of(op.results[0].type).shape[0]
 
 
+def _gathered_axis(op: Operation) -> int:
+    data = sig_of(op.operands[0].type)
+    return data.shape[op.py_attrs()["axis"] % data.rank]
+
+
 _LABELS = IndexOperand(1, "labels", "classes, the logits' last dimension", _logits_classes)
 
 INDEX_OPERANDS: Mapping[str, IndexOperand] = {
@@ -47,6 +59,9 @@ INDEX_OPERANDS: Mapping[str, IndexOperand] = {
     "graph.softmax_cross_entropy_grad": _LABELS,
     "graph.embedding": IndexOperand(0, "ids", "rows of the table", _table_rows),
     "graph.scatter_add": IndexOperand(0, "ids", "rows of the result", _result_rows),
+    "graph.gather": IndexOperand(
+        1, "indices", "entries along the gathered axis", _gathered_axis, from_end=True
+    ),
 }
 """The ops with an index operand, by name (so this works whichever ops are loaded)."""
 

@@ -20,25 +20,50 @@ from tasoc.ir.limits import LimitError, check_shape
 
 
 class DType(StrEnum):
-    """Element types a tensor of the `graph` dialect may have."""
+    """Element types a tensor of the `graph` dialect may have: floats, signed integers,
+    one unsigned integer (`ui8`, images as ONNX carries them) and booleans (`i1`, what
+    `graph.compare` yields and `graph.where` selects by)."""
 
     F32 = "f32"
     F16 = "f16"
     BF16 = "bf16"
+    F64 = "f64"
     I32 = "i32"
     I64 = "i64"
+    I8 = "i8"
+    I16 = "i16"
+    U8 = "ui8"
+    BOOL = "i1"
 
     @property
     def is_float(self) -> bool:
-        return self in (DType.F32, DType.F16, DType.BF16)
+        return self in _FLOATS
+
+    @property
+    def is_integer(self) -> bool:
+        """A signed or unsigned integer type (not a boolean)."""
+        return self in _INTEGERS
 
     @property
     def itemsize(self) -> int:
-        """Bytes per element."""
+        """Bytes per element (a boolean takes one, as NumPy and XLA store it)."""
         return _ITEMSIZES[self]
 
 
-_ITEMSIZES = {DType.F32: 4, DType.F16: 2, DType.BF16: 2, DType.I32: 4, DType.I64: 8}
+_FLOATS = frozenset((DType.F32, DType.F16, DType.BF16, DType.F64))
+_INTEGERS = frozenset((DType.I32, DType.I64, DType.I8, DType.I16, DType.U8))
+_ITEMSIZES = {
+    DType.F32: 4,
+    DType.F16: 2,
+    DType.BF16: 2,
+    DType.F64: 8,
+    DType.I32: 4,
+    DType.I64: 8,
+    DType.I8: 1,
+    DType.I16: 2,
+    DType.U8: 1,
+    DType.BOOL: 1,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +198,17 @@ def _float(sig: TensorSig, what: str = "operand") -> None:
         raise ShapeError(f"{what} must have a float element type, got {sig.dtype}")
 
 
+def _number(sig: TensorSig, what: str = "operand") -> None:
+    """Arithmetic takes numbers: a boolean (i1) has no sum, negation or order of size."""
+    if sig.dtype == DType.BOOL:
+        raise ShapeError(f"{what} must be a number (float or integer), got i1")
+
+
+def _boolean(sig: TensorSig, what: str = "operand") -> None:
+    if sig.dtype != DType.BOOL:
+        raise ShapeError(f"{what} must be i1 (boolean), got {sig.dtype}")
+
+
 def _axis(axis: int, rank: int) -> int:
     if not -rank <= axis < rank:
         raise ShapeError(f"axis {axis} out of range for rank {rank}")
@@ -247,16 +283,78 @@ def broadcast_shapes(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
     return tuple(out)
 
 
-@_rule("add", "mul", arity=(2, 2))
+@_rule("add", "mul", "sub", "div", "pow", "max", "min", arity=(2, 2))
 def _binary(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
     lhs, rhs = inputs
-    return [TensorSig(broadcast_shapes(lhs.shape, rhs.shape), _same_dtype(lhs, rhs))]
+    dtype = _same_dtype(lhs, rhs)
+    _number(lhs, "operands")
+    return [TensorSig(broadcast_shapes(lhs.shape, rhs.shape), dtype)]
 
 
-@_rule("relu", "sigmoid", "tanh", "gelu", arity=(1, 1))
+@_rule("relu", "sigmoid", "tanh", "gelu", "exp", "log", "sqrt", "reciprocal", "erf", arity=(1, 1))
 def _unary(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
     _float(inputs[0])
     return [inputs[0]]
+
+
+@_rule("neg", "abs", arity=(1, 1))
+def _signed(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    _number(inputs[0])
+    return [inputs[0]]
+
+
+COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
+"""The predicates of `graph.compare`."""
+
+
+@_rule("compare", arity=(2, 2))
+def _compare(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    lhs, rhs = inputs
+    _same_dtype(lhs, rhs)
+    _choice_attr(attrs, "predicate", COMPARISONS)
+    return [TensorSig(broadcast_shapes(lhs.shape, rhs.shape), DType.BOOL)]
+
+
+@_rule("not", arity=(1, 1))
+def _not(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    _boolean(inputs[0])
+    return [inputs[0]]
+
+
+@_rule("and", "or", "xor", arity=(2, 2))
+def _logic(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    lhs, rhs = inputs
+    _boolean(lhs, "lhs")
+    _boolean(rhs, "rhs")
+    return [TensorSig(broadcast_shapes(lhs.shape, rhs.shape), DType.BOOL)]
+
+
+@_rule("where", arity=(3, 3))
+def _where(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    condition, lhs, rhs = inputs
+    _boolean(condition, "condition")
+    dtype = _same_dtype(lhs, rhs)
+    shape = broadcast_shapes(condition.shape, broadcast_shapes(lhs.shape, rhs.shape))
+    return [TensorSig(shape, dtype)]
+
+
+@_rule("cast", arity=(1, 1))
+def _cast(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    return [TensorSig(inputs[0].shape, _dtype_attr(attrs, "to"))]
+
+
+@_rule("broadcast", arity=(1, 1))
+def _broadcast(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    (x,) = inputs
+    shape = _ints_attr(attrs, "shape")
+    lead = len(shape) - x.rank
+    if (
+        min(shape, default=0) < 0
+        or lead < 0
+        or any(d not in (1, shape[lead + i]) for i, d in enumerate(x.shape))
+    ):
+        raise ShapeError(f"cannot broadcast {_fmt(x.shape)} to {_fmt(shape)}")
+    return [TensorSig(shape, x.dtype)]
 
 
 @_rule("scale", arity=(2, 2))
@@ -441,12 +539,12 @@ _DTYPE_NAMES = frozenset(DType)
 """Every DType, which a name (`"f32"`) is `in` as well: DType is a StrEnum."""
 
 
-def _dtype_attr(attrs: Attrs) -> DType:
+def _dtype_attr(attrs: Attrs, name: str = "dtype") -> DType:
     """The element type an op makes: a type (`dtype = f32`), or its name from Python."""
-    value = attrs["dtype"]
+    value = attrs[name]
     if not isinstance(value, str) or value not in _DTYPE_NAMES:
         names = ", ".join(DType)
-        raise ShapeError(f"dtype must be one of {names}, got {value!r}")
+        raise ShapeError(f"{name} must be one of {names}, got {value!r}")
     return DType(value)
 
 
@@ -509,15 +607,21 @@ def _softmax(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
     return [x]
 
 
+REDUCTIONS = ("sum", "mean", "max", "min", "prod")
+"""The kinds of `graph.reduce`."""
+
+
 @_rule("reduce", arity=(1, 1))
 def _reduce(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
     (x,) = inputs
-    kind = _choice_attr(attrs, "kind", ("sum", "mean", "max"))
+    _number(x)
+    kind = _choice_attr(attrs, "kind", REDUCTIONS)
     given = _ints_attr(attrs, "axes")
     axes = sorted({_axis(a, x.rank) for a in given})
     if len(axes) != len(given) or not axes:
         raise ShapeError(f"axes {list(given)} must be distinct and non-empty")
-    # Over no values a sum is 0 and a max is -inf (ONNX's identities); a mean is 0/0,
+    # Over no values a sum is 0, a product 1, a max -inf and a min +inf (ONNX's
+    # identities; an integer type's least and largest value); a mean is 0/0,
     # which ONNX leaves undefined, so it is refused rather than given a meaning.
     if kind == "mean" and any(x.shape[a] == 0 for a in axes):
         raise ShapeError(f"the mean over axes {axes} of the empty {_fmt(x.shape)} is undefined")
@@ -566,6 +670,14 @@ def _layernorm(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
 def _indices(sig: TensorSig, what: str) -> None:
     if sig.dtype not in (DType.I32, DType.I64):
         raise ShapeError(f"{what} must be i32 or i64, got {sig.dtype}")
+
+
+@_rule("gather", arity=(2, 2))
+def _gather(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    data, indices = inputs
+    _indices(indices, "indices")
+    axis = _axis(_int_attr(attrs, "axis"), data.rank)
+    return [TensorSig((*data.shape[:axis], *indices.shape, *data.shape[axis + 1 :]), data.dtype)]
 
 
 @_rule("embedding", arity=(2, 2))
@@ -654,6 +766,7 @@ def _pool2d_grad(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
 def _reduce_grad(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
     x, dy = inputs
     _float(x)
+    _choice_attr(attrs, "kind", ("sum", "mean", "max"))
     _check_forward(_reduce, "reduce", [x], attrs, dy)
     return [x]
 

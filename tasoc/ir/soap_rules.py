@@ -108,7 +108,59 @@ def _mul(inputs: Inputs, attrs: Attrs, results: Results) -> OpRule:
     return _elementwise(inputs, results, ((0,), (1,)))
 
 
-@soap_rule("relu", "sigmoid", "tanh", "gelu")
+@soap_rule("sub")
+def _sub(inputs: Inputs, attrs: Attrs, results: Results) -> OpRule:
+    # A difference of partial sums is the partial sum of differences, as for add.
+    return _elementwise(inputs, results, ((0, 1),))
+
+
+@soap_rule("neg", "div")
+def _linear_in_first(inputs: Inputs, attrs: Attrs, results: Results) -> OpRule:
+    # -x and x / d are linear in x (for a fixed divisor d).
+    return _elementwise(inputs, results, ((0,),))
+
+
+@soap_rule("broadcast")
+def _broadcast(inputs: Inputs, attrs: Attrs, results: Results) -> OpRule:
+    # The dims x has split alike in the result; the dims the broadcast makes (leading
+    # ones, stretched size-1 ones) do not: no operand could give their split. Linear.
+    (x,), (out,) = inputs, results
+    names = _names("d", out.rank)
+    x_dims = _aligned(x, out, names)
+    kept = set(x_dims) - {None}
+    out_dims = tuple(name if name in kept else None for name in names)
+    factors = [f for f in _positional(out.shape, names) if f.name in kept]
+    return _rule(factors, [x_dims], [out_dims], ((0,),))
+
+
+@soap_rule("where")
+def _where(inputs: Inputs, attrs: Attrs, results: Results) -> OpRule:
+    # A selection between partial sums (of a complete condition) is the partial sum
+    # of the selections.
+    return _elementwise(inputs, results, ((1, 2),))
+
+
+@soap_rule(
+    "relu",
+    "sigmoid",
+    "tanh",
+    "gelu",
+    "exp",
+    "log",
+    "sqrt",
+    "reciprocal",
+    "erf",
+    "abs",
+    "pow",
+    "max",
+    "min",
+    "compare",
+    "not",
+    "and",
+    "or",
+    "xor",
+    "cast",
+)
 def _pointwise(inputs: Inputs, attrs: Attrs, results: Results) -> OpRule:
     return _elementwise(inputs, results, ())
 
@@ -359,12 +411,12 @@ def _softmax(inputs: Inputs, attrs: Attrs, results: Results) -> OpRule:
 
 def _reduce_factors(x: TensorSig, attrs: Attrs) -> tuple[list[Factor], Dims, Dims]:
     """Factors of reduce (and its gradient): one per dim of x; a reduced dim splits
-    for sum and mean (a `mean` factor: the op divides by its extent), not for max
-    (a local max is not a part of the global one that sums). Returns the factors and
-    the dims of x and of the reduced value."""
+    for sum and mean (a `mean` factor: the op divides by its extent), not for max,
+    min or prod (a local max or product is not a part of the global one that sums).
+    Returns the factors and the dims of x and of the reduced value."""
     axes = {a % x.rank for a in attrs["axes"]}
     names = _names("d", x.rank)
-    splits = attrs["kind"] != "max"
+    splits = attrs["kind"] in ("sum", "mean")
     mean = attrs["kind"] == "mean"
     factors = [
         Factor(f.name, f.size, f.kind, mean=mean and d in axes)
@@ -380,7 +432,8 @@ def _reduce_factors(x: TensorSig, attrs: Attrs) -> tuple[list[Factor], Dims, Dim
 @soap_rule("reduce")
 def _reduce(inputs: Inputs, attrs: Attrs, results: Results) -> OpRule:
     factors, x_dims, out_dims = _reduce_factors(inputs[0], attrs)
-    return _rule(factors, [x_dims], [out_dims], () if attrs["kind"] == "max" else ((0,),))
+    linear = ((0,),) if attrs["kind"] in ("sum", "mean") else ()
+    return _rule(factors, [x_dims], [out_dims], linear)
 
 
 @soap_rule("reduce_grad")
@@ -453,6 +506,19 @@ def _embedding(inputs: Inputs, attrs: Attrs, results: Results) -> OpRule:
     return _rule(factors, [dims, (None, "f")], [(*dims, "f")], ((1,),))
 
 
+@soap_rule("gather")
+def _gather(inputs: Inputs, attrs: Attrs, results: Results) -> OpRule:
+    # Data's other dims and the indices' dims split; the gathered axis does not (which
+    # entries a device needs depends on the indices). Linear in the data.
+    data, indices = inputs
+    axis = attrs["axis"] % data.rank
+    factors, data_dims = _except(data, [axis])
+    index_factors, index_dims = _except(indices, (), prefix="i")
+    factors += [Factor(f.name, f.size, "attribute") for f in index_factors]
+    out = (*data_dims[:axis], *index_dims, *data_dims[axis + 1 :])
+    return _rule(factors, [data_dims, index_dims], [out], ((0,),))
+
+
 @soap_rule("scatter_add")
 def _scatter_add(inputs: Inputs, attrs: Attrs, results: Results) -> OpRule:
     # The table gradient sums the updates of every id: split ids leave partial sums.
@@ -504,8 +570,8 @@ def local_attrs(
     return dict(attrs) if fn is None else fn(attrs, operands, results)
 
 
-@_local("reshape")
-def _local_reshape(
+@_local("reshape", "broadcast")
+def _local_shape(
     attrs: Attrs, operands: Sequence[Sequence[int]], results: Sequence[Sequence[int]]
 ) -> dict[str, Any]:
     return {**attrs, "shape": tuple(results[0])}

@@ -19,7 +19,8 @@ Default tolerances by the expected output's element type (an explicit `rtol` or
 | f32   | 1e-4 | 1e-5  | eps is 1.2e-7; backends differ in summation order and fusion |
 | f16   | 1e-2 | 1e-3  | eps is 9.8e-4: one or two roundings apart, plus accumulation |
 | bf16  | 5e-2 | 1e-2  | eps is 7.8e-3: same reasoning with 8 mantissa bits |
-| i32, i64 | 0 | 0     | integer arithmetic is exact |
+| f64   | 1e-4 | 1e-5  | as f32: the JAX lowering computes f64 in float32 (no x64 mode) |
+| integers, i1 | 0 | 0 | integer and boolean arithmetic is exact |
 
 Outputs named in `gradients` (a training step's gradients and updated weights and
 state) are compared at `GRADIENT_TOLERANCES` (f32: 1e-3 and 1e-3): a gradient is the
@@ -46,12 +47,17 @@ from tasoc.ir.shapes import DType
 
 Backend = Literal["numpy", "jax"]
 
+_EXACT: Mapping[np.dtype, tuple[float, float]] = {
+    numpy_dtype(kind): (0.0, 0.0) for kind in DType if not kind.is_float
+}
+"""Integers and booleans compare exactly."""
+
 DEFAULT_TOLERANCES: Mapping[np.dtype, tuple[float, float]] = {
     numpy_dtype(DType.F32): (1e-4, 1e-5),
     numpy_dtype(DType.F16): (1e-2, 1e-3),
     numpy_dtype(DType.BF16): (5e-2, 1e-2),
-    numpy_dtype(DType.I32): (0.0, 0.0),
-    numpy_dtype(DType.I64): (0.0, 0.0),
+    numpy_dtype(DType.F64): (1e-4, 1e-5),
+    **_EXACT,
 }
 """(rtol, atol) by the expected output's dtype; see the module docstring."""
 
@@ -59,8 +65,8 @@ GRADIENT_TOLERANCES: Mapping[np.dtype, tuple[float, float]] = {
     numpy_dtype(DType.F32): (1e-3, 1e-3),
     numpy_dtype(DType.F16): (5e-2, 1e-2),
     numpy_dtype(DType.BF16): (1e-1, 5e-2),
-    numpy_dtype(DType.I32): (0.0, 0.0),
-    numpy_dtype(DType.I64): (0.0, 0.0),
+    numpy_dtype(DType.F64): (1e-3, 1e-3),
+    **_EXACT,
 }
 """(rtol, atol) of gradient outputs by dtype (module docstring)."""
 

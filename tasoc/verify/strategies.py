@@ -52,7 +52,16 @@ from tasoc.ir.builder import GraphBuilder
 from tasoc.ir.dag import Dag, Node, Value
 from tasoc.ir.graph import OPS_BY_NAME, sig_of
 from tasoc.ir.op_sets import ops_with
-from tasoc.ir.shapes import ConstData, DType, ShapeError, TensorSig, infer
+from tasoc.ir.shapes import (
+    COMPARISONS,
+    REDUCTIONS,
+    ConstData,
+    DType,
+    ShapeError,
+    TensorSig,
+    broadcast_shapes,
+    infer,
+)
 from tasoc.ir.shard_plan import Plan
 from tasoc.ir.soap import Config, Mesh, OpRule, Sharding
 from tasoc.ir.traits import Training
@@ -101,9 +110,11 @@ def _fits(op: str, sigs: Sequence[TensorSig], attrs: dict[str, Any]) -> bool:
 class _GraphMaker:
     """The state of one drawn program: the builder and the values made so far."""
 
-    def __init__(self, draw: st.DrawFn, dtype: DType) -> None:
+    def __init__(self, draw: st.DrawFn, dtype: DType, trainable: bool = False) -> None:
         self.draw = draw
         self.dtype = dtype
+        self.trainable = trainable
+        """Drawing a forward program for `autodiff`: only what has a gradient."""
         self.builder = GraphBuilder()
         self.pool: list[SSAValue] = []
         """Values of the program's float type that later ops may consume."""
@@ -201,14 +212,15 @@ class _GraphMaker:
         return module
 
     def finish_trainable(self) -> ModuleOp:
-        """One float output that every float result reaches: the sum of each unused
-        float result's elements, times a rank-0 weight, so that the program has a
-        weight to differentiate even when the ops drew none."""
+        """One float output that every result of the program's float type reaches: the
+        sum of each unused one's elements, times a rank-0 weight, so that the program has
+        a weight to differentiate even when the ops drew none. (Results of other types,
+        a comparison's or a cast's, reach it only through the ops that read them.)"""
         g = self.builder
         totals = []
         for value in self.produced:
             sig = self.sig(value)
-            if value.uses or not sig.dtype.is_float:
+            if value.uses or sig.dtype != self.dtype:
                 continue
             axes = tuple(range(sig.rank))
             totals.append(g.reduce(value, "sum", axes) if axes else value)
@@ -229,6 +241,10 @@ class _GraphMaker:
 
 Emitter = Callable[[_GraphMaker], None]
 
+NO_GRADIENT = frozenset({"pow", "gather"})
+"""Forward ops whose float operands `autodiff` gives no gradient (it refuses a program
+whose loss depends on one): `graphs(trainable=True)` leaves them out."""
+
 
 def _unary(name: str) -> Emitter:
     def emit(m: _GraphMaker) -> None:
@@ -237,21 +253,127 @@ def _unary(name: str) -> Emitter:
     return emit
 
 
+def _partner(m: _GraphMaker, shape: tuple[int, ...], dtype: DType) -> TensorSig:
+    """A type that broadcasts against `shape`: a suffix of it with some dimensions
+    collapsed to 1."""
+    suffix = shape[m.draw(st.integers(0, len(shape))) :]
+    return TensorSig(tuple(1 if m.draw(st.booleans()) else d for d in suffix), dtype)
+
+
 def _broadcasting(name: str) -> Emitter:
     def emit(m: _GraphMaker) -> None:
         x = m.any_float()
-        shape = m.sig(x).shape
-
-        def partner_sig() -> TensorSig:
-            # A suffix of x's shape with some dimensions collapsed to 1 broadcasts.
-            suffix = shape[m.draw(st.integers(0, len(shape))) :]
-            dims = tuple(1 if m.draw(st.booleans()) else d for d in suffix)
-            return TensorSig(dims, m.dtype)
-
-        y = m.operand(lambda s: _fits(name, [m.sig(x), s], {}), partner_sig)
+        y = m.operand(
+            lambda s: _fits(name, [m.sig(x), s], {}), lambda: _partner(m, m.sig(x).shape, m.dtype)
+        )
         m.emit(name, *((x, y) if m.draw(st.booleans()) else (y, x)))
 
     return emit
+
+
+def _positive(m: _GraphMaker, sig: TensorSig) -> SSAValue:
+    """A fresh argument of type `sig` as the operand of log, sqrt or reciprocal, or a
+    divisor or the base of a power: `random_inputs` draws it positive and near 1, so
+    the op stays in its domain and well-conditioned."""
+    return m.new_arg(sig, param=False)
+
+
+def _in_domain(name: str) -> Emitter:
+    """log, sqrt, reciprocal: on a positive operand."""
+
+    def emit(m: _GraphMaker) -> None:
+        m.emit(name, _positive(m, m.fresh()))
+
+    return emit
+
+
+def _div(m: _GraphMaker) -> None:
+    x = m.any_float()
+    m.emit("div", x, _positive(m, _partner(m, m.sig(x).shape, m.dtype)))
+
+
+def _pow(m: _GraphMaker) -> None:
+    exponent = m.any_float()
+    m.emit("pow", _positive(m, _partner(m, m.sig(exponent).shape, m.dtype)), exponent)
+
+
+def _boolean(m: _GraphMaker, accepts: Callable[[TensorSig], bool], fresh: TensorSig) -> SSAValue:
+    """An i1 value made earlier (a comparison's, say) that `accepts` allows, or a fresh
+    i1 argument of type `fresh` (`random_inputs` draws it as fair coins)."""
+    made = [v for v in m.produced if m.sig(v).dtype == DType.BOOL and accepts(m.sig(v))]
+    if made and m.draw(st.booleans()):
+        return m.draw(st.sampled_from(made))
+    return m.new_arg(fresh, param=False)
+
+
+def _float_pair(m: _GraphMaker) -> tuple[SSAValue, SSAValue]:
+    """Two float values that broadcast against each other."""
+    x = m.any_float()
+    y = m.operand(
+        lambda s: _fits("add", [m.sig(x), s], {}), lambda: _partner(m, m.sig(x).shape, m.dtype)
+    )
+    return (x, y) if m.draw(st.booleans()) else (y, x)
+
+
+def _compare(m: _GraphMaker) -> None:
+    m.emit("compare", *_float_pair(m), predicate=m.draw(st.sampled_from(COMPARISONS)))
+
+
+def _not(m: _GraphMaker) -> None:
+    m.emit("not", _boolean(m, lambda s: True, TensorSig(m.shape_like_pool(), DType.BOOL)))
+
+
+def _logic(name: str) -> Emitter:
+    def emit(m: _GraphMaker) -> None:
+        x = _boolean(m, lambda s: True, TensorSig(m.shape_like_pool(), DType.BOOL))
+        shape = m.sig(x).shape
+        y = _boolean(m, lambda s: _fits(name, [m.sig(x), s], {}), _partner(m, shape, DType.BOOL))
+        m.emit(name, *((x, y) if m.draw(st.booleans()) else (y, x)))
+
+    return emit
+
+
+def _where(m: _GraphMaker) -> None:
+    a, b = _float_pair(m)
+    shape = broadcast_shapes(m.sig(a).shape, m.sig(b).shape)
+    condition = _boolean(
+        m,
+        lambda s: _fits("where", [s, m.sig(a), m.sig(b)], {}),
+        _partner(m, shape, DType.BOOL),
+    )
+    m.emit("where", condition, a, b)
+
+
+def _cast(m: _GraphMaker) -> None:
+    """A float value to another float type or to i1, or a fresh integer or i1 argument
+    to the program's float type (never to its own type: a cast that changes nothing is
+    dropped by the ONNX import, so it would not round-trip). Floats become integers only
+    in hand-written tests: a value computed near an integer (a sum of softmax outputs)
+    truncates to either neighbour, depending on the backend's last bit. bfloat16 appears
+    only in bfloat16 programs, so that onnxruntime, which cannot return it, runs the
+    others."""
+    if m.draw(st.booleans()):
+        kinds = sorted({DType.F32, DType.F16, DType.F64, DType.BOOL} - {m.dtype})
+        m.emit("cast", m.any_float(), to=m.draw(st.sampled_from(kinds)))
+        return
+    source = m.draw(st.sampled_from([kind for kind in DType if not kind.is_float]))
+    m.emit("cast", m.new_arg(TensorSig(m.shape_like_pool(), source), param=False), to=m.dtype)
+
+
+def _broadcast(m: _GraphMaker) -> None:
+    """A broadcast that changes the shape (one that does not is dropped by the ONNX
+    import, like an identity cast)."""
+    x = m.any_float()
+    shape = m.sig(x).shape
+    stretched = tuple(m.draw(st.integers(1, 3)) if d == 1 else d for d in shape)
+    lead = m.draw(st.lists(st.integers(1, 3), min_size=int(stretched == shape), max_size=2))
+    m.emit("broadcast", x, shape=(*lead, *stretched))
+
+
+def _gather(m: _GraphMaker) -> None:
+    data = m.any_float(min_rank=1)
+    indices = _indices(m, m.draw(tensor_sigs(0, 2)).shape)
+    m.emit("gather", data, indices, axis=m.axis(m.sig(data).rank))
 
 
 def _activation_grad(name: str) -> Emitter:
@@ -424,12 +546,16 @@ def _softmax(m: _GraphMaker) -> None:
     m.emit("softmax", x, axis=m.axis(m.sig(x).rank))
 
 
-def _reduce_attrs(m: _GraphMaker, x: SSAValue) -> dict[str, Any]:
+_DIFFERENTIABLE_REDUCTIONS = ("sum", "mean", "max")
+"""The reductions `reduce_grad` (and so `autodiff`) takes."""
+
+
+def _reduce_attrs(m: _GraphMaker, x: SSAValue, kinds: Sequence[str]) -> dict[str, Any]:
     rank = m.sig(x).rank
     axes = m.draw(st.sets(st.integers(0, rank - 1), min_size=1))
     negated = [a - rank if m.draw(st.booleans()) else a for a in sorted(axes)]
     return {
-        "kind": m.draw(st.sampled_from(["sum", "mean", "max"])),
+        "kind": m.draw(st.sampled_from(kinds)),
         "axes": tuple(negated),
         "keepdims": m.draw(st.booleans()),
     }
@@ -437,12 +563,13 @@ def _reduce_attrs(m: _GraphMaker, x: SSAValue) -> dict[str, Any]:
 
 def _reduce(m: _GraphMaker) -> None:
     x = m.any_float(min_rank=1)
-    m.emit("reduce", x, **_reduce_attrs(m, x))
+    kinds = _DIFFERENTIABLE_REDUCTIONS if m.trainable else REDUCTIONS
+    m.emit("reduce", x, **_reduce_attrs(m, x, kinds))
 
 
 def _reduce_grad(m: _GraphMaker) -> None:
     x = m.any_float(min_rank=1)
-    attrs = _reduce_attrs(m, x)
+    attrs = _reduce_attrs(m, x, _DIFFERENTIABLE_REDUCTIONS)
     m.emit("reduce_grad", x, _exactly(m, _result_shape(m, "reduce", [x], **attrs), False), **attrs)
 
 
@@ -586,8 +713,13 @@ def _i_matmul(m: _GraphMaker) -> None:
 
 
 EMITTERS: dict[str, Emitter] = {
-    **{name: _unary(name) for name in ("relu", "sigmoid", "tanh", "gelu")},
-    **{name: _broadcasting(name) for name in ("add", "mul")},
+    **{
+        name: _unary(name)
+        for name in ("relu", "sigmoid", "tanh", "gelu", "neg", "exp", "erf", "abs")
+    },
+    **{name: _in_domain(name) for name in ("log", "sqrt", "reciprocal")},
+    **{name: _broadcasting(name) for name in ("add", "mul", "sub", "max", "min")},
+    **{name: _logic(name) for name in ("and", "or", "xor")},
     **{name: _filled(name) for name in ("ones", "zeros")},
     "scale": _scale,
     "transpose": _transpose,
@@ -607,6 +739,14 @@ EMITTERS: dict[str, Emitter] = {
     "c_pool": _c_pool,
     "i_conv": _i_conv,
     "i_matmul": _i_matmul,
+    "div": _div,
+    "pow": _pow,
+    "compare": _compare,
+    "not": _not,
+    "where": _where,
+    "cast": _cast,
+    "broadcast": _broadcast,
+    "gather": _gather,
     **{
         name: _activation_grad(name)
         for name in ("relu_grad", "sigmoid_grad", "tanh_grad", "gelu_grad")
@@ -635,7 +775,7 @@ def _graphs(
     dtypes: Sequence[DType],
     trainable: bool,
 ) -> ModuleOp:
-    maker = _GraphMaker(draw, draw(st.sampled_from(dtypes)))
+    maker = _GraphMaker(draw, draw(st.sampled_from(dtypes)), trainable)
     maker.new_arg(maker.fresh(), param=False)
     for _ in range(draw(st.integers(min_ops, max_ops))):
         EMITTERS[draw(st.sampled_from(ops))](maker)
@@ -657,11 +797,13 @@ def graphs(
     ValueError for unknown op names or an empty range.
 
     `trainable=True` draws forward programs for `autodiff`: by default only the ops a
-    forward program has (not the `Training` ones: gradients, losses, updates), and one
-    rank-0 float output scaled by a weight, so that `autodiff{loss=sum}` always has a
-    weight to differentiate and every drawn op can reach the loss.
+    forward program has (not the `Training` ones: gradients, losses, updates) whose
+    gradient `autodiff` defines (not `NO_GRADIENT`, and reductions only of the kinds
+    `reduce_grad` takes), and one rank-0 float output scaled by a weight, so that
+    `autodiff{loss=sum}` always has a weight to differentiate and every drawn op can
+    reach the loss.
     """
-    default = EMITTERS.keys() - ops_with(Training) if trainable else EMITTERS
+    default = EMITTERS.keys() - ops_with(Training) - NO_GRADIENT if trainable else EMITTERS
     names = sorted(default if ops is None else ops)
     unknown = sorted(set(names) - EMITTERS.keys())
     if unknown or not names:

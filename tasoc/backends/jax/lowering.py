@@ -15,13 +15,20 @@ differences a user can observe are:
   convolution keep half-precision operands and accumulate in float32
   (`preferred_element_type`), which is how GPUs run them fast. Float32 matmuls and
   convolutions request `Precision.HIGHEST`, so GPUs do not silently use TF32.
-- 64-bit integers. JAX without x64 mode has no int64 and tasoc does not turn x64
-  on (that would change every user's JAX process). i64 tensors are int32 inside
-  the program: `JaxProgram` casts i64 arguments to int32, refusing values that do
-  not fit, and casts i64 results back to int64. So the max of no i64 values (a
+- 64-bit types. JAX without x64 mode has no int64 or float64 and tasoc does not
+  turn x64 on (that would change every user's JAX process). i64 tensors are int32
+  inside the program: `JaxProgram` casts i64 arguments to int32, refusing values that
+  do not fit, and casts i64 results back to int64. So the max of no i64 values (a
   reduction over an empty axis) is int32's least value here, int64's in the reference.
-- Embedding ids outside the table yield NaN rows (`jnp.take(mode="fill")`); the
-  reference raises instead. A jitted function cannot raise on data.
+  Likewise f64 tensors are float32 inside: f64 arguments are rounded to float32, every
+  op on them computes in float32, and f64 results are widened back to float64. So an
+  f64 program agrees with the reference to float32's precision (the f32 tolerances of
+  `tasoc.verify.equivalence`), and values beyond float32's range become infinities.
+- Embedding ids outside the table yield NaN rows (`jnp.take(mode="fill")`), and so do
+  `gather` indices outside [-n, n) (an integer type's extreme value where there is no
+  NaN); the reference raises instead. A jitted function cannot raise on data. For the
+  same reason an integer `div` by zero yields -1 here (XLA's value) and an integer
+  raised to a negative integer `pow` yields XLA's value, where the reference raises.
 """
 
 from __future__ import annotations
@@ -42,7 +49,7 @@ from xdsl.ir import Operation, SSAValue
 from tasoc.backends import numpy_dtype
 from tasoc.backends.arguments import check_arguments
 from tasoc.backends.numpy.interpreter import KernelTypeError
-from tasoc.backends.numpy.kernels import AnyKernel, in_float32, lowest
+from tasoc.backends.numpy.kernels import COMPARISONS, AnyKernel, highest, in_float32, lowest
 from tasoc.ir.graph import GraphOp, sig_of
 from tasoc.ir.program import (
     ArgInfo,
@@ -268,6 +275,10 @@ def _reduce(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.A
     axes, keepdims = tuple(attrs["axes"]), attrs["keepdims"]
     if attrs["kind"] == "max":
         return [jnp.max(x, axis=axes, keepdims=keepdims, initial=lowest(x.dtype))]
+    if attrs["kind"] == "min":
+        return [jnp.min(x, axis=axes, keepdims=keepdims, initial=highest(x.dtype))]
+    if attrs["kind"] == "prod":
+        return [jnp.prod(x, axis=axes, keepdims=keepdims, dtype=x.dtype)]
     total = jnp.sum(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
     if attrs["kind"] == "sum":
         return [total]
@@ -298,6 +309,70 @@ def _layernorm(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[ja
 def _embedding(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
     ids, table = inputs
     return [jnp.take(table, ids, axis=0, mode="fill", fill_value=jnp.nan)]
+
+
+# ------------------------------------------ arithmetic, comparison, logic, indexing
+
+
+def _applying(fn: Callable[..., jax.Array]) -> JaxKernel:
+    """The lowering applying the `jnp` function `fn` to the operands."""
+    return lambda attrs, inputs: [fn(*inputs)]
+
+
+for _name, _fn in {
+    "neg": jnp.negative,
+    "exp": jnp.exp,
+    "log": jnp.log,
+    "sqrt": jnp.sqrt,
+    "reciprocal": jnp.reciprocal,
+    "erf": lax.erf,
+    "abs": jnp.abs,
+    "sub": jnp.subtract,
+    "pow": jnp.power,
+    "max": jnp.maximum,
+    "min": jnp.minimum,
+    "not": jnp.logical_not,
+    "and": jnp.logical_and,
+    "or": jnp.logical_or,
+    "xor": jnp.logical_xor,
+    "where": jnp.where,
+}.items():
+    _kernel(_name)(_applying(_fn))
+
+
+@_kernel("div")
+def _div(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
+    """Integers truncate toward zero (`lax.div`, as the reference), not floor as `//`."""
+    lhs, rhs = inputs
+    if jnp.issubdtype(lhs.dtype, jnp.integer):
+        return [lax.div(*jnp.broadcast_arrays(lhs, rhs))]
+    return [jnp.divide(lhs, rhs)]
+
+
+@_kernel("compare")
+def _compare(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
+    predicate = getattr(jnp, COMPARISONS[attrs["predicate"]].__name__)
+    return [predicate(inputs[0], inputs[1])]
+
+
+@_kernel("cast", widen=False)
+def _cast(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
+    """XLA's conversion: floats to integers truncate and saturate, NaN 0, as the
+    reference defines it."""
+    return [inputs[0].astype(jax_dtype(attrs["to"]))]
+
+
+@_kernel("broadcast")
+def _broadcast(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
+    return [jnp.broadcast_to(inputs[0], attrs["shape"])]
+
+
+@_kernel("gather")
+def _gather(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
+    """Indices outside [-n, n) yield NaN (an integer type's extreme value), where the
+    reference raises."""
+    data, indices = inputs
+    return [jnp.take(data, indices, axis=attrs["axis"], mode="fill")]
 
 
 # ------------------------------------------------------------------ the program
@@ -364,12 +439,15 @@ def check_results(what: str, sigs: Sequence[TensorSig], results: Sequence[jax.Ar
 
 
 def host_argument(info: ArgInfo, arg: np.ndarray) -> np.ndarray:
-    """`arg` in the dtype JAX uses for `info`'s type (i64 -> int32 without x64 mode);
-    ValueError for values that do not fit it."""
+    """`arg` in the dtype JAX uses for `info`'s type (without x64 mode, i64 -> int32
+    and f64 -> float32, rounded); ValueError for integers that do not fit it."""
     target = jax_dtype(info.sig.dtype)
     array = np.asarray(arg)
     if array.dtype == target:
         return array
+    if info.sig.dtype.is_float:
+        with np.errstate(over="ignore"):  # beyond float32's range is inf, as documented
+            return array.astype(target)
     limits = np.iinfo(target)
     if array.size and (array.min() < limits.min or array.max() > limits.max):
         raise ValueError(
@@ -380,7 +458,8 @@ def host_argument(info: ArgInfo, arg: np.ndarray) -> np.ndarray:
 
 
 def host_results(results: Sequence[jax.Array], sigs: Sequence[TensorSig]) -> list[np.ndarray]:
-    """Results as NumPy arrays of the IR's dtypes (int32 back to int64)."""
+    """Results as NumPy arrays of the IR's dtypes (int32 back to int64, float32
+    back to float64)."""
     return [
         np.asarray(r).astype(numpy_dtype(sig.dtype), copy=False)
         for r, sig in zip(results, sigs, strict=True)

@@ -13,8 +13,9 @@ against carries no error of its own from summation order. That matters for long
 chains: through a training step's backward (batch statistics, relu kinks) the
 errors of two float32 computations grow apart, and only against a reference that
 makes none does a backend's own error show. Integers compute in their own type (sums
-wrap like fixed-width integers do, and an integer `mean` rounds toward zero). The
-JAX lowering applies the same shape of policy with float32 as the wide type for
+wrap like fixed-width integers do, and an integer `mean` rounds toward zero), and so
+do booleans. `cast` alone is not widened: its operand's own type is what it converts.
+The JAX lowering applies the same shape of policy with float32 as the wide type for
 float16 and bfloat16 (`in_float32`), which is what a careful mixed-precision
 implementation does.
 """
@@ -272,12 +273,21 @@ def lowest(dtype: np.dtype) -> float | int:
     return -math.inf if np.issubdtype(dtype, np.floating) else int(np.iinfo(dtype).min)
 
 
+def highest(dtype: np.dtype) -> float | int:
+    """The identity of min: +inf for floats and the largest value for integers."""
+    return math.inf if np.issubdtype(dtype, np.floating) else int(np.iinfo(dtype).max)
+
+
 @_kernel("reduce")
 def _reduce(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     x = inputs[0]
     axes, keepdims = tuple(attrs["axes"]), attrs["keepdims"]
     if attrs["kind"] == "max":
         return [np.max(x, axis=axes, keepdims=keepdims, initial=lowest(x.dtype))]
+    if attrs["kind"] == "min":
+        return [np.min(x, axis=axes, keepdims=keepdims, initial=highest(x.dtype))]
+    if attrs["kind"] == "prod":
+        return [np.prod(x, axis=axes, keepdims=keepdims, dtype=x.dtype)]
     # dtype=x.dtype: NumPy would otherwise widen small integer sums to int64.
     total = np.sum(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
     if attrs["kind"] == "sum":
@@ -313,3 +323,125 @@ def _embedding(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[n
     if bad.size:
         raise ValueError(f"graph.embedding: id {bad.flat[0]} is out of range [0, {rows})")
     return [table[ids]]
+
+
+# ------------------------------------------ arithmetic, comparison, logic, indexing
+
+
+def _ieee(*names: str) -> Callable[[Kernel], Kernel]:
+    """Register a kernel that computes IEEE results (inf, NaN) at poles and outside its
+    domain without NumPy's warnings: log(0) is -inf and sqrt(-1) NaN on purpose."""
+
+    def register(fn: Kernel) -> Kernel:
+        @wraps(fn)
+        def quiet(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                return fn(attrs, inputs)
+
+        for name in names:
+            KERNELS[name] = in_float64(quiet)
+        return fn
+
+    return register
+
+
+def _applying(fn: Callable[..., np.ndarray]) -> Kernel:
+    """The kernel applying the NumPy function `fn` to the operands."""
+    return lambda attrs, inputs: [np.asarray(fn(*inputs))]
+
+
+_ERF = np.frompyfunc(math.erf, 1, 1)
+
+for _name, _fn in {
+    "neg": np.negative,
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "reciprocal": np.reciprocal,
+    "erf": lambda x: np.asarray(_ERF(x), np.float64),
+    "abs": np.abs,
+    "sub": np.subtract,
+    "max": np.maximum,
+    "min": np.minimum,
+    "not": np.logical_not,
+    "and": np.logical_and,
+    "or": np.logical_or,
+    "xor": np.logical_xor,
+    "where": np.where,
+}.items():
+    _ieee(_name)(_applying(_fn))
+
+
+@_ieee("div")
+def _div(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    lhs, rhs = inputs
+    if not np.issubdtype(lhs.dtype, np.integer):
+        return [np.divide(lhs, rhs)]
+    if (rhs == 0).any():
+        raise ValueError("graph.div: integer division by zero")
+    # Truncation toward zero: lhs - fmod(lhs, rhs) is an exact multiple of rhs (fmod
+    # takes the dividend's sign, as C's %), so the floor division of it is exact.
+    return [(lhs - np.fmod(lhs, rhs)) // rhs]
+
+
+@_ieee("pow")
+def _pow(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    lhs, rhs = inputs
+    if np.issubdtype(rhs.dtype, np.integer) and (rhs < 0).any():
+        raise ValueError(f"graph.pow: an integer raised to the negative integer {rhs.min()}")
+    return [np.power(lhs, rhs)]
+
+
+COMPARISONS: Mapping[str, Callable[..., Any]] = {
+    "eq": np.equal,
+    "ne": np.not_equal,
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+}
+"""`graph.compare`'s predicates as NumPy functions (JAX's `jnp` has the same names)."""
+
+
+@_ieee("compare")
+def _compare(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    return [np.asarray(COMPARISONS[attrs["predicate"]](inputs[0], inputs[1]))]
+
+
+def _cast(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Registered unwidened: the operand's own type is what is converted. A float
+    becomes an integer truncated toward zero and saturated at the type's range, NaN 0,
+    which is what XLA does (NumPy leaves values outside the range undefined)."""
+    (x,) = inputs
+    target = numpy_dtype(attrs["to"])
+    if not (np.issubdtype(target, np.integer) and x.dtype in _EVERY_FLOAT):
+        return [x.astype(target)]
+    bounds = np.iinfo(target)
+    wide = np.trunc(x.astype(np.float64))
+    # float(bounds.max) may round up past the range (2**63 - 1 does), so the ends
+    # are set as integers rather than clipped as floats.
+    above, below = wide >= float(bounds.max), wide <= float(bounds.min)
+    result = np.where(above | below | np.isnan(wide), 0, wide).astype(target)
+    result[above] = bounds.max
+    result[below] = bounds.min
+    return [result]
+
+
+_EVERY_FLOAT = FLOATS | {NUMPY_DTYPES[DType.F64]}
+KERNELS["cast"] = _cast
+
+
+@_kernel("broadcast")
+def _broadcast(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    return [np.array(np.broadcast_to(inputs[0], attrs["shape"]))]
+
+
+@_kernel("gather")
+def _gather(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    data, indices = inputs
+    axis = attrs["axis"] % data.ndim
+    size = data.shape[axis]
+    bad = indices[(indices < -size) | (indices >= size)]
+    if bad.size:
+        raise ValueError(f"graph.gather: index {bad.flat[0]} is out of range [-{size}, {size})")
+    return [np.take(data, indices, axis=axis)]

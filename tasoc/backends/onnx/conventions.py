@@ -17,8 +17,13 @@ DTYPES_BY_ONNX: Mapping[int, DType] = {
     TensorProto.FLOAT: DType.F32,
     TensorProto.FLOAT16: DType.F16,
     TensorProto.BFLOAT16: DType.BF16,
+    TensorProto.DOUBLE: DType.F64,
     TensorProto.INT32: DType.I32,
     TensorProto.INT64: DType.I64,
+    TensorProto.INT8: DType.I8,
+    TensorProto.INT16: DType.I16,
+    TensorProto.UINT8: DType.U8,
+    TensorProto.BOOL: DType.BOOL,
 }
 """ONNX element types the `graph` dialect has, shared with the exporter."""
 

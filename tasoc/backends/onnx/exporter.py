@@ -20,6 +20,7 @@ form, the one PyTorch writes and runtimes recognize. Writing the model to a file
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from importlib.metadata import version
@@ -309,13 +310,84 @@ _SAME_NAME = {
     "sigmoid": "Sigmoid",
     "tanh": "Tanh",
     "matmul": "MatMul",
+    "neg": "Neg",
+    "exp": "Exp",
+    "log": "Log",
+    "sqrt": "Sqrt",
+    "reciprocal": "Reciprocal",
+    "erf": "Erf",
+    "abs": "Abs",
+    "sub": "Sub",
+    "div": "Div",
+    "pow": "Pow",
+    "max": "Max",
+    "min": "Min",
+    "not": "Not",
+    "and": "And",
+    "or": "Or",
+    "xor": "Xor",
+    "where": "Where",
 }
+
+
+_NARROW = frozenset({DType.I8, DType.I16, DType.U8})
+_IN_INT32: Mapping[str, frozenset[DType]] = {
+    "Neg": frozenset({DType.U8}),
+    "Pow": _NARROW,
+    "MatMul": _NARROW,
+    "ReduceSum": _NARROW,
+    "ReduceProd": _NARROW,
+    "ReduceMax": frozenset({DType.I16}),
+    "ReduceMin": frozenset({DType.I16}),
+    "Max": frozenset({DType.I16}),
+    "Min": frozenset({DType.I16}),
+    "Where": frozenset({DType.I16, DType.BOOL}),
+    **dict.fromkeys(("Less", "LessOrEqual", "Greater", "GreaterOrEqual"), frozenset({DType.BOOL})),
+}
+"""Operand element types that an ONNX operator does not take (Neg no unsigned type, Pow,
+MatMul and the reductions no 8- or 16-bit one, the orderings no boolean) or that
+onnxruntime has no kernel for (int16 Max, Min and Where, boolean Where): the exporter
+computes these in int32 and casts the result back. That is exact: integer arithmetic
+wraps alike in every width once cast back, and booleans order as 0 < 1."""
+
+
+def _typed_node(
+    ex: _Exporter,
+    op_type: str,
+    ins: list[str],
+    outs: list[str],
+    dtype: DType,
+    data: Sequence[int] | None = None,
+    form: str | None = None,
+    cast_back: bool = True,
+    **attrs: object,
+) -> None:
+    """`ex.node(op_type, ...)` on operands `data` (all by default) of element type
+    `dtype`, computed in int32 where `_IN_INT32` says so; the result is cast back to
+    `dtype` unless `cast_back` is false (a comparison's is boolean)."""
+    if dtype not in _IN_INT32.get(op_type, ()):
+        ex.node(op_type, ins, outs, form, **attrs)
+        return
+    widened = list(ins)
+    for index in range(len(ins)) if data is None else data:
+        widened[index] = ex.temporary("int32")
+        ex.node("Cast", [ins[index]], [widened[index]], to=TensorProto.INT32)
+    if not cast_back:
+        ex.node(op_type, widened, outs, form, **attrs)
+        return
+    wide = ex.temporary("int32")
+    ex.node(op_type, widened, [wide], form, **attrs)
+    ex.node("Cast", [wide], outs, to=_ONNX_DTYPES[dtype])
 
 
 @_exports(*_SAME_NAME)
 def _direct(ex: _Exporter, op: G.GraphOp, ins: list[str], outs: list[str]) -> None:
-    # A Mul with a scalar operand reads back as graph.scale unless recorded as a mul.
-    ex.node(_SAME_NAME[op.op_name()], ins, outs, form="mul" if op.op_name() == "mul" else None)
+    # A Mul with a scalar operand reads back as graph.scale unless recorded as a mul,
+    # a Div by a weight as a product with its reciprocal unless recorded as a div.
+    data = (1, 2) if op.op_name() == "where" else None  # the condition stays boolean
+    form = op.op_name() if op.op_name() in ("mul", "div") else None
+    dtype = _dtype(op.results[0])
+    _typed_node(ex, _SAME_NAME[op.op_name()], ins, outs, dtype, data, form)
 
 
 @_exports("gelu")
@@ -327,6 +399,32 @@ def _gelu(ex: _Exporter, op: G.GraphOp, ins: list[str], outs: list[str]) -> None
     ex.node("Add", [erf, ex.constant(np.asarray(1.0), dtype, "gelu.one")], [plus_one])
     ex.node("Mul", [ins[0], plus_one], [times])
     ex.node("Mul", [times, ex.constant(np.asarray(0.5), dtype, "gelu.half")], outs)
+
+
+_COMPARISONS = {
+    "eq": "Equal",
+    "lt": "Less",
+    "le": "LessOrEqual",
+    "gt": "Greater",
+    "ge": "GreaterOrEqual",
+}
+
+
+@_exports("compare")
+def _compare(ex: _Exporter, op: G.GraphOp, ins: list[str], outs: list[str]) -> None:
+    """ONNX has no NotEqual: `ne` is Not(Equal)."""
+    predicate = op.py_attrs()["predicate"]
+    if predicate != "ne":
+        _typed_node(ex, _COMPARISONS[predicate], ins, outs, _dtype(op.operands[0]), cast_back=False)
+        return
+    equal = ex.temporary("equal")
+    ex.node("Equal", ins, [equal])
+    ex.node("Not", [equal], outs, form="ne")
+
+
+@_exports("cast")
+def _cast(ex: _Exporter, op: G.GraphOp, ins: list[str], outs: list[str]) -> None:
+    ex.node("Cast", ins, outs, to=_ONNX_DTYPES[op.py_attrs()["to"]])
 
 
 # ---------------------------------------------------------------------------- linear
@@ -498,13 +596,42 @@ def _softmax(ex: _Exporter, op: G.GraphOp, ins: list[str], outs: list[str]) -> N
 @_exports("reduce")
 def _reduce(ex: _Exporter, op: G.GraphOp, ins: list[str], outs: list[str]) -> None:
     attrs = op.py_attrs()
-    keepdims = int(attrs["keepdims"])
-    op_type = {"sum": "ReduceSum", "mean": "ReduceMean", "max": "ReduceMax"}[attrs["kind"]]
+    op_type = {
+        "sum": "ReduceSum",
+        "mean": "ReduceMean",
+        "max": "ReduceMax",
+        "min": "ReduceMin",
+        "prod": "ReduceProd",
+    }[attrs["kind"]]
+    dtype = _dtype(op.operands[0])
+    if op_type == "ReduceMean" and dtype in _NARROW:
+        # The reference's integer mean divides the sum wrapped to the type, truncating.
+        total, wide = ex.temporary("sum"), ex.temporary("int32")
+        _reduce_node(ex, "ReduceSum", ins[0], attrs["axes"], attrs["keepdims"], [total], dtype)
+        ex.node("Cast", [total], [wide], to=TensorProto.INT32)
+        count = math.prod(_shape(op.operands[0])[axis] for axis in attrs["axes"])
+        quotient = ex.temporary("mean")
+        ex.node("Div", [wide, ex.constant(np.asarray(count), DType.I32, "mean.count")], [quotient])
+        ex.node("Cast", [quotient], outs, to=_ONNX_DTYPES[dtype])
+        return
+    _reduce_node(ex, op_type, ins[0], attrs["axes"], attrs["keepdims"], outs, dtype)
+
+
+def _reduce_node(
+    ex: _Exporter,
+    op_type: str,
+    x: str,
+    axes: Sequence[int],
+    keepdims: bool,
+    outs: list[str],
+    dtype: DType,
+) -> None:
+    """A Reduce* node, its axes an input or an attribute as the opset has them."""
     if op_type == "ReduceSum" or ex.opset >= 18:  # axes became an input in 13 and 18
-        axes = ex.ints(attrs["axes"], f"{ex.current}.axes")
-        ex.node(op_type, [ins[0], axes], outs, keepdims=keepdims)
+        inputs = [x, ex.ints(axes, f"{ex.current}.axes")]
+        _typed_node(ex, op_type, inputs, outs, dtype, (0,), keepdims=int(keepdims))
     else:
-        ex.node(op_type, ins, outs, axes=list(attrs["axes"]), keepdims=keepdims)
+        _typed_node(ex, op_type, [x], outs, dtype, axes=list(axes), keepdims=int(keepdims))
 
 
 @_exports("batchnorm")
@@ -516,6 +643,17 @@ def _batchnorm(ex: _Exporter, op: G.GraphOp, ins: list[str], outs: list[str]) ->
 def _layernorm(ex: _Exporter, op: G.GraphOp, ins: list[str], outs: list[str]) -> None:
     attrs = op.py_attrs()
     ex.node("LayerNormalization", ins, outs, axis=attrs["axis"], epsilon=attrs["epsilon"])
+
+
+@_exports("broadcast")
+def _broadcast(ex: _Exporter, op: G.GraphOp, ins: list[str], outs: list[str]) -> None:
+    ex.node("Expand", [ins[0], ex.ints(op.py_attrs()["shape"], f"{ex.current}.shape")], outs)
+
+
+@_exports("gather")
+def _gather(ex: _Exporter, op: G.GraphOp, ins: list[str], outs: list[str]) -> None:
+    # A Gather along axis 0 of a table reads back as graph.embedding unless recorded.
+    ex.node("Gather", ins, outs, form="gather", axis=op.py_attrs()["axis"])
 
 
 @_exports("embedding")

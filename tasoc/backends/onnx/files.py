@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from os import PathLike
-from pathlib import Path
+from pathlib import Path, PurePath, PureWindowsPath
 from typing import IO
 
 import onnx
@@ -95,6 +95,8 @@ def load_model(source: str | PathLike[str] | bytes | onnx.ModelProto) -> onnx.Mo
             f"{what} keeps tensors in external data ('{external[0].name}' ...); import the "
             "model from its path so that they can be found beside it"
         )
+    for tensor in external:
+        _check_location(tensor, Path(source).parent, what)
     try:
         # By path, the checker also checks that the external data files exist; a model
         # over 2 GiB already in memory cannot be serialized for the check, so is trusted.
@@ -130,6 +132,40 @@ def _external_tensors(model: onnx.ModelProto) -> list[TensorProto]:
     for node in model.graph.node:
         tensors += [attr.t for attr in node.attribute if attr.type == onnx.AttributeProto.TENSOR]
     return [tensor for tensor in tensors if external_data_helper.uses_external_data(tensor)]
+
+
+def _check_location(tensor: TensorProto, directory: Path, what: str) -> None:
+    """Refuse, before anything is opened, an external tensor whose data would be read
+    from outside the model's folder: an absolute location, one with a `..` part, or
+    one that a symbolic link takes out of the folder. A model file may come from
+    anyone, and its location is a path into the reader's file system."""
+    name = f"tensor {shown(tensor.name)} of {what}"
+    location = next((e.value for e in tensor.external_data if e.key == "location"), None)
+    if not location:
+        raise OnnxImportError(f"{name} keeps its data outside the model but names no location")
+    relative, windows = PurePath(location), PureWindowsPath(location)
+    folder = directory.resolve()
+    if relative.is_absolute() or windows.drive:
+        why = "an absolute path"
+    elif ".." in relative.parts + windows.parts:
+        why = "a path through '..'"
+    elif not _resolves_within(folder / relative, folder):
+        why = "which a symbolic link takes out of the model's folder"
+    else:
+        return
+    raise OnnxImportError(
+        f"{name} keeps its data at {shown(location)}, {why}: refused (external data must "
+        "lie in the model's folder or below it)"
+    )
+
+
+def _resolves_within(path: Path, folder: Path) -> bool:
+    """Whether `path`, its symbolic links followed, lies in `folder` (a loop of links
+    resolves nowhere)."""
+    try:
+        return path.resolve().is_relative_to(folder)
+    except (OSError, RuntimeError):  # RuntimeError: a symlink loop, before Python 3.13
+        return False
 
 
 def _load_external_data(

@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
+import shlex
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from os import PathLike
@@ -46,12 +47,25 @@ from tasoc.backends.onnx.conventions import (
     DTYPES_BY_ONNX,
     NODE_FORMS_KEY,
 )
-from tasoc.backends.onnx.errors import OnnxImportError, first_line, format_dims, shown
+from tasoc.backends.onnx.errors import (
+    SHOWN_NAME_LENGTH,
+    OnnxImportError,
+    first_line,
+    format_dims,
+    shown,
+)
 from tasoc.backends.onnx.files import load_model, read_metadata
-from tasoc.backends.onnx.folding import FOLDERS
+from tasoc.backends.onnx.fold_dispatch import Folding, node_label
 from tasoc.backends.onnx.gelu import find_gelus
 from tasoc.backends.onnx.handlers import HANDLERS
-from tasoc.backends.onnx.known_values import Known, Origin, Value, is_integral
+from tasoc.backends.onnx.known_values import (
+    Known,
+    Origin,
+    Value,
+    broadcast_base,
+    is_integral,
+    is_program_data,
+)
 from tasoc.backends.onnx.tensors import check_size, element_type_name, tensor_array
 from tasoc.ir import graph as G
 from tasoc.ir.program import ENTRY, make_function
@@ -65,49 +79,98 @@ newer opset than the installed `onnx` knows (`onnx.defs.onnx_opset_version()`) i
 refused, as its operators have no schema to check them against."""
 
 OP_VERSIONS: dict[str, tuple[int, ...]] = {
+    "Abs": (6, 13),
     "Add": (7, 13, 14),
+    "And": (7,),
     "AveragePool": (11, 19, 22),
     "BatchNormalization": (9, 14, 15),
     "Cast": (9, 13, 19, 21, 23, 24, 25, 28),
+    "Ceil": (6, 13),
+    "CastLike": (15, 19, 21, 23, 24, 25),
+    "Clip": (11, 12, 13),
     "Concat": (11, 13),
     "Constant": (11, 12, 13, 19, 21, 23, 24, 25),
     "ConstantOfShape": (9, 20, 21, 23, 24, 25),
     "Conv": (11, 22),
     "Div": (7, 13, 14),
     "Dropout": (10, 12, 13, 22),
+    "Einsum": (12, 28),
+    "Elu": (6, 22),
     "Equal": (11, 13, 19),
+    "Erf": (9, 13),
+    "Exp": (6, 13),
     "Expand": (8, 13),
     "EyeLike": (9, 22),
     "Flatten": (11, 13, 21, 23, 24, 25),
+    "Floor": (6, 13),
+    "GRU": (7, 14, 22),
     "Gather": (11, 13),
     "Gelu": (20,),
     "Gemm": (11, 13),
     "GlobalAveragePool": (1, 22),
     "GlobalMaxPool": (1, 22),
+    "Greater": (9, 13),
+    "GreaterOrEqual": (12, 16),
+    "HardSigmoid": (6, 22),
+    "HardSwish": (14, 22),
     "Identity": (1, 13, 14, 16, 19, 21, 23, 24, 25),
+    "InstanceNormalization": (6, 22),
+    "LRN": (1, 13),
+    "LSTM": (7, 14, 22),
     "LayerNormalization": (17,),
+    "LeakyRelu": (6, 16),
+    "Less": (9, 13),
+    "LessOrEqual": (12, 16),
+    "Log": (6, 13),
     "MatMul": (9, 13),
+    "Max": (8, 12, 13),
     "MaxPool": (11, 12, 22),
+    "Mean": (8, 13),
+    "Min": (8, 12, 13),
+    "Mod": (10, 13, 28),
     "Mul": (7, 13, 14),
     "Neg": (6, 13),
+    "Not": (1,),
+    "Or": (7,),
+    "PRelu": (9, 16),
     "Pad": (11, 13, 18, 19, 21, 23, 24, 25),
+    "Pow": (7, 12, 13, 15),
+    "RNN": (7, 14, 22),
     "Range": (11, 27),
+    "Reciprocal": (6, 13),
+    "ReduceL1": (11, 13, 18),
+    "ReduceL2": (11, 13, 18),
+    "ReduceLogSum": (11, 13, 18, 28),
+    "ReduceLogSumExp": (11, 13, 18, 28),
     "ReduceMax": (11, 12, 13, 18, 20),
     "ReduceMean": (11, 13, 18),
+    "ReduceMin": (11, 12, 13, 18, 20),
+    "ReduceProd": (11, 13, 18),
     "ReduceSum": (11, 13),
+    "ReduceSumSquare": (11, 13, 18),
     "Relu": (6, 13, 14),
     "Reshape": (5, 13, 14, 19, 21, 23, 24, 25),
+    "Resize": (11, 13, 18, 19),
+    "Selu": (6, 22),
     "Shape": (1, 13, 15, 19, 21, 23, 24, 25),
     "Sigmoid": (6, 13),
+    "Size": (1, 13, 19, 21, 23, 24, 25),
     "Slice": (11, 13),
     "Softmax": (11, 13),
+    "Softplus": (1, 22),
+    "Softsign": (1, 22),
     "Split": (11, 13, 18),
+    "Sqrt": (6, 13),
     "Squeeze": (11, 13, 21, 23, 24, 25),
     "Sub": (7, 13, 14),
+    "Sum": (8, 13),
     "Tanh": (6, 13),
+    "Tile": (6, 13),
     "Transpose": (1, 13, 21, 23, 24, 25),
+    "Trilu": (14,),
     "Unsqueeze": (11, 13, 21, 23, 24, 25),
     "Where": (9, 16),
+    "Xor": (7,),
 }
 """The versions of each op's ONNX schema (`since_version`) whose semantics the handler
 (and folder) of the op implements: every version in force at some opset in
@@ -251,9 +314,17 @@ def _since_version(op_type: str, opset: int) -> int | None:
         return None
 
 
-_ERROR_HINTS = {
-    "Erf": "Erf is imported only as part of GELU, x * 0.5 * (1 + erf(x / sqrt(2)))",
-}
+def _static_shape_option(name: str, declared: Sequence[int | str]) -> str:
+    """How to fix input `name`'s dynamic dims (named, or negative) on the command line
+    and in Python, each as 1: a concrete spelling the user can adjust. A name the shell
+    would split is quoted; one a message must escape is shown as messages show it."""
+    dims = tuple(1 if isinstance(d, str) or d < 0 else d for d in declared)
+    option = f"{name}={'x'.join(map(str, dims))}"
+    if name.isprintable() and len(name) <= SHOWN_NAME_LENGTH:
+        option = shlex.quote(option)
+    else:
+        option = shown(option, quote=False)
+    return f"--input-shape {option} (input_shapes={{{shown(name)}: {dims}}} in Python)"
 
 
 def _attributes(node: onnx.NodeProto) -> dict[str, Any]:
@@ -303,6 +374,7 @@ class Importer:
         the (top, left, bottom, right) padding the pools take over."""
         self.arg_names: set[str] = set()
         self.where = "the graph"
+        self.folding = Folding(self)
 
     def form(self, node: onnx.NodeProto) -> str | None:
         """The IR form the exporter recorded for `node` (see NODE_FORMS_KEY)."""
@@ -349,7 +421,7 @@ class Importer:
         if given is not None:
             shape = tuple(int(d) for d in given)
             fits = len(declared) == len(shape) and all(
-                isinstance(d, str) or d == s for d, s in zip(declared, shape, strict=True)
+                isinstance(d, str) or d < 0 or d == s for d, s in zip(declared, shape, strict=True)
             )
             if not fits or min(shape, default=1) < 1:
                 raise OnnxImportError(
@@ -360,10 +432,14 @@ class Importer:
         if any(isinstance(d, str) for d in declared):
             raise OnnxImportError(
                 f"input {shown(name)} has a dynamic shape {format_dims(declared)}: give it a "
-                f"static one (input_shapes, or tasoc's --input-shape {name}=...)"
+                f"static one, e.g. {_static_shape_option(name, declared)}"
             )
         if min(declared, default=0) < 0:
-            raise OnnxImportError(f"input {shown(name)} has negative dims {format_dims(declared)}")
+            raise OnnxImportError(
+                f"input {shown(name)} has negative dims {format_dims(declared)} (how some "
+                f"exporters mark dynamic ones): give it a static shape, e.g. "
+                f"{_static_shape_option(name, declared)}"
+            )
         return TensorSig(tuple(int(d) for d in declared), DTYPES_BY_ONNX[tensor.elem_type])
 
     # ------------------------------------------------------------- values
@@ -384,9 +460,13 @@ class Importer:
     def known(self, name: str, what: str) -> np.ndarray:
         """The import-time value of input `name`, which configures the op (`what`)."""
         value = self.value(name)
-        if not isinstance(value, Known):
-            self.fail(f"{what} ({shown(name)}) must be a constant, not computed at run time")
-        return value.array
+        if isinstance(value, Known):
+            return value.array
+        late = self.folding.late_value(name)
+        if late is None:
+            origin = self.folding.runtime_origin(name)
+            self.fail(f"{what} ({shown(name)}) must be known at import time, but {origin}")
+        return late
 
     def known_ints(self, name: str, what: str) -> np.ndarray:
         """The import-time value of input `name`, which ONNX types as integers (a shape,
@@ -423,9 +503,22 @@ class Importer:
             if known.origin is Origin.INITIALIZER:
                 self.made[known.name] = self.param_arg(known)
             else:
-                op_value = self.constant_op(known)
-                self.made[known.name] = op_value if op_value else self.param_arg(known)
+                op_value = self.constant_op(known) or self.broadcast_op(known)
+                if op_value is None:
+                    op_value = self.param_arg(known)
+                    self.initializer_args.append(op_value)  # dropped at the end if unused
+                self.made[known.name] = op_value
         return self.made[known.name]
+
+    def broadcast_op(self, known: Known) -> SSAValue | None:
+        """`known` as `graph.broadcast` of its smallest base, when it is a broadcast too
+        large for a literal (an `Expand` or `ConstantOfShape` result): the program holds
+        the base, not every element of the view."""
+        base = broadcast_base(known.array)
+        if base is None:
+            return None
+        compact = self.materialize(Known(f"{known.name}.base", base, known.origin))
+        return self.op(G.BroadcastOp, compact, shape=known.array.shape)
 
     def constant_op(self, known: Known) -> SSAValue | None:
         """A constant op making `known`, or None when it is too large to be a literal."""
@@ -495,10 +588,10 @@ class Importer:
         return self.op(G.ReshapeOp, x, shape=tuple(int(d) for d in shape))
 
     def reshaped(self, name: str, shape: Sequence[int]) -> Value:
-        """Input `name` reshaped: folded when it is a known integer tensor (whose new
-        shape, same size, may still be of a rank over the limit)."""
+        """Input `name` reshaped: folded when it is known and not program data (whose
+        new shape, same size, may still be of a rank over the limit)."""
         value = self.value(name)
-        if isinstance(value, Known) and is_integral(value.array):
+        if isinstance(value, Known) and not is_program_data(value):
             self.check_size(shape, value.array.dtype, "the result")
             return Known(f"{value.name}.reshaped", value.array.reshape(shape), Origin.DERIVED)
         return self.reshape(self.data(name), shape)
@@ -527,8 +620,7 @@ class Importer:
         self.declare_arguments(initializers)
         absorbed, gelus = find_gelus(graph, self.env)
         for index, node in enumerate(graph.node):
-            label = shown(node.name) if node.name else f"'#{index}'"
-            self.where = f"{shown(node.op_type, quote=False)} node {label} (opset {self.opset})"
+            self.where = f"{node_label(node, index)} (opset {self.opset})"
             if index in gelus:
                 self.env[node.output[0]] = self.op(G.GeluOp, self.data(gelus[index]))
             elif index not in absorbed:
@@ -586,16 +678,12 @@ class Importer:
             self.unsupported(node, f" from domain {shown(node.domain)}")
         self.check_version(node)
         attrs = _attributes(node)
-        folder = FOLDERS.get(node.op_type)
-        values = [self.value(name) for name in node.input if name] if folder else []
-        if folder and values and all(isinstance(v, Known) and is_integral(v.array) for v in values):
-            arrays = [v.array for v in values if isinstance(v, Known)]
-            folded = np.asarray(folder(self, node, attrs, arrays))
-            results: list[Value | None] = [Known(node.output[0], folded, Origin.DERIVED)]
-        elif node.op_type in HANDLERS:
-            results = HANDLERS[node.op_type](self, node, attrs)
-        else:
-            self.unsupported(node, "")
+        handler = HANDLERS.get(node.op_type)
+        results = self.folding.import_node(node, attrs, handler)
+        if results is None:
+            if handler is None:
+                self.unsupported(node, "")
+            results = handler(self, node, attrs)
         for index, name in enumerate(node.output):
             if index >= len(results):
                 if name and self.is_used(name):
@@ -634,9 +722,7 @@ class Importer:
             )
 
     def unsupported(self, node: onnx.NodeProto, domain: str) -> NoReturn:
-        hint = _ERROR_HINTS.get(node.op_type)
-        detail = f"; {hint}" if hint else ""
-        self.fail(f"unsupported ONNX op {shown(node.op_type)}{domain}{detail}")
+        self.fail(f"unsupported ONNX op {shown(node.op_type)}{domain}")
 
     def is_used(self, name: str) -> bool:
         return self.readers[name] > 0 or self.is_output(name)
@@ -645,24 +731,32 @@ class Importer:
         return any(name == out.name for out in self.graph.output)
 
     def output(self, info: onnx.ValueInfoProto) -> SSAValue:
+        """Graph output `info` as `@main` returns it, after checking what the model
+        declares of it against what the import infers: its element type and its static
+        dims (no type, no shape or a named dim declares nothing)."""
         value = self.data(info.name)
         sig = G.sig_of(value.type)
         tensor = info.type.tensor_type
-        declared_dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]
-        shape_fits = len(declared_dims) == sig.rank and all(
-            d is None or d == s for d, s in zip(declared_dims, sig.shape, strict=True)
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]
+        shape_fits = not tensor.HasField("shape") or (
+            len(dims) == sig.rank
+            and all(d is None or d == s for d, s in zip(dims, sig.shape, strict=True))
         )
         dtype_fits = tensor.elem_type == 0 or DTYPES_BY_ONNX.get(tensor.elem_type) == sig.dtype
         if not (shape_fits and dtype_fits):
+            declared = element_type_name(tensor.elem_type) if tensor.elem_type else "any type"
+            inferred = next(code for code, kind in DTYPES_BY_ONNX.items() if kind == sig.dtype)
             raise OnnxImportError(
-                f"output {shown(info.name)} is declared {format_dims(declared_dims)} of type "
-                f"{element_type_name(tensor.elem_type)}, but computes {sig}"
+                f"output {shown(info.name)} is declared {declared} "
+                f"{format_dims(dims) if tensor.HasField('shape') else 'of any shape'}, but "
+                f"the import infers {element_type_name(inferred)} {format_dims(sig.shape)}"
             )
         return value
 
     def drop_unused(self, outputs: set[SSAValue]) -> None:
         """Remove the constant ops and weight arguments of known values that only
         configured ops (a reshape target, axes) or that nothing reads at all."""
+        self.folding.drop_unused(outputs)
         for value in self.eager:
             if not value.uses and value not in outputs and isinstance(value.owner, G.GraphOp):
                 self.block.erase_op(value.owner)

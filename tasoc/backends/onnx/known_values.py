@@ -1,8 +1,9 @@
 """Values fixed at import time (`Known`) and the TASO constant ops they can be.
 
-An initializer, a `Constant`-like node or an integer computation on such values is
-known while importing; every other ONNX value is an SSA value of the IR. Where a known
-value is used as data, the importer materializes it by its `Origin` and `form`.
+An initializer, a `Constant`-like node or a computation on such values and on static
+shapes is known while importing; every other ONNX value is an SSA value of the IR.
+Where a known value is used as data, the importer materializes it by its `Origin` and
+`form`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ class Origin(Enum):
     LITERAL = "literal"
     """A `Constant`-like node: becomes a constant op where the node stands."""
     DERIVED = "derived"
-    """Computed by the importer (shape arithmetic, a reciprocal): made where first used."""
+    """Computed by the importer (folded, a reciprocal): made where first used."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -52,6 +53,26 @@ def is_float(array: np.ndarray) -> bool:
 
 def is_integral(array: np.ndarray) -> bool:
     return array.dtype == np.bool_ or np.issubdtype(array.dtype, np.integer)
+
+
+def is_program_data(known: Known) -> bool:
+    """Whether `known` is float data the program itself holds, a weight or a float
+    literal, rather than a value computed from shapes and integers. Ops on it stay ops
+    (`fold_dispatch`): weights stay parameters, and a program tasoc exported (whose
+    constant ops are Constant nodes) comes back as it was."""
+    return known.origin is not Origin.DERIVED and is_float(known.array)
+
+
+def broadcast_base(array: np.ndarray) -> np.ndarray | None:
+    """The smallest array `array` is a NumPy broadcast of (its repeated axes cut to
+    size 1), when that is smaller: a folded `Expand` or a `ConstantOfShape` fill is a
+    view of its one value or row, which `graph.broadcast` makes from the base."""
+    index = tuple(
+        slice(0, 1) if stride == 0 and dim > 1 else slice(None)
+        for stride, dim in zip(array.strides, array.shape, strict=True)
+    )
+    base = array[index]
+    return base if base.size < array.size else None
 
 
 def fill_forms(array: np.ndarray) -> list[str]:

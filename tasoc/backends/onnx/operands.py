@@ -26,6 +26,21 @@ def optional_input(node: onnx.NodeProto, index: int) -> str | None:
     return node.input[index] if index < len(node.input) and node.input[index] else None
 
 
+def used_output(imp: Importer, node: onnx.NodeProto, index: int) -> bool:
+    """Whether optional output `index` is there and read (by a node or as a graph
+    output), so that a handler computes only what the model uses."""
+    return index < len(node.output) and bool(node.output[index]) and imp.is_used(node.output[index])
+
+
+def f32_decimal(value: float) -> float:
+    """The shortest decimal that rounds to the same float32 as `value`.
+
+    ONNX float attributes are float32 while IR attributes are f64: an epsilon of
+    1e-5 comes back from ONNX as 9.99999974e-06, and this turns it into 1e-5 again.
+    """
+    return float(np.format_float_scientific(np.float32(value), unique=True))
+
+
 def int_list(
     imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any], attr: str, index: int
 ) -> list[int] | None:

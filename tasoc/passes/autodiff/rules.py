@@ -90,6 +90,122 @@ def _gelu(w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ...])
     return (w.value("gelu_grad", node.inputs[0], _only(grads)),)
 
 
+@_rule("neg")
+def _neg(w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ...]) -> Gradients:
+    return (w.value("neg", _only(grads)),)
+
+
+@_rule("exp")
+def _exp(w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ...]) -> Gradients:
+    return (w.mul(_only(grads), node.out),)
+
+
+@_rule("log")
+def _log(w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ...]) -> Gradients:
+    return (w.value("div", _only(grads), node.inputs[0]),)
+
+
+@_rule("sqrt")
+def _sqrt(w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ...]) -> Gradients:
+    """dy / (2 sqrt(x)), from the result."""
+    return (w.times(w.value("div", _only(grads), node.out), 0.5),)
+
+
+@_rule("reciprocal")
+def _reciprocal(w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ...]) -> Gradients:
+    """-dy / x^2 = -dy * y^2, from the result."""
+    y = node.out
+    return (w.value("neg", w.mul(_only(grads), w.mul(y, y))),)
+
+
+@_rule("erf")
+def _erf(w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ...]) -> Gradients:
+    """dy * 2/sqrt(pi) * exp(-x^2)."""
+    x = node.inputs[0]
+    density = w.times(w.value("exp", w.value("neg", w.mul(x, x))), 2 / math.sqrt(math.pi))
+    return (w.mul(_only(grads), density),)
+
+
+def _indicator(w: StepWriter, lhs: Value, rhs: Value, predicate: str) -> Value:
+    """1 where `lhs predicate rhs` holds, else 0, in `lhs`'s float type."""
+    holds = w.value("compare", lhs, rhs, predicate=predicate)
+    return w.value("cast", holds, to=lhs.sig.dtype)
+
+
+@_rule("abs")
+def _abs(w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ...]) -> Gradients:
+    """dy * sign(x), 0 at 0 (JAX's rule)."""
+    x = node.inputs[0]
+    zero = w.scalar(0.0, x.sig.dtype)
+    sign = w.value("sub", _indicator(w, x, zero, "gt"), _indicator(w, x, zero, "lt"))
+    return (w.mul(_only(grads), sign),)
+
+
+@_rule("sub")
+def _sub(w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ...]) -> Gradients:
+    g = _only(grads)
+    a, b = node.inputs
+    return (
+        w.sum_to(g, a.sig.shape) if needed[0] else None,
+        w.sum_to(w.value("neg", g), b.sig.shape) if needed[1] else None,
+    )
+
+
+@_rule("div")
+def _div(w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ...]) -> Gradients:
+    """d(a/b) = da / b - db * (a/b) / b, the quotient taken from the result."""
+    g = _only(grads)
+    a, b = node.inputs
+    return (
+        w.sum_to(w.value("div", g, b), a.sig.shape) if needed[0] else None,
+        w.sum_to(w.value("neg", w.value("div", w.mul(g, node.out), b)), b.sig.shape)
+        if needed[1]
+        else None,
+    )
+
+
+@_rule("max", "min")
+def _extremum(w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ...]) -> Gradients:
+    """dy to the operand that is the result; on a tie, half to each (JAX's rule)."""
+    g = _only(grads)
+    a, b = node.inputs
+    wins = "gt" if node.op == "max" else "lt"
+    half_tie = w.times(_indicator(w, a, b, "eq"), 0.5)
+    share = (
+        w.add(_indicator(w, a, b, wins), half_tie),
+        w.add(_indicator(w, b, a, wins), half_tie),
+    )
+    return tuple(
+        w.sum_to(w.mul(g, part), x.sig.shape) if want else None
+        for x, part, want in zip(node.inputs, share, needed, strict=True)
+    )
+
+
+@_rule("where")
+def _where(w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ...]) -> Gradients:
+    """dy where each operand was chosen, 0 elsewhere; the condition gets none."""
+    g = _only(grads)
+    condition, a, b = node.inputs
+    zero = w.scalar(0.0, g.sig.dtype)
+    return (
+        None,
+        w.sum_to(w.value("where", condition, g, zero), a.sig.shape) if needed[1] else None,
+        w.sum_to(w.value("where", condition, zero, g), b.sig.shape) if needed[2] else None,
+    )
+
+
+@_rule("cast")
+def _cast(w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ...]) -> Gradients:
+    """Between floats, dy cast back; a gradient never reaches an integer result, and an
+    integer operand wants none."""
+    return (w.value("cast", _only(grads), to=node.inputs[0].sig.dtype) if needed[0] else None,)
+
+
+@_rule("broadcast")
+def _broadcast(w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ...]) -> Gradients:
+    return (w.sum_to(_only(grads), node.inputs[0].sig.shape),)
+
+
 # ------------------------------------------------------------------------ linear
 
 
@@ -201,7 +317,16 @@ def _softmax(w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ..
 @_rule("reduce")
 def _reduce(w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ...]) -> Gradients:
     reduction = {name: node.attr(name) for name in ("kind", "axes", "keepdims")}
+    if reduction["kind"] not in _DIFFERENTIABLE_REDUCTIONS:
+        raise ValueError(
+            f"no gradient is defined for graph.reduce of kind '{reduction['kind']}', "
+            "which the loss depends on"
+        )
     return (w.value("reduce_grad", node.inputs[0], _only(grads), **reduction),)
+
+
+_DIFFERENTIABLE_REDUCTIONS = ("sum", "mean", "max")
+"""The reductions `reduce_grad` differentiates; min and prod have no gradient here."""
 
 
 @_rule("batchnorm_train")

@@ -179,9 +179,9 @@ func.func @softmax(%a: tensor<2x3xf32>) -> tensor<2x3xf32> {
 
 // -----
 
-// CHECK: {{^}}'graph.reduce': kind must be 'sum', 'mean' or 'max', got 'prod'
+// CHECK: {{^}}'graph.reduce': kind must be 'sum', 'mean', 'max', 'min' or 'prod', got 'median'
 func.func @reduce(%a: tensor<2x3xf32>) -> tensor<2xf32> {
-  %0 = graph.reduce %a {kind = "prod", axes = array<i64: 1>, keepdims = false} : tensor<2xf32>
+  %0 = graph.reduce %a {kind = "median", axes = array<i64: 1>, keepdims = false} : tensor<2xf32>
   func.return %0 : tensor<2xf32>
 }
 
