@@ -935,13 +935,26 @@ def test_unsupported_nodes_name_op_node_and_opset(node: onnx.NodeProto, expected
 
 
 def test_window_limits() -> None:
+    """Dilations and 1-D windows import (`test_onnx_windows.py`); 3-D windows do not."""
     dilated = model_of(
         [helper.make_node("Conv", ["x", "w"], ["y"], name="c", dilations=[2, 2])],
         {"x": (F, [1, 1, 5, 5])},
         ["y"],
         [tensor("w", rand(1, 1, 3, 3))],
     )
-    assert "Conv node 'c' (opset 17): dilations [2, 2] are not supported" in import_error(dilated)
+    module, weights = import_onnx(dilated)
+    assert weights["w.dilated2x2"].shape == (1, 1, 5, 5)
+    assert ops_of(module) == ["conv2d"]
+    volume = model_of(
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="c")],
+        {"x": (F, [1, 1, 4, 4, 4])},
+        ["y"],
+        [tensor("w", rand(1, 1, 2, 2, 2))],
+    )
+    assert (
+        "Conv node 'c' (opset 17): only 1-D and 2-D windows over NCL and NCHW inputs are "
+        "supported, got a rank-5 input"
+    ) in import_error(volume)
 
 
 def test_dynamic_shapes_need_input_shapes() -> None:

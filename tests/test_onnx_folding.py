@@ -494,7 +494,7 @@ UNSUPPORTED = {
     ),
     "handler attribute": (
         helper.make_node("Softmax", ["x"], ["y"], name="n", axis=5),
-        "axis 5 out of range",
+        "axis 5 is out of range",
     ),
 }
 

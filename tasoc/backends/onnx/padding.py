@@ -24,7 +24,7 @@ from xdsl.ir import SSAValue
 
 from tasoc.backends import numpy_dtype
 from tasoc.backends.onnx.conventions import DTYPES_BY_NUMPY
-from tasoc.backends.onnx.errors import format_dims
+from tasoc.backends.onnx.errors import format_dims, shown
 from tasoc.backends.onnx.known_values import Known, Origin, Value, is_float
 from tasoc.backends.onnx.operands import distinct_axes, int_list, optional_input
 from tasoc.backends.onnx.registry import Handler, registrar
@@ -145,13 +145,15 @@ def _pad(imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Val
     widths = _widths(imp, node, attrs, len(shape))
     mode = attrs.get("mode", "constant")
     if mode not in ("constant", *_INDEXED_MODES):
-        imp.fail(f"mode {mode!r} is not constant, edge, reflect or wrap")
+        imp.fail(f"mode {shown(mode)} is not constant, edge, reflect or wrap")
     if mode == "wrap" and imp.opset < 19:
         imp.fail(f"mode 'wrap' needs opset 19, the model's is {imp.opset}")
     if mode != "constant":
         return [_pad_by_index(imp, x, widths, mode, node.output[0])]
     fill = _fill(imp, node, x)
-    spatial = len(shape) == 4 and widths[0] == widths[1] == (0, 0) and min(min(widths)) >= 0
+    spatial = (
+        len(shape) == 4 and widths[0] == widths[1] == (0, 0) and min(widths[2] + widths[3]) >= 0
+    )
     known_fill = None if isinstance(fill, SSAValue) else fill
     if spatial and known_fill is not None:
         (top, bottom), (left, right) = widths[2], widths[3]

@@ -7,7 +7,7 @@ its weight to (O, I, 1, k), its attributes given a first spatial axis that does 
 (3-D) are refused.
 
 Dilations: a dilated convolution is the convolution with the dilated kernel, the
-weight's taps spread apart with zeros between them (`dilated_weight`). A pool's dilated
+weight's taps spread apart with zeros between them (`_dilated_weight`). A pool's dilated
 window cannot hold zeros (a max would see them), so its taps are gathered instead: the
 padded input is gathered along each axis at the window's tap positions, and a
 `reduce` over the taps pools them (`_gathered_pool`).
@@ -24,7 +24,7 @@ from xdsl.ir import SSAValue
 
 from tasoc.backends import numpy_dtype
 from tasoc.backends.onnx.elementwise import dtype_of
-from tasoc.backends.onnx.errors import format_dims
+from tasoc.backends.onnx.errors import format_dims, shown
 from tasoc.backends.onnx.known_values import Known, Origin, Value
 from tasoc.backends.onnx.operands import optional_input
 from tasoc.backends.onnx.padding import pad_constant
@@ -51,6 +51,8 @@ _AXIS_ATTRIBUTES = {
 }
 """The per-axis attributes of window nodes, with their value on the first axis of a
 lifted 1-D node (`pads` holds two values per axis and is lifted on its own)."""
+
+_POSITIVE_ATTRIBUTES = ("kernel_shape", "strides", "dilations")
 
 _AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 
@@ -99,7 +101,9 @@ class Window:
         return ((kh - 1) * dh + 1, (kw - 1) * dw + 1)
 
 
-def _lifted(imp: Importer, name: str, attrs: dict[str, Any]) -> tuple[SSAValue, int, dict[str, Any]]:
+def _lifted(
+    imp: Importer, name: str, attrs: dict[str, Any]
+) -> tuple[SSAValue, int, dict[str, Any]]:
     """Input `name` as a 4-D NCHW tensor, the node's number of spatial axes (1 or 2), and
     its attributes with values for two spatial axes (see the module's docstring)."""
     x = imp.data(name)
@@ -111,16 +115,19 @@ def _lifted(imp: Importer, name: str, attrs: dict[str, Any]) -> tuple[SSAValue, 
             f"rank-{len(shape)} input"
         )
     lifted = dict(attrs)
+    count = ("one", "two")[rank - 1]
     for attr, first in _AXIS_ATTRIBUTES.items():
         if attr in attrs:
             values = [int(v) for v in attrs[attr]]
-            if len(values) != rank:
-                imp.fail(f"{attr} {values} must hold one value per spatial axis ({rank})")
+            positive = attr in _POSITIVE_ATTRIBUTES
+            if len(values) != rank or (positive and min(values) < 1):
+                kind = "positive integer" if positive else "integer"
+                imp.fail(f"{attr} {values} must be {count} {kind}{'s' * (rank - 1)}")
             lifted[attr] = [first] * (2 - rank) + values
     if "pads" in attrs:
         pads = [int(p) for p in attrs["pads"]]
         if len(pads) != 2 * rank:
-            imp.fail(f"pads {pads} must hold two values per spatial axis ({rank})")
+            imp.fail(f"pads {pads} must be {2 * rank} integers, two per spatial axis")
         lifted["pads"] = [0] * (2 - rank) + pads[:rank] + [0] * (2 - rank) + pads[rank:]
     if rank == 1:
         x = imp.reshape(x, (shape[0], shape[1], 1, shape[2]))
@@ -135,29 +142,29 @@ def _lowered(imp: Importer, y: SSAValue, rank: int) -> SSAValue:
     return imp.reshape(y, (n, c, length))
 
 
-def _positive_pair(imp: Importer, attrs: dict[str, Any], attr: str) -> Pair:
+def _pair(attrs: dict[str, Any], attr: str) -> Pair:
+    """Lifted attribute `attr` (checked by `_lifted`), 1 on both axes when absent."""
     values = attrs.get(attr, [1, 1])
-    if min(values) < 1:
-        imp.fail(f"{attr} {list(values)} must be positive")
     return (int(values[0]), int(values[1]))
 
 
 def _auto_pad(imp: Importer, attrs: dict[str, Any]) -> str:
     auto_pad = attrs.get("auto_pad", "NOTSET")
     if auto_pad not in _AUTO_PADS:
-        imp.fail(f"auto_pad {auto_pad!r} is not NOTSET, SAME_UPPER, SAME_LOWER or VALID")
+        imp.fail(f"auto_pad {shown(auto_pad)} is not NOTSET, SAME_UPPER, SAME_LOWER or VALID")
     return auto_pad
 
 
 def _window(imp: Importer, attrs: dict[str, Any], in_hw: Pair, kernel: Pair) -> Window:
     """The window of a Conv or pool node (lifted attributes) over an `in_hw` input."""
-    strides = _positive_pair(imp, attrs, "strides")
-    dilations = _positive_pair(imp, attrs, "dilations")
+    strides = _pair(attrs, "strides")
+    dilations = _pair(attrs, "dilations")
     extent = Window(kernel, strides, dilations, (0, 0, 0, 0)).extent
     auto_pad = _auto_pad(imp, attrs)
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        top, left, bottom, right = window_pads("same", in_hw, extent, strides)
-        pads = (top, left, bottom, right) if auto_pad == "SAME_UPPER" else (bottom, right, top, left)
+        same = window_pads("same", in_hw, extent, strides)
+        top, left, bottom, right = same
+        pads = same if auto_pad == "SAME_UPPER" else (bottom, right, top, left)
     elif auto_pad == "VALID":
         pads = (0, 0, 0, 0)
     else:
@@ -192,21 +199,21 @@ def _weight(imp: Importer, name: str, rank: int, dilations: Pair) -> SSAValue:
     lifted = (shape[0], shape[1], 1, shape[2]) if rank == 1 else shape
     value = imp.value(name)
     if dilations != (1, 1) and isinstance(value, Known):
-        imp.check_size(dilated_shape(lifted, dilations), value.array.dtype, "the dilated weight")
-        return imp.materialize(dilated_weight(value, lifted, dilations))
+        imp.check_size(_dilated_shape(lifted, dilations), value.array.dtype, "the dilated weight")
+        return imp.materialize(_dilated_weight(value, lifted, dilations))
     w = imp.data(name)
     if rank == 1:
         w = imp.reshape(w, lifted)
     return w if dilations == (1, 1) else _dilated_by_ops(imp, w, dilations)
 
 
-def dilated_shape(shape: tuple[int, ...], dilations: Pair) -> tuple[int, int, int, int]:
+def _dilated_shape(shape: tuple[int, ...], dilations: Pair) -> tuple[int, int, int, int]:
     o, i, kh, kw = shape
     (dh, dw) = dilations
     return (o, i, (kh - 1) * dh + 1, (kw - 1) * dw + 1)
 
 
-def dilated_weight(weight: Known, shape: tuple[int, ...], dilations: Pair) -> Known:
+def _dilated_weight(weight: Known, shape: tuple[int, ...], dilations: Pair) -> Known:
     """Known `weight` (of 4-D `shape`) as the kernel a convolution with `dilations`
     applies: its taps `dilations` apart, zeros between them. A weight stays a weight
     (named `<weight>.dilated<dh>x<dw>`), a literal a literal.
@@ -220,17 +227,17 @@ def dilated_weight(weight: Known, shape: tuple[int, ...], dilations: Pair) -> Kn
     convolution, so none is affected.
     """
     (dh, dw) = dilations
-    array = np.zeros(dilated_shape(shape, dilations), weight.array.dtype)
+    array = np.zeros(_dilated_shape(shape, dilations), weight.array.dtype)
     array[:, :, ::dh, ::dw] = weight.array.reshape(shape)
     origin = Origin.INITIALIZER if weight.origin is Origin.INITIALIZER else Origin.DERIVED
     return Known(f"{weight.name}.dilated{dh}x{dw}", array, origin)
 
 
 def _dilated_by_ops(imp: Importer, w: SSAValue, dilations: Pair) -> SSAValue:
-    """A computed OIHW `w` dilated as `dilated_weight` does, by data movement: along each
+    """A computed OIHW `w` dilated as `_dilated_weight` does, by data movement: along each
     dilated axis every tap gets d - 1 zero taps after it (a `concat` with zeros on a new
     axis, merged by a `reshape`), and the zeros after the last tap are cut off. The
-    inf/NaN caveat of `dilated_weight` holds here too."""
+    inf/NaN caveat of `_dilated_weight` holds here too."""
     for axis, d in zip((2, 3), dilations, strict=True):
         if d == 1:
             continue
@@ -325,12 +332,13 @@ def _transposed_span(
     """The span of a ConvTranspose on spatial `axis` (0 or 1, lifted attributes) over an
     input of `size` rows.
 
-    ONNX's output is F cropped by the pads, plus `output_padding` rows at the end; with
-    `output_shape` or SAME auto padding the pads are what is left of F's size plus the
-    output padding over the output size, split half and half (the odd row at the begin,
-    or with SAME_UPPER at the end). An output longer than that has zeros at its end in
-    onnxruntime but not in ONNX's reference (which splits them too), so it imports only
-    without SAME auto padding and up to stride - 1 rows, which onnxruntime accepts.
+    ONNX's output is F cropped by the pads, plus `output_padding` rows at the end. With
+    `output_shape` (the pads then ignored, as the spec says and onnxruntime does) or SAME
+    auto padding (an output of size * stride), the rows F and the output padding have
+    beyond the output are cropped half at each end, the odd one at the begin (with
+    SAME_UPPER at the end). An output longer than that has zeros at its end in
+    onnxruntime, but with SAME auto padding ONNX's reference splits them between the
+    ends, and onnxruntime refuses stride or more of them: those forms are refused.
     """
     full = stride * (size - 1) + extent
     natural = full + output_padding
@@ -343,7 +351,8 @@ def _transposed_span(
                 f"output size {out} exceeds the {natural} the input gives by {-total}, which "
                 f"imports only without SAME auto_pad and up to stride - 1 ({stride - 1})"
             )
-        begin = max(total - total // 2 if auto_pad != "SAME_UPPER" else total // 2, 0)
+        cropped_first = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
+        begin = max(cropped_first, 0)  # a negative total: zeros at the end
     elif auto_pad == "VALID":
         begin, out = 0, natural
     else:
@@ -369,8 +378,8 @@ def _conv_transpose(
     n, _, height, width = imp.shape(x)
     window = Window(
         _kernel(imp, node, rank, lifted),
-        _positive_pair(imp, lifted, "strides"),
-        _positive_pair(imp, lifted, "dilations"),
+        _pair(lifted, "strides"),
+        _pair(lifted, "dilations"),
         (0, 0, 0, 0),
     )
     output_padding = [int(p) for p in lifted.get("output_padding", (0, 0))]
@@ -412,11 +421,20 @@ def _pool_window(
     -inf Pad node in front of a MaxPool as the pool's own padding and what ceil mode
     adds at the end; then the pads as declared, without what ceil mode adds."""
     source, before = imp.max_pool_pads.get(node.input[0], (node.input[0], (0, 0, 0, 0)))
+    if "kernel_shape" not in attrs:
+        imp.fail("the kernel_shape attribute is required")
     x, rank, lifted = _lifted(imp, source, attrs)
     in_hw = (imp.shape(x)[2], imp.shape(x)[3])
-    kernel = _positive_pair(imp, lifted, "kernel_shape")
+    kernel = _pair(lifted, "kernel_shape")
     padded_hw = (in_hw[0] + before[0] + before[2], in_hw[1] + before[1] + before[3])
     window = _window(imp, lifted, padded_hw, kernel)
+    if window.dilations != (1, 1) and _auto_pad(imp, attrs) in ("SAME_UPPER", "SAME_LOWER"):
+        # onnxruntime pads for the undilated kernel, and its output is not the input's
+        # size / stride that SAME promises; ONNX's reference reads past its padding.
+        imp.fail(
+            f"auto_pad {attrs['auto_pad']} with dilations {attrs['dilations']} is ambiguous "
+            "(onnxruntime pads as for the undilated kernel): give explicit pads"
+        )
     top, left, bottom, right = (a + b for a, b in zip(before, window.pads, strict=True))
     declared = (top, left, bottom, right)
     if attrs.get("ceil_mode", 0):
@@ -452,10 +470,9 @@ def _pooled(
     same by gathering the taps where the window is dilated or the data are integers
     (which pool2d does not take)."""
     if window.dilations == (1, 1) and dtype_of(x).is_float:
-        padding = canonical_padding(window.pads, in_hw, window.kernel, window.strides, imp.form(node))
-        return imp.op(
-            G.Pool2dOp, x, kind=kind, kernel=window.kernel, strides=window.strides, padding=padding
-        )
+        kernel, strides = window.kernel, window.strides
+        padding = canonical_padding(window.pads, in_hw, kernel, strides, imp.form(node))
+        return imp.op(G.Pool2dOp, x, kind=kind, kernel=kernel, strides=strides, padding=padding)
     return _gathered_pool(imp, x, kind, window, node.output[0])
 
 
@@ -534,9 +551,10 @@ def _global_pool(kind: str) -> Handler:
             kernel = imp.shape(x)[2:]
             y = imp.op(G.Pool2dOp, x, kind=kind, kernel=kernel, strides=(1, 1), padding="valid")
             return [_lowered(imp, y, rank)]
+        x = imp.data(node.input[0])
         axes = tuple(range(2, len(shape)))
         reduction = "mean" if kind == "avg" else "max"
-        return [imp.op(G.ReduceOp, imp.data(node.input[0]), kind=reduction, axes=axes, keepdims=True)]
+        return [imp.op(G.ReduceOp, x, kind=reduction, axes=axes, keepdims=True)]
 
     return handler
 
