@@ -47,9 +47,9 @@ def test_rounds_alternate_and_ratios_are_baseline_over_tasoc(bench: ModuleType) 
 
 
 def test_disagreement_is_reported(bench: ModuleType) -> None:
-    tasoc = [np.float32(1.0), np.ones(3), np.zeros(2)]
-    assert bench.agree(tasoc, [np.float32(1.0), np.zeros(2)], [0, 2])
-    assert not bench.agree(tasoc, [np.float32(1.0), np.full(2, 1e-3)], [0, 2])
+    tasoc = [np.float32(1.0), np.ones(3, np.float32), np.zeros(2, np.float32)]
+    assert bench.agree(tasoc, [np.float32(1.0), np.zeros(2, np.float32)], [0, 2])
+    assert not bench.agree(tasoc, [np.float32(1.0), np.full(2, 1e-2, np.float32)], [0, 2])
 
 
 def test_unknown_model_is_a_usage_error(bench: ModuleType) -> None:

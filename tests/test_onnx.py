@@ -850,6 +850,22 @@ def test_param_values_are_checked() -> None:
     assert onnx.numpy_helper.to_array(values[0]).dtype == np.float32
 
 
+def test_boolean_weights_export_as_given_and_only_as_booleans() -> None:
+    """A causal-mask buffer (GPT-2's `attn.bias`) is a bool weight: it exports as one,
+    and neither numbers for it nor booleans for a number weight are taken."""
+    g = GraphBuilder()
+    x, mask = g.input("x", (2, 2)), g.param("mask", (2, 2), "i1")
+    module = g.build(g.where(mask, x, g.zeros((2, 2))))
+    causal = np.tril(np.ones((2, 2), bool))
+    model = export_onnx(module, {"mask": causal})
+    (weight,) = [t for t in model.graph.initializer if t.name == "mask"]
+    np.testing.assert_array_equal(onnx.numpy_helper.to_array(weight), causal)
+    (y,) = run_ort(model, {"x": np.ones((2, 2), np.float32)})
+    np.testing.assert_array_equal(y, causal.astype(np.float32))
+    with pytest.raises(OnnxExportError, match=r"'mask' expects 2x2xi1, got 2x2xi64"):
+        export_onnx(module, {"mask": causal.astype(np.int64)})
+
+
 def test_save_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     target = tmp_path / "model.onnx"
     model = export_onnx(every_op_module())

@@ -50,7 +50,8 @@ class Case:
     """One op with concrete operand types and attributes.
 
     `ints` gives each integer operand's exclusive upper bound (ids, labels);
-    `positive` lists float operands that must be positive (a variance, a step count).
+    `positive` lists float operands that must be positive (a variance, a step count);
+    `bools` lists the i1 operands (conditions, logic).
     """
 
     op: str
@@ -58,11 +59,13 @@ class Case:
     attrs: Mapping[str, Any] = field(default_factory=dict)
     ints: Mapping[int, int] = field(default_factory=dict)
     positive: tuple[int, ...] = ()
+    bools: tuple[int, ...] = ()
 
     @property
     def sigs(self) -> list[TensorSig]:
         return [
-            TensorSig(shape, I32 if i in self.ints else F32) for i, shape in enumerate(self.shapes)
+            TensorSig(shape, I32 if i in self.ints else DType.BOOL if i in self.bools else F32)
+            for i, shape in enumerate(self.shapes)
         ]
 
     def inputs(self, rng: np.random.Generator) -> list[np.ndarray]:
@@ -72,6 +75,8 @@ class Case:
                 arrays.append(rng.integers(0, self.ints[i], shape).astype(np.int32))
             elif i in self.positive:
                 arrays.append(rng.uniform(0.5, 3.0, shape))
+            elif i in self.bools:
+                arrays.append(rng.random(shape) < 0.5)
             else:
                 arrays.append(rng.standard_normal(shape))
         return arrays
@@ -122,6 +127,23 @@ CASES: list[Case] = [
     Case("scale", ((4, 8), ())),
     *(Case(op, ((4, 4, 2),)) for op in ("relu", "sigmoid", "tanh", "gelu")),
     *(Case(f"{op}_grad", ((4, 4), (4, 4))) for op in ("relu", "sigmoid", "tanh", "gelu")),
+    *(Case(op, ((4, 4, 2),)) for op in ("neg", "exp", "abs", "erf")),
+    *(Case(op, ((4, 4, 2),), positive=(0,)) for op in ("log", "sqrt", "reciprocal")),
+    *(Case(op, ((4, 8), (8,))) for op in ("sub", "max", "min")),
+    Case("sub", ((4, 1), (1, 4))),
+    Case("div", ((4, 8), (4, 8)), positive=(1,)),
+    Case("pow", ((4, 8), (8,)), positive=(0,)),
+    Case("compare", ((4, 8), (8,)), {"predicate": "lt"}),
+    Case("compare", ((4, 4), (4, 4)), {"predicate": "ne"}),
+    Case("not", ((4, 4, 2),), bools=(0,)),
+    *(Case(op, ((4, 8), (8,)), bools=(0, 1)) for op in ("and", "or", "xor")),
+    Case("where", ((4, 8), (4, 8), (8,)), bools=(0,)),
+    Case("where", ((8,), (4, 8), (4, 1)), bools=(0,)),
+    Case("cast", ((4, 8),), {"to": DType.F16}),
+    Case("broadcast", ((1, 8),), {"shape": (4, 8)}),
+    Case("broadcast", ((8,),), {"shape": (2, 4, 8)}),
+    Case("gather", ((10, 4), (4, 2)), {"axis": 0}, ints={1: 10}),
+    Case("gather", ((4, 8), (2, 3)), {"axis": 1}, ints={1: 8}),
     Case("adam_update", ((4, 8), (4, 8), (4, 8), (4, 8), ()), ADAM, positive=(3, 4)),
     Case("matmul", ((4, 8), (8, 4))),
     Case("matmul", ((2, 4, 8), (8, 4))),
@@ -166,6 +188,8 @@ CASES: list[Case] = [
     *_reduce_cases((4, 4, 8), kind="mean", axes=(0, 2), keepdims=True),
     *_reduce_cases((4, 4, 8), kind="mean", axes=(-1,), keepdims=False),
     *_reduce_cases((4, 4, 8), kind="max", axes=(1,), keepdims=False),
+    Case("reduce", ((4, 4, 8),), {"kind": "min", "axes": (0, 2), "keepdims": True}),
+    Case("reduce", ((4, 4, 8),), {"kind": "prod", "axes": (1,), "keepdims": False}),
     Case("batchnorm", ((4, 4, 2, 2), (4,), (4,), (4,), (4,)), EPS, positive=(4,)),
     Case("batchnorm", ((4, 8), (8,), (8,), (8,), (8,)), EPS, positive=(4,)),
     Case("batchnorm_train", ((4, 4, 2, 2), (4,), (4,)), EPS),

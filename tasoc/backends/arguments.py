@@ -161,8 +161,9 @@ def random_inputs(module: ModuleOp, seed: int = 0) -> list[np.ndarray]:
     ]
 
 
-def _kind(dtype: np.dtype) -> str:
-    """The kind `load_inputs` casts within, never across: bool, int or float."""
+def value_kind(dtype: np.dtype) -> str:
+    """The kind a value is cast within, never across (`load_inputs`, the ONNX export's
+    weights): bool, int or float."""
     if dtype == np.bool_:
         return "bool"
     return "int" if np.issubdtype(dtype, np.integer) else "float"
@@ -194,7 +195,7 @@ def load_inputs(module: ModuleOp, npz_path: str | Path, seed: int = 0) -> list[n
             continue
         array = stored[info.name]
         target = numpy_dtype(info.sig.dtype)
-        same_kind = _kind(array.dtype) == _kind(target)
+        same_kind = value_kind(array.dtype) == value_kind(target)
         if array.shape != info.sig.shape or not same_kind:
             raise ValueError(f"{npz_path}: '{info.name}' expects {info.sig}, got {describe(array)}")
         if array.size and np.issubdtype(target, np.integer):

@@ -257,13 +257,10 @@ def _gradient_outputs(signature: TrainingSignature | None) -> set[int]:
 
 
 def _op_by_op(
-    module: ModuleOp,
-    inputs: Sequence[np.ndarray],
-    signature: TrainingSignature | None,
-    backend: str,
+    module: ModuleOp, inputs: Sequence[np.ndarray], backend: str
 ) -> Callable[[], tuple[int, list[OpMismatch]]] | None:
-    """The op-by-op check of a training step run on JAX (None otherwise)."""
-    if signature is None or backend != "jax":
+    """The op-by-op check of a program run on JAX (None for the reference itself)."""
+    if backend != "jax":
         return None
     return lambda: compare_ops(module, inputs)
 
@@ -284,6 +281,29 @@ def _print_checked(outputs: Sequence[OutputReport]) -> None:
         print(f"  check: {which}; the largest error: {worst.describe()}")
 
 
+ROUNDING_GROWTH = 10
+"""How far beyond the tolerances (as a factor of rtol and atol) an output that is not a
+gradient may drift end to end and still be rounding: in a deep program (BERT-base's 12
+layers) two correct float32 computations differ by a few times the tolerances — the
+reference, JAX and onnxruntime each pair by 4-6e-5 on outputs of magnitude 3 — while a
+wrong op is off by far more."""
+
+
+def _within_growth(
+    expected: Sequence[np.ndarray], outputs: Sequence[np.ndarray], failing: Sequence[OutputReport]
+) -> bool:
+    """Whether every failing output is within `ROUNDING_GROWTH` times its tolerances."""
+    return all(
+        compare(
+            [expected[o.index]],
+            [outputs[o.index]],
+            rtol=o.rtol * ROUNDING_GROWTH,
+            atol=o.atol * ROUNDING_GROWTH,
+        ).ok
+        for o in failing
+    )
+
+
 def _check_against(
     expected_from: str,
     expected: Sequence[np.ndarray],
@@ -295,10 +315,12 @@ def _check_against(
     """Print each output's errors against `expected`; fail unless all are within
     tolerance (`gradients`: the outputs compared as gradients, `compare`).
 
-    A training step's gradient outputs may differ end to end where every op is right
-    (`compare_ops`): with `op_by_op`, such a difference passes when every op agrees with
-    its reference kernel on the same inputs, and the note says so. The loss and the
-    other outputs must agree end to end all the same.
+    Outputs may differ end to end where every op is right, as rounding grows through a
+    deep program (`compare_ops`): with `op_by_op`, such a difference passes when every
+    op agrees with its reference kernel on the same inputs, and the note says so — for
+    a training step's gradients at any size (a relu at zero passes a gradient in one
+    run and not in the other), for other outputs within `ROUNDING_GROWTH` times the
+    tolerances.
     """
     result = compare(expected, outputs, gradients=gradients)
     _print_checked(result.outputs)
@@ -306,7 +328,8 @@ def _check_against(
         print(f"check: equivalent to {expected_from}")
         return
     failing = [o for o in result.outputs if not o.ok]
-    if op_by_op is None or any(o.index not in gradients for o in failing):
+    others = [o for o in failing if o.index not in gradients]
+    if op_by_op is None or not _within_growth(expected, outputs, others):
         raise DriverError(f"{backend} results differ from {expected_from}: {result.summary()}")
     checked, mismatches = op_by_op()
     if mismatches:
@@ -316,11 +339,16 @@ def _check_against(
             f"({first.name}) disagrees with its reference kernel on the same inputs: "
             f"{first.report.summary()}"
         )
+    which = (
+        f"{len(failing) - len(others)} gradient output(s)"
+        if not others
+        else (f"{len(failing)} output(s) (within {ROUNDING_GROWTH}x)")
+    )
     print(
-        f"check: {len(failing)} gradient output(s) differ from {expected_from} beyond "
-        f"rtol/atol {failing[0].rtol:g}/{failing[0].atol:g} end to end, as rounding "
-        f"grows through the step; all {checked} ops agree with their reference kernels "
-        "on the same inputs (op by op), so the step is equivalent"
+        f"check: {which} differ from {expected_from} beyond rtol/atol "
+        f"{failing[0].rtol:g}/{failing[0].atol:g} end to end, as rounding grows through "
+        f"the program; all {checked} ops agree with their reference kernels on the same "
+        "inputs (op by op), so the program is equivalent"
     )
 
 
@@ -339,7 +367,7 @@ def _check_equal_program(
         outputs,
         "jax",
         _gradient_outputs(signature),
-        _op_by_op(reference, inputs, signature, "jax"),
+        _op_by_op(reference, inputs, "jax"),
     )
 
 
@@ -477,13 +505,20 @@ def _run(args: argparse.Namespace, found: WeightsFile | None) -> dict[str, objec
             outputs,
             args.backend,
             _gradient_outputs(signature),
-            _op_by_op(module, inputs, signature, args.backend),
+            _op_by_op(module, inputs, args.backend),
         )
     if args.check_onnxruntime:
         model = _onnx_model(args.input, program, infos, inputs, args.seed)
         activations = [arg for info, arg in zip(infos, inputs, strict=True) if not info.is_param]
         expected = onnxruntime_outputs(model, activations)
-        _check_against("onnxruntime", expected, outputs, args.backend, set())
+        _check_against(
+            "onnxruntime",
+            expected,
+            outputs,
+            args.backend,
+            set(),
+            _op_by_op(module, inputs, args.backend),
+        )
 
     if args.bench:
         report["bench_seconds"] = _bench(executable, inputs, args.bench, args.backend)
@@ -785,7 +820,7 @@ def _check_first_step(
         first,
         backend,
         _gradient_outputs(signature),
-        _op_by_op(module, inputs, signature, backend),
+        _op_by_op(module, inputs, backend),
     )
 
 

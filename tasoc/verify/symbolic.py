@@ -216,8 +216,58 @@ def _uninterpreted_op(name: str) -> None:
     SEMANTICS[name] = lambda attrs, inputs: [lifted(inputs[0])]
 
 
-for _name in ("sigmoid", "tanh", "gelu"):
+for _name in ("sigmoid", "tanh", "gelu", "exp"):
     _uninterpreted_op(_name)
+
+
+def absolute(a: Elem) -> Elem:
+    if isinstance(a, Fraction):
+        return abs(a)
+    return z3.If(a >= 0, a, -a)
+
+
+MAXIMUM, ABS = _elementwise(maximum, 2), _elementwise(absolute, 1)
+
+
+@_semantics("neg")
+def _neg(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    return [NEG(inputs[0])]
+
+
+@_semantics("sub")
+def _sub(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    return [ADD(inputs[0], NEG(inputs[1]))]
+
+
+@_semantics("abs")
+def _abs(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    return [ABS(inputs[0])]
+
+
+@_semantics("max")
+def _max(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    return [MAXIMUM(inputs[0], inputs[1])]
+
+
+@_semantics("min")
+def _min(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    return [NEG(MAXIMUM(NEG(inputs[0]), NEG(inputs[1])))]
+
+
+@_semantics("broadcast")
+def _broadcast(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    return [np.broadcast_to(inputs[0], attrs["shape"]).copy()]
+
+
+WITHOUT_SEMANTICS = frozenset(
+    {"embedding", "gather", "compare", "not", "and", "or", "xor", "where", "cast"}
+    | {"div", "reciprocal", "pow", "log", "sqrt", "erf"}
+)
+"""Forward ops with no symbolic semantics, which no axiom or rule mentions (`run_op`
+raises SymbolicError for them): those with integer or boolean operands or results
+(ids and indices, comparisons, logic, selection, casts), which real arithmetic does not
+model, and the partial real functions the ONNX importer brought (division, powers,
+logarithms, roots, erf), whose axioms would need their domains."""
 
 
 # --------------------------------------------------------------------------- linear

@@ -33,7 +33,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
 
 from tasoc.backends import describe, numpy_dtype
-from tasoc.backends.arguments import random_inputs
+from tasoc.backends.arguments import random_inputs, value_kind
 from tasoc.backends.onnx.conventions import (
     ARGUMENT_ORDER_KEY,
     DTYPES_BY_ONNX,
@@ -111,8 +111,9 @@ def _weights(
     values = {}
     for index, info in params.items():
         array = np.asarray(given[info.name])
-        same_kind = np.issubdtype(array.dtype, np.integer) == (not info.sig.dtype.is_float)
-        if array.shape != info.sig.shape or not same_kind:
+        if array.shape != info.sig.shape or value_kind(array.dtype) != value_kind(
+            numpy_dtype(info.sig.dtype)
+        ):
             raise OnnxExportError(
                 f"param_values: '{info.name}' expects {info.sig}, got {describe(array)}"
             )

@@ -1,6 +1,6 @@
 """Import time of ONNX exports of 10,000 nodes and more (issue 20: under 5 s on 2 cores).
 
-    .venv/bin/python benchmarks/onnx.py [--models bert,gpt2,shufflenet_v2] [--nodes 10000] \
+    .venv/bin/python benchmarks/onnx_import.py [--models bert,gpt2,shufflenet_v2] [--nodes 10000] \
         [--repeat 7] [--profile] [--top 15] [--quick]
 
 Each model is one of `tasoc.models.exported` (written as `torch.onnx.export` writes
@@ -22,33 +22,27 @@ Results are recorded in docs/benchmarks.md; this script only measures.
 
 from __future__ import annotations
 
+import argparse
+import cProfile
+import datetime
+import gc
+import math
+import os
+import platform
+import pstats
+import statistics
 import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 
-# This script is named like the `onnx` package, and Python puts a script's folder
-# first on sys.path: without this, `import onnx` would import the script itself.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != _HERE]
+import onnx
 
-import argparse  # noqa: E402
-import cProfile  # noqa: E402
-import datetime  # noqa: E402
-import gc  # noqa: E402
-import math  # noqa: E402
-import os  # noqa: E402
-import platform  # noqa: E402
-import pstats  # noqa: E402
-import statistics  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Callable, Sequence  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
-from importlib.metadata import version  # noqa: E402
-
-import onnx  # noqa: E402
-
-from tasoc.backends.onnx import OnnxImportError, import_onnx  # noqa: E402
-from tasoc.models.exported import EXPORTED_MODELS  # noqa: E402
+from tasoc.backends.onnx import OnnxImportError, import_onnx
+from tasoc.models.exported import EXPORTED_MODELS
 
 TEXT = {"batch": 1, "seq": 16, "hidden": 32, "heads": 2, "vocab": 100, "max_positions": 32}
 
@@ -152,7 +146,9 @@ def profile(path: Path, top: int) -> str:
     entries = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
 
     def where(filename: str, line: int, function: str) -> str:
-        short = filename.split(f"site-packages{os.sep}")[-1].split(f"{_HERE.parent}{os.sep}")[-1]
+        short = filename.split(f"site-packages{os.sep}")[-1].split(
+            f"{Path(__file__).resolve().parents[1]}{os.sep}"
+        )[-1]
         return f"{short}:{line}({function})"
 
     by_self = sorted(entries.items(), key=lambda kv: -kv[1][2])[:top]
