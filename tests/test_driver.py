@@ -30,11 +30,12 @@ from tasoc.driver import run as run_module
 from tasoc.driver.main import main
 from tasoc.driver.sources import load_module
 from tasoc.ir import graph as G
+from tasoc.ir.builder import GraphBuilder
 from tasoc.ir.program import arg_infos, entry_function
 from tasoc.models import list_models, parse_spec
 from tasoc.passes.registry import TASOC_PASSES
 from tasoc.passes.report import current_report
-from tasoc.verify.equivalence import OpMismatch, compare
+from tasoc.verify.equivalence import OpMismatch, compare, compare_ops
 
 GOOD = """\
 func.func @main(%x: tensor<2x4xf32>, %w: tensor<4x3xf32> {graph.param}) -> tensor<2x3xf32> {
@@ -513,3 +514,13 @@ def test_deep_programs_pass_the_check_within_rounding_growth_when_every_op_agree
         run_module._check_against(
             "the numpy reference", expected, drifted, "jax", set(), lambda: (7, [mismatch])
         )
+
+
+def test_op_by_op_takes_i64_values_that_jax_holds_as_int32() -> None:
+    """JAX without x64 computes i64 in int32; op by op, its results are compared in the
+    declared type, as the program's outputs are."""
+    g = GraphBuilder()
+    ids = g.input("ids", (2, 3), "i64")
+    module = g.build(g.add(ids, g.constant(np.arange(6).reshape(2, 3), "i64")))
+    checked, mismatches = compare_ops(module, random_inputs(module))
+    assert (checked, mismatches) == (2, [])
