@@ -35,7 +35,7 @@ from tasoc.passes.search import Deadline, SearchOutcome, StopReason
 from tasoc.verify.equivalence import compare
 from tasoc.verify.strategies import graphs
 
-QUICK = EqualityRewritePass(search="backtrack", budget=15, timeout=10.0, retime=0)
+QUICK = EqualityRewritePass(search="backtrack", budget=15, timeout=5.0, retime=0)
 """A short search: enough to apply rules, fast enough for every zoo model (nothing
 re-timed, so the choice is the cost model's alone)."""
 
