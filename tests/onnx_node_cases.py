@@ -236,15 +236,20 @@ def table(outcomes: Mapping[str, Result]) -> str:
     return "\n".join([summary, "", *rows])
 
 
+def _table_span(docs: str) -> tuple[int, int]:
+    """Where the table lies in docs/onnx.md, between its two markers."""
+    return docs.index(TABLE_START) + len(TABLE_START), docs.index(TABLE_END)
+
+
 def documented_table(docs: str) -> str:
-    start, end = docs.index(TABLE_START) + len(TABLE_START), docs.index(TABLE_END)
+    start, end = _table_span(docs)
     return docs[start:end].strip()
 
 
 def _write(outcomes: Mapping[str, Result], passing: Iterable[str]) -> None:
     PASSING_FILE.write_text("".join(f"{name}\n" for name in sorted(passing)))
     docs = DOCS.read_text()
-    start, end = docs.index(TABLE_START) + len(TABLE_START), docs.index(TABLE_END)
+    start, end = _table_span(docs)
     DOCS.write_text(docs[:start] + "\n" + table(outcomes) + "\n" + docs[end:])
 
 

@@ -610,6 +610,9 @@ def _softmax(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
 REDUCTIONS = ("sum", "mean", "max", "min", "prod")
 """The kinds of `graph.reduce`."""
 
+DIFFERENTIABLE_REDUCTIONS = ("sum", "mean", "max")
+"""The kinds `graph.reduce_grad` differentiates; min and prod have no gradient."""
+
 
 @_rule("reduce", arity=(1, 1))
 def _reduce(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
@@ -766,7 +769,7 @@ def _pool2d_grad(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
 def _reduce_grad(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
     x, dy = inputs
     _float(x)
-    _choice_attr(attrs, "kind", ("sum", "mean", "max"))
+    _choice_attr(attrs, "kind", DIFFERENTIABLE_REDUCTIONS)
     _check_forward(_reduce, "reduce", [x], attrs, dy)
     return [x]
 

@@ -262,11 +262,7 @@ def _partner(m: _GraphMaker, shape: tuple[int, ...], dtype: DType) -> TensorSig:
 
 def _broadcasting(name: str) -> Emitter:
     def emit(m: _GraphMaker) -> None:
-        x = m.any_float()
-        y = m.operand(
-            lambda s: _fits(name, [m.sig(x), s], {}), lambda: _partner(m, m.sig(x).shape, m.dtype)
-        )
-        m.emit(name, *((x, y) if m.draw(st.booleans()) else (y, x)))
+        m.emit(name, *_float_pair(m, name))
 
     return emit
 
@@ -306,11 +302,12 @@ def _boolean(m: _GraphMaker, accepts: Callable[[TensorSig], bool], fresh: Tensor
     return m.new_arg(fresh, param=False)
 
 
-def _float_pair(m: _GraphMaker) -> tuple[SSAValue, SSAValue]:
-    """Two float values that broadcast against each other."""
+def _float_pair(m: _GraphMaker, name: str = "add") -> tuple[SSAValue, SSAValue]:
+    """Two float values that broadcast against each other (as `name`'s operands), in
+    either order."""
     x = m.any_float()
     y = m.operand(
-        lambda s: _fits("add", [m.sig(x), s], {}), lambda: _partner(m, m.sig(x).shape, m.dtype)
+        lambda s: _fits(name, [m.sig(x), s], {}), lambda: _partner(m, m.sig(x).shape, m.dtype)
     )
     return (x, y) if m.draw(st.booleans()) else (y, x)
 

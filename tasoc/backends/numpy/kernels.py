@@ -338,8 +338,7 @@ def _ieee(*names: str) -> Callable[[Kernel], Kernel]:
             with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
                 return fn(attrs, inputs)
 
-        for name in names:
-            KERNELS[name] = in_float64(quiet)
+        _kernel(*names)(quiet)
         return fn
 
     return register

@@ -114,11 +114,11 @@ class Folding:
     ) -> list[Value | None] | None:
         """`node`'s outputs when folding imports it, or None to leave it to its handler."""
         op_type = node.op_type
-        names = [name for name in node.input if name]
         if op_type in SHAPE_FOLDERS:
             return [self._folded(node, attrs, self._stand_in)]
         if op_type not in FOLDERS and op_type not in FOLDED_BY_HANDLERS:
             return None
+        names = [name for name in node.input if name]
         if not names or not all(self.is_known(name) for name in names):
             return None
         if handler is not None and any(self._is_program_data(name) for name in names):

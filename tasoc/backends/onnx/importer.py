@@ -362,6 +362,8 @@ class Importer:
         self.node_forms = node_forms
         self.readers = Counter(name for node in graph.node for name in node.input)
         """How many node inputs read each value."""
+        self.outputs = frozenset(out.name for out in graph.output)
+        """The graph's output names (`is_output` asks for every node's outputs)."""
         self.block = Block()
         self.is_param: list[bool] = []
         self.param_values: dict[str, np.ndarray] = {}
@@ -730,7 +732,7 @@ class Importer:
         return self.readers[name] > 0 or self.is_output(name)
 
     def is_output(self, name: str) -> bool:
-        return any(name == out.name for out in self.graph.output)
+        return name in self.outputs
 
     def output(self, info: onnx.ValueInfoProto) -> SSAValue:
         """Graph output `info` as `@main` returns it, after checking what the model

@@ -88,7 +88,7 @@ def _tile(imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Va
         imp.fail(f"repeats {repeats} must hold one count >= 0 for each of the {len(shape)} dims")
     if all(count == 1 for count in repeats):
         return [x]
-    pairs = [(count, d) for count, d in zip(repeats, shape, strict=True)]
+    pairs = list(zip(repeats, shape, strict=True))
     spread = imp.reshape(x, [n for _, d in pairs for n in (1, d)])
     copies = imp.op(G.BroadcastOp, spread, shape=tuple(n for pair in pairs for n in pair))
     return [imp.reshape(copies, [count * d for count, d in pairs])]

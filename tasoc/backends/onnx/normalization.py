@@ -39,16 +39,12 @@ def _layer_norm(imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any]) -> l
     shape = imp.shape(x)
     axis = axis_index(imp, int(attrs.get("axis", -1)), len(shape))
     normalized = shape[axis:]
-    gamma = imp.data(node.input[1])
-    if imp.shape(gamma) != normalized:
-        gamma = imp.reshape(gamma, normalized)
+    gamma = _shaped(imp, imp.data(node.input[1]), normalized)
     bias = optional_input(node, 2)
     if bias is None:
         beta = imp.op(G.ZerosOp, shape=normalized, dtype=dtype_of(x))
     else:
-        beta = imp.data(bias)
-        if imp.shape(beta) != normalized:
-            beta = imp.reshape(beta, normalized)
+        beta = _shaped(imp, imp.data(bias), normalized)
     epsilon = f32_decimal(attrs.get("epsilon", 1e-5))
     y = imp.op(G.LayernormOp, x, gamma, beta, axis=int(attrs.get("axis", -1)), epsilon=epsilon)
     if not (used_output(imp, node, 1) or used_output(imp, node, 2)):
@@ -67,6 +63,11 @@ def _layer_norm(imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any]) -> l
     )
     deviation = imp.op(G.SqrtOp, imp.op(G.AddOp, variance, imp.literal(epsilon, variance)))
     return [y, mean, imp.op(G.ReciprocalOp, deviation)]
+
+
+def _shaped(imp: Importer, x: SSAValue, shape: tuple[int, ...]) -> SSAValue:
+    """x reshaped to `shape`, or x itself when it has that shape already."""
+    return x if imp.shape(x) == shape else imp.reshape(x, shape)
 
 
 @_handles("InstanceNormalization")

@@ -133,6 +133,13 @@ def _fill(imp: Importer, node: onnx.NodeProto, x: SSAValue) -> Fill:
     return value.array.reshape(()) if isinstance(value, Known) else imp.data(name)
 
 
+def _feeds_only_max_pools(imp: Importer, name: str) -> bool:
+    """Whether value `name` is read by MaxPool nodes only (and is no graph output): a
+    scan of the graph, so asked only of a -inf fill."""
+    readers = {n.op_type for n in imp.graph.node if name in n.input}
+    return readers == {"MaxPool"} and not imp.is_output(name)
+
+
 def _is_zero(fill: np.ndarray) -> bool:
     """Whether `fill` is 0 and not -0.0 (which no graph.zeros or enlarge makes)."""
     return bool(fill == 0) and not (is_float(fill) and np.signbit(fill.astype(np.float32)))
@@ -160,9 +167,7 @@ def _pad(imp: Importer, node: onnx.NodeProto, attrs: dict[str, Any]) -> list[Val
         if top == bottom and left == right and _is_zero(known_fill):
             kernel = (shape[2] + 2 * top, shape[3] + 2 * left)
             return [imp.op(G.EnlargeOp, x, kernel=kernel)]
-        readers = {n.op_type for n in imp.graph.node if node.output[0] in n.input}
-        feeds_max_pools = readers == {"MaxPool"} and not imp.is_output(node.output[0])
-        if known_fill == -np.inf and feeds_max_pools:
+        if known_fill == -np.inf and _feeds_only_max_pools(imp, node.output[0]):
             # -inf is what max pooling pads with: the MaxPools take the padding over.
             imp.max_pool_pads[node.output[0]] = (node.input[0], (top, left, bottom, right))
             return [None]

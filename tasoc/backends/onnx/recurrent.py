@@ -19,6 +19,7 @@ import numpy as np
 import onnx
 from xdsl.ir import SSAValue
 
+from tasoc.backends.onnx.elementwise import dtype_of
 from tasoc.backends.onnx.errors import format_dims
 from tasoc.backends.onnx.known_values import Value
 from tasoc.backends.onnx.operands import optional_input, used_output
@@ -183,7 +184,7 @@ class _Layer:
             if node.op_type == "GRU" and self.linear_before_reset:
                 # Rbh is added inside r * (H Rh^T + Rbh), not to the input projection.
                 reset_bias = imp.take(rb, 0, 2 * hidden, 3 * hidden)
-                zeros = imp.op(G.ZerosOp, shape=(hidden,), dtype=G.sig_of(rb.type).dtype)
+                zeros = imp.op(G.ZerosOp, shape=(hidden,), dtype=dtype_of(rb))
                 rb = imp.op(G.ConcatOp, imp.take(rb, 0, 0, 2 * hidden), zeros, axis=0)
             projected = imp.op(G.AddOp, projected, imp.op(G.AddOp, wb, rb))
         inputs = [projected]
@@ -283,7 +284,7 @@ class _Layer:
         imp, shape = self.imp, (self.batch, self.hidden)
         name = optional_input(self.node, index)
         if name is None:
-            return imp.op(G.ZerosOp, shape=shape, dtype=G.sig_of(self.x.type).dtype)
+            return imp.op(G.ZerosOp, shape=shape, dtype=dtype_of(self.x))
         state = imp.data(name)
         if self.layout:
             state = imp.op(G.TransposeOp, state, perm=(1, 0, 2))

@@ -155,6 +155,15 @@ def _auto_pad(imp: Importer, attrs: dict[str, Any]) -> str:
     return auto_pad
 
 
+def _explicit_pads(imp: Importer, attrs: dict[str, Any]) -> Pads:
+    """The node's `pads` (lifted attributes, checked by `_lifted`), none negative; no
+    padding when absent."""
+    top, left, bottom, right = (int(p) for p in attrs.get("pads", (0, 0, 0, 0)))
+    if min(top, left, bottom, right) < 0:
+        imp.fail(f"pads {[top, left, bottom, right]} must not be negative")
+    return (top, left, bottom, right)
+
+
 def _window(imp: Importer, attrs: dict[str, Any], in_hw: Pair, kernel: Pair) -> Window:
     """The window of a Conv or pool node (lifted attributes) over an `in_hw` input."""
     strides = _pair(attrs, "strides")
@@ -168,10 +177,7 @@ def _window(imp: Importer, attrs: dict[str, Any], in_hw: Pair, kernel: Pair) -> 
     elif auto_pad == "VALID":
         pads = (0, 0, 0, 0)
     else:
-        given = [int(p) for p in attrs.get("pads", (0, 0, 0, 0))]
-        if min(given) < 0:
-            imp.fail(f"pads {given} must not be negative")
-        pads = (given[0], given[1], given[2], given[3])
+        pads = _explicit_pads(imp, attrs)
     return Window(kernel, strides, dilations, pads)
 
 
@@ -356,9 +362,7 @@ def _transposed_span(
     elif auto_pad == "VALID":
         begin, out = 0, natural
     else:
-        pads = [int(p) for p in attrs.get("pads", (0, 0, 0, 0))]
-        if min(pads) < 0:
-            imp.fail(f"pads {pads} must not be negative")
+        pads = _explicit_pads(imp, attrs)
         begin, out = pads[axis], natural - pads[axis] - pads[axis + 2]
     computed = min(out, full + stride - 1 - begin)
     if computed < 1:

@@ -21,6 +21,7 @@ import math
 from collections.abc import Callable
 
 from tasoc.ir.dag import Node, Value
+from tasoc.ir.shapes import DIFFERENTIABLE_REDUCTIONS
 from tasoc.passes.autodiff.writer import StepWriter
 
 Gradients = tuple[Value | None, ...]
@@ -317,16 +318,12 @@ def _softmax(w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ..
 @_rule("reduce")
 def _reduce(w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ...]) -> Gradients:
     reduction = {name: node.attr(name) for name in ("kind", "axes", "keepdims")}
-    if reduction["kind"] not in _DIFFERENTIABLE_REDUCTIONS:
+    if reduction["kind"] not in DIFFERENTIABLE_REDUCTIONS:
         raise ValueError(
             f"no gradient is defined for graph.reduce of kind '{reduction['kind']}', "
             "which the loss depends on"
         )
     return (w.value("reduce_grad", node.inputs[0], _only(grads), **reduction),)
-
-
-_DIFFERENTIABLE_REDUCTIONS = ("sum", "mean", "max")
-"""The reductions `reduce_grad` differentiates; min and prod have no gradient here."""
 
 
 @_rule("batchnorm_train")
