@@ -38,8 +38,9 @@ schedule against the capacity and the pool (`check_placed`, registered in
 from __future__ import annotations
 
 import itertools
+import math
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal, Self
 
@@ -48,6 +49,7 @@ from xdsl.dialects.builtin import (
     DenseArrayBase,
     IntegerAttr,
     ModuleOp,
+    NoneAttr,
     StringAttr,
     TensorType,
     i64,
@@ -64,7 +66,7 @@ from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
 from tasoc.ir.conversion import ConversionOp
-from tasoc.ir.encodings import PROPAGATE
+from tasoc.ir.encodings import PROPAGATE, REWRAPPED, WRAPPED, check_op, device_shape
 from tasoc.ir.graph import defined_value, sig_of, tensor_type
 from tasoc.ir.limits import format_bytes
 from tasoc.ir.program import (
@@ -93,11 +95,20 @@ PLAN_ATTR = "memory.plan"
 
 @irdl_attr_definition
 class SpaceAttr(ParametrizedAttribute):
-    """`#memory.space<host>`: the tensor lives in host memory (module docstring)."""
+    """`#memory.space<host>`: the tensor lives in host memory (module docstring).
+
+    `#memory.space<host, #parallel.sharding<...>>`: a sharded tensor whose blocks live
+    in each device's host memory; the space wraps the value's other encoding (its
+    layout), which a swap keeps (DESIGN.md §8: both encodings on one tensor type)."""
 
     name = "memory.space"
 
     space: StringAttr
+    layout: Attribute
+    """The encoding the value has besides its space (`NoneAttr()` when none)."""
+
+    def __init__(self, space: str, layout: Attribute | None = None) -> None:
+        super().__init__(StringAttr(space), NoneAttr() if layout is None else layout)
 
     @classmethod
     def parse_parameters(cls, parser: AttrParser) -> Sequence[Attribute]:
@@ -110,11 +121,18 @@ class SpaceAttr(ParametrizedAttribute):
             )
         if space != "host":
             parser.raise_error(f"unknown memory space '{space}' (expected host)", at)
+        layout: Attribute = NoneAttr()
+        if parser.parse_optional_punctuation(","):
+            layout = parser.parse_attribute()
         parser.parse_punctuation(">")
-        return (StringAttr(space),)
+        return (StringAttr(space), layout)
 
     def print_parameters(self, printer: Printer) -> None:
-        printer.print_string(f"<{self.space.data}>")
+        printer.print_string(f"<{self.space.data}")
+        if self.inner is not None:
+            printer.print_string(", ")
+            printer.print_attribute(self.inner)
+        printer.print_string(">")
 
     def verify(self) -> None:
         if self.space.data != "host":
@@ -122,19 +140,34 @@ class SpaceAttr(ParametrizedAttribute):
                 f"memory space '{self.space.data}' is not an encoding: host is, device "
                 "memory is the default"
             )
+        if isinstance(self.layout, SpaceAttr):
+            raise VerifyException("a memory space cannot wrap another memory space")
+
+    @property
+    def inner(self) -> Attribute | None:
+        """The wrapped encoding, None when the value has no other."""
+        return None if isinstance(self.layout, NoneAttr) else self.layout
 
 
-HOST = SpaceAttr(StringAttr("host"))
+HOST = SpaceAttr("host")
 
 
 def space_of(sig: TensorSig) -> Space:
     return "host" if isinstance(sig.encoding, SpaceAttr) else "device"
 
 
+def layout_encoding(sig: TensorSig) -> Hashable | None:
+    """The encoding of `sig` besides its memory space (its sharding, say)."""
+    encoding = sig.encoding
+    return encoding.inner if isinstance(encoding, SpaceAttr) else encoding
+
+
 def in_space(sig: TensorSig, space: Space) -> TensorSig:
-    """`sig` in `space` (its other encodings are not memory's to keep: a placed program
-    has none yet)."""
-    return TensorSig(sig.shape, sig.dtype, HOST if space == "host" else None)
+    """`sig` in `space`, its other encoding (a sharding) kept."""
+    layout = layout_encoding(sig)
+    if space == "device":
+        return TensorSig(sig.shape, sig.dtype, layout)
+    return TensorSig(sig.shape, sig.dtype, HOST if layout is None else SpaceAttr("host", layout))  # type: ignore[arg-type]
 
 
 def _refuse_host(
@@ -151,6 +184,8 @@ def _refuse_host(
 
 
 PROPAGATE[SpaceAttr] = _refuse_host
+WRAPPED[SpaceAttr] = lambda space: space.inner
+REWRAPPED[SpaceAttr] = lambda space, inner: SpaceAttr(space.space.data, inner)
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +286,7 @@ class MoveOp(ConversionOp):
             raise VerifyException(f"'{self.name}': {err}") from None
         if space_of(source) != self.SOURCE:
             raise VerifyException(f"'{self.name}': {self._wrong_source(source)}")
+        check_op(self, (source, target))
         if in_space(source, self.TARGET) != target:
             raise VerifyException(
                 f"'{self.name}' moves {source} to {self.TARGET} memory, so its result is "
@@ -262,7 +298,8 @@ class MoveOp(ConversionOp):
 
     @property
     def nbytes(self) -> int:
-        return tensor_bytes(sig_of(self.input.type))
+        """Bytes one device moves (its block of a sharded value)."""
+        return device_bytes(self, sig_of(self.input.type))
 
 
 @irdl_op_definition
@@ -337,6 +374,13 @@ def _shown(value: SSAValue) -> str:
 
 def tensor_bytes(sig: TensorSig) -> int:
     return sig.size * sig.dtype.itemsize
+
+
+def device_bytes(op: Operation, sig: TensorSig) -> int:
+    """Bytes of the block of a value of type `sig` one device holds, in the module of
+    `op`: the whole tensor, or its shard when it is sharded (every device of a mesh
+    holds a block of one size, so one device's replay is every device's)."""
+    return math.prod(device_shape(op, sig)) * sig.dtype.itemsize
 
 
 # ------------------------------------------------------------------ the schedule
@@ -470,7 +514,7 @@ class _Held:
         self.sizes: dict[SSAValue, tuple[int, int | None]] = {}
 
     def take(self, value: SSAValue, op: Operation, what: str) -> None:
-        nbytes = tensor_bytes(sig_of(value.type))
+        nbytes = device_bytes(op, sig_of(value.type))
         size_class = None
         if self.pool is not None:
             size_class = self.pool.size_class(nbytes)
@@ -581,7 +625,7 @@ def unplaced(module: ModuleOp) -> ModuleOp:
 def _plain(type_: Attribute) -> Attribute:
     if _is_host(type_):
         assert isinstance(type_, TensorType)
-        return TensorType(type_.element_type, type_.get_shape())
+        return tensor_type(in_space(sig_of(type_), "device"))
     return type_
 
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import ClassVar, Self, cast
 
 from xdsl.dialects import func
@@ -63,7 +64,7 @@ from xdsl.utils.exceptions import VerifyException
 
 from tasoc.ir import soap
 from tasoc.ir.conversion import ConversionOp
-from tasoc.ir.encodings import CHECK, PROPAGATE
+from tasoc.ir.encodings import CHECK, LOCAL_SHAPE, PROPAGATE, layout_of, without_layout
 from tasoc.ir.graph import sig_of, tensor_type
 from tasoc.ir.program import map_types
 from tasoc.ir.shapes import DType, ShapeError, TensorSig
@@ -154,12 +155,17 @@ def _attr(sharding: Sharding) -> ShardingAttr:
 
 
 def sharding_of(sig: TensorSig) -> Sharding | None:
-    """The sharding of a tensor type, None for a plain (unsharded) one."""
+    """The sharding of a tensor type, None for a plain (unsharded) one; also under an
+    encoding that wraps it (a host memory space: `#memory.space<host, #parallel...>`)."""
     encoding = sig.encoding
-    return encoding.sharding if isinstance(encoding, ShardingAttr) else None
+    if isinstance(encoding, ShardingAttr):
+        return encoding.sharding
+    wrapped = layout_of(encoding, ShardingAttr)
+    return None if wrapped is None else wrapped.sharding
 
 
 def with_sharding(sig: TensorSig, sharding: Sharding | None) -> TensorSig:
+    """`sig` laid out by `sharding` (None: unsharded), as a device value."""
     return TensorSig(sig.shape, sig.dtype, None if sharding is None else ShardingAttr.of(sharding))
 
 
@@ -371,8 +377,16 @@ def _propagated(
     return [with_sharding(r, s) for r, s in zip(results, shardings, strict=True)]
 
 
+def _local_shape(op: Operation, sig: TensorSig) -> tuple[int, ...]:
+    """The block of a sharded value one device holds (`encodings.LOCAL_SHAPE`)."""
+    sharding = sharding_of(sig)
+    assert sharding is not None
+    return sharding.local_shape(sig.shape, lookup_mesh(op, sharding.mesh))
+
+
 PROPAGATE[ShardingAttr] = _propagate
 CHECK[ShardingAttr] = _check_op
+LOCAL_SHAPE[ShardingAttr] = _local_shape
 
 
 # --------------------------------------------------------------------- collectives
@@ -394,6 +408,12 @@ class CollectiveOp(ConversionOp):
     def verify_(self) -> None:
         try:
             source, target = sig_of(self.input.type), sig_of(self.output.type)
+            for end, sig in (("operand", source), ("result", target)):
+                if sig.encoding is not None and not isinstance(sig.encoding, ShardingAttr):
+                    raise ShardingError(
+                        f"{end} {sig} is not a device value: collectives move device "
+                        "values (swap it in first)"
+                    )
             if (source.shape, source.dtype) != (target.shape, target.dtype):
                 raise ShardingError(
                     f"result {with_sharding(target, None)} differs from operand "
@@ -537,6 +557,10 @@ def unsharded(module: ModuleOp) -> ModuleOp:
 
 
 def _plain(type_: Attribute) -> Attribute:
-    if isinstance(type_, TensorType) and isinstance(type_.encoding, ShardingAttr):
+    """`type_` without its sharding, wherever it is (under a memory space too)."""
+    if not isinstance(type_, TensorType) or sharding_of(sig := sig_of(type_)) is None:
+        return type_
+    encoding = sig.encoding
+    if isinstance(encoding, ShardingAttr):
         return TensorType(type_.element_type, type_.get_shape())
-    return type_
+    return tensor_type(replace(sig, encoding=without_layout(encoding, ShardingAttr)))
