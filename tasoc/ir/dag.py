@@ -191,7 +191,24 @@ class Node:
         )
         return _intern(ARG, attrs, (), (sig,))
 
+    @staticmethod
+    def given(op: str, inputs: Sequence[Value], sigs: Sequence[TensorSig], **attrs: Any) -> Node:
+        """An op application whose result types are given, not inferred: a node of a
+        *view* of a program that the `graph` rules do not describe — one device's
+        blocks of a sharded program and its collectives (`placement`'s device view),
+        which planners read and nobody writes back as a graph. `op` is the op's full
+        name (`"graph.matmul"`, `"parallel.all_gather"`), so a given node never passes
+        for a `graph` node (keyed by short names); attributes are kept as given."""
+        if op in ATTR_NAMES or op == ARG:
+            raise ValueError(f"'{op}' is a graph op's short name: given nodes use full names")
+        return _intern(op, tuple(attrs.items()), tuple(inputs), tuple(sigs))
+
     # ----------------------------------------------------------------- reading
+    @property
+    def is_given(self) -> bool:
+        """Whether this node's result types were given (`Node.given`), not inferred."""
+        return self.op not in ATTR_NAMES and self.op != ARG
+
     @property
     def is_arg(self) -> bool:
         return self.op == ARG
@@ -481,16 +498,19 @@ def _exact(value: Any) -> Any:
 def _intern(
     op: str, attrs: Attrs, inputs: tuple[Value, ...], arg_sigs: tuple[TensorSig, ...] | None
 ) -> Node:
-    """The unique node for this structure; result types are inferred for ops and
-    given (`arg_sigs`) for arguments. `attrs` must already be in canonical order."""
+    """The unique node for this structure; result types are inferred for `graph` ops
+    and given (`arg_sigs`) for arguments and `Node.given` nodes. `attrs` must already
+    be in canonical order."""
     key = (op, tuple((name, _exact(value)) for name, value in attrs), inputs, arg_sigs)
     node = _NODES.get(key)
     if node is not None:
         return node
     if arg_sigs is None:
         sigs = _infer(op, attrs, inputs)
-    elif len(arg_sigs) != 1 or not isinstance(arg_sigs[0], TensorSig):
+    elif op == ARG and (len(arg_sigs) != 1 or not isinstance(arg_sigs[0], TensorSig)):
         raise TypeError(f"an argument has one TensorSig, got {arg_sigs!r}")
+    elif not all(isinstance(sig, TensorSig) for sig in arg_sigs):
+        raise TypeError(f"{op}: given result types must be TensorSigs, got {arg_sigs!r}")
     else:
         sigs = arg_sigs
     node = object.__new__(Node)
@@ -576,7 +596,8 @@ def _flatten(order: Sequence[Node]) -> list[_Entry]:
     for row, node in enumerate(order):
         index[node] = row
         refs = tuple((index[v.node], v.index) for v in node.inputs)
-        table.append((node.op, node.attrs, refs, node.sigs if node.is_arg else None))
+        given = node.is_arg or node.is_given
+        table.append((node.op, node.attrs, refs, node.sigs if given else None))
     return table
 
 

@@ -534,6 +534,18 @@ Parallel = Dialect("parallel", [MeshOp, *COLLECTIVES], [ShardingAttr])
 # ------------------------------------------------------------------ whole programs
 
 
+MACHINE_ATTR = "parallel.machine"
+"""Module attribute soap-shard writes: the machine (a preset, `cpu-N` or a machine
+file) its plan was simulated on, which `placement` prices a sharded step on unless
+told otherwise."""
+
+
+def machine_of(module: ModuleOp) -> str | None:
+    """The machine a sharded program was planned on (`MACHINE_ATTR`), None if unsaid."""
+    attr = module.attributes.get(MACHINE_ATTR)
+    return attr.data if isinstance(attr, StringAttr) else None
+
+
 def is_sharded(module: ModuleOp) -> bool:
     """Whether the module defines a mesh (a program of the `parallel` dialect)."""
     return any(isinstance(op, MeshOp) for op in module.ops)
@@ -542,8 +554,11 @@ def is_sharded(module: ModuleOp) -> bool:
 def unsharded(module: ModuleOp) -> ModuleOp:
     """A copy of `module` as the one-device program it is equal to: collectives
     dropped (each is the identity on the logical value), shardings removed, meshes
-    gone. The reference a sharded program is checked against."""
+    gone, and the module attributes of the plan (`parallel.*`). The reference a sharded
+    program is checked against."""
     copy = module.clone()
+    for name in [n for n in copy.attributes if n.startswith("parallel.")]:
+        del copy.attributes[name]
     for op in list(copy.walk()):
         if isinstance(op, CollectiveOp):
             op.output.replace_all_uses_with(op.input)

@@ -25,12 +25,21 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from xdsl.dialects.builtin import DictionaryAttr, FloatAttr, IntegerAttr, ModuleOp, f64, i64
-from xdsl.ir import Attribute, Block, SSAValue
+from xdsl.dialects import func
+from xdsl.dialects.builtin import (
+    DictionaryAttr,
+    FloatAttr,
+    FunctionType,
+    IntegerAttr,
+    ModuleOp,
+    f64,
+    i64,
+)
+from xdsl.ir import Attribute, Block, Operation, SSAValue
 from xdsl.rewriter import Rewriter
 
 from tasoc.ir.dag import Dag, Node, Value, function_of
-from tasoc.ir.graph import OPS_BY_NAME, tensor_type, to_attr
+from tasoc.ir.graph import OPS_BY_NAME, sig_of, tensor_type, to_attr
 from tasoc.ir.memory import (
     CAPACITY_ATTR,
     PLAN_ATTR,
@@ -43,7 +52,7 @@ from tasoc.ir.memory import (
     SwapOutOp,
     in_space,
 )
-from tasoc.ir.program import entry_function
+from tasoc.ir.program import entry_block, entry_function
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +279,67 @@ def write_placed(module: ModuleOp, dag: Dag, plan: PlacementPlan) -> None:
     ]
     function = function_of(dag, block, outputs)
     Rewriter.replace_op(entry_function(module), function)
+    _set_memory_attributes(module, plan)
+
+
+def write_placed_in(
+    module: ModuleOp, dag: Dag, plan: PlacementPlan, ops: Mapping[Node, Operation]
+) -> None:
+    """Place `module`'s `@main` as `plan` says, where `dag` is a *view* of it whose node
+    `n` stands for the op `ops[n]` (one device's view of a sharded step): the ops stay
+    the module's own, in the plan's order, each reading its operands' current device
+    copies; swaps and frees go between them, host arguments and the results that
+    replace them change space, every other type (a sharding) is kept. PlanError for a
+    plan that cannot run."""
+    spaces = output_spaces(dag, plan.host_arguments)
+    check_plan(dag, plan, spaces)
+    function = entry_function(module)
+    block = entry_block(function)
+    current: dict[Value, SSAValue] = {}  # each value's device copy at this point
+    host: dict[Value, SSAValue] = {}
+    for index, (arg, block_arg) in enumerate(zip(dag.args, list(block.args), strict=True)):
+        if index in plan.host_arguments:
+            host_type = tensor_type(in_space(sig_of(block_arg.type), "host"))
+            host[arg.out] = Rewriter.replace_value_with_new_type(block_arg, host_type)
+        else:
+            current[arg.out] = block_arg
+    returned = block.last_op
+    assert isinstance(returned, func.ReturnOp)
+    written: list[Operation] = []
+    for entry in plan.schedule:
+        if isinstance(entry, Node):
+            op = ops[entry]
+            for index, value in enumerate(entry.inputs):
+                op.operands[index] = current[value]
+            current.update(zip(entry.results, op.results, strict=True))
+            written.append(op)
+        elif isinstance(entry, SwapOut):
+            written.append(moved := SwapOutOp.build_on(current[entry.value]))
+            host[entry.value] = moved.output
+        elif isinstance(entry, SwapIn):
+            written.append(moved := SwapInOp.build_on(host[entry.value]))
+            current[entry.value] = moved.output
+        else:
+            written.append(FreeOp.create(operands=[current.pop(entry.value)]))
+    kept = set(written)
+    dropped = [op for op in block.ops if op not in kept and op is not returned]
+    for op in list(block.ops):
+        op.detach()
+    for op in reversed(dropped):  # ops no output needs: the view left them out
+        op.erase()
+    block.add_ops([*written, returned])
+    outputs = [
+        (host if space == "host" else current)[value]
+        for value, space in zip(dag.outputs, spaces, strict=True)
+    ]
+    returned.operands = outputs
+    function.function_type = FunctionType.from_lists(
+        [arg.type for arg in block.args], [value.type for value in outputs]
+    )
+    _set_memory_attributes(module, plan)
+
+
+def _set_memory_attributes(module: ModuleOp, plan: PlacementPlan) -> None:
     for name in (CAPACITY_ATTR, POOL_ATTR, PLAN_ATTR):
         module.attributes.pop(name, None)
     if plan.capacity is not None:

@@ -57,7 +57,7 @@ import itertools
 import math
 from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from tasoc.cost.analytic import roofline
 from tasoc.cost.devices import Device
@@ -96,7 +96,18 @@ def analytic_op_cost(
 ) -> float:
     """The roofline of `tasoc.cost.analytic` at the shard's local shapes, one kernel
     (no fusion: FlexFlow prices each op's task on its own), plus one launch."""
-    local = local_node(node, local_inputs, local_results)
+    return shard_seconds(node.op, node.attrs, local_inputs, local_results, device)
+
+
+def shard_seconds(
+    op: str,
+    attrs: Iterable[tuple[str, Any]],
+    local_inputs: Sequence[TensorSig],
+    local_results: Sequence[TensorSig],
+    device: Device,
+) -> float:
+    """`analytic_op_cost` of the `graph` op `op` with its (global) attributes `attrs`."""
+    local = _local_op(op, attrs, local_inputs, local_results)
     return roofline(local, -1, False, device) + device.launch_overhead_s
 
 
@@ -105,14 +116,23 @@ def local_node(
 ) -> Node:
     """`node` as one device runs it: on operands of the local shapes, with the
     attributes that name global sizes localized (`soap_rules.local_attrs`)."""
+    return _local_op(node.op, node.attrs, local_inputs, local_results)
+
+
+def _local_op(
+    op: str,
+    attrs: Iterable[tuple[str, Any]],
+    local_inputs: Sequence[TensorSig],
+    local_results: Sequence[TensorSig],
+) -> Node:
     operands = [Node.arg(i, "shard", sig).out for i, sig in enumerate(local_inputs)]
-    attrs = local_attrs(
-        node.op,
-        dict(node.attrs),  # type: ignore[arg-type]
+    localized = local_attrs(
+        op,
+        dict(attrs),  # type: ignore[arg-type]
         [s.shape for s in local_inputs],
         [s.shape for s in local_results],
     )
-    return Node(node.op, operands, **attrs)
+    return Node(op, operands, **localized)
 
 
 @dataclass(frozen=True)

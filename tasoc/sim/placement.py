@@ -6,7 +6,10 @@ moves) runs on one device with three streams, SwapAdvisor's (§4.3.1): `COMPUTE`
 the ops in the plan's order, `SWAP_OUT` and `SWAP_IN` copy tensors to and from host
 memory over the machine's host link (`Machine.host`: size / bandwidth + latency,
 FlexFlow's A2), each its own FIFO resource, so copies overlap compute and each other.
-Device memory is the pool `DEVICE`.
+Device memory is the pool `DEVICE`. One device of a sharded step (placement's device
+view) runs its collectives on a fourth stream, `NETWORK`, in the schedule's order,
+each waiting for the copies it reads, so communication overlaps compute and swaps as
+on soap-shard's simulator.
 
 - An op's task follows the op before it (the schedule), and waits for the swap-ins
   that made the device copies it reads. It takes its results' bytes when it starts.
@@ -53,7 +56,14 @@ from tasoc.sim.core import Task, TaskGraph, Timeline, simulate
 COMPUTE = "compute"
 SWAP_OUT = "swap-out"
 SWAP_IN = "swap-in"
+NETWORK = "network"
 DEVICE = "device"
+
+
+def stream_of(node: Node) -> str:
+    """The stream an op runs on: collectives (`parallel.*` nodes of a sharded step's
+    device view) on the network stream, beside compute, every other op on compute."""
+    return NETWORK if node.op.startswith("parallel.") else COMPUTE
 
 
 def op_seconds(dag: Dag, device: Device) -> dict[Node, float]:
@@ -69,7 +79,8 @@ class PlacedSimulation:
     seconds: float
     """The iteration time (makespan)."""
     compute_seconds: float
-    """The ops' own time, summed: the iteration time with infinite memory."""
+    """The compute stream's ops' own time, summed: the iteration time with infinite
+    memory and, for a sharded step, communication hidden behind compute."""
     peak_bytes: int
     """The most device bytes held at any instant."""
     swapped_out_bytes: int
@@ -117,16 +128,18 @@ def placed_task_graph(
     host_made: dict[Value, int] = {}  # value -> the swap-out task of its host copy
     room = _Room(plan.capacity, arguments)
     tasks: list[int | None] = []
-    last_compute = start
+    last_compute = start  # the last op's task, on either stream: where a swap-in stands
+    last_on: dict[str, int] = {}
     for index, entry in enumerate(plan.schedule):
         free = ((DEVICE, frees.get(index, 0)),)
         task_id: int | None = None
         if isinstance(entry, Node):
             results = sum(tensor_bytes(v.sig) for v in entry.results)
-            deps = (last_compute, *(made[key] for key in copies.reads[index]))
-            task_id = last_compute = graph.add(
+            stream = stream_of(entry)
+            deps = (last_on.get(stream, start), *(made[key] for key in copies.reads[index]))
+            task_id = last_compute = last_on[stream] = graph.add(
                 Task(
-                    COMPUTE,
+                    stream,
                     seconds[entry],
                     (*deps, *room.take(results)),
                     ((DEVICE, results),),
@@ -211,7 +224,7 @@ def simulate_plan(
             moved[type(entry)] += tensor_bytes(entry.value.sig)
     return PlacedSimulation(
         seconds=timeline.makespan,
-        compute_seconds=sum(times[node] for node in dag.ops),
+        compute_seconds=sum(times[node] for node in dag.ops if stream_of(node) == COMPUTE),
         peak_bytes=timeline.peak.get(DEVICE, 0),
         swapped_out_bytes=moved[SwapOut],
         swapped_in_bytes=moved[SwapIn],

@@ -58,7 +58,7 @@ def offload_all(
     assert signature.loss is not None
     order = dag.ops
     where = positions(order)
-    loss_at = where[dag.outputs[signature.loss].node]
+    loss_at = where[_loss_op(dag, signature.loss)]
     readers = readers_in_order(dag)
     returned = set(dag.outputs)
     slots = Slots()
@@ -97,6 +97,16 @@ def offload_all(
 
     plan = PlacementPlan(slots.schedule(order), hosted, capacity)
     return OffloadChoice(plan, offloaded, kept)
+
+
+def _loss_op(dag: Dag, loss: int) -> Node:
+    """The op computing the loss: on a sharded step's device view, the graph op under
+    the collectives that complete it (a data-parallel step all-reduces its loss at the
+    end, which is not where the backward pass begins)."""
+    node = dag.outputs[loss].node
+    while node.op.startswith("parallel.") and not node.inputs[0].node.is_arg:
+        node = node.inputs[0].node
+    return node
 
 
 def _made_at(value: Value, where: dict[Node, int]) -> int:

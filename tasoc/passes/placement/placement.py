@@ -15,6 +15,7 @@ planner is one entry of `PlacementPass.searching`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, ClassVar, Literal, cast
@@ -24,12 +25,13 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
 
-from tasoc.cost.machines import MachineError, machine
+from tasoc.cost.machines import Machine, MachineError, machine
 from tasoc.ir import dag as dag_module
-from tasoc.ir.dag import Dag
+from tasoc.ir.dag import Dag, Node
 from tasoc.ir.limits import format_bytes
 from tasoc.ir.memory import Replay, Space, is_placed, moved_bytes, replay, unplaced
-from tasoc.ir.placement_plan import PlacementPlan, set_figures, write_placed
+from tasoc.ir.parallel import is_sharded, machine_of, meshes, unsharded
+from tasoc.ir.placement_plan import PlacementPlan, set_figures, write_placed, write_placed_in
 from tasoc.ir.program import entry_function
 from tasoc.ir.training import TrainingSignature, training_signature
 from tasoc.passes.options import (
@@ -39,6 +41,7 @@ from tasoc.passes.options import (
     check_option_types,
     parse_byte_size,
 )
+from tasoc.passes.placement.device_view import DeviceView, device_view
 from tasoc.passes.placement.dp import dp_search
 from tasoc.passes.placement.ga import GASettings, ga_search
 from tasoc.passes.placement.offload import offload_all
@@ -49,6 +52,10 @@ from tasoc.passes.report import current_report
 from tasoc.passes.search import Deadline, resolve_seed
 
 Search = Literal["offload-all", "belady", "lru", "ga", "dp"]
+
+DEFAULT_MACHINE = "v100-swapadvisor"
+"""What an unsharded step's plans are priced on unless `machine=` says: SwapAdvisor's
+testbed."""
 
 
 class PlacementFailed(PassFailedException):
@@ -74,9 +81,10 @@ class PlacementPass(ModulePass):
     capacity: int | float | str | None = None
     """Device memory (bytes, or a size such as 16GiB): written as `memory.capacity`,
     and a plan over it fails the pass, naming the op and the bytes."""
-    machine: str = "v100-swapadvisor"
-    """What the plans are simulated on (`belady`, `lru`, `ga`): a preset or a machine
-    file; its host link is what swaps cross."""
+    machine: str | None = None
+    """What the plans are simulated on (`belady`, `lru`, `ga`, `dp`): a preset, `cpu-N`
+    or a machine file; its host link is what swaps cross. By default the machine
+    soap-shard planned a sharded step on, else `v100-swapadvisor`."""
     params: Space = "device"
     """offload-all: where params and optimizer state live between steps: `host` swaps each in before
     its first reader and its new value out as soon as it is made."""
@@ -134,10 +142,13 @@ class PlacementPass(ModulePass):
                 "(apply autodiff first)"
             )
         before = replay(function)
-        dag = dag_module.from_module(op, keep_order=True)
+        view = self._device_view(op) if is_sharded(op) else None
+        dag = view.dag if view is not None else dag_module.from_module(op, keep_order=True)
         capacity = None if self.capacity is None else parse_byte_size(self.capacity)
         section = current_report().section(self.name)
         section.update(search=self.search, capacity=capacity)
+        if view is not None:
+            section.update(per_device=True, devices=max(m.size for m in meshes(op).values()))
         if self.search == "offload-all":
             choice = offload_all(
                 dag,
@@ -156,8 +167,14 @@ class PlacementPass(ModulePass):
                 kept_on_device=choice.kept,
             )
         else:
-            plan = self._planned(dag, signature, capacity, before.peak_bytes, section, deadline)
-        write_placed(op, dag, plan)
+            seconds = view.seconds if view is not None else None
+            plan = self._planned(
+                op, dag, signature, capacity, before.peak_bytes, section, deadline, seconds
+            )
+        if view is None:
+            write_placed(op, dag, plan)
+        else:
+            write_placed_in(op, dag, plan, view.ops)
         placed = entry_function(op)
         after = replay(placed)
         if capacity is not None and after.peak_bytes > capacity:
@@ -185,40 +202,59 @@ class PlacementPass(ModulePass):
 
     def _planned(
         self,
+        module: ModuleOp,
         dag: Dag,
         signature: TrainingSignature,
         capacity: int | None,
         unplaced_peak: int,
         section: dict[str, Any],
         deadline: Deadline,
+        seconds: Mapping[Node, float] | None,
     ) -> PlacementPlan:
         """The swap plan of `search` within `capacity`, with the baselines priced beside
-        it on `machine` by the simulator (`planning.py`)."""
+        it on the machine by the simulator (`planning.py`); `seconds` are the ops' times
+        of a sharded step's device view."""
         if capacity is None:
             raise PlacementFailed(
                 f"search={self.search} plans swaps within a device capacity: give capacity=..."
             )
-        try:
-            cluster = machine(self.machine)
-        except MachineError as err:
-            raise PlacementFailed(str(err)) from None
+        cluster = self._machine(module)
         if self.search in self.searching:
             limits = SearchLimits(self.budget, deadline, resolve_seed(self.seed))
             search: Policy | Searching = Searching(self.search, self.searching[self.search], limits)
         else:
             search = cast(Policy, self.search)  # offload-all never plans here
         try:
-            outcome = plan_within(dag, signature, capacity, unplaced_peak, search, cluster)
+            outcome = plan_within(dag, signature, capacity, unplaced_peak, search, cluster, seconds)
         except CapacityTooSmall as err:
             raise PlacementFailed(str(err)) from None
         section.update(outcome.report())
         current_report().figure(f"{self.name}-memory", outcome.memory_figure())
         return outcome.plan
 
+    def _machine(self, module: ModuleOp) -> Machine:
+        """The machine plans are priced on: `machine=`, else the one soap-shard planned
+        a sharded step on (`parallel.machine`), else SwapAdvisor's V100."""
+        spec = self.machine or machine_of(module) or DEFAULT_MACHINE
+        try:
+            return machine(spec)
+        except MachineError as err:
+            raise PlacementFailed(str(err)) from None
+
+    def _device_view(self, module: ModuleOp) -> DeviceView:
+        """One device's view of a sharded step (`device_view.py`), priced on the machine
+        when a planner simulates plans."""
+        try:
+            priced = None if self.search == "offload-all" else self._machine(module)
+            return device_view(module, priced)
+        except ValueError as err:
+            raise PlacementFailed(str(err)) from None
+
     def verification_pair(self, before: ModuleOp, after: ModuleOp) -> tuple[ModuleOp, ModuleOp]:
         """The two programs `tasoc opt --verify-each` compares: the placed program
-        without its placement (moves dropped, spaces removed) against the input."""
-        return before, unplaced(after)
+        without its placement (moves dropped, spaces removed) against the input, both
+        on one device when sharded."""
+        return unsharded(before), unsharded(unplaced(after))
 
 
 def _where(run: Replay) -> str:

@@ -17,11 +17,12 @@ op's working set cannot run at all: `CapacityTooSmall`, naming the op.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tasoc.cost.machines import Machine
-from tasoc.ir.dag import Dag
+from tasoc.ir.dag import Dag, Node
 from tasoc.ir.limits import format_bytes
 from tasoc.ir.placement_plan import PlacementPlan
 from tasoc.ir.training import TrainingSignature
@@ -119,13 +120,15 @@ def plan_within(
     unplaced_peak: int,
     search: Policy | Searching,
     machine: Machine,
+    seconds: Mapping[Node, float] | None = None,
 ) -> PlanningOutcome:
     """Plan `dag` (ops in schedule order) within `capacity` with `search`, and price it
-    beside the baselines (module docstring)."""
+    beside the baselines (module docstring); `seconds` are the ops' times when the dag
+    knows them (a sharded step's device view)."""
     op, needed = working_set(dag)
     if capacity < needed:
         raise CapacityTooSmall.in_bytes(op, dag.ops.index(op), needed, capacity)
-    problem = PlacementProblem.of(dag, signature, capacity, machine)
+    problem = PlacementProblem.of(dag, signature, capacity, machine, seconds)
     ideal = PlacementPlan(dag.ops, capacity=capacity)
     name = search.name if isinstance(search, Searching) else search
     fits = capacity >= unplaced_peak

@@ -35,9 +35,17 @@ class PlacementProblem:
 
     @classmethod
     def of(
-        cls, dag: Dag, signature: TrainingSignature | None, capacity: int, machine: Machine
+        cls,
+        dag: Dag,
+        signature: TrainingSignature | None,
+        capacity: int,
+        machine: Machine,
+        seconds: Mapping[Node, float] | None = None,
     ) -> PlacementProblem:
-        return cls(dag, signature, capacity, machine, op_seconds(dag, machine.device))
+        """The problem of `dag`, its ops priced by `seconds` (a sharded step's device
+        view knows its own), else by `op_seconds` on the machine's device."""
+        times = seconds if seconds is not None else op_seconds(dag, machine.device)
+        return cls(dag, signature, capacity, machine, times)
 
     def simulate(self, plan: PlacementPlan) -> PlacedSimulation:
         """One simulated iteration of `plan` (in any schedule of the step's ops), each

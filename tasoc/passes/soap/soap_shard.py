@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, get_args
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
 
@@ -56,7 +56,7 @@ from tasoc.cost import machines
 from tasoc.cost.machines import Machine
 from tasoc.ir import dag as dag_module
 from tasoc.ir.dag import Dag
-from tasoc.ir.parallel import ShardingAttr, meshes, sharding_of, unsharded
+from tasoc.ir.parallel import MACHINE_ATTR, ShardingAttr, meshes, sharding_of, unsharded
 from tasoc.ir.program import entry_function
 from tasoc.ir.shard_plan import Plan, write_sharded
 from tasoc.ir.soap import Collective, Config, Mesh, Sharding, internal_collectives
@@ -256,6 +256,7 @@ class SoapShardPass(ModulePass):
         except ValueError as err:
             raise SoapShardFailed(str(err)) from None
         collectives = write_sharded(op, dag, chosen.plan, chosen.mesh)
+        op.attributes[MACHINE_ATTR] = StringAttr(self.machine or chosen.machine.name)
         self._report(start, dag, chosen, tried, collectives, compared, compare_notes)
 
     def _plan_meshes(
