@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Block, Operation, SSAValue
@@ -135,23 +136,73 @@ def _sliced(source: Sharding, target: Sharding) -> bool:
     )
 
 
+class Sink[V](Protocol):
+    """Where `ShardedWriter` writes a plan's program: xDSL ops (`write_sharded`), or a
+    light view of what one device runs (`tasoc.passes.placement.device_view`). `V` is
+    what a written value is there."""
+
+    def op(self, node: Node, operands: Sequence[V], results: Sequence[Sharding]) -> Sequence[V]:
+        """`node` written on `operands` laid out as it reads them, its results as
+        `results`; the written results."""
+        ...
+
+    def collective(self, value: V, step: Collective) -> V:
+        """`value` moved by `step`; the moved value."""
+        ...
+
+    def sharding(self, value: V) -> Sharding:
+        """How a written value is laid out."""
+        ...
+
+    def sig(self, value: V) -> TensorSig:
+        """A written value's whole type (shape and element type)."""
+        ...
+
+
 @dataclass
-class _Builder:
-    """The ops of the new body, in order, and the collectives among them."""
+class ShardedWriter[V]:
+    """Writes a plan's program into a `Sink` (module docstring): each op once, on its
+    operands laid out as it reads them, with the collectives taking them there."""
 
     plan: Plan
     meshes: dict[str, Mesh]
     rules: Mapping[Node, OpRule]
     local: frozenset[Value]
-    values: dict[Node, Sequence[SSAValue]] = field(default_factory=dict)
+    sink: Sink[V]
+    values: dict[Node, Sequence[V]] = field(default_factory=dict)
     """The written results of each node, laid out as the plan says."""
-    ops: list[Operation] = field(default_factory=list)
     collectives: list[Collective] = field(default_factory=list)
-    _resharded: dict[tuple[SSAValue, Sharding], SSAValue] = field(default_factory=dict)
-    _constants: dict[tuple[Value, Sharding], SSAValue] = field(default_factory=dict)
-    _whole: dict[tuple[Node, str], Sequence[SSAValue]] = field(default_factory=dict)
+    _resharded: dict[tuple[V, Sharding], V] = field(default_factory=dict)
+    _constants: dict[tuple[Value, Sharding], V] = field(default_factory=dict)
+    _whole: dict[tuple[Node, str], Sequence[V]] = field(default_factory=dict)
 
-    def write(self, node: Node) -> Sequence[SSAValue]:
+    @classmethod
+    def of(cls, dag: Dag, plan: Plan, mesh: Mesh, sink: Sink[V]) -> ShardedWriter[V]:
+        """A writer of `plan` on `mesh` (or on the plan's device groups)."""
+        rules = _rules_of(dag)
+        groups = plan.meshes or (mesh,)
+        return cls(plan, {g.name: g for g in groups}, rules, local_values(dag, rules), sink)
+
+    def program(self, dag: Dag, arguments: Sequence[V]) -> list[V]:
+        """Every op of `dag` written, in the plan's order, on `arguments` (laid out as
+        the plan passes them in); the outputs, laid out as they leave."""
+        for node, argument in zip(dag.args, arguments, strict=True):
+            self.values[node] = (argument,)
+        order = self.plan.order or dag.ops
+        for run in _runs(order, self.plan) if self.plan.meshes else [list(order)]:
+            if self.plan.meshes:
+                _copy_in(run, self.plan, self)
+            for node in run:
+                # Local values are written where they are read, in the layouts read.
+                if node.results[0] not in self.local:
+                    self.write(node)
+            if self.plan.meshes:
+                _send_out(run, dag, self.plan, self)
+        return [
+            self.read(v, target) for v, target in zip(dag.outputs, self.plan.outputs, strict=True)
+        ]
+
+    def write(self, node: Node) -> Sequence[V]:
         """`node` as the plan says, once: on its operands laid out as it reads them."""
         if node not in self.values:
             operands = [
@@ -159,10 +210,10 @@ class _Builder:
                 for i, need in enumerate(self.plan.operands.get(node, ()))
             ]
             results = [self.plan.values[v] for v in node.results]
-            self.values[node] = self.emit(node, operands, results)
+            self.values[node] = self.sink.op(node, operands, results)
         return self.values[node]
 
-    def read(self, value: Value, target: Sharding) -> SSAValue:
+    def read(self, value: Value, target: Sharding) -> V:
         """`value` laid out as `target`: moved there, or made there when it is a local
         value read complete (`free_read`)."""
         if not free_read(value, target, self.local):
@@ -171,46 +222,38 @@ class _Builder:
         if not node.inputs:
             key = (value, target)
             if key not in self._constants:
-                self._constants[key] = self.emit(node, [], [target])[0]
+                self._constants[key] = self.sink.op(node, [], [target])[0]
             return self._constants[key]
         if _sliced(self.plan.values[value], target):
             return self.move(self.write(node)[value.index], target)
         return self.move(self._whole_on(node, target.mesh)[value.index], target)
 
-    def operand(self, node: Node, index: int, target: Sharding) -> SSAValue:
+    def operand(self, node: Node, index: int, target: Sharding) -> V:
         """Operand `index` of `node` laid out as `target`; one the op reads for its
         shape alone is zeros of that layout where it lies otherwise than slices reach."""
         value = node.inputs[index]
         if index in self.rules[node].shape_only and not _sliced(self.plan.values[value], target):
             zeros = Node("zeros", (), shape=value.sig.shape, dtype=value.sig.dtype)
-            return self.emit(zeros, [], [target])[0]
+            return self.sink.op(zeros, [], [target])[0]
         return self.read(value, target)
 
-    def move(self, value: SSAValue, target: Sharding) -> SSAValue:
+    def move(self, value: V, target: Sharding) -> V:
         """`value` laid out as `target`, through the collectives that take it there
         (from another mesh: from its completed form, itself moved once)."""
         key = (value, target)
         if key not in self._resharded:
-            source = _sharding(value)
+            source = self.sink.sharding(value)
             current = value
             if source.mesh != target.mesh:
                 current = self.move(value, Sharding(source.mesh, source.dims))
-            for step in moves(_sharding(current), target, sig_of(value.type), self.meshes):
-                op = COLLECTIVE_BY_KIND[step.kind].build_on(current, step.result)
-                self.ops.append(op)
+            sig = self.sink.sig(value)
+            for step in moves(self.sink.sharding(current), target, sig, self.meshes):
+                current = self.sink.collective(current, step)
                 self.collectives.append(step)
-                current = op.output
             self._resharded[key] = current
         return self._resharded[key]
 
-    def emit(
-        self, node: Node, operands: Sequence[SSAValue], results: Sequence[Sharding]
-    ) -> Sequence[SSAValue]:
-        """`node` written on `operands`, its results laid out as `results`."""
-        self.ops.append(_graph_op(node, operands, results))
-        return self.ops[-1].results
-
-    def _whole_on(self, node: Node, mesh: str) -> Sequence[SSAValue]:
+    def _whole_on(self, node: Node, mesh: str) -> Sequence[V]:
         """The results of local op `node` computed unsplit on `mesh`, from its
         operands made whole there (the unsplit configuration every rule has)."""
         key = (node, mesh)
@@ -220,14 +263,34 @@ class _Builder:
                 for i, v in enumerate(node.inputs)
             ]
             results = [Sharding.replicated(mesh, v.sig.rank) for v in node.results]
-            self._whole[key] = self.emit(node, operands, results)
+            self._whole[key] = self.sink.op(node, operands, results)
         return self._whole[key]
 
 
-def _sharding(value: SSAValue) -> Sharding:
-    encoding = sig_of(value.type).encoding
-    assert isinstance(encoding, ShardingAttr), value
-    return encoding.sharding
+@dataclass
+class _OpSink:
+    """`Sink` of xDSL ops: the new body of `@main`, in order."""
+
+    ops: list[Operation] = field(default_factory=list)
+
+    def op(
+        self, node: Node, operands: Sequence[SSAValue], results: Sequence[Sharding]
+    ) -> Sequence[SSAValue]:
+        self.ops.append(_graph_op(node, operands, results))
+        return self.ops[-1].results
+
+    def collective(self, value: SSAValue, step: Collective) -> SSAValue:
+        op = COLLECTIVE_BY_KIND[step.kind].build_on(value, step.result)
+        self.ops.append(op)
+        return op.output
+
+    def sharding(self, value: SSAValue) -> Sharding:
+        encoding = sig_of(value.type).encoding
+        assert isinstance(encoding, ShardingAttr), value
+        return encoding.sharding
+
+    def sig(self, value: SSAValue) -> TensorSig:
+        return sig_of(value.type)
 
 
 def _runs(order: Sequence[Node], plan: Plan) -> list[list[Node]]:
@@ -247,29 +310,15 @@ def write_sharded(module: ModuleOp, dag: Dag, plan: Plan, mesh: Mesh) -> list[Co
     the module unless it defines it) or on the plan's device groups (which replace
     it); the collectives inserted, in program order."""
     groups = plan.meshes or (mesh,)
-    rules = _rules_of(dag)
-    builder = _Builder(
-        plan, {group.name: group for group in groups}, rules, local_values(dag, rules)
-    )
+    sink = _OpSink()
+    writer = ShardedWriter.of(dag, plan, mesh, sink)
     block = Block(
         arg_types=[tensor_type(with_sharding(a.out.sig, plan.values[a.out])) for a in dag.args]
     )
     for block_arg, node in zip(block.args, dag.args, strict=True):
         block_arg.name_hint = node.attr("name")
-        builder.values[node] = (block_arg,)
-
-    order = plan.order or dag.ops
-    for run in _runs(order, plan) if plan.meshes else [list(order)]:
-        if plan.meshes:
-            _copy_in(run, plan, builder)
-        for node in run:
-            # Local values are written where they are read, in the layouts read.
-            if node.results[0] not in builder.local:
-                builder.write(node)
-        if plan.meshes:
-            _send_out(run, dag, plan, builder)
-    outputs = [builder.read(v, target) for v, target in zip(dag.outputs, plan.outputs, strict=True)]
-    block.add_ops(builder.ops)
+    outputs = writer.program(dag, block.args)
+    block.add_ops(sink.ops)
     function = function_of(dag, block, outputs)
     Rewriter.replace_op(entry_function(module), function)
     body = module.body.block
@@ -279,7 +328,7 @@ def write_sharded(module: ModuleOp, dag: Dag, plan: Plan, mesh: Mesh) -> list[Co
     for group in reversed(groups):
         if group.name not in meshes(module):
             body.insert_op_before(MeshOp.of(group), body.first_op)  # type: ignore[arg-type]
-    return builder.collectives
+    return writer.collectives
 
 
 def _graph_op(node: Node, operands: Sequence[SSAValue], results: Sequence[Sharding]) -> Operation:
@@ -296,7 +345,7 @@ def _graph_op(node: Node, operands: Sequence[SSAValue], results: Sequence[Shardi
     )
 
 
-def _copy_in(run: Sequence[Node], plan: Plan, builder: _Builder) -> None:
+def _copy_in(run: Sequence[Node], plan: Plan, builder: ShardedWriter) -> None:
     """Before a run: the values its ops read from other groups, copied over (local
     ops are written where they are read, and make their operands there)."""
     for node in run:
@@ -307,7 +356,7 @@ def _copy_in(run: Sequence[Node], plan: Plan, builder: _Builder) -> None:
                 builder.operand(node, index, need)
 
 
-def _send_out(run: Sequence[Node], dag: Dag, plan: Plan, builder: _Builder) -> None:
+def _send_out(run: Sequence[Node], dag: Dag, plan: Plan, builder: ShardedWriter) -> None:
     """After a run: the program's results it computes laid out as they leave, and its
     partial sums read after it completed as their readers want them; what other
     groups read, completed (the plan reads partial sums in their run only). Local

@@ -20,8 +20,9 @@ collective the machine's collective time over the devices that take part
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
@@ -40,7 +41,8 @@ from tasoc.ir.program import (
     return_values,
 )
 from tasoc.ir.shapes import TensorSig
-from tasoc.ir.soap import Mesh, Sharding
+from tasoc.ir.shard_plan import Plan, ShardedWriter
+from tasoc.ir.soap import Collective, Mesh, Sharding
 from tasoc.sim.parallel import axis_groups, shard_seconds
 
 
@@ -62,6 +64,12 @@ def device_view(module: ModuleOp, machine: Machine | None) -> DeviceView:
     function = entry_function(module)
     block = entry_block(function)
     groups = meshes(module)
+    if len(groups) > 1:
+        raise ValueError(
+            f"the program runs on {len(groups)} device groups "
+            f"({', '.join('@' + name for name in groups)}): placement plans one device's "
+            "memory where every device runs the same schedule (one mesh)"
+        )
     for mesh in groups.values() if machine is not None else ():
         if max(mesh.device_ids) >= machine.size:
             raise ValueError(
@@ -138,3 +146,100 @@ def moved_axes(source: Sharding, target: Sharding) -> tuple[str, ...]:
 
     before, after = roles(source), roles(target)
     return tuple(sorted(a for a in {*before, *after} if before.get(a) != after.get(a)))
+
+
+# ------------------------------------------------------------- views of a plan
+
+
+class _Written(NamedTuple):
+    """A value of a plan's program as the view writes it: its node's result, its layout
+    and its whole type."""
+
+    value: Value
+    sharding: Sharding
+    sig: TensorSig
+
+
+@dataclass
+class _ViewSink:
+    """`shard_plan.Sink` of one device's view: each op and collective a `Node.given` of
+    local types, timed on the machine (module docstring)."""
+
+    mesh: Mesh
+    machine: Machine
+    order: list[Node] = field(default_factory=list)
+    seconds: dict[Node, float] = field(default_factory=dict)
+
+    def op(
+        self, node: Node, operands: Sequence[_Written], results: Sequence[Sharding]
+    ) -> Sequence[_Written]:
+        inputs = [operand.value.sig for operand in operands]
+        sigs = [
+            self._local(sig, sharding) for sig, sharding in zip(node.sigs, results, strict=True)
+        ]
+        given = self._add(f"graph.{node.op}", [o.value for o in operands], sigs)
+        device = self.machine.device
+        self.seconds[given] = shard_seconds(node.op, node.attrs, inputs, sigs, device)
+        return [
+            _Written(value, sharding, sig)
+            for value, sharding, sig in zip(given.results, results, node.sigs, strict=True)
+        ]
+
+    def collective(self, value: _Written, step: Collective) -> _Written:
+        moved = self._local(value.sig, step.result)
+        given = self._add(f"parallel.{step.kind}", [value.value], [moved])
+        group = (
+            self.mesh.device_ids
+            if step.kind == "replicate"
+            else axis_groups(self.mesh, step.axes)[0]
+        )
+        self.seconds[given] = self.machine.collective_time(step.kind, step.bytes, group)
+        return _Written(given.out, step.result, value.sig)
+
+    def sharding(self, value: _Written) -> Sharding:
+        return value.sharding
+
+    def sig(self, value: _Written) -> TensorSig:
+        return value.sig
+
+    def _local(self, sig: TensorSig, sharding: Sharding) -> TensorSig:
+        return TensorSig(sharding.local_shape(sig.shape, self.mesh), sig.dtype)
+
+    def _add(self, op: str, inputs: Sequence[Value], sigs: Sequence[TensorSig]) -> Node:
+        node = Node.given(op, inputs, sigs, at=len(self.order))
+        self.order.append(node)
+        return node
+
+
+def plan_view(dag: Dag, plan: Plan, mesh: Mesh, machine: Machine) -> DeviceView:
+    """The view one device has of `dag` sharded as `plan` says on `mesh` — the program
+    `write_sharded` would write, without writing it (a search prices thousands of
+    plans) — its ops timed on `machine`. ValueError for a plan on device groups: their
+    devices do not run one schedule."""
+    if plan.meshes:
+        raise ValueError("a plan on device groups has no one device's schedule")
+    sink = _ViewSink(mesh, machine)
+    writer = ShardedWriter.of(dag, plan, mesh, sink)
+    args = [
+        _Written(
+            Node.arg(
+                i,
+                arg.attr("name"),
+                sink._local(arg.out.sig, plan.values[arg.out]),
+                arg.attr("is_param"),
+                arg.attr("attributes"),
+            ).out,
+            plan.values[arg.out],
+            arg.out.sig,
+        )
+        for i, arg in enumerate(dag.args)
+    ]
+    outputs = writer.program(dag, args)
+    view = Dag(
+        [written.value.node for written in args],
+        [written.value for written in outputs],
+        dag.name,
+        attributes=dag.attributes,
+        result_attributes=dag.result_attributes,
+    ).scheduled(sink.order)
+    return DeviceView(view, {}, sink.seconds)
