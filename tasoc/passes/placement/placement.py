@@ -28,6 +28,7 @@ from tasoc.cost.machines import MachineError, machine
 from tasoc.ir import dag as dag_module
 from tasoc.ir.dag import Dag
 from tasoc.ir.limits import format_bytes
+from tasoc.ir.liveness import peak_memory
 from tasoc.ir.memory import Replay, Space, is_placed, moved_bytes, replay, unplaced
 from tasoc.ir.placement_plan import PlacementPlan, set_figures, write_placed
 from tasoc.ir.program import entry_function
@@ -133,7 +134,7 @@ class PlacementPass(ModulePass):
                 f"search={self.search} places a training step, and @main computes no loss "
                 "(apply autodiff first)"
             )
-        before = replay(function)
+        before = peak_memory(function)  # the peak without placement (docs/memory.md)
         dag = dag_module.from_module(op, keep_order=True)
         capacity = None if self.capacity is None else parse_byte_size(self.capacity)
         section = current_report().section(self.name)
