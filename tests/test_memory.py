@@ -18,6 +18,7 @@ from tasoc.ir import dag as dag_module
 from tasoc.ir.liveness import peak_memory
 from tasoc.ir.memory import (
     CAPACITY_ATTR,
+    PLAN_ATTR,
     POOL_ATTR,
     Pool,
     SwapInOp,
@@ -182,11 +183,16 @@ def test_the_verifier_refuses_exactly_the_capacities_below_the_replayed_peak(
             verify_ir(placed)
 
 
-def test_an_unplaced_replay_holds_arguments_liveness_frees() -> None:
-    """`liveness.peak_memory` frees arguments after their last reader (a donating
-    caller); the replay holds them for the caller, so its peak is never below."""
-    function = entry_function(training_step())
-    assert replay(function).peak_bytes >= peak_memory(function).peak_bytes
+def test_the_unplaced_replay_is_the_peak_without_placement() -> None:
+    """One figure: `liveness.peak_memory` is the replay of the step without placement,
+    its split by kind, and `placement` reports it as `unplaced_peak_bytes`."""
+    module = training_step()
+    function = entry_function(module)
+    run, memory = replay(function), peak_memory(function)
+    assert (memory.peak_bytes, memory.op) == (run.peak_bytes, run.peak_op)
+    PlacementPass(search="offload-all").apply(make_context(), module)
+    plan = module.attributes[PLAN_ATTR]
+    assert plan.data["unplaced_peak_bytes"].value.data == memory.peak_bytes
 
 
 def test_the_light_graph_keeps_the_block_order_when_asked() -> None:

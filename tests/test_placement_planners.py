@@ -4,6 +4,8 @@ by the simulator, compute what the step computes, and are priced beside the base
 
 from __future__ import annotations
 
+import io
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -12,13 +14,16 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
 
 from tasoc.cost.machines import machine
+from tasoc.driver.plots import render
 from tasoc.ir import dag as dag_module
+from tasoc.ir.liveness import peak_memory
 from tasoc.ir.memory import CAPACITY_ATTR, SwapInOp, SwapOutOp, replay, unplaced
 from tasoc.ir.placement_plan import output_spaces, write_placed
 from tasoc.ir.program import entry_function, verify_ir
 from tasoc.ir.training import training_signature
 from tasoc.models.registry import get_model
 from tasoc.passes.autodiff import AutodiffPass
+from tasoc.passes.figures import MemoryFigure
 from tasoc.passes.placement import PlacementFailed, PlacementPass
 from tasoc.passes.placement.swap_planner import CapacityTooSmall, SwapSettings, plan_swaps
 from tasoc.passes.report import RunReport, reporting
@@ -84,6 +89,21 @@ def test_params_that_fit_stay_on_the_device_across_steps() -> None:
     copy, section = placed(module, search="belady", capacity=int(peak * 0.9))
     assert section["host_arguments"] == 0 and section["swapped_out_bytes"] > 0
     assert verify_ir(copy) is None
+
+
+def test_the_memory_figure_draws_the_peak_without_placement() -> None:
+    """The figure's line without placement is the step's one peak (`peak_memory`, as
+    the report's `unplaced_peak_bytes`), above the capacity the plans fit in."""
+    module = rnn_step()
+    peak = peak_memory(entry_function(module)).peak_bytes
+    with reporting(RunReport()) as report:
+        PlacementPass(search="belady", capacity=peak // 2).apply(Context(), module.clone())
+    figure = report.figures["placement-memory"]
+    assert isinstance(figure, MemoryFigure)
+    assert figure.unplaced_peak == report.section("placement")["unplaced_peak_bytes"] == peak
+    stream = io.BytesIO()
+    render(figure, stream)
+    assert stream.getvalue().startswith(b"\x89PNG")
 
 
 def test_a_step_that_fits_moves_nothing_and_says_so() -> None:

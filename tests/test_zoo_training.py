@@ -224,14 +224,17 @@ def test_tasoc_zoo_lists_training_losses_and_its_example_trains(tasoc) -> None:
     assert len(losses) == 10 and losses[-1] < losses[0]
 
 
-def _readme_training_commands() -> list[list[str]]:
-    """The `$ tasoc ...` commands of the README's Training section, as argv lists."""
+def _readme_training_section() -> str:
     text = README.read_text()
     section = text[text.index("## Training") :]
-    section = section[: section.index("\n## ", 1)]
+    return section[: section.index("\n## ", 1)]
+
+
+def _readme_training_commands() -> list[list[str]]:
+    """The `$ tasoc ...` commands of the README's Training section, as argv lists."""
     return [
         shlex.split(line.removeprefix("$ tasoc "))
-        for line in section.splitlines()
+        for line in _readme_training_section().splitlines()
         if line.startswith("$ tasoc ")
     ]
 
@@ -251,3 +254,6 @@ def test_readme_training_example_learns(tasoc, tmp_path: Path, monkeypatch) -> N
     assert mlp[-1] < mlp[0] / 2
     zoo = _losses(outputs[2])
     assert len(zoo) == 5 and zoo[-1] < zoo[0]
+    # The memory lines the README shows are the runs' (docs/memory.md, peak device memory).
+    shown = re.findall(r"^memory: .*$", _readme_training_section(), re.M)
+    assert shown == [re.search(r"^memory: .*$", out, re.M)[0] for out in outputs[1:]]

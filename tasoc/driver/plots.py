@@ -142,19 +142,28 @@ def _sharding_map(figure: ShardingMapFigure) -> Any:
 
 def _memory(figure: MemoryFigure) -> Any:
     """One panel per series, sharing the time axis: device bytes as a step line, the
-    capacity dashed, swap-outs and swap-ins as ticks under the line."""
+    capacity dashed, the peak without placement dotted, swap-outs and swap-ins as ticks
+    under the line."""
     from matplotlib import pyplot
 
     panels = max(1, len(figure.series))
     drawn, axes = pyplot.subplots(panels, 1, figsize=(9, 2.6 * panels + 0.6), sharex=True)
     axes = [axes] if panels == 1 else list(axes)
-    scale, unit = _byte_scale(max([*(max(s.held) for s in figure.series), figure.capacity or 0]))
+    levels = (figure.capacity or 0, figure.unplaced_peak or 0)
+    scale, unit = _byte_scale(max([*(max(s.held) for s in figure.series), *levels]))
     for ax, series in zip(axes, figure.series, strict=True):
         times_ms = [t * 1e3 for t in series.times]
         ax.step(times_ms, [b / scale for b in series.held], where="post", label="device memory")
         if figure.capacity is not None:
             ax.axhline(figure.capacity / scale, linestyle="--", color="black", label="capacity")
-        low = -0.04 * max(max(series.held), figure.capacity or 0) / scale
+        if figure.unplaced_peak is not None:
+            ax.axhline(
+                figure.unplaced_peak / scale,
+                linestyle=":",
+                color="grey",
+                label="peak without placement",
+            )
+        low = -0.04 * max(max(series.held), *levels) / scale
         for when, marker, label in (
             (series.swap_outs, "v", "swap-out"),
             (series.swap_ins, "^", "swap-in"),

@@ -11,11 +11,11 @@ ONNX model (the input model itself, or the program exported), and `--bench N` re
 the median and best of N timed runs after a warm-up (JAX compiles on the first call).
 
 A training step (`autodiff`, `ir/training.py`) is run once like any program, or `--steps
-N` times with its updates fed back (`training_run.py`); for one, the peak live memory
-in program order and its split (`ir/liveness.py`) is printed, and `--report R.json`
-writes the run's figures (losses, memory, seconds per step). Integer arguments that
-index something (labels, ids) are checked against what they index before any run
-(`index_ranges.py`): JAX cannot raise on data.
+N` times with its updates fed back (`training_run.py`); for one, the peak device memory
+in program order and its split (`ir/liveness.py`: the replay's, arguments held by the
+caller) is printed, and `--report R.json` writes the run's figures (losses, memory,
+seconds per step). Integer arguments that index something (labels, ids) are checked
+against what they index before any run (`index_ranges.py`): JAX cannot raise on data.
 
 A sharded program (the `parallel` dialect) runs on the devices of its mesh as one
 jitted shard_map (`backends/jax/sharded.py`, `run_sharded`); `--devices N` makes N
@@ -450,8 +450,8 @@ def _run(args: argparse.Namespace, found: WeightsFile | None) -> dict[str, objec
         returned = return_values(function)
         infos = arg_infos(function)
         signature = training_signature(function)
-        # A placed program's own liveness would count its host values: its figure
-        # without placement is the one the placement beats, as for any program.
+        # A placed program's figure is its step's without placement: the one its
+        # placement beats, as for any program (its own peak is the planned one).
         memory = peak_memory(entry_function(unplaced(module)) if placed else function)
         inputs = _arguments(program, weights, args.seed)
         check_index_ranges(function, inputs)
@@ -475,7 +475,7 @@ def _run(args: argparse.Namespace, found: WeightsFile | None) -> dict[str, objec
     }
     if placed:
         provenance = f" (seed {args.seed}{values_from})"
-        return report | run_placed(args, module, inputs, provenance, training)
+        return report | run_placed(args, module, inputs, provenance, training, memory)
     if training is not None:
         steps = f"{args.steps} training step{'s' if args.steps > 1 else ''}"
         print(f"{args.input}: {steps} on {args.backend} (seed {args.seed}{values_from})")
@@ -607,10 +607,12 @@ def run_placed(
     inputs: Sequence[np.ndarray],
     provenance: str,
     training: TrainingSignature | None,
+    without: PeakMemory,
 ) -> dict[str, object]:
     """Run a memory-placed program on jax in `args.mode` (compiled by default), once or
     `args.steps` times as a training step; print its outputs (or losses) and its device
-    memory: the schedule's replay, and in runtime mode the bytes measured beside it.
+    memory: the schedule's replay, in runtime mode the bytes measured beside it, and
+    `without`, the peak of the program without placement (the run's `memory`).
     With `args.check`, compare with the numpy reference of the equal program without
     placement (`memory.unplaced`), and in runtime mode fail unless the measurement is
     the replay, op by op. Returns what `--report` adds (`placement`)."""
@@ -646,8 +648,7 @@ def run_placed(
             _check_equal_program("unplaced", reference, inputs, outputs, signature)
     if args.audit:
         report["audit"] = _audit_placed(module, program)
-    unplaced_peak = replay(entry_function(reference)).peak_bytes
-    report["placement"] = _placement_memory(mode, planned, unplaced_peak, measured, args.check)
+    report["placement"] = _placement_memory(mode, planned, without.peak_bytes, measured, args.check)
     if args.bench:
         executable = Executable(
             run=lambda args: program(*args),
@@ -719,9 +720,9 @@ def _placement_memory(
     mode: str, planned: Replay, unplaced_peak: int, measured: Measured | None, check: bool
 ) -> dict[str, object]:
     """Print the placed program's device memory, planned (the schedule's replay, no
-    pool: bytes, as measured), measured (runtime mode), and the replay's peak of the
-    program without placement; with `check`, fail unless the measurement is the replay
-    op by op. Returns the report's `placement` section."""
+    pool: bytes, as measured), measured (runtime mode), and the peak of the program
+    without placement (`liveness.peak_memory`); with `check`, fail unless the
+    measurement is the replay op by op. Returns the report's `placement` section."""
     section: dict[str, object] = {
         "mode": mode,
         "planned_peak_bytes": planned.peak_bytes,

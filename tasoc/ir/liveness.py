@@ -1,10 +1,10 @@
-"""The memory a program needs when run in program order: peak live bytes and their kind.
+"""The memory a program needs when run in program order: peak device bytes and their kind.
 
-The order of `@main`'s ops is a schedule (DESIGN.md §2 `memory`): run in that order
-with every value freed after its last use, the bytes held at once peak somewhere, and
-that peak is what a device must hold. For a training step it is the figure that
-placement (swapping, rematerialization) has to beat, so it is split by what the
-bytes are, as SwapAdvisor and the frameworks' memory reports split it:
+The order of `@main`'s ops is a schedule (DESIGN.md §2 `memory`): run in that order,
+the device bytes held at once peak somewhere, and that peak is what a device must
+hold. For a training step it is the figure that placement (swapping,
+rematerialization) has to beat, so it is split by what the bytes are, as SwapAdvisor
+and the frameworks' memory reports split it:
 
 - params: `graph.param` arguments and the results that replace them;
 - optimizer state: `graph.state` arguments and the results that replace them;
@@ -16,11 +16,14 @@ A program without a loss (a forward program, or one that marks none) has no back
 part: all its results are activations. `training.py` says which argument and result
 is which.
 
-Live ranges are over op positions in the block (0-based, `func.return` excluded): a
-value is live from the op that defines it (arguments: from the start) to its last
-use (returned values: to the end), both ends included, since an op's operands and
-results are all held while it runs. A value nothing uses is live at its definition
-only. One pass to find last uses and one sweep of the positions: linear time.
+There is one rule for when a value holds memory, the schedule's replay
+(`memory.replay`, docs/memory.md "Peak device memory"): an argument is the caller's
+and is held for the whole step (unless a `memory.free` releases it), a result from
+the op that makes it to its last reader (returned values: to the end; a result
+nothing reads: at its op only), and an op's operands and results are all held while
+it runs. `peak_memory` is that replay with each value's kind, so its peak is the
+replay's — the figure the placement pass reports as `unplaced_peak_bytes` and the
+verifier checks a capacity against — at the same op. Linear time.
 """
 
 from __future__ import annotations
@@ -32,8 +35,8 @@ from xdsl.dialects import func
 from xdsl.ir import BlockArgument, Operation, OpResult, SSAValue
 
 from tasoc.ir.dag import Dag, Node, Value
-from tasoc.ir.graph import sig_of
 from tasoc.ir.limits import format_bytes
+from tasoc.ir.memory import replay
 from tasoc.ir.program import arg_infos, entry_block, return_values
 from tasoc.ir.training import TrainingSignature, training_signature
 
@@ -65,11 +68,12 @@ class MemorySplit:
 
 @dataclass(frozen=True, slots=True)
 class PeakMemory:
-    """Where a program run in block order holds the most bytes, and what they are.
+    """Where a program run in block order holds the most device bytes, and what they are.
 
     `op` is the 0-based position of the op in `@main`'s block where the peak is first
-    reached, and `op_name` its name; both None when the peak is at the start, before
-    any op (only arguments are live: a program whose ops free more than they make).
+    reached, and `op_name` its name (`Replay.peak_op`); both None when the peak is at
+    the start, before any op: only when no op holds as much as the arguments alone (a
+    program without ops, or a placed one whose `memory.free`s release arguments).
     """
 
     peak_bytes: int
@@ -100,49 +104,17 @@ class PeakMemory:
 
 
 def peak_memory(function: func.FuncOp) -> PeakMemory:
-    """The peak live bytes of `function` run in block order, split by kind."""
-    block = entry_block(function)
-    ops = [op for op in block.ops if not isinstance(op, func.ReturnOp)]
-    returned = return_values(function)
-    kinds = _kinds(function, returned)
-    end = len(ops) - 1
-
-    last_use: dict[SSAValue, int] = {}
-    for position, op in enumerate(ops):
-        for operand in op.operands:
-            last_use[operand] = position
-    for value in returned:
-        last_use[value] = end
-
-    # change[p][kind]: bytes of that kind that become live (+) or dead (-) at position
-    # p; position 0 of the list is the start (before op 0), p + 1 is op p.
-    change = [[0] * len(Kind) for _ in range(len(ops) + 2)]
-
-    def hold(value: SSAValue, first: int, kind: Kind) -> None:
-        size = _bytes(value)
-        last = max(last_use.get(value, first), first)
-        change[first + 1][kind] += size
-        change[last + 2][kind] -= size
-
-    for argument in block.args:
-        hold(argument, -1, kinds.get(argument, Kind.INPUTS))
-    for position, op in enumerate(ops):
-        for result in op.results:
-            hold(result, position, kinds.get(result, Kind.GRADIENTS))
-
-    live = [0] * len(Kind)
-    best: tuple[int, int, list[int]] = (-1, -1, live)
-    for point in range(len(ops) + 1):
-        live = [held + delta for held, delta in zip(live, change[point], strict=True)]
-        total = sum(live)
-        if total > best[0]:
-            best = (total, point - 1, live)
-    total, position, split = best
+    """The peak device bytes of `function` run in block order, split by kind: the
+    replay's peak and op (module docstring), each held value classified by `_kinds`."""
+    kinds = _kinds(function, return_values(function))
+    run = replay(function, kind=lambda value: kinds.get(value, Kind.GRADIENTS))
+    at = run.peak_op
+    split = run.peak_split
     return PeakMemory(
-        peak_bytes=total,
-        op=position if position >= 0 else None,
-        op_name=ops[position].name if position >= 0 else None,
-        split=MemorySplit(*split),
+        peak_bytes=run.peak_bytes,
+        op=at,
+        op_name=None if at is None else run.ops[at].name,
+        split=MemorySplit(*(split.get(kind, 0) for kind in Kind)),
     )
 
 
@@ -186,11 +158,6 @@ def _ancestors(value: SSAValue) -> set[OpResult]:
         results.update(op.results)
         stack.extend(op.operands)
     return results
-
-
-def _bytes(value: SSAValue) -> int:
-    sig = sig_of(value.type)
-    return sig.size * sig.dtype.itemsize
 
 
 def value_kinds(dag: Dag, signature: TrainingSignature | None) -> dict[Value, str]:

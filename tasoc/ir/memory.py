@@ -32,7 +32,9 @@ that makes it (a swap-in from where it starts, so in-flight swap-ins count) to i
 reader, a returned value to the end. An argument is the caller's: it holds device
 memory for the whole step unless a `memory.free` releases it. The verifier replays the
 schedule against the capacity and the pool (`check_placed`, registered in
-`program.PROGRAM_CHECKS`) and names the first op over either.
+`program.PROGRAM_CHECKS`) and names the first op over either. Run on a program without
+placement, the replay is the step's peak device memory without placement
+(`liveness.peak_memory` is this replay with each value's kind; docs/memory.md).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Literal, Self
 
@@ -411,6 +413,16 @@ class Replay(LiveBytes):
     where there is a pool."""
 
     ops: tuple[Operation, ...]
+    split: tuple[Mapping[Hashable, int], ...] = ()
+    """With `replay(kind=...)`: the bytes held of each kind at the start, then while
+    each op runs (the parts of `start`, then of each of `live`); empty without."""
+
+    @property
+    def peak_split(self) -> Mapping[Hashable, int]:
+        """The bytes of each kind held at the peak (at `peak_op`, or at the start when
+        it is None): what makes up `peak_bytes`. Needs `replay(kind=...)`."""
+        at = self.peak_op
+        return self.split[0 if at is None else at + 1]
 
 
 def is_placed(module: ModuleOp) -> bool:
@@ -474,10 +486,18 @@ def release_points(function: func.FuncOp) -> tuple[tuple[SSAValue, ...], ...]:
     return tuple(tuple(values) for values in releases)
 
 
-def replay(function: func.FuncOp, pool: Pool | None = None, capacity: int | None = None) -> Replay:
+def replay(
+    function: func.FuncOp,
+    pool: Pool | None = None,
+    capacity: int | None = None,
+    kind: Callable[[SSAValue], Hashable] | None = None,
+) -> Replay:
     """Replay `function`'s schedule: the device bytes held while each op runs, each
     value from the op that makes it (arguments: from the start) to its
-    `release_points`.
+    `release_points`. With `kind` (what each value is), the bytes are also split by
+    kind at every position (`Replay.split`), so that a split of the peak
+    (`liveness.peak_memory`) is this replay's peak by construction, not a second
+    account of the same lives.
 
     IRRuleError, at the op, for what `release_points` refuses, a tensor no size class
     of `pool` holds, a size class out of objects, and more than `capacity` bytes held
@@ -486,31 +506,39 @@ def replay(function: func.FuncOp, pool: Pool | None = None, capacity: int | None
     block = entry_block(function)
     ops = tuple(op for op in block.ops if not isinstance(op, func.ReturnOp))
     releases = release_points(function)
-    held = _Held(pool, capacity)
+    held = _Held(pool, capacity, kind)
     for argument in block.args:
         if space_of(sig_of(argument.type)) == "device":
             held.take(argument, function, "an argument")
     start = held.bytes
     live = []
+    split = [] if kind is None else [dict(held.by_kind)]
     for op, released in zip(ops, releases, strict=True):
         for result in op.results:
             if space_of(sig_of(result.type)) == "device":
                 held.take(result, op, "a result")
         live.append(held.bytes)
+        if kind is not None:
+            split.append(dict(held.by_kind))
         for value in released:
             if value in held.sizes:
                 held.give(value)
-    return Replay(start, tuple(live), ops)
+    return Replay(start, tuple(live), ops, tuple(split))
 
 
 class _Held:
-    """Device memory in use during a replay: bytes, and objects per size class."""
+    """Device memory in use during a replay: bytes, objects per size class, and bytes
+    per kind of value when the replay is given a `kind`."""
 
-    def __init__(self, pool: Pool | None, capacity: int | None) -> None:
+    def __init__(
+        self, pool: Pool | None, capacity: int | None, kind: Callable[[SSAValue], Hashable] | None
+    ) -> None:
         self.pool = pool
         self.capacity = capacity
+        self.kind = kind
         self.bytes = 0
         self.objects: Counter[int] = Counter()
+        self.by_kind: Counter[Hashable] = Counter()
         self.sizes: dict[SSAValue, tuple[int, int | None]] = {}
 
     def take(self, value: SSAValue, op: Operation, what: str) -> None:
@@ -535,6 +563,8 @@ class _Held:
             nbytes = self.pool.sizes[size_class]
         self.bytes += nbytes
         self.sizes[value] = (nbytes, size_class)
+        if self.kind is not None:
+            self.by_kind[self.kind(value)] += nbytes
         if self.capacity is not None and self.bytes > self.capacity:
             raise IRRuleError(
                 op,
@@ -548,6 +578,8 @@ class _Held:
         self.bytes -= nbytes
         if size_class is not None:
             self.objects[size_class] -= 1
+        if self.kind is not None:
+            self.by_kind[self.kind(value)] -= nbytes
 
 
 def check_placed(module: ModuleOp) -> None:

@@ -86,11 +86,14 @@ class MemorySeries:
 @dataclass(frozen=True, slots=True)
 class MemoryFigure:
     """Device memory over time, one panel per series (a plan above its baseline), with
-    the capacity as a line and the swaps marked."""
+    the capacity as a line, the peak without placement as another (the level the plans
+    bring down to the capacity), and the swaps marked."""
 
     title: str
     capacity: int | None
     series: tuple[MemorySeries, ...]
+    unplaced_peak: int | None = None
+    """The step's peak device memory without placement (`liveness.peak_memory`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ from tasoc.cost.machines import Machine, MachineError, machine
 from tasoc.ir import dag as dag_module
 from tasoc.ir.dag import Dag, Node
 from tasoc.ir.limits import format_bytes
+from tasoc.ir.liveness import peak_memory
 from tasoc.ir.memory import Replay, Space, is_placed, moved_bytes, replay, unplaced
 from tasoc.ir.parallel import is_sharded, machine_of, meshes, unsharded
 from tasoc.ir.placement_plan import PlacementPlan, set_figures, write_placed, write_placed_in
@@ -141,7 +142,7 @@ class PlacementPass(ModulePass):
                 f"search={self.search} places a training step, and @main computes no loss "
                 "(apply autodiff first)"
             )
-        before = replay(function)
+        before = peak_memory(function)  # the peak without placement (docs/memory.md)
         view = self._device_view(op) if is_sharded(op) else None
         dag = view.dag if view is not None else dag_module.from_module(op, keep_order=True)
         capacity = None if self.capacity is None else parse_byte_size(self.capacity)

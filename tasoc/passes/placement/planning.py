@@ -5,12 +5,13 @@ baselines a user would otherwise run — *ideal* (infinite memory: the ops alone
 *lru* (SwapAdvisor's on-demand ODSwap) and *belady* (the swap planner with
 prefetching), both on the step's own schedule — all on the one placed-step simulator
 (`PlacementProblem.simulate`), and says how the plan's device memory moves over the
-simulated iteration (`memory_figure`). `search=belady|lru` is that baseline's plan; a
-searching planner (`Searching`: `search=ga`, `ga.py`) runs after the baselines with
-what is left of the deadline, and its plan is kept only when it is faster than
-belady's — a search never makes the step slower than the planner it starts from (the
-report says when belady's plan was kept). A capacity the step fits in needs no
-swapping: the plan moves nothing and a note says so. One below the largest single
+simulated iteration, beside the step's peak without placement (`memory_figure`).
+`search=belady|lru` is that baseline's plan; a searching planner (`Searching`:
+`search=ga`, `ga.py`) runs after the baselines with what is left of the deadline, and
+its plan is kept only when it is faster than belady's — a search never makes the step
+slower than the planner it starts from (the report says when belady's plan was kept).
+A capacity the step's peak without placement fits in needs no swapping: the plan
+moves nothing and a note says so. One below the largest single
 op's working set cannot run at all: `CapacityTooSmall`, naming the op.
 """
 
@@ -71,6 +72,8 @@ class PlanningOutcome:
     """ideal, lru, belady and the search's, by name (one of them the plan)."""
     planner_seconds: dict[str, float]
     machine: Machine
+    unplaced_peak: int
+    """The step's peak device memory without placement (`liveness.peak_memory`)."""
     notes: list[str] = field(default_factory=list)
     searched: SearchOutcome[PlacementPlan] | None = None
     """A searching planner's outcome: its statistics go to the report."""
@@ -104,12 +107,14 @@ class PlanningOutcome:
 
     def memory_figure(self) -> MemoryFigure:
         """Device memory over the simulated iteration, swaps marked: the plan above its
-        on-demand LRU baseline (the same picture for search=lru)."""
+        on-demand LRU baseline (the same picture for search=lru), below the peak
+        without placement."""
         shown = [self.search] + [name for name in ("lru",) if name != self.search]
         return MemoryFigure(
             title=f"placement: device memory over one simulated iteration ({self.machine.name})",
             capacity=self.plan.capacity,
             series=tuple(_series(name, self.simulated[name]) for name in shown),
+            unplaced_peak=self.unplaced_peak,
         )
 
 
@@ -123,8 +128,10 @@ def plan_within(
     seconds: Mapping[Node, float] | None = None,
 ) -> PlanningOutcome:
     """Plan `dag` (ops in schedule order) within `capacity` with `search`, and price it
-    beside the baselines (module docstring); `seconds` are the ops' times when the dag
-    knows them (a sharded step's device view)."""
+    beside the baselines (module docstring). `unplaced_peak` is the step's peak device
+    memory without placement (`liveness.peak_memory`): a capacity at least that needs
+    no plan. `seconds` are the ops' times when the dag knows them (a sharded step's
+    device view)."""
     op, needed = working_set(dag)
     if capacity < needed:
         raise CapacityTooSmall.in_bytes(op, dag.ops.index(op), needed, capacity)
@@ -151,7 +158,7 @@ def plan_within(
     simulated.update({policy: problem.simulate(plans[policy]) for policy in BASELINES})
     first = name if name in plans else "belady"  # a search starts from belady's plan
     simulated[name] = simulated[first]
-    outcome = PlanningOutcome(name, plans[first], simulated, spent, machine, notes)
+    outcome = PlanningOutcome(name, plans[first], simulated, spent, machine, unplaced_peak, notes)
     if isinstance(search, Searching) and not fits:
         _run_search(problem, search, outcome)
     return outcome
