@@ -155,8 +155,8 @@ def speedup(before: float, after: float) -> float | None:
     graph whose ops cancel out, or whose outputs are all constants or folded weights,
     legitimately costs nothing, and under a `memory_limit` no graph may fit (every
     cost infinite), so every ratio of costs or times a search reports goes through
-    here."""
-    return before / after if 0 < after < math.inf else None
+    here. An infinite `before` (a baseline over the memory) is no denominator either."""
+    return before / after if 0 < after < math.inf and before < math.inf else None
 
 
 def resolve_seed(option: int | None) -> int:

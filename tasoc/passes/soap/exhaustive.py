@@ -159,7 +159,12 @@ def search(
             f"({len(ops)} ops on {problem.mesh.size} devices): use search=mcmc"
         )
     state = SimulatedStrategy.of(
-        problem, plan, settings.machine, settings.memory_cap, memory=settings.traces_memory
+        problem,
+        plan,
+        settings.machine,
+        settings.memory_cap,
+        memory=settings.traces_memory,
+        place=settings.place,
     )
     start_cost = state.cost
     best = Best(settings)

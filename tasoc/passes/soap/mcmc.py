@@ -46,6 +46,7 @@ from tasoc.ir.shard_plan import Plan
 from tasoc.ir.soap import Config, Mesh, OpRule
 from tasoc.passes.search import Deadline, SearchOutcome, StopReason
 from tasoc.passes.soap.plan import PlanError, Prescription, Problem, cheapest_config, complete
+from tasoc.passes.soap.swap_pricing import SwapPricing
 from tasoc.sim.core import DeltaSimulator, Timeline, paused_gc, simulate
 from tasoc.sim.parallel import ShardedStep
 
@@ -95,6 +96,9 @@ class Settings:
     """How FT fixes a node it cannot eliminate exactly; None: it conditions (exact)."""
     max_points: int | None = None
     """The most points FT keeps per frontier (None: all, exact)."""
+    place: SwapPricing | None = None
+    """How a strategy over `memory_cap` is priced by swapping (`soap-shard{place=}`);
+    None: it is infeasible."""
 
     @property
     def traces_memory(self) -> bool:
@@ -140,6 +144,8 @@ class SimulatedStrategy:
     simulator: DeltaSimulator
     configs: dict[Node, Config]
     memory_cap: int | None
+    place: SwapPricing | None = None
+    """Prices a strategy over `memory_cap` by swapping (`swap_pricing.py`)."""
     updates: int = 0
     update_seconds: float = 0.0
     """Seconds spent in the delta simulator's updates..."""
@@ -160,12 +166,14 @@ class SimulatedStrategy:
         memory_cap: int | None,
         *,
         memory: bool = True,
+        place: SwapPricing | None = None,
     ) -> SimulatedStrategy:
         """`plan` simulated on `machine`; without `memory` (a search without a memory
-        cap) its time alone, and `memory` reads 0 (`DeltaSimulator`)."""
+        cap) its time alone, and `memory` reads 0 (`DeltaSimulator`); over the cap,
+        priced by swapping when `place` says how."""
         step = ShardedStep(problem.dag, copy_plan(plan), machine, mesh=problem.mesh)
         simulator = DeltaSimulator(step.graph, memory=memory)
-        return cls(problem, step, simulator, dict(plan.configs), memory_cap)
+        return cls(problem, step, simulator, dict(plan.configs), memory_cap, place)
 
     @property
     def time(self) -> float:
@@ -178,9 +186,13 @@ class SimulatedStrategy:
 
     @property
     def cost(self) -> float:
-        """The time, or infinity over the memory cap."""
-        over = self.memory_cap is not None and self.memory > self.memory_cap
-        return math.inf if over else self.time
+        """The time; over the memory cap, the time with the stall of swapping to fit it
+        (`place`), else infinity."""
+        if self.memory_cap is None or self.memory <= self.memory_cap:
+            return self.time
+        if self.place is None:
+            return math.inf
+        return self.time + self.place.stall(self.problem.dag, self.plan, self.problem.mesh)
 
     @property
     def plan(self) -> Plan:
@@ -293,7 +305,12 @@ class Best:
         settings = self.settings
         self.offer(
             SimulatedStrategy.of(
-                problem, plan, settings.machine, settings.memory_cap, memory=settings.traces_memory
+                problem,
+                plan,
+                settings.machine,
+                settings.memory_cap,
+                memory=settings.traces_memory,
+                place=settings.place,
             ),
             self.origin,
         )
@@ -451,7 +468,12 @@ def search(
     for index, (origin, plan) in enumerate(starts.items()):
         left = len(starts) - index
         state = SimulatedStrategy.of(
-            problem, plan, settings.machine, settings.memory_cap, memory=settings.traces_memory
+            problem,
+            plan,
+            settings.machine,
+            settings.memory_cap,
+            memory=settings.traces_memory,
+            place=settings.place,
         )
         start_cost = state.cost
         best.offer(state, origin)

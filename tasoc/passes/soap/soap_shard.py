@@ -60,7 +60,7 @@ from tasoc.ir.parallel import MACHINE_ATTR, ShardingAttr, meshes, sharding_of, u
 from tasoc.ir.program import entry_function
 from tasoc.ir.shard_plan import Plan, write_sharded
 from tasoc.ir.soap import Collective, Config, Mesh, Sharding, internal_collectives
-from tasoc.ir.training import training_signature
+from tasoc.ir.training import TrainingSignature, training_signature
 from tasoc.passes.options import (
     check_at_least,
     check_byte_size,
@@ -89,6 +89,7 @@ from tasoc.passes.soap.mcmc import (
 from tasoc.passes.soap.pictures import frontier_figure, profile_figure, sharding_map, timeline
 from tasoc.passes.soap.plan import Problem, complete
 from tasoc.passes.soap.strategies import STRATEGIES
+from tasoc.passes.soap.swap_pricing import Placer, SwapPricing
 from tasoc.sim.parallel import axis_groups
 
 HINT_ATTR = "parallel.sharding"
@@ -190,6 +191,11 @@ class SoapShardPass(ModulePass):
     heuristic: Heuristic | Literal["exact"] = "weighted"
     """How FT fixes a node no exact elimination removes (`memory`, `time`, `weighted`),
     or `exact`: it tries every option of that node (exponential, exact)."""
+    place: Placer | None = None
+    """How a strategy over each device's memory may still fit: by swapping, planned by
+    placement's `belady`, `lru` or `offload-all` and priced on the simulator with the
+    candidate (`swap_pricing.py`). The capacity is `memory-cap`, else the machine's
+    device memory. Without it a strategy over `memory-cap` is infeasible."""
     max_points: int | None = None
     """The most points FT keeps in any frontier (thinning: both ends kept, the rest
     spread evenly in memory); `FT_MAX_POINTS` when not given, no limit with
@@ -226,6 +232,13 @@ class SoapShardPass(ModulePass):
             if self.objective not in ("mini-parallelism", "profile"):
                 raise ValueError("devices= is for objective=mini-parallelism or profile")
             device_counts(self.devices)
+        if self.place is not None and self.search not in ("mcmc", "exhaustive", *BASELINES):
+            raise ValueError(
+                f"place= prices strategies by simulating them: search=mcmc, exhaustive, "
+                f"data-parallel or expert, not {self.search}"
+            )
+        if self.place is not None and self.objective != "time":
+            raise ValueError("place= is for objective=time (the fastest strategy, swaps priced)")
         self._compared()
 
     def _compared(self) -> tuple[Compared, ...]:
@@ -406,15 +419,17 @@ class SoapShardPass(ModulePass):
         problem = Problem(dag, mesh, signature, _hints(dag, mesh))
         baselines = {name: complete(problem, STRATEGIES[name](problem)) for name in BASELINES}
         outcome: SearchOutcome[Plan] | None = None
+        pricing = self._pricing(machine, signature)
         if self.search in SEARCHES:
             # the rest of the time is the report's: its simulations of the plans
-            settings = self._settings(machine, deadline.share(SEARCH_SHARE))
+            settings = self._settings(machine, deadline.share(SEARCH_SHARE), pricing)
             outcome = _search(self.search, problem, baselines, settings)
             plan = outcome.best
         else:
             plan = baselines[self.search]
+        capacity = self._capacity(machine) if pricing is not None else None
         simulated = {
-            name: SimulatedStrategy.of(problem, candidate, machine, None)
+            name: SimulatedStrategy.of(problem, candidate, machine, capacity, place=pricing)
             for name, candidate in (("plan", plan), *baselines.items())
         }
         return _Planned(mesh, machine, problem, baselines, outcome, plan, simulated)
@@ -436,7 +451,7 @@ class SoapShardPass(ModulePass):
                     f"bytes at {least.mesh.size} devices"
                 )
             return min(fitting, key=lambda planned: planned.mesh.size)
-        return min(tried.values(), key=lambda planned: planned.simulated["plan"].time)
+        return min(tried.values(), key=lambda planned: planned.simulated["plan"].cost)
 
     def _compare(
         self, chosen: _Planned, deadline: Deadline
@@ -502,18 +517,35 @@ class SoapShardPass(ModulePass):
             )
         return found
 
-    def _settings(self, machine: Machine, deadline: Deadline) -> Settings:
+    def _capacity(self, machine: Machine) -> int | None:
+        """Each device's memory: `memory-cap`, else with `place=` the machine's."""
+        cap = self._cap()
+        if cap is None and self.place is not None:
+            return int(machine.device.memory_bytes)
+        return cap
+
+    def _pricing(self, machine: Machine, signature: TrainingSignature | None) -> SwapPricing | None:
+        """How strategies over the capacity are priced (`place=`), None: infeasible."""
+        capacity = self._capacity(machine)
+        if self.place is None or capacity is None:
+            return None
+        return SwapPricing(self.place, capacity, machine, signature)
+
+    def _settings(
+        self, machine: Machine, deadline: Deadline, place: SwapPricing | None = None
+    ) -> Settings:
         return Settings(
             machine,
             self.budget,
             self.beta,
-            self._cap(),
+            self._capacity(machine),
             resolve_seed(self.seed),
             deadline,
             objective=self.objective,
             pick=None if self.pick is None else str(self.pick),
             heuristic=None if self.heuristic == "exact" else self.heuristic,
             max_points=self._max_points(),
+            place=place,
         )
 
     def verification_pair(self, before: ModuleOp, after: ModuleOp) -> tuple[ModuleOp, ModuleOp]:
@@ -590,13 +622,22 @@ def _devices_text(spec: int | str | tuple[int, ...] | None) -> str:
 
 def _prediction(machine: Machine, simulated: dict[str, SimulatedStrategy]) -> dict[str, Any]:
     """The report's simulated figures: the iteration time of the plan and of each
-    baseline on `machine`, the plan's speedups over them, and the plan's memory per
-    device (its peak, and what it holds by kind)."""
-    times = {name: strategy.time for name, strategy in simulated.items()}
+    baseline on `machine` (with `place=`, the stall of swapping added where a strategy
+    is over the capacity, None where nothing fits it), the plan's speedups over them,
+    and the plan's memory per device (its peak, and what it holds by kind)."""
+    times = {name: strategy.cost for name, strategy in simulated.items()}
     plan = simulated["plan"]
-    return {
+    priced = {}
+    if plan.place is not None:
+        priced["place"] = {
+            "placer": plan.place.placer,
+            "capacity": plan.place.capacity,
+            "swaps": sorted(name for name, s in simulated.items() if s.memory > s.place.capacity),
+            "strategies_priced": plan.place.plans,
+        }
+    return priced | {
         "machine": machine.name,
-        "predicted_seconds": times,
+        "predicted_seconds": {name: t if t < math.inf else None for name, t in times.items()},
         "speedup_over": {name: speedup(times[name], times["plan"]) for name in BASELINES},
         "peak_memory": {name: strategy.memory for name, strategy in simulated.items()},
         "memory_per_device": {
