@@ -29,7 +29,7 @@ from xdsl.ir import Operation
 from tasoc.ir import dag as dag_module
 from tasoc.ir.dag import Dag, Node
 from tasoc.ir.graph import sig_of
-from tasoc.ir.memory import replay, space_of, tensor_bytes
+from tasoc.ir.memory import device_bytes, replay, space_of
 from tasoc.ir.placement_plan import (
     PlacementPlan,
     Release,
@@ -130,4 +130,4 @@ def capacities(module: ModuleOp, slack: float = 1.25) -> st.SearchStrategy[int]:
 
 def _footprint(op: Operation) -> int:
     sigs = [sig_of(value.type) for value in {*op.operands, *op.results}]
-    return sum(tensor_bytes(sig) for sig in sigs if space_of(sig) == "device")
+    return sum(device_bytes(op, sig) for sig in sigs if space_of(sig) == "device")

@@ -318,9 +318,15 @@ class Best:
     def result(self) -> tuple[float, Plan]:
         """The cost and plan; MemoryCapError when nothing fit under the cap."""
         if self.plan is None:
+            swapping = (
+                f", even swapping (place={self.settings.place.placer})"
+                if self.settings.place is not None
+                else ""
+            )
             raise MemoryCapError(
                 f"no strategy fits under memory-cap={self.settings.memory_cap} bytes per "
-                f"device: the smallest per-device memory found is {int(self.smallest_memory)} bytes"
+                f"device{swapping}: the smallest per-device memory found is "
+                f"{int(self.smallest_memory)} bytes"
             )
         return self.cost, self.plan
 
