@@ -24,6 +24,10 @@ attributes, and bodies of several blocks.
 * `Dag` — the ordered arguments, the output values, the function name and
   attributes, plus the ops in one deterministic topological order (`position()`
   gives each op's index in it).
+* `Node.given` — a node whose result types are given rather than inferred, named by
+  an op's full name (`"parallel.all_gather"`): for *views* of a program the `graph`
+  rules do not describe, which planners read and nobody writes back as a graph
+  (placement's view of one device of a sharded step, `passes/placement/device_view.py`).
 
 Hash-consing. Nodes are interned process-wide (a weak table, like tinygrad's UOp
 cache): building a node structurally equal to a live one returns that very object.

@@ -13,6 +13,9 @@ A memory-placed program says where every tensor lives and when it moves
         ...
 
 * `#memory.space<host>` is a tensor type's encoding: the value lives in host memory.
+  A sharded value keeps its layout under its space, `#memory.space<host,
+  #parallel.sharding<...>>` (the space wraps the other encoding: `encodings.WRAPPED`),
+  and a move changes the space alone.
   Device memory is the default and has no encoding (one spelling per type, so equal
   types compare equal). `graph` ops read and write device values only; a host value is
   read by `memory.swap_in`, `memory.free` and `func.return` alone.
@@ -27,7 +30,9 @@ A memory-placed program says where every tensor lives and when it moves
   smallest class that holds it) and `memory.plan` (the planner's figures: simulated,
   ideal and baseline times, bytes moved), which the verifier leaves alone.
 
-Device memory over the schedule (`replay`): a value takes device memory from the op
+Device memory over the schedule (`replay`), per device: a value of a sharded program
+takes its block's bytes (`device_bytes`), every device of a mesh holding blocks of one
+size, so one device's replay, and `memory.capacity`, is every device's. A value takes device memory from the op
 that makes it (a swap-in from where it starts, so in-flight swap-ins count) to its last
 reader, a returned value to the end. An argument is the caller's: it holds device
 memory for the whole step unless a `memory.free` releases it. The verifier replays the
