@@ -32,10 +32,11 @@ A memory-placed program says where every tensor lives and when it moves
 
 Device memory over the schedule (`replay`), per device: a value of a sharded program
 takes its block's bytes (`device_bytes`), every device of a mesh holding blocks of one
-size, so one device's replay, and `memory.capacity`, is every device's. A value takes device memory from the op
-that makes it (a swap-in from where it starts, so in-flight swap-ins count) to its last
-reader, a returned value to the end. An argument is the caller's: it holds device
-memory for the whole step unless a `memory.free` releases it. The verifier replays the
+size, so one device's replay, and `memory.capacity`, is every device's. A value takes
+device memory from the op that makes it (a swap-in from where it starts, so in-flight
+swap-ins count) to its last reader, a returned value to the end. An argument is the
+caller's: it holds device memory for the whole step unless a `memory.free` releases
+it. The verifier replays the
 schedule against the capacity and the pool (`check_placed`, registered in
 `program.PROGRAM_CHECKS`) and names the first op over either. Run on a program without
 placement, the replay is the step's peak device memory without placement
