@@ -223,7 +223,9 @@ def device_sharding(space: Space, device: jax.Device | None = None) -> SingleDev
     return SingleDeviceSharding(device or jax.devices()[0], memory_kind=MEMORY_KINDS[space])
 
 
-def boundary(schedule: Schedule, layout: Layout) -> tuple[tuple[jax.sharding.Sharding, ...], ...]:
+def boundary(
+    schedule: Schedule, layout: Layout
+) -> tuple[tuple[jax.sharding.Sharding, ...], tuple[jax.sharding.Sharding, ...]]:
     """The shardings of the schedule's arguments and of its results (`layout`'s)."""
     return (
         tuple(layout(slot) for slot in range(len(schedule.arg_infos))),
