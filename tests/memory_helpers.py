@@ -1,4 +1,17 @@
-"""Placed programs shared by the tests of the memory dialect, its lowering and the driver."""
+"""Placed programs shared by the tests of the memory dialect, its lowering and the driver,
+and `placed_by_hand`, which places a copy of any program (a sharded one too) by rule."""
+
+from __future__ import annotations
+
+from xdsl.dialects import func
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.ir import Operation, SSAValue
+from xdsl.rewriter import Rewriter
+
+from tasoc.ir.graph import sig_of, tensor_type
+from tasoc.ir.memory import FreeOp, SwapInOp, SwapOutOp, in_space
+from tasoc.ir.program import entry_block, entry_function, return_values
+from tasoc.ir.training import training_signature
 
 # The example of the memory dialect: a host weight swapped in, an activation swapped out
 # and back, an argument freed, a host result.
@@ -16,3 +29,81 @@ module attributes {memory.capacity = 200000 : i64, memory.pool = #memory.pool<[1
   }
 }
 """  # noqa: E501
+
+
+def placed_by_hand(module: ModuleOp, every: int = 2) -> ModuleOp:
+    """A copy of `module` (sharded or not) placed by rule, for tests of programs the
+    placement pass does not write (a sharded step):
+
+    - every `every`-th value read more than two ops after the op that makes it is
+      swapped out right after it is made and swapped back in right before the first
+      such reader, which reads the new copy, as every reader after it does;
+    - a training step's first param lives in host memory: it is swapped in before its
+      first reader, and the result that replaces it is swapped out and returned there;
+    - the first argument that is neither a param nor replaced is freed after its last
+      reader.
+
+    Moves keep a value's sharding (`memory.in_space`), so the copy of a sharded program
+    is both sharded and placed, and `unplaced` of it is `module` again."""
+    placed = module.clone()
+    function = entry_function(placed)
+    block = entry_block(function)
+    signature = training_signature(function)
+    ops = [op for op in block.ops if not isinstance(op, func.ReturnOp)]
+    at = {op: index for index, op in enumerate(ops)}
+    gapped = []
+    for op in ops:
+        for value in op.results:
+            far = [at[u.operation] for u in value.uses if at.get(u.operation, -1) > at[op] + 2]
+            if far:
+                gapped.append((value, op, ops[min(far)]))
+    for value, maker, reader in gapped[::every]:
+        out = SwapOutOp.build_on(value)
+        block.insert_op_after(out, maker)
+        _swap_in_before(out.output, reader, value)
+    replaced_by = signature.replaced_by if signature else {}
+    if signature is not None and signature.params:
+        _host_param(function, signature.params[0], replaced_by)
+    others = [
+        argument
+        for index, argument in enumerate(block.args)
+        if (signature is None or index not in signature.params) and index not in replaced_by
+    ]
+    if others and others[0].uses and others[0] not in return_values(function):
+        last = max((use.operation for use in others[0].uses), key=block.get_operation_index)
+        block.insert_op_after(FreeOp.create(operands=[others[0]]), last)
+    placed.verify()
+    return placed
+
+
+def _swap_in_before(host: SSAValue, reader: Operation, device: SSAValue) -> None:
+    """Swap `host` in right before `reader`, which reads the new copy instead of
+    `device`, as every op after it does."""
+    block = reader.parent_block()
+    assert block is not None
+    back = SwapInOp.build_on(host)
+    block.insert_op_before(back, reader)
+    start = block.get_operation_index(reader)
+    device.replace_uses_with_if(
+        back.output, lambda use: block.get_operation_index(use.operation) >= start
+    )
+
+
+def _host_param(function: func.FuncOp, index: int, replaced_by: dict[int, int]) -> None:
+    """Argument `index` of `function` in host memory, swapped in before its first
+    reader; the result replacing it (if any) swapped out and returned on the host."""
+    block = entry_block(function)
+    argument = block.args[index]
+    first = min((use.operation for use in argument.uses), key=block.get_operation_index)
+    host = Rewriter.replace_value_with_new_type(
+        argument, tensor_type(in_space(sig_of(argument.type), "host"))
+    )
+    _swap_in_before(host, first, host)
+    if index in replaced_by:
+        returned = block.last_op
+        assert isinstance(returned, func.ReturnOp)
+        result = returned.operands[replaced_by[index]]
+        out = SwapOutOp.build_on(result)
+        block.insert_op_before(out, returned)
+        returned.operands[replaced_by[index]] = out.output
+    function.update_function_type()

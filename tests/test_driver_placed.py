@@ -20,16 +20,6 @@ func.func @main(%x: tensor<4x8xf32>, %w: tensor<8x8xf32> {graph.param}) -> tenso
 }
 """
 
-SHARDED_PLACED = """\
-module attributes {memory.capacity = 100000 : i64} {
-  parallel.mesh @m ["d" = 2]
-  func.func @main(%x: tensor<4x4xf32, #parallel.sharding<@m, [["d"], []]>>) -> tensor<4x4xf32, #parallel.sharding<@m, [["d"], []]>> {
-    %y = graph.relu %x : tensor<4x4xf32, #parallel.sharding<@m, [["d"], []]>>
-    func.return %y : tensor<4x4xf32, #parallel.sharding<@m, [["d"], []]>>
-  }
-}
-"""  # noqa: E501
-
 
 @pytest.fixture
 def run(capfd: pytest.CaptureFixture[str]) -> StrictRun:
@@ -43,7 +33,6 @@ def files(tmp_path: Path) -> dict[str, Path]:
         "swaps": SWAPS,
         "step": STEP,
         "forward": FORWARD,
-        "sharded": SHARDED_PLACED,
     }.items():
         paths[name] = tmp_path / f"{name}.mlir"
         paths[name].write_text(text)
@@ -151,7 +140,6 @@ def test_numpy_backend_runs_the_unplaced_program_and_says_so(
         ("swaps", ["--mode", "runtime", "--bench", "2"], ["--bench times the compiled mode"]),
         ("swaps", ["--check-onnxruntime"], ["on a memory-placed program is not supported"]),
         ("forward", ["--audit"], ["(or a memory-placed program's host-memory placements)"]),
-        ("sharded", [], ["both sharded and memory-placed is not supported"]),
         ("swaps", ["--steps", "2"], ["--steps runs a training step"]),
     ],
 )

@@ -300,7 +300,8 @@ def test_an_op_without_a_lowering_is_refused() -> None:
             lower_placed(module, mode)  # type: ignore[call-overload]
 
 
-def test_a_sharded_placed_program_is_refused() -> None:
+def test_a_sharded_placed_program_is_not_lowered_on_one_device() -> None:
+    """It runs on its mesh (`joint.lower_joint`, tests/test_joint_jax.py)."""
     text = """\
 module attributes {memory.capacity = 100000 : i64} {
   parallel.mesh @m ["d" = 2]
@@ -310,7 +311,7 @@ module attributes {memory.capacity = 100000 : i64} {
   }
 }
 """  # noqa: E501
-    with pytest.raises(PlacedLoweringError, match="both sharded and memory-placed"):
+    with pytest.raises(PlacedLoweringError, match=r"runs on its mesh \(joint\.lower_joint\)"):
         lower_placed(parsed(text), "compiled")
 
 

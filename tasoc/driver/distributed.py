@@ -194,11 +194,18 @@ def start(argv: Sequence[str], args: argparse.Namespace) -> int | None:
     from tasoc.driver.devices import mesh_devices
     from tasoc.driver.onnx_bridge import collect_input_shapes
     from tasoc.driver.sources import load_program
+    from tasoc.ir.memory import is_placed
     from tasoc.ir.parallel import is_sharded, meshes
 
     module = load_program(args.input, collect_input_shapes(args.input_shape)).module
     if not is_sharded(module):
         raise DriverError(f"--processes runs a sharded program; {args.input} is not one")
+    if is_placed(module):
+        raise DriverError(
+            f"--processes runs sharded programs without memory placement; {args.input} is "
+            "memory-placed too, which runs in one process only (its runtime mode measures "
+            "the devices of its process): run it with --devices N"
+        )
     needed = mesh_devices(meshes(module).values())
     return launch(argv, args, devices_per_process(needed, args.processes, args.devices))
 

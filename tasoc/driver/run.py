@@ -29,6 +29,12 @@ in host memory (`backends/jax/placed.py`, `run_placed`): `--mode compiled` (the
 default) as one jitted program, `--mode runtime` op by op, measuring the live device
 bytes after every op against the schedule's replay; `--check` compares with the numpy
 reference of the equal program without placement, which `--backend numpy` runs.
+
+A program both sharded and placed runs the same way on its mesh
+(`backends/jax/joint.py`, through `run_placed`): its memory figures are one device's,
+the runtime mode measures every device of the mesh, `--check` compares with the
+reference of the program without placement nor sharding, and `--audit` sets both the
+collectives and the host-memory placements beside the IR's.
 """
 
 from __future__ import annotations
@@ -429,14 +435,16 @@ def _run(args: argparse.Namespace, found: WeightsFile | None) -> dict[str, objec
         default_devices(mesh_devices(meshes(module).values()))
     if sharded and args.backend == "numpy":
         module = unsharded(module)  # the reference runs the equal one-device program
-        sharded = False
     if placed and args.backend == "numpy":
+        also = " and shardings (one device)" if sharded else ""
         note(
-            "--backend numpy ignores memory spaces: it runs the equal program without "
-            "placement (swaps and frees dropped, every value in one memory)"
+            f"--backend numpy ignores memory spaces{also}: it runs the equal program "
+            "without placement (swaps and frees dropped, every value in one memory)"
         )
         module = unplaced(module)
         placed = False
+    if args.backend == "numpy":
+        sharded = False
     if args.audit and not (sharded or placed):
         raise UsageError(
             f"--audit reads a sharded program's collectives (or a memory-placed program's "
@@ -563,7 +571,6 @@ def run_sharded(
     at gradient tolerances; `args.audit` prints the HLO audit, `args.bench` times it.
     Returns what `--report` adds (devices, audit, bench seconds)."""
     from tasoc.backends.jax import bench
-    from tasoc.backends.jax.audit import audit
     from tasoc.backends.jax.sharded import lower_sharded
 
     try:
@@ -583,15 +590,7 @@ def run_sharded(
         reference = unsharded(module)
         _check_equal_program("unsharded", reference, inputs, outputs, signature)
     if args.audit:
-        try:
-            found = audit(module, program)
-        except ValueError as err:  # a program on several meshes
-            raise DriverError(f"cannot audit {args.input}: {err}") from None
-        print("audit: collectives the IR asks for, the compiled HLO runs (CPU), CUDA lowers:")
-        for line in found.table():
-            print(f"  {line}")
-        print(f"audit: {found.summary()}")
-        report["audit"] = found.to_json()
+        report["audit"] = _audit_collectives(args.input, module, program)
     if args.bench:
         executable = Executable(
             run=lambda args: program(*args),
@@ -599,6 +598,22 @@ def run_sharded(
         )
         report["bench_seconds"] = _bench(executable, inputs, args.bench, f"jax, {devices} devices")
     return report
+
+
+def _audit_collectives(input: str, module: ModuleOp, program: ShardedProgram) -> dict[str, object]:
+    """`--audit` of a sharded program: print the collectives of its compiled HLO (and
+    its CUDA lowering) beside those its IR asks for; return the report's section."""
+    from tasoc.backends.jax.audit import audit
+
+    try:
+        found = audit(module, program)
+    except ValueError as err:  # a program on several meshes
+        raise DriverError(f"cannot audit {input}: {err}") from None
+    print("audit: collectives the IR asks for, the compiled HLO runs (CPU), CUDA lowers:")
+    for line in found.table():
+        print(f"  {line}")
+    print(f"audit: {found.summary()}")
+    return found.to_json()
 
 
 def run_placed(
@@ -615,24 +630,32 @@ def run_placed(
     `without`, the peak of the program without placement (the run's `memory`).
     With `args.check`, compare with the numpy reference of the equal program without
     placement (`memory.unplaced`), and in runtime mode fail unless the measurement is
-    the replay, op by op. Returns what `--report` adds (`placement`)."""
+    the replay, op by op. A program sharded too runs on its mesh (`joint.lower_joint`),
+    its memory one device's (the replay's and the measurement's are per device), and is
+    compared with the reference of the program without placement nor sharding
+    (`parallel.unsharded(memory.unplaced(module))`); its `--audit` has the collectives
+    beside the placements. Returns what `--report` adds (`placement`, `audit`)."""
     from tasoc.backends.jax import bench
-    from tasoc.backends.jax.placed import lower_placed
 
     mode = args.mode or "compiled"
     function = entry_function(module)
     signature = training_signature(function)
     planned = replay(function)
-    reference = unplaced(module)
+    sharded = is_sharded(module)
+    reference = unsharded(unplaced(module)) if sharded else unplaced(module)
     # A training loop's compiled step updates what it replaces in place, as unplaced.
     donate = [a for _, a in training.replaces] if training and mode == "compiled" else []
+    lower = _placed_lowering(module)
     try:
-        program = lower_placed(module, mode, donate)
-    except ValueError as err:  # an op without a JAX lowering, a sharded program
+        program = lower(module, mode, donate)
+    except ValueError as err:  # an op without a JAX lowering, several meshes, partial sums
         raise DriverError(f"cannot run on jax: {err}") from None
+    devices = sum(len(mesh.device_ids) for mesh in meshes(module).values()) or 1
+    where = f"{devices} devices, {mode} mode" if sharded else f"{mode} mode"
+    kind = "unsharded and unplaced" if sharded else "unplaced"
     if training is not None:
         steps = f"{args.steps} training step{'s' if args.steps > 1 else ''}"
-        print(f"{args.input}: {steps} on jax, {mode} mode{provenance}")
+        print(f"{args.input}: {steps} on jax, {where}{provenance}")
         if args.check:
             first, _ = _placed_call(program, inputs)
             _check_first_step(reference, training, inputs, first, "jax")
@@ -641,35 +664,55 @@ def run_placed(
         report = run_report(run)
     else:
         outputs, measured = _placed_call(program, inputs)
-        print(f"{args.input} on jax, {mode} mode{provenance}:")
+        print(f"{args.input} on jax, {where}{provenance}:")
         _print_outputs(return_values(function), outputs)
         report = {}
         if args.check:
-            _check_equal_program("unplaced", reference, inputs, outputs, signature)
+            _check_equal_program(kind, reference, inputs, outputs, signature)
     if args.audit:
-        report["audit"] = _audit_placed(module, program)
-    report["placement"] = _placement_memory(mode, planned, without.peak_bytes, measured, args.check)
+        report["audit"] = _audit_placed(args.input, module, program, lower)
+    report["placement"] = _placement_memory(
+        mode, devices, planned, without.peak_bytes, measured, args.check
+    )
     if args.bench:
         executable = Executable(
             run=lambda args: program(*args),
             time=lambda args, repeats: bench(program, args, repeats),
         )
-        report["bench_seconds"] = _bench(executable, inputs, args.bench, f"jax, {mode} mode")
+        report["bench_seconds"] = _bench(executable, inputs, args.bench, f"jax, {where}")
     return report
 
 
-def _audit_placed(module: ModuleOp, program: PlacedProgram) -> dict[str, object]:
+PlacedLowering = Callable[[ModuleOp, str, Sequence[int]], "PlacedProgram | ShardedProgram"]
+"""Lowers a placed program in a mode, donating some arguments (`lower_placed`,
+`lower_joint`)."""
+
+
+def _placed_lowering(module: ModuleOp) -> PlacedLowering:
+    """The lowering of a placed `module`: on one device, or on its mesh when sharded too."""
+    if is_sharded(module):
+        from tasoc.backends.jax.joint import lower_joint
+
+        return lower_joint  # type: ignore[return-value]
+    from tasoc.backends.jax.placed import lower_placed
+
+    return lower_placed  # type: ignore[return-value]
+
+
+def _audit_placed(
+    input: str, module: ModuleOp, program: PlacedProgram | ShardedProgram, lower: PlacedLowering
+) -> dict[str, object]:
     """`--audit` of a placed program: the copies and host values the IR asks for beside
     those of the compiled mode cross-lowered for CUDA (`placed.cuda_placements`; the CPU
-    lowering elides copies within a program, a GPU's keeps them)."""
-    from tasoc.backends.jax.placed import (
-        CompiledProgram,
-        cuda_placements,
-        lower_placed,
-        planned_placements,
-    )
+    lowering elides copies within a program, a GPU's keeps them). A program sharded too
+    also has its collectives audited (`_audit_collectives`), the report's section then
+    holding both (`collectives`, `placements`)."""
+    from tasoc.backends.jax.placed import RuntimeProgram, cuda_placements, planned_placements
 
-    compiled = program if isinstance(program, CompiledProgram) else lower_placed(module, "compiled")
+    compiled = lower(module, "compiled", ()) if isinstance(program, RuntimeProgram) else program
+    section: dict[str, object] = {}
+    if is_sharded(module):
+        section["collectives"] = _audit_collectives(input, module, compiled)  # type: ignore[arg-type]
     planned = planned_placements(module)
     cuda, _ = cuda_placements(compiled)
     print("audit: host-memory placements the IR asks for, the CUDA lowering has:")
@@ -689,7 +732,10 @@ def _audit_placed(module: ModuleOp, program: PlacedProgram) -> dict[str, object]
         if same
         else "audit: the CUDA lowering differs from the IR (above)"
     )
-    return {"planned": planned.to_json(), "cuda": cuda.to_json(), "equal": same}
+    placements = {"planned": planned.to_json(), "cuda": cuda.to_json(), "equal": same}
+    if not section:
+        return placements
+    return section | {"placements": placements}
 
 
 def _placed_call(
@@ -717,24 +763,33 @@ def _donation_quiet() -> Iterator[None]:
 
 
 def _placement_memory(
-    mode: str, planned: Replay, unplaced_peak: int, measured: Measured | None, check: bool
+    mode: str,
+    devices: int,
+    planned: Replay,
+    unplaced_peak: int,
+    measured: Measured | None,
+    check: bool,
 ) -> dict[str, object]:
     """Print the placed program's device memory, planned (the schedule's replay, no
     pool: bytes, as measured), measured (runtime mode), and the peak of the program
     without placement (`liveness.peak_memory`); with `check`, fail unless the
-    measurement is the replay op by op. Returns the report's `placement` section."""
+    measurement is the replay op by op (on every device). Returns the report's
+    `placement` section. The figures of a program on several `devices` (sharded) are
+    one device's."""
     section: dict[str, object] = {
         "mode": mode,
+        "devices": devices,
         "planned_peak_bytes": planned.peak_bytes,
         "planned_bytes": [planned.start, *planned.live],
         "unplaced_peak_bytes": unplaced_peak,
     }
     without = f"; {unplaced_peak} without placement"
+    each = f" per device ({devices} devices)" if devices > 1 else ""
     if measured is None:
-        print(f"memory: planned peak device bytes {planned.peak_bytes} (replay){without}")
+        print(f"memory: planned peak device bytes{each} {planned.peak_bytes} (replay){without}")
         return section
     print(
-        f"memory: peak live device bytes measured {measured.peak_bytes}, "
+        f"memory: peak live device bytes{each} measured {measured.peak_bytes}, "
         f"planned {planned.peak_bytes} (replay){without}"
     )
     section["measured_peak_bytes"] = measured.peak_bytes
@@ -743,18 +798,24 @@ def _placement_memory(
         where = _first_difference(planned, measured)
         if where is not None:
             raise DriverError(f"runtime mode measured what the replay does not plan: {where}")
-        print("check: the measured device bytes are the replay's, op by op")
+        every = " on every device" if devices > 1 else ""
+        print(f"check: the measured device bytes are the replay's, op by op{every}")
     return section
 
 
 def _first_difference(planned: Replay, measured: Measured) -> str | None:
-    """Where the runtime's device bytes first differ from the replay's, None if nowhere."""
-    if planned.start != measured.start:
-        return f"{measured.start} bytes of arguments, planned {planned.start}"
-    for position, (want, got) in enumerate(zip(planned.live, measured.live, strict=True)):
-        if want != got:
-            name = planned.ops[position].name
-            return f"{got} bytes after op {position} ({name}), planned {want}"
+    """Where the runtime's device bytes first differ from the replay's, or the devices'
+    bytes from each other's, None if nowhere."""
+    names = ["placing the arguments", *(f"op {i} ({op.name})" for i, op in enumerate(planned.ops))]
+    wanted = (planned.start, *planned.live)
+    got = (measured.start, *measured.live)
+    for name, want, held, apart in zip(names, wanted, got, measured.spread, strict=True):
+        if apart:
+            return f"the devices hold different bytes after {name}: one {held}, one {held - apart}"
+        if want != held:
+            if name == names[0]:
+                return f"{held} bytes of arguments, planned {want}"
+            return f"{held} bytes after {name}, planned {want}"
     return None
 
 

@@ -549,6 +549,14 @@ class ShardedArguments:
             for info, sharding in zip(self.arg_infos, self.in_shardings, strict=True)
         )
 
+    def lowered(self, platform: str | None = None) -> jax.stages.Lowered:
+        """The StableHLO of `fn` (a jitted function) for this machine, or cross-lowered
+        for `platform` ("cuda": what a GPU would be given, without a GPU)."""
+        traced = self.fn.trace(*self.abstract_args())  # type: ignore[attr-defined]
+        if platform is None:
+            return traced.lower()
+        return traced.lower(lowering_platforms=(platform,))
+
 
 class Runnable(Protocol):
     """What `bench` times: a jitted `fn` and the arguments it takes, placed on devices

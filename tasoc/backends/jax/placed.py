@@ -12,7 +12,7 @@ CPU devices have both), so the lowering is direct. It comes in two modes:
   `out_shardings`), a swap is `jax.device_put` to the other memory kind inside the
   program (XLA's host offloading turns it into an asynchronous copy on a GPU), and a
   free is nothing: XLA owns the buffers. The schedule's order is kept with optimization
-  barriers (`_compiled`, which says what that guarantees and what it cannot), and XLA's
+  barriers (`ordered`, which says what that guarantees and what it cannot), and XLA's
   rematerialization is off (`NO_REMAT`), since recomputing values behind the plan's back
   would make the program hold memory the plan does not know of, and spend time on it.
 - **runtime** (`lower_placed(module, "runtime")`): the schedule run op by op from
@@ -24,6 +24,11 @@ CPU devices have both), so the lowering is direct. It comes in two modes:
   `jax.live_arrays()` (`RuntimeProgram.measure`, `Measured`), which is the replay's
   figure, op by op, when the runtime does what the plan says.
 
+The schedule detached from xDSL (`read_schedule`), its order-keeping program (`ordered`)
+and the op-by-op runtime (`runtime_program`) do not depend on where the values lie: a
+sharded program that is placed too runs on them with its values on a mesh
+(`joint.py`), each op a shard_map instead of a one-device call.
+
 `cuda_placements` is the evidence of what a GPU would run, without one: it cross-lowers
 the compiled mode for CUDA and counts the host-memory placements in the StableHLO (the
 CPU lowering elides a `device_put` inside a program, since a CPU's two memory kinds are
@@ -32,25 +37,20 @@ one memory; the CUDA lowering keeps each as an `annotate_device_placement` call)
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Literal, overload
+from typing import Literal, Protocol, overload
 
 import jax
-import numpy as np
 from jax import lax
 from jax.sharding import SingleDeviceSharding
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import SSAValue
+from xdsl.ir import Operation, SSAValue
 
-from tasoc.backends.jax.lowering import (
-    ShardedArguments,
-    Step,
-    graph_step,
-    jax_dtype,
-)
+from tasoc.backends.jax.lowering import ShardedArguments, graph_step, jax_dtype
 from tasoc.ir.graph import sig_of
 from tasoc.ir.memory import (
     FreeOp,
@@ -58,10 +58,9 @@ from tasoc.ir.memory import (
     MoveOp,
     Space,
     SwapInOp,
-    in_space,
+    device_bytes,
     release_points,
     space_of,
-    tensor_bytes,
 )
 from tasoc.ir.parallel import is_sharded
 from tasoc.ir.program import ArgInfo, arg_infos, entry_block, entry_function, return_values
@@ -87,8 +86,21 @@ class PlacedLoweringError(ValueError):
 # ------------------------------------------------------------------ the schedule
 
 
+class Compute(Protocol):
+    """An op that computes (a `graph` op, or on a mesh a collective too), detached from
+    xDSL: `run` gives its results from its operands' arrays (traced), values are slots."""
+
+    @property
+    def operands(self) -> tuple[int, ...]: ...
+
+    @property
+    def results(self) -> tuple[int, ...]: ...
+
+    def run(self, inputs: Sequence[jax.Array]) -> list[jax.Array]: ...
+
+
 @dataclass(frozen=True, slots=True)
-class _Move:
+class Move:
     """`memory.swap_out` / `memory.swap_in`: the value in `source` copied to `target`
     in the memory space `space`."""
 
@@ -102,7 +114,7 @@ class _Move:
 
 
 @dataclass(frozen=True, slots=True)
-class _Free:
+class Free:
     """`memory.free`: the value in `slot` ends here (its release is in `releases`)."""
 
     slot: int
@@ -112,60 +124,97 @@ class _Free:
         return (self.slot,)
 
 
-Entry = Step | _Move | _Free
+Entry = Compute | Move | Free
 
 
 @dataclass(frozen=True, slots=True)
-class _Schedule:
+class Schedule:
     """`@main` of a placed program, detached from xDSL: `entries[i]` is op `i` of the
-    block (values are slots, arguments first), `releases[i]` the slots whose life ends
-    once op `i` has run (`memory.release_points`, the replay's rule)."""
+    block (values are slots, arguments first), `keys[i]` what makes two computing ops
+    one compiled call (None for moves and frees), `releases[i]` the slots whose life
+    ends once op `i` has run (`memory.release_points`, the replay's rule). Every slot
+    has its type (`sigs`) and the bytes one device holds of it as the replay counts
+    them (`nbytes`: the whole tensor, or its block on a mesh)."""
 
     entries: tuple[Entry, ...]
+    keys: tuple[Hashable | None, ...]
     releases: tuple[tuple[int, ...], ...]
     outputs: tuple[int, ...]
     arg_infos: tuple[ArgInfo, ...]
-    arg_spaces: tuple[Space, ...]
-    result_sigs: tuple[TensorSig, ...]
-    result_spaces: tuple[Space, ...]
+    sigs: tuple[TensorSig, ...]
+    nbytes: tuple[int, ...]
 
+    @property
+    def result_sigs(self) -> tuple[TensorSig, ...]:
+        return tuple(self.sigs[slot] for slot in self.outputs)
 
-def _read(module: ModuleOp) -> _Schedule:
-    """The schedule of `module`'s `@main`; PlacedLoweringError for an op that is neither
-    a `graph` op with a JAX lowering nor a `memory` op, and for a sharded program."""
-    if is_sharded(module):
-        raise PlacedLoweringError(
-            "a program both sharded and memory-placed is not supported: lower one of the two"
+    @property
+    def consumed(self) -> tuple[int, ...]:
+        """Indices of the arguments the program frees."""
+        return tuple(
+            entry.slot
+            for entry in self.entries
+            if isinstance(entry, Free) and entry.slot < len(self.arg_infos)
         )
+
+
+MakeCompute = Callable[[Operation, dict[SSAValue, int]], Compute]
+"""Builds the `Compute` of an op reading the slots the dict gives its operands, its
+results given the next free slots (added to the dict); ValueError for an op it cannot."""
+
+
+def read_schedule(module: ModuleOp, compute: MakeCompute) -> Schedule:
+    """The schedule of `module`'s `@main`, each op that is not a `memory` op made by
+    `compute`; PlacedLoweringError for an op it refuses."""
     function = entry_function(module)
     block = entry_block(function)
     slots: dict[SSAValue, int] = {value: index for index, value in enumerate(block.args)}
+    owners: list[Operation] = [function] * len(slots)  # the op each slot's mesh is looked up from
     entries: list[Entry] = []
-    ops = [op for op in block.ops if not isinstance(op, func.ReturnOp)]
-    for op in ops:
+    keys: list[Hashable | None] = []
+    for op in block.ops:
+        if isinstance(op, func.ReturnOp):
+            continue
+        key: Hashable | None = None
         if isinstance(op, MoveOp):
             slots[op.output] = len(slots)
-            entries.append(_Move(slots[op.input], slots[op.output], op.TARGET))
+            entries.append(Move(slots[op.input], slots[op.output], op.TARGET))
         elif isinstance(op, FreeOp):
-            entries.append(_Free(slots[op.input]))
+            entries.append(Free(slots[op.input]))
         else:
             try:
-                entries.append(graph_step(op, slots))
+                entries.append(compute(op, slots))
             except ValueError as err:
                 raise PlacedLoweringError(str(err)) from None
-    returned = return_values(function)
-    infos = tuple(arg_infos(function))
-    return _Schedule(
+            key = (
+                op.name,
+                tuple(sorted(op.properties.items())),
+                tuple(v.type for v in op.operands),
+                tuple(r.type for r in op.results),
+            )
+        keys.append(key)
+        owners += [op] * len(op.results)
+    values = sorted(slots, key=slots.__getitem__)
+    sigs = tuple(sig_of(value.type) for value in values)
+    return Schedule(
         entries=tuple(entries),
+        keys=tuple(keys),
         releases=tuple(
-            tuple(slots[value] for value in values) for values in release_points(function)
+            tuple(slots[value] for value in released) for released in release_points(function)
         ),
-        outputs=tuple(slots[v] for v in returned),
-        arg_infos=infos,
-        arg_spaces=tuple(space_of(info.sig) for info in infos),
-        result_sigs=tuple(sig_of(v.type) for v in returned),
-        result_spaces=tuple(space_of(sig_of(v.type)) for v in returned),
+        outputs=tuple(slots[v] for v in return_values(function)),
+        arg_infos=tuple(arg_infos(function)),
+        sigs=sigs,
+        nbytes=tuple(device_bytes(op, sig) for op, sig in zip(owners, sigs, strict=True)),
     )
+
+
+Layout = Callable[[int], jax.sharding.Sharding]
+"""Where a lowering puts the value of a slot: its JAX sharding, in the memory kind of
+the value's space (`MEMORY_KINDS`)."""
+
+Jitted = Callable[..., Sequence[jax.Array]]
+"""A jitted function (it has `trace`): global arrays in, global arrays out."""
 
 
 def device_sharding(space: Space, device: jax.Device | None = None) -> SingleDeviceSharding:
@@ -174,37 +223,47 @@ def device_sharding(space: Space, device: jax.Device | None = None) -> SingleDev
     return SingleDeviceSharding(device or jax.devices()[0], memory_kind=MEMORY_KINDS[space])
 
 
+def boundary(
+    schedule: Schedule, layout: Layout
+) -> tuple[tuple[jax.sharding.Sharding, ...], tuple[jax.sharding.Sharding, ...]]:
+    """The shardings of the schedule's arguments and of its results (`layout`'s)."""
+    return (
+        tuple(layout(slot) for slot in range(len(schedule.arg_infos))),
+        tuple(layout(slot) for slot in schedule.outputs),
+    )
+
+
 @dataclass(frozen=True)
 class PlacedProgram(ShardedArguments):
-    """A lowered placed program: each argument and result on the default device, in
-    its space's memory kind (`in_shardings`, `out_shardings`)."""
+    """A lowered placed program: each argument and result laid out where its type says
+    (`in_shardings`, `out_shardings`): in its space's memory kind, on the default
+    device or, sharded too, on its mesh."""
 
 
 @dataclass(frozen=True)
 class CompiledProgram(PlacedProgram):
-    """The compiled mode: `fn` is one jitted program (compiled on its first call)."""
-
-    def lowered(self, platform: str | None = None) -> jax.stages.Lowered:
-        """The program's StableHLO for this machine, or cross-lowered for `platform`
-        ("cuda": what a GPU would be given, without a GPU)."""
-        traced = self.fn.trace(*self.abstract_args())  # type: ignore[attr-defined]
-        if platform is None:
-            return traced.lower()
-        return traced.lower(lowering_platforms=(platform,))
+    """The compiled mode on one device: `fn` is one jitted program (compiled on its
+    first call)."""
 
 
 @dataclass(frozen=True)
 class Measured(LiveBytes):
     """Device memory measured over one runtime run, in the shape of `memory.Replay`:
     `start` bytes live once the arguments are placed, `live[i]` after op `i` ran (its
-    results made, nothing it was the last reader of released yet).
+    results made, nothing it was the last reader of released yet). The figures are one
+    device's, the device holding the most among the program's `devices`; `spread` (the
+    arguments, then each op) is how many bytes fewer the device holding the least held,
+    all zeros when the devices hold alike, as SPMD devices do.
 
     The bytes are those of the live arrays in device memory (`jax.live_arrays()`) that
-    were not live before the run: the arrays the run holds, whether it meant to or not.
-    Each of the run's values counts the bytes its IR type has, as the replay counts
-    them: without x64 mode JAX holds an i64 value as int32, half the bytes, which is
-    JAX's doing and not the plan's (`lowering.jax_dtype`); anything else counts its
-    own `nbytes`."""
+    were not live before the run: the arrays the run holds, whether it meant to or not,
+    each counted on every device that holds a block of it, its block's bytes. Each of
+    the run's values counts the bytes its IR type has, as the replay counts them:
+    without x64 mode JAX holds an i64 value as int32, half the bytes, which is JAX's
+    doing and not the plan's (`lowering.jax_dtype`); anything else counts its own."""
+
+    devices: int
+    spread: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -217,7 +276,7 @@ class RuntimeProgram(PlacedProgram):
     consumed: tuple[int, ...]
     """Indices of the arguments the program frees (deletes)."""
     compiled_ops: int
-    """Distinct compiled calls the `graph` ops share (one per op, attributes and
+    """Distinct compiled calls the computing ops share (one per op, attributes and
     operand types)."""
 
 
@@ -237,25 +296,120 @@ def lower_placed(module: ModuleOp, mode: Mode, donate: Sequence[int] = ()) -> Pl
     reuse, as in `lower`: a training loop donates what the step replaces.
 
     Raises PlacedLoweringError (a ValueError, one line) for an op without a lowering and
-    for a program that is sharded too.
+    for a program that is sharded too (`joint.lower_joint` runs it on its mesh).
     """
-    schedule = _read(module)
-    device = jax.devices()[0]
-    in_shardings = tuple(device_sharding(space, device) for space in schedule.arg_spaces)
-    out_shardings = tuple(device_sharding(space, device) for space in schedule.result_spaces)
-    if mode == "compiled":
-        return CompiledProgram(
-            fn=_compiled(schedule, device, in_shardings, out_shardings, tuple(donate)),
-            arg_infos=schedule.arg_infos,
-            result_sigs=schedule.result_sigs,
-            in_shardings=in_shardings,
-            out_shardings=out_shardings,
+    if is_sharded(module):
+        raise PlacedLoweringError(
+            "a program both sharded and memory-placed runs on its mesh (joint.lower_joint), "
+            "not on one device"
         )
+    schedule = read_schedule(module, graph_step)
+    device = jax.devices()[0]
+    kinds = {space: device_sharding(space, device) for space in MEMORY_KINDS}
+
+    def layout(slot: int) -> SingleDeviceSharding:
+        return kinds[space_of(schedule.sigs[slot])]
+
+    if mode == "runtime":
+        return runtime_program(
+            schedule,
+            layout,
+            (device,),
+            lambda step: jax.jit(lambda *xs: step.run(xs), out_shardings=kinds["device"]),
+            donate,
+        )
+    in_shardings, out_shardings = boundary(schedule, layout)
+    fn = jax.jit(
+        ordered(schedule, lambda x, space: jax.device_put(x, kinds[space])),
+        in_shardings=in_shardings,
+        out_shardings=out_shardings,
+        donate_argnums=tuple(donate),
+        compiler_options=NO_REMAT,
+    )
+    return CompiledProgram(
+        fn=fn,
+        arg_infos=schedule.arg_infos,
+        result_sigs=schedule.result_sigs,
+        in_shardings=in_shardings,
+        out_shardings=out_shardings,
+    )
+
+
+# ------------------------------------------------------------------ compiled mode
+
+
+def ordered(
+    schedule: Schedule, move: Callable[[jax.Array, Space], jax.Array]
+) -> Callable[..., tuple[jax.Array, ...]]:
+    """The schedule as one function to trace, whose order XLA must keep; `move(x,
+    space)` copies an array to the memory kind of `space` (a `jax.device_put`).
+
+    XLA schedules a program's instructions itself, in any order its data dependencies
+    allow, so the block order would be lost without dependencies that say it. Each op
+    therefore reads its operands through an `optimization_barrier` together with the
+    results of the last computing op before it: a barrier's outputs exist only once all
+    its inputs do, and XLA neither looks through nor moves computation across it. The
+    barriers form one chain, each with the operands of one op and the results of one
+    other (linear in the program's size). What the chain guarantees:
+
+    - computing ops (`graph` ops, and collectives on a mesh) run in block order: each
+      starts after the one before it has ended (a constant, which reads nothing, is not
+      held back; XLA folds it);
+    - a swap does not start before the computing op before it has ended, so a swap-in
+      cannot be hoisted above where it stands (which would hold its device memory
+      longer than planned), nor a swap-out above its place;
+    - a swap-in ends before the op it prefetches for starts (it reads its result).
+
+    What it does not guarantee: that a swap starts as soon as it may. The ops after a
+    swap do not wait for it (that would serialize copies with compute, which placement
+    overlaps), so XLA may start the copy later, as late as its reader allows (a GPU's
+    latency-hiding scheduler starts copies as early as their operands allow). Nor does
+    it decide when XLA frees a buffer: `memory.free` lowers to nothing, a value dies
+    after its last reader as XLA's buffer assignment sees it, and an argument lives
+    through the program (an entry parameter), freed or not. The runtime mode is the
+    exact one. Host values may pass through the barriers: XLA's host offloader lets
+    optimization barriers, tuples and their elements sit on a host-memory path.
+    """
+    entries = tuple(entry for entry in schedule.entries if not isinstance(entry, Free))
+
+    def program(*args: jax.Array) -> tuple[jax.Array, ...]:
+        values: dict[int, jax.Array] = dict(enumerate(args))
+        last: tuple[int, ...] = ()  # the results of the last computing op so far
+        for entry in entries:
+            if last and entry.operands:
+                held = tuple(dict.fromkeys((*entry.operands, *last)))
+                released = lax.optimization_barrier(tuple(values[slot] for slot in held))
+                values.update(zip(held, released, strict=True))
+            if isinstance(entry, Move):
+                values[entry.target] = move(values[entry.source], entry.space)
+            else:
+                results = entry.run([values[slot] for slot in entry.operands])
+                values.update(zip(entry.results, results, strict=True))
+                last = entry.results
+        return tuple(values[slot] for slot in schedule.outputs)
+
+    return program
+
+
+# ------------------------------------------------------------------- runtime mode
+
+
+def runtime_program(
+    schedule: Schedule,
+    layout: Layout,
+    devices: Sequence[jax.Device],
+    jitted: Callable[[Compute], Jitted],
+    donate: Sequence[int] = (),
+) -> RuntimeProgram:
+    """The runtime mode of `schedule` (module docstring): values laid out by `layout`,
+    each computing op the compiled call of `jitted(op)`, the device memory measured on
+    each of `devices` (those the program runs on)."""
     if donate:
         raise PlacedLoweringError(
             "the runtime mode takes no donated arguments: it frees what the program frees"
         )
-    runtime = _Runtime(schedule, device)
+    runtime = _Runtime(schedule, layout, devices, jitted)
+    in_shardings, out_shardings = boundary(schedule, layout)
 
     def fn(*args: jax.Array) -> tuple[jax.Array, ...]:
         return runtime(args)[0]
@@ -267,136 +421,62 @@ def lower_placed(module: ModuleOp, mode: Mode, donate: Sequence[int] = ()) -> Pl
         in_shardings=in_shardings,
         out_shardings=out_shardings,
         measure=lambda *args: runtime(args),
-        consumed=tuple(
-            entry.slot
-            for entry in schedule.entries
-            if isinstance(entry, _Free) and entry.slot < len(schedule.arg_infos)
-        ),
+        consumed=schedule.consumed,
         compiled_ops=runtime.compiled_ops,
     )
-
-
-# ------------------------------------------------------------------ compiled mode
-
-
-def _compiled(
-    schedule: _Schedule,
-    device: jax.Device,
-    in_shardings: tuple[SingleDeviceSharding, ...],
-    out_shardings: tuple[SingleDeviceSharding, ...],
-    donate: tuple[int, ...],
-) -> Callable[..., tuple[jax.Array, ...]]:
-    """The schedule as one jitted program whose order XLA must keep.
-
-    XLA schedules a program's instructions itself, in any order its data dependencies
-    allow, so the block order would be lost without dependencies that say it. Each op
-    therefore reads its operands through an `optimization_barrier` together with the
-    results of the last `graph` op before it: a barrier's outputs exist only once all
-    its inputs do, and XLA neither looks through nor moves computation across it. The
-    barriers form one chain, each with the operands of one op and the results of one
-    other (linear in the program's size). What the chain guarantees:
-
-    - `graph` ops run in block order: each starts after the one before it has ended
-      (a constant, which reads nothing, is not held back; XLA folds it);
-    - a swap does not start before the `graph` op before it has ended, so a swap-in
-      cannot be hoisted above where it stands (which would hold its device memory
-      longer than planned), nor a swap-out above its place;
-    - a swap-in ends before the op it prefetches for starts (it reads its result).
-
-    What it does not guarantee: that a swap starts as soon as it may. The `graph` ops
-    after a swap do not wait for it (that would serialize copies with compute, which
-    placement overlaps), so XLA may start the copy later, as late as its reader allows
-    (a GPU's latency-hiding scheduler starts copies as early as their operands allow).
-    Nor does it decide when XLA frees a buffer: `memory.free` lowers to nothing, a value
-    dies after its last reader as XLA's buffer assignment sees it, and an argument lives
-    through the program (an entry parameter), freed or not. The runtime mode is the
-    exact one. Host values may pass through the barriers: XLA's host offloader lets
-    optimization barriers, tuples and their elements sit on a host-memory path.
-    """
-    kinds = {space: device_sharding(space, device) for space in MEMORY_KINDS}
-    entries = tuple(entry for entry in schedule.entries if not isinstance(entry, _Free))
-
-    def program(*args: jax.Array) -> tuple[jax.Array, ...]:
-        values: dict[int, jax.Array] = dict(enumerate(args))
-        last: tuple[int, ...] = ()  # the results of the last graph op so far
-        for entry in entries:
-            if last and entry.operands:
-                held = tuple(dict.fromkeys((*entry.operands, *last)))
-                released = lax.optimization_barrier(tuple(values[slot] for slot in held))
-                values.update(zip(held, released, strict=True))
-            if isinstance(entry, _Move):
-                values[entry.target] = jax.device_put(values[entry.source], kinds[entry.space])
-            else:
-                assert isinstance(entry, Step)
-                results = entry.run([values[slot] for slot in entry.operands])
-                values.update(zip(entry.results, results, strict=True))
-                last = entry.results
-        return tuple(values[slot] for slot in schedule.outputs)
-
-    return jax.jit(
-        program,
-        in_shardings=in_shardings,
-        out_shardings=out_shardings,
-        donate_argnums=donate,
-        compiler_options=NO_REMAT,
-    )
-
-
-# ------------------------------------------------------------------- runtime mode
 
 
 class _Runtime:
     """The schedule run op by op (module docstring): a call of `(args)` returns the
     results and the device memory measured after every op."""
 
-    def __init__(self, schedule: _Schedule, device: jax.Device) -> None:
+    def __init__(
+        self,
+        schedule: Schedule,
+        layout: Layout,
+        devices: Sequence[jax.Device],
+        jitted: Callable[[Compute], Jitted],
+    ) -> None:
         self.schedule = schedule
-        self.kinds = {space: device_sharding(space, device) for space in MEMORY_KINDS}
+        self.layout = layout
+        self.devices = tuple(devices)
         self.device_kind = MEMORY_KINDS["device"]
         # Every distinct op compiled once, before any run: no tracing (nor any array
         # it might make) happens while a run is measured.
         compiled: dict[Hashable, jax.stages.Compiled] = {}
-        self.calls: list[Callable[..., Sequence[jax.Array]] | None] = []
-        sigs = self._sigs()
-        self.ir_bytes = {slot: tensor_bytes(sig) for slot, sig in sigs.items()}
-        for entry in schedule.entries:
-            if not isinstance(entry, Step):
+        self.calls: list[jax.stages.Compiled | None] = []
+        for entry, key in zip(schedule.entries, schedule.keys, strict=True):
+            if isinstance(entry, Move | Free):
                 self.calls.append(None)
                 continue
-            inputs = tuple(sigs[slot] for slot in entry.operands)
-            key = (entry.name, _hashable(entry.attrs), inputs)
             if key not in compiled:
-                compiled[key] = self._compile(entry, inputs)
+                avals = [
+                    jax.ShapeDtypeStruct(
+                        schedule.sigs[slot].shape,
+                        jax_dtype(schedule.sigs[slot].dtype),
+                        sharding=layout(slot),
+                    )
+                    for slot in entry.operands
+                ]
+                compiled[key] = jitted(entry).trace(*avals).lower().compile()  # type: ignore[attr-defined]
             self.calls.append(compiled[key])
         self.compiled_ops = len(compiled)
 
-    def _sigs(self) -> dict[int, TensorSig]:
-        """Every slot's type (arguments and results of every entry)."""
-        sigs = {index: info.sig for index, info in enumerate(self.schedule.arg_infos)}
-        for entry in self.schedule.entries:
-            if isinstance(entry, Step):
-                sigs.update(zip(entry.results, entry.result_sigs, strict=True))
-            elif isinstance(entry, _Move):
-                sigs[entry.target] = in_space(sigs[entry.source], entry.space)
-        return sigs
-
-    def _compile(self, step: Step, inputs: tuple[TensorSig, ...]) -> jax.stages.Compiled:
-        device = self.kinds["device"]
-        avals = [
-            jax.ShapeDtypeStruct(sig.shape, jax_dtype(sig.dtype), sharding=device) for sig in inputs
-        ]
-        jitted = jax.jit(lambda *xs: step.run(xs), out_shardings=device)
-        return jitted.trace(*avals).lower().compile()
-
-    def _device_bytes(self, excluded: set[int], values: dict[int, jax.Array]) -> int:
-        """Bytes of the live device-memory arrays but those in `excluded` (ids), each of
-        the run's values counted as its IR type says (`_ir_bytes`)."""
-        counted = {id(array): self.ir_bytes[slot] for slot, array in values.items()}
-        return sum(
-            counted.get(id(array), array.nbytes)
-            for array in jax.live_arrays()
-            if id(array) not in excluded and array.sharding.memory_kind == self.device_kind
-        )
+    def _device_bytes(self, excluded: set[int], values: dict[int, jax.Array]) -> tuple[int, int]:
+        """The most bytes one device holds in live device-memory arrays but those in
+        `excluded` (ids), each of the run's values counted as its IR type says, and
+        how many fewer the device holding the least holds (`Measured`)."""
+        counted = {id(array): self.schedule.nbytes[slot] for slot, array in values.items()}
+        held = dict.fromkeys(self.devices, 0)
+        for array in jax.live_arrays():
+            if id(array) in excluded or array.sharding.memory_kind != self.device_kind:
+                continue
+            block = counted.get(id(array))
+            if block is None:
+                block = math.prod(array.sharding.shard_shape(array.shape)) * array.dtype.itemsize
+            for device in array.sharding.device_set & held.keys():
+                held[device] += block
+        return max(held.values()), max(held.values()) - min(held.values())
 
     def __call__(self, args: Sequence[jax.Array]) -> tuple[tuple[jax.Array, ...], Measured]:
         schedule = self.schedule
@@ -406,33 +486,27 @@ class _Runtime:
         before = [a for a in jax.live_arrays() if id(a) not in own]
         excluded = {id(a) for a in before}
         values: dict[int, jax.Array] = dict(enumerate(args))
-        start = self._device_bytes(excluded, values)
-        live = []
+        start, start_spread = self._device_bytes(excluded, values)
+        live, spread = [], [start_spread]
         for entry, call, released in zip(
             schedule.entries, self.calls, schedule.releases, strict=True
         ):
-            if isinstance(entry, _Move):
-                values[entry.target] = jax.device_put(values[entry.source], self.kinds[entry.space])
-            elif isinstance(entry, Step):
+            if isinstance(entry, Move):
+                values[entry.target] = jax.device_put(
+                    values[entry.source], self.layout(entry.target)
+                )
+            elif not isinstance(entry, Free):
                 assert call is not None
                 results = call(*(values[slot] for slot in entry.operands))
                 values.update(zip(entry.results, results, strict=True))
-            live.append(self._device_bytes(excluded, values))
+            held, apart = self._device_bytes(excluded, values)
+            live.append(held)
+            spread.append(apart)
             for slot in released:
                 values.pop(slot).delete()
         del before
-        return tuple(values[slot] for slot in schedule.outputs), Measured(start, tuple(live))
-
-
-def _hashable(attrs: object) -> Hashable:
-    """A key equal for equal attribute values (lists and dicts made tuples)."""
-    if isinstance(attrs, dict):
-        return tuple(sorted((k, _hashable(v)) for k, v in attrs.items()))
-    if isinstance(attrs, list | tuple):
-        return tuple(_hashable(v) for v in attrs)
-    if isinstance(attrs, np.ndarray):
-        return (attrs.dtype.str, attrs.shape, attrs.tobytes())
-    return attrs  # type: ignore[return-value]
+        measured = Measured(start, tuple(live), len(self.devices), tuple(spread))
+        return tuple(values[slot] for slot in schedule.outputs), measured
 
 
 # ---------------------------------------------------------- CUDA cross-lowering
@@ -498,8 +572,9 @@ def stablehlo_placements(text: str) -> Placements:
     )
 
 
-def cuda_placements(program: CompiledProgram) -> tuple[Placements, str]:
-    """The placements of `program` cross-lowered for CUDA (no GPU needed), and the
-    StableHLO text they were counted in."""
+def cuda_placements(program: ShardedArguments) -> tuple[Placements, str]:
+    """The placements of `program`, one jitted program (the compiled mode, on one device
+    or a mesh), cross-lowered for CUDA (no GPU needed), and the StableHLO text they were
+    counted in."""
     text = program.lowered("cuda").as_text()
     return stablehlo_placements(text), text

@@ -30,6 +30,10 @@ The values are checked against the IR at trace time (each local result's shape),
 the program refuses what it cannot run faithfully: results left as partial sums,
 arguments given as partial sums, partial sums used across meshes, integer means split
 across devices.
+
+A program placed too (`memory` swaps between the ops) runs its ops as `LocalStep`s
+(`local_step`) in the placed lowering's schedule, mapped over its mesh with `map_over`
+(`joint.py`).
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.ir import Operation
+from xdsl.ir import Operation, SSAValue
 
 from tasoc.backends.jax.lowering import (
     JAX_KERNELS,
@@ -59,7 +63,7 @@ from tasoc.backends.numpy.kernels import in_float32
 from tasoc.ir import soap
 from tasoc.ir.graph import GraphOp, sig_of
 from tasoc.ir.parallel import CollectiveOp, ReplicateOp, check_transition, meshes, sharding_of
-from tasoc.ir.program import arg_infos, entry_function, return_values
+from tasoc.ir.program import ArgInfo, arg_infos, entry_function, return_values
 from tasoc.ir.shapes import TensorSig
 from tasoc.ir.soap import Mesh, Sharding
 from tasoc.ir.soap_rules import local_attrs
@@ -184,7 +188,7 @@ def _graph_op(op: GraphOp, mesh: Mesh) -> LocalFn:
     name, attrs = op.op_name(), op.py_attrs()
     in_sigs = [sig_of(v.type) for v in op.operands]
     out_sigs = [sig_of(r.type) for r in op.results]
-    out_shardings = [_sharding(sig) for sig in out_sigs]
+    out_shardings = [program_sharding(sig) for sig in out_sigs]
     if name not in JAX_KERNELS:
         raise ShardedLoweringError(f"no JAX lowering for op '{op.name}'")
     kernel = JAX_KERNELS[name]
@@ -194,11 +198,11 @@ def _graph_op(op: GraphOp, mesh: Mesh) -> LocalFn:
             for whole, sharding in zip(kernel(attrs, []), out_shardings, strict=True)
         ]
     rule = soap.rule_of(name, in_sigs, attrs, out_sigs)
-    _, config = soap.propagate(rule, [_sharding(sig) for sig in in_sigs], mesh.name)
+    _, config = soap.propagate(rule, [program_sharding(sig) for sig in in_sigs], mesh.name)
     attrs = local_attrs(
         name,
         attrs,
-        [_sharding(sig).local_shape(sig.shape, mesh) for sig in in_sigs],
+        [program_sharding(sig).local_shape(sig.shape, mesh) for sig in in_sigs],
         [
             sharding.local_shape(sig.shape, mesh)
             for sig, sharding in zip(out_sigs, out_shardings, strict=True)
@@ -265,7 +269,10 @@ def _all_to_all(x: jax.Array, source: Sharding, target: Sharding) -> jax.Array:
 
 def _collective(op: CollectiveOp, mesh: Mesh) -> LocalFn:
     """A collective on one mesh (`parallel.replicate` moves between meshes: `_Move`)."""
-    source, target = _sharding(sig_of(op.input.type)), _sharding(sig_of(op.output.type))
+    source, target = (
+        program_sharding(sig_of(op.input.type)),
+        program_sharding(sig_of(op.output.type)),
+    )
     problem = check_transition(op.KIND, source, target)
     if problem:
         raise ShardedLoweringError(f"'{op.name}': {problem}")
@@ -283,7 +290,8 @@ def _collective(op: CollectiveOp, mesh: Mesh) -> LocalFn:
 # ------------------------------------------------------------------ the program
 
 
-def _sharding(sig: TensorSig) -> Sharding:
+def program_sharding(sig: TensorSig) -> Sharding:
+    """The sharding of a value of a sharded program, which every value has."""
     sharding = sharding_of(sig)
     if sharding is None:
         raise ShardedLoweringError(f"a value of type {sig} has no sharding in a sharded program")
@@ -313,14 +321,44 @@ def device_mesh(mesh: Mesh) -> jax.sharding.Mesh:
 
 
 @dataclass(frozen=True, slots=True)
-class _Step:
-    """One op of `@main` on one device: values are slots in a flat list."""
+class LocalStep:
+    """One op of `@main` on one device (a `graph` op or a collective on one mesh):
+    values are slots in a flat list. Shared by `lower_sharded` and the lowering of a
+    sharded program that is also placed (`joint.py`), which interleaves steps with moves."""
 
     what: str
-    run: LocalFn
+    local: LocalFn
     operands: tuple[int, ...]
     results: tuple[int, ...]
     local_sigs: tuple[TensorSig, ...]
+
+    def run(self, inputs: Sequence[jax.Array]) -> list[jax.Array]:
+        """The op on (traced) local blocks; each result's local shape is checked at
+        trace time (`check_results`)."""
+        results = self.local(inputs)
+        check_results(self.what, self.local_sigs, results)
+        return results
+
+
+def local_step(op: Operation, mesh: Mesh, slots: dict[SSAValue, int]) -> LocalStep:
+    """`op`, a `graph` op or a collective on `mesh` (not `parallel.replicate`, which
+    leaves it), as a `LocalStep` reading the slots `slots` gives its operands; its
+    results take the next free slots, which are added to `slots`.
+    ShardedLoweringError for any other op."""
+    if isinstance(op, GraphOp):
+        local = _graph_op(op, mesh)
+    elif isinstance(op, CollectiveOp) and not isinstance(op, ReplicateOp):
+        local = _collective(op, mesh)
+    else:
+        raise ShardedLoweringError(f"no JAX lowering for op '{op.name}'")
+    results = tuple(range(len(slots), len(slots) + len(op.results)))
+    local_sigs = tuple(
+        TensorSig(program_sharding(sig).local_shape(sig.shape, mesh), sig.dtype)
+        for sig in (sig_of(r.type) for r in op.results)
+    )
+    step = LocalStep(op.name, local, tuple(slots[v] for v in op.operands), results, local_sigs)
+    slots.update(zip(op.results, results, strict=True))
+    return step
 
 
 Values = dict[int, jax.Array]
@@ -375,10 +413,7 @@ class ShardedProgram(ShardedArguments):
                 f"a program on {len(self.meshes)} meshes runs as several computations; "
                 "only a program on one mesh lowers to one"
             )
-        traced = self.fn.trace(*self.abstract_args())  # type: ignore[attr-defined]
-        if platform is None:
-            return traced.lower()
-        return traced.lower(lowering_platforms=(platform,))
+        return super().lowered(platform)
 
     def compiled(self) -> jax.stages.Compiled:
         """The program compiled by XLA for this machine's devices (one mesh)."""
@@ -388,7 +423,24 @@ class ShardedProgram(ShardedArguments):
 def _mesh_of(op: Operation, found: Mapping[str, Mesh]) -> Mesh:
     """The mesh an op runs on: its results' (a constant's), else its operands'."""
     value = op.results[0] if op.results else op.operands[0]
-    return found[_sharding(sig_of(value.type)).mesh]
+    return found[program_sharding(sig_of(value.type)).mesh]
+
+
+def check_complete(infos: Sequence[ArgInfo], result_sigs: Sequence[TensorSig]) -> None:
+    """ShardedLoweringError for an argument or a result that holds partial sums: a
+    caller passes and receives complete values (each device's block of the value)."""
+    for info in infos:
+        if program_sharding(info.sig).unreduced:
+            raise ShardedLoweringError(
+                f"argument '{info.name}' holds partial sums ({info.sig}): pass complete values"
+            )
+    for index, sig in enumerate(result_sigs):
+        unreduced = program_sharding(sig).unreduced
+        if unreduced:
+            raise ShardedLoweringError(
+                f"result #{index} holds partial sums along {list(unreduced)}: "
+                "complete it (parallel.all_reduce) before returning it"
+            )
 
 
 def lower_sharded(module: ModuleOp) -> ShardedProgram:
@@ -404,47 +456,26 @@ def lower_sharded(module: ModuleOp) -> ShardedProgram:
     function = entry_function(module)
     block = function.body.block
     infos = tuple(arg_infos(function))
-    for info in infos:
-        if _sharding(info.sig).unreduced:
-            raise ShardedLoweringError(
-                f"argument '{info.name}' holds partial sums ({info.sig}): pass complete values"
-            )
     returned = return_values(function)
     result_sigs = tuple(sig_of(v.type) for v in returned)
-    for index, sig in enumerate(result_sigs):
-        if _sharding(sig).unreduced:
-            raise ShardedLoweringError(
-                f"result #{index} holds partial sums along {list(_sharding(sig).unreduced)}: "
-                "complete it (parallel.all_reduce) before returning it"
-            )
+    check_complete(infos, result_sigs)
     jax_meshes = {name: device_mesh(mesh) for name, mesh in found.items()}
     slots = {value: index for index, value in enumerate(block.args)}
-    shardings = {index: _sharding(info.sig) for index, info in enumerate(infos)}
-    runs: list[tuple[Mesh, list[_Step]] | _Move] = []
+    shardings = {index: program_sharding(info.sig) for index, info in enumerate(infos)}
+    runs: list[tuple[Mesh, list[LocalStep]] | _Move] = []
     for op in block.ops:
         if isinstance(op, func.ReturnOp):
             continue
-        results = tuple(range(len(slots), len(slots) + len(op.results)))
-        slots.update(zip(op.results, results, strict=True))
-        for slot, result in zip(results, op.results, strict=True):
-            shardings[slot] = _sharding(sig_of(result.type))
         if isinstance(op, ReplicateOp):
-            target = shardings[results[0]]
+            slots[op.output] = len(slots)
+            target = shardings[slots[op.output]] = program_sharding(sig_of(op.output.type))
             named = NamedSharding(jax_meshes[target.mesh], partition_spec(target))
-            runs.append(_Move(slots[op.input], results[0], named))
+            runs.append(_Move(slots[op.input], slots[op.output], named))
             continue
         mesh = _mesh_of(op, found)
-        if isinstance(op, GraphOp):
-            run = _graph_op(op, mesh)
-        elif isinstance(op, CollectiveOp):
-            run = _collective(op, mesh)
-        else:
-            raise ShardedLoweringError(f"no JAX lowering for op '{op.name}'")
-        local_sigs = tuple(
-            TensorSig(shardings[slot].local_shape(sig_of(r.type).shape, mesh), sig_of(r.type).dtype)
-            for slot, r in zip(results, op.results, strict=True)
-        )
-        step = _Step(op.name, run, tuple(slots[v] for v in op.operands), results, local_sigs)
+        step = local_step(op, mesh, slots)
+        for slot, result in zip(step.results, op.results, strict=True):
+            shardings[slot] = program_sharding(sig_of(result.type))
         last = runs[-1] if runs else None
         if isinstance(last, tuple) and last[0] == mesh:
             last[1].append(step)
@@ -474,7 +505,7 @@ def lower_sharded(module: ModuleOp) -> ShardedProgram:
 
 
 def _segment(
-    steps: Sequence[_Step],
+    steps: Sequence[LocalStep],
     inputs: tuple[int, ...],
     outputs: tuple[int, ...],
     shardings: Mapping[int, Sharding],
@@ -487,22 +518,32 @@ def _segment(
         values: Values = dict(zip(inputs, args, strict=True))
         for step in steps:
             results = step.run([values[i] for i in step.operands])
-            check_results(step.what, step.local_sigs, results)
             values.update(zip(step.results, results, strict=True))
         return tuple(values[i] for i in outputs)
 
-    mapped = jax.shard_map(
-        local,
-        mesh=mesh,
-        in_specs=tuple(partition_spec(shardings[i]) for i in inputs),
-        out_specs=tuple(partition_spec(shardings[i]) for i in outputs),
-        check_vma=False,
-    )
+    mapped = map_over(local, mesh, [shardings[i] for i in inputs], [shardings[i] for i in outputs])
     return jax.jit(mapped, compiler_options=AS_WRITTEN)
 
 
+def map_over(
+    local: Callable[..., tuple[jax.Array, ...]],
+    mesh: jax.sharding.Mesh,
+    inputs: Sequence[Sharding],
+    outputs: Sequence[Sharding],
+) -> Callable[..., tuple[jax.Array, ...]]:
+    """`local`, a function of each device's blocks, as a shard_map over `mesh`: from
+    global arrays laid out as `inputs` to global arrays laid out as `outputs`."""
+    return jax.shard_map(
+        local,
+        mesh=mesh,
+        in_specs=tuple(partition_spec(s) for s in inputs),
+        out_specs=tuple(partition_spec(s) for s in outputs),
+        check_vma=False,
+    )
+
+
 def _joined(
-    runs: Sequence[tuple[Mesh, list[_Step]] | _Move],
+    runs: Sequence[tuple[Mesh, list[LocalStep]] | _Move],
     outputs: tuple[int, ...],
     shardings: Mapping[int, Sharding],
     jax_meshes: Mapping[str, jax.sharding.Mesh],
