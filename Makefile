@@ -1,6 +1,6 @@
 # One entry point for setting up, testing and demonstrating tasoc.
 #   make demo   set up .venv, optimize zoo:bert and zoo:nasrnn, run them against the reference,
-#               train a small classifier and a zoo model for a few steps
+#               train a small classifier and a zoo model for a few steps, shard and place steps
 #   make test   set up .venv and run the whole test suite (lit + pytest)
 #   make rules  regenerate the shipped rewrite-rule library (docs/rules.md)
 VENV    := .venv
@@ -48,6 +48,10 @@ demo: setup
 	  -p 'autodiff{loss=mse optimizer=adam lr=0.001},placement{search=offload-all params=host}' \
 	  -o demo-placed.mlir
 	$(TASOC) run demo-placed.mlir --check --mode runtime
+	$(TASOC) opt 'zoo:transformer?layers=2&hidden=64&seq=16&batch=8' \
+	  -p 'equality-rewrite{timeout=10},autodiff{loss=mse},soap-shard{mesh=8 machine=cpu-8 search=mcmc budget=200 seed=0},placement{search=belady capacity=1MB}' \
+	  -o demo-joint.mlir
+	$(TASOC) run demo-joint.mlir --devices 8 --mode runtime --check
 
 bench: setup
 	$(PY) benchmarks/ir.py
