@@ -259,7 +259,17 @@ def test_steps_of_the_sharded_placed_step(tasoc: Tasoc, step_file: Path, tmp_pat
     back on the host), the losses are the reference's."""
     report = tmp_path / "r.json"
     result = tasoc(
-        "run", step_file, "--steps", "2", "--mode", "runtime", "--check", "--report", report
+        "run",
+        step_file,
+        "--devices",
+        "2",
+        "--steps",
+        "2",
+        "--mode",
+        "runtime",
+        "--check",
+        "--report",
+        report,
     )
     assert result.code == 0, result
     assert "check: the measured device bytes are the replay's, op by op on every device" in (
@@ -312,7 +322,9 @@ def test_a_runtime_whose_devices_differ_is_caught(
         return held, spread + (held if held > 64 else 0)
 
     monkeypatch.setattr(placed._Runtime, "_device_bytes", lopsided)
-    result = tasoc("run", written(tmp_path, JOINT), "--mode", "runtime", "--check")
+    result = tasoc(
+        "run", written(tmp_path, JOINT), "--devices", "2", "--mode", "runtime", "--check"
+    )
     assert_one_line_error(
         result, "the devices hold different bytes after op 0 (memory.swap_in): one 128, one 0"
     )

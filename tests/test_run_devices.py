@@ -51,12 +51,19 @@ def test_devices_makes_cpu_devices_and_check_matches_the_unsharded_reference(
     assert "check: equivalent to the numpy reference of the unsharded program" in run.stdout
 
 
-def test_without_devices_a_sharded_program_gets_as_many_as_its_mesh_needs(
+def test_without_devices_a_sharded_program_is_one_line_saying_how_many(
     tmp_path: Path,
 ) -> None:
+    """JAX is not asked for fake devices behind the user's back (on a GPU machine that
+    would run the program on the CPU): the error names the count to ask for."""
     run = tasoc_process("run", written(tmp_path, on_mesh(4)), "--check")
-    assert run.returncode == 0, run.stderr
-    assert "on jax, 4 devices" in run.stdout
+    assert run.returncode == 1
+    (line,) = run.stderr.splitlines()
+    assert (
+        line.startswith("tasoc: error: ")
+        and "sharded over 4 devices (@m): give --devices 4" in line
+    )
+    assert tasoc_process("run", written(tmp_path, on_mesh(4)), "--devices", "4").returncode == 0
 
 
 def test_too_few_devices_is_one_line_naming_both_counts(tmp_path: Path) -> None:
@@ -75,7 +82,9 @@ Tasoc = Callable[..., Result]
 
 def test_audit_prints_the_table_and_reports_it(tasoc: Tasoc, tmp_path: Path) -> None:
     report = tmp_path / "r.json"
-    result = tasoc("run", written(tmp_path, GATHER), "--audit", "--report", report)
+    result = tasoc(
+        "run", written(tmp_path, GATHER), "--devices", "8", "--audit", "--report", report
+    )
     assert result.code == 0, result
     assert "all-gather  1   32        1        32         1     ok" in result.out
     assert "audit: the compiled collectives are the ones the IR asks for" in result.out
@@ -85,7 +94,9 @@ def test_audit_prints_the_table_and_reports_it(tasoc: Tasoc, tmp_path: Path) -> 
 
 def test_bench_times_the_sharded_program(tasoc: Tasoc, tmp_path: Path) -> None:
     report = tmp_path / "r.json"
-    result = tasoc("run", written(tmp_path, GATHER), "--bench", "2", "--report", report)
+    result = tasoc(
+        "run", written(tmp_path, GATHER), "--devices", "8", "--bench", "2", "--report", report
+    )
     assert result.code == 0, result
     assert "bench: 2 runs on jax, 8 devices, median" in result.out
     written_report = json.loads(report.read_text())
@@ -94,7 +105,7 @@ def test_bench_times_the_sharded_program(tasoc: Tasoc, tmp_path: Path) -> None:
 
 def test_numpy_backend_runs_the_unsharded_program(tasoc: Tasoc, tmp_path: Path) -> None:
     path = written(tmp_path, GATHER)
-    jax_run = tasoc("run", path)
+    jax_run = tasoc("run", path, "--devices", "8")
     numpy_run = tasoc("run", path, "--backend", "numpy")
     assert numpy_run.code == 0, numpy_run
     checksum = jax_run.out.splitlines()[1].split("mean")[1]
@@ -107,8 +118,11 @@ def test_numpy_backend_runs_the_unsharded_program(tasoc: Tasoc, tmp_path: Path) 
         (["--devices", "0"], "--devices must be between 1 and 4096, not 0"),
         (["--devices", "5000"], "--devices must be between 1 and 4096, not 5000"),
         (["--devices", "16"], "JAX already runs on 8 devices and cannot make 16"),
-        (["--steps", "2"], "--steps runs a training step"),
-        (["--check-onnxruntime"], "--check-onnxruntime on a sharded program is not supported"),
+        (["--devices", "8", "--steps", "2"], "--steps runs a training step"),
+        (
+            ["--devices", "8", "--check-onnxruntime"],
+            "--check-onnxruntime on a sharded program is not supported",
+        ),
         (["--audit", "--backend", "numpy"], "--audit reads the HLO that JAX compiles"),
     ],
 )
@@ -125,7 +139,7 @@ def test_audit_of_an_unsharded_program(tasoc: Tasoc, tmp_path: Path) -> None:
 
 
 def test_a_sharded_program_with_too_few_devices(tasoc: Tasoc, tmp_path: Path) -> None:
-    result = tasoc("run", written(tmp_path, on_mesh(16)))
+    result = tasoc("run", written(tmp_path, on_mesh(16)), "--devices", "8")
     assert_one_line_error(result, "needs 16 devices and JAX has 8", "run with --devices 16")
 
 
@@ -152,10 +166,11 @@ def test_two_device_groups_run_and_check_but_do_not_audit(tasoc: Tasoc, tmp_path
         [there],
     )
     path = written(tmp_path, text)
-    result = tasoc("run", path, "--check")
+    result = tasoc("run", path, "--devices", "8", "--check")
     assert result.code == 0, result
     assert "on jax, 8 devices" in result.out and "check: equivalent" in result.out
-    assert_one_line_error(tasoc("run", path, "--audit"), "the audit reads programs on one mesh")
+    audit = tasoc("run", path, "--devices", "8", "--audit")
+    assert_one_line_error(audit, "the audit reads programs on one mesh")
 
 
 # ------------------------------------------------------------------ the issue's done
@@ -207,7 +222,7 @@ def test_a_sharded_training_step_trains_as_the_unsharded_one(
     )
     assert made.code == 0, made
     one = tasoc("run", str(step), "--steps", "4")
-    many = tasoc("run", str(sharded), "--steps", "4")
+    many = tasoc("run", str(sharded), "--devices", "8", "--steps", "4")
     assert one.code == 0 and many.code == 0, many
     assert len(losses(many.out)) == 4
     assert losses(many.out) == pytest.approx(losses(one.out), rel=1e-4)

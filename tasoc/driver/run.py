@@ -431,8 +431,15 @@ def _run(args: argparse.Namespace, found: WeightsFile | None) -> dict[str, objec
             f"--mode says how a memory-placed program runs; {args.input} is not one "
             "(it has no memory spaces, swaps or memory attributes)"
         )
-    if sharded and args.devices is None:
-        default_devices(mesh_devices(meshes(module).values()))
+    if sharded and args.devices is None and args.backend == "jax":
+        needed = mesh_devices(meshes(module).values())
+        if args.processes is None:
+            names = ", ".join(f"@{name}" for name in meshes(module))
+            raise UsageError(
+                f"{args.input} is sharded over {needed} devices ({names}): give --devices "
+                f"{needed} (or --backend numpy for the equal one-device program)"
+            )
+        default_devices(needed)  # each process makes its share of the mesh's devices
     if sharded and args.backend == "numpy":
         module = unsharded(module)  # the reference runs the equal one-device program
     if placed and args.backend == "numpy":
