@@ -2,9 +2,10 @@
 
 Passes compose like MLIR passes, but not in every order: `equality-rewrite`'s rules
 hold for unsharded `graph` ops, `placement` plans a training step's memory, and so on
-(DESIGN.md §8). Run in a wrong order, a pass used to fail deep inside itself with a
-message about IR its user never wrote. So each pass states what it takes, and a whole
-pipeline is checked before its first pass runs. A program is some of four kinds, read
+(DESIGN.md §8). Run in a wrong order, a pass would fail deep inside itself, after the
+passes before it spent their time, with a message about IR its user never wrote. So
+each pass states what it takes, and a whole pipeline is checked before its first pass
+runs. A program is some of four kinds, read
 off the module by `kinds_of`:
 
 - `graph`: a plain forward program: `@main` carries no training marks
