@@ -7,7 +7,9 @@ itself when the two permutations cancel. Run it without installing anything:
 
 The pass converts `@main` to tasoc's light graph (`tasoc.ir.dag`), edits the graph
 there, and writes the result back into the module; every other op of the module is
-left as it was.
+left as it was. The light graph holds `graph` ops on unsharded, unplaced tensors, so
+the pass's contract refuses sharded and placed programs: `tasoc opt` then stops a
+pipeline that would run it on one before the pipeline's first pass runs.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ from typing import ClassVar
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
+from xdsl.utils.exceptions import PassFailedException
 
 from tasoc.ir.dag import Dag, Node, Value, from_module, write_back
+from tasoc.passes.kinds import Kind, PassContract, require
 
 
 def compose(inner: tuple[int, ...], outer: tuple[int, ...]) -> tuple[int, ...]:
@@ -59,6 +63,14 @@ class FoldTransposesPass(ModulePass):
 
     name: ClassVar[str] = "fold-transposes"
 
+    contract: ClassVar[PassContract] = PassContract(
+        refuses={
+            Kind.SHARDED: "the program is sharded; run fold-transposes before soap-shard",
+            Kind.PLACED: "the program is placed; run fold-transposes before placement",
+        }
+    )
+    """The programs it takes (docs/custom-pass.md): forward programs and training steps."""
+
     max_folds: int = 1000
     """Stop after this many folds (`fold-transposes{max-folds=10}`): an option, to show
     how options are declared and checked."""
@@ -68,6 +80,7 @@ class FoldTransposesPass(ModulePass):
             raise ValueError(f"max-folds must be at least 1, got {self.max_folds}")
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        require(self.contract, op, lambda reason: PassFailedException(f"{self.name}: {reason}"))
         graph = from_module(op)
         folded = fold_transposes(graph, self.max_folds)
         if folded != graph:

@@ -17,6 +17,9 @@ changes is what a compiler driver owes its users:
   it (`weights.py`), and go to `-o OUT.onnx` or beside `-o OUT`;
 - errors: one line `tasoc: error: ...` with `file:line:col` (`errors.py`), also for
   verifier failures, and bad pipelines named pass by pass;
+- pipelines: each pass's contract (`tasoc.passes.kinds`) is checked against what the
+  passes before it make of the input, before the first pass runs, so a wrong order
+  fails at once, naming the pass that would refuse and why;
 - `-o OUT`, the `.npz` beside it and `--report` are one `Outputs` transaction
   (`outputs.py`): checked before any work, committed together or not at all, special
   files (`-`, FIFOs, devices) written through, colliding paths refused;
@@ -89,7 +92,8 @@ from tasoc.driver.sources import (
 )
 from tasoc.driver.statistics import format_statistics
 from tasoc.driver.weights import WeightsFile, find_weights, load_weights
-from tasoc.passes.registry import PassRegistryError, get_all_passes
+from tasoc.passes.kinds import PassContract, check_pipeline, kinds_of
+from tasoc.passes.registry import PassRegistryError, contract_of, get_all_passes
 from tasoc.passes.report import PassRecord, RunReport, reporting
 
 if TYPE_CHECKING:
@@ -133,6 +137,10 @@ class TasocOptMain(xDSLOptMain):
         self._pass_started = 0.0
         self._ops_before: dict[str, int] = {}
         self._module_before_pass: ModuleOp | None = None
+        self._contracts: list[PassContract | None] = []
+        """The contract of each pass of the pipeline (None: a pass that declares none)."""
+        self._position = 0
+        """The index in the pipeline of the next pass to run (its length after the last)."""
         super().__init__(description="Optimize a tasoc program with a pass pipeline.", args=args)
         if self.args.output_file == STDOUT:
             self.args.output_file = None
@@ -258,6 +266,10 @@ class TasocOptMain(xDSLOptMain):
         (and the option) at fault."""
         self._load_plugins()
         passes = [self._build_pass(spec) for spec in self._pipeline_specs()]
+        try:
+            self._contracts = [contract_of(built) for built in passes]
+        except PassRegistryError as err:
+            raise DriverError(str(err)) from None
         self.pipeline = PassPipeline(tuple(passes), self._between_passes)
 
     def _pipeline_specs(self) -> list[ArgSpec]:
@@ -439,13 +451,32 @@ class TasocOptMain(xDSLOptMain):
         if previous is None:
             self._verify(module, None)
             self._ops_before = op_counts(module)
+            self._position = 0
+            self._check_pipeline(module)
         else:
             self._after_pass(previous, module, print_ir=upcoming is not None)
+            self._position += 1
+            if self._contracts[self._position - 1] is None:
+                self._check_pipeline(module)
         if upcoming is not None:
             if self.args.verify_each:
                 self._module_before_pass = module.clone()
             self.report.begin_pass(upcoming.name)
             self._pass_started = time.perf_counter()
+
+    def _check_pipeline(self, module: ModuleOp) -> None:
+        """DriverError naming the first pass, from the one about to run on, whose
+        contract refuses what the passes before it make of `module`. Called before the
+        first pass, and again after each pass without a contract, which alone can make
+        a program other than its predecessors' contracts predict."""
+        contracts = self._contracts[self._position :]
+        if not contracts or contracts[0] is None:
+            return
+        names = (built.name for built in self.pipeline.passes[self._position :])
+        passes = zip(names, contracts, strict=True)
+        refusal = check_pipeline(passes, kinds_of(module), self._position + 1)
+        if refusal is not None:
+            raise DriverError(str(refusal))
 
     def _after_pass(self, previous: ModulePass, module: ModuleOp, print_ir: bool) -> None:
         seconds = time.perf_counter() - self._pass_started

@@ -277,7 +277,11 @@ class PoolAttr(ParametrizedAttribute):
 
 class MoveOp(ConversionOp):
     """A copy between memory spaces: one operand, one result of the same shape and
-    element type in the other space. Written `%r = memory.<kind> %x : <result type>`."""
+    element type in the other space. Written `%r = memory.<kind> %x : <result type>`.
+
+    Not Pure, and no memory-effect trait: a move allocates device memory at a point of
+    the schedule, so xDSL, taking its effects as unknown, never merges two (two
+    swap-ins of one host value stay two) nor drops one; `memory.free` likewise."""
 
     SOURCE: ClassVar[Space]
     TARGET: ClassVar[Space]

@@ -551,6 +551,21 @@ def is_sharded(module: ModuleOp) -> bool:
     return any(isinstance(op, MeshOp) for op in module.ops)
 
 
+def carries_shardings(module: ModuleOp) -> bool:
+    """Whether a value of the module has a sharded type: a program that was sharded.
+
+    Narrower than `is_sharded`: a module whose `parallel.mesh` is all it has of the
+    dialect (and argument hints, which are attributes) is one `soap-shard` plans on
+    that mesh, not one it sharded already.
+    """
+    for op in module.walk():
+        block_args = (arg for region in op.regions for block in region.blocks for arg in block.args)
+        for value in (*op.results, *block_args):
+            if isinstance(value.type, TensorType) and isinstance(value.type.encoding, ShardingAttr):
+                return True
+    return False
+
+
 def unsharded(module: ModuleOp) -> ModuleOp:
     """A copy of `module` as the one-device program it is equal to: collectives
     dropped (each is the identity on the logical value), shardings removed, meshes

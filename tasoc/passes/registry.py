@@ -23,6 +23,8 @@ from importlib.metadata import EntryPoint, entry_points
 
 from xdsl.passes import ModulePass
 
+from tasoc.passes.kinds import Kind, PassContract
+
 PassFactory = Callable[[], type[ModulePass]]
 
 ENTRY_POINT_GROUP = "tasoc.passes"
@@ -56,6 +58,45 @@ XDSL_PASSES: dict[str, PassFactory] = {
     "dce": _lazy_pass("xdsl.transforms.dead_code_elimination", "DeadCodeElimination"),
 }
 """The passes of xDSL that mean something on `graph` programs (xDSL ships ~200)."""
+
+XDSL_CONTRACTS: dict[str, PassContract] = {
+    "canonicalize": PassContract(),
+    "cse": PassContract(
+        refuses={
+            Kind.PLACED: "the program is placed; run cse before placement (merging two equal "
+            "ops would keep one value alive past the swaps and frees the placement planned)"
+        }
+    ),
+    "dce": PassContract(),
+}
+"""The contracts (`tasoc.passes.kinds`) of `XDSL_PASSES`, which are not tasoc's classes
+to declare them on. What the passes do to tasoc programs today: dce drops unused ops
+without side effects; canonicalize does the same, since no tasoc op has canonicalization
+patterns or folders; cse also merges equal ops without side effects. None of them
+changes a program's kinds. None of them touches a memory op: `memory` ops declare no memory
+effects, so xDSL takes theirs as unknown and never drops or merges one. Merging two
+equal `graph` ops of a placed program, though, moves the later one's readers to the
+earlier value, whose device memory the plan gave back or swapped out before them
+(a `memory.free` then has readers after it, or the replayed peak outgrows the plan), so
+cse refuses placed programs. Collectives are Pure: two equal ones of one value are one
+value, so cse takes sharded programs."""
+
+
+def contract_of(pass_: ModulePass) -> PassContract | None:
+    """The contract of `pass_`: its class's `contract`, the registry's for one of
+    `XDSL_PASSES`, or None for a pass that declares none (not checked). A `contract`
+    that is not a PassContract is a PassRegistryError rather than ignored: a pass that
+    means to be checked and is not would run on programs it refuses."""
+    declared = getattr(type(pass_), "contract", None)
+    if declared is None:
+        xdsl = XDSL_PASSES.get(pass_.name)
+        return XDSL_CONTRACTS[pass_.name] if xdsl is not None and xdsl() is type(pass_) else None
+    if not isinstance(declared, PassContract):
+        raise PassRegistryError(
+            f"pass '{pass_.name}': its contract is a {type(declared).__name__}, "
+            f"not a tasoc.passes.kinds.PassContract"
+        )
+    return declared
 
 
 def _checked(entry_point: EntryPoint) -> PassFactory:

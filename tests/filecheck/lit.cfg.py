@@ -23,5 +23,7 @@ config.test_source_root = os.path.dirname(__file__)
 config.excludes = ["lit.cfg.py"]
 config.substitutions.append(("%tasoc", str(BIN / "tasoc")))
 config.environment["PATH"] = os.pathsep.join([str(BIN), os.environ.get("PATH", "")])
-if "PYTHONPATH" in os.environ:  # a worktree run with its own sources first on the path
+# A worktree run with `PYTHONPATH=$PWD` tests its own sources; lit passes no variable
+# through unless told.
+if "PYTHONPATH" in os.environ:
     config.environment["PYTHONPATH"] = os.environ["PYTHONPATH"]

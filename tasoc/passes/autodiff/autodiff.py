@@ -35,6 +35,7 @@ from tasoc.ir.training import is_training_program
 from tasoc.passes.autodiff.losses import Loss
 from tasoc.passes.autodiff.optimizers import Optimizer
 from tasoc.passes.autodiff.step import forward_with_loss, training_step
+from tasoc.passes.kinds import Kind, PassContract, require
 from tasoc.passes.options import check_at_least, check_fraction, check_option_types
 from tasoc.passes.report import current_report
 
@@ -52,6 +53,21 @@ class AutodiffPass(ModulePass):
     """Options (docs/autodiff.md), checked when the pass is built."""
 
     name: ClassVar[str] = "autodiff"
+
+    contract: ClassVar[PassContract] = PassContract(
+        refuses={
+            Kind.TRAINING: "@main is already a training step (it computes a loss); apply "
+            "autodiff to the forward program",
+            Kind.SHARDED: "the program is sharded; run autodiff before soap-shard (gradients "
+            "of a sharded forward program are not supported: each gradient would need a "
+            "sharding of its own, and the collectives between them)",
+            Kind.PLACED: "the program is placed; run autodiff before placement (placement "
+            "plans the memory of the training step autodiff writes)",
+        },
+        adds=frozenset({Kind.TRAINING}),
+        removes=frozenset({Kind.GRAPH}),
+    )
+    """docs/decisions.md says why a sharded forward program is refused, not differentiated."""
 
     loss: Loss = "sum"
     """What the step minimizes: the output's sum, its mean squared error to labels, or
@@ -90,10 +106,14 @@ class AutodiffPass(ModulePass):
         check_at_least(self, "epsilon", 0)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        require(self.contract, op, AutodiffFailed)
+        # The contract refuses steps with a loss; marks without one (a hand-written
+        # update loop) are no forward program either.
         if is_training_program(entry_function(op)):
             raise AutodiffFailed(
-                "@main is already a training step (its arguments or results carry "
-                "graph.state/labels/loss/replaces marks); apply autodiff to the forward program"
+                "@main is already a training program (its arguments or results carry "
+                "graph.state/labels/replaces/gradient_of marks); apply autodiff to the "
+                "forward program"
             )
         forward = dag_module.from_module(op)
         try:

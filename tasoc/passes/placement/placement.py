@@ -30,11 +30,12 @@ from tasoc.ir import dag as dag_module
 from tasoc.ir.dag import Dag, Node
 from tasoc.ir.limits import format_bytes
 from tasoc.ir.liveness import peak_memory
-from tasoc.ir.memory import Replay, Space, is_placed, moved_bytes, replay, unplaced
+from tasoc.ir.memory import Replay, Space, moved_bytes, replay, unplaced
 from tasoc.ir.parallel import is_sharded, machine_of, meshes, unsharded
 from tasoc.ir.placement_plan import PlacementPlan, set_figures, write_placed, write_placed_in
 from tasoc.ir.program import entry_function
 from tasoc.ir.training import TrainingSignature, training_signature
+from tasoc.passes.kinds import Kind, PassContract, require
 from tasoc.passes.options import (
     check_at_least,
     check_byte_size,
@@ -72,6 +73,19 @@ class PlacementPass(ModulePass):
     """Options (docs/memory.md), checked when the pass is built."""
 
     name: ClassVar[str] = "placement"
+
+    contract: ClassVar[PassContract] = PassContract(
+        requires={
+            Kind.TRAINING: "@main is not a training step (it computes no loss); run autodiff "
+            "before placement",
+        },
+        refuses={
+            Kind.PLACED: "the program is placed already (it has memory ops or spaces); "
+            "placement plans an unplaced training step, once",
+        },
+        adds=frozenset({Kind.PLACED}),
+    )
+    """A sharded training step is taken: its plan is per device (DESIGN.md §8)."""
 
     search: Search = "offload-all"
     """How the plan is made: `offload-all` sends every saved activation to host memory
@@ -133,15 +147,10 @@ class PlacementPass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         deadline = Deadline.after(self.timeout)
-        if is_placed(op):
-            raise PlacementFailed("the program is placed already (it has memory ops or spaces)")
+        require(self.contract, op, PlacementFailed)
         function = entry_function(op)
         signature = training_signature(function)
-        if signature is None or signature.loss is None:
-            raise PlacementFailed(
-                f"search={self.search} places a training step, and @main computes no loss "
-                "(apply autodiff first)"
-            )
+        assert signature is not None  # the contract requires a training step
         before = peak_memory(function)  # the peak without placement (docs/memory.md)
         view = self._device_view(op) if is_sharded(op) else None
         dag = view.dag if view is not None else dag_module.from_module(op, keep_order=True)

@@ -44,6 +44,7 @@ from tasoc.cost import CostError, CostModel, make_cost_model, prices_this_machin
 from tasoc.ir import dag as dag_module
 from tasoc.ir.dag import Dag
 from tasoc.ir.rules import Rule, RuleError
+from tasoc.passes.kinds import Kind, PassContract, require
 from tasoc.passes.options import (
     check_at_least,
     check_byte_size,
@@ -87,6 +88,16 @@ class EqualityRewritePass(ModulePass):
     """Options (docs/rewrite.md), checked when the pass is built."""
 
     name: ClassVar[str] = "equality-rewrite"
+
+    contract: ClassVar[PassContract] = PassContract(
+        refuses={
+            Kind.SHARDED: "the program is sharded; run equality-rewrite before soap-shard "
+            "(its rules are proven on unsharded graph ops)",
+            Kind.PLACED: "the program is placed; run equality-rewrite before placement (a "
+            "rewritten graph would not keep the placement's schedule, swaps and frees)",
+        }
+    )
+    """docs/decisions.md says why sharded and placed programs are refused, not rewritten."""
 
     search: Literal["egraph", "backtrack"] = "egraph"
     """Equality saturation with ILP extraction, or TASO's backtracking search."""
@@ -132,6 +143,7 @@ class EqualityRewritePass(ModulePass):
         return None if self.memory_limit is None else parse_byte_size(self.memory_limit)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        require(self.contract, op, RewriteError)
         library, cost_model = self._load()  # proving a rule file is not the search's time
         deadline = Deadline.after(self.timeout)
         graph = dag_module.from_module(op)

@@ -56,11 +56,12 @@ from tasoc.cost import machines
 from tasoc.cost.machines import Machine
 from tasoc.ir import dag as dag_module
 from tasoc.ir.dag import Dag
-from tasoc.ir.parallel import MACHINE_ATTR, ShardingAttr, meshes, sharding_of, unsharded
+from tasoc.ir.parallel import MACHINE_ATTR, ShardingAttr, meshes, unsharded
 from tasoc.ir.program import entry_function
 from tasoc.ir.shard_plan import Plan, write_sharded
 from tasoc.ir.soap import Collective, Config, Mesh, Sharding, internal_collectives
 from tasoc.ir.training import TrainingSignature, training_signature
+from tasoc.passes.kinds import Kind, PassContract, require
 from tasoc.passes.options import (
     check_at_least,
     check_byte_size,
@@ -152,6 +153,15 @@ class SoapShardPass(ModulePass):
     """Options (docs/parallel.md), checked when the pass is built."""
 
     name: ClassVar[str] = "soap-shard"
+
+    contract: ClassVar[PassContract] = PassContract(
+        refuses={
+            Kind.SHARDED: "@main is already sharded (its tensors carry #parallel.sharding); "
+            "soap-shard plans an unsharded program, once",
+            Kind.PLACED: "the program is placed; run soap-shard before placement",
+        },
+        adds=frozenset({Kind.SHARDED}),
+    )
 
     mesh: int | str | None = None
     """Devices used: `8` (axis "d") or `2x4` (axes "x", "y"); the module's own
@@ -259,6 +269,7 @@ class SoapShardPass(ModulePass):
         return tuple(name for name in given if name != self.search)  # type: ignore[misc]
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
+        require(self.contract, op, SoapShardFailed)
         start = time.perf_counter()
         deadline = Deadline.after(self.timeout)
         try:
@@ -652,11 +663,8 @@ def _axes_text(mesh: Mesh) -> str:
 
 
 def _hints(dag: Dag, mesh: Mesh) -> dict[int, Sharding]:
-    """The argument shardings fixed by hand; ValueError for a program already sharded
-    or a hint that does not fit its argument or the mesh."""
-    for node in (*dag.args, *dag.ops):
-        if any(sharding_of(sig) is not None for sig in node.sigs):
-            raise ValueError("@main is already sharded (its tensors carry #parallel.sharding)")
+    """The argument shardings fixed by hand; ValueError for a hint that does not fit
+    its argument or the mesh."""
     hints = {}
     for index, arg in enumerate(dag.args):
         attr = dict(arg.attr("attributes")).get(HINT_ATTR)

@@ -1,0 +1,13 @@
+// placement plans a training step's memory; a forward program has none to plan.
+// RUN: not %tasoc opt %s -p 'placement' 2>&1 | filecheck %s
+
+func.func @main(%x: tensor<16x8xf32>, %w1: tensor<8x32xf32> {graph.param},
+                %w2: tensor<32x4xf32> {graph.param}) -> tensor<16x4xf32> {
+  %h = graph.matmul %x, %w1 : tensor<16x32xf32>
+  %r = graph.relu %h : tensor<16x32xf32>
+  %y = graph.matmul %r, %w2 : tensor<16x4xf32>
+  func.return %y : tensor<16x4xf32>
+}
+
+// CHECK:     {{^}}tasoc: error: placement: @main is not a training step (it computes no loss); run autodiff before placement [pipeline position 1, program kinds: graph]{{$}}
+// CHECK-NOT: {{.}}
