@@ -158,7 +158,8 @@ class SoapShardPass(ModulePass):
         refuses={
             Kind.SHARDED: "@main is already sharded (its tensors carry #parallel.sharding); "
             "soap-shard plans an unsharded program, once",
-            Kind.PLACED: "the program is placed; run soap-shard before placement",
+            Kind.PLACED: "the program is placed; run soap-shard before placement "
+            "(soap-shard{place=belady} prices swapping while it searches)",
         },
         adds=frozenset({Kind.SHARDED}),
     )

@@ -9,5 +9,5 @@ func.func @main(%x: tensor<16x8xf32>, %w1: tensor<8x32xf32> {graph.param},
   func.return %y : tensor<16x4xf32>
 }
 
-// CHECK:     {{^}}tasoc: error: soap-shard: the program is placed; run soap-shard before placement [pipeline position 3, program kinds: training, placed]{{$}}
+// CHECK:     {{^}}tasoc: error: soap-shard: the program is placed; run soap-shard before placement (soap-shard{place=belady} prices swapping while it searches) [pipeline position 3, program kinds: training, placed]{{$}}
 // CHECK-NOT: {{.}}
