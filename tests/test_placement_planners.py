@@ -17,7 +17,7 @@ from tasoc.cost.machines import machine
 from tasoc.driver.plots import render
 from tasoc.ir import dag as dag_module
 from tasoc.ir.liveness import peak_memory
-from tasoc.ir.memory import CAPACITY_ATTR, SwapInOp, SwapOutOp, replay, unplaced
+from tasoc.ir.memory import CAPACITY_ATTR, SwapInOp, SwapOutOp, capacity_of, replay, unplaced
 from tasoc.ir.placement_plan import output_spaces, write_placed
 from tasoc.ir.program import entry_function, verify_ir
 from tasoc.ir.training import training_signature
@@ -114,6 +114,13 @@ def test_a_step_that_fits_moves_nothing_and_says_so() -> None:
     assert not [op for op in copy.walk() if isinstance(op, SwapInOp | SwapOutOp)]
 
 
+def test_without_a_capacity_the_planner_takes_the_machines_device_memory() -> None:
+    module, section = placed(rnn_step(), search="belady", machine="cpu-1")
+    assert section["capacity"] == int(machine("cpu-1").device.memory_bytes)
+    assert section["capacity_from"] == "machine cpu-1"
+    assert capacity_of(module) == section["capacity"]
+
+
 def test_a_capacity_below_one_ops_working_set_names_the_op() -> None:
     with pytest.raises(PlacementFailed, match=r"^placement: op \d+ \(\w+\) needs \d+ bytes"):
         placed(rnn_step(), search="belady", capacity=1024)
@@ -122,7 +129,6 @@ def test_a_capacity_below_one_ops_working_set_names_the_op() -> None:
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"search": "belady"}, "give capacity="),
         ({"search": "lru", "capacity": "1MiB", "machine": "tpu-v9"}, "unknown machine 'tpu-v9'"),
     ],
 )

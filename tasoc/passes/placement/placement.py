@@ -94,8 +94,10 @@ class PlacementPass(ModulePass):
     on-demand LRU baseline (ODSwap), both on the step's own schedule within `capacity`;
     `ga` is SwapAdvisor's genetic algorithm over schedules and memory pools."""
     capacity: int | float | str | None = None
-    """Device memory (bytes, or a size such as 16GiB): written as `memory.capacity`,
-    and a plan over it fails the pass, naming the op and the bytes."""
+    """Device memory (bytes, or a size such as 16GiB) — one device's, for a sharded
+    step: written as `memory.capacity`, and a plan over it fails the pass, naming the op
+    and the bytes. The planners (`belady`, `lru`, `ga`, `dp`) take the machine's device
+    memory when it is not given; `offload-all` then checks none."""
     machine: str | None = None
     """What the plans are simulated on (`belady`, `lru`, `ga`, `dp`): a preset, `cpu-N`
     or a machine file; its host link is what swaps cross. By default the machine
@@ -224,11 +226,10 @@ class PlacementPass(ModulePass):
         """The swap plan of `search` within `capacity`, with the baselines priced beside
         it on the machine by the simulator (`planning.py`); `seconds` are the ops' times
         of a sharded step's device view."""
-        if capacity is None:
-            raise PlacementFailed(
-                f"search={self.search} plans swaps within a device capacity: give capacity=..."
-            )
         cluster = self._machine(module)
+        if capacity is None:  # the device's own memory
+            capacity = int(cluster.device.memory_bytes)
+            section.update(capacity=capacity, capacity_from=f"machine {cluster.name}")
         if self.search in self.searching:
             limits = SearchLimits(self.budget, deadline, resolve_seed(self.seed))
             search: Policy | Searching = Searching(self.search, self.searching[self.search], limits)
