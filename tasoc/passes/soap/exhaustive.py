@@ -158,14 +158,7 @@ def search(
             f"search=exhaustive searches at most {LIMIT} strategies, this program has {size} "
             f"({len(ops)} ops on {problem.mesh.size} devices): use search=mcmc"
         )
-    state = SimulatedStrategy.of(
-        problem,
-        plan,
-        settings.machine,
-        settings.memory_cap,
-        memory=settings.traces_memory,
-        place=settings.place,
-    )
+    state = SimulatedStrategy.under(settings, problem, plan)
     start_cost = state.cost
     best = Best(settings)
     best.offer(state, "data-parallel")

@@ -175,6 +175,19 @@ class SimulatedStrategy:
         simulator = DeltaSimulator(step.graph, memory=memory)
         return cls(problem, step, simulator, dict(plan.configs), memory_cap, place)
 
+    @classmethod
+    def under(cls, settings: Settings, problem: Problem, plan: Plan) -> SimulatedStrategy:
+        """`plan` simulated as a search with `settings` prices it: on its machine, memory
+        traced only under a cap, strategies over it priced by swapping with `place`."""
+        return cls.of(
+            problem,
+            plan,
+            settings.machine,
+            settings.memory_cap,
+            memory=settings.traces_memory,
+            place=settings.place,
+        )
+
     @property
     def time(self) -> float:
         """Simulated iteration time (seconds)."""
@@ -304,14 +317,7 @@ class Best:
             return
         settings = self.settings
         self.offer(
-            SimulatedStrategy.of(
-                problem,
-                plan,
-                settings.machine,
-                settings.memory_cap,
-                memory=settings.traces_memory,
-                place=settings.place,
-            ),
+            SimulatedStrategy.under(settings, problem, plan),
             self.origin,
         )
 
@@ -473,14 +479,7 @@ def search(
     states: list[SimulatedStrategy] = []
     for index, (origin, plan) in enumerate(starts.items()):
         left = len(starts) - index
-        state = SimulatedStrategy.of(
-            problem,
-            plan,
-            settings.machine,
-            settings.memory_cap,
-            memory=settings.traces_memory,
-            place=settings.place,
-        )
+        state = SimulatedStrategy.under(settings, problem, plan)
         start_cost = state.cost
         best.offer(state, origin)
         deadline = settings.deadline.share(1 / left)
