@@ -17,6 +17,7 @@ result and writes the report keys every search pass's section has; other tools
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -91,6 +92,32 @@ class Deadline:
     def elapsed(self) -> float:
         """Seconds since this deadline (this phase) was made."""
         return self.clock() - self.start
+
+    def wait_for[T](self, work: Callable[[], T]) -> T | None:
+        """`work`'s result, or None when the deadline passes first.
+
+        For work that cannot be interrupted (an XLA compile): it runs in a thread while
+        this one waits until the deadline, and past it is abandoned — left to finish on
+        its own, its result dropped — so a loaded machine, on which a compile takes
+        several times as long, makes a pass skip the work, not overrun its timeout. The
+        thread is not a daemon: the interpreter waits for it at exit rather than tear
+        down a compile in flight (which aborts the process). An exception `work`
+        raises is raised here."""
+        outcome: list[T] = []
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                outcome.append(work())
+            except BaseException as err:  # handed to the waiting thread
+                failure.append(err)
+
+        worker = threading.Thread(target=run, name="tasoc-deadline-work")
+        worker.start()
+        worker.join(self.remaining())
+        if failure:
+            raise failure[0]
+        return outcome[0] if outcome else None
 
     def share(self, fraction: float) -> Deadline:
         """A deadline for a phase starting now: `fraction` (0 < fraction ≤ 1) of the time

@@ -15,9 +15,10 @@ Re-timing runs under the pass's deadline. The input is compiled first; a candida
 only while the time left covers another compile as long as the input's; after the
 first round, only the candidates whose remaining rounds fit in the time left are
 timed on. When no candidate could be timed, nothing was measured against the input,
-and the input is kept. So the deadline is overrun by at most the input's compile (if
-re-timing starts with less time left than that) or one compile or sample round longer
-than expected.
+and the input is kept. A compile is waited for only until the deadline
+(`Deadline.wait_for`): on a loaded machine, where XLA compiles several times slower,
+a compile still running at the deadline is abandoned rather than waited out, so the
+deadline is overrun by at most one sample round longer than expected.
 """
 
 from __future__ import annotations
@@ -109,13 +110,25 @@ def _compiled(graphs: Sequence[Dag], deadline: Deadline, seed: int) -> list[Samp
     if deadline.expired():
         return []
     start = deadline.clock()
-    samplers = [end_to_end_sampler(graphs[0], seed=seed)]
+    first = _compile(graphs[0], deadline, seed)
+    if first is None:
+        return []
+    samplers = [first]
     compile_s = deadline.clock() - start
     for graph in graphs[1:]:
         if deadline.remaining() < compile_s:
             break
-        samplers.append(end_to_end_sampler(graph, seed=seed))
+        sampler = _compile(graph, deadline, seed)
+        if sampler is None:
+            break
+        samplers.append(sampler)
     return samplers
+
+
+def _compile(graph: Dag, deadline: Deadline, seed: int) -> Sampler | None:
+    """`graph` compiled for sampling, None when the deadline came first (the compile is
+    abandoned: module docstring)."""
+    return deadline.wait_for(lambda: end_to_end_sampler(graph, seed=seed))
 
 
 def _rounds(samplers: Sequence[Sampler], repeats: int, deadline: Deadline) -> list[list[float]]:
