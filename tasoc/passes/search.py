@@ -114,7 +114,8 @@ class Deadline:
 
         worker = threading.Thread(target=run, name="tasoc-deadline-work")
         worker.start()
-        worker.join(self.remaining())
+        left = self.remaining()
+        worker.join(left if math.isfinite(left) else None)
         if failure:
             raise failure[0]
         return outcome[0] if outcome else None
