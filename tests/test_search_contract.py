@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -140,3 +142,17 @@ def test_the_seed_of_tasoc_opt_reaches_a_pass(tasoc, tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.code == 0, result
     assert json.loads(report.read_text())["sections"]["equality-rewrite"]["seed"] == 5
+
+
+def test_work_waited_for_until_the_deadline_is_abandoned_past_it() -> None:
+    """`wait_for` returns the work's result, None when the deadline comes first (the
+    work finishing on its own), and raises what the work raised."""
+    release = threading.Event()
+    assert Deadline.after(5).wait_for(lambda: 42) == 42
+    assert Deadline.never().wait_for(lambda: "done") == "done"
+    start = time.monotonic()
+    assert Deadline.after(0.2).wait_for(lambda: release.wait(10)) is None
+    assert time.monotonic() - start < 5
+    release.set()
+    with pytest.raises(ZeroDivisionError):
+        Deadline.after(5).wait_for(lambda: 1 // 0)
