@@ -186,6 +186,8 @@ def test_figures_refuse_what_they_cannot_draw() -> None:
         ShardingMapFigure("m", ("op",), (0,), (("R0",),), LEGEND)
     with pytest.raises(ValueError, match="no mark of the written plan 'mcmc'"):
         frontier(written="mcmc")
+    with pytest.raises(ValueError, match="needs a series"):
+        MemoryFigure("m", capacity=None, series=())
 
 
 def test_the_sharding_map_labels_blocks_by_soap_dimension(tasoc: Callable[..., Result]) -> None:

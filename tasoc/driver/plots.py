@@ -12,6 +12,7 @@ KiB, MiB or GiB, whichever keeps the numbers short) and every panel has a legend
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping, Sequence
 from typing import IO, Any
@@ -199,9 +200,11 @@ def _memory(figure: MemoryFigure) -> Any:
     compare (`SHARED_TIME_WITHIN`); the caption says which."""
     from matplotlib import pyplot
 
-    panels = max(1, len(figure.series))
-    lengths = [series.seconds for series in figure.series]
-    shared = max(lengths, default=0.0) <= SHARED_TIME_WITHIN * min(lengths, default=0.0)
+    panels = len(figure.series)
+    longest = max(figure.series, key=lambda series: series.seconds)
+    shortest = min(figure.series, key=lambda series: series.seconds)
+    spread = _ratio(longest.seconds, shortest.seconds)
+    shared = spread <= SHARED_TIME_WITHIN
     drawn, grid = pyplot.subplots(
         panels, 1, figsize=(9, 2.7 * panels + 0.8), sharex=shared, squeeze=False
     )
@@ -211,10 +214,10 @@ def _memory(figure: MemoryFigure) -> Any:
     levels = (figure.capacity or 0, figure.unplaced_peak or 0)
     largest = max([*(max(s.held) for s in traced), *levels])
     scale, unit = _byte_scale(largest)
-    common = _time_scale(max(lengths, default=0.0))
+    common = _time_scale(longest.seconds)
     for ax, series in zip(axes, figure.series, strict=True):
-        longest = max(series.seconds, ideal.seconds if ideal else 0.0)
-        seconds, time_unit = common if shared else _time_scale(longest)
+        end = max(series.seconds, ideal.seconds if ideal else 0.0)
+        seconds, time_unit = common if shared else _time_scale(end)
         if ideal is not None:
             ax.step(
                 [t * seconds for t in ideal.times],
@@ -257,30 +260,27 @@ def _memory(figure: MemoryFigure) -> Any:
                     label=f"{label} ({len(when)})",
                 )
         ax.set_ylabel(f"device memory ({unit})")
-        ax.set_xlim(0, longest * seconds * 1.01 or 1)
+        ax.set_xlim(0, end * seconds * 1.01 or 1)
         if not shared or ax is axes[-1]:
             ax.set_xlabel(f"simulated time ({time_unit})")
-        slower = f": {series.seconds / ideal.seconds:.2f}x the ideal step's time" if ideal else ""
-        ax.set_title(f"{series.name}{slower}", fontsize=9, loc="left")
+        slower = _ratio(series.seconds, ideal.seconds) if ideal else None
+        ax.set_title(
+            series.name + (f": {slower:.2f}x the ideal step's time" if slower else ""),
+            fontsize=9,
+            loc="left",
+        )
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     drawn.suptitle(figure.title, fontsize=10)
-    drawn.text(0.01, 0.0, _memory_caption(figure, shared), fontsize=8, ha="left", va="top")
+    if panels > 1:
+        caption = (
+            f"One time axis: the runs' lengths are within {SHARED_TIME_WITHIN:g}x."
+            if shared
+            else f"Each panel has its own time axis: {longest.name} runs {spread:.2f}x "
+            f"longer than {shortest.name}."
+        )
+        drawn.text(0.01, 0.0, caption, fontsize=8, ha="left", va="top")
     drawn.tight_layout()
     return drawn
-
-
-def _memory_caption(figure: MemoryFigure, shared: bool) -> str:
-    """Whether the panels' time axes are one, and why."""
-    if len(figure.series) < 2:
-        return ""
-    if shared:
-        return f"One time axis: the runs' lengths are within {SHARED_TIME_WITHIN:g}x."
-    longest = max(figure.series, key=lambda series: series.seconds)
-    shortest = min(figure.series, key=lambda series: series.seconds)
-    return (
-        f"Each panel has its own time axis: {longest.name} runs "
-        f"{longest.seconds / shortest.seconds:.2f}x longer than {shortest.name}."
-    )
 
 
 def _frontier(figure: FrontierFigure) -> Any:
@@ -298,7 +298,7 @@ def _frontier(figure: FrontierFigure) -> Any:
     points = [*figure.frontier, *figure.simulated_frontier]
     points += [(mark.memory, mark.seconds) for mark in figure.marks]
     scale, unit = _byte_scale(int(max([*(m for m, _ in points), figure.cap or 0])))
-    seconds, time_unit = _time_scale(max(t for _, t in points))
+    seconds, time_unit = _time_scale(max((t for _, t in points), default=0.0))
     names = list(dict.fromkeys(mark.name for mark in figure.marks))
     colours = _palette(names)
     shapes = dict(zip(names, "osD^vPXh<>p", strict=False))
@@ -445,6 +445,11 @@ def _time_scale(longest: float) -> tuple[float, str]:
         if longest * scale >= 1:
             return scale, unit
     return 1e6, "µs"
+
+
+def _ratio(longer: float, shorter: float) -> float:
+    """`longer` over `shorter`, infinite when `shorter` is a run of no time."""
+    return longer / shorter if shorter else math.inf
 
 
 def _duration(seconds: float) -> str:

@@ -63,9 +63,9 @@ class ShardingMapFigure:
     devices: tuple[int, ...]
     cells: tuple[tuple[str, ...], ...]
     legend: tuple[tuple[str, str], ...]
-    """(kind, the legend's line saying what it means) of every kind the cells may show,
-    in an order that does not depend on the plan (colours follow it, so a kind keeps
-    its colour from picture to picture); the renderer lists those the cells show."""
+    """(kind, the legend's line saying what it means) of every kind the cells may show.
+    The renderer colours kinds by their place here and lists those the cells show, so
+    kinds listed first in a fixed order keep their colours from picture to picture."""
 
     def __post_init__(self) -> None:
         if len(self.cells) != len(self.ops) or any(
@@ -73,20 +73,14 @@ class ShardingMapFigure:
         ):
             raise ValueError("a sharding map needs one cell per op and device")
         explained = {kind for kind, _ in self.legend}
-        for row in self.cells:
-            for cell in row:
-                if self.kind_of(cell) not in explained:
-                    raise ValueError(f"sharding map cell {cell!r}: its kind is not in the legend")
+        for cell in {cell for row in self.cells for cell in row}:
+            if self.kind_of(cell) not in explained:
+                raise ValueError(f"sharding map cell {cell!r}: its kind is not in the legend")
 
     @staticmethod
     def kind_of(label: str) -> str:
         """`S1 P0` -> `S P`: the label without its block numbers."""
         return " ".join(word.rstrip("0123456789") for word in label.split())
-
-    def kinds_shown(self) -> tuple[str, ...]:
-        """The legend's kinds that some cell shows, in legend order."""
-        shown = {self.kind_of(cell) for row in self.cells for cell in row}
-        return tuple(kind for kind, _ in self.legend if kind in shown)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +114,10 @@ class MemoryFigure:
     unplaced_peak: int | None = None
     """The step's peak device memory without placement (`liveness.peak_memory`)."""
     ideal: MemorySeries | None = None
+
+    def __post_init__(self) -> None:
+        if not self.series:
+            raise ValueError("a memory figure needs a series to draw")
 
 
 @dataclass(frozen=True, slots=True)
