@@ -93,9 +93,10 @@ def _figure(rows: int, width: float) -> Any:
 
 def _timeline(figure: TimelineFigure) -> Any:
     """One bar per task. Tasks that touch on a row (five all-reduces back to back)
-    stay apart: every other task of a row is drawn lighter, and a task wide enough
-    to keep its colour gets a white edge (on a step's thousands of short tasks edges
-    would wash everything out white, so those have none)."""
+    stay apart: every other task of a row is drawn lighter, with a white edge. Tasks
+    of a few pixels or less keep their plain colour and no edge: on a step's
+    thousands of short tasks edges would wash everything out white, and alternating
+    shades would alias into stripes that are no tasks."""
     from matplotlib.patches import Patch
 
     rows = figure.rows[:MAX_ROWS]
@@ -110,17 +111,19 @@ def _timeline(figure: TimelineFigure) -> Any:
     for bar in figure.bars:
         if bar.row in index:
             on_row.setdefault(index[bar.row], []).append((bar.start, bar.end, bar.kind))
-    edged = end / 300  # about 4 pixels of the axis
+    visible = end / 300  # about 4 pixels of the axis
     for row, tasks in on_row.items():
         tasks.sort()
+        wide = [stop - start > visible for start, stop, _ in tasks]
         axes.broken_barh(
             [(start * scale, (stop - start) * scale) for start, stop, _ in tasks],
             (row - 0.4, 0.8),
             facecolors=[
-                _lighter(colours[kind], 0.45 * (i % 2)) for i, (_, _, kind) in enumerate(tasks)
+                _lighter(colours[kind], 0.45 * (i % 2 and wide[i]))
+                for i, (_, _, kind) in enumerate(tasks)
             ],
             edgecolors="white",
-            linewidths=[0.8 if stop - start > edged else 0.0 for start, stop, _ in tasks],
+            linewidths=[0.8 * seen for seen in wide],
         )
     axes.set_yticks(range(len(rows)), rows)
     axes.invert_yaxis()
