@@ -101,6 +101,10 @@ def test_the_memory_figure_draws_the_peak_without_placement() -> None:
     figure = report.figures["placement-memory"]
     assert isinstance(figure, MemoryFigure)
     assert figure.unplaced_peak == report.section("placement")["unplaced_peak_bytes"] == peak
+    # beside each plan, the ideal step: infinite memory, so it reaches the peak
+    ideal = figure.ideal
+    assert ideal is not None and max(ideal.held) == peak
+    assert ideal.seconds == report.section("placement")["simulated_seconds"]["ideal_seconds"]
     stream = io.BytesIO()
     render(figure, stream)
     assert stream.getvalue().startswith(b"\x89PNG")

@@ -3,15 +3,29 @@
 from __future__ import annotations
 
 import io
+import itertools
+import re
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import Result
 
-from tasoc.driver.plots import render
+from tasoc.driver.plots import draw, render
 from tasoc.ir.dag import from_module
-from tasoc.passes.figures import Bar, ShardingMapFigure, TimelineFigure
+from tasoc.passes.figures import (
+    Bar,
+    Figure,
+    FrontierFigure,
+    MemoryFigure,
+    MemorySeries,
+    ProfileFigure,
+    ShardingMapFigure,
+    StrategyMark,
+    TimelineFigure,
+)
 from tasoc.passes.soap.pictures import sharding_map
 from tasoc.passes.soap.plan import Problem, complete
 from tasoc.passes.soap.soap_shard import parse_mesh
@@ -19,23 +33,146 @@ from tasoc.passes.soap.strategies import STRATEGIES
 
 PNG = b"\x89PNG\r\n\x1a\n"
 CLASSIFIER = Path(__file__).resolve().parent.parent / "examples" / "classifier.mlir"
+UNIT = re.compile(r"\((µs|ms|s|bytes|KiB|MiB|GiB)\)")
+"""An axis label's unit, as every time and memory axis says it."""
+
+LEGEND = (("S", "Sn: sample"), ("P", "Pn: parameter"), ("all", "all: whole op"), ("", "idle"))
 
 
-def drawn(figure: TimelineFigure | ShardingMapFigure) -> bytes:
+def drawn(figure: Figure) -> bytes:
     stream = io.BytesIO()
     render(figure, stream)
     return stream.getvalue()
 
 
-def test_a_timeline_and_a_sharding_map_are_drawn_as_png() -> None:
-    timeline = TimelineFigure(
-        "step",
-        ("device 0", "net 0"),
-        (Bar("device 0", 0.0, 1e-3, "compute"), Bar("net 0", 1e-3, 2e-3, "all-reduce")),
+def series(name: str, seconds: float, peak: int) -> MemorySeries:
+    return MemorySeries(name, seconds, (0.0, seconds / 2), (0, peak), (seconds / 4,), ())
+
+
+def frontier(written: str | None = "ft") -> FrontierFigure:
+    marks = (
+        StrategyMark("ilp", 2**20, 1e-3, simulated=False),
+        StrategyMark("ft", 2**20, 1e-3, simulated=False),  # on ilp's point
+        StrategyMark("data-parallel", 3 * 2**20, 2e-3, simulated=False),
+        StrategyMark("ft", 2**21, 1.5e-3, simulated=True),
     )
-    sharding = ShardingMapFigure("map", ("0: matmul",), (0, 1), (("S0", "S1"),))
-    for figure in (timeline, sharding):
-        assert drawn(figure).startswith(PNG)
+    line = ((2**19, 3e-3), (2**20, 1e-3))
+    return FrontierFigure("f", line, line[1:], marks, cap=2**22, written=written)
+
+
+def figures() -> dict[str, Figure]:
+    """One small figure of each kind."""
+    touching = tuple(Bar("net 0", i * 1e-3, (i + 1) * 1e-3, "all_reduce") for i in range(5))
+    return {
+        "timeline": TimelineFigure(
+            "step", ("device 0", "net 0"), (Bar("device 0", 0.0, 5e-3, "compute"), *touching)
+        ),
+        "sharding map": ShardingMapFigure(
+            "map", ("0: matmul", "1: add"), (0, 1), (("S0", "S1"), ("all", "")), LEGEND
+        ),
+        "memory": MemoryFigure(
+            "memory",
+            capacity=3 * 2**20,
+            series=(series("belady", 2e-3, 3 * 2**20), series("lru", 7e-3, 2**20)),
+            unplaced_peak=5 * 2**20,
+            ideal=series("ideal", 1e-3, 5 * 2**20),
+        ),
+        "frontier": frontier(),
+        "profile": ProfileFigure("profile", (1, 2, 4), (3.0, 2.0, 1.5), (2**30, 2**29, 2**28)),
+    }
+
+
+@pytest.mark.parametrize("kind", list(figures()))
+def test_every_figure_draws_with_units_and_a_legend(kind: str) -> None:
+    """Each axis of time or memory says its unit, and each panel is explained by a
+    legend of its own or the figure's."""
+    from matplotlib import pyplot
+
+    figure = figures()[kind]
+    picture = draw(figure)
+    try:
+        for axes in picture.axes:
+            assert axes.get_legend() is not None or picture.legends, (kind, axes.get_title())
+            for label in (axes.get_xlabel(), axes.get_ylabel()):
+                if label.startswith(("time", "simulated time", "memory", "device memory")):
+                    assert UNIT.search(label), (kind, label)
+    finally:
+        pyplot.close(picture)
+    assert drawn(figure).startswith(PNG)
+
+
+def legend_texts(picture: Any) -> list[str]:
+    legends = [axes.get_legend() for axes in picture.axes] + list(picture.legends)
+    return [text.get_text() for legend in legends if legend for text in legend.get_texts()]
+
+
+def test_times_and_bytes_take_the_unit_that_fits() -> None:
+    from matplotlib import pyplot
+
+    picture = draw(figures()["profile"])  # seconds 1.5-3 and memory 256 MiB-1 GiB
+    assert [axes.get_ylabel() for axes in picture.axes] == [
+        "time per iteration (s)",
+        "memory per device (GiB)",
+    ]
+    pyplot.close(picture)
+    picture = draw(figures()["timeline"])  # 5 ms
+    assert picture.axes[0].get_xlabel().startswith("simulated time (ms)")
+    pyplot.close(picture)
+
+
+def test_the_sharding_map_explains_the_kinds_it_shows() -> None:
+    from matplotlib import pyplot
+
+    picture = draw(figures()["sharding map"])
+    assert legend_texts(picture) == ["Sn: sample", "all: whole op", "idle"]  # no P shown
+    pyplot.close(picture)
+    assert ShardingMapFigure.kind_of("S1 P10") == "S P"
+    assert ShardingMapFigure.kind_of("all") == "all" and ShardingMapFigure.kind_of("") == ""
+
+
+def test_touching_tasks_stay_separate_bars() -> None:
+    """Five all-reduces back to back on one row are five bars, told apart by shade."""
+    from matplotlib import pyplot
+
+    picture = draw(figures()["timeline"])
+    net = picture.axes[0].collections[-1]  # the rows are drawn in order
+    assert len(net.get_paths()) == 5
+    shades = [tuple(colour) for colour in net.get_facecolors()]
+    assert all(left != right for left, right in itertools.pairwise(shades))
+    pyplot.close(picture)
+
+
+def test_memory_panels_share_time_only_when_their_runs_compare() -> None:
+    from matplotlib import pyplot
+
+    apart = figures()["memory"]  # belady 2 ms, lru 7 ms: 3.5x apart
+    assert isinstance(apart, MemoryFigure)
+    picture = draw(apart)
+    first, second = picture.axes
+    assert not first.get_shared_x_axes().joined(first, second)
+    assert "own time axis" in " ".join(text.get_text() for text in picture.texts)
+    assert "ideal (infinite memory): 1 ms" in legend_texts(picture)
+    pyplot.close(picture)
+    close = replace(apart, series=(series("belady", 2e-3, 2**20), series("lru", 3e-3, 2**20)))
+    picture = draw(close)
+    first, second = picture.axes
+    assert first.get_shared_x_axes().joined(first, second)
+    assert "One time axis" in " ".join(text.get_text() for text in picture.texts)
+    pyplot.close(picture)
+
+
+def test_the_frontier_names_marks_that_meet_and_the_plan_written() -> None:
+    from matplotlib import pyplot
+
+    picture = draw(frontier())
+    estimated, simulated = picture.axes
+    assert [text.get_text() for text in estimated.texts] == ["ilp = ft (written)"]
+    assert [text.get_text() for text in simulated.texts] == ["ft (written)"]
+    assert "the plan written (ft)" in legend_texts(picture)
+    pyplot.close(picture)
+    picture = draw(frontier(written=None))
+    assert [text.get_text() for text in picture.axes[0].texts] == ["ilp = ft"]
+    pyplot.close(picture)
 
 
 def test_figures_refuse_what_they_cannot_draw() -> None:
@@ -44,7 +181,13 @@ def test_figures_refuse_what_they_cannot_draw() -> None:
     with pytest.raises(ValueError, match="ends before it starts"):
         TimelineFigure("t", ("a",), (Bar("a", 2, 1, "compute"),))
     with pytest.raises(ValueError, match="one cell per op and device"):
-        ShardingMapFigure("m", ("op",), (0, 1), (("S0",),))
+        ShardingMapFigure("m", ("op",), (0, 1), (("S0",),), LEGEND)
+    with pytest.raises(ValueError, match="'R0': its kind is not in the legend"):
+        ShardingMapFigure("m", ("op",), (0,), (("R0",),), LEGEND)
+    with pytest.raises(ValueError, match="no mark of the written plan 'mcmc'"):
+        frontier(written="mcmc")
+    with pytest.raises(ValueError, match="needs a series"):
+        MemoryFigure("m", capacity=None, series=())
 
 
 def test_the_sharding_map_labels_blocks_by_soap_dimension(tasoc: Callable[..., Result]) -> None:
@@ -60,6 +203,9 @@ def test_the_sharding_map_labels_blocks_by_soap_dimension(tasoc: Callable[..., R
     assert figure.devices == (0, 1, 2, 3)
     first = figure.cells[0]
     assert first == ("S0", "S1", "S2", "S3"), figure.cells  # the batch, one block per device
+    legend = dict(figure.legend)
+    assert legend["S"] == "Sn: block n of the sample dim (the batch)"
+    assert list(legend)[:6] == ["S", "P", "A", "R", "all", ""]  # colours stay put
 
 
 def test_plots_are_written_with_the_run(tasoc: Callable[..., Result], tmp_path: Path) -> None:

@@ -55,6 +55,7 @@ def test_frontier_reports_every_point_and_writes_the_fastest(mlp_step: ModuleOp)
     assert len(figure.simulated_frontier) == len(sample)
     names = {mark.name for mark in figure.marks if mark.simulated}
     assert names == set(section["compared"])
+    assert figure.written == "ft"  # the plan written is marked
 
 
 def test_pick_names_a_point_by_number_or_end(mlp_step: ModuleOp) -> None:

@@ -52,27 +52,44 @@ class ShardingMapFigure:
 
     `cells[i][j]` labels what device `devices[j]` does of op `ops[i]`: the same label
     on several devices is a replicated piece, distinct labels are shards, "" is idle
-    (the op runs on another device group).
+    (the op runs on another device group). A label is words, each letters and a block
+    number (`S2`, `S1 P0`) or a word alone (`all`); its *kind* is the label without
+    the numbers (`S`, `S P`, `all`, "" for idle). Cells are coloured by kind, and
+    `legend` says what each kind means, so the picture explains its letters itself.
     """
 
     title: str
     ops: tuple[str, ...]
     devices: tuple[int, ...]
     cells: tuple[tuple[str, ...], ...]
+    legend: tuple[tuple[str, str], ...]
+    """(kind, the legend's line saying what it means) of every kind the cells may show.
+    The renderer colours kinds by their place here and lists those the cells show, so
+    kinds listed first in a fixed order keep their colours from picture to picture."""
 
     def __post_init__(self) -> None:
         if len(self.cells) != len(self.ops) or any(
             len(row) != len(self.devices) for row in self.cells
         ):
             raise ValueError("a sharding map needs one cell per op and device")
+        explained = {kind for kind, _ in self.legend}
+        for cell in {cell for row in self.cells for cell in row}:
+            if self.kind_of(cell) not in explained:
+                raise ValueError(f"sharding map cell {cell!r}: its kind is not in the legend")
+
+    @staticmethod
+    def kind_of(label: str) -> str:
+        """`S1 P0` -> `S P`: the label without its block numbers."""
+        return " ".join(word.rstrip("0123456789") for word in label.split())
 
 
 @dataclass(frozen=True, slots=True)
 class MemorySeries:
-    """Device bytes over a simulated run: `held[i]` from `times[i]` on (a step
-    function), and when its swaps out and in started."""
+    """Device bytes over a simulated run of `seconds`: `held[i]` from `times[i]` on (a
+    step function), and when its swaps out and in started."""
 
     name: str
+    seconds: float
     times: tuple[float, ...]
     held: tuple[int, ...]
     swap_outs: tuple[float, ...]
@@ -85,15 +102,22 @@ class MemorySeries:
 
 @dataclass(frozen=True, slots=True)
 class MemoryFigure:
-    """Device memory over time, one panel per series (a plan above its baseline), with
-    the capacity as a line, the peak without placement as another (the level the plans
-    bring down to the capacity), and the swaps marked."""
+    """Device memory over time, one panel per series (a plan above its baseline), each
+    beside `ideal` (the step with infinite memory: what a plan's memory would be
+    without a capacity, and the time it could take), with the capacity as a line, the
+    peak without placement as another (the level the plans bring down to the
+    capacity), and the swaps marked."""
 
     title: str
     capacity: int | None
     series: tuple[MemorySeries, ...]
     unplaced_peak: int | None = None
     """The step's peak device memory without placement (`liveness.peak_memory`)."""
+    ideal: MemorySeries | None = None
+
+    def __post_init__(self) -> None:
+        if not self.series:
+            raise ValueError("a memory figure needs a series to draw")
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +144,12 @@ class FrontierFigure:
     """(memory, seconds) of some frontier points as the simulator sees them."""
     marks: tuple[StrategyMark, ...]
     cap: int | None
+    written: str | None = None
+    """The name of the marks of the plan the pass wrote (drawn so it stands out)."""
+
+    def __post_init__(self) -> None:
+        if self.written is not None and all(m.name != self.written for m in self.marks):
+            raise ValueError(f"frontier figure: no mark of the written plan {self.written!r}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -107,14 +107,16 @@ class PlanningOutcome:
 
     def memory_figure(self) -> MemoryFigure:
         """Device memory over the simulated iteration, swaps marked: the plan above its
-        on-demand LRU baseline (the same picture for search=lru), below the peak
-        without placement."""
+        on-demand LRU baseline (the same picture for search=lru), each beside the ideal
+        step's (infinite memory: what the plan gives up and how long it could take),
+        below the peak without placement."""
         shown = [self.search] + [name for name in ("lru",) if name != self.search]
         return MemoryFigure(
             title=f"placement: device memory over one simulated iteration ({self.machine.name})",
             capacity=self.plan.capacity,
             series=tuple(_series(name, self.simulated[name]) for name in shown),
             unplaced_peak=self.unplaced_peak,
+            ideal=_series("ideal", self.simulated["ideal"]),
         )
 
 
@@ -208,4 +210,6 @@ def _series(name: str, run: PlacedSimulation) -> MemorySeries:
         level += delta
         times.append(when)
         held.append(level)
-    return MemorySeries(name, tuple(times), tuple(held), tuple(sorted(outs)), tuple(sorted(ins)))
+    return MemorySeries(
+        name, run.seconds, tuple(times), tuple(held), tuple(sorted(outs)), tuple(sorted(ins))
+    )

@@ -5,13 +5,14 @@
   sample dim (the batch), `P1` of a parameter dim (output channels or features), `A0`
   of an attribute dim, `R3` of a reduction dim (partial sums), `S1 P0` a block of two;
   `all` the whole op (replicated), empty an op on another device group. One colour per
-  label, so data parallelism reads as columns of S and model parallelism of P.
+  kind of label (`S`, `P`, `S P`, `all`, ...), explained in the picture's legend, so
+  data parallelism reads as columns of S and model parallelism of P.
 * `timeline`: the simulated step (`tasoc.sim`), devices' compute streams and their
   network ports as rows, tasks as bars coloured by kind (compute, all_reduce, ...):
   where the step waits on communication, and which device is the straggler.
 * `frontier_figure`: time against memory per device: FT's frontier (estimates) and
   every compared strategy (searches, data parallel, expert), estimated on one panel
-  and simulated on the other, with the memory cap.
+  and simulated on the other, with the memory cap and the written plan marked.
 * `profile_figure`: the best simulated time and its memory at each device count.
 """
 
@@ -23,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from tasoc.ir import soap
 from tasoc.ir.dag import Dag, Node
 from tasoc.ir.shard_plan import Plan
-from tasoc.ir.soap import Config, Mesh, OpRule
+from tasoc.ir.soap import Config, FactorKind, Mesh, OpRule
 from tasoc.passes.figures import (
     Bar,
     FrontierFigure,
@@ -35,9 +36,19 @@ from tasoc.passes.figures import (
 from tasoc.passes.soap.cost_searches import Evaluated
 from tasoc.sim import TaskGraph, Timeline
 
+DIMENSIONS: dict[FactorKind, str] = {
+    "sample": "the batch",
+    "parameter": "channels, features",
+    "attribute": "sequence, pixels",
+    "reduction": "partial sums, reduced after",
+}
+"""The SOAP dimensions a label names by their first letter (`_letter`), and what
+they split, in the legend's order."""
+
 
 def sharding_map(dag: Dag, plan: Plan, meshes: Mapping[str, Mesh], title: str) -> ShardingMapFigure:
-    """Which block of every op each device computes, under `plan`."""
+    """Which block of every op each device computes, under `plan`, with a legend of
+    the label kinds (`_legend`)."""
     devices = sorted({device for mesh in meshes.values() for device in mesh.device_ids})
     column = {device: j for j, device in enumerate(devices)}
     ops, cells = [], []
@@ -51,13 +62,40 @@ def sharding_map(dag: Dag, plan: Plan, meshes: Mapping[str, Mesh], title: str) -
             row[column[device]] = label
         ops.append(_name(node, len(ops)))
         cells.append(tuple(row))
-    return ShardingMapFigure(title, tuple(ops), tuple(devices), tuple(cells))
+    return ShardingMapFigure(title, tuple(ops), tuple(devices), tuple(cells), _legend(cells))
+
+
+def _legend(cells: Sequence[Sequence[str]]) -> tuple[tuple[str, str], ...]:
+    """Each dimension's letter, `all` and idle, in a fixed order, then the blocks of
+    several dimensions that `cells` show (`S P`): what `ShardingMapFigure.legend` asks."""
+    name = {_letter(kind): kind for kind in DIMENSIONS}
+    single = [
+        (_letter(kind), f"{_letter(kind)}n: block n of the {kind} dim ({split})")
+        for kind, split in DIMENSIONS.items()
+    ]
+    several = sorted(
+        {kind for row in cells for cell in row if " " in (kind := ShardingMapFigure.kind_of(cell))}
+    )
+    joined = [
+        (kind, f"{kind}: a block of each of " + ", ".join(name[letter] for letter in kind.split()))
+        for kind in several
+    ]
+    return (
+        *single,
+        ("all", "all: the whole op (replicated)"),
+        ("", "blank: idle (the op runs on other devices)"),
+        *joined,
+    )
+
+
+def _letter(kind: FactorKind) -> str:
+    return kind[0].upper()
 
 
 def _blocks(rule: OpRule, config: Config, mesh: Mesh) -> dict[int, str]:
     """Device id -> the label of the block it computes under `config` on `mesh`."""
     split = {factor: axes for factor, axes in config.items() if axes}
-    letter = {f.name: f.kind[0].upper() for f in rule.factors}
+    letter = {f.name: _letter(f.kind) for f in rule.factors}
     labels = {}
     sizes = [size for _, size in mesh.axes]
     for position, coords in enumerate(itertools.product(*(range(size) for size in sizes))):
@@ -117,16 +155,20 @@ def frontier_figure(
     simulated_frontier: Sequence[tuple[float, float]],
     strategies: Mapping[str, Evaluated],
     cap: int | None,
+    written: str,
 ) -> FrontierFigure:
     """The frontier (estimates, and some points simulated) and each strategy's
-    estimate (where the cost graph can express it) and simulation."""
+    estimate (where the cost graph can express it) and simulation; `written` names
+    the strategy whose plan the pass wrote."""
     marks = []
     for name, strategy in strategies.items():
         if strategy.estimate is not None:
             marks.append(StrategyMark(name, *strategy.estimate, simulated=False))
         simulated = strategy.simulated
         marks.append(StrategyMark(name, simulated.memory, simulated.time, simulated=True))
-    return FrontierFigure(title, tuple(frontier), tuple(simulated_frontier), tuple(marks), cap)
+    return FrontierFigure(
+        title, tuple(frontier), tuple(simulated_frontier), tuple(marks), cap, written
+    )
 
 
 def profile_figure(title: str, best: Mapping[int, tuple[float, int]]) -> ProfileFigure:

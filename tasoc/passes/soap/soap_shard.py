@@ -385,7 +385,9 @@ class SoapShardPass(ModulePass):
             title = f"soap-shard {self.search}: time against memory per device on {machine.name}"
             report.figure(
                 "soap-shard-frontier",
-                frontier_figure(title, chosen.frontier, chosen.simulated_frontier, compared, cap),
+                frontier_figure(
+                    title, chosen.frontier, chosen.simulated_frontier, compared, cap, self.search
+                ),
             )
 
     def _max_points(self) -> int | None:
