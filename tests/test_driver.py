@@ -580,3 +580,25 @@ def test_op_by_op_takes_i64_values_that_jax_holds_as_int32() -> None:
     module = g.build(g.add(ids, g.constant(np.arange(6).reshape(2, 3), "i64")))
     compared = compare_ops(module, random_inputs(module))
     assert (len(compared.ops), compared.mismatches) == (2, [])
+
+
+F64_PROGRAM = """\
+func.func @main(%x: tensor<3xf64>) -> tensor<3xf64> {
+  %0 = graph.constant {value = dense<[1.0e+300, 1.0e-12, 0.0]> : tensor<3xf64>} : tensor<3xf64>
+  %1 = graph.add %x, %0 : tensor<3xf64>
+  %2 = graph.add %1, %0 : tensor<3xf64>
+  func.return %2 : tensor<3xf64>
+}
+"""
+
+
+def test_check_of_an_f64_program_compares_at_float64_precision(tasoc, tmp_path: Path) -> None:
+    """1e300 + 1e300 and x + 2e-12 survive JAX (x64 scoped to the program), and the check
+    holds them to float64's tolerances, which float32 arithmetic could not meet."""
+    source = tmp_path / "f64.mlir"
+    source.write_text(F64_PROGRAM)
+    result = tasoc("run", source, "--check")
+    assert result.code == 0, result
+    assert "abs-max 2e+300" in result.out
+    assert "max abs error 0, max rel error 0 (rtol 1e-12, atol 1e-13)" in result.out
+    assert "check: equivalent to the numpy reference" in result.out
