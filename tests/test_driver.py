@@ -367,15 +367,18 @@ def test_run_numpy_backend_reads_mlir(tasoc, good: Path) -> None:
 
 
 def test_run_check_reports_a_mismatch(tasoc, good: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real_reference = run_module.run_reference
+    """JAX off by one: far further from the program in float64 than the reference."""
+    real_prepare = run_module.prepare
 
-    def off_by_one(module: ModuleOp, args: list[np.ndarray]) -> list[np.ndarray]:
-        return [out + 1 for out in real_reference(module, args)]
+    def off_by_one(module: ModuleOp, backend: str) -> run_module.Executable:
+        real = real_prepare(module, backend)
+        return run_module.Executable(lambda args: [out + 1 for out in real.run(args)], real.time)
 
-    monkeypatch.setattr(run_module, "run_reference", off_by_one)
+    monkeypatch.setattr(run_module, "prepare", off_by_one)
     assert_one_line_error(
         tasoc("run", str(good), "--check"),
-        "jax results differ from the numpy reference: NOT equivalent",
+        "jax results differ from the numpy reference: output #0: jax ",
+        "from float64: jax is more than 32x further than numpy",
     )
 
 
