@@ -19,7 +19,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 from tasoc.backends.arguments import random_inputs
 from tasoc.backends.jax import lower
-from tasoc.backends.numpy.kernels import KERNELS
+from tasoc.backends.numpy import run_float64
 from tasoc.ir import dag as dag_module
 from tasoc.ir.dag import Dag
 from tasoc.ir.program import arg_infos, entry_function
@@ -88,17 +88,6 @@ def scaled_error(actual: np.ndarray, expected: np.ndarray) -> float:
 
 def evaluate64(dag: Dag, args: Sequence[np.ndarray]) -> list[np.ndarray]:
     """`dag`'s outputs computed with the reference kernels on float64 copies of the
-    float arguments and constants (the kernels compute in float64 anyway; here nothing
-    is rounded to float32 in between)."""
-    values: dict[Any, np.ndarray] = {}
-    for node, arg in zip(dag.args, args, strict=True):
-        values[node.out] = arg.astype(np.float64) if arg.dtype.kind == "f" else arg
-    for node in dag.ops:
-        results = KERNELS[node.op](dict(node.attrs), [values[v] for v in node.inputs])
-        # Constants come out in their float32 type; widened here, so that no kernel
-        # rounds its float64 operands to the type of a float32 constant it also reads.
-        wide = [
-            r.astype(np.float64) if r.dtype.kind == "f" else r for r in map(np.asarray, results)
-        ]
-        values.update(zip(node.results, wide, strict=True))
-    return [values[v] for v in dag.outputs]
+    float arguments and constants (`run_float64`: nothing is rounded to float32 in
+    between)."""
+    return run_float64(dag_module.to_module(dag), args)

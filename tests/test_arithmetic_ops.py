@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import jax
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -385,14 +386,24 @@ def test_jax_matches_the_reference(name: str, build: Build, dtype: str) -> None:
     assert report.ok, report.summary()
 
 
-def test_f64_runs_as_float32_inside_and_comes_back_as_float64() -> None:
+def test_f64_runs_in_float64_on_jax_and_leaves_float32_programs_as_they_are() -> None:
+    """A program with an f64 tensor runs with JAX's x64 scoped to it: 1e300 + 1e300 and
+    1 + 1e-12 come out exactly as the reference has them, and the process's setting and
+    a float32 program's precision are untouched."""
     g = GraphBuilder()
-    module = g.build(g.neg(g.input("x", (2,), "f64")))
-    values = np.asarray([1 + 2**-40, 1e300])
-    (result,) = lower(module)(values)
-    assert result.dtype == np.float64
-    np.testing.assert_array_equal(result, [-1.0, -np.inf])  # rounded to float32 on the way
-    np.testing.assert_array_equal(run_reference(module, [values])[0], -values)
+    module = g.build(g.add(g.input("a", (3,), "f64"), g.input("b", (3,), "f64")))
+    args = [np.asarray([1e300, 1.0, 0.1]), np.asarray([1e300, 1e-12, 0.2])]
+    program = lower(module)
+    (result,) = program(*args)
+    assert program.x64 and result.dtype == np.float64
+    np.testing.assert_array_equal(result, [2e300, 1 + 1e-12, 0.1 + 0.2])
+    np.testing.assert_array_equal(run_reference(module, args)[0], result)
+    assert not jax.config.jax_enable_x64
+    g = GraphBuilder()
+    narrow = lower(g.build(g.add(g.input("a", (2,), "f32"), g.input("b", (2,), "f32"))))
+    (sum32,) = narrow(np.ones(2, np.float32), np.full(2, 1e-12, np.float32))
+    assert not narrow.x64 and sum32.dtype == np.float32
+    np.testing.assert_array_equal(sum32, [1.0, 1.0])
 
 
 def test_jax_integer_division_truncates_like_the_reference() -> None:

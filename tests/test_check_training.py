@@ -1,5 +1,6 @@
-"""`--check` of training steps: gradient tolerances, and the op-by-op comparison that
-decides where end-to-end gradients drift apart (`verify.equivalence.compare_ops`)."""
+"""`--check` of training steps: gradient tolerances, and the witnesses that decide where
+end-to-end gradients drift apart: the step in float64 and the op-by-op comparison
+(`verify.equivalence.arbitrate`, `compare_ops`)."""
 
 from __future__ import annotations
 
@@ -15,16 +16,16 @@ from test_autodiff import convnet
 from tasoc.backends.arguments import random_inputs
 from tasoc.backends.jax import lowering
 from tasoc.driver.errors import DriverError
-from tasoc.driver.run import _check_against
+from tasoc.driver.run import Witnesses, _check_against
 from tasoc.ir.program import entry_function
-from tasoc.verify.equivalence import GRADIENT_TOLERANCES, OpMismatch, compare, compare_ops
+from tasoc.verify.equivalence import GRADIENT_TOLERANCES, OpByOp, OpReport, compare, compare_ops
 
 
 def test_every_op_of_a_training_step_agrees_with_its_kernel() -> None:
     step = training(convnet(), loss="softmax-cross-entropy", optimizer="adam")
-    checked, mismatches = compare_ops(step, random_inputs(step, 0))
+    compared = compare_ops(step, random_inputs(step, 0))
     ops = [op for op in entry_function(step).body.block.ops if op.name.startswith("graph.")]
-    assert checked == len(ops) and mismatches == []
+    assert len(compared.ops) == len(ops) and compared.mismatches == []
 
 
 def test_a_wrong_lowering_is_named_by_the_op_by_op_check(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -35,7 +36,7 @@ def test_a_wrong_lowering_is_named_by_the_op_by_op_check(monkeypatch: pytest.Mon
         return [r * 1.01 for r in right(attrs, inputs)]
 
     monkeypatch.setitem(lowering.JAX_KERNELS, "relu_grad", wrong)
-    _, mismatches = compare_ops(step, random_inputs(step, 0))
+    mismatches = compare_ops(step, random_inputs(step, 0)).mismatches
     assert {m.name for m in mismatches} == {"graph.relu_grad"}
 
 
@@ -49,23 +50,34 @@ def test_gradients_are_compared_at_gradient_tolerances() -> None:
 
 EXPECTED = [np.float32(2.0), np.ones(4, np.float32)]
 DRIFTED = [np.float32(2.0), np.full(4, 1.1, np.float32)]
+FLOAT64 = [np.float64(2.0), np.full(4, 1.05)]
+"""The step in float64: the reference and the drifted gradient equally far from it."""
+AGREE = OpByOp((OpReport(2, "graph.relu_grad", compare([EXPECTED[1]], [EXPECTED[1]])),))
 
 
-def test_drifted_gradients_pass_when_every_op_agrees(capsys: pytest.CaptureFixture[str]) -> None:
-    _check_against("the reference", EXPECTED, DRIFTED, "jax", {1}, lambda: (7, []))
-    assert "all 7 ops agree with their reference kernels" in capsys.readouterr().out
+def witnesses(ops: OpByOp = AGREE, wide: list[np.ndarray] = FLOAT64) -> Witnesses:
+    return Witnesses(float64=lambda: wide, op_by_op=lambda: ops)
+
+
+def test_drifted_gradients_pass_when_as_far_from_float64_and_every_op_agrees(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _check_against("the reference", EXPECTED, DRIFTED, "jax", {1}, witnesses())
+    out = capsys.readouterr().out
+    assert "check output #1: jax 0.048, numpy 0.048 from float64: equivalent within" in out
+    assert "all 1 ops agree with their reference kernels" in out
 
 
 def test_drifted_gradients_fail_when_an_op_disagrees() -> None:
-    mismatch = OpMismatch(3, "graph.conv2d_grad_weight", compare([EXPECTED[1]], [DRIFTED[1]]))
-    with pytest.raises(DriverError, match=r"op 3 \(graph.conv2d_grad_weight\) disagrees"):
-        _check_against("the reference", EXPECTED, DRIFTED, "jax", {1}, lambda: (7, [mismatch]))
+    wrong = OpReport(3, "graph.conv2d_grad_weight", compare([EXPECTED[1]], [DRIFTED[1]]))
+    with pytest.raises(DriverError, match=r"op 3 \(graph.conv2d_grad_weight\) result #0"):
+        _check_against("the reference", EXPECTED, DRIFTED, "jax", {1}, witnesses(OpByOp((wrong,))))
 
 
 def test_a_drifted_loss_fails_whatever_the_ops_say() -> None:
     wrong_loss = [np.float32(2.5), EXPECTED[1]]
-    with pytest.raises(DriverError, match="output #0"):
-        _check_against("the reference", EXPECTED, wrong_loss, "jax", {1}, lambda: (7, []))
+    with pytest.raises(DriverError, match=r"output #0: jax 0.25, numpy 0 from float64"):
+        _check_against("the reference", EXPECTED, wrong_loss, "jax", {1}, witnesses())
 
 
 def test_many_outputs_are_summarized(capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,8 +10,10 @@ import gc
 import io
 import json
 import os
+import re
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -35,7 +37,7 @@ from tasoc.ir.program import arg_infos, entry_function
 from tasoc.models import list_models, parse_spec
 from tasoc.passes.registry import TASOC_PASSES
 from tasoc.passes.report import current_report
-from tasoc.verify.equivalence import OpMismatch, compare, compare_ops
+from tasoc.verify.equivalence import OpByOp, OpReport, compare, compare_ops
 
 GOOD = """\
 func.func @main(%x: tensor<2x4xf32>, %w: tensor<4x3xf32> {graph.param}) -> tensor<2x3xf32> {
@@ -365,15 +367,18 @@ def test_run_numpy_backend_reads_mlir(tasoc, good: Path) -> None:
 
 
 def test_run_check_reports_a_mismatch(tasoc, good: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    real_reference = run_module.run_reference
+    """JAX off by one: far further from the program in float64 than the reference."""
+    real_prepare = run_module.prepare
 
-    def off_by_one(module: ModuleOp, args: list[np.ndarray]) -> list[np.ndarray]:
-        return [out + 1 for out in real_reference(module, args)]
+    def off_by_one(module: ModuleOp, backend: str) -> run_module.Executable:
+        real = real_prepare(module, backend)
+        return run_module.Executable(lambda args: [out + 1 for out in real.run(args)], real.time)
 
-    monkeypatch.setattr(run_module, "run_reference", off_by_one)
+    monkeypatch.setattr(run_module, "prepare", off_by_one)
     assert_one_line_error(
         tasoc("run", str(good), "--check"),
-        "jax results differ from the numpy reference: NOT equivalent",
+        "jax results differ from the numpy reference: output #0: jax ",
+        "from float64: jax is more than 32x further than numpy",
     )
 
 
@@ -492,27 +497,81 @@ def test_opt_leaves_the_garbage_collector_as_it_found_it(tasoc, good: Path) -> N
     assert gc.get_freeze_count() == 0  # nothing left out of collections
 
 
-def test_deep_programs_pass_the_check_within_rounding_growth_when_every_op_agrees(
+def _tanh_mlp(depth: int, width: int = 64, gain: float = 2.5) -> ModuleOp:
+    """`depth` layers of tanh(x @ W), W of gain 2.5: chaotic, so float32 rounding grows
+    through it and two correct float32 computations end up far apart."""
+    rng = np.random.default_rng(1)
+    g = GraphBuilder()
+    x = g.input("x", (8, width))
+    for _ in range(depth):
+        weight = rng.standard_normal((width, width)) * gain / np.sqrt(width)
+        x = g.tanh(g.matmul(x, g.constant(weight.astype(np.float32))))
+    return g.build(x)
+
+
+def test_a_deep_program_past_the_tolerances_passes_as_far_from_float64_as_the_reference(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """An output past the tolerances end to end passes when it is within
-    ROUNDING_GROWTH times them and every op agrees with its kernel; not past that
-    bound, nor when an op disagrees, nor without the op-by-op check."""
-    expected = [np.array([3.0, 0.0, 0.0, 0.0], np.float32)]  # atol 1e-5 scaled by 3
-    drifted = [expected[0] + np.float32(5 * 1e-5 * 3)]  # 5x it where the value is 0
-    agree = lambda: (7, [])  # noqa: E731 - the op-by-op check's result
-    run_module._check_against("the numpy reference", expected, drifted, "jax", set(), agree)
-    assert "1 output(s) (within 10x) differ" in capsys.readouterr().out
-    far = [expected[0] + np.float32(50 * 1e-5 * 3)]
-    for outputs, op_by_op in ((far, agree), (drifted, None)):
-        with pytest.raises(run_module.DriverError, match="jax results differ"):
-            run_module._check_against(
-                "the numpy reference", expected, outputs, "jax", set(), op_by_op
-            )
-    mismatch = OpMismatch(3, "graph.erf", compare([np.ones(1)], [np.zeros(1)]))
-    with pytest.raises(run_module.DriverError, match=r"op 3 \(graph.erf\) disagrees"):
+    """20 chaotic layers: JAX and the reference differ beyond the tolerances end to end,
+    both drift from the program in float64 alike, and every op agrees with its kernel;
+    each line says why that is a pass."""
+    module = _tanh_mlp(20)
+    inputs = [np.random.default_rng(1).standard_normal((8, 64)).astype(np.float32)]
+    expected = run_module.run_reference(module, inputs)
+    outputs = run_module.prepare(module, "jax").run(inputs)
+    assert not compare(expected, outputs).ok
+    witnesses = run_module._witnesses(module, inputs, "jax")
+    run_module._check_against("the numpy reference", expected, outputs, "jax", set(), witnesses)
+    lines = capsys.readouterr().out.splitlines()
+    assert re.fullmatch(
+        r"  check output #0: jax \S+, numpy \S+ from float64: equivalent within float32 rounding",
+        lines[1],
+    )
+    assert re.fullmatch(
+        r"check: 1 output\(s\) differ from the numpy reference beyond tolerance, each as far "
+        r"from float64 as rounding puts numpy \(within 32x\); all 60 ops agree with their "
+        r"reference kernels on the same inputs; the most drift: op \d+ \(graph.\w+\) result "
+        r"#0 .*; so the program is equivalent",
+        lines[2],
+    )
+
+
+def _witnesses(wide: np.ndarray, ops: Sequence[OpReport] = ()) -> run_module.Witnesses:
+    return run_module.Witnesses(float64=lambda: [wide], op_by_op=lambda: OpByOp(tuple(ops)))
+
+
+def test_an_output_further_from_float64_than_the_reference_fails_in_one_line() -> None:
+    """Past the tolerances and ROUNDING_FACTOR times further from float64 than the
+    reference: the error names the output and both distances."""
+    expected = [np.array([3.0, 1.0, 2.0, 0.5], np.float32)]
+    wide = expected[0].astype(np.float64) + 1e-6  # the reference: one rounding away
+    far = [expected[0] + np.float32(1e-3)]
+    message = r"jax results differ from the numpy reference: output #0: jax 0.00033, numpy "
+    message += r"3.3e-07 from float64: jax is more than 32x further than numpy$"
+    with pytest.raises(run_module.DriverError, match=message):
         run_module._check_against(
-            "the numpy reference", expected, drifted, "jax", set(), lambda: (7, [mismatch])
+            "the numpy reference", expected, far, "jax", set(), _witnesses(wide)
+        )
+    with pytest.raises(run_module.DriverError, match="NOT equivalent: output #0"):
+        run_module._check_against("the numpy reference", expected, far, "jax", set())
+
+
+def test_an_op_that_disagrees_fails_the_check_naming_the_op_that_drifts_most() -> None:
+    """As far from float64 as the reference, but op by op two ops disagree with their
+    kernels: the error names the one furthest past its tolerance."""
+    expected = [np.array([3.0, 1.0], np.float32)]
+    drifted = [expected[0] + np.float32(1e-3)]
+    wide = expected[0].astype(np.float64) + 5e-4
+    one = np.ones(1, np.float32)
+    ops = [
+        OpReport(1, "graph.tanh", compare([one], [one * np.float32(1.001)])),
+        OpReport(3, "graph.erf", compare([one], [one * np.float32(1.1)])),
+        OpReport(4, "graph.add", compare([one], [one])),
+    ]
+    match = r"2 of 3 ops disagree .* the most op 3 \(graph.erf\) result #0 \(1xf32\)"
+    with pytest.raises(run_module.DriverError, match=match):
+        run_module._check_against(
+            "the numpy reference", expected, drifted, "jax", set(), _witnesses(wide, ops)
         )
 
 
@@ -522,5 +581,27 @@ def test_op_by_op_takes_i64_values_that_jax_holds_as_int32() -> None:
     g = GraphBuilder()
     ids = g.input("ids", (2, 3), "i64")
     module = g.build(g.add(ids, g.constant(np.arange(6).reshape(2, 3), "i64")))
-    checked, mismatches = compare_ops(module, random_inputs(module))
-    assert (checked, mismatches) == (2, [])
+    compared = compare_ops(module, random_inputs(module))
+    assert (len(compared.ops), compared.mismatches) == (2, [])
+
+
+F64_PROGRAM = """\
+func.func @main(%x: tensor<3xf64>) -> tensor<3xf64> {
+  %0 = graph.constant {value = dense<[1.0e+300, 1.0e-12, 0.0]> : tensor<3xf64>} : tensor<3xf64>
+  %1 = graph.add %x, %0 : tensor<3xf64>
+  %2 = graph.add %1, %0 : tensor<3xf64>
+  func.return %2 : tensor<3xf64>
+}
+"""
+
+
+def test_check_of_an_f64_program_compares_at_float64_precision(tasoc, tmp_path: Path) -> None:
+    """1e300 + 1e300 and x + 2e-12 survive JAX (x64 scoped to the program), and the check
+    holds them to float64's tolerances, which float32 arithmetic could not meet."""
+    source = tmp_path / "f64.mlir"
+    source.write_text(F64_PROGRAM)
+    result = tasoc("run", source, "--check")
+    assert result.code == 0, result
+    assert "abs-max 2e+300" in result.out
+    assert "max abs error 0, max rel error 0 (rtol 1e-12, atol 1e-13)" in result.out
+    assert "check: equivalent to the numpy reference" in result.out

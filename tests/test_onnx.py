@@ -344,6 +344,33 @@ def test_average_pool_excluding_padding_divides_by_the_real_count() -> None:
     assert ops_of(module) == ["pool2d", "constant", "mul", "constant", "mul"]
 
 
+def test_ceil_mode_average_pool_whose_last_window_starts_on_padding_is_the_exact_mean() -> None:
+    """ONNX's `averagepool_2d_ceil_last_window_starts_on_pad` (kernel 3, stride 3, pads 1,
+    ceil mode, padding counted): its one window per channel covers the 2x2 input and five
+    padding zeros, so each value is the input's sum over 9. The case's expected values
+    are that mean written to 4 decimals (0.1511 for 0.151056), 2.9e-4 off relatively; both
+    backends give the mean to float32 rounding, and the case passes at its rtol 1e-3."""
+    x = np.array(
+        [[[[0.858, 0.0786], [0.2692, 0.1537]], [[0.8816, 0.4353], [0.5772, 0.6623]]]],
+        np.float32,
+    )
+    node = helper.make_node(
+        "AveragePool",
+        ["x"],
+        ["y"],
+        kernel_shape=[3, 3],
+        strides=[3, 3],
+        pads=[1, 1, 1, 1],
+        ceil_mode=1,
+        count_include_pad=1,
+    )
+    model = model_of([node], {"x": (F, [1, 2, 2, 2])}, {"y": [1, 2, 1, 1]}, opset=22)
+    module = import_and_check(model)
+    exact = x.astype(np.float64).sum(axis=(2, 3), keepdims=True) / 9
+    for results in (run_reference(module, [x]), lower(module)(x)):
+        np.testing.assert_allclose(results[0], exact, rtol=2 * np.finfo(np.float32).eps)
+
+
 def test_batchnorm_concat_split() -> None:
     stats = [
         tensor(n, rand(3, seed=i) + (3 if n == "var" else 0))

@@ -54,7 +54,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
 
 from tasoc.backends.arguments import describe, random_inputs
-from tasoc.backends.numpy import run_reference
+from tasoc.backends.numpy import run_float64, run_reference
 from tasoc.driver import distributed
 from tasoc.driver.devices import default_devices, ensure_devices, mesh_devices
 from tasoc.driver.errors import (
@@ -88,7 +88,14 @@ from tasoc.ir.program import (
     value_name,
 )
 from tasoc.ir.training import TrainingSignature, training_signature
-from tasoc.verify.equivalence import OpMismatch, OutputReport, compare, compare_ops
+from tasoc.verify.equivalence import (
+    ROUNDING_FACTOR,
+    OpByOp,
+    OutputReport,
+    arbitrate,
+    compare,
+    compare_ops,
+)
 
 if TYPE_CHECKING:
     import onnx
@@ -262,13 +269,26 @@ def _gradient_outputs(signature: TrainingSignature | None) -> set[int]:
     return {result for result, _ in (*signature.replaces, *signature.gradients)}
 
 
-def _op_by_op(
-    module: ModuleOp, inputs: Sequence[np.ndarray], backend: str
-) -> Callable[[], tuple[int, list[OpMismatch]]] | None:
-    """The op-by-op check of a program run on JAX (None for the reference itself)."""
+@dataclass(frozen=True)
+class Witnesses:
+    """What `--check` asks when a JAX run and what it is compared with differ beyond
+    tolerance: the program computed in float64 (`run_float64`), and every op's lowering
+    against its reference kernel on the same inputs (`compare_ops`). Both are thunks:
+    they cost a run each, and a check within tolerance needs neither."""
+
+    float64: Callable[[], Sequence[np.ndarray]]
+    op_by_op: Callable[[], OpByOp]
+
+
+def _witnesses(module: ModuleOp, inputs: Sequence[np.ndarray], backend: str) -> Witnesses | None:
+    """The witnesses of a program run on JAX (None for the reference itself, which is
+    what they would be judged by)."""
     if backend != "jax":
         return None
-    return lambda: compare_ops(module, inputs)
+    return Witnesses(
+        float64=lambda: run_float64(module, inputs),
+        op_by_op=lambda: compare_ops(module, inputs),
+    )
 
 
 SHOWN_OUTPUTS = 12
@@ -287,74 +307,60 @@ def _print_checked(outputs: Sequence[OutputReport]) -> None:
         print(f"  check: {which}; the largest error: {worst.describe()}")
 
 
-ROUNDING_GROWTH = 10
-"""How far beyond the tolerances (as a factor of rtol and atol) an output that is not a
-gradient may drift end to end and still be rounding: in a deep program (BERT-base's 12
-layers) two correct float32 computations differ by a few times the tolerances — the
-reference, JAX and onnxruntime each pair by 4-6e-5 on outputs of magnitude 3 — while a
-wrong op is off by far more."""
-
-
-def _within_growth(
-    expected: Sequence[np.ndarray], outputs: Sequence[np.ndarray], failing: Sequence[OutputReport]
-) -> bool:
-    """Whether every failing output is within `ROUNDING_GROWTH` times its tolerances."""
-    return all(
-        compare(
-            [expected[o.index]],
-            [outputs[o.index]],
-            rtol=o.rtol * ROUNDING_GROWTH,
-            atol=o.atol * ROUNDING_GROWTH,
-        ).ok
-        for o in failing
-    )
-
-
 def _check_against(
     expected_from: str,
     expected: Sequence[np.ndarray],
     outputs: Sequence[np.ndarray],
     backend: str,
     gradients: set[int],
-    op_by_op: Callable[[], tuple[int, list[OpMismatch]]] | None = None,
+    witnesses: Witnesses | None = None,
+    reference: str = "numpy",
 ) -> None:
-    """Print each output's errors against `expected`; fail unless all are within
-    tolerance (`gradients`: the outputs compared as gradients, `compare`).
+    """Print each output's errors against `expected` (`reference`'s outputs); fail
+    unless all are within tolerance (`gradients`: the outputs compared as gradients,
+    `compare`), or the witnesses say the difference is rounding.
 
-    Outputs may differ end to end where every op is right, as rounding grows through a
-    deep program (`compare_ops`): with `op_by_op`, such a difference passes when every
-    op agrees with its reference kernel on the same inputs, and the note says so — for
-    a training step's gradients at any size (a relu at zero passes a gradient in one
-    run and not in the other), for other outputs within `ROUNDING_GROWTH` times the
-    tolerances.
+    Two correct computations in one precision may differ beyond the tolerances: rounding
+    grows through a deep program (a 12-layer BERT), and a training step's relu kinks
+    pass a gradient in one run and not in the other. Which of the two is right cannot
+    be told by comparing them; with `witnesses`, the program computed in float64 tells:
+    each output past the tolerances passes when the backend's is no more than
+    `ROUNDING_FACTOR` times further from float64 than the reference's, one line per
+    output saying so (`arbitrate`). Then every op must also agree with its reference
+    kernel on the same inputs (`compare_ops`), the line naming the op that drifts most:
+    a wrong op the float64 run happened not to expose is caught there.
     """
     result = compare(expected, outputs, gradients=gradients)
     _print_checked(result.outputs)
     if result.ok:
         print(f"check: equivalent to {expected_from}")
         return
-    failing = [o for o in result.outputs if not o.ok]
-    others = [o for o in failing if o.index not in gradients]
-    if op_by_op is None or not _within_growth(expected, outputs, others):
-        raise DriverError(f"{backend} results differ from {expected_from}: {result.summary()}")
-    checked, mismatches = op_by_op()
+    failing = [o.index for o in result.outputs if not o.ok]
+    differ = f"{backend} results differ from {expected_from}"
+    if witnesses is None or result.problem or any(result.outputs[i].problem for i in failing):
+        raise DriverError(f"{differ}: {result.summary()}")
+    arbitrations = arbitrate(expected, outputs, witnesses.float64(), failing)
+    for arbitration in arbitrations[:SHOWN_OUTPUTS]:
+        print(f"  check {arbitration.describe(backend, reference)}")
+    wrong = [a for a in arbitrations if not a.ok]
+    if wrong:
+        more = f" (and {len(wrong) - 1} more outputs)" if len(wrong) > 1 else ""
+        raise DriverError(f"{differ}: {wrong[0].describe(backend, reference)}{more}")
+    ops = witnesses.op_by_op()
+    drift = ops.most_drift
+    mismatches = ops.mismatches
     if mismatches:
-        first = mismatches[0]
+        worst = max(mismatches, key=lambda op: op.tolerance_used)
         raise DriverError(
-            f"{backend} results differ from {expected_from}: op {first.position} "
-            f"({first.name}) disagrees with its reference kernel on the same inputs: "
-            f"{first.report.summary()}"
+            f"{differ}: {len(mismatches)} of {len(ops.ops)} ops disagree with their "
+            f"reference kernels on the same inputs, the most {worst.describe()}"
         )
-    which = (
-        f"{len(failing) - len(others)} gradient output(s)"
-        if not others
-        else (f"{len(failing)} output(s) (within {ROUNDING_GROWTH}x)")
-    )
+    most = f"; the most drift: {drift.describe()}" if drift is not None else ""
     print(
-        f"check: {which} differ from {expected_from} beyond rtol/atol "
-        f"{failing[0].rtol:g}/{failing[0].atol:g} end to end, as rounding grows through "
-        f"the program; all {checked} ops agree with their reference kernels on the same "
-        "inputs (op by op), so the program is equivalent"
+        f"check: {len(failing)} output(s) differ from {expected_from} beyond tolerance, "
+        f"each as far from float64 as rounding puts {reference} (within "
+        f"{ROUNDING_FACTOR:g}x); all {len(ops.ops)} ops agree with their reference "
+        f"kernels on the same inputs{most}; so the program is equivalent"
     )
 
 
@@ -373,7 +379,7 @@ def _check_equal_program(
         outputs,
         "jax",
         _gradient_outputs(signature),
-        _op_by_op(reference, inputs, "jax"),
+        _witnesses(reference, inputs, "jax"),
     )
 
 
@@ -520,7 +526,7 @@ def _run(args: argparse.Namespace, found: WeightsFile | None) -> dict[str, objec
             outputs,
             args.backend,
             _gradient_outputs(signature),
-            _op_by_op(module, inputs, args.backend),
+            _witnesses(module, inputs, args.backend),
         )
     if args.check_onnxruntime:
         model = _onnx_model(args.input, program, infos, inputs, args.seed)
@@ -532,7 +538,8 @@ def _run(args: argparse.Namespace, found: WeightsFile | None) -> dict[str, objec
             outputs,
             args.backend,
             set(),
-            _op_by_op(module, inputs, args.backend),
+            _witnesses(module, inputs, args.backend),
+            reference="onnxruntime",
         )
 
     if args.bench:
@@ -889,7 +896,7 @@ def _check_first_step(
         first,
         backend,
         _gradient_outputs(signature),
-        _op_by_op(module, inputs, backend),
+        _witnesses(module, inputs, backend),
     )
 
 

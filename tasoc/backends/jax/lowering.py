@@ -15,15 +15,19 @@ differences a user can observe are:
   convolution keep half-precision operands and accumulate in float32
   (`preferred_element_type`), which is how GPUs run them fast. Float32 matmuls and
   convolutions request `Precision.HIGHEST`, so GPUs do not silently use TF32.
-- 64-bit types. JAX without x64 mode has no int64 or float64 and tasoc does not
-  turn x64 on (that would change every user's JAX process). i64 tensors are int32
-  inside the program: `JaxProgram` casts i64 arguments to int32, refusing values that
-  do not fit, and casts i64 results back to int64. So the max of no i64 values (a
-  reduction over an empty axis) is int32's least value here, int64's in the reference.
-  Likewise f64 tensors are float32 inside: f64 arguments are rounded to float32, every
-  op on them computes in float32, and f64 results are widened back to float64. So an
-  f64 program agrees with the reference to float32's precision (the f32 tolerances of
-  `tasoc.verify.equivalence`), and values beyond float32's range become infinities.
+- 64-bit types. A program with a float64 tensor anywhere (an argument, a result or
+  any op's) runs with JAX's 64-bit types on (`jax.enable_x64`), scoped to that program:
+  `JaxProgram.fn` and `device_args` enter the scope on every call, so the process's
+  setting, and every float32 program, stay as they are. There f64 is float64 (1e300 +
+  1e300 is 2e300, 1 + 1e-12 is not 1) and i64 is int64, and the program is compared
+  with the reference at float64 tolerances (`tasoc.verify.equivalence`). Other programs
+  run with x64 off, as JAX's default is: their i64 tensors are int32 inside the
+  program: `JaxProgram` casts i64 arguments to int32, refusing values that do not fit,
+  and casts i64 results back to int64. So the max of no i64 values (a reduction over
+  an empty axis) is int32's least value there, int64's in the reference. Only a float64
+  tensor turns x64 on because only float64 needs it to be right: an i64 tensor in a
+  float32 program holds ids and shapes that fit int32 (and are refused when they do
+  not), while x64 would change how JAX promotes that program's Python scalars.
 - Embedding ids outside the table yield NaN rows (`jnp.take(mode="fill")`), and so do
   `gather` indices outside [-n, n) (an integer type's extreme value where there is no
   NaN); the reference raises instead. A jitted function cannot raise on data. For the
@@ -33,9 +37,11 @@ differences a user can observe are:
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import wraps
 from typing import Any, Protocol
 
 import jax
@@ -43,7 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Operation, SSAValue
 
 from tasoc.backends import numpy_dtype
@@ -133,8 +139,11 @@ def _transpose(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[ja
 
 
 def _accumulator(dtype: np.dtype) -> np.dtype | None:
-    """float32 accumulation for every float contraction; integers keep their type."""
-    return np.dtype(np.float32) if jnp.issubdtype(dtype, jnp.floating) else None
+    """float32 accumulation for every float contraction narrower than float64 (which
+    accumulates in float64); integers keep their type."""
+    if not jnp.issubdtype(dtype, jnp.floating):
+        return None
+    return np.dtype(np.float64) if dtype == np.float64 else np.dtype(np.float32)
 
 
 @_kernel("matmul", widen=False)
@@ -165,7 +174,7 @@ def _conv2d(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.A
         dimension_numbers=("NCHW", "OIHW", "NCHW"),
         feature_group_count=attrs["groups"],
         precision=_HIGHEST,
-        preferred_element_type=np.float32,
+        preferred_element_type=_accumulator(x.dtype),
     )
     if attrs["activation"] == "relu":
         out = jax.nn.relu(out)
@@ -440,7 +449,8 @@ def check_results(what: str, sigs: Sequence[TensorSig], results: Sequence[jax.Ar
 
 def host_argument(info: ArgInfo, arg: np.ndarray) -> np.ndarray:
     """`arg` in the dtype JAX uses for `info`'s type (without x64 mode, i64 -> int32
-    and f64 -> float32, rounded); ValueError for integers that do not fit it."""
+    and f64 -> float32, rounded; with it, as it is); ValueError for integers that do
+    not fit it."""
     target = jax_dtype(info.sig.dtype)
     array = np.asarray(arg)
     if array.dtype == target:
@@ -466,23 +476,53 @@ def host_results(results: Sequence[jax.Array], sigs: Sequence[TensorSig]) -> lis
     ]
 
 
+def has_float64(function: func.FuncOp) -> bool:
+    """Whether any tensor of `function` (an argument or an op's result) is f64: the
+    programs that run with JAX's 64-bit types (module docstring)."""
+    block = function.body.block
+    values = [*block.args, *(result for op in block.ops for result in op.results)]
+    return any(isinstance(v.type, TensorType) and sig_of(v.type).dtype is DType.F64 for v in values)
+
+
+def in_x64(fn: Callable[..., tuple[jax.Array, ...]]) -> Callable[..., tuple[jax.Array, ...]]:
+    """`fn` called with JAX's 64-bit types on, and only for that call: JAX traces,
+    compiles and caches a jitted function under the setting in force at each call, so
+    the scope must be entered at every call, not once at lowering."""
+
+    @wraps(fn)
+    def call(*args: jax.Array) -> tuple[jax.Array, ...]:
+        with jax.enable_x64(True):
+            return fn(*args)
+
+    return call
+
+
 @dataclass(frozen=True)
 class JaxProgram:
     """A lowered program: `fn` is the jitted function (JAX arrays in and out, in
     `@main` order); calling the program itself takes and returns NumPy arrays of the
-    IR's dtypes, handling the i64 <-> int32 conversion."""
+    IR's dtypes, handling the i64 <-> int32 conversion. A program with `x64` (a float64
+    tensor: `has_float64`) runs with JAX's 64-bit types, `fn` entering the scope itself
+    (`in_x64`); whoever runs its ops another way enters `precision()`."""
 
     fn: Callable[..., tuple[jax.Array, ...]]
     arg_infos: tuple[ArgInfo, ...]
     result_sigs: tuple[TensorSig, ...]
+    x64: bool = False
+
+    def precision(self) -> contextlib.AbstractContextManager[Any]:
+        """The scope the program's JAX values live in: x64 on for a 64-bit program,
+        the process's setting otherwise."""
+        return jax.enable_x64(True) if self.x64 else contextlib.nullcontext()
 
     def device_args(self, args: Sequence[np.ndarray]) -> tuple[jax.Array, ...]:
         """Check `args` against `@main` and put them on the default device."""
         check_arguments(self.arg_infos, args)
-        return tuple(
-            jax.device_put(host_argument(info, arg))
-            for info, arg in zip(self.arg_infos, args, strict=True)
-        )
+        with self.precision():
+            return tuple(
+                jax.device_put(host_argument(info, arg))
+                for info, arg in zip(self.arg_infos, args, strict=True)
+            )
 
     def __call__(self, *arrays: np.ndarray) -> list[np.ndarray]:
         return host_results(self.fn(*self.device_args(arrays)), self.result_sigs)
@@ -494,7 +534,8 @@ def lower(module: ModuleOp, donate: Sequence[int] = ()) -> JaxProgram:
     `donate` are argument indices whose device buffers the call may reuse for its
     results (`jax.jit(donate_argnums=...)`): a training loop donates the params and
     optimizer state a step replaces, so they are updated in place rather than copied.
-    A donated `jax.Array` cannot be used after the call.
+    A donated `jax.Array` cannot be used after the call. A program with a float64
+    tensor runs with JAX's 64-bit types (`JaxProgram.x64`, module docstring).
 
     Raises ValueError for an op that has no JAX lowering, ProgramError (a ValueError)
     for a tensor with an encoding (a memory space or sharding, not lowered yet).
@@ -510,10 +551,13 @@ def lower(module: ModuleOp, donate: Sequence[int] = ()) -> JaxProgram:
     def program(*args: jax.Array) -> tuple[jax.Array, ...]:
         return _evaluate(steps, outputs, args)
 
+    jitted = jax.jit(program, donate_argnums=tuple(donate))
+    x64 = has_float64(function)
     return JaxProgram(
-        fn=jax.jit(program, donate_argnums=tuple(donate)),
+        fn=in_x64(jitted) if x64 else jitted,
         arg_infos=tuple(arg_infos(function)),
         result_sigs=tuple(sig_of(v.type) for v in returned),
+        x64=x64,
     )
 
 
