@@ -219,8 +219,6 @@ class SoapShardPass(ModulePass):
         check_at_least(self, "budget", 1)
         check_at_least(self, "timeout", 0, exclusive=True)
         check_at_least(self, "beta", 0, exclusive=True)
-        if not math.isfinite(self.beta):
-            raise ValueError(f"beta must be finite, got {self.beta}")
         check_at_least(self, "seed", 0)
         check_byte_size(self, "memory_cap")
         check_at_least(self, "max_points", 2)
