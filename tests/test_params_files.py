@@ -9,6 +9,7 @@ header says, types NumPy can store but no argument takes.
 from __future__ import annotations
 
 import io
+import os
 import pickle
 import zipfile
 from pathlib import Path
@@ -182,6 +183,19 @@ def test_a_directory_or_a_missing_file_cannot_be_read(
     (tmp_path / "d.npz").mkdir()
     params_error(tasoc, program, tmp_path / "d.npz", "Is a directory")
     params_error(tasoc, program, tmp_path / "missing.npz", "No such file")
+
+
+@pytest.mark.parametrize("special", ["/dev/zero", "fifo"])
+def test_a_device_or_a_fifo_is_refused_before_it_is_read(
+    tasoc: StrictRun, tmp_path: Path, program: Path, special: str
+) -> None:
+    """`/dev/zero` never ends (NumPy would read GBs, then fail for memory) and a FIFO
+    with no writer never starts: neither is read."""
+    path = Path(special)
+    if special == "fifo":
+        path = tmp_path / "p.npz"
+        os.mkfifo(path)
+    params_error(tasoc, program, path, "not a regular file")
 
 
 def test_a_good_file_still_runs(tasoc: StrictRun, tmp_path: Path, program: Path) -> None:
