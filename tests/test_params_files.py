@@ -237,3 +237,24 @@ def test_an_integer_beyond_its_arguments_type_is_refused_not_wrapped(
     program = write_program(tmp_path / "i.mlir", "i32")
     np.savez(tmp_path / "p.npz", w=np.array([value, 1], np.int64))
     params_error(tasoc, program, tmp_path / "p.npz", "holds values outside i32")
+
+
+@pytest.mark.parametrize("backend", ["jax", "numpy"])
+@pytest.mark.parametrize(
+    ("x", "w"),
+    [((np.nan, 1.0), (1.0, np.nan)), ((65504.0, 1.0), (65504.0, 1.0))],
+    ids=["nan", "overflow"],
+)
+def test_values_that_are_not_finite_are_one_note_not_numpys_warnings(
+    tasoc: StrictRun, tmp_path: Path, backend: str, x: tuple[float, ...], w: tuple[float, ...]
+) -> None:
+    """NaN weights, or an f16 sum beyond 65504, run as IEEE arithmetic does (NaN, inf),
+    checked against the reference, with one `tasoc: note:` line instead of NumPy's
+    RuntimeWarnings (which the strict runner would turn into an internal error)."""
+    program = write_program(tmp_path / "m.mlir", "f16")
+    np.savez(tmp_path / "p.npz", x=np.array(x, np.float16), w=np.array(w, np.float16))
+    result = tasoc("run", program, "--params", tmp_path / "p.npz", "--backend", backend, "--check")
+    assert result.code == 0, result
+    assert result.err.splitlines() == [
+        "tasoc: note: output #0 holds values that are not finite (NaN or inf)"
+    ]

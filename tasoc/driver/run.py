@@ -231,11 +231,13 @@ def _time_calls(call: Callable[[], object], repeats: int) -> list[float]:
 
 
 def checksum(array: np.ndarray) -> str:
-    """Mean and largest magnitude: cheap, and different for almost any wrong result."""
+    """Mean and largest magnitude: cheap, and different for almost any wrong result
+    (`nan` when an inf meets a -inf, without NumPy's warning)."""
     values = np.asarray(array, dtype=np.float64)
     if values.size == 0:
         return "empty"
-    return f"mean {values.mean():.6g}  abs-max {np.abs(values).max():.6g}"
+    with np.errstate(invalid="ignore"):
+        return f"mean {values.mean():.6g}  abs-max {np.abs(values).max():.6g}"
 
 
 def _milliseconds(seconds: float) -> str:
@@ -541,9 +543,20 @@ def _run(args: argparse.Namespace, found: WeightsFile | None) -> dict[str, objec
 
 
 def _print_outputs(returned: Sequence[SSAValue], outputs: Sequence[np.ndarray]) -> None:
+    """One line per output, then one note naming those that hold NaN or inf (NaN
+    weights, an overflow): the backends compute them silently, as IEEE arithmetic does."""
+    not_finite = []
     for index, (value, array) in enumerate(zip(returned, outputs, strict=True)):
         name = value_name(value, f"output #{index}")
         print(f"  {name}: {describe(array)}  {checksum(array)}")
+        if not np.isfinite(np.asarray(array, dtype=np.float64)).all():
+            not_finite.append(name)
+    if not_finite:
+        named = ", ".join(not_finite[:3]) + (
+            f" and {len(not_finite) - 3} more" * (len(not_finite) > 3)
+        )
+        verb = "holds" if len(not_finite) == 1 else "hold"
+        note(f"{named} {verb} values that are not finite (NaN or inf)")
 
 
 def _bench(
