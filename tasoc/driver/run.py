@@ -76,7 +76,7 @@ from tasoc.driver.outputs import Outputs
 from tasoc.driver.sources import Program, load_program
 from tasoc.driver.training_run import TrainingRun, loop, steppable, train
 from tasoc.driver.weights import WeightsFile, find_weights, load_arguments
-from tasoc.ir.limits import LimitError
+from tasoc.ir.limits import LimitError, format_bytes
 from tasoc.ir.liveness import PeakMemory, peak_memory
 from tasoc.ir.memory import Replay, is_placed, replay, unplaced
 from tasoc.ir.parallel import is_sharded, meshes, unsharded
@@ -803,14 +803,17 @@ def _placement_memory(
         "planned_bytes": [planned.start, *planned.live],
         "unplaced_peak_bytes": unplaced_peak,
     }
-    without = f"; {unplaced_peak} without placement"
+    without = f"; {format_bytes(unplaced_peak)} without placement"
     each = f" per device ({devices} devices)" if devices > 1 else ""
     if measured is None:
-        print(f"memory: planned peak device bytes{each} {planned.peak_bytes} (replay){without}")
+        print(
+            f"memory: planned peak device memory{each} {format_bytes(planned.peak_bytes)} "
+            f"(replay){without}"
+        )
         return section
     print(
-        f"memory: peak live device bytes{each} measured {measured.peak_bytes}, "
-        f"planned {planned.peak_bytes} (replay){without}"
+        f"memory: peak live device memory{each} measured {format_bytes(measured.peak_bytes)}, "
+        f"planned {format_bytes(planned.peak_bytes)} (replay){without}"
     )
     section["measured_peak_bytes"] = measured.peak_bytes
     section["measured_bytes"] = [measured.start, *measured.live]

@@ -106,6 +106,14 @@ def format_bytes(count: int) -> str:
     return f"{count} bytes"
 
 
+def bytes_and_size(count: int) -> str:
+    """`1018152 bytes (994.3 KiB)`: the exact count, which a person compares with what
+    they gave (`capacity=1018152`), and its size as `format_bytes` writes it; only the
+    count below 1 KiB. What one-line messages say of a size they name in bytes."""
+    size = format_bytes(count)
+    return size if count < 2**10 else f"{shown(count)} bytes ({size})"
+
+
 def shown(number: int) -> str:
     """`number` short enough for a one-line message: as is up to 20 digits (2^64), then
     like `6.4e+301` (a size computed from a float option can have hundreds)."""
