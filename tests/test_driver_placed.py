@@ -117,7 +117,10 @@ def test_steps_of_a_placed_training_step(
     assert losses == pytest.approx(expected, rel=1e-5)
     assert losses[2] < losses[0]
     if mode == "runtime":
-        assert "memory: peak live device memory measured 776 bytes, planned 776 bytes (replay)" in result.out
+        assert (
+            "memory: peak live device memory measured 776 bytes, planned 776 bytes (replay)"
+            in result.out
+        )
 
 
 def test_numpy_backend_runs_the_unplaced_program_and_says_so(

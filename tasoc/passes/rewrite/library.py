@@ -40,7 +40,7 @@ from os import PathLike
 from pathlib import Path
 from typing import Any, Literal
 
-from tasoc.ir.limits import LimitError, bytes_from_env, irregular_file, open_regular
+from tasoc.ir.limits import LimitError, bytes_and_size, bytes_from_env, irregular_file, open_regular
 from tasoc.ir.rule_text import parse_rules
 from tasoc.ir.rules import Proof, Rule, RuleError
 from tasoc.passes.progress import progress_bar
@@ -116,7 +116,7 @@ def check_rule_file(path: str | PathLike[str]) -> None:
 
 def _too_large(path: str | PathLike[str], limit: int) -> str:
     return (
-        f"rule file '{path}' is larger than the limit of {limit} bytes "
+        f"rule file '{path}' is larger than the limit of {bytes_and_size(limit)} "
         f"(set {MAX_RULE_FILE_ENV} to raise it)"
     )
 
