@@ -490,6 +490,22 @@ def test_a_reader_that_stops_early_gets_no_error(
     assert capsys.readouterr().err == ""
 
 
+@pytest.mark.parametrize("args", [["--help"], ["zoo"], ["opt", "--help"]])
+def test_a_reader_gone_before_the_last_buffered_bytes_gets_no_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], args: list[str]
+) -> None:
+    """A short output stays in Python's buffer until it is flushed: `main` flushes it
+    itself, so a closed pipe is the same quiet status 1, not "Exception ignored" and
+    status 120 at exit (or 0 for a help text)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    closed_pipe = os.fdopen(write_end, "w")
+    monkeypatch.setattr(sys, "stdout", closed_pipe)
+    assert main(args) == 1
+    closed_pipe.close()
+    assert capsys.readouterr().err == ""
+
+
 def test_opt_leaves_the_garbage_collector_as_it_found_it(tasoc, good: Path) -> None:
     thresholds = gc.get_threshold()
     assert tasoc("opt", good).code == 0

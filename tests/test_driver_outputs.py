@@ -191,6 +191,18 @@ def _npz_is_a_socket(npz: Path) -> None:
     server.close()
 
 
+@pytest.mark.parametrize("flag", ["-o", "--report"])
+def test_a_path_ending_in_a_slash_names_a_directory_and_is_refused(
+    tasoc, tmp_path: Path, flag: str
+) -> None:
+    """`out.mlir/` is a directory to every Unix tool, existing or not: never written."""
+    given = f"{tmp_path / 'out.mlir'}/"
+    assert_one_line_error(
+        tasoc("opt", SMALL, flag, given), f"cannot write '{given}': Is a directory"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize(
     "block",
     [_npz_is_a_directory, _npz_links_to_a_directory, _npz_links_into_nothing, _npz_is_a_socket],

@@ -44,7 +44,7 @@ def test_compiled_is_the_default_mode(run: StrictRun, files: dict[str, Path]) ->
     assert result.code == 0, result
     assert "on jax, compiled mode (seed 0):" in result.out
     assert "check: equivalent to the numpy reference of the unplaced program" in result.out
-    assert "memory: planned peak device bytes 49152 (replay); 81920 without placement" in (
+    assert "memory: planned peak device memory 48 KiB (replay); 80 KiB without placement" in (
         result.out
     )
     assert result.err == ""
@@ -57,7 +57,7 @@ def test_runtime_mode_measures_the_replay(
     result = run("run", files["swaps"], "--check", "--mode", "runtime", "--report", report)
     assert result.code == 0, result
     assert "on jax, runtime mode (seed 0):" in result.out
-    assert "memory: peak live device bytes measured 49152, planned 49152 (replay)" in result.out
+    assert "memory: peak live device memory measured 48 KiB, planned 48 KiB (replay)" in result.out
     assert "check: the measured device bytes are the replay's, op by op" in result.out
     placement = json.loads(report.read_text())["placement"]
     assert placement["mode"] == "runtime"
@@ -117,7 +117,10 @@ def test_steps_of_a_placed_training_step(
     assert losses == pytest.approx(expected, rel=1e-5)
     assert losses[2] < losses[0]
     if mode == "runtime":
-        assert "memory: peak live device bytes measured 776, planned 776 (replay)" in result.out
+        assert (
+            "memory: peak live device memory measured 776 bytes, planned 776 bytes (replay)"
+            in result.out
+        )
 
 
 def test_numpy_backend_runs_the_unplaced_program_and_says_so(

@@ -247,8 +247,8 @@ def test_run_checks_and_audits_the_example(tasoc: Tasoc, tmp_path: Path, mode: s
     assert figures["audit"]["placements"]["equal"]
     if mode == "runtime":
         assert (
-            "memory: peak live device bytes per device (2 devices) measured 192, planned 192"
-            in (result.out)
+            "memory: peak live device memory per device (2 devices) measured 192 bytes, "
+            "planned 192 bytes" in (result.out)
         )
         assert "op by op on every device" in result.out
         assert placement["measured_bytes"] == placement["planned_bytes"]

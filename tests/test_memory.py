@@ -127,7 +127,9 @@ def test_params_on_the_host_leave_and_come_back_in_host_memory() -> None:
 
 def test_a_capacity_below_the_plan_fails_the_pass_in_one_line() -> None:
     module = training_step()
-    with pytest.raises(PlacementFailed, match=r"^placement: .* over the capacity of 1024 bytes"):
+    with pytest.raises(
+        PlacementFailed, match=r"^placement: .* over the capacity of 1024 bytes \(1 KiB\)$"
+    ):
         PlacementPass(capacity="1KiB").apply(make_context(), module)
 
 

@@ -19,6 +19,7 @@ from tasoc.passes.options import (
     check_option_types,
     option_name,
     parse_byte_size,
+    read_number,
 )
 
 
@@ -31,6 +32,17 @@ from tasoc.passes.options import (
         ("2GB", 2_000_000_000),
         ("4kB", 4000),
         ("1.5e9", 1_500_000_000),
+        ("1.5GB", 1_500_000_000),
+        ("250MB", 250_000_000),
+        ("3E2KB", 300_000),
+        ("1TB", 10**12),
+        ("2TiB", 2 * 2**40),
+        ("16gib", 16 * 2**30),
+        ("16gb", 16 * 10**9),
+        ("16GIB", 16 * 2**30),
+        (".5KiB", 512),
+        ("1_000", 1000),
+        ("0e-999999999", 0),
         ("1024", 1024),
         ("1024B", 1024),
         (" 8 MiB ", 8 * 2**20),
@@ -49,7 +61,13 @@ def test_a_byte_size_is_a_count_or_a_number_with_a_unit(
     ("size", "message"),
     [
         ("12XB", "unknown unit 'XB' in byte size '12XB'"),
-        ("16gib", "unknown unit 'gib'"),
+        ("16G", "unknown unit 'G'"),
+        ("16 bits", "unknown unit 'bits'"),
+        ("1e400", "must be at most 1.8e+308 in magnitude"),
+        ("1e999999999KiB", "must be at most 1.8e+308 in magnitude"),
+        (10**400, "must be at most 1.8e+308 in magnitude (a float's range), got 1.0e+400"),
+        ("1e-999999999GiB", "must be a whole number of bytes"),
+        ("1.2.3MB", "expected a byte size such as 16GiB"),
         ("-1GiB", "must not be negative, got -1GiB"),
         (-5, "must not be negative, got -5"),
         ("1.5", "must be a whole number of bytes, got 1.5"),
@@ -101,6 +119,16 @@ class Options:
         ({"budget": None}, "budget must be a whole number, got None"),
         ({"split_size": "4"}, "split-size must be a whole number, got '4'"),
         ({"verbose": 1}, "verbose must be true or false, got 1"),
+        ({"timeout": math.inf}, "timeout must be a finite number, got inf"),
+        ({"timeout": -math.nan}, "timeout must be a finite number, got nan"),
+        (
+            {"timeout": 10**400},
+            "timeout must be at most 1.8e+308 in magnitude (a float's range), got 1.0e+400",
+        ),
+        (
+            {"budget": -(10**309)},
+            "budget must be at most 1.8e+308 in magnitude (a float's range), got -1.0e+309",
+        ),
     ],
 )
 def test_an_option_of_the_wrong_type_is_named_as_users_write_it(
@@ -113,6 +141,7 @@ def test_an_option_of_the_wrong_type_is_named_as_users_write_it(
 def test_options_of_their_declared_types_pass() -> None:
     check_option_types(Options())
     check_option_types(Options(timeout=3, split_size=4, verbose=True, memory_limit="1GiB"))
+    check_option_types(Options(timeout=1.7e308, budget=-(10**308)))
 
 
 @pytest.mark.parametrize(
@@ -148,3 +177,25 @@ def test_a_byte_size_option_is_named_when_it_does_not_parse() -> None:
 def test_option_names_are_kebab_case() -> None:
     assert option_name("node_limit") == "node-limit"
     assert option_name("seed") == "seed"
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("1e-3", "0.001"),
+        ("3E2", "3E+2"),
+        (".5", "0.5"),
+        ("1_000", "1000"),
+        (" 2 ", "2"),
+        ("1e400", "1E+400"),
+        ("inf", "Infinity"),
+    ],
+)
+def test_numbers_are_read_as_python_writes_them(text: str, value: str) -> None:
+    number = read_number(text)
+    assert number is not None and str(number) == value
+
+
+@pytest.mark.parametrize("text", ["abc", "0x10", "16GiB", "sNaN", "1e", ""])
+def test_text_that_python_does_not_read_as_a_number_is_none(text: str) -> None:
+    assert read_number(text) is None

@@ -9,6 +9,7 @@ header says, types NumPy can store but no argument takes.
 from __future__ import annotations
 
 import io
+import os
 import pickle
 import zipfile
 from pathlib import Path
@@ -184,6 +185,19 @@ def test_a_directory_or_a_missing_file_cannot_be_read(
     params_error(tasoc, program, tmp_path / "missing.npz", "No such file")
 
 
+@pytest.mark.parametrize("special", ["/dev/zero", "fifo"])
+def test_a_device_or_a_fifo_is_refused_before_it_is_read(
+    tasoc: StrictRun, tmp_path: Path, program: Path, special: str
+) -> None:
+    """`/dev/zero` never ends (NumPy would read GBs, then fail for memory) and a FIFO
+    with no writer never starts: neither is read."""
+    path = Path(special)
+    if special == "fifo":
+        path = tmp_path / "p.npz"
+        os.mkfifo(path)
+    params_error(tasoc, program, path, "not a regular file")
+
+
 def test_a_good_file_still_runs(tasoc: StrictRun, tmp_path: Path, program: Path) -> None:
     np.savez(tmp_path / "p.npz", w=np.full(2, 3.0), x=np.ones(2, np.float32))
     result = tasoc("run", program, "--params", tmp_path / "p.npz")
@@ -223,3 +237,24 @@ def test_an_integer_beyond_its_arguments_type_is_refused_not_wrapped(
     program = write_program(tmp_path / "i.mlir", "i32")
     np.savez(tmp_path / "p.npz", w=np.array([value, 1], np.int64))
     params_error(tasoc, program, tmp_path / "p.npz", "holds values outside i32")
+
+
+@pytest.mark.parametrize("backend", ["jax", "numpy"])
+@pytest.mark.parametrize(
+    ("x", "w"),
+    [((np.nan, 1.0), (1.0, np.nan)), ((65504.0, 1.0), (65504.0, 1.0))],
+    ids=["nan", "overflow"],
+)
+def test_values_that_are_not_finite_are_one_note_not_numpys_warnings(
+    tasoc: StrictRun, tmp_path: Path, backend: str, x: tuple[float, ...], w: tuple[float, ...]
+) -> None:
+    """NaN weights, or an f16 sum beyond 65504, run as IEEE arithmetic does (NaN, inf),
+    checked against the reference, with one `tasoc: note:` line instead of NumPy's
+    RuntimeWarnings (which the strict runner would turn into an internal error)."""
+    program = write_program(tmp_path / "m.mlir", "f16")
+    np.savez(tmp_path / "p.npz", x=np.array(x, np.float16), w=np.array(w, np.float16))
+    result = tasoc("run", program, "--params", tmp_path / "p.npz", "--backend", backend, "--check")
+    assert result.code == 0, result
+    assert result.err.splitlines() == [
+        "tasoc: note: output #0 holds values that are not finite (NaN or inf)"
+    ]

@@ -13,9 +13,9 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 
-from tasoc.driver.pass_options import fits
+from tasoc.driver.pass_options import build_pipeline, fits, quote_split_numbers
 from tasoc.passes.options import describe_option_type
-from tasoc.passes.registry import TASOC_PASSES
+from tasoc.passes.registry import TASOC_PASSES, get_all_passes
 
 SMALL_MODEL = "zoo:nasrnn?hidden=8&length=1"
 
@@ -100,3 +100,69 @@ def test_option_types_are_described_in_words() -> None:
     assert describe_option_type(Literal["egraph", "backtrack"]) == "one of 'egraph', 'backtrack'"
     assert describe_option_type(int | float | None) == "a number"
     assert describe_option_type(int | None) == "a whole number"
+
+
+LITERALS = ["1e-3", "1E-3", "3E2", "1e3", "1.0e-3", "1.5", ".5", "+1e-3", "1_000", '"2.5"']
+
+
+@pytest.mark.parametrize("literal", LITERALS)
+def test_a_number_option_takes_every_float_literal(literal: str) -> None:
+    (built,) = build_pipeline(f"autodiff{{lr={literal}}}", get_all_passes())
+    assert built.lr == float(literal.strip('"'))  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("literal", "value"), [("1e3", 1000), ("1000.0", 1000), ("2E1", 20)])
+def test_a_whole_number_option_takes_a_whole_float_literal(literal: str, value: int) -> None:
+    (built,) = build_pipeline(f"equality-rewrite{{budget={literal}}}", get_all_passes())
+    assert built.budget == value and type(built.budget) is int  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("options", "fragments"),
+    [
+        ("budget=1e-3", ["option 'budget' expects a whole number, got '1e-3'"]),
+        ("budget=.5", ["option 'budget' expects a whole number, got '.5'"]),
+        ("timeout=inf", ["timeout must be a finite number, got inf"]),
+        ("timeout=nan", ["timeout must be a finite number, got nan"]),
+        ("timeout=1e400", ["timeout must be at most 1.8e+308 in magnitude", "got 1e400"]),
+        ("budget=-1e400", ["budget must be at most 1.8e+308 in magnitude", "got -1e400"]),
+        ("budget=" + "9" * 400, ["budget must be at most 1.8e+308", "got 9.9e+399"]),
+        ("memory-limit=1e400", ["memory-limit: a byte size must be at most 1.8e+308"]),
+        ("memory-limit=1.5XB", ["unknown unit 'XB' in byte size '1.5XB'"]),
+        ("memory-limit=-1.5GB", ["memory-limit: a byte size must not be negative, got -1.5GB"]),
+    ],
+)
+def test_numbers_out_of_range_or_of_the_wrong_kind_are_one_line(
+    tasoc, tmp_path: Path, options: str, fragments: list[str]
+) -> None:
+    out = tmp_path / "out.mlir"
+    result = tasoc("opt", SMALL_MODEL, "-p", f"equality-rewrite{{{options}}}", "-o", out)
+    assert_one_line_error(result, "pass 'equality-rewrite'", *fragments)
+    assert not out.exists()
+
+
+def test_the_autodiff_example_of_the_docs_runs(tasoc) -> None:
+    result = tasoc("opt", SMALL_MODEL, "-p", "autodiff{loss=mse optimizer=adam lr=1e-3}")
+    assert result.code == 0, result.err
+    assert result.err == ""
+
+
+@pytest.mark.parametrize(
+    ("text", "quoted"),
+    [
+        ("placement{capacity=1.5GB}", 'placement{capacity="1.5GB"}'),
+        ("autodiff{lr=.5 momentum=-1e-3}", 'autodiff{lr=".5" momentum="-1e-3"}'),
+        ("p{devices=1,2.5GB}", 'p{devices=1,"2.5GB"}'),
+        # what xDSL reads as one token, strings and MLIR pipelines stay as they are
+        ('p{a=16GiB b=1e-3 c=2x4 d="1.5GB" e=[1.5GB]}', None),
+        ("cse,dce", None),
+    ],
+)
+def test_values_xdsl_would_split_are_quoted(text: str, quoted: str | None) -> None:
+    assert quote_split_numbers(text)[0] == (text if quoted is None else quoted)
+
+
+def test_a_syntax_error_after_a_quoted_number_names_the_column_as_written(tasoc) -> None:
+    result = tasoc("opt", SMALL_MODEL, "-p", "autodiff{lr=.5 x=}")
+    # `}` is the 18th character of the pipeline as written (20th once `.5` is quoted).
+    assert_one_line_error(result, "invalid pipeline 'autodiff{lr=.5 x=}': at column 18:")

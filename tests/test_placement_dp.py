@@ -269,6 +269,7 @@ def test_bad_input_fails_in_one_line() -> None:
     with pytest.raises(ValueError, match="max_states must be at least 1, got 0"):
         plan_dp(dag, None, 10**9, max_states=0)
     with pytest.raises(
-        CapacityTooSmall, match=r"^op \d+ \(\w+\) needs \d+ bytes .* over the capacity of 1000$"
+        CapacityTooSmall,
+        match=r"^op \d+ \(\w+\) needs \d+ bytes .* over the capacity of 1000 bytes$",
     ):
         plan_dp(dag, training_signature(function), 1000)

@@ -252,9 +252,10 @@ def test_rule_files_that_are_not_regular_files_are_refused(tmp_path: Path, speci
         os.mkfifo(path)  # opening it for reading would block without a writer
     elif special == "folder":
         path = tmp_path
-    with pytest.raises(RuleError, match="is not a regular file"):
+    reason = "Is a directory" if special == "folder" else "not a regular file"
+    with pytest.raises(RuleError, match=f"^cannot read rule file '.*': {reason}$"):
         read_rules(path)
-    with pytest.raises(RuleError, match="is not a regular file"):
+    with pytest.raises(RuleError, match=f"^cannot read rule file '.*': {reason}$"):
         library_module.check_rule_file(path)
 
 
@@ -276,7 +277,7 @@ def test_a_rule_file_over_the_size_limit_is_refused(
 @pytest.mark.parametrize(
     ("rules", "fragment"),
     [
-        ("/dev/zero", "rules: rule file '/dev/zero' is not a regular file"),
+        ("/dev/zero", "rules: cannot read rule file '/dev/zero': not a regular file"),
         ("/nonesuch/my.rules", "rules: no rule file '/nonesuch/my.rules'"),
     ],
 )

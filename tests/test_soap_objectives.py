@@ -152,7 +152,7 @@ def test_the_pictures_draw(mlp_step: ModuleOp, tmp_path: Path) -> None:
         ("mesh=4 search=ft objective=profile machine=v100-tensoropt", "give devices=, not mesh="),
         (
             "search=greedy objective=mini-parallelism memory-cap=1 devices=1-2 machine=cpu-2",
-            "no device count of 1, 2 fits memory-cap=1 bytes",
+            "no device count of 1, 2 fits memory-cap=1 bytes per device",
         ),
         (
             "mesh=2 machine=cpu-2 search=ft objective=mini-time memory-cap=1",

@@ -17,6 +17,7 @@ from typing import Protocol, runtime_checkable
 from tasoc.cost.devices import Device
 from tasoc.cost.fusion import FusionPlan, plan_fusion, weight_bytes
 from tasoc.ir.dag import Dag, Node
+from tasoc.ir.limits import bytes_and_size, format_bytes
 
 
 class CostError(ValueError):
@@ -109,7 +110,7 @@ class FusedSumCost:
         if self.fold_weights:
             parts.append("weight-only ops preprocessed")
         if self.memory_limit is not None:
-            parts.append(f"memory limit {self.memory_limit:.0f} bytes")
+            parts.append(f"memory limit {format_bytes(int(self.memory_limit))}")
         return ", ".join(parts)
 
 
@@ -118,5 +119,8 @@ def _over_memory(plan: FusionPlan, limit: float) -> bool:
     graph's weights do not fit, since no rewrite removes the weights a graph is given."""
     weights = weight_bytes(plan.dag)
     if limit < weights:
-        raise CostError(f"impossible memory limit: {limit:.0f} bytes < weights {weights} bytes")
+        raise CostError(
+            f"impossible memory limit: {bytes_and_size(int(limit))} < weights "
+            f"{bytes_and_size(weights)}"
+        )
     return plan.peak_bytes() > limit

@@ -16,6 +16,7 @@ import os
 import re
 import signal
 import sys
+from collections.abc import Callable
 from typing import NoReturn
 
 from xdsl.utils.exceptions import ArgSpecParseError, DiagnosticException, ParseError
@@ -93,15 +94,19 @@ def parse_error_message(err: ParseError) -> str:
 _PIPELINE_LOCATION = re.compile(r"^pass-pipeline:\d+:(\d+)$")
 
 
-def pipeline_syntax_message(err: ArgSpecParseError) -> str:
-    """The column and message of a pipeline syntax error, from xDSL's multi-line text.
+def pipeline_syntax_message(
+    err: ArgSpecParseError, original_column: Callable[[int], int] = lambda column: column
+) -> str:
+    """The column and message of a pipeline syntax error, from xDSL's multi-line text;
+    `original_column` maps the column in the text xDSL parsed to the one the user wrote
+    (the driver quotes some numbers first, `tasoc.driver.pass_options`).
 
     ArgSpecParseError keeps only its formatted text (`pass-pipeline:1:COL`, the
     pipeline, a caret line and the message), so that text is what we condense.
     """
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
     column = next((match[1] for line in lines if (match := _PIPELINE_LOCATION.match(line))), None)
-    where = f"at column {column}: " if column else ""
+    where = f"at column {original_column(int(column))}: " if column else ""
     return f"{where}{lines[-1]}" if lines else "syntax error"
 
 

@@ -131,25 +131,38 @@ def _top_level_parser() -> OneLineArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run `tasoc` with `argv` (default: the process's arguments); return the exit status."""
+    """Run `tasoc` with `argv` (default: the process's arguments); return the exit status.
+
+    stdout is flushed here, inside the error handling, so that a reader gone before the
+    last buffered bytes (`tasoc --help | true`) is seen as one, not as Python's
+    "Exception ignored" at exit."""
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         with signals_as_exceptions():
-            if args and args[0] in COMMANDS:
-                command, _ = COMMANDS[args[0]]
-                return command(args[1:])
-            _top_level_parser().parse_args(args)
-            return 0
-    except SystemExit as exit_request:  # --help and --version exit through argparse
-        code = exit_request.code
-        return code if isinstance(code, int) else 0 if code is None else 1
+            status = _dispatch(args)
+            sys.stdout.flush()
+            return status
     except BrokenPipeError:
-        # The reader went away (`tasoc opt m.mlir | head`): stop quietly, as Unix tools do,
-        # and point stdout at /dev/null so that flushing it at exit cannot fail again.
+        # The reader went away (`tasoc opt m.mlir | head`): stop quietly with status 1, as
+        # Python's documentation advises (docs/decisions.md), and point stdout at
+        # /dev/null so that flushing it at exit cannot fail again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except BaseException as failure:
         return report_failure(failure)
+
+
+def _dispatch(args: list[str]) -> int:
+    """The command `args` name, run; or the top-level parser's help, version or error."""
+    try:
+        if args and args[0] in COMMANDS:
+            command, _ = COMMANDS[args[0]]
+            return command(args[1:])
+        _top_level_parser().parse_args(args)
+        return 0
+    except SystemExit as exit_request:  # --help and --version exit through argparse
+        code = exit_request.code
+        return code if isinstance(code, int) else 0 if code is None else 1
 
 
 if __name__ == "__main__":

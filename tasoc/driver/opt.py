@@ -49,8 +49,7 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass, PassPipeline
 from xdsl.printer import Printer
 from xdsl.universe import Universe
-from xdsl.utils.arg_spec import ArgSpec, parse_pipeline
-from xdsl.utils.exceptions import ArgSpecParseError, VerifyException
+from xdsl.utils.exceptions import VerifyException
 from xdsl.xdsl_opt_main import xDSLOptMain
 
 from tasoc.driver.errors import (
@@ -60,7 +59,6 @@ from tasoc.driver.errors import (
     non_negative_int,
     note,
     one_line,
-    pipeline_syntax_message,
 )
 from tasoc.driver.onnx_bridge import (
     ONNX,
@@ -75,7 +73,7 @@ from tasoc.driver.onnx_bridge import (
     write_npz,
 )
 from tasoc.driver.outputs import STDOUT, Outputs, StagedOutput, errors_naming
-from tasoc.driver.pass_options import build_pass
+from tasoc.driver.pass_options import build_pipeline
 from tasoc.driver.plots import check_plots_directory, render
 from tasoc.driver.plugins import load_pass_plugin
 from tasoc.driver.sources import (
@@ -265,40 +263,12 @@ class TasocOptMain(xDSLOptMain):
         """Build the pipeline pass by pass, before any runs, so an error names the pass
         (and the option) at fault."""
         self._load_plugins()
-        passes = [self._build_pass(spec) for spec in self._pipeline_specs()]
+        passes = build_pipeline(self.args.passes, self.available_passes)
         try:
             self._contracts = [contract_of(built) for built in passes]
         except PassRegistryError as err:
             raise DriverError(str(err)) from None
         self.pipeline = PassPipeline(tuple(passes), self._between_passes)
-
-    def _pipeline_specs(self) -> list[ArgSpec]:
-        spec_text = self.args.passes
-        if spec_text.rstrip().endswith(","):
-            # xDSL's parser takes a trailing comma for the end of the pipeline.
-            column = len(spec_text.rstrip()) + 1
-            raise DriverError(
-                f"invalid pipeline '{spec_text}': at column {column}: Expected pass name here"
-            )
-        try:
-            return list(parse_pipeline(spec_text))
-        except ArgSpecParseError as err:
-            raise DriverError(
-                f"invalid pipeline '{spec_text}': {pipeline_syntax_message(err)}"
-            ) from None
-
-    def _build_pass(self, spec: ArgSpec) -> ModulePass:
-        factory = self.available_passes.get(spec.name)
-        if factory is None:
-            raise DriverError(
-                f"unknown pass '{spec.name}' in pipeline '{self.args.passes}'; "
-                f"available passes: {', '.join(sorted(self.available_passes))}"
-            )
-        try:
-            pass_class = factory()
-        except PassRegistryError as err:
-            raise DriverError(str(err)) from None
-        return build_pass(pass_class, spec)
 
     # ------------------------------------------------------------------- input/output
     def get_input_stream(self) -> tuple[IO[bytes], str]:

@@ -92,7 +92,10 @@ class Destination:
     @classmethod
     def check(cls, given: str, label: str) -> Destination:
         """Refuse, with one line, what cannot be written: a directory, a missing parent or
-        one that is a file, a place without write permission, a socket."""
+        one that is a file, a place without write permission, a socket. A path ending
+        in `/` names a directory, even one that does not exist yet (`out.mlir/`)."""
+        if given.endswith(("/", os.sep)):
+            raise cannot_write(given, _os_error(errno.EISDIR))
         target = Path(os.path.realpath(given))
         try:
             mode: int | None = os.stat(target).st_mode

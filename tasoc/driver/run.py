@@ -76,7 +76,7 @@ from tasoc.driver.outputs import Outputs
 from tasoc.driver.sources import Program, load_program
 from tasoc.driver.training_run import TrainingRun, loop, steppable, train
 from tasoc.driver.weights import WeightsFile, find_weights, load_arguments
-from tasoc.ir.limits import LimitError
+from tasoc.ir.limits import LimitError, format_bytes
 from tasoc.ir.liveness import PeakMemory, peak_memory
 from tasoc.ir.memory import Replay, is_placed, replay, unplaced
 from tasoc.ir.parallel import is_sharded, meshes, unsharded
@@ -238,11 +238,13 @@ def _time_calls(call: Callable[[], object], repeats: int) -> list[float]:
 
 
 def checksum(array: np.ndarray) -> str:
-    """Mean and largest magnitude: cheap, and different for almost any wrong result."""
+    """Mean and largest magnitude: cheap, and different for almost any wrong result
+    (`nan` when an inf meets a -inf, without NumPy's warning)."""
     values = np.asarray(array, dtype=np.float64)
     if values.size == 0:
         return "empty"
-    return f"mean {values.mean():.6g}  abs-max {np.abs(values).max():.6g}"
+    with np.errstate(invalid="ignore"):
+        return f"mean {values.mean():.6g}  abs-max {np.abs(values).max():.6g}"
 
 
 def _milliseconds(seconds: float) -> str:
@@ -548,9 +550,20 @@ def _run(args: argparse.Namespace, found: WeightsFile | None) -> dict[str, objec
 
 
 def _print_outputs(returned: Sequence[SSAValue], outputs: Sequence[np.ndarray]) -> None:
+    """One line per output, then one note naming those that hold NaN or inf (NaN
+    weights, an overflow): the backends compute them silently, as IEEE arithmetic does."""
+    not_finite = []
     for index, (value, array) in enumerate(zip(returned, outputs, strict=True)):
         name = value_name(value, f"output #{index}")
         print(f"  {name}: {describe(array)}  {checksum(array)}")
+        if not np.isfinite(np.asarray(array, dtype=np.float64)).all():
+            not_finite.append(name)
+    if not_finite:
+        named = ", ".join(not_finite[:3]) + (
+            f" and {len(not_finite) - 3} more" * (len(not_finite) > 3)
+        )
+        verb = "holds" if len(not_finite) == 1 else "hold"
+        note(f"{named} {verb} values that are not finite (NaN or inf)")
 
 
 def _bench(
@@ -797,14 +810,17 @@ def _placement_memory(
         "planned_bytes": [planned.start, *planned.live],
         "unplaced_peak_bytes": unplaced_peak,
     }
-    without = f"; {unplaced_peak} without placement"
+    without = f"; {format_bytes(unplaced_peak)} without placement"
     each = f" per device ({devices} devices)" if devices > 1 else ""
     if measured is None:
-        print(f"memory: planned peak device bytes{each} {planned.peak_bytes} (replay){without}")
+        print(
+            f"memory: planned peak device memory{each} {format_bytes(planned.peak_bytes)} "
+            f"(replay){without}"
+        )
         return section
     print(
-        f"memory: peak live device bytes{each} measured {measured.peak_bytes}, "
-        f"planned {planned.peak_bytes} (replay){without}"
+        f"memory: peak live device memory{each} measured {format_bytes(measured.peak_bytes)}, "
+        f"planned {format_bytes(planned.peak_bytes)} (replay){without}"
     )
     section["measured_peak_bytes"] = measured.peak_bytes
     section["measured_bytes"] = [measured.start, *measured.live]

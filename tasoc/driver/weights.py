@@ -32,6 +32,7 @@ from xdsl.dialects.builtin import ModuleOp
 from tasoc.backends.arguments import load_inputs
 from tasoc.driver.errors import DriverError
 from tasoc.driver.onnx_bridge import weights_path
+from tasoc.ir.limits import open_regular
 from tasoc.ir.program import ProgramError, arg_infos, entry_function
 from tasoc.ir.shapes import TensorSig
 
@@ -86,7 +87,7 @@ def load_arguments(module: ModuleOp, weights: WeightsFile, seed: int) -> list[np
     range (1e10 for an f16 weight) is refused rather than turned into inf, and NumPy's
     overflow warning never prints."""
     try:
-        with open(weights.path, "rb") as stream:
+        with open_regular(weights.path) as stream:  # `/dev/zero` would fill memory
             signature = {info.name: info.sig for info in arg_infos(entry_function(module))}
             check_archive(stream, signature)
         with np.errstate(over="raise", invalid="raise"):

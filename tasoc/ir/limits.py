@@ -14,9 +14,13 @@ others are fixed by what the libraries underneath accept.
 
 from __future__ import annotations
 
+import errno
 import math
 import os
+import stat
 from collections.abc import Sequence
+from os import PathLike
+from typing import BinaryIO
 
 MAX_DIM = 2**31 - 1
 """Largest size of one dimension: the largest signed 32-bit index. JAX (without x64)
@@ -102,6 +106,14 @@ def format_bytes(count: int) -> str:
     return f"{count} bytes"
 
 
+def bytes_and_size(count: int) -> str:
+    """`1018152 bytes (994.3 KiB)`: the exact count, which a person compares with what
+    they gave (`capacity=1018152`), and its size as `format_bytes` writes it; only the
+    count below 1 KiB. What one-line messages say of a size they name in bytes."""
+    size = format_bytes(count)
+    return size if count < 2**10 else f"{shown(count)} bytes ({size})"
+
+
 def shown(number: int) -> str:
     """`number` short enough for a one-line message: as is up to 20 digits (2^64), then
     like `6.4e+301` (a size computed from a float option can have hundreds)."""
@@ -143,3 +155,26 @@ def check_argument_bytes(nbytes: int, what: str) -> None:
             f"{what} need {format_bytes(nbytes)}, over the limit of {format_bytes(limit)} "
             f"(set {ARGUMENT_BYTES_ENV} to raise it)"
         )
+
+
+def irregular_file(mode: int) -> str | None:
+    """Why a file of `mode` (its `st_mode`) is not one tasoc reads whole, or None for a
+    regular file: a directory, or a device, FIFO or socket, which may never end
+    (`/dev/zero` would fill memory) or never start (a FIFO with no writer). Every file
+    tasoc reads whole (weights, rule files, ONNX models) is checked with it."""
+    if stat.S_ISREG(mode):
+        return None
+    return os.strerror(errno.EISDIR) if stat.S_ISDIR(mode) else "not a regular file"
+
+
+def open_regular(path: str | PathLike[str]) -> BinaryIO:
+    """`path` opened for reading in binary, checked on the open file (a path swapped
+    after a check cannot slip through) to be a regular file; OSError otherwise, its
+    `strerror` the reason (`irregular_file`). Opened without blocking, so that a FIFO
+    is refused rather than waited on."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    problem = irregular_file(os.fstat(descriptor).st_mode)
+    if problem is not None:
+        os.close(descriptor)
+        raise OSError(errno.EINVAL, problem, str(path))
+    return os.fdopen(descriptor, "rb")

@@ -76,7 +76,7 @@ from xdsl.utils.exceptions import VerifyException
 from tasoc.ir.conversion import ConversionOp
 from tasoc.ir.encodings import PROPAGATE, REWRAPPED, WRAPPED, check_op, device_shape
 from tasoc.ir.graph import defined_value, sig_of, tensor_type
-from tasoc.ir.limits import format_bytes
+from tasoc.ir.limits import bytes_and_size
 from tasoc.ir.program import (
     PROGRAM_CHECKS,
     IRRuleError,
@@ -559,8 +559,8 @@ class _Held:
             if size_class is None:
                 raise IRRuleError(
                     op,
-                    f"has {what} of {nbytes} bytes ({_shown(value)}), larger than the "
-                    f"memory pool's largest size class ({self.pool.sizes[-1]} bytes)",
+                    f"has {what} of {bytes_and_size(nbytes)} ({_shown(value)}), larger than "
+                    f"the memory pool's largest size class ({bytes_and_size(self.pool.sizes[-1])})",
                 )
             if self.objects[size_class] == self.pool.counts[size_class]:
                 raise IRRuleError(
@@ -578,9 +578,8 @@ class _Held:
         if self.capacity is not None and self.bytes > self.capacity:
             raise IRRuleError(
                 op,
-                f"holds {self.bytes} bytes ({format_bytes(self.bytes)}) of device memory "
-                f"with {_shown(value)}, over the capacity of {self.capacity} bytes "
-                f"({format_bytes(self.capacity)})",
+                f"holds {bytes_and_size(self.bytes)} of device memory with {_shown(value)}, "
+                f"over the capacity of {bytes_and_size(self.capacity)}",
             )
 
     def give(self, value: SSAValue) -> None:
@@ -613,8 +612,8 @@ def check_placed(module: ModuleOp) -> None:
     if capacity is not None and pool is not None and pool.total_bytes > capacity:
         raise IRRuleError(
             module,
-            f"the memory pool takes {pool.total_bytes} bytes, over the capacity of "
-            f"{capacity} bytes",
+            f"the memory pool takes {bytes_and_size(pool.total_bytes)}, over the capacity "
+            f"of {bytes_and_size(capacity)}",
         )
     try:
         function = entry_function(module)

@@ -15,20 +15,31 @@ Declare a number option `int | float`, not `float`: xDSL's conversion refuses
 
 Byte sizes (`memory-limit=16GiB`) have one parser, `parse_byte_size`, for every pass
 that takes one.
+
+Numbers are read as Python writes them (`read_number`: every literal `float()` takes),
+and every number option, byte sizes included, is refused beyond `LARGEST_NUMBER`, so
+that `1e400` is one line here rather than an OverflowError deep in a pass.
 """
 
 from __future__ import annotations
 
 import math
 import re
+import sys
 from dataclasses import fields
-from fractions import Fraction
+from decimal import MIN_EMIN, Context, Decimal, Inexact, InvalidOperation
 from types import NoneType, UnionType
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
+from tasoc.ir.limits import shown
+
+LARGEST_NUMBER = sys.float_info.max
+"""The largest magnitude of a number option (about 1.8e308): passes compute with their
+options as floats (a cost model's memory limit, a deadline), and beyond it a float is
+infinite. An integer of 400 digits or `1e400` is refused when the pass is built."""
+
 BYTE_UNITS = {
     "B": 1,
-    "kB": 10**3,
     "KB": 10**3,
     "MB": 10**6,
     "GB": 10**9,
@@ -38,9 +49,13 @@ BYTE_UNITS = {
     "GiB": 2**30,
     "TiB": 2**40,
 }
-"""Units `parse_byte_size` knows: decimal (SI) and binary (IEC), in their usual case."""
+"""Units `parse_byte_size` knows: decimal (SI, powers of 1000) and binary (IEC, powers
+of 1024). Their case does not matter (`16gb`, `16GB`, `4kB`, `16gib`): nobody sizes
+memory in bits, so a lowercase `b` is read as bytes too."""
 
-_SIZE = re.compile(r"(?P<number>[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(?P<unit>[A-Za-z]*)")
+_UNITS_BY_CASE = {unit.lower(): scale for unit, scale in BYTE_UNITS.items()}
+
+_SIZE = re.compile(r"(?P<number>[-+]?[0-9_.]+(?:[eE][-+]?[0-9_]+)?)\s*(?P<unit>[A-Za-z]*)")
 
 
 def option_name(field_name: str) -> str:
@@ -48,44 +63,77 @@ def option_name(field_name: str) -> str:
     return field_name.replace("_", "-")
 
 
+def read_number(text: str) -> Decimal | None:
+    """The exact value of `text` when it is a number as Python writes one (every literal
+    `float()` takes: `1e-3`, `3E2`, `.5`, `1_000`, `inf`), else None.
+
+    A Decimal, not a float or a Fraction: it keeps `1e400` and `1e-999999999` as
+    written, where a float overflows or rounds and a Fraction would spell out the
+    power of ten digit by digit (a hang for a huge exponent)."""
+    try:
+        float(text)  # the literals Python takes; Decimal alone would take `sNaN` too
+        return Decimal(text)
+    except (ValueError, InvalidOperation):
+        return None
+
+
+def written_as_size(text: str) -> bool:
+    """Whether `text` is written as a byte size (digits, maybe a unit), good or not:
+    `1.5GB`, `-1GiB`, `12XB`; `parse_byte_size` says what is wrong with it."""
+    return _SIZE.fullmatch(text.strip()) is not None
+
+
+def out_of_range(name: str, value: object) -> ValueError:
+    """The error for a number option beyond `LARGEST_NUMBER`: `value` as the user wrote
+    it, an integer of hundreds of digits shortened."""
+    given = shown(value) if isinstance(value, int) else value
+    return ValueError(
+        f"{name} must be at most {LARGEST_NUMBER:.2g} in magnitude (a float's range), got {given}"
+    )
+
+
 def parse_byte_size(size: str | int | float) -> int:
     """Bytes from a count (`1024`, `1.5e9`) or a size with a unit (`16GiB`, `2GB`,
-    `512 MiB`); ValueError for a negative, infinite or fractional number of bytes, or
-    an unknown unit. Exact: `1.5GiB` is 1610612736, with no float rounding."""
+    `512 MiB`, `1.5gb`); ValueError for a negative, non-finite or fractional number of
+    bytes, one beyond `LARGEST_NUMBER`, or an unknown unit. Exact: `1.5GiB` is
+    1610612736, with no float rounding."""
     if isinstance(size, bool):
         raise ValueError(f"expected a byte size such as 16GiB or 1.5e9, got {size!r}")
-    if isinstance(size, int | float):
-        if not math.isfinite(size):
-            raise ValueError(f"a byte size must be finite, got {size}")
-        amount = Fraction(size)
-    else:
-        amount = _parse_size_text(size)
-    if amount < 0:
+    number, scale = (Decimal(size), 1) if isinstance(size, int | float) else _size_parts(size)
+    if not number.is_finite():
+        raise ValueError(f"a byte size must be finite, got {size}")
+    if number < 0:
         raise ValueError(f"a byte size must not be negative, got {size}")
-    if amount.denominator != 1:
+    if number > Decimal(LARGEST_NUMBER) / scale:
+        raise out_of_range("a byte size", size)
+    # Enough digits that the product is exact, and the exponents of any text.
+    exact = Context(prec=len(number.as_tuple().digits) + 16, Emin=MIN_EMIN, traps=[Inexact])
+    amount = exact.multiply(number, scale)
+    if amount != amount.to_integral_value():
         raise ValueError(f"a byte size must be a whole number of bytes, got {size}")
     return int(amount)
 
 
-def _parse_size_text(text: str) -> Fraction:
-    stripped = text.strip()
-    negative = stripped.startswith("-")
-    found = _SIZE.fullmatch(stripped.removeprefix("-").lstrip())
-    if found is None:
+def _size_parts(text: str) -> tuple[Decimal, int]:
+    """The number and the unit's bytes of a size written as text."""
+    found = _SIZE.fullmatch(text.strip())
+    number = None if found is None else read_number(found["number"])
+    if found is None or number is None:
         raise ValueError(f"expected a byte size such as 16GiB, 512MiB or 1.5e9, got '{text}'")
     unit = found["unit"] or "B"
-    if unit not in BYTE_UNITS:
+    scale = _UNITS_BY_CASE.get(unit.lower())
+    if scale is None:
         raise ValueError(
             f"unknown unit '{unit}' in byte size '{text}' (known: {', '.join(BYTE_UNITS)})"
         )
-    amount = Fraction(found["number"]) * BYTE_UNITS[unit]
-    return -amount if negative else amount
+    return number, scale
 
 
 def check_option_types(options: object) -> None:
     """ValueError naming the first option of the dataclass `options` whose value does
     not have its field's type: a `Literal`'s choices, `bool` only for `bool` (never for
-    a number), `int` or `float` for `float`, `None` only where the type allows it."""
+    a number), `int` or `float` for `float`, `None` only where the type allows it; then
+    the first number that is not finite or is beyond `LARGEST_NUMBER`."""
     hints = get_type_hints(type(options))
     for field in fields(options):  # type: ignore[arg-type]
         value = getattr(options, field.name)
@@ -94,6 +142,17 @@ def check_option_types(options: object) -> None:
             raise ValueError(
                 f"{option_name(field.name)} must be {describe_option_type(expected)}, got {value!r}"
             )
+        for number in _numbers(value):
+            if isinstance(number, float) and not math.isfinite(number):
+                raise ValueError(f"{option_name(field.name)} must be a finite number, got {number}")
+            if abs(number) > LARGEST_NUMBER:
+                raise out_of_range(option_name(field.name), number)
+
+
+def _numbers(value: object) -> list[int | float]:
+    """The numbers an option's value holds (a tuple option's items), bools excepted."""
+    items = value if isinstance(value, tuple) else (value,)
+    return [item for item in items if isinstance(item, int | float) and not isinstance(item, bool)]
 
 
 def check_at_least(

@@ -67,6 +67,10 @@ def run_reference(module: ModuleOp, args: Sequence[np.ndarray]) -> list[np.ndarr
 
     Raises ValueError naming the argument when `args` do not match `@main`'s
     signature exactly (count, shape and dtype; bfloat16 is `ml_dtypes.bfloat16`).
+
+    IEEE arithmetic, as XLA computes it: an overflow is inf and an invalid operation
+    NaN, without NumPy's RuntimeWarnings (weights of NaN are the user's to run; `tasoc
+    run` says once which outputs are not finite).
     """
     function = entry_function(module)
     refuse_encodings(function, "the numpy reference interpreter")
@@ -74,7 +78,8 @@ def run_reference(module: ModuleOp, args: Sequence[np.ndarray]) -> list[np.ndarr
     interpreter = Interpreter(module)
     interpreter.register_implementations(FuncFunctions())
     interpreter.register_implementations(GraphFunctions())
-    results: tuple[Any, ...] = interpreter.call_op(function, tuple(np.asarray(a) for a in args))
+    with np.errstate(all="ignore"):
+        results: tuple[Any, ...] = interpreter.call_op(function, tuple(np.asarray(a) for a in args))
     return list(results)
 
 

@@ -16,7 +16,6 @@ import json
 import math
 import os
 import shutil
-import stat
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -30,6 +29,7 @@ from onnx import TensorProto, external_data_helper
 
 from tasoc.backends.onnx.errors import OnnxExportError, OnnxImportError, first_line, shown
 from tasoc.backends.onnx.tensors import element_dtype, stored_bytes
+from tasoc.ir.limits import irregular_file
 
 PROTOBUF_LIMIT = 2**31
 """Bytes a serialized protobuf may hold; larger ONNX models need external data."""
@@ -115,10 +115,9 @@ def _check_model_file(path: Path, what: str) -> None:
     """Refuse, before reading it, a model file that no protobuf parse can take: larger
     than a protobuf holds, or not a regular file (a device such as /dev/zero never ends)."""
     status = path.stat()
-    if stat.S_ISDIR(status.st_mode):
-        raise OnnxImportError(f"cannot read {what}: Is a directory")
-    if not stat.S_ISREG(status.st_mode):
-        raise OnnxImportError(f"cannot read {what}: not a regular file")
+    problem = irregular_file(status.st_mode)
+    if problem is not None:
+        raise OnnxImportError(f"cannot read {what}: {problem}")
     if status.st_size > MAX_MODEL_FILE_BYTES:
         raise OnnxImportError(
             f"{what} has {status.st_size} bytes, more than a protobuf holds (2 GiB): not an "

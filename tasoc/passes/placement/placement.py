@@ -28,7 +28,7 @@ from xdsl.utils.exceptions import PassFailedException
 from tasoc.cost.machines import Machine, MachineError, machine
 from tasoc.ir import dag as dag_module
 from tasoc.ir.dag import Dag, Node
-from tasoc.ir.limits import format_bytes
+from tasoc.ir.limits import bytes_and_size
 from tasoc.ir.liveness import peak_memory
 from tasoc.ir.memory import Replay, Space, moved_bytes, replay, unplaced
 from tasoc.ir.parallel import is_sharded, machine_of, meshes, unsharded
@@ -191,9 +191,8 @@ class PlacementPass(ModulePass):
         after = replay(placed)
         if capacity is not None and after.peak_bytes > capacity:
             raise PlacementFailed(
-                f"search={self.search} holds {after.peak_bytes} bytes of device memory "
-                f"{_where(after)}, over the capacity of {capacity} bytes "
-                f"({format_bytes(capacity)})"
+                f"search={self.search} holds {bytes_and_size(after.peak_bytes)} of device "
+                f"memory {_where(after)}, over the capacity of {bytes_and_size(capacity)}"
             )
         moved = moved_bytes(placed)
         figures: dict[str, int | float] = {

@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from tasoc.ir.dag import Dag, Node, Value
+from tasoc.ir.limits import bytes_and_size
 from tasoc.ir.memory import Pool, tensor_bytes
 from tasoc.ir.placement_plan import (
     PlacementPlan,
@@ -79,8 +80,8 @@ class CapacityTooSmall(ValueError):
         return cls(
             op,
             position,
-            f"{needed} bytes of device memory at once (its inputs and results, with what "
-            f"cannot be moved), over the capacity of {capacity}",
+            f"{bytes_and_size(needed)} of device memory at once (its inputs and results, "
+            f"with what cannot be moved), over the capacity of {bytes_and_size(capacity)}",
         )
 
 
@@ -240,8 +241,8 @@ class SwapScan:
             raise CapacityTooSmall(
                 self.dag.ops[at],
                 at,
-                f"a tensor of {tensor_bytes(value.sig)} bytes, larger than the memory pool's "
-                f"largest size class ({self.meter.pool.sizes[-1]} bytes)",
+                f"a tensor of {bytes_and_size(tensor_bytes(value.sig))}, larger than the "
+                f"memory pool's largest size class ({bytes_and_size(self.meter.pool.sizes[-1])})",
                 None,
             )
         return cost

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import stat
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -41,7 +40,7 @@ from os import PathLike
 from pathlib import Path
 from typing import Any, Literal
 
-from tasoc.ir.limits import LimitError, bytes_from_env
+from tasoc.ir.limits import LimitError, bytes_and_size, bytes_from_env, irregular_file, open_regular
 from tasoc.ir.rule_text import parse_rules
 from tasoc.ir.rules import Proof, Rule, RuleError
 from tasoc.passes.progress import progress_bar
@@ -107,12 +106,9 @@ def check_rule_file(path: str | PathLike[str]) -> None:
         if isinstance(err, FileNotFoundError):
             raise RuleError(f"no rule file '{path}'") from None
         raise RuleError(f"cannot read rule file '{path}': {err.strerror or err}") from None
-    _check_file_info(path, info)
-
-
-def _check_file_info(path: str | PathLike[str], info: os.stat_result) -> None:
-    if not stat.S_ISREG(info.st_mode):
-        raise RuleError(f"rule file '{path}' is not a regular file")
+    problem = irregular_file(info.st_mode)
+    if problem is not None:
+        raise RuleError(f"cannot read rule file '{path}': {problem}")
     limit = max_rule_file_bytes()
     if info.st_size > limit:
         raise RuleError(_too_large(path, limit))
@@ -120,7 +116,7 @@ def _check_file_info(path: str | PathLike[str], info: os.stat_result) -> None:
 
 def _too_large(path: str | PathLike[str], limit: int) -> str:
     return (
-        f"rule file '{path}' is larger than the limit of {limit} bytes "
+        f"rule file '{path}' is larger than the limit of {bytes_and_size(limit)} "
         f"(set {MAX_RULE_FILE_ENV} to raise it)"
     )
 
@@ -129,16 +125,13 @@ def _read_bytes(path: str | PathLike[str]) -> bytes:
     """The content of a rule file (`check_rule_file`'s conditions, checked on the open
     file: a path swapped for a FIFO after a check must not block the read)."""
     try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        handle = open_regular(path)
     except OSError as err:
         raise RuleError(f"cannot read rule file '{path}': {err.strerror or err}") from None
-    try:
-        _check_file_info(path, os.fstat(descriptor))
-    except RuleError:
-        os.close(descriptor)
-        raise
     limit = max_rule_file_bytes()
-    with os.fdopen(descriptor, "rb") as handle:
+    with handle:
+        if os.fstat(handle.fileno()).st_size > limit:
+            raise RuleError(_too_large(path, limit))
         try:
             content = handle.read(limit + 1)
         except OSError as err:

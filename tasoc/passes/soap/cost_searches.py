@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tasoc.ir.limits import bytes_and_size
 from tasoc.ir.shard_plan import Plan
 from tasoc.passes.search import SearchOutcome, StopReason
 from tasoc.passes.soap import costs, frontier, greedy, ilp
@@ -160,8 +161,8 @@ def pick_point(
         fitting = [p for p in points if p.memory <= cap]
         if not fitting:
             raise FrontierError(
-                f"memory-cap={cap} bytes is under the frontier's least memory per device, "
-                f"{int(points[0].memory)} bytes (FT's estimate)"
+                f"memory-cap={bytes_and_size(cap)} is under the frontier's least memory per "
+                f"device, {bytes_and_size(int(points[0].memory))} (FT's estimate)"
             )
         return fitting[::-1]
     pick = settings.pick or "fastest"
@@ -209,9 +210,10 @@ def search_ft(
                 break
             picked, chosen = point, realize(model, point.choice, settings)
         if chosen.simulated.memory > cap:
+            peak = bytes_and_size(int(chosen.simulated.memory))
             notes.append(
-                f"the chosen point's simulated peak, {chosen.simulated.memory} bytes, exceeds "
-                f"memory-cap={cap} (its estimate fits)"
+                f"the chosen point's simulated peak, {peak}, exceeds "
+                f"memory-cap={bytes_and_size(cap)} (its estimate fits)"
             )
     details = {
         **_graph_figures(model, built),

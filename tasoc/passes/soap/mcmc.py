@@ -42,6 +42,7 @@ from typing import Any, Literal
 from tasoc.cost.machines import Machine
 from tasoc.ir import soap
 from tasoc.ir.dag import Node
+from tasoc.ir.limits import bytes_and_size
 from tasoc.ir.shard_plan import Plan
 from tasoc.ir.soap import Config, Mesh, OpRule
 from tasoc.passes.search import Deadline, SearchOutcome, StopReason
@@ -330,9 +331,9 @@ class Best:
                 else ""
             )
             raise MemoryCapError(
-                f"no strategy fits under memory-cap={self.settings.memory_cap} bytes per "
-                f"device{swapping}: the smallest per-device memory found is "
-                f"{int(self.smallest_memory)} bytes"
+                f"no strategy fits under memory-cap={bytes_and_size(self.settings.memory_cap)} "
+                f"per device{swapping}: the smallest per-device memory found is "
+                f"{bytes_and_size(int(self.smallest_memory))}"
             )
         return self.cost, self.plan
 

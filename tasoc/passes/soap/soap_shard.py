@@ -56,6 +56,7 @@ from tasoc.cost import machines
 from tasoc.cost.machines import Machine
 from tasoc.ir import dag as dag_module
 from tasoc.ir.dag import Dag
+from tasoc.ir.limits import bytes_and_size
 from tasoc.ir.parallel import MACHINE_ATTR, ShardingAttr, meshes, unsharded
 from tasoc.ir.program import entry_function
 from tasoc.ir.shard_plan import Plan, write_sharded
@@ -219,8 +220,6 @@ class SoapShardPass(ModulePass):
         check_at_least(self, "budget", 1)
         check_at_least(self, "timeout", 0, exclusive=True)
         check_at_least(self, "beta", 0, exclusive=True)
-        if not math.isfinite(self.beta):
-            raise ValueError(f"beta must be finite, got {self.beta}")
         check_at_least(self, "seed", 0)
         check_byte_size(self, "memory_cap")
         check_at_least(self, "max_points", 2)
@@ -452,7 +451,7 @@ class SoapShardPass(ModulePass):
         if not tried:
             raise FrontierError(
                 f"no device count of devices={_devices_text(self.devices)} fits "
-                f"memory-cap={self._cap()} bytes per device"
+                f"memory-cap={bytes_and_size(self._cap())} per device"
             )
         if self.objective == "mini-parallelism":
             cap = self._cap()
@@ -460,9 +459,10 @@ class SoapShardPass(ModulePass):
             if not fitting:
                 least = min(tried.values(), key=lambda p: p.simulated["plan"].memory)
                 raise FrontierError(
-                    f"no device count of {', '.join(map(str, tried))} fits memory-cap={cap} "
-                    f"bytes per device: the least simulated is {least.simulated['plan'].memory} "
-                    f"bytes at {least.mesh.size} devices"
+                    f"no device count of {', '.join(map(str, tried))} fits "
+                    f"memory-cap={bytes_and_size(cap)} per device: the least simulated is "
+                    f"{bytes_and_size(int(least.simulated['plan'].memory))} at "
+                    f"{least.mesh.size} devices"
                 )
             return min(fitting, key=lambda planned: planned.mesh.size)
         return min(tried.values(), key=lambda planned: planned.simulated["plan"].cost)

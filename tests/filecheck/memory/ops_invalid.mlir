@@ -102,7 +102,7 @@ module attributes {memory.pool = #memory.pool<[16384 x 2]>} {
 // -----
 
 // A tensor larger than every size class.
-// CHECK: {{^}}'graph.matmul' has a result of 16384 bytes (%y), larger than the memory pool's largest size class (4096 bytes)
+// CHECK: {{^}}'graph.matmul' has a result of 16384 bytes (16 KiB) (%y), larger than the memory pool's largest size class (4096 bytes (4 KiB))
 module attributes {memory.pool = #memory.pool<[4096 x 8]>} {
   func.func @main(%x: tensor<32x32xf32>) -> tensor<64x64xf32> {
     %r = graph.reshape %x {shape = array<i64: 16, 64>} : tensor<16x64xf32>
@@ -115,7 +115,7 @@ module attributes {memory.pool = #memory.pool<[4096 x 8]>} {
 // -----
 
 // A pool larger than the capacity.
-// CHECK: {{^}}'builtin.module' the memory pool takes 131072 bytes, over the capacity of 40000 bytes
+// CHECK: {{^}}'builtin.module' the memory pool takes 131072 bytes (128 KiB), over the capacity of 40000 bytes (39 KiB)
 module attributes {memory.capacity = 40000 : i64, memory.pool = #memory.pool<[16384 x 8]>} {
   func.func @main(%x: tensor<64x64xf32>) -> tensor<64x64xf32> {
     func.return %x : tensor<64x64xf32>

@@ -17,4 +17,4 @@ func.func @main(%x: tensor<16x8xf32>, %w1: tensor<8x32xf32> {graph.param},
 // CHECK:      memory.swap_out
 // CHECK:      func.return
 
-// NO-PLACE: {{^}}tasoc: error: soap-shard: no strategy fits under memory-cap=3500 bytes per device: the smallest per-device memory found is {{[0-9]+}} bytes{{$}}
+// NO-PLACE: {{^}}tasoc: error: soap-shard: no strategy fits under memory-cap=3500 bytes (3.4 KiB) per device: the smallest per-device memory found is {{[0-9]+}} bytes ({{[0-9.]+}} KiB){{$}}

@@ -29,6 +29,6 @@ func.func @main(%x: tensor<64x32xf32>, %w1: tensor<32x64xf32> {graph.param},
 // DP:         memory.swap_in
 // FITS:       memory.capacity = 1048576 : i64
 // FITS-NOT:   memory.swap_
-// SMALL:      {{^}}tasoc: error: placement: op {{[0-9]+}} ({{[a-z_0-9]+}}) needs {{[0-9]+}} bytes of device memory at once (its inputs and results, with what cannot be moved), over the capacity of 4096{{$}}
+// SMALL:      {{^}}tasoc: error: placement: op {{[0-9]+}} ({{[a-z_0-9]+}}) needs {{[0-9]+}} bytes ({{[0-9.]+}} KiB) of device memory at once (its inputs and results, with what cannot be moved), over the capacity of 4096 bytes (4 KiB){{$}}
 // NOCAP:      memory.capacity = 16000000000 : i64
 // NOCAP-NOT:  memory.swap_

@@ -19,7 +19,7 @@ func.func @main(%x: tensor<64x8xf32>, %w: tensor<8x8xf32> {graph.param}) -> tens
 // SEARCH:     {{^}}tasoc: error: {{.*}}'placement'{{.*}}search{{.*}}'offload-all', 'belady', 'lru', {{.*}}got 'belady-ish'{{$}}
 // PREFETCH:   {{^}}tasoc: error: {{.*}}'placement'{{.*}}prefetch{{.*}}
 // FORWARD:    {{^}}tasoc: error: placement: @main is not a training step (it computes no loss); run autodiff before placement [pipeline position 1, program kinds: graph]{{$}}
-// CAPACITY:   {{^}}tasoc: error: placement: search=offload-all holds {{[0-9]+}} bytes of device memory at op {{[0-9]+}} ('graph.{{[a-z_]+}}'), over the capacity of 1024 bytes (1 KiB){{$}}
+// CAPACITY:   {{^}}tasoc: error: placement: search=offload-all holds {{[0-9]+}} bytes ({{[0-9.]+}} KiB) of device memory at op {{[0-9]+}} ('graph.{{[a-z_]+}}'), over the capacity of 1024 bytes (1 KiB){{$}}
 // CAPACITY-NOT: {{.}}
 // FITS:       memory.capacity = 17179869184 : i64
 // DECIMAL:    memory.capacity = 1500000000 : i64

@@ -24,7 +24,7 @@ func.func @main(%x: tensor<2x8xf32>) -> tensor<2x8xf32> {
 // PICK-NOT:   {{.}}
 // NOPOINT:    {{^}}tasoc: error: soap-shard: pick=99 names no frontier point: the frontier has {{[0-9]+}} (pick=1 to {{[0-9]+}}, fastest or smallest){{$}}
 // NOPOINT-NOT: {{.}}
-// CAP:        {{^}}tasoc: error: soap-shard: memory-cap=1 bytes is under the frontier's least memory per device, {{[0-9]+}} bytes (FT's estimate){{$}}
+// CAP:        {{^}}tasoc: error: soap-shard: memory-cap=1 bytes is under the frontier's least memory per device, {{[0-9]+ bytes( \([0-9.]+ KiB\))?}} (FT's estimate){{$}}
 // CAP-NOT:    {{.}}
 // RANGE:      {{^}}tasoc: error: soap-shard: devices=1-64 asks for 64 devices, more than machine v100-tensoropt's 16{{$}}
 // RANGE-NOT:  {{.}}
