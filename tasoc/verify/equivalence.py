@@ -32,7 +32,7 @@ what the looser bound admits is the backend's error, not the reference's.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -246,9 +246,15 @@ def _as_declared(result: Any, expected: np.ndarray) -> np.ndarray:
     return got
 
 
-def compare_ops(module: ModuleOp, args: Sequence[np.ndarray]) -> tuple[int, list[OpMismatch]]:
+def compare_ops(
+    module: ModuleOp,
+    args: Sequence[np.ndarray],
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[int, list[OpMismatch]]:
     """Run `@main` op by op with the JAX lowerings (eagerly) and check every op against
     its reference kernel on the very same inputs; (ops checked, mismatches).
+    `progress(done, total)` hears of each op of `@main` done (a training step's
+    thousands of ops take a while).
 
     This is the check that does not depend on how a program amplifies rounding: in a
     deep training step two correct float32 computations drift apart (a relu whose input
@@ -266,7 +272,10 @@ def compare_ops(module: ModuleOp, args: Sequence[np.ndarray]) -> tuple[int, list
     values = dict(zip(function.body.block.args, program.device_args(args), strict=True))
     mismatches = []
     checked = 0
-    for position, op in enumerate(function.body.block.ops):
+    ops = list(function.body.block.ops)
+    for position, op in enumerate(ops):
+        if progress is not None:
+            progress(position, len(ops))
         if not isinstance(op, GraphOp):
             continue
         attrs = op.py_attrs()
