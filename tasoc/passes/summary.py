@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 WARNING_PREFIX = "tasoc: warning: "
 
@@ -45,15 +45,10 @@ class Summary:
             yield f"{WARNING_PREFIX}{name}: {warning}"
 
 
-class Summarized(Protocol):
-    """A pass with a summary (`summary` is looked up on the pass, as
-    `verification_pair` is: a pass without one prints nothing)."""
-
-    def summary(self, section: Mapping[str, Any]) -> Summary | None: ...
-
-
 def summary_of(built: object, section: Mapping[str, Any]) -> Summary | None:
-    """The summary pass `built` gives of its run's `section`, None when it gives none."""
+    """The summary pass `built` gives of its run's `section`, None when it gives none.
+    `summary` is looked up on the pass, as `verification_pair` is, so that a plugin
+    pass needs no base class nor registration to have one."""
     hook = getattr(built, "summary", None)
     return None if hook is None else hook(section)
 
