@@ -287,7 +287,7 @@ class PlacementPass(ModulePass):
         stopped = stop_line(section, steps)
         if stopped is not None:
             details.append(stopped)
-        return Summary(headline, tuple(details), tuple(section.get("notes", ())))
+        return Summary(headline, (*details, *section.get("notes", ())))
 
     def _progress_of(self, dag: Dag) -> tuple[str, int, str, Callable[[float], str]]:
         """What the searching planner's progress counts, out of how many, and its
