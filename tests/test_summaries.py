@@ -82,7 +82,7 @@ def test_placement_says_peak_per_device_and_bytes_moved(tasoc, tmp_path: Path) -
     step = "zoo:alexnet?batch=4&image=63&width=0.125&train=sgd"
     result = tasoc("opt", step, "-p", pipeline, "-o", tmp_path / "p.mlir")
     assert result.code == 0, result
-    headline, moved, simulated = _summary(result.err, "placement")
+    headline, moved, simulated, *_ = _summary(result.err, "placement")
     assert headline.startswith("placement: belady: device memory peak ")
     assert "of 7.6 MiB per device (2 devices)" in headline and "without placement" in headline
     assert moved.startswith("  moved ") and " to host and " in moved
