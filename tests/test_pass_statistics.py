@@ -89,7 +89,10 @@ def test_opt_prints_statistics_on_stderr(tasoc, tmp_path: Path) -> None:
 
 def test_equality_rewrite_statistics_show_its_search(tasoc) -> None:
     pipeline = "equality-rewrite{retime=0 timeout=20}"
-    result = tasoc("opt", "zoo:nasrnn?hidden=16&length=2", "-p", pipeline, "--pass-statistics")
+    # -q: the statistics alone, without the summary printed after them
+    result = tasoc(
+        "opt", "zoo:nasrnn?hidden=16&length=2", "-p", pipeline, "--pass-statistics", "-q"
+    )
     assert result.code == 0, result
     assert result.out.startswith("builtin.module")
     block = result.err.splitlines()

@@ -57,6 +57,17 @@ def _opt(argv: Sequence[str]) -> int:
         return opt_command(argv)
 
 
+XLA_LOG_LEVEL = "3"
+"""`TF_CPP_MIN_LOG_LEVEL` for the driver's runs: XLA's C++ logging (tsl's, read from
+the environment when jaxlib loads) then prints only fatal errors. Its ERROR-level lines
+are not tasoc's failures, which reach the user as exceptions and one error line: they
+are alarms such as `slow_operation_alarm.cc ... Very slow compile? If you want to file
+a bug, run with envvar XLA_FLAGS=...`, printed in the middle of a run's output. tasoc
+says itself, on a terminal, that it is compiling (`progress.status`). A user who wants
+XLA's logs sets the variable; `main` sets it only when unset, and the library never
+does (a program importing tasoc keeps its own logging)."""
+
+
 def _run(argv: Sequence[str]) -> int:
     from tasoc.driver.run import run_command
 
@@ -137,6 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     last buffered bytes (`tasoc --help | true`) is seen as one, not as Python's
     "Exception ignored" at exit."""
     args = list(sys.argv[1:] if argv is None else argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", XLA_LOG_LEVEL)  # before any command loads JAX
     try:
         with signals_as_exceptions():
             status = _dispatch(args)

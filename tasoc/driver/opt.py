@@ -27,7 +27,10 @@ changes is what a compiler driver owes its users:
   JSON `RunReport` (timings, op counts, the passes' own sections); `--seed` is in it;
 - `--time-passes` and `--pass-statistics` (`statistics.py`) print on stderr (as
   mlir-opt does), so stdout stays valid IR, and only once the run has succeeded, so a
-  failing run still prints its one error line alone.
+  failing run still prints its one error line alone;
+- each pass with a `summary` (`tasoc.passes.summary`) says what it decided, in a few
+  lines on stderr, likewise once the run has succeeded; searches draw a progress bar
+  on a terminal; `-q` silences both.
 """
 
 from __future__ import annotations
@@ -91,8 +94,10 @@ from tasoc.driver.sources import (
 from tasoc.driver.statistics import format_statistics
 from tasoc.driver.weights import WeightsFile, find_weights, load_weights
 from tasoc.passes.kinds import PassContract, check_pipeline, kinds_of
+from tasoc.passes.progress import quiet
 from tasoc.passes.registry import PassRegistryError, contract_of, get_all_passes
 from tasoc.passes.report import PassRecord, RunReport, reporting
+from tasoc.passes.summary import summary_of
 
 if TYPE_CHECKING:
     import onnx
@@ -132,6 +137,8 @@ class TasocOptMain(xDSLOptMain):
         self._notes: list[str] = []
         self._pass_times: list[str] = []
         """`--time-passes` lines, printed once the run has succeeded."""
+        self._summaries: list[str] = []
+        """The passes' summary lines, printed once the run has succeeded (not with -q)."""
         self._pass_started = 0.0
         self._ops_before: dict[str, int] = {}
         self._module_before_pass: ModuleOp | None = None
@@ -221,6 +228,13 @@ class TasocOptMain(xDSLOptMain):
             "--pass-statistics",
             action="store_true",
             help="after the run, print what each pass did on stderr",
+        )
+        arg_parser.add_argument(
+            "-q",
+            "--quiet",
+            action="store_true",
+            help="print no pass summaries and no progress bars on stderr (errors, notes, "
+            "--time-passes and --pass-statistics are still printed)",
         )
         arg_parser.add_argument(
             "--load-pass-plugin",
@@ -380,7 +394,8 @@ class TasocOptMain(xDSLOptMain):
         with self.outputs:
             diagnostics = self.args.verify_diagnostics or self.args.parsing_diagnostics
             to_file = diagnostics and self.args.output_file is not None
-            with reporting(self.report), redirect_stdout(self._text) if to_file else nullcontext():
+            to_text = redirect_stdout(self._text) if to_file else nullcontext()
+            with reporting(self.report), quiet(self.args.quiet), to_text:
                 super().run()
             if self._program_output is not None and not self._writes_onnx():
                 with self._program_output.open() as stream:
@@ -397,6 +412,8 @@ class TasocOptMain(xDSLOptMain):
             print(line, file=sys.stderr)
         if self.args.pass_statistics and self.report.passes:
             print(format_statistics(self.report), file=sys.stderr)
+        for line in self._summaries:
+            print(line, file=sys.stderr)
 
     def _stage_plots(self, directory: str) -> None:
         """Draw every figure the passes asked for into `directory` (made if missing),
@@ -454,9 +471,13 @@ class TasocOptMain(xDSLOptMain):
             self._pass_times.append(f"Pass {previous.name} took {seconds} seconds")
         self._verify(module, previous)
         ops_after = op_counts(module)
-        self.report.end_pass(
-            PassRecord(previous.name, str(previous.spec()), seconds, self._ops_before, ops_after)
+        record = PassRecord(
+            previous.name, str(previous.spec()), seconds, self._ops_before, ops_after
         )
+        self.report.end_pass(record)
+        summary = None if self.args.quiet else summary_of(previous, record.section)
+        if summary is not None:
+            self._summaries.extend(summary.lines(previous.name))
         self._ops_before = ops_after
         self._check_equivalent(previous, module)
         if print_ir and self.args.print_between_passes:

@@ -88,6 +88,7 @@ from tasoc.ir.program import (
     value_name,
 )
 from tasoc.ir.training import TrainingSignature, training_signature
+from tasoc.passes.progress import progress_bar, status
 from tasoc.verify.equivalence import (
     ROUNDING_FACTOR,
     OpByOp,
@@ -287,10 +288,17 @@ def _witnesses(module: ModuleOp, inputs: Sequence[np.ndarray], backend: str) -> 
     what they would be judged by)."""
     if backend != "jax":
         return None
-    return Witnesses(
-        float64=lambda: run_float64(module, inputs),
-        op_by_op=lambda: compare_ops(module, inputs),
-    )
+
+    def op_by_op() -> OpByOp:
+        with progress_bar("checking op by op", "op", delay=PROGRESS_DELAY) as update:
+            return compare_ops(module, inputs, lambda done, total: update(done, total))
+
+    return Witnesses(float64=lambda: run_float64(module, inputs), op_by_op=op_by_op)
+
+
+PROGRESS_DELAY = 2.0
+"""Seconds a run's op-by-op work (the check, the runtime mode) runs before its bar
+appears on a terminal (`progress.progress_bar`)."""
 
 
 SHOWN_OUTPUTS = 12
@@ -604,8 +612,9 @@ def run_sharded(
         program = lower_sharded(module)
     except ValueError as err:  # too few devices, partial sums returned, no lowering
         raise DriverError(f"cannot run on jax: {err}") from None
-    outputs = execute(program, inputs)
     devices = program.device_count
+    with status(_compiling(devices, "compiled")):  # the first call compiles
+        outputs = execute(program, inputs)
     print(f"{args.input} on jax, {devices} devices{provenance}:")
     function = entry_function(module)
     signature = training_signature(function)
@@ -673,11 +682,12 @@ def run_placed(
     # A training loop's compiled step updates what it replaces in place, as unplaced.
     donate = [a for _, a in training.replaces] if training and mode == "compiled" else []
     lower = _placed_lowering(module)
+    devices = sum(len(mesh.device_ids) for mesh in meshes(module).values()) or 1
     try:
-        program = lower(module, mode, donate)
+        with status(_compiling(devices, mode)):
+            program = lower(module, mode, donate)
     except ValueError as err:  # an op without a JAX lowering, several meshes, partial sums
         raise DriverError(f"cannot run on jax: {err}") from None
-    devices = sum(len(mesh.device_ids) for mesh in meshes(module).values()) or 1
     where = f"{devices} devices, {mode} mode" if sharded else f"{mode} mode"
     kind = "unsharded and unplaced" if sharded else "unplaced"
     if training is not None:
@@ -708,6 +718,15 @@ def run_placed(
         )
         report["bench_seconds"] = _bench(executable, inputs, args.bench, f"jax, {where}")
     return report
+
+
+def _compiling(devices: int, mode: str) -> str:
+    """The status line shown while XLA compiles a sharded or placed program, whose
+    compile can take a minute: the whole program (compiled mode), each distinct op
+    (runtime mode)."""
+    what = "each op" if mode == "runtime" else "the program"
+    on = f" for {devices} devices" if devices > 1 else ""
+    return f"compiling {what}{on}"
 
 
 PlacedLowering = Callable[[ModuleOp, str, Sequence[int]], "PlacedProgram | ShardedProgram"]
@@ -774,7 +793,10 @@ def _placed_call(
     from tasoc.backends.jax.placed import RuntimeProgram
 
     if isinstance(program, RuntimeProgram):
-        results, measured = program.measure(*program.device_args(inputs))
+        with progress_bar("runtime mode", "op", delay=PROGRESS_DELAY) as update:
+            results, measured = program.measure(
+                *program.device_args(inputs), progress=lambda done, total: update(done, total)
+            )
         return host_results(results, program.result_sigs), measured
     with _donation_quiet():
         return program(*inputs), None

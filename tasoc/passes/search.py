@@ -5,13 +5,18 @@ reports, and which seed it uses (DESIGN.md §3).
     outcome = my_search(start, deadline.share(0.75))   # the rest is left for re-timing
     outcome.write_report(current_report().section(name), resolve_seed(options.seed))
 
+    with search_progress(name, "proposal", budget, deadline) as progress:
+        outcome = my_search(start, deadline, progress)   # progress(done, best cost)
+
 A search runs until one of its limits is reached and returns the best it has found,
 with the `StopReason` (egg's `StopReason`, from its `Runner`). A `Deadline` is one
 point on the monotonic clock; a pass shares it out between its phases (search, then
 re-timing; each piece of a split graph) with `share`, so no phase computes times by
 hand and no phase can run past the pass's own deadline. A `SearchOutcome` carries the
 result and writes the report keys every search pass's section has; other tools
-(`tasoc opt --pass-statistics`) read those keys by name.
+(`tasoc opt --pass-statistics`, the passes' summaries) read those keys by name. A
+search reports its progress to a `Progress` callback, which `search_progress` draws as
+one bar for every search alike (steps done of the budget, best so far, time left).
 """
 
 from __future__ import annotations
@@ -20,12 +25,15 @@ import math
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from tasoc.passes.progress import progress_bar, shown
 from tasoc.passes.report import current_report
+from tasoc.passes.summary import format_seconds
 
 
 class StopReason(StrEnum):
@@ -52,6 +60,9 @@ class StopReason(StrEnum):
 Progress = Callable[[int, float], None]
 """`progress(steps done, a figure)`: how a search reports its progress after each step
 (graphs expanded and the best cost, rounds and e-nodes), e.g. to a progress bar."""
+
+PROGRESS_DELAY = 2.0
+"""Seconds a search runs before its bar appears: a quick search draws none."""
 
 Clock = Callable[[], float]
 """Seconds on a monotonic clock (`time.monotonic`; tests pass a fake one)."""
@@ -192,3 +203,30 @@ def resolve_seed(option: int | None) -> int:
     (`current_report().seed`, 0 outside `tasoc opt`). One rule for every pass, so one
     `--seed` makes a whole pipeline reproducible and a pass's option overrides it."""
     return current_report().seed if option is None else option
+
+
+@contextmanager
+def search_progress(
+    name: str,
+    unit: str,
+    total: int | None,
+    deadline: Deadline,
+    figure: str = "best",
+    show: Callable[[float], str] = format_seconds,
+) -> Iterator[Progress | None]:
+    """The `Progress` every search reports to: a bar (`progress.progress_bar`, on a
+    terminal only) named `name`, of steps (`unit`) done out of `total` (its budget),
+    with `figure` (the best cost so far, written by `show`) and the seconds left of
+    `deadline`. One helper, so every search's bar reads alike. None where no bar is
+    shown, so that a search computes no figure nobody sees."""
+    if not shown():
+        yield None
+        return
+    with progress_bar(name, unit, total, delay=PROGRESS_DELAY) as update:
+
+        def progress(done: int, value: float) -> None:
+            left = deadline.remaining()
+            timing = {"left": f"{left:.0f}s"} if left < math.inf else {}
+            update(done, **{figure: show(value)}, **timing)
+
+        yield progress

@@ -38,7 +38,7 @@ kernel the same inputs.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -290,9 +290,14 @@ def _as_declared(result: Any, expected: np.ndarray) -> np.ndarray:
     return got
 
 
-def compare_ops(module: ModuleOp, args: Sequence[np.ndarray]) -> OpByOp:
+def compare_ops(
+    module: ModuleOp,
+    args: Sequence[np.ndarray],
+    progress: Callable[[int, int], None] | None = None,
+) -> OpByOp:
     """Run `@main` op by op with the JAX lowerings (eagerly) and compare every op with
-    its reference kernel on the very same inputs.
+    its reference kernel on the very same inputs. `progress(done, total)` hears of each
+    op of `@main` done (a training step's thousands of ops take a while).
 
     This is the check that does not depend on how a program amplifies rounding: in a
     deep training step two correct float32 computations drift apart (a relu whose input
@@ -311,7 +316,10 @@ def compare_ops(module: ModuleOp, args: Sequence[np.ndarray]) -> OpByOp:
     reports = []
     with program.precision():
         values = dict(zip(function.body.block.args, program.device_args(args), strict=True))
-        for position, op in enumerate(function.body.block.ops):
+        ops = list(function.body.block.ops)
+        for position, op in enumerate(ops):
+            if progress is not None:
+                progress(position, len(ops))
             if not isinstance(op, GraphOp):
                 continue
             attrs = op.py_attrs()

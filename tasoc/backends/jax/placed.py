@@ -273,6 +273,8 @@ class RuntimeProgram(PlacedProgram):
     its array is deleted at its `memory.free`, so pass a fresh one to each call."""
 
     measure: Callable[..., tuple[tuple[jax.Array, ...], Measured]]
+    """`measure(*args, progress=None)`: the results and the memory measured;
+    `progress(done, total)` hears of each entry of the schedule run."""
     consumed: tuple[int, ...]
     """Indices of the arguments the program frees (deletes)."""
     compiled_ops: int
@@ -420,7 +422,7 @@ def runtime_program(
         result_sigs=schedule.result_sigs,
         in_shardings=in_shardings,
         out_shardings=out_shardings,
-        measure=lambda *args: runtime(args),
+        measure=lambda *args, progress=None: runtime(args, progress),
         consumed=schedule.consumed,
         compiled_ops=runtime.compiled_ops,
     )
@@ -478,7 +480,11 @@ class _Runtime:
                 held[device] += block
         return max(held.values()), max(held.values()) - min(held.values())
 
-    def __call__(self, args: Sequence[jax.Array]) -> tuple[tuple[jax.Array, ...], Measured]:
+    def __call__(
+        self,
+        args: Sequence[jax.Array],
+        progress: Callable[[int, int], None] | None = None,
+    ) -> tuple[tuple[jax.Array, ...], Measured]:
         schedule = self.schedule
         # What was live before the run (other arrays of the process) is not the run's;
         # holding them keeps their ids from being reused while the run is measured.
@@ -488,9 +494,11 @@ class _Runtime:
         values: dict[int, jax.Array] = dict(enumerate(args))
         start, start_spread = self._device_bytes(excluded, values)
         live, spread = [], [start_spread]
-        for entry, call, released in zip(
-            schedule.entries, self.calls, schedule.releases, strict=True
+        for done, (entry, call, released) in enumerate(
+            zip(schedule.entries, self.calls, schedule.releases, strict=True)
         ):
+            if progress is not None:
+                progress(done, len(schedule.entries))
             if isinstance(entry, Move):
                 values[entry.target] = jax.device_put(
                     values[entry.source], self.layout(entry.target)

@@ -18,8 +18,9 @@ the numerics.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
@@ -28,6 +29,7 @@ from xdsl.utils.exceptions import PassFailedException
 
 from tasoc.ir import dag as dag_module
 from tasoc.ir.dag import Dag
+from tasoc.ir.limits import format_bytes
 from tasoc.ir.liveness import peak_memory
 from tasoc.ir.program import entry_function
 from tasoc.ir.shapes import ShapeError
@@ -38,6 +40,7 @@ from tasoc.passes.autodiff.step import forward_with_loss, training_step
 from tasoc.passes.kinds import Kind, PassContract, require
 from tasoc.passes.options import check_at_least, check_fraction, check_option_types
 from tasoc.passes.report import current_report
+from tasoc.passes.summary import Summary
 
 
 class AutodiffFailed(PassFailedException):
@@ -125,6 +128,7 @@ class AutodiffPass(ModulePass):
         current_report().section(self.name).update(
             loss=self.loss,
             optimizer=self.optimizer if self.emit == "step" else None,
+            lr=self.lr if self.emit == "step" else None,
             emit=self.emit,
             forward_ops=forward.num_ops,
             step_ops=step.dag.num_ops,
@@ -133,6 +137,27 @@ class AutodiffPass(ModulePass):
             state_arguments=step.state,
             memory=memory.to_json(),
         )
+
+    def summary(self, section: Mapping[str, Any]) -> Summary:
+        """The loss and optimizer, the weights trained, and the step's peak memory with
+        its largest parts (`summary.py`)."""
+        memory = section["memory"]
+        split = memory["split_bytes"]
+        trained = f"{section['trained_weights']} weight tensors"
+        if section["optimizer"] is None:
+            what = f"loss {section['loss']}: the gradients of {trained}"
+        else:
+            what = (
+                f"loss {section['loss']}, optimizer {section['optimizer']} (lr {section['lr']:g}): "
+                f"a training step of {trained}"
+            )
+        weights = f" ({format_bytes(split['params'])})" if split.get("params") else ""
+        ops = f", {section['step_ops']} ops from {section['forward_ops']}"
+        largest = sorted(((n, b) for n, b in split.items() if b), key=lambda item: -item[1])
+        parts = ", ".join(f"{name.replace('_', ' ')} {format_bytes(b)}" for name, b in largest[:3])
+        at = f" at op {memory['op']} ({memory['op_name']})" if memory.get("op") is not None else ""
+        peak = f"peak memory {format_bytes(memory['peak_bytes'])}{at}: {parts}"
+        return Summary(what + weights + ops, (peak,))
 
     def verification_pair(self, before: ModuleOp, after: ModuleOp) -> tuple[ModuleOp, ModuleOp]:
         """The two programs `tasoc opt --verify-each` compares for this pass, which

@@ -74,7 +74,7 @@ from tasoc.passes.placement.swap_planner import (
     SwapSettings,
     plan_swaps,
 )
-from tasoc.passes.search import SearchOutcome, StopReason
+from tasoc.passes.search import Progress, SearchOutcome, StopReason
 
 Method = Literal["exact", "bounded", "belady", "lru"]
 
@@ -161,17 +161,19 @@ def plan_dp(
     *,
     max_states: int = DEFAULT_MAX_STATES,
     lookback: int = 64,
+    progress: Progress | None = None,
 ) -> DpPlan:
     """The plan of `dag` (ops in schedule order) that moves the fewest bytes within
     `capacity` bytes (module docstring): exact while at most `max_states` states are
     live at a step, else the bounded DP or the swap planner, whichever moves less.
-    `lookback` bounds how far back a swap-in is prefetched (`SwapSettings`).
+    `lookback` bounds how far back a swap-in is prefetched (`SwapSettings`);
+    `progress` hears of the ops done and the least bytes a state has moved so far.
     CapacityTooSmall when no plan fits."""
     if max_states < 1:
         raise ValueError(f"max_states must be at least 1, got {max_states}")
     start = time.perf_counter()
     model = _Model(dag, signature, capacity, max_states)
-    choice = model.solve()
+    choice = model.solve(progress)
     plans: dict[Method, PlacementPlan] = {}
     if choice is not None:
         cached, host, _ = choice
@@ -290,10 +292,13 @@ class _Model:
 
     # ------------------------------------------------------------------ the DP
 
-    def solve(self) -> tuple[list[frozenset[Value]], frozenset[int], int] | None:
+    def solve(
+        self, progress: Progress | None = None
+    ) -> tuple[list[frozenset[Value]], frozenset[int], int] | None:
         """The cheapest final state's path: the values the DP keeps cached while each op
         runs, the arguments that start on the host, and its cost. None when the bounded
-        DP kept no state that fits; CapacityTooSmall when the exact DP finds none."""
+        DP kept no state that fits; CapacityTooSmall when the exact DP finds none.
+        `progress` hears of each op done and the cheapest state's cost (bytes moved)."""
         arrived, failure = self._arrivals()
         layers = [arrived]
         states: dict[State, _Entry] = {}
@@ -309,6 +314,8 @@ class _Model:
                 break
             states, failure = self._run(states, i)
             layers.append(states)
+            if progress is not None and states:
+                progress(i + 1, min(entry.cost for entry in states.values()))
         if not states:
             if self.pruned:
                 return None
@@ -547,7 +554,13 @@ def dp_search(
     bytes moved; the outcome's costs are simulated seconds (the belady plan's before,
     the DP's after), as every placement search reports them. The stop reason says
     whether the exact DP ran to its end or the bound cut it."""
-    found = plan_dp(problem.dag, problem.signature, problem.capacity, max_states=max_states)
+    found = plan_dp(
+        problem.dag,
+        problem.signature,
+        problem.capacity,
+        max_states=max_states,
+        progress=limits.progress,
+    )
     belady = plan_swaps(problem.dag, problem.signature, SwapSettings(problem.capacity, "belady"))
     return SearchOutcome(
         best=found.plan,

@@ -595,6 +595,8 @@ class _Run:
         for chromosome, seconds in scored:
             if self.best is None or seconds < self.best[1]:
                 self.best = (chromosome, seconds)
+        if self.limits.progress is not None and self.best is not None:
+            self.limits.progress(self.evaluations, self.best[1])
         return scored
 
     def first_population(self) -> list[Chromosome]:

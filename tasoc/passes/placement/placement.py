@@ -15,7 +15,7 @@ planner is one entry of `PlacementPass.searching`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, ClassVar, Literal, cast
@@ -28,7 +28,7 @@ from xdsl.utils.exceptions import PassFailedException
 from tasoc.cost.machines import Machine, MachineError, machine
 from tasoc.ir import dag as dag_module
 from tasoc.ir.dag import Dag, Node
-from tasoc.ir.limits import bytes_and_size
+from tasoc.ir.limits import bytes_and_size, format_bytes
 from tasoc.ir.liveness import peak_memory
 from tasoc.ir.memory import Replay, Space, moved_bytes, replay, unplaced
 from tasoc.ir.parallel import is_sharded, machine_of, meshes, unsharded
@@ -52,8 +52,17 @@ from tasoc.passes.placement.problem import Searcher, SearchLimits
 from tasoc.passes.placement.swap_planner import CapacityTooSmall, Policy
 from tasoc.passes.report import current_report
 from tasoc.passes.search import Deadline, resolve_seed
+from tasoc.passes.summary import Summary, format_seconds, format_speedup, stop_line
 
 Search = Literal["offload-all", "belady", "lru", "ga", "dp"]
+
+_METHODS = {
+    "exact": "DP (optimal in bytes moved)",
+    "bounded": "DP bounded by max-states",
+    "belady": "swap planner (the bounded DP moved more)",
+    "lru": "swap planner (the bounded DP moved more)",
+}
+"""How a dp summary words the report's `method`."""
 
 DEFAULT_MACHINE = "v100-swapadvisor"
 """What an unsharded step's plans are priced on unless `machine=` says: SwapAdvisor's
@@ -231,7 +240,9 @@ class PlacementPass(ModulePass):
             section.update(capacity=capacity, capacity_from=f"machine {cluster.name}")
         if self.search in self.searching:
             limits = SearchLimits(self.budget, deadline, resolve_seed(self.seed))
-            search: Policy | Searching = Searching(self.search, self.searching[self.search], limits)
+            search: Policy | Searching = Searching(
+                self.search, self.searching[self.search], limits, *self._progress_of(dag)
+            )
         else:
             search = cast(Policy, self.search)  # offload-all never plans here
         try:
@@ -241,6 +252,48 @@ class PlacementPass(ModulePass):
         section.update(outcome.report())
         current_report().figure(f"{self.name}-memory", outcome.memory_figure())
         return outcome.plan
+
+    def summary(self, section: Mapping[str, Any]) -> Summary:
+        """The planner, the peak against the capacity (one device's, for a sharded
+        step), the bytes moved, the simulated speed against the ideal and LRU, and how
+        a searching planner stopped (`summary.py`)."""
+        capacity = section.get("capacity")
+        each = f" per device ({section['devices']} devices)" if section.get("per_device") else ""
+        within = f" of {format_bytes(capacity)}" if capacity is not None else ""
+        headline = (
+            f"{section['search']}: device memory peak {format_bytes(section['peak_bytes'])}"
+            f"{within}{each}, {format_bytes(section['unplaced_peak_bytes'])} without placement"
+        )
+        moved = (
+            f"moved {format_bytes(section['swapped_out_bytes'])} to host and "
+            f"{format_bytes(section['swapped_in_bytes'])} back"
+        )
+        if "offloaded_values" in section:
+            moved += (
+                f"; {section['offloaded_values']} values offloaded, "
+                f"{section['host_arguments']} arguments on the host"
+            )
+        details = [moved]
+        fractions = section.get("fraction_of_ideal")
+        if fractions:
+            details.append(
+                f"simulated at {fractions[section['search']]:.0%} of the ideal's speed "
+                f"(no swap stalls), {format_speedup(section['speedup_over_lru'])} over LRU"
+            )
+        if "method" in section:  # dp: the plan the bounded DP or its baselines gave
+            details.append(f"plan of the {section['method']} {_METHODS[section['method']]}")
+        steps = f"{section['evaluations']} evaluations" if "evaluations" in section else None
+        stopped = stop_line(section, steps)
+        if stopped is not None:
+            details.append(stopped)
+        return Summary(headline, (*details, *section.get("notes", ())))
+
+    def _progress_of(self, dag: Dag) -> tuple[str, int, str, Callable[[float], str]]:
+        """What the searching planner's progress counts, out of how many, and its
+        figure: plans simulated (ga, the best seconds), ops (dp, the least bytes moved)."""
+        if self.search == "dp":
+            return "op", dag.num_ops, "moved", lambda moved: format_bytes(int(moved))
+        return "plan", self.budget, "best", format_seconds
 
     def _machine(self, module: ModuleOp) -> Machine:
         """The machine plans are priced on: `machine=`, else the one soap-shard planned

@@ -18,7 +18,7 @@ op's working set cannot run at all: `CapacityTooSmall`, naming the op.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -36,7 +36,8 @@ from tasoc.passes.placement.swap_planner import (
     plan_swaps,
     working_set,
 )
-from tasoc.passes.search import SearchOutcome
+from tasoc.passes.search import SearchOutcome, search_progress
+from tasoc.passes.summary import format_seconds
 from tasoc.sim.placement import SWAP_IN, SWAP_OUT, PlacedSimulation
 
 BASELINES: tuple[Policy, ...] = ("lru", "belady")
@@ -60,6 +61,14 @@ class Searching:
     name: str
     run: Searcher
     limits: SearchLimits
+    unit: str = "plan"
+    """What its progress counts (`search.search_progress`)."""
+    total: int | None = None
+    """How many of `unit` it takes at most (its budget)."""
+    figure: str = "best"
+    """The figure its progress reports beside: the best simulated seconds so far, or
+    (`show`) another."""
+    show: Callable[[float], str] = format_seconds
 
 
 @dataclass
@@ -171,9 +180,15 @@ def _run_search(problem: PlacementProblem, search: Searching, outcome: PlanningO
     finds a faster one (module docstring)."""
     belady = outcome.simulated["belady"]
     outcome.seed = search.limits.seed
-    limits = replace(search.limits, deadline=search.limits.deadline.share(SEARCH_SHARE))
+    deadline = search.limits.deadline.share(SEARCH_SHARE)
+    bar = search_progress(
+        f"placement {search.name}", search.unit, search.total, deadline, search.figure, search.show
+    )
     try:
-        searched = search.run(problem, limits)
+        with bar as progress:
+            searched = search.run(
+                problem, replace(search.limits, deadline=deadline, progress=progress)
+            )
     except NoPlanFound as err:
         outcome.notes.append(f"search={search.name}: {err}; belady's plan is kept")
         return

@@ -17,7 +17,7 @@ from tasoc.cost.machines import Machine
 from tasoc.ir.dag import Dag, Node
 from tasoc.ir.placement_plan import PlacementPlan, output_spaces
 from tasoc.ir.training import TrainingSignature
-from tasoc.passes.search import Deadline, SearchOutcome
+from tasoc.passes.search import Deadline, Progress, SearchOutcome
 from tasoc.sim.placement import PlacedSimulation, op_seconds, simulate_plan
 
 
@@ -65,6 +65,8 @@ class SearchLimits:
     budget: int
     deadline: Deadline
     seed: int
+    progress: Progress | None = None
+    """Hears of the search's steps done and its best figure so far (`search_progress`)."""
 
 
 Searcher = Callable[[PlacementProblem, SearchLimits], SearchOutcome[PlacementPlan]]

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -51,7 +52,6 @@ from tasoc.passes.options import (
     check_option_types,
     parse_byte_size,
 )
-from tasoc.passes.progress import progress_bar
 from tasoc.passes.report import current_report
 from tasoc.passes.rewrite.backtrack import BacktrackLimits, backtracking_search
 from tasoc.passes.rewrite.egraph import EGraphLimits, egraph_search
@@ -59,7 +59,14 @@ from tasoc.passes.rewrite.library import Library, check_rule_file, library_path,
 from tasoc.passes.rewrite.match import directed, find_matches
 from tasoc.passes.rewrite.retime import keep_measured_fastest
 from tasoc.passes.rewrite.split import optimize_in_pieces
-from tasoc.passes.search import Deadline, SearchOutcome, StopReason, resolve_seed
+from tasoc.passes.search import (
+    Deadline,
+    SearchOutcome,
+    StopReason,
+    resolve_seed,
+    search_progress,
+)
+from tasoc.passes.summary import Summary, format_speedup, stop_line
 
 DEFAULT_RETIME = 3
 """Candidates re-timed end to end when `retime` is not given and the cost model prices
@@ -250,16 +257,59 @@ class EqualityRewritePass(ModulePass):
     ) -> SearchOutcome[Dag]:
         if self.search == "egraph":
             limits = EGraphLimits(node_limit=self.node_limit)
-            with progress_bar(self.name, "round", limits.rounds, delay=1.0) as update:
-                return egraph_search(
-                    graph, rules, cost_model, limits, deadline,
-                    lambda rounds, enodes: update(rounds, enodes=enodes),
-                )  # fmt: skip
-        with progress_bar(self.name, "graph", self.budget, delay=1.0) as update:
-            return backtracking_search(
-                graph, rules, cost_model, BacktrackLimits(self.alpha, self.budget), deadline,
-                lambda expanded, best: update(expanded, best=f"{best:.3g}"),
-            )  # fmt: skip
+            bar = search_progress(self.name, "round", limits.rounds, deadline, "enodes", _count)
+            with bar as progress:
+                return egraph_search(graph, rules, cost_model, limits, deadline, progress)
+        with search_progress(self.name, "graph", self.budget, deadline) as progress:
+            limits = BacktrackLimits(self.alpha, self.budget)
+            return backtracking_search(graph, rules, cost_model, limits, deadline, progress)
+
+    def summary(self, section: Mapping[str, Any]) -> Summary:
+        """The rewrites applied and the predicted speedup, what re-timing measured and
+        kept, and how the search stopped (`summary.py`)."""
+        if "note" in section:
+            return Summary(section["note"])
+        applied = section.get("rules_applied", {})
+        rewrites = sum(applied.values())
+        if rewrites:
+            headline = (
+                f"{rewrites} rewrite{'s' * (rewrites > 1)} applied ({len(applied)} "
+                f"rule{'s' * (len(applied) > 1)}), ops {section['ops_before']} -> "
+                f"{section['ops_after']}, predicted {format_speedup(section['predicted_speedup'])}"
+            )
+        else:
+            headline = f"the graph is unchanged ({section['ops_before']} ops): no rewrite kept"
+        details = []
+        retimed = section.get("retimed")
+        if retimed:
+            kept = retimed[0]
+            which = (
+                "the input"
+                if kept["input"]
+                else "the search's best"
+                if kept["search_best"]
+                else "a runner-up"
+            )
+            measured = section.get("measured_speedup")
+            speed = f", measured {format_speedup(measured)} over the input" if measured else ""
+            details.append(f"re-timed {len(retimed)} graphs: kept {which}{speed}")
+        steps = next(
+            (
+                f"{section[key]} {unit}"
+                for key, unit in (("pieces", "pieces"), ("rounds", "rounds"),
+                                  ("graphs_expanded", "graphs expanded"))
+                if key in section
+            ),
+            None,
+        )  # fmt: skip
+        stopped = stop_line(section, steps)
+        if stopped is not None:
+            details.append(stopped)
+        return Summary(headline, tuple(details))
+
+
+def _count(value: float) -> str:
+    return str(int(value))
 
 
 def _cost(candidate: tuple[Dag, float]) -> float:

@@ -30,7 +30,7 @@ from tasoc.ir.dag import Node, Value
 from tasoc.ir.shapes import TensorSig
 from tasoc.ir.shard_plan import Plan
 from tasoc.ir.soap import Config, OpRule, Sharding
-from tasoc.passes.search import Deadline, SearchOutcome, StopReason
+from tasoc.passes.search import Deadline, Progress, SearchOutcome, StopReason
 from tasoc.passes.soap.mcmc import (
     Best,
     Settings,
@@ -92,6 +92,8 @@ class Walk:
     stopped: StopReason = StopReason.EXHAUSTED
     finish: list[float] = field(default_factory=list)
     """Per op, the earliest it can finish: its operands' ops first, then its compute."""
+    progress: Progress | None = None
+    """Hears of the strategies simulated and the best cost after each."""
 
     def visit(self, depth: int, busy: list[float]) -> None:
         if depth == len(self.ops):
@@ -142,6 +144,8 @@ class Walk:
             cost = self.state.update()
             if cost < self.best_cost:
                 self.best, self.best_cost = dict(self.state.configs), cost
+            if self.progress is not None:
+                self.progress(self.leaves, self.best_cost)
 
 
 def search(
@@ -192,6 +196,7 @@ def search(
         settings.deadline,
         dict(state.configs),
         min(start_cost, state.cost),
+        progress=settings.progress,
     )
     walk.finish = [0.0] * len(ops)
     walk.visit(0, [0.0] * devices)

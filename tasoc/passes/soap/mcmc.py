@@ -45,7 +45,7 @@ from tasoc.ir.dag import Node
 from tasoc.ir.limits import bytes_and_size
 from tasoc.ir.shard_plan import Plan
 from tasoc.ir.soap import Config, Mesh, OpRule
-from tasoc.passes.search import Deadline, SearchOutcome, StopReason
+from tasoc.passes.search import Deadline, Progress, SearchOutcome, StopReason
 from tasoc.passes.soap.plan import PlanError, Prescription, Problem, cheapest_config, complete
 from tasoc.passes.soap.swap_pricing import SwapPricing
 from tasoc.sim.core import DeltaSimulator, Timeline, paused_gc, simulate
@@ -100,6 +100,9 @@ class Settings:
     place: SwapPricing | None = None
     """How a strategy over `memory_cap` is priced by swapping (`soap-shard{place=}`);
     None: it is infeasible."""
+    progress: Progress | None = None
+    """Hears of the proposals (mcmc) or strategies simulated (exhaustive) so far and
+    the best cost (`search.search_progress`)."""
 
     @property
     def traces_memory(self) -> bool:
@@ -370,8 +373,11 @@ class Chain:
         self._consumers = step.dag.consumers()
         self._position = {node: i for i, node in enumerate(step.order)}
 
-    def run(self, budget: int, deadline: Deadline) -> tuple[dict[Node, Config], float, StopReason]:
-        """The best configurations this chain found and their cost, and why it stopped."""
+    def run(
+        self, budget: int, deadline: Deadline, progress: Progress | None = None
+    ) -> tuple[dict[Node, Config], float, StopReason]:
+        """The best configurations this chain found and their cost, and why it stopped;
+        `progress` hears of its proposals and best cost after each proposal."""
         ops = list(self.choices)
         patience = PATIENCE * sum(len(options) - 1 for options in self.choices.values())
         scale = self.state.time or 1.0
@@ -384,6 +390,8 @@ class Chain:
                 return best, best_cost, StopReason.TIMEOUT
             if not ops or since_best > max(patience, self.proposals // 2):
                 return best, best_cost, StopReason.CONVERGED
+            if progress is not None:
+                progress(self.proposals, best_cost)
             self.proposals += 1
             since_best += 1
             node = self.rng.choice(ops)
@@ -460,6 +468,14 @@ class Chain:
         return self.rng.random() < math.exp(self.beta * (current - proposed) / scale)
 
 
+def _chain_progress(progress: Progress | None, done: int, best: float) -> Progress | None:
+    """A chain's progress as the search's: the proposals of the chains before it
+    (`done`) added, and the best cost of any chain so far (`best`)."""
+    if progress is None:
+        return None
+    return lambda proposals, cost: progress(done + proposals, min(best, cost))
+
+
 @paused_gc()  # steps of 10^5 tasks built and edited: `paused_gc` says why
 def search(
     problem: Problem, baselines: Mapping[str, Plan], settings: Settings
@@ -492,8 +508,9 @@ def search(
             if len(options := configurations(problem.rules[node], mesh_of(plan, problem, node))) > 1
         }
         chain = Chain(state, choices, rng, settings.beta)
+        progress = _chain_progress(settings.progress, totals["proposals"], best.cost)
         configs, cost, stopped = chain.run(
-            (settings.budget - totals["proposals"]) // left, deadline
+            (settings.budget - totals["proposals"]) // left, deadline, progress
         )
         if cost < best.cost:
             state.move_to(configs)

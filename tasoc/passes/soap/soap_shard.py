@@ -56,7 +56,7 @@ from tasoc.cost import machines
 from tasoc.cost.machines import Machine
 from tasoc.ir import dag as dag_module
 from tasoc.ir.dag import Dag
-from tasoc.ir.limits import bytes_and_size
+from tasoc.ir.limits import bytes_and_size, format_bytes
 from tasoc.ir.parallel import MACHINE_ATTR, ShardingAttr, meshes, unsharded
 from tasoc.ir.program import entry_function
 from tasoc.ir.shard_plan import Plan, write_sharded
@@ -70,7 +70,13 @@ from tasoc.passes.options import (
     parse_byte_size,
 )
 from tasoc.passes.report import current_report
-from tasoc.passes.search import Deadline, SearchOutcome, resolve_seed, speedup
+from tasoc.passes.search import (
+    Deadline,
+    SearchOutcome,
+    resolve_seed,
+    search_progress,
+    speedup,
+)
 from tasoc.passes.soap import exhaustive, mcmc
 from tasoc.passes.soap.cost_searches import (
     COST_SEARCHES,
@@ -90,8 +96,9 @@ from tasoc.passes.soap.mcmc import (
 )
 from tasoc.passes.soap.pictures import frontier_figure, profile_figure, sharding_map, timeline
 from tasoc.passes.soap.plan import Problem, complete
-from tasoc.passes.soap.strategies import STRATEGIES
+from tasoc.passes.soap.strategies import STRATEGIES, unsplit_batch
 from tasoc.passes.soap.swap_pricing import Placer, SwapPricing
+from tasoc.passes.summary import Summary, format_seconds, format_speedup, stop_line
 from tasoc.sim.parallel import axis_groups
 
 HINT_ATTR = "parallel.sharding"
@@ -128,6 +135,13 @@ SEARCH_SHARE = 0.8
 
 BASELINES = ("data-parallel", "expert")
 """The named strategies every report compares with, and every search starts from."""
+
+PROGRESS_UNITS = {"mcmc": ("proposal", "proposals"), "exhaustive": ("strategy", "simulations")}
+"""The searches that draw a progress bar: the unit of their steps, and the report key
+that counts them."""
+
+SHOWN_OPS = 3
+"""Ops a summary's warning names before saying how many more."""
 
 
 class SoapShardFailed(PassFailedException):
@@ -356,6 +370,16 @@ class SoapShardPass(ModulePass):
             ),
             groups=_groups(dag, plan),
             notes=plan.notes,
+            replicated_batch={
+                problem.describe(node): size
+                for node, size in unsplit_batch(problem).items()
+                if not plan.configs.get(node)
+            },
+        )
+        cap = self._cap()
+        section.update(
+            capacity=cap if cap is not None else int(machine.device.memory_bytes),
+            capacity_from="memory-cap" if cap is not None else f"machine {machine.name}",
         )
         if compared:
             section["compared"] = {name: entry.figures() for name, entry in compared.items()}
@@ -388,6 +412,51 @@ class SoapShardPass(ModulePass):
                     title, chosen.frontier, chosen.simulated_frontier, compared, cap, self.search
                 ),
             )
+
+    def summary(self, section: Mapping[str, Any]) -> Summary:
+        """The search, mesh and simulated step against the baselines, memory per device
+        against the capacity, the collectives and how the search stopped; warnings for
+        a plan slower than a baseline the pass simulated and for ops whose batch the
+        mesh cannot split (`summary.py`)."""
+        search = section["search"]
+        mesh = "x".join(f"{axis}={size}" for axis, size in section["mesh"].items())
+        seconds = section["predicted_seconds"]
+        speedups = section["speedup_over"]
+        against = "".join(
+            f", {format_speedup(speedups[name])} over {name.replace('-', ' ')}"
+            for name in BASELINES
+            if name != search
+        )
+        step = (
+            "the step fits no capacity"
+            if seconds["plan"] is None
+            else f"{format_seconds(seconds['plan'])} per step simulated"
+        )
+        headline = f"{search} on mesh {mesh} ({section['machine']}): {step}{against}"
+        peak, capacity = section["peak_memory"]["plan"], section["capacity"]
+        fits = "fits" if peak <= capacity else "over it"
+        place = section.get("place")
+        if place is not None:
+            placer = place["placer"]
+            fits = f"swaps ({placer}) to fit" if "plan" in place["swaps"] else "fits, no swapping"
+        details = [
+            f"memory per device: peak {format_bytes(peak)} of {format_bytes(capacity)} "
+            f"({section['capacity_from']}): {fits}"
+        ]
+        collectives = section["collectives"]
+        if collectives:
+            kinds = ", ".join(f"{entry['count']} {kind}" for kind, entry in collectives.items())
+            links = "".join(
+                f", {format_bytes(moved)} over {link}"
+                for link, moved in section["bytes_per_link"].items()
+            )
+            details.append(f"collectives: {kinds}{links} per device")
+        _, counted = PROGRESS_UNITS.get(search, (None, None))
+        steps = f"{section[counted]} {counted}" if counted in section else None
+        stopped = stop_line(section, steps)
+        if stopped is not None:
+            details.append(stopped)
+        return Summary(headline, tuple(details), tuple(_warnings(section, mesh)))
 
     def _max_points(self) -> int | None:
         if self.max_points is not None or self.heuristic == "exact":
@@ -436,7 +505,10 @@ class SoapShardPass(ModulePass):
         if self.search in SEARCHES:
             # the rest of the time is the report's: its simulations of the plans
             settings = self._settings(machine, deadline.share(SEARCH_SHARE), pricing)
-            outcome = _search(self.search, problem, baselines, settings)
+            unit, _ = PROGRESS_UNITS.get(self.search, ("step", None))
+            with search_progress(self.name, unit, self.budget, settings.deadline) as progress:
+                settings = dataclasses.replace(settings, progress=progress)
+                outcome = _search(self.search, problem, baselines, settings)
             plan = outcome.best
         else:
             plan = baselines[self.search]
@@ -659,6 +731,32 @@ def _prediction(machine: Machine, simulated: dict[str, SimulatedStrategy]) -> di
             for device, breakdown in plan.step.memory(plan.simulator.timeline).items()
         },
     }
+
+
+def _warnings(section: Mapping[str, Any], mesh: str) -> list[str]:
+    """What the summary warns of: the written plan simulated slower than a baseline
+    (`search=data-parallel` where expert is faster), ops whose batch the mesh cannot
+    split left replicated."""
+    warnings = []
+    seconds = section["predicted_seconds"]
+    for name in BASELINES:
+        ratio = section["speedup_over"][name]
+        if name != section["search"] and ratio is not None and ratio < 1 - 1e-9:
+            warnings.append(
+                f"the written plan is slower than {name}: {format_seconds(seconds['plan'])} "
+                f"against {format_seconds(seconds[name])} simulated ({format_speedup(ratio)}); "
+                f"search={name} writes the faster one"
+            )
+    replicated = section["replicated_batch"]
+    if replicated:
+        names = list(replicated)
+        sizes = ", ".join(str(size) for size in sorted(set(replicated.values())))
+        more = f" and {len(names) - SHOWN_OPS} more" if len(names) > SHOWN_OPS else ""
+        warnings.append(
+            f"mesh {mesh} cannot split the batch ({sizes}): {len(names)} ops left "
+            f"replicated ({', '.join(names[:SHOWN_OPS])}{more})"
+        )
+    return warnings
 
 
 def _axes_text(mesh: Mesh) -> str:

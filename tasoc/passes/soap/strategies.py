@@ -104,6 +104,17 @@ def _on_batch(problem: Problem) -> list[Node]:
     return [n for n in problem.dag.ops if n in problem.forward and n in problem.activations]
 
 
+def unsplit_batch(problem: Problem) -> dict[Node, int]:
+    """The ops with a batch to split whose batch no axis of the mesh divides, with that
+    batch size: data parallelism cannot split them there (a batch of 6 on 4 devices)."""
+    unsplit = {}
+    for node in _on_batch(problem):
+        sample = _first(problem.rules[node], "sample")
+        if sample is not None and not largest_split(sample.size, problem.mesh):
+            unsplit[node] = sample.size
+    return unsplit
+
+
 def _is_weight(problem: Problem, value: Value) -> bool:
     """A weight, or a value computed from weights and constants alone."""
     if value.node.is_arg:
