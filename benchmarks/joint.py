@@ -4,7 +4,7 @@ swapping (`place=belady`), and data parallel with swapping, simulated on TensorO
 V100s (`v100-tensoropt`).
 
     .venv/bin/python benchmarks/joint.py [--models resnet50,transformer,rnnlm] \
-        [--ratios 1,0.5,0.25] [--budget 200] [--timeout 3600] [--quick]
+        [--ratios 1,0.5,0.25] [--budget 1000] [--timeout 3600] [--quick]
 
 For each model's training step (zoo specs `MODELS`, `train=sgd`; FlexFlow's 64 samples
 per GPU, so batch 1024 on 16 GPUs), `soap-shard{mesh=16 machine=v100-tensoropt
@@ -52,6 +52,7 @@ from tasoc.cost.machines import machine
 from tasoc.driver.sources import build_zoo_model
 from tasoc.passes.search import speedup
 from tasoc.passes.soap import SoapShardFailed
+from tasoc.passes.soap.swap_pricing import Placer
 
 MODELS = {
     "resnet50": "resnet50?batch=1024&train=sgd",
@@ -63,7 +64,7 @@ MODELS = {
 layers of 2048 over 40 steps) with 64 samples per GPU on 16 GPUs."""
 QUICK_MODELS = {"transformer": "transformer?layers=1&hidden=32&heads=2&seq=8&batch=8&train=sgd"}
 RATIOS = (1.0, 0.5, 0.25)
-PLACER = "belady"
+PLACER: Placer = "belady"
 SEED = 0
 
 
@@ -93,7 +94,7 @@ class Setup:
         return f"{self.machine} ({self.devices} {machine(self.machine).device.name.upper()}s)"
 
 
-SETUP = Setup("v100-tensoropt", 16, budget=200, timeout=3600.0)
+SETUP = Setup("v100-tensoropt", 16, budget=1000, timeout=3600.0)
 QUICK_SETUP = Setup("cpu-4", 4, budget=8, timeout=600.0)
 
 
@@ -187,14 +188,15 @@ def baseline(name: str, spec: str, step: ModuleOp, setup: Setup) -> Baseline:
 
 
 def search_cell(
-    step: ModuleOp, setup: Setup, cap: int, **place: str
+    step: ModuleOp, setup: Setup, cap: int, place: Placer | None = None
 ) -> tuple[Cell, dict[str, Any] | None]:
     """The mcmc search under `cap` (with `place=` when given) and its report section
     (None where the pass found no strategy to write). Without `place=` a plan over the
     cap is infeasible whatever the pass says, so a regression shows as such."""
     start = time.perf_counter()
     try:
-        _, section = sharded(step, **setup.searched(cap, **place))
+        options = setup.searched(cap) if place is None else setup.searched(cap, place=place)
+        _, section = sharded(step, **options)
     except SoapShardFailed as err:
         return Cell(None, None, "", 0, False, time.perf_counter() - start, str(err)), None
     wall = time.perf_counter() - start
@@ -203,7 +205,7 @@ def search_cell(
     why = ""
     if seconds is None:
         why = "no swapping fits the cap"
-    elif not place and peak > cap:
+    elif place is None and peak > cap:
         seconds, why = None, f"the written plan holds {peak} bytes per device"
     cell = Cell(seconds, peak, section["stopped"], section["proposals"], swaps, wall, why)
     return cell, section
