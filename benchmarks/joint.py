@@ -4,7 +4,7 @@ swapping (`place=belady`), and data parallel with swapping, simulated on TensorO
 V100s (`v100-tensoropt`).
 
     .venv/bin/python benchmarks/joint.py [--models resnet50,transformer,rnnlm] \
-        [--ratios 1,0.5,0.25] [--budget 1000] [--timeout 3600] [--quick]
+        [--ratios 1,0.5,0.25] [--budget 1000] [--timeout 3600] [--quick | --measured]
 
 For each model's training step (zoo specs `MODELS`, `train=sgd`; FlexFlow's 64 samples
 per GPU, so batch 1024 on 16 GPUs), `soap-shard{mesh=16 machine=v100-tensoropt
@@ -23,7 +23,11 @@ r the cap is r·P and a row gives, every time *simulated* on the preset:
   is not met, DESIGN.md §7), and each pass's wall time on this machine.
 
 Every search has seed 0, `--budget` proposals and a `--timeout` meant to be large
-enough that it stops on budget. `--quick` runs a tiny transformer on `cpu-4` (4
+enough that it stops on budget. `--measured` makes the table measured here instead:
+the same three steps at small shapes (`MEASURED_MODELS`, titled as such) on `cpu-8`,
+each (b) plan placed by `placement{search=belady}` within its cap and run op by op on
+8 fake devices (`tasoc run --mode runtime --check`): the per-device peak measured
+against the plan's replay, row by row. `--quick` runs a tiny transformer on `cpu-4` (4
 devices) with a budget of 8 (smoke test: tests/test_bench_joint.py). Results are
 recorded in docs/benchmarks.md.
 """
@@ -31,10 +35,14 @@ recorded in docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
+import io
+import json
 import math
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -46,10 +54,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from parallel import versions
 from soap import sharded
+from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 
 from tasoc.cost.machines import machine
 from tasoc.driver.sources import build_zoo_model
+from tasoc.passes.placement import PlacementFailed, PlacementPass
+from tasoc.passes.report import RunReport, reporting
 from tasoc.passes.search import speedup
 from tasoc.passes.soap import SoapShardFailed
 from tasoc.passes.soap.swap_pricing import Placer
@@ -62,6 +73,13 @@ MODELS = {
 """Zoo specs at the papers' shapes: the zoo's defaults are FlexFlow's (ResNet-50 at
 224x224, its Transformer example's 12 layers of 1024 at sequence 512, RNNLM's 2 LSTM
 layers of 2048 over 40 steps) with 64 samples per GPU on 16 GPUs."""
+MEASURED_MODELS = {
+    "resnet50": "resnet50?batch=16&image=32&width=0.125&classes=10&train=sgd",
+    "transformer": "transformer?layers=2&hidden=64&heads=4&seq=16&batch=16&train=sgd",
+    "rnnlm": "rnnlm?layers=1&hidden=64&embed=64&vocab=256&seq=8&batch=16&train=sgd",
+}
+"""The same three steps at shapes 8 fake CPU devices run in seconds, for the measured
+table (`--measured`): the runtime mode's per-device peak against the plan's."""
 QUICK_MODELS = {"transformer": "transformer?layers=1&hidden=32&heads=2&seq=8&batch=8&train=sgd"}
 RATIOS = (1.0, 0.5, 0.25)
 PLACER: Placer = "belady"
@@ -96,6 +114,7 @@ class Setup:
 
 SETUP = Setup("v100-tensoropt", 16, budget=1000, timeout=3600.0)
 QUICK_SETUP = Setup("cpu-4", 4, budget=8, timeout=600.0)
+MEASURED_SETUP = Setup("cpu-8", 8, budget=50, timeout=600.0)
 
 
 @dataclass
@@ -267,11 +286,80 @@ def infeasible_notes(rows: Sequence[Row]) -> list[str]:
 
 
 @dataclass
+class Measured:
+    """One plan of the search with swapping priced (b) on `cpu-8`, placed by
+    `placement{search=belady}` within the same cap and run op by op on 8 fake devices
+    (`tasoc run --mode runtime --check`): the replay's per-device peak and the most
+    any device held (None: not run, `why` says why)."""
+
+    model: str
+    ratio: float
+    cap: int
+    planned: int | None
+    measured: int | None
+    checked: bool
+    why: str = ""
+
+
+def measured_row(name: str, step: ModuleOp, setup: Setup, peak: int, ratio: float) -> Measured:
+    """(b) at `ratio` of data parallel's peak, placed and run on `setup`'s devices."""
+    from tasoc.driver.main import main as tasoc
+
+    cap = int(peak * ratio)
+    try:
+        module, _ = sharded(step, **setup.searched(cap, place=PLACER))
+        placed_module(module, cap)
+    except (SoapShardFailed, PlacementFailed) as err:
+        return Measured(name, ratio, cap, None, None, False, str(err))
+    with tempfile.TemporaryDirectory() as folder:
+        program, report = Path(folder, "j.mlir"), Path(folder, "r.json")
+        program.write_text(str(module))
+        flags = ["--devices", str(setup.devices), "--mode", "runtime", "--check"]
+        with contextlib.redirect_stdout(io.StringIO()):
+            code = tasoc(["run", str(program), *flags, "--report", str(report)])
+        placement = json.loads(report.read_text())["placement"] if code == 0 else {}
+    return Measured(
+        name,
+        ratio,
+        cap,
+        placement.get("planned_peak_bytes"),
+        placement.get("measured_peak_bytes"),
+        code == 0,
+        "" if code == 0 else f"tasoc run exited {code}",
+    )
+
+
+def placed_module(module: ModuleOp, capacity: int) -> None:
+    """`module` placed by Belady's planner within `capacity` bytes per device."""
+    with reporting(RunReport()):
+        PlacementPass(search=PLACER, capacity=capacity).apply(Context(), module)
+
+
+def measured_table(rows: Sequence[Measured]) -> str:
+    lines = [
+        "| model | ratio | cap KiB | planned peak per device KiB (replay) "
+        "| measured peak per device KiB (runtime) | equal | --check |",
+        "| --- | ---: | ---: | ---: | ---: | --- | --- |",
+    ]
+    for r in rows:
+        if r.planned is None or r.measured is None:
+            lines.append(f"| {r.model} | {r.ratio:g} | {r.cap / 1024:.1f} | {r.why} | | | |")
+            continue
+        lines.append(
+            f"| {r.model} | {r.ratio:g} | {r.cap / 1024:.1f} | {r.planned / 1024:.1f} "
+            f"| {r.measured / 1024:.1f} | {'yes' if r.planned == r.measured else 'NO'} "
+            f"| {'passed' if r.checked else 'failed'} |"
+        )
+    return "\n".join(lines)
+
+
+@dataclass
 class Results:
-    """Every table of a run; a measured table joins as another field."""
+    """Every table of a run."""
 
     baselines: list[Baseline]
     rows: list[Row]
+    measured: list[Measured]
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -282,6 +370,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=SETUP.timeout, help="s per search")
     parser.add_argument(
         "--quick", action="store_true", help="a tiny transformer on cpu-4 (smoke test)"
+    )
+    parser.add_argument(
+        "--measured",
+        action="store_true",
+        help="the cpu-8 table instead: (b)'s plans placed and run op by op on 8 devices",
     )
     args = parser.parse_args(argv)
     args.models = [m for m in args.models.split(",") if m]
@@ -296,6 +389,8 @@ def main(argv: Sequence[str] | None = None) -> Results:
     args = parse_args(argv)
     if args.quick:
         models, setup = QUICK_MODELS, QUICK_SETUP
+    elif args.measured:
+        models, setup = MEASURED_MODELS, MEASURED_SETUP
     else:
         models = {name: MODELS[name] for name in args.models}
         setup = Setup(SETUP.machine, SETUP.devices, args.budget, args.timeout)
@@ -305,21 +400,31 @@ def main(argv: Sequence[str] | None = None) -> Results:
         f"# every ms below is simulated on {setup.title}; mcmc seed={SEED} "
         f"budget={setup.budget} timeout={setup.timeout:g}; pass s is wall time here\n"
     )
-    results = Results([], [])
+    results = Results([], [], [])
     for name, spec in models.items():
         step = build_zoo_model(spec)
         base = baseline(name, spec, step, setup)
         results.baselines.append(base)
         for ratio in args.ratios:
-            results.rows.append(joint_row(name, step, setup, base.peak, ratio))
+            if args.measured:
+                results.measured.append(measured_row(name, step, setup, base.peak, ratio))
+            else:
+                results.rows.append(joint_row(name, step, setup, base.peak, ratio))
             print(f"  {name} x{ratio:g}: done", file=sys.stderr, flush=True)
     print(f"Data parallel, uncapped (P: its simulated peak per device), on {setup.title}:")
     print(baseline_table(results.baselines))
-    print(f"\nAt cap = ratio x P per device, simulated on {setup.title}:")
-    print(joint_table(results.rows))
-    notes = infeasible_notes(results.rows)
-    if notes:
-        print("\nInfeasible cells:\n" + "\n".join(notes))
+    if args.measured:
+        print(
+            f"\nMeasured here (small shapes, titled as such): (b) at cap = ratio x P on "
+            f"{setup.title}, placed within the cap and run op by op on 8 fake devices:"
+        )
+        print(measured_table(results.measured))
+    else:
+        print(f"\nAt cap = ratio x P per device, simulated on {setup.title}:")
+        print(joint_table(results.rows))
+        notes = infeasible_notes(results.rows)
+        if notes:
+            print("\nInfeasible cells:\n" + "\n".join(notes))
     print(f"# load at the end {os.getloadavg()[0]:.2f}")
     return results
 

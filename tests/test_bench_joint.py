@@ -57,3 +57,16 @@ def test_quick_run_prints_well_formed_rows(
         and row.data_parallel_swaps
         for row in results.rows
     )
+
+
+def test_a_measured_row_runs_the_plan_at_the_replays_peak(bench: ModuleType) -> None:
+    """`--measured`'s row on the tiny transformer at half data parallel's peak: (b)'s
+    plan placed within the cap, run op by op on 4 devices, each holding what the
+    replay says."""
+    setup = bench.QUICK_SETUP
+    step = bench.build_zoo_model(bench.QUICK_MODELS["transformer"])
+    base = bench.baseline("transformer", "", step, setup)
+    row = bench.measured_row("transformer", step, setup, base.peak, 0.5)
+    assert row.checked, row.why
+    assert row.planned is not None and row.planned <= row.cap
+    assert row.measured == row.planned
