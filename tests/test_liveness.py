@@ -23,6 +23,7 @@ from xdsl.parser import Parser
 from tasoc.driver.sources import load_module, make_context
 from tasoc.ir.builder import GraphBuilder
 from tasoc.ir.graph import sig_of
+from tasoc.ir.limits import format_bytes
 from tasoc.ir.liveness import MemorySplit, PeakMemory, peak_memory
 from tasoc.ir.memory import replay, tensor_bytes
 from tasoc.ir.program import entry_block, entry_function, return_values
@@ -215,4 +216,4 @@ def test_run_and_placement_report_one_peak_for_a_zoo_step(
     section = opt["sections"]["placement"]
     assert section["unplaced_peak_bytes"] == expected.peak_bytes > section["peak_bytes"]
     assert placed_run["placement"]["unplaced_peak_bytes"] == expected.peak_bytes
-    assert f"; {expected.peak_bytes} without placement" in results[2].out
+    assert f"; {format_bytes(expected.peak_bytes)} without placement" in results[2].out

@@ -144,7 +144,7 @@ def test_numbers_out_of_range_or_of_the_wrong_kind_are_one_line(
 def test_the_autodiff_example_of_the_docs_runs(tasoc) -> None:
     result = tasoc("opt", SMALL_MODEL, "-p", "autodiff{loss=mse optimizer=adam lr=1e-3}")
     assert result.code == 0, result.err
-    assert result.err == ""
+    assert result.err.startswith("autodiff: loss mse, optimizer adam (lr 0.001)")
 
 
 @pytest.mark.parametrize(

@@ -334,9 +334,9 @@ def _check_against(
     grows through a deep program (a 12-layer BERT), and a training step's relu kinks
     pass a gradient in one run and not in the other. Which of the two is right cannot
     be told by comparing them; with `witnesses`, the program computed in float64 tells:
-    each output past the tolerances passes when the backend's is no more than
-    `ROUNDING_FACTOR` times further from float64 than the reference's, one line per
-    output saying so (`arbitrate`). Then every op must also agree with its reference
+    each output past the tolerances passes when the backend's and the reference's
+    distances from float64 are within `ROUNDING_FACTOR` of each other (both rounding,
+    neither wrong), one line per output saying so (`arbitrate`). Then every op must also agree with its reference
     kernel on the same inputs (`compare_ops`), the line naming the op that drifts most:
     a wrong op the float64 run happened not to expose is caught there.
     """

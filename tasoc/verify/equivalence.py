@@ -372,17 +372,21 @@ class Arbitration:
 
     @property
     def ok(self) -> bool:
-        """Within `ROUNDING_FACTOR` of the reference's distance, which is taken to be at
-        least one rounding (a reference exact by chance promises no more)."""
-        return self.actual <= ROUNDING_FACTOR * max(self.reference, self.eps)
+        """Each within `ROUNDING_FACTOR` of the other's distance, each taken to be at
+        least one rounding (a run exact by chance promises no more): both round as
+        float32 does. One much further than the other is wrong, whichever it is — a
+        backend off, or the output compared with (`--check-onnxruntime`'s) off."""
+        actual, reference = max(self.actual, self.eps), max(self.reference, self.eps)
+        return actual <= ROUNDING_FACTOR * reference and reference <= ROUNDING_FACTOR * actual
 
     def describe(self, actual: str, reference: str) -> str:
         """`output #3: jax 3.1e-4, numpy 2.9e-4 from float64: ...`, the verdict last."""
-        verdict = (
-            f"equivalent within {self.dtype} rounding"
-            if self.ok
-            else f"{actual} is more than {ROUNDING_FACTOR:g}x further than {reference}"
-        )
+        if self.ok:
+            verdict = f"equivalent within {self.dtype} rounding"
+        elif self.actual > self.reference:
+            verdict = f"{actual} is more than {ROUNDING_FACTOR:g}x further than {reference}"
+        else:
+            verdict = f"{reference} is more than {ROUNDING_FACTOR:g}x further than {actual}"
         return (
             f"output #{self.index}: {actual} {self.actual:.2g}, {reference} "
             f"{self.reference:.2g} from float64: {verdict}"
