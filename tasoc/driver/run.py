@@ -336,8 +336,9 @@ def _check_against(
     be told by comparing them; with `witnesses`, the program computed in float64 tells:
     each output past the tolerances passes when the backend's and the reference's
     distances from float64 are within `ROUNDING_FACTOR` of each other (both rounding,
-    neither wrong), one line per output saying so (`arbitrate`). Then every op must also agree with its reference
-    kernel on the same inputs (`compare_ops`), the line naming the op that drifts most:
+    neither wrong), one line per output saying so (`arbitrate`). Then every op must
+    also agree with its reference kernel on the same inputs (`compare_ops`), the line
+    naming the op that drifts most:
     a wrong op the float64 run happened not to expose is caught there.
     """
     result = compare(expected, outputs, gradients=gradients)
