@@ -278,7 +278,8 @@ class PlacementPass(ModulePass):
         if fractions:
             details.append(
                 f"simulated at {fractions[section['search']]:.0%} of the ideal's speed "
-                f"(no swap stalls), {format_speedup(section['speedup_over_lru'])} over LRU"
+                "(the step with infinite memory), "
+                f"{format_speedup(section['speedup_over_lru'])} over LRU"
             )
         if "method" in section:  # dp: the plan the bounded DP or its baselines gave
             details.append(f"plan of the {section['method']} {_METHODS[section['method']]}")
