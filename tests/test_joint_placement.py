@@ -30,7 +30,7 @@ from tasoc.passes.autodiff.autodiff import AutodiffFailed
 from tasoc.passes.placement import PlacementPass
 from tasoc.passes.placement.device_view import device_view, plan_view
 from tasoc.passes.placement.placement import PlacementFailed
-from tasoc.passes.soap import SoapShardPass
+from tasoc.passes.soap import SoapShardFailed, SoapShardPass
 from tasoc.passes.soap.plan import Problem, complete
 from tasoc.passes.soap.soap_shard import parse_mesh
 from tasoc.passes.soap.strategies import STRATEGIES
@@ -119,13 +119,13 @@ def test_a_plans_view_is_the_view_of_the_program_it_writes(strategy: str) -> Non
 
 def test_a_capacity_below_one_devices_op_is_one_line_naming_it() -> None:
     module = _sharded()
-    with pytest.raises(Exception, match=r"placement: op \d+ \(graph\.\w+\) needs \d+ bytes"):
+    with pytest.raises(PlacementFailed, match=r"placement: op \d+ \(graph\.\w+\) needs \d+ bytes"):
         PlacementPass(search="belady", capacity=64).apply(Context(), module)
 
 
 def test_a_machine_smaller_than_the_mesh_is_refused() -> None:
     module = _sharded(mesh=4)
-    with pytest.raises(Exception, match="machine cpu-2 has 2"):
+    with pytest.raises(PlacementFailed, match="machine cpu-2 has 2"):
         PlacementPass(search="belady", capacity=10**6, machine="cpu-2").apply(Context(), module)
 
 
@@ -136,7 +136,7 @@ def test_soap_shard_prices_a_strategy_over_the_capacity_by_swapping() -> None:
     module = _step()
     cap = _unplaced_peak(_sharded(mesh=4)) // 2
     without = SoapShardPass(mesh=4, search="mcmc", budget=20, seed=0, memory_cap=cap)
-    with pytest.raises(Exception, match="no strategy fits under memory-cap"):
+    with pytest.raises(SoapShardFailed, match="no strategy fits under memory-cap"):
         without.apply(Context(), module.clone())
     with_swaps = SoapShardPass(
         mesh=4, search="mcmc", budget=20, seed=0, memory_cap=cap, place="belady"

@@ -131,13 +131,7 @@ def _timeline(figure: TimelineFigure) -> Any:
     axes.set_xlim(0, end * scale * 1.01 or 1)
     axes.set_title(_titled(figure.title, len(rows), len(figure.rows), "rows"))
     handles = [Patch(facecolor=colours[kind], label=kind) for kind in kinds]
-    axes.legend(
-        handles=handles,
-        title="task",
-        loc="upper left",
-        bbox_to_anchor=(1.01, 1.0),
-        fontsize="small",
-    )
+    _legend_beside(axes, handles, "task")
     return drawn
 
 
@@ -185,13 +179,8 @@ def _sharding_map(figure: ShardingMapFigure) -> Any:
         for kind, line in figure.legend
         if kind in shown
     ]
-    axes.legend(
-        handles=handles,
-        title="each cell: the block of the op the device computes",
-        loc="upper left",
-        bbox_to_anchor=(1.01, 1.0),
-        fontsize="small",
-        title_fontsize="small",
+    _legend_beside(
+        axes, handles, "each cell: the block of the op the device computes", title_fontsize="small"
     )
     return drawn
 
@@ -477,3 +466,15 @@ def _lighter(colour: Any, amount: float) -> tuple[float, float, float]:
 
     red, green, blue = to_rgb(colour)
     return red + (1 - red) * amount, green + (1 - green) * amount, blue + (1 - blue) * amount
+
+
+def _legend_beside(axes: Any, handles: list[Any], title: str, **more: Any) -> None:
+    """A legend of `handles` to the right of `axes`, where it hides no bar or cell."""
+    axes.legend(
+        handles=handles,
+        title=title,
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        fontsize="small",
+        **more,
+    )

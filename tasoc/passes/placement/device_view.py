@@ -175,7 +175,7 @@ class _ViewSink:
     ) -> Sequence[_Written]:
         inputs = [operand.value.sig for operand in operands]
         sigs = [
-            self._local(sig, sharding) for sig, sharding in zip(node.sigs, results, strict=True)
+            self.local(sig, sharding) for sig, sharding in zip(node.sigs, results, strict=True)
         ]
         given = self._add(f"graph.{node.op}", [o.value for o in operands], sigs)
         device = self.machine.device
@@ -186,7 +186,7 @@ class _ViewSink:
         ]
 
     def collective(self, value: _Written, step: Collective) -> _Written:
-        moved = self._local(value.sig, step.result)
+        moved = self.local(value.sig, step.result)
         given = self._add(f"parallel.{step.kind}", [value.value], [moved])
         group = (
             self.mesh.device_ids
@@ -202,7 +202,8 @@ class _ViewSink:
     def sig(self, value: _Written) -> TensorSig:
         return value.sig
 
-    def _local(self, sig: TensorSig, sharding: Sharding) -> TensorSig:
+    def local(self, sig: TensorSig, sharding: Sharding) -> TensorSig:
+        """The block of a value of type `sig` laid out by `sharding` on one device."""
         return TensorSig(sharding.local_shape(sig.shape, self.mesh), sig.dtype)
 
     def _add(self, op: str, inputs: Sequence[Value], sigs: Sequence[TensorSig]) -> Node:
@@ -225,7 +226,7 @@ def plan_view(dag: Dag, plan: Plan, mesh: Mesh, machine: Machine) -> DeviceView:
             Node.arg(
                 i,
                 arg.attr("name"),
-                sink._local(arg.out.sig, plan.values[arg.out]),
+                sink.local(arg.out.sig, plan.values[arg.out]),
                 arg.attr("is_param"),
                 arg.attr("attributes"),
             ).out,
