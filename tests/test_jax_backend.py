@@ -8,6 +8,8 @@ JAX compiles once per program, so example counts stay small.
 
 from __future__ import annotations
 
+import os
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -19,6 +21,7 @@ from xdsl.ir import OpResult, SSAValue
 
 from tasoc.backends.arguments import random_inputs
 from tasoc.backends.jax import JaxProgram, bench, lower
+from tasoc.backends.jax.xla_flags import with_correctness_flags
 from tasoc.backends.numpy import run_reference
 from tasoc.ir import graph as G
 from tasoc.ir.builder import GraphBuilder
@@ -109,6 +112,31 @@ def test_softmax_after_an_average_pool_of_huge_equal_values_is_uniform(magnitude
     (result,) = lower(module)(logits)
     np.testing.assert_allclose(result, 1 / 1000, rtol=1e-6)
     np.testing.assert_array_equal(result, run_reference(module, [logits])[0])
+
+
+def test_no_reduction_is_fused_into_ynnpack() -> None:
+    """A 1x1 convolution, its bias, ReLU and the average pool after it (SqueezeNet's
+    head): jaxlib's YNNPACK fused them into one reduction that gave NaN in ~2 % of runs
+    of a long-lived process (`xla_flags` docstring). The convolution still goes to
+    YNNPACK alone; the pool is XLA's own."""
+    g = GraphBuilder()
+    x = g.input("x", (1, 512, 13, 13))
+    conv = g.conv2d(x, g.param("w", (1000, 512, 1, 1)), (1, 1), "valid")
+    activation = g.relu(g.add(conv, g.param("b", (1, 1000, 1, 1))))
+    module = g.build(g.pool2d(activation, "avg", (13, 13), (1, 1), "valid"))
+    program = lower(module)
+    compiled = program.fn.lower(*program.device_args(random_inputs(module, seed=0))).compile()
+    fusions = [line for line in compiled.as_text().splitlines() if "__ynn_fusion" in line]
+    assert fusions and not any("reduce" in line for line in fusions)
+    assert "xla_cpu_experimental_ynn_fusion_type" in os.environ["XLA_FLAGS"]
+
+
+def test_a_users_own_xla_flag_is_kept() -> None:
+    mine = "--xla_cpu_experimental_ynn_fusion_type=individual_dot --xla_cpu_use_xnnpack=false"
+    assert with_correctness_flags(mine) == mine
+    assert with_correctness_flags("") == (
+        "--xla_cpu_experimental_ynn_fusion_type=individual_dot,individual_convolution"
+    )
 
 
 def test_empty_reductions_and_splits_match_the_reference() -> None:

@@ -2,9 +2,9 @@
 step must not be cut in half.
 
 By default SIGTERM and SIGHUP kill the process on the spot, leaving a run's staged
-outputs behind. Raised as exceptions in the main thread instead (`Terminated`, and
-`KeyboardInterrupt` for SIGINT as Python does), they unwind the run: `finally` blocks
-and `Outputs` remove every stage, and `main` prints one line.
+outputs behind. Raised as exceptions in the main thread instead (`Terminated`, and for
+SIGINT `Interrupted`, a `KeyboardInterrupt` as Python raises), they unwind the run:
+`finally` blocks and `Outputs` remove every stage, and `main` prints one line.
 
 Some steps must finish once begun: creating a stage and remembering it, moving the
 outputs into place. `held_back()` delays the exception until the step is done. Blocking
@@ -32,8 +32,17 @@ _pending: int | None = None
 """The first signal that arrived while held back, raised when the last block ends."""
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGINT, raised by our handler: a `KeyboardInterrupt` to every `except` on the way,
+    but not of that exact type. CPython notes an exception of exactly that type leaving
+    code it runs through `PyRun_*` (C extensions run Python that way) and, at exit,
+    kills the process with SIGINT instead of returning the status `main` chose: a run
+    interrupted at the wrong moment printed its one line, then died by the signal
+    (exit -2, not 130). The subclass keeps the status ours."""
+
+
 def _exception(signum: int) -> BaseException:
-    return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+    return Interrupted() if signum == signal.SIGINT else Terminated(signum)
 
 
 def _handler(signum: int, frame: FrameType | None) -> None:
