@@ -643,6 +643,12 @@ def _stages(directory: Path) -> list[Path]:
     return [path for path in directory.iterdir() if path.name.endswith(".tmp")]
 
 
+PATIENCE_S = 60
+"""How long the signal tests wait for an event (the stages appearing, the process
+ending) before failing: they wait for events, not for a time, so only a hung run
+should reach it, however loaded the machine."""
+
+
 def _wait_for(condition: Callable[[], bool], seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while not condition():
@@ -670,10 +676,10 @@ def test_a_signal_during_a_run_leaves_no_temporary_file_and_no_changed_output(
     before = snapshot(tmp_path)
     process = _start_slow_run(tmp_path)
     try:
-        _wait_for(lambda: len(_stages(tmp_path)) == 2, 8)
+        _wait_for(lambda: len(_stages(tmp_path)) == 2, PATIENCE_S)
         time.sleep(later)
         process.send_signal(signum)
-        _, err = process.communicate(timeout=8)
+        _, err = process.communicate(timeout=PATIENCE_S)
     finally:
         process.kill()
     assert (process.returncode, err.decode().splitlines()) == (128 + signum, [line])

@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 from test_soap_shard import CNN, MLP, assert_runs_as_the_reference, parse, shard, step
@@ -19,7 +19,8 @@ from tasoc.ir.program import entry_function
 from tasoc.ir.training import training_signature
 from tasoc.models.alexnet import alexnet
 from tasoc.passes.search import Deadline, StopReason
-from tasoc.passes.soap import SoapShardFailed, SoapShardPass, mcmc
+from tasoc.passes.soap import SoapShardFailed, SoapShardPass, auto, cost_searches, mcmc
+from tasoc.passes.soap.cost_searches import FrontierError
 from tasoc.passes.soap.plan import Problem, complete
 from tasoc.passes.soap.soap_shard import BASELINES, parse_mesh
 from tasoc.passes.soap.strategies import STRATEGIES
@@ -99,6 +100,34 @@ def test_a_search_past_its_deadline_returns_the_best_candidate() -> None:
     assert outcome.details["proposals"] == 0
     times = [chain["start"] for chain in outcome.details["chains"].values()]
     assert outcome.cost_after == min(times)
+
+
+def test_the_default_search_starts_from_the_greedy_tiling_where_the_ilp_is_too_large(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(cost_searches, "ILP_MAX_VARIABLES", 1)
+    _, section = shard(mlp_step(), mesh=4, budget=20, seed=0)
+    exact = section["ilp"]
+    assert exact["started_from"] and exact["solver"] is None
+    assert "search=greedy's tiling instead" in exact["notes"][0]
+
+
+def test_the_default_search_goes_on_without_the_ilp_when_it_has_no_plan(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An ILP with no answer (infeasible by its estimate, or out of time) leaves MCMC
+    its other starts; the report says why."""
+
+    def no_plan(*_: Any) -> NoReturn:
+        raise FrontierError("no strategy's estimate fits memory-cap")
+
+    monkeypatch.setattr(auto, "search_ilp", no_plan)
+    _, section = shard(mlp_step(), mesh=4, budget=20, seed=0)
+    assert section["ilp"] == {
+        "started_from": False,
+        "why_not": "no strategy's estimate fits memory-cap",
+    }
+    assert "ilp" not in section["chains"] and section["proposals"] == 20
 
 
 def test_a_memory_cap_no_strategy_meets_names_the_smallest_memory() -> None:

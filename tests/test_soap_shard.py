@@ -119,7 +119,7 @@ def assert_runs_as_the_reference(module: ModuleOp, folder: Path, devices: int) -
 
 def test_data_parallel_splits_the_batch_of_every_layer() -> None:
     before = parse(MLP)
-    after, section = shard(before, mesh=4)
+    after, section = shard(before, mesh=4, search="data-parallel")
     batch, replicated = sharding(("d",), ()), sharding((), ())
     assert argument_shardings(after) == [batch, replicated, replicated]
     assert result_shardings(after) == [batch]
@@ -146,7 +146,7 @@ def test_expert_splits_dense_layers_by_output_features() -> None:
 
 def test_data_parallel_training_step_all_reduces_each_weight_gradient() -> None:
     before = step(parse(MLP), loss="mse", optimizer="sgd", lr=0.1)
-    after, section = shard(before, mesh=4)
+    after, section = shard(before, mesh=4, search="data-parallel")
     replicated = sharding((), ())
     # loss (completed from partial sums), then the two new weights, laid out as their
     # arguments are, so the next step reads them as this one did.
@@ -161,7 +161,7 @@ def test_data_parallel_training_step_all_reduces_each_weight_gradient() -> None:
 
 def test_a_batch_the_mesh_does_not_divide_is_replicated_with_a_note() -> None:
     before = parse(CONV)
-    after, section = shard(before, mesh=4)
+    after, section = shard(before, mesh=4, search="data-parallel")
     assert argument_shardings(after)[0] == sharding((), (), (), ())
     assert section["configs"]["conv2d"] == {"replicated": 1}
     # one note for every op that falls short the same way, naming them
@@ -176,7 +176,7 @@ def test_fewer_axes_split_a_batch_all_axes_do_not() -> None:
     assert largest_split(16, Mesh("m", (("x", 2), ("y", 4)))) == ("x", "y")
     assert largest_split(3, Mesh("m", (("x", 2), ("y", 4)))) == ()
     module = parse(MLP.replace("16x", "4x"))
-    after, section = shard(module, mesh="2x4")
+    after, section = shard(module, mesh="2x4", search="data-parallel")
     assert argument_shardings(after)[0] == sharding(("y",), ())
     assert section["notes"] == [
         "batch 4 splits over y only: graph.matmul #0, graph.relu #1, graph.matmul #2"
@@ -187,7 +187,7 @@ def test_fewer_axes_split_a_batch_all_axes_do_not() -> None:
 def test_a_hand_written_argument_sharding_is_kept() -> None:
     hinted = with_hint(MLP, '#parallel.sharding<@m, [[], ["y"]]>')
     before = parse('parallel.mesh @m ["x" = 2, "y" = 2]\n' + hinted)
-    after, _ = shard(before, mesh="2x2")
+    after, _ = shard(before, mesh="2x2", search="data-parallel")
     shardings = argument_shardings(after)
     assert shardings[1] == Sharding("m", ((), ("y",)))
     assert shardings[0] == Sharding("m", (("x", "y"), ()))
@@ -222,6 +222,30 @@ def test_alexnet_training_step(search: str) -> None:
         assert result_shardings(after)[6:] == dense
     bytes_by_kind = {k: v["bytes"] for k, v in section["collectives"].items()}
     assert bytes_by_kind.keys() == kinds.keys()
+    check_program(before, after)
+
+
+@pytest.mark.parametrize("options", [{}, {"place": "belady", "memory_cap": "40MiB"}])
+def test_the_default_search_starts_from_the_ilp_and_is_never_slower_than_a_start(
+    options: dict[str, Any],
+) -> None:
+    """`search=auto`: MCMC's chains start from the ILP's plan and the baselines, and it
+    writes the best it simulated, so no start is faster than the plan written; with
+    `place=` the ILP is solved without the cap, which swapping answers."""
+    before = step(
+        build_zoo_model("alexnet?batch=16&image=64"),
+        loss="softmax-cross-entropy",
+        optimizer="sgd",
+        lr=0.01,
+    )
+    after, section = shard(before, mesh=8, budget=60, seed=0, **options)
+    assert section["search"] == "auto"
+    exact = section["ilp"]
+    assert exact["started_from"] and exact["solver"]["status"] == "optimal"
+    assert set(section["chains"]) >= {"ilp", "greedy", "data-parallel", "expert"}
+    written = section["predicted_seconds"]["plan"]
+    starts = [exact["simulated_seconds"], *(c["start"] for c in section["chains"].values())]
+    assert all(written <= start * (1 + 1e-9) for start in starts)
     check_program(before, after)
 
 

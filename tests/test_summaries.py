@@ -53,7 +53,7 @@ def test_autodiff_says_loss_optimizer_and_peak_memory(tasoc, tmp_path: Path) -> 
 
 
 def test_soap_shard_warns_of_a_slower_plan_and_an_unsplit_batch(tasoc) -> None:
-    result = tasoc("opt", SMALL_STEP, "-p", "soap-shard{mesh=4}")
+    result = tasoc("opt", SMALL_STEP, "-p", "soap-shard{mesh=4 search=data-parallel}")
     assert result.code == 0, result
     assert result.out.startswith("builtin.module")
     headline, memory, *_ = _summary(result.err, "soap-shard")
@@ -65,6 +65,19 @@ def test_soap_shard_warns_of_a_slower_plan_and_an_unsplit_batch(tasoc) -> None:
     assert "the written plan is slower than expert" in slower and "search=expert" in slower
     assert "mesh d=4 cannot split the batch (6)" in unsplit
     assert "ops left replicated (graph.conv2d #0, " in unsplit and "more)" in unsplit
+
+
+def test_soap_shard_by_default_says_what_the_ilp_gave_and_warns_of_nothing(tasoc) -> None:
+    """The default search (auto) writes the best of MCMC's chains, the ILP's plan and
+    the baselines among their starts: never a plan slower than a baseline."""
+    result = tasoc("opt", SMALL_STEP, "-p", "soap-shard{mesh=4 budget=50 seed=0}")
+    assert result.code == 0, result
+    lines = _summary(result.err, "soap-shard")
+    assert lines[0].startswith("soap-shard: auto on mesh d=4 (cpu-4): ")
+    (ilp,) = [line for line in lines if line.startswith("  ilp (")]
+    assert "simulated, then MCMC from it and the baselines: the plan written found from " in ilp
+    warnings = [line for line in result.err.splitlines() if line.startswith("tasoc: warning: ")]
+    assert len(warnings) == 1 and "cannot split the batch (6)" in warnings[0]
 
 
 def test_soap_shard_search_says_how_it_stopped(tasoc) -> None:

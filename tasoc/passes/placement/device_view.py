@@ -174,9 +174,7 @@ class _ViewSink:
         self, node: Node, operands: Sequence[_Written], results: Sequence[Sharding]
     ) -> Sequence[_Written]:
         inputs = [operand.value.sig for operand in operands]
-        sigs = [
-            self.local(sig, sharding) for sig, sharding in zip(node.sigs, results, strict=True)
-        ]
+        sigs = [self.local(sig, sharding) for sig, sharding in zip(node.sigs, results, strict=True)]
         given = self._add(f"graph.{node.op}", [o.value for o in operands], sigs)
         device = self.machine.device
         self.seconds[given] = shard_seconds(node.op, node.attrs, inputs, sigs, device)

@@ -78,6 +78,7 @@ from tasoc.passes.search import (
     speedup,
 )
 from tasoc.passes.soap import exhaustive, mcmc
+from tasoc.passes.soap.auto import search_auto
 from tasoc.passes.soap.cost_searches import (
     COST_SEARCHES,
     Evaluated,
@@ -110,9 +111,14 @@ MESH_NAME = "mesh"
 AXIS_NAMES = {1: ("d",), 2: ("x", "y"), 3: ("x", "y", "z")}
 """Axis names of a mesh given as an option, by its number of axes."""
 
-Search = Literal["data-parallel", "expert", "mcmc", "exhaustive", "ft", "greedy", "ilp"]
+Search = Literal["auto", "data-parallel", "expert", "mcmc", "exhaustive", "ft", "greedy", "ilp"]
 
-SEARCHES = {"mcmc": mcmc.search, "exhaustive": exhaustive.search, **COST_SEARCHES}
+SEARCHES = {
+    "auto": search_auto,
+    "mcmc": mcmc.search,
+    "exhaustive": exhaustive.search,
+    **COST_SEARCHES,
+}
 """The searches that choose by simulating or on the cost graph, by `search=` name; the
 other names are `STRATEGIES`."""
 
@@ -136,7 +142,11 @@ SEARCH_SHARE = 0.8
 BASELINES = ("data-parallel", "expert")
 """The named strategies every report compares with, and every search starts from."""
 
-PROGRESS_UNITS = {"mcmc": ("proposal", "proposals"), "exhaustive": ("strategy", "simulations")}
+PROGRESS_UNITS = {
+    "auto": ("proposal", "proposals"),
+    "mcmc": ("proposal", "proposals"),
+    "exhaustive": ("strategy", "simulations"),
+}
 """The searches that draw a progress bar: the unit of their steps, and the report key
 that counts them."""
 
@@ -182,9 +192,11 @@ class SoapShardPass(ModulePass):
     mesh: int | str | None = None
     """Devices used: `8` (axis "d") or `2x4` (axes "x", "y"); the module's own
     `parallel.mesh` when not given, else all of `machine`'s devices on one axis."""
-    search: Search = "data-parallel"
-    """How configurations are chosen: a named strategy (`strategies.py`), or a search
-    simulating the step on `machine` (`mcmc`, `exhaustive`)."""
+    search: Search = "auto"
+    """How configurations are chosen: `auto` (the ILP's plan refined by MCMC,
+    `auto.py`; `ft` for `objective=frontier`), a named strategy (`strategies.py`), a
+    search simulating the step on `machine` (`mcmc`, `exhaustive`) or one on the cost
+    graph (`ft`, `greedy`, `ilp`)."""
     machine: str | None = None
     """What the step is simulated on: a preset, `cpu-N` or a machine file
     (`tasoc.cost.machines`); `cpu-N` for the mesh's N devices when not given."""
@@ -229,6 +241,8 @@ class SoapShardPass(ModulePass):
 
     def __post_init__(self) -> None:
         check_option_types(self)
+        if self.search == "auto" and self.objective == "frontier":
+            object.__setattr__(self, "search", "ft")  # the one search that tracks it
         if self.mesh is not None:
             parse_mesh(self.mesh)
         check_at_least(self, "budget", 1)
@@ -256,9 +270,9 @@ class SoapShardPass(ModulePass):
             if self.objective not in ("mini-parallelism", "profile"):
                 raise ValueError("devices= is for objective=mini-parallelism or profile")
             device_counts(self.devices)
-        if self.place is not None and self.search not in ("mcmc", "exhaustive", *BASELINES):
+        if self.place is not None and self.search not in ("auto", "mcmc", "exhaustive", *BASELINES):
             raise ValueError(
-                f"place= prices strategies by simulating them: search=mcmc, exhaustive, "
+                f"place= prices strategies by simulating them: search=auto, mcmc, exhaustive, "
                 f"data-parallel or expert, not {self.search}"
             )
         if self.place is not None and self.objective != "time":
@@ -451,6 +465,8 @@ class SoapShardPass(ModulePass):
                 for link, moved in section["bytes_per_link"].items()
             )
             details.append(f"collectives: {kinds}{links} per device")
+        if search == "auto":
+            details.append(_auto_line(section))
         _, counted = PROGRESS_UNITS.get(search, (None, None))
         steps = f"{section[counted]} {counted}" if counted in section else None
         stopped = stop_line(section, steps)
@@ -678,7 +694,7 @@ def _search(
     """Search `name` from the baselines (MCMC also from Spartan's tiling: one more
     chain's start, as the tiling is cheap and often close)."""
     starts = dict(baselines)
-    if name == "mcmc":
+    if name == "mcmc":  # auto adds it itself, after the ILP's
         starts["greedy"] = greedy_plan(problem, settings)[0]
     return SEARCHES[name](problem, starts, settings)
 
@@ -757,6 +773,18 @@ def _warnings(section: Mapping[str, Any], mesh: str) -> list[str]:
             f"replicated ({', '.join(names[:SHOWN_OPS])}{more})"
         )
     return warnings
+
+
+def _auto_line(section: Mapping[str, Any]) -> str:
+    """What `search=auto`'s ILP gave its MCMC, and which start the written plan came from."""
+    exact, found = section["ilp"], f"the plan written found from {section['found_by']}"
+    if not exact["started_from"]:
+        return f"ilp gave MCMC no start ({exact['why_not']}); {found}"
+    solved = "solved" if exact["solver"] is not None else "too large: greedy tiling"
+    return (
+        f"ilp ({solved}, {exact['seconds']:.2f} s): {format_seconds(exact['simulated_seconds'])}"
+        f" simulated, then MCMC from it and the baselines: {found}"
+    )
 
 
 def _axes_text(mesh: Mesh) -> str:

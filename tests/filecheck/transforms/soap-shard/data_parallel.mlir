@@ -2,7 +2,7 @@
 // replicated, each weight gradient leaves its matmul as partial sums and is
 // all-reduced once (after the learning-rate scaling), so every new weight is laid out
 // as its argument is; the loss is completed before it is returned.
-// RUN: %tasoc opt %s -p 'autodiff{loss=mse optimizer=sgd lr=0.1},soap-shard{mesh=4}' | filecheck %s
+// RUN: %tasoc opt %s -p 'autodiff{loss=mse optimizer=sgd lr=0.1},soap-shard{mesh=4 search=data-parallel}' | filecheck %s
 
 func.func @main(%x: tensor<16x8xf32>, %w1: tensor<8x32xf32> {graph.param},
                 %w2: tensor<32x4xf32> {graph.param}) -> tensor<16x4xf32> {
