@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 
 test: setup
 	$(VENV)/bin/lit -q tests/filecheck
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n auto --maxprocesses=4 --dist worksteal
 
 lint: setup
 	$(VENV)/bin/ruff check tasoc tests benchmarks

@@ -23,6 +23,14 @@ fixed once its backends start), so sharded programs run in-process on meshes up 
 
 jax.config.update("jax_num_cpu_devices", TEST_DEVICES)
 
+TEST_XLA_FLAGS = "--xla_backend_optimization_level=0"
+"""XLA's code generation unoptimized in the tests (this process and the `tasoc` runs it
+starts): they check what programs compute and what tasoc decides, not how fast XLA's
+code runs, and compiling is most of their time: at O0 nasnet's gradient check took
+15 s, not 24 s. Set before JAX starts XLA, which reads `XLA_FLAGS` once."""
+
+os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {TEST_XLA_FLAGS}".strip()
+
 
 @dataclass
 class Result:

@@ -161,7 +161,7 @@ def test_a_cpu8_plan_runs_as_the_reference(tmp_path: Path) -> None:
     """The plan chosen for cpu-8 under data parallel's memory (so it is sharded, with
     collectives) runs on 8 devices as the numpy reference does."""
     module = step(parse(CNN), loss="softmax-cross-entropy", optimizer="momentum", lr=0.1)
-    _, named = shard(module, mesh=8)
+    _, named = shard(module, mesh=8, search="data-parallel")
     cap = named["peak_memory"]["plan"]
     after, section = shard(
         module, mesh=8, machine="cpu-8", search="mcmc", budget=150, seed=1, memory_cap=cap
@@ -187,7 +187,7 @@ def test_named_strategies_report_their_simulated_time() -> None:
 def test_bytes_per_link_follow_the_machines_topology(mesh: int, links: set[str]) -> None:
     """Data parallel's gradient all-reduces over 4 P100s stay on one node's NVLink;
     over 16 (4 nodes) each also crosses InfiniBand."""
-    _, section = shard(mlp_step(), mesh=mesh, machine="p100-cluster")
+    _, section = shard(mlp_step(), mesh=mesh, machine="p100-cluster", search="data-parallel")
     reduced = section["collectives"]["all_reduce"]["bytes"]
     assert section["bytes_per_link"] == dict.fromkeys(sorted(links), reduced)
 

@@ -15,8 +15,10 @@ searched in pieces (`split.py`, MetaFlow's split); with `retime`, the best candi
 are timed end to end under JAX before one is chosen (`retime.py`). The cost is a
 `tasoc.cost` model (`cost=analytic` by default).
 
-`timeout` bounds the whole pass, re-timing included: the search gets `SEARCH_SHARE` of
-it when candidates are re-timed, re-timing the rest (`tasoc.passes.search.Deadline`).
+`timeout` bounds the whole pass, loading the rules and re-timing included (proving a
+rule file's rules with z3 on its first load is not charged: `Library.proved_now`): the
+search gets `SEARCH_SHARE` of it when candidates are re-timed, re-timing the rest
+(`tasoc.passes.search.Deadline`).
 The pass returns within `timeout` + `TIMEOUT_MARGIN_S`: what can overrun is one JAX
 compile of a candidate, or of the input when the search leaves re-timing less time
 than that compile takes, and HiGHS's last step past its time limit.
@@ -151,8 +153,10 @@ class EqualityRewritePass(ModulePass):
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         require(self.contract, op, RewriteError)
-        library, cost_model = self._load()  # proving a rule file is not the search's time
         deadline = Deadline.after(self.timeout)
+        library, cost_model = self._load()
+        if library.proved_now:  # proving a rule file is not the search's time
+            deadline = Deadline.after(self.timeout)
         graph = dag_module.from_module(op)
         rules = directed(library.rules)
         section = current_report().section(self.name)

@@ -21,7 +21,9 @@ Loading is where trust is decided (docs/rules.md, "Trust"):
   dropped without a try (`tasoc rules verify` retries them).
 
 Proving is a precondition of the pass, not part of its search, so it is not charged to
-the pass's `timeout`; each proof has its own hard limit (`prover.hard_limit`).
+the pass's `timeout` (`Library.proved_now`); each proof has its own hard limit
+(`prover.hard_limit`). Reading and parsing a library is charged: it is parsed once a
+process (`_parsed`).
 
 A rule file is read only if it is a regular file of at most `max_rule_file_bytes()`
 (64 MiB unless `TASOC_MAX_RULE_FILE_BYTES` says otherwise): `rules=/dev/zero` would
@@ -30,6 +32,7 @@ otherwise read until memory runs out, and a FIFO would block.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from collections import Counter
@@ -141,9 +144,17 @@ def _read_bytes(path: str | PathLike[str]) -> bytes:
     return content
 
 
+@functools.lru_cache(maxsize=8)
+def _parsed(content: bytes) -> tuple[Rule, ...]:
+    """The rules of `content`, parsed once a process: the shipped library takes half a
+    second to parse, which every pass and test that loads it would pay again (rules are
+    frozen, so sharing them is safe)."""
+    return tuple(parse_rules(content.decode("utf-8")))
+
+
 def _parse(path: str | PathLike[str], content: bytes) -> list[Rule]:
     try:
-        return parse_rules(content.decode("utf-8"))
+        return list(_parsed(content))
     except UnicodeDecodeError as err:
         raise RuleError(f"cannot read rule file '{path}': {err}") from None
     except RuleError as err:
@@ -191,6 +202,15 @@ class Library:
     """The proof cache's folder, when one was used."""
     cache_problem: str | None = None
     """Why no proof cache was used (`proof_cache.ProofCache.problem`)."""
+
+    @property
+    def proved_now(self) -> bool:
+        """Whether loading ran z3 on some rule (not every proof came from the file or the
+        proof cache): time the pass does not charge to its search (module docstring)."""
+        if self.trust != "proven on load":
+            return False
+        refused = sum(count for reason, count in self.dropped.items() if reason.startswith("z3: "))
+        return self.from_cache < len(self.rules) + refused
 
     def op_counts(self) -> Counter[str]:
         """How many applicable rules mention each op (in either pattern)."""
