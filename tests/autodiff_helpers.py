@@ -1,6 +1,8 @@
 """Shared helpers of the autodiff tests: gradients three ways.
 
-- `step_gradients`: the `autodiff{emit=gradients}` program run under JAX.
+- `step_gradients`: the `autodiff{emit=gradients}` program run on the numpy reference
+  (the ground truth of what the program computes; its JAX lowering is checked against
+  the reference elsewhere, and not compiling it halves these tests' time).
 - `jax_gradients`: `jax.value_and_grad` of the JAX lowering of the forward program plus
   the same loss (`forward_with_loss`), the baseline the issue names.
 - `evaluate64`: any light graph run with the reference kernels on float64 arrays, for
@@ -19,7 +21,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 from tasoc.backends.arguments import random_inputs
 from tasoc.backends.jax import lower
-from tasoc.backends.numpy import run_float64
+from tasoc.backends.numpy import run_float64, run_reference
 from tasoc.ir import dag as dag_module
 from tasoc.ir.dag import Dag
 from tasoc.ir.program import arg_infos, entry_function
@@ -37,10 +39,11 @@ def training(module: ModuleOp, **options: Any) -> ModuleOp:
 def step_gradients(
     module: ModuleOp, seed: int = 0, **options: Any
 ) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """(the step's arguments, its outputs: loss then one gradient per weight) on JAX."""
+    """(the step's arguments, its outputs: loss then one gradient per weight) on the
+    numpy reference."""
     step = training(module, emit="gradients", **options)
     args = random_inputs(step, seed)
-    return args, lower(step)(*args)
+    return args, run_reference(step, args)
 
 
 def jax_gradients(

@@ -242,12 +242,13 @@ def test_egraph_search_is_at_least_as_good_as_backtracking_on_nasrnn() -> None:
     model = next(m for m in list_models() if m.name == "nasrnn")
     graph = from_module(build_model(model.spec(model.small)))
     cost = AnalyticCost()
-    saturation = egraph_search(
-        graph, RULES, cost, EGraphLimits(node_limit=5000), deadline=Deadline.after(30)
-    )
+    # each bounded by its work (saturation, a budget), not by the clock
+    limits = EGraphLimits(node_limit=5000, polish_budget=0)
+    saturation = egraph_search(graph, RULES, cost, limits, deadline=Deadline.after(300))
     backtrack = backtracking_search(
-        graph, RULES, cost, BacktrackLimits(budget=30), Deadline.after(30)
+        graph, RULES, cost, BacktrackLimits(budget=10), Deadline.after(300)
     )
+    assert saturation.stopped == "saturated" and backtrack.stopped == "budget"
     assert saturation.cost_after <= backtrack.cost_after * 1.001
     assert_equal(graph, saturation.best)
 

@@ -37,15 +37,18 @@ from tasoc.passes.search import Deadline, SearchOutcome, StopReason
 from tasoc.verify.equivalence import compare
 from tasoc.verify.strategies import graphs
 
-QUICK = EqualityRewritePass(search="backtrack", budget=15, timeout=5.0, retime=0)
+QUICK = EqualityRewritePass(search="backtrack", budget=2, timeout=120.0, retime=0)
 """A short search: enough to apply rules, fast enough for every zoo model (nothing
-re-timed, so the choice is the cost model's alone)."""
+re-timed, so the choice is the cost model's alone). It stops on its budget, never on
+the clock, so it does the same work on a loaded machine."""
 
 QUICK_SEARCHES = {
     "backtrack": QUICK,
     "egraph": EqualityRewritePass(search="egraph", timeout=10.0, node_limit=3000, retime=0),
 }
-"""Each search, short."""
+"""Each search, short. The e-graph's polishing takes a share of the time left, which
+the clock bounds (20 s of polishing on inception_v4 otherwise); the tests assert
+nothing that depends on how far it got."""
 
 
 def rewritten(module: ModuleOp, rewrite: EqualityRewritePass = QUICK) -> tuple[ModuleOp, dict]:
@@ -72,6 +75,7 @@ def test_every_small_zoo_model_stays_equal(model, search: str) -> None:
     assert_equal_programs(module, after)
     if "note" not in section:
         assert section["cost_after"] <= section["cost_before"]
+        assert search != "backtrack" or section["stopped"] in ("budget", "exhausted")
 
 
 @pytest.mark.parametrize("search", QUICK_SEARCHES)
@@ -271,7 +275,9 @@ def test_candidates_are_retimed_by_default_when_the_cost_model_prices_this_machi
 def test_split_size_searches_pieces_and_keeps_the_graph_equal(search: str) -> None:
     model = next(m for m in list_models() if m.name == "nasrnn")
     module = build_model(model.spec(model.small))
-    rewrite = EqualityRewritePass(search=search, split_size=25, budget=10, timeout=20.0, retime=0)
+    rewrite = EqualityRewritePass(
+        search=search, split_size=25, budget=10, node_limit=500, polish=0, timeout=60.0, retime=0
+    )
     after, section = rewritten(module, rewrite)
     assert_equal_programs(module, after)
     assert section["pieces"] >= 4 and section["stopped"] == "pieces searched"
@@ -355,7 +361,7 @@ def test_nasrnn_from_the_command_line(tasoc, tmp_path: Path) -> None:
     report = tmp_path / "r.json"
     out = tmp_path / "o.mlir"
     result = tasoc(
-        "opt", "zoo:nasrnn?hidden=32&length=3", "-p", "equality-rewrite{retime=0}",
+        "opt", "zoo:nasrnn?hidden=32&length=3", "-p", "equality-rewrite{retime=0 polish=0}",
         "--verify-each", "--report", report, "-o", out,
     )  # fmt: skip
     assert result.code == 0, result

@@ -118,6 +118,10 @@ class EqualityRewritePass(ModulePass):
     """backtrack: graphs expanded at most (> 0)."""
     node_limit: int = EGraphLimits.node_limit
     """egraph: e-nodes at which saturation stops (> 0)."""
+    polish: int = EGraphLimits.polish_budget
+    """egraph: graphs the polishing backtracking search expands from the extracted one
+    (≥ 0; 0: none). Each expansion prices every rewrite of the graph in full, so on a
+    training step of hundreds of ops it is most of the search's time."""
     cost: Literal["analytic", "analytic-h100", "analytic-h200", "measured"] = "analytic"
     """The cost model the search minimizes (`tasoc.cost.make_cost_model`)."""
     retime: int | None = None
@@ -140,6 +144,7 @@ class EqualityRewritePass(ModulePass):
         for positive in ("budget", "node_limit", "split_size"):
             check_at_least(self, positive, 0, exclusive=True)
         check_at_least(self, "retime", 0)
+        check_at_least(self, "polish", 0)
         check_at_least(self, "seed", 0)
         check_byte_size(self, "memory_limit")
         try:
@@ -260,7 +265,7 @@ class EqualityRewritePass(ModulePass):
         self, graph: Dag, rules: list[Rule], cost_model: CostModel, deadline: Deadline
     ) -> SearchOutcome[Dag]:
         if self.search == "egraph":
-            limits = EGraphLimits(node_limit=self.node_limit)
+            limits = EGraphLimits(node_limit=self.node_limit, polish_budget=self.polish)
             bar = search_progress(self.name, "round", limits.rounds, deadline, "enodes", _count)
             with bar as progress:
                 return egraph_search(graph, rules, cost_model, limits, deadline, progress)
