@@ -1,14 +1,16 @@
 # One entry point for setting up, testing and demonstrating tasoc.
 #   make demo   set up .venv, optimize zoo:bert and zoo:nasrnn, run them against the reference,
 #               train a small classifier and a zoo model for a few steps, shard and place steps
-#   make test   set up .venv and run the whole test suite (lit + pytest)
+#   make test   set up .venv and run the whole test suite (lit + pytest), as CI does
+#   make test-long   the suite with thousands of examples per property (not in CI)
 #   make rules  regenerate the shipped rewrite-rule library (docs/rules.md)
 VENV    := .venv
 PY      := $(VENV)/bin/python
 TASOC   := $(VENV)/bin/tasoc
 STAMP   := $(VENV)/.installed
+PYTEST_WORKERS := -n auto --maxprocesses=4 --dist worksteal
 
-.PHONY: setup test lit pytest lint demo bench rules bench-rules clean
+.PHONY: setup test test-long lit pytest lint demo bench rules bench-rules clean
 
 setup: $(STAMP)
 
@@ -21,7 +23,12 @@ $(STAMP): pyproject.toml
 
 test: setup
 	$(VENV)/bin/lit -q tests/filecheck
-	$(VENV)/bin/pytest -n auto --maxprocesses=4 --dist worksteal
+	$(VENV)/bin/pytest $(PYTEST_WORKERS)
+
+# What CI does not run (docs/decisions.md, "The test suite"): thousands of examples per
+# property, and every zoo model's gradients against jax.grad.
+test-long: setup
+	HYPOTHESIS_PROFILE=long $(VENV)/bin/pytest $(PYTEST_WORKERS)
 
 lint: setup
 	$(VENV)/bin/ruff check tasoc tests benchmarks

@@ -17,7 +17,7 @@ from autodiff_helpers import (
     step_gradients,
     training,
 )
-from conftest import Result, examples
+from conftest import PROFILE, Result, examples
 from hypothesis import given, settings
 from xdsl.dialects.builtin import ModuleOp
 
@@ -106,7 +106,9 @@ with its attributes (sizes aside), operand ranks and dtypes, and every fan-out, 
 some checked model's, and the loss is the same. test_zoo_training.py still builds
 their training steps."""
 
-ZOO = [model.name for model in list_models() if model.name not in COVERED_BY]
+ZOO = [model.name for model in list_models() if PROFILE == "long" or model.name not in COVERED_BY]
+"""The models compared with `jax.grad`: all of them under `HYPOTHESIS_PROFILE=long`
+(`make test-long`)."""
 
 
 @pytest.mark.parametrize("name", ZOO)
