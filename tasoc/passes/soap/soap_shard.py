@@ -1,5 +1,6 @@
 """`soap-shard`: decide how every op is split across devices, and write it as IR.
 
+    tasoc opt step.mlir -p 'soap-shard{mesh=8}'          # search=auto: the ILP, then MCMC
     tasoc opt step.mlir -p 'soap-shard{mesh=8 search=data-parallel}'
     tasoc opt step.mlir -p 'soap-shard{mesh=2x4 search=expert}'
     tasoc opt step.mlir -p 'soap-shard{mesh=16 machine=k80-cluster search=mcmc timeout=60}'
@@ -9,9 +10,10 @@ The pass is a shell: it reads `@main` into the light graph once, lets the strate
 named by `search` prescribe configurations (`strategies.py`), completes the rest and
 lays out the arguments (`plan.py`), or lets a search choose every op's configuration
 by simulating the step on `machine` (`mcmc.py`, `exhaustive.py`, starting from the
-named strategies' plans), and writes the sharded program back
-(`tasoc.ir.shard_plan`): a `parallel.mesh`, sharded types, and explicit collectives wherever
-a value lies otherwise than its consumer reads it.
+named strategies' plans; by default `auto.py`: MCMC from the ILP's plan too), and
+writes the sharded program back (`tasoc.ir.shard_plan`): a `parallel.mesh`, sharded
+types, and explicit collectives wherever a value lies otherwise than its consumer
+reads it.
 
 The searches on TensorOpt's cost graph (`cost_searches.py`: `ft`, `greedy`, `ilp`)
 choose by `objective`: the fastest (`time`), a point of the time/memory frontier
