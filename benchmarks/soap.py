@@ -164,19 +164,32 @@ class SearchRow:
     model: str
     machine: str
     devices: int
-    predicted: dict[str, float]
-    """Simulated seconds of `plan`, `data-parallel`, `expert`."""
+    predicted: dict[str, float | None]
+    """Simulated seconds of `plan`, `data-parallel`, `expert`; None for one over each
+    device's memory (the preset's): infeasible, never a denominator."""
     seconds: float
     stopped: str
     proposals: int
 
     @property
-    def over_data_parallel(self) -> float:
-        return self.predicted["data-parallel"] / self.predicted["plan"]
+    def over_data_parallel(self) -> float | None:
+        return self._over("data-parallel")
 
     @property
-    def over_expert(self) -> float:
-        return self.predicted["expert"] / self.predicted["plan"]
+    def over_expert(self) -> float | None:
+        return self._over("expert")
+
+    def _over(self, baseline: str) -> float | None:
+        other, plan = self.predicted[baseline], self.predicted["plan"]
+        return None if other is None or plan is None else other / plan
+
+
+def _ms(seconds: float | None) -> str:
+    return "infeasible" if seconds is None else f"{seconds * 1e3:.2f}"
+
+
+def _times(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.2f}x"
 
 
 def search_row(
@@ -211,9 +224,9 @@ def search_table(rows: Sequence[SearchRow]) -> str:
     for r in rows:
         p = r.predicted
         lines.append(
-            f"| {r.model} | {r.machine} | {r.devices} | {p['data-parallel'] * 1e3:.2f} "
-            f"| {p['expert'] * 1e3:.2f} | {p['plan'] * 1e3:.2f} | {r.over_data_parallel:.2f}x "
-            f"| {r.over_expert:.2f}x | {r.seconds:.1f} | {r.stopped} ({r.proposals}) |"
+            f"| {r.model} | {r.machine} | {r.devices} | {_ms(p['data-parallel'])} "
+            f"| {_ms(p['expert'])} | {_ms(p['plan'])} | {_times(r.over_data_parallel)} "
+            f"| {_times(r.over_expert)} | {r.seconds:.1f} | {r.stopped} ({r.proposals}) |"
         )
     return "\n".join(lines)
 

@@ -481,3 +481,36 @@ def test_an_already_sharded_program_or_a_bad_hint_is_refused() -> None:
     bad = with_hint(MLP, '#parallel.sharding<@m, [["d"], []]>')
     with pytest.raises(SoapShardFailed, match=r"argument #1 \(%w1\).*does not split into 16"):
         SoapShardPass().apply(make_context(), parse('parallel.mesh @m ["d" = 16]\n' + bad))
+
+
+def test_a_baseline_over_each_devices_memory_is_infeasible_and_never_a_denominator() -> None:
+    """Capped under data parallel's peak (its replicated weights), data parallel cannot
+    run: the report marks it, quotes no speedup over it, and compares with the best
+    baseline that fits."""
+    before = step(parse(MLP), loss="mse", optimizer="sgd", lr=0.1)
+    _, free = shard(before, mesh=4, search="data-parallel")
+    assert free["feasible"] == {"plan": True, "data-parallel": True, "expert": True}
+    assert free["capacity_from"] == "machine cpu-4"
+    cap = free["peak_memory"]["data-parallel"] - 1
+    _, capped = shard(before, mesh=4, budget=30, seed=0, memory_cap=cap)
+    assert capped["feasible"]["data-parallel"] is False and capped["feasible"]["plan"]
+    assert capped["predicted_seconds"]["data-parallel"] is None
+    assert capped["simulated_seconds"]["data-parallel"] > 0
+    assert capped["speedup_over"]["data-parallel"] is None
+    assert capped["best_feasible_baseline"] in (None, "expert")
+
+
+def test_a_named_strategy_over_each_devices_memory_is_written_with_a_warning(
+    tasoc: Callable[..., Result], tmp_path: Path
+) -> None:
+    source = tmp_path / "mlp.mlir"
+    source.write_text(MLP)
+    pipeline = (
+        "autodiff{loss=mse optimizer=sgd lr=0.1},"
+        "soap-shard{mesh=4 search=data-parallel memory-cap=1KB}"
+    )
+    result = tasoc("opt", source, "-p", pipeline)
+    assert result.code == 0, result
+    assert "data-parallel on mesh d=4 (cpu-4): infeasible: " in result.err
+    assert "tasoc: warning: soap-shard: the written plan needs " in result.err
+    assert "it cannot run there" in result.err

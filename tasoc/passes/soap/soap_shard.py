@@ -372,7 +372,7 @@ class SoapShardPass(ModulePass):
             mesh={axis: size for axis, size in mesh.axes},
             seed=resolve_seed(self.seed),
             seconds=round(time.perf_counter() - start, 3),
-            **_prediction(machine, simulated),
+            **_prediction(machine, simulated, self._capacity(machine)),
             op_configs={
                 problem.describe(node): _config_text(config)
                 for node, config in plan.configs.items()
@@ -440,11 +440,15 @@ class SoapShardPass(ModulePass):
         speedups = section["speedup_over"]
         against = "".join(
             f", {format_speedup(speedups[name])} over {name.replace('-', ' ')}"
+            if section["feasible"][name]
+            else f", {name.replace('-', ' ')} infeasible "
+            f"(peak {format_bytes(section['peak_memory'][name])})"
             for name in BASELINES
             if name != search
         )
         step = (
-            "the step fits no capacity"
+            f"infeasible: {format_seconds(section['simulated_seconds']['plan'])} per step "
+            "simulated, over each device's memory"
             if seconds["plan"] is None
             else f"{format_seconds(seconds['plan'])} per step simulated"
         )
@@ -530,7 +534,7 @@ class SoapShardPass(ModulePass):
             plan = outcome.best
         else:
             plan = baselines[self.search]
-        capacity = self._capacity(machine) if pricing is not None else None
+        capacity = self._capacity(machine)
         simulated = {
             name: SimulatedStrategy.of(problem, candidate, machine, capacity, place=pricing)
             for name, candidate in (("plan", plan), *baselines.items())
@@ -621,19 +625,18 @@ class SoapShardPass(ModulePass):
             )
         return found
 
-    def _capacity(self, machine: Machine) -> int | None:
-        """Each device's memory: `memory-cap`, else with `place=` the machine's."""
+    def _capacity(self, machine: Machine) -> int:
+        """Each device's memory: `memory-cap`, else the machine's. A plan over it is
+        infeasible (or, with `place=`, priced with the swaps that make it fit): no
+        search writes, and no report divides by, a plan the device cannot hold."""
         cap = self._cap()
-        if cap is None and self.place is not None:
-            return int(machine.device.memory_bytes)
-        return cap
+        return int(machine.device.memory_bytes) if cap is None else cap
 
     def _pricing(self, machine: Machine, signature: TrainingSignature | None) -> SwapPricing | None:
         """How strategies over the capacity are priced (`place=`), None: infeasible."""
-        capacity = self._capacity(machine)
-        if self.place is None or capacity is None:
+        if self.place is None:
             return None
-        return SwapPricing(self.place, capacity, machine, signature)
+        return SwapPricing(self.place, self._capacity(machine), machine, signature)
 
     def _settings(
         self, machine: Machine, deadline: Deadline, place: SwapPricing | None = None
@@ -724,12 +727,20 @@ def _devices_text(spec: int | str | tuple[int, ...] | None) -> str:
     return ",".join(map(str, spec)) if isinstance(spec, tuple) else str(spec)
 
 
-def _prediction(machine: Machine, simulated: dict[str, SimulatedStrategy]) -> dict[str, Any]:
+def _prediction(
+    machine: Machine, simulated: dict[str, SimulatedStrategy], capacity: int
+) -> dict[str, Any]:
     """The report's simulated figures: the iteration time of the plan and of each
     baseline on `machine` (with `place=`, the stall of swapping added where a strategy
-    is over the capacity, None where nothing fits it), the plan's speedups over them,
-    and the plan's memory per device (its peak, and what it holds by kind)."""
+    is over the capacity, None where nothing fits it) and without that (`simulated_
+    seconds`), which of them fit each device's `capacity` (`feasible`), the plan's
+    speedups over the feasible ones (None over one that cannot run: never a
+    denominator) and over the best of them, and the plan's memory per device (its
+    peak, and what it holds by kind)."""
     times = {name: strategy.cost for name, strategy in simulated.items()}
+    feasible = {name: cost < math.inf for name, cost in times.items()}
+    runnable = [name for name in BASELINES if feasible[name]]
+    best = min(runnable, key=times.__getitem__, default=None)
     plan = simulated["plan"]
     priced = {}
     if plan.place is not None:
@@ -742,7 +753,14 @@ def _prediction(machine: Machine, simulated: dict[str, SimulatedStrategy]) -> di
     return priced | {
         "machine": machine.name,
         "predicted_seconds": {name: t if t < math.inf else None for name, t in times.items()},
-        "speedup_over": {name: speedup(times[name], times["plan"]) for name in BASELINES},
+        "simulated_seconds": {name: strategy.time for name, strategy in simulated.items()},
+        "feasible": feasible,
+        "speedup_over": {
+            name: speedup(times[name], times["plan"]) if feasible[name] else None
+            for name in BASELINES
+        },
+        "best_feasible_baseline": best,
+        "speedup_over_best_feasible": None if best is None else speedup(times[best], times["plan"]),
         "peak_memory": {name: strategy.memory for name, strategy in simulated.items()},
         "memory_per_device": {
             device: dataclasses.asdict(breakdown)
@@ -752,10 +770,17 @@ def _prediction(machine: Machine, simulated: dict[str, SimulatedStrategy]) -> di
 
 
 def _warnings(section: Mapping[str, Any], mesh: str) -> list[str]:
-    """What the summary warns of: the written plan simulated slower than a baseline
-    (`search=data-parallel` where expert is faster), ops whose batch the mesh cannot
-    split left replicated."""
+    """What the summary warns of: a written plan over each device's memory, one
+    simulated slower than a feasible baseline (`search=data-parallel` where expert is
+    faster), ops whose batch the mesh cannot split left replicated."""
     warnings = []
+    if not section["feasible"]["plan"]:
+        warnings.append(
+            f"the written plan needs {format_bytes(section['peak_memory']['plan'])} per "
+            f"device, over the {format_bytes(section['capacity'])} each holds "
+            f"({section['capacity_from']}): it cannot run there; search=auto finds one that "
+            "fits, or place= swaps to fit"
+        )
     seconds = section["predicted_seconds"]
     for name in BASELINES:
         ratio = section["speedup_over"][name]
