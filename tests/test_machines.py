@@ -230,6 +230,12 @@ BAD_FILES = [
     (("device",), "tpu", "unknown device preset 'tpu' (expected cpu, h100, h200, v100, p100, k80)"),
     (("device", "peak_flops"), -1.0, "device.peak_flops must be positive, got -1.0"),
     (("device", "memory_bytes"), DELETE, "missing key 'memory_bytes' in device"),
+    (
+        ("device", "memory_bytes"),
+        16,
+        "device.memory_bytes must be a device's memory in bytes, 1 MiB to 1 PiB (16 GB is 16e9)",
+    ),
+    (("device", "memory_bytes"), 1e30, "device.memory_bytes must be a device's memory in bytes"),
     (("device", "clock"), 1, "unknown key 'clock' in device"),
 ]
 

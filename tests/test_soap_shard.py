@@ -514,3 +514,15 @@ def test_a_named_strategy_over_each_devices_memory_is_written_with_a_warning(
     assert "data-parallel on mesh d=4 (cpu-4): infeasible: " in result.err
     assert "tasoc: warning: soap-shard: the written plan needs " in result.err
     assert "it cannot run there" in result.err
+
+
+def test_a_memory_cap_above_the_devices_memory_is_a_warning(
+    tasoc: Callable[..., Result], tmp_path: Path
+) -> None:
+    source = tmp_path / "mlp.mlir"
+    source.write_text(MLP)
+    pipeline = "soap-shard{mesh=4 machine=k80-cluster search=expert memory-cap=1TB}"
+    result = tasoc("opt", source, "-p", pipeline, "-o", tmp_path / "s.mlir")
+    assert result.code == 0, result
+    warning = "memory-cap=931.3 GiB is above a device's memory on machine k80-cluster (11.1 GiB)"
+    assert f"tasoc: warning: soap-shard: {warning}" in result.err

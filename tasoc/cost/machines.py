@@ -35,6 +35,7 @@ from typing import Any, Literal, get_args
 
 from tasoc.cost.devices import CPU, DEVICES, H100, K80, P100, V100, Device
 from tasoc.ir import soap
+from tasoc.ir.limits import format_bytes
 
 CollectiveKind = soap.CollectiveKind
 COLLECTIVE_KINDS: tuple[CollectiveKind, ...] = get_args(CollectiveKind)
@@ -541,6 +542,13 @@ def machine_to_dict(machine: Machine) -> dict[str, Any]:
     }
 
 
+MIN_DEVICE_MEMORY = 2**20
+MAX_DEVICE_MEMORY = 2**50
+"""The device memory a machine file may give (1 MiB to 1 PiB): every plan's
+feasibility is judged against it (docs/soap-shard.md), so `memory_bytes = 16` (16 GB
+meant, 16 bytes written) or `1e30` is refused, not taken for a device nothing fits."""
+
+
 def _device_from(value: object, where: str, machine_name: str) -> Device:
     """A device preset's name, or a table of a device's numbers."""
     if isinstance(value, str):
@@ -557,6 +565,15 @@ def _device_from(value: object, where: str, machine_name: str) -> Device:
     numbers = {key: _number(table, key, where, "device") for key in _DEVICE_NUMBERS}
     for key in ("peak_flops", "mem_bandwidth", "memory_bytes"):
         _expect(numbers[key] > 0, where, f"device.{key}", "positive", numbers[key])
+    memory = numbers["memory_bytes"]
+    _expect(
+        MIN_DEVICE_MEMORY <= memory <= MAX_DEVICE_MEMORY,
+        where,
+        "device.memory_bytes",
+        f"a device's memory in bytes, {format_bytes(MIN_DEVICE_MEMORY)} to "
+        f"{format_bytes(MAX_DEVICE_MEMORY)} (16 GB is 16e9)",
+        memory,
+    )
     _expect(
         numbers["launch_overhead_s"] >= 0,
         where,

@@ -396,6 +396,7 @@ class SoapShardPass(ModulePass):
         section.update(
             capacity=cap if cap is not None else int(machine.device.memory_bytes),
             capacity_from="memory-cap" if cap is not None else f"machine {machine.name}",
+            device_memory=int(machine.device.memory_bytes),
         )
         if compared:
             section["compared"] = {name: entry.figures() for name, entry in compared.items()}
@@ -774,6 +775,12 @@ def _warnings(section: Mapping[str, Any], mesh: str) -> list[str]:
     simulated slower than a feasible baseline (`search=data-parallel` where expert is
     faster), ops whose batch the mesh cannot split left replicated."""
     warnings = []
+    if section["capacity"] > section["device_memory"]:
+        warnings.append(
+            f"memory-cap={format_bytes(section['capacity'])} is above a device's memory on "
+            f"machine {section['machine']} ({format_bytes(section['device_memory'])}): a plan "
+            "between the two is written as if it fitted, and may not run there"
+        )
     if not section["feasible"]["plan"]:
         warnings.append(
             f"the written plan needs {format_bytes(section['peak_memory']['plan'])} per "
