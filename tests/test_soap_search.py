@@ -98,6 +98,9 @@ def test_a_search_past_its_deadline_returns_the_best_candidate() -> None:
     outcome = mcmc.search(problem, baselines, settings)
     assert outcome.stopped == StopReason.TIMEOUT
     assert outcome.details["proposals"] == 0
+    # no proposal, no simulation to measure: no simulation speeds reported
+    for key in ("simulations_per_second", "delta_vs_full", "update_vs_simulate"):
+        assert outcome.details[key] is None, key
     times = [chain["start"] for chain in outcome.details["chains"].values()]
     assert outcome.cost_after == min(times)
 

@@ -215,6 +215,6 @@ def search(
             "simulations": walk.leaves,
             "pruned": walk.pruned,
             "illegal_proposals": walk.illegal,
-            **simulation_statistics([state]),
+            **simulation_statistics([state], walk.leaves),
         },
     )

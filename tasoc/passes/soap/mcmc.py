@@ -157,6 +157,8 @@ class SimulatedStrategy:
     """... and editing the task graph for them (`ShardedStep.set_config`)."""
     smallest_memory: int = field(init=False)
     """The smallest per-device peak memory this strategy has had (for `MemoryCapError`)."""
+    edited: bool = field(default=False, init=False)
+    """Whether ops were `set` since the last update (the simulation is behind them)."""
 
     def __post_init__(self) -> None:
         self.smallest_memory = self.memory
@@ -225,6 +227,7 @@ class SimulatedStrategy:
                 self.set(node, self.configs[node])
         self.simulator.update()
         self.edit_seconds = 0.0
+        self.edited = False
 
     def set(self, node: Node, config: Config) -> None:
         """`node` in `config`, without re-simulating (`update` does)."""
@@ -234,6 +237,7 @@ class SimulatedStrategy:
         finally:
             self.edit_seconds += time.perf_counter() - start
         self.configs[node] = config
+        self.edited = True
 
     def update(self) -> float:
         """Re-simulate after `set`s (delta simulation); the new cost."""
@@ -241,24 +245,30 @@ class SimulatedStrategy:
         self.simulator.update()
         self.update_seconds += time.perf_counter() - start
         self.updates += 1
+        self.edited = False
         self.smallest_memory = min(self.smallest_memory, self.memory)
         return self.cost
 
     def move_to(self, configs: Mapping[Node, Config]) -> float:
-        """Every op in its configuration of `configs`; the new cost."""
+        """Every op in its configuration of `configs`; the new cost. Where that changes
+        nothing the simulation stands, and no update is made or counted: the search's
+        statistics are of the simulations it needed."""
         for node, config in configs.items():
             if self.configs[node] != config:
                 self.set(node, config)
-        return self.update()
+        return self.update() if self.edited else self.cost
 
 
-def simulation_statistics(states: Sequence[SimulatedStrategy]) -> dict[str, float | None]:
+def simulation_statistics(
+    states: Sequence[SimulatedStrategy], proposals: int
+) -> dict[str, float | None]:
     """How fast a search simulated: delta updates (the edit and the update) per
     second over `states`' proposals, and against one full simulation of the last
     state's strategy, as the thesis measures it (§3.4.2: build the task graph, then
     simulate; Table 3.4) and of the simulator alone (`simulate` of the built graph
-    against an `update`). None where nothing was simulated."""
-    updates = sum(state.updates for state in states)
+    against an `update`). None where the search made no proposal (`proposals`: the
+    strategies it priced) or nothing was simulated: a speed of no work is no figure."""
+    updates = sum(state.updates for state in states) if proposals else 0
     update_seconds = sum(state.update_seconds for state in states)
     delta = (update_seconds + sum(state.edit_seconds for state in states)) / max(updates, 1)
     names = ("simulations_per_second", "full_simulations_per_second", "delta_vs_full")
@@ -525,7 +535,7 @@ def search(
         for key in totals:
             totals[key] += getattr(chain, key)
         states.append(state)
-    statistics = simulation_statistics(states)
+    statistics = simulation_statistics(states, totals["proposals"])
     best.polish(problem)
     cost, plan = best.result()
     details = {
