@@ -526,3 +526,28 @@ def test_a_memory_cap_above_the_devices_memory_is_a_warning(
     assert result.code == 0, result
     warning = "memory-cap=931.3 GiB is above a device's memory on machine k80-cluster (11.1 GiB)"
     assert f"tasoc: warning: soap-shard: {warning}" in result.err
+
+
+def test_megatron_splits_dense_layers_in_column_then_row_pairs() -> None:
+    """The first layer splits its output features, the second its input features: the
+    ReLU between needs nothing from other devices, and one all-reduce of the second's
+    partial sums completes the pair (Shoeybi et al., 2019, §3)."""
+    before = parse(MLP)
+    after, section = shard(before, mesh=4, search="megatron")
+    assert section["op_configs"] == {
+        "graph.matmul #0": "n=[d]",
+        "graph.relu #1": "d1=[d]",
+        "graph.matmul #2": "k=[d]",
+    }
+    assert [op.KIND for op in collectives(after)] == ["all_reduce"]
+    check_program(before, after)
+
+
+def test_megatron_splits_attention_by_heads_and_runs_as_the_reference(tmp_path: Path) -> None:
+    before = step(build_zoo_model("transformer?layers=1&hidden=32&seq=4&batch=2"), loss="mse")
+    after, section = shard(before, mesh=2, search="megatron")
+    configs = section["op_configs"].items()
+    matmuls = Counter(config for op, config in configs if op.startswith("graph.matmul"))
+    assert matmuls["n=[d]"] >= 4 and matmuls["k=[d]"] >= 2  # Q, K, V, MLP in; out, MLP out
+    assert matmuls["b1=[d]"] >= 2  # attention's scores and weighted values, by heads
+    assert_runs_as_the_reference(after, tmp_path, devices=2)

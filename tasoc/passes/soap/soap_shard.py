@@ -113,7 +113,9 @@ MESH_NAME = "mesh"
 AXIS_NAMES = {1: ("d",), 2: ("x", "y"), 3: ("x", "y", "z")}
 """Axis names of a mesh given as an option, by its number of axes."""
 
-Search = Literal["auto", "data-parallel", "expert", "mcmc", "exhaustive", "ft", "greedy", "ilp"]
+Search = Literal[
+    "auto", "data-parallel", "expert", "megatron", "mcmc", "exhaustive", "ft", "greedy", "ilp"
+]
 
 SEARCHES = {
     "auto": search_auto,
@@ -272,10 +274,15 @@ class SoapShardPass(ModulePass):
             if self.objective not in ("mini-parallelism", "profile"):
                 raise ValueError("devices= is for objective=mini-parallelism or profile")
             device_counts(self.devices)
-        if self.place is not None and self.search not in ("auto", "mcmc", "exhaustive", *BASELINES):
+        if self.place is not None and self.search not in (
+            "auto",
+            "mcmc",
+            "exhaustive",
+            *STRATEGIES,
+        ):
             raise ValueError(
                 f"place= prices strategies by simulating them: search=auto, mcmc, exhaustive, "
-                f"data-parallel or expert, not {self.search}"
+                f"or a named strategy ({', '.join(STRATEGIES)}), not {self.search}"
             )
         if self.place is not None and self.objective != "time":
             raise ValueError("place= is for objective=time (the fastest strategy, swaps priced)")
@@ -534,7 +541,7 @@ class SoapShardPass(ModulePass):
                 outcome = _search(self.search, problem, baselines, settings)
             plan = outcome.best
         else:
-            plan = baselines[self.search]
+            plan = baselines.get(self.search) or complete(problem, STRATEGIES[self.search](problem))
         capacity = self._capacity(machine)
         simulated = {
             name: SimulatedStrategy.of(problem, candidate, machine, capacity, place=pricing)

@@ -17,6 +17,8 @@ plans of these two and are listed in `soap_shard.SEARCHES`.
   (§3.7, FlexFlow's Operator dimension): each layer on its own device group
   (`layers.py`), its ops data parallel inside it; the other ops take the rules above
   on the group `layers.place` gives them.
+* `megatron` (Shoeybi et al., 2019): tensor parallelism for transformer blocks, dense
+  layers in column-then-row parallel pairs (`megatron`'s docstring).
 
 Only forward ops on the batch (what the loss depends on, fed by an input) are
 prescribed: an op on weights alone, a backward op or an optimizer update has no batch
@@ -152,6 +154,38 @@ def expert(problem: Problem) -> Prescription:
         if config is not None:
             prescription.configs[node] = config
     prescription.notes = prescription.notes + notes.lines()
+    return prescription
+
+
+@strategy("megatron")
+def megatron(problem: Problem) -> Prescription:
+    """Megatron-LM's tensor parallelism (Shoeybi et al., 2019, §3): in each pair of
+    dense layers, the first splits its output features (column parallel: the MLP's
+    first GEMM, attention's Q, K and V by heads) and the second its input features (row
+    parallel: the MLP's second GEMM, attention's output projection), so what lies
+    between them (GELU, attention by heads) needs nothing from other devices, and one
+    all-reduce of the second's partial sums completes the pair. A dense layer is row
+    parallel when its input was computed from a column-parallel one's output through
+    no other dense layer; every other is column parallel. The rest (embeddings,
+    normalization, the residual adds) is completion's."""
+    prescription = Prescription()
+    notes = Notes()
+    on_batch = set(_on_batch(problem))
+    split_features: dict[Node, bool] = {}
+    """Whether an op's result lies split by a column-parallel layer's features."""
+    for node in problem.dag.ops:
+        after_column = any(split_features.get(value.node, False) for value in node.inputs)
+        if node not in on_batch or node.op != "matmul" or not _is_weight(problem, node.inputs[1]):
+            split_features[node] = after_column and node in on_batch
+            continue
+        kind, what = (
+            ("reduction", "input features") if after_column else ("parameter", "output features")
+        )
+        factor = _first(problem.rules[node], kind)
+        if factor is not None:
+            prescription.configs[node] = _split(problem, node, factor, what, notes, problem.mesh)
+        split_features[node] = not after_column
+    prescription.notes = notes.lines()
     return prescription
 
 
