@@ -40,7 +40,7 @@ demo: setup
 	$(TASOC) opt demo-bert.mlir | head -n 20
 	$(TASOC) run demo-bert.mlir --check
 	$(TASOC) run zoo:nasrnn --check --bench 10
-	$(TASOC) opt 'zoo:nasrnn?hidden=256' -p 'equality-rewrite{timeout=10}' --verify-each \
+	$(TASOC) opt 'zoo:nasrnn?hidden=256' -p 'equality-rewrite{timeout=60}' --verify-each \
 	  --report demo-rewrite.json -o demo-nasrnn.mlir
 	$(TASOC) run demo-nasrnn.mlir --check
 	$(TASOC) opt examples/classifier.mlir \

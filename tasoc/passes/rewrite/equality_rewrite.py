@@ -59,7 +59,7 @@ from tasoc.passes.rewrite.backtrack import BacktrackLimits, backtracking_search
 from tasoc.passes.rewrite.egraph import EGraphLimits, egraph_search
 from tasoc.passes.rewrite.library import Library, check_rule_file, library_path, load_library
 from tasoc.passes.rewrite.match import directed, find_matches
-from tasoc.passes.rewrite.retime import keep_measured_fastest
+from tasoc.passes.rewrite.retime import REPEATS, WIN_SHARE, keep_measured_fastest
 from tasoc.passes.rewrite.split import optimize_in_pieces
 from tasoc.passes.search import (
     Deadline,
@@ -301,6 +301,14 @@ class EqualityRewritePass(ModulePass):
             )
             measured = section.get("measured_speedup")
             speed = f", measured {format_speedup(measured)} over the input" if measured else ""
+            best = next((entry for entry in retimed if entry["search_best"]), None)
+            if kept["input"] and best is not None and best["wins"] is not None:
+                needed = math.ceil(WIN_SHARE * REPEATS)
+                speed = (
+                    f"; the search's best ({best['ops']} ops, predicted "
+                    f"{format_speedup(kept['predicted'] / best['predicted'])}) ran faster in "
+                    f"{best['wins']} of {REPEATS} rounds, {needed} needed"
+                )
             details.append(f"re-timed {len(retimed)} graphs: kept {which}{speed}")
         steps = next(
             (
