@@ -497,7 +497,11 @@ def test_a_baseline_over_each_devices_memory_is_infeasible_and_never_a_denominat
     assert capped["predicted_seconds"]["data-parallel"] is None
     assert capped["simulated_seconds"]["data-parallel"] > 0
     assert capped["speedup_over"]["data-parallel"] is None
-    assert capped["best_feasible_baseline"] in (None, "expert")
+    expected = "expert" if capped["feasible"]["expert"] else None
+    assert capped["best_feasible_baseline"] == expected
+    if expected is not None:
+        speedup = capped["predicted_seconds"]["expert"] / capped["predicted_seconds"]["plan"]
+        assert capped["speedup_over_best_feasible"] == pytest.approx(speedup)
 
 
 def test_a_named_strategy_over_each_devices_memory_is_written_with_a_warning(

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from tasoc.ir.shard_plan import Plan
 from tasoc.passes.search import SearchOutcome
 from tasoc.passes.soap import mcmc
-from tasoc.passes.soap.cost_searches import FrontierError, greedy_plan, search_ilp
+from tasoc.passes.soap.cost_searches import FrontierError, search_ilp
 from tasoc.passes.soap.mcmc import Settings
 from tasoc.passes.soap.plan import Problem
 
@@ -38,7 +38,8 @@ ILP_SHARE = 0.3
 def search_auto(
     problem: Problem, baselines: Mapping[str, Plan], settings: Settings
 ) -> SearchOutcome[Plan]:
-    """MCMC from the ILP's plan, the baselines and the greedy tiling (module docstring)."""
+    """MCMC from the ILP's plan and `baselines` (the named strategies, and the greedy
+    tiling `soap_shard` adds), as the module docstring says."""
     started = time.perf_counter()
     starts = dict(baselines)
     exact_settings = dataclasses.replace(
@@ -60,7 +61,6 @@ def search_auto(
             "solver": exact.details.get("ilp"),  # None where the greedy tiling stood in
             "notes": exact.details.get("ilp_notes", []),
         }
-    starts["greedy"] = greedy_plan(problem, settings)[0]
     outcome = mcmc.search(problem, starts, settings)
     outcome.details["ilp"] = ilp_figures
     outcome.seconds = time.perf_counter() - started

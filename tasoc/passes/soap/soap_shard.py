@@ -399,10 +399,9 @@ class SoapShardPass(ModulePass):
                 if not plan.configs.get(node)
             },
         )
-        cap = self._cap()
         section.update(
-            capacity=cap if cap is not None else int(machine.device.memory_bytes),
-            capacity_from="memory-cap" if cap is not None else f"machine {machine.name}",
+            capacity=self._capacity(machine),
+            capacity_from="memory-cap" if self._cap() is not None else f"machine {machine.name}",
             device_memory=int(machine.device.memory_bytes),
         )
         if compared:
@@ -541,7 +540,12 @@ class SoapShardPass(ModulePass):
                 outcome = _search(self.search, problem, baselines, settings)
             plan = outcome.best
         else:
-            plan = baselines.get(self.search) or complete(problem, STRATEGIES[self.search](problem))
+            named = STRATEGIES[self.search]
+            plan = (
+                baselines[self.search]
+                if self.search in baselines
+                else complete(problem, named(problem))
+            )
         capacity = self._capacity(machine)
         simulated = {
             name: SimulatedStrategy.of(problem, candidate, machine, capacity, place=pricing)
@@ -704,10 +708,10 @@ class _Planned:
 def _search(
     name: str, problem: Problem, baselines: Mapping[str, Plan], settings: Settings
 ) -> SearchOutcome[Plan]:
-    """Search `name` from the baselines (MCMC also from Spartan's tiling: one more
-    chain's start, as the tiling is cheap and often close)."""
+    """Search `name` from the baselines (MCMC, alone or after the ILP, also from
+    Spartan's tiling: one more chain's start, as the tiling is cheap and often close)."""
     starts = dict(baselines)
-    if name == "mcmc":  # auto adds it itself, after the ILP's
+    if name in ("mcmc", "auto"):
         starts["greedy"] = greedy_plan(problem, settings)[0]
     return SEARCHES[name](problem, starts, settings)
 
