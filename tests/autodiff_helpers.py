@@ -7,6 +7,9 @@
   the same loss (`forward_with_loss`), the baseline the issue names.
 - `evaluate64`: any light graph run with the reference kernels on float64 arrays, for
   central finite differences that are not limited by float32.
+
+And `convnet`, a small forward program with most CNN ops, which the autodiff and the
+training `--check` tests both differentiate.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from tasoc.backends.arguments import random_inputs
 from tasoc.backends.jax import lower
 from tasoc.backends.numpy import run_float64, run_reference
 from tasoc.ir import dag as dag_module
+from tasoc.ir.builder import GraphBuilder
 from tasoc.ir.dag import Dag
 from tasoc.ir.program import arg_infos, entry_function
 from tasoc.passes.autodiff import AutodiffPass
@@ -95,3 +99,23 @@ def evaluate64(dag: Dag, args: Sequence[np.ndarray]) -> list[np.ndarray]:
     float arguments and constants (`run_float64`: nothing is rounded to float32 in
     between)."""
     return run_float64(dag_module.to_module(dag), args)
+
+
+def convnet() -> ModuleOp:
+    """conv (strides, padding, groups, fused relu), batchnorm, both pools, enlarge,
+    split with an unused piece, concat, transpose, reshape, softmax, reduce max."""
+    g = GraphBuilder()
+    x = g.input("x", (2, 4, 7, 7))
+    w = g.param("w", (6, 2, 3, 3))
+    small = g.param("small", (6, 6, 1, 1))
+    gamma, beta = g.param("gamma", (6,)), g.param("beta", (6,))
+    mean, var = g.param("mean", (6,)), g.param("var", (6,))
+    y = g.conv2d(x, w, strides=(2, 2), padding="same", activation="relu", groups=2)
+    y = g.batchnorm(y, gamma, beta, mean, var)
+    y = g.conv2d(y, g.enlarge(small, (3, 3)), padding="same")
+    a = g.pool2d(y, "max", (2, 2), (1, 1), "same")
+    b = g.pool2d(y, "avg", (3, 3), (1, 1), "same")
+    first, _, third = g.split(g.concat([a, b], axis=1), axis=1, sizes=(4, 2, 6))
+    z = g.add(g.reduce(first, "max", (1,), keepdims=True), third)
+    z = g.transpose(g.reshape(z, (2, 6, 16)), (0, 2, 1))
+    return g.build(g.reshape(g.softmax(z, axis=1), (2, 96)))

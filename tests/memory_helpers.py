@@ -1,17 +1,22 @@
-"""Placed programs shared by the tests of the memory dialect, its lowering and the driver,
-and `placed_by_hand`, which places a copy of any program (a sharded one too) by rule."""
+"""Placed programs shared by the tests of the memory dialect, its lowering and the driver;
+`placed_by_hand`, which places a copy of any program (a sharded one too) by rule; and
+`training_step`, the small MLP's training step the placement tests plan."""
 
 from __future__ import annotations
 
+from soap_helpers import parse as parse_text
+from soap_programs import MLP
 from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import Operation, SSAValue
 from xdsl.rewriter import Rewriter
 
+from tasoc.driver.sources import make_context
 from tasoc.ir.graph import sig_of, tensor_type
 from tasoc.ir.memory import FreeOp, SwapInOp, SwapOutOp, in_space
-from tasoc.ir.program import entry_block, entry_function, return_values
+from tasoc.ir.program import entry_block, entry_function, return_values, verify_ir
 from tasoc.ir.training import training_signature
+from tasoc.passes.autodiff import AutodiffPass
 
 # The example of the memory dialect: a host weight swapped in, an activation swapped out
 # and back, an argument freed, a host result.
@@ -26,6 +31,40 @@ module attributes {memory.capacity = 200000 : i64, memory.pool = #memory.pool<[1
     %yd = memory.swap_in %yh : tensor<64x64xf32>
     %o = graph.add %z, %yd : tensor<64x64xf32>
     func.return %o, %yh : tensor<64x64xf32>, tensor<64x64xf32, #memory.space<host>>
+  }
+}
+"""  # noqa: E501
+
+# A training step (autodiff's mse/sgd step of relu(x @ w), placed by hand): the weight
+# lives in host memory between steps, an activation goes to host and back, the batch
+# is freed after its last reader.
+STEP = """\
+module attributes {memory.capacity = 100000 : i64} {
+  func.func @main(%x: tensor<4x8xf32>, %labels: tensor<4x8xf32> {graph.labels}, %w: tensor<8x8xf32, #memory.space<host>> {graph.param}) -> (tensor<f32> {graph.loss}, tensor<8x8xf32, #memory.space<host>> {graph.replaces = 2 : i64}) {
+    %wd = memory.swap_in %w : tensor<8x8xf32>
+    %0 = graph.matmul %x, %wd : tensor<4x8xf32>
+    %1 = graph.relu %0 : tensor<4x8xf32>
+    %h1 = memory.swap_out %1 : tensor<4x8xf32, #memory.space<host>>
+    %2 = graph.constant {value = dense<-1.000000e+00> : tensor<f32>} : tensor<f32>
+    %3 = graph.scale %labels, %2 : tensor<4x8xf32>
+    memory.free %labels
+    %4 = graph.add %1, %3 : tensor<4x8xf32>
+    %5 = graph.mul %4, %4 : tensor<4x8xf32>
+    %6 = graph.reduce %5 {kind = "mean", axes = array<i64: 0, 1>, keepdims = false} : tensor<f32>
+    %7 = graph.ones {shape = array<i64>, dtype = f32} : tensor<f32>
+    %8 = graph.reduce_grad %5, %7 {kind = "mean", axes = array<i64: 0, 1>, keepdims = false} : tensor<4x8xf32>
+    %9 = graph.mul %8, %4 : tensor<4x8xf32>
+    %10 = graph.add %9, %9 : tensor<4x8xf32>
+    %d1 = memory.swap_in %h1 : tensor<4x8xf32>
+    %11 = graph.relu_grad %d1, %10 : tensor<4x8xf32>
+    %12 = graph.transpose %x {perm = array<i64: 1, 0>} : tensor<8x4xf32>
+    memory.free %x
+    %13 = graph.matmul %12, %11 : tensor<8x8xf32>
+    %14 = graph.constant {value = dense<-1.000000e-01> : tensor<f32>} : tensor<f32>
+    %15 = graph.scale %13, %14 : tensor<8x8xf32>
+    %16 = graph.add %wd, %15 : tensor<8x8xf32>
+    %w2 = memory.swap_out %16 : tensor<8x8xf32, #memory.space<host>>
+    func.return %6, %w2 : tensor<f32>, tensor<8x8xf32, #memory.space<host>>
   }
 }
 """  # noqa: E501
@@ -107,3 +146,16 @@ def _host_param(function: func.FuncOp, index: int, replaced_by: dict[int, int]) 
         block.insert_op_before(out, returned)
         returned.operands[replaced_by[index]] = out.output
     function.update_function_type()
+
+
+def parse(text: str) -> ModuleOp:
+    module = parse_text(text)
+    module.verify()
+    verify_ir(module)
+    return module
+
+
+def training_step(optimizer: str = "adam") -> ModuleOp:
+    module = parse(MLP)
+    AutodiffPass(loss="mse", optimizer=optimizer, lr=0.01).apply(make_context(), module)
+    return module

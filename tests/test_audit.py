@@ -4,7 +4,7 @@ runs beside those its IR asks for, the HLO text read right, and the verdicts."""
 from __future__ import annotations
 
 import pytest
-from test_sharded_jax import GRID, LINE, batchnorm, program, t
+from sharded_programs import GRID, LINE, batchnorm, program, t
 from xdsl.dialects.builtin import ModuleOp
 
 from tasoc.backends.jax.audit import (

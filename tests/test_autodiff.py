@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from autodiff_helpers import (
+    convnet,
     evaluate64,
     jax_gradients,
     scaled_error,
@@ -44,26 +45,6 @@ def mlp(batch: int = 4) -> ModuleOp:
     w1, b1, w2 = g.param("w1", (3, 5)), g.param("b1", (5,)), g.param("w2", (5, 2))
     h = g.tanh(g.add(g.matmul(x, w1), b1))
     return g.build(g.matmul(h, w2))
-
-
-def convnet() -> ModuleOp:
-    """conv (strides, padding, groups, fused relu), batchnorm, both pools, enlarge,
-    split with an unused piece, concat, transpose, reshape, softmax, reduce max."""
-    g = GraphBuilder()
-    x = g.input("x", (2, 4, 7, 7))
-    w = g.param("w", (6, 2, 3, 3))
-    small = g.param("small", (6, 6, 1, 1))
-    gamma, beta = g.param("gamma", (6,)), g.param("beta", (6,))
-    mean, var = g.param("mean", (6,)), g.param("var", (6,))
-    y = g.conv2d(x, w, strides=(2, 2), padding="same", activation="relu", groups=2)
-    y = g.batchnorm(y, gamma, beta, mean, var)
-    y = g.conv2d(y, g.enlarge(small, (3, 3)), padding="same")
-    a = g.pool2d(y, "max", (2, 2), (1, 1), "same")
-    b = g.pool2d(y, "avg", (3, 3), (1, 1), "same")
-    first, _, third = g.split(g.concat([a, b], axis=1), axis=1, sizes=(4, 2, 6))
-    z = g.add(g.reduce(first, "max", (1,), keepdims=True), third)
-    z = g.transpose(g.reshape(z, (2, 6, 16)), (0, 2, 1))
-    return g.build(g.reshape(g.softmax(z, axis=1), (2, 96)))
 
 
 def sequence_model() -> ModuleOp:
@@ -430,14 +411,16 @@ def test_equality_rewrite_still_batches_nasrnn_inside_its_training_step() -> Non
 
 
 def test_a_thousand_op_forward_graph_is_differentiated_in_under_two_seconds() -> None:
+    """Counted in this process's CPU seconds, not wall seconds, so that other work on
+    the machine cannot fail it (0.3 s here; benchmarks/autodiff.py has the wall time)."""
     import time
 
     module = get_model("rnnlm").build()
     forward_ops = len(list(entry_function(module).body.block.ops))
     assert forward_ops > 1000
-    start = time.perf_counter()
+    start = time.process_time()
     training(module, loss="softmax-cross-entropy")
-    assert time.perf_counter() - start < 2.0
+    assert time.process_time() - start < 2.0
 
 
 # ---------------------------------------------------------------- bad input

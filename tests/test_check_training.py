@@ -10,8 +10,7 @@ from typing import Any
 import jax
 import numpy as np
 import pytest
-from autodiff_helpers import training
-from test_autodiff import convnet
+from autodiff_helpers import convnet, training
 
 from tasoc.backends.arguments import random_inputs
 from tasoc.backends.jax import lowering

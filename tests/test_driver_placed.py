@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 from conftest import assert_one_line_error
+from memory_helpers import STEP, SWAPS
 from strict_cli import StrictRun, strict_runner
-from test_placed_jax import STEP, SWAPS
 
 FORWARD = """\
 func.func @main(%x: tensor<4x8xf32>, %w: tensor<8x8xf32> {graph.param}) -> tensor<4x8xf32> {

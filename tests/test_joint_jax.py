@@ -15,7 +15,7 @@ import pytest
 from conftest import Result, assert_one_line_error
 from jax.sharding import PartitionSpec
 from memory_helpers import placed_by_hand
-from test_sharded_jax import GATHER
+from sharded_programs import GATHER
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.parser import Parser
 

@@ -7,9 +7,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from memory_helpers import SWAPS
-from test_soap_shard import MLP
-from test_soap_shard import parse as parse_text
+from memory_helpers import SWAPS, parse, training_step
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
 
 from tasoc.backends.arguments import random_inputs
@@ -29,25 +27,11 @@ from tasoc.ir.memory import (
     unplaced,
 )
 from tasoc.ir.program import IRRuleError, entry_function, verify_ir
-from tasoc.passes.autodiff import AutodiffPass
 from tasoc.passes.placement import PlacementFailed, PlacementPass
 from tasoc.verify.equivalence import equivalent
 from tasoc.verify.strategies import capacities, graphs, placed_programs
 
 KIB16 = 64 * 64 * 4
-
-
-def parse(text: str) -> ModuleOp:
-    module = parse_text(text)
-    module.verify()
-    verify_ir(module)
-    return module
-
-
-def training_step(optimizer: str = "adam") -> ModuleOp:
-    module = parse(MLP)
-    AutodiffPass(loss="mse", optimizer=optimizer, lr=0.01).apply(make_context(), module)
-    return module
 
 
 def test_replay_holds_each_value_from_its_op_to_its_last_reader() -> None:

@@ -20,7 +20,7 @@ import pytest
 from conftest import Result, assert_one_line_error
 from hypothesis import HealthCheck, given, settings
 from onnx import TensorProto, helper
-from test_onnx_backward import EXPORTED, REFUSED
+from onnx_builders import EXPORTED, REFUSED
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.ir import SSAValue
 

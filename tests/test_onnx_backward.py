@@ -9,6 +9,7 @@ import pytest
 from conftest import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from onnx_builders import EXPORTED, REFUSED
 
 from tasoc.backends.arguments import random_inputs
 from tasoc.backends.numpy import run_reference
@@ -18,26 +19,6 @@ from tasoc.ir.builder import GraphBuilder
 from tasoc.ir.program import arg_infos, entry_function
 from tasoc.verify.equivalence import compare
 from tasoc.verify.strategies import graphs
-
-EXPORTED = (
-    "relu_grad",
-    "sigmoid_grad",
-    "tanh_grad",
-    "gelu_grad",
-    "conv2d_grad_input",
-    "scatter_add",
-    "softmax_cross_entropy",
-)
-REFUSED = (
-    "conv2d_grad_weight",
-    "pool2d_grad",
-    "reduce_grad",
-    "layernorm_grad",
-    "batchnorm_train",
-    "batchnorm_grad",
-    "softmax_cross_entropy_grad",
-    "adam_update",
-)
 
 
 @pytest.mark.parametrize("op", EXPORTED)

@@ -23,8 +23,8 @@ import onnxruntime as ort
 import pytest
 from conftest import assert_one_line_error
 from onnx import TensorProto, helper, numpy_helper
+from onnx_builders import external_model, refused
 from strict_cli import StrictRun, strict_runner
-from test_onnx_hostile import external_model, refused
 
 from tasoc.backends.numpy import run_reference
 from tasoc.backends.onnx import export_onnx, import_onnx

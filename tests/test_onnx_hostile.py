@@ -18,19 +18,22 @@ import onnx
 import pytest
 from conftest import assert_one_line_error
 from onnx import TensorProto, helper, numpy_helper
-from strict_cli import StrictRun, TimedResult, strict_runner
+from onnx_builders import (
+    I64,
+    F,
+    external_model,
+    graph_model,
+    raw_tensor,
+    refused,
+    relu_of,
+)
+from strict_cli import StrictRun, strict_runner
 
 from tasoc.backends.onnx import OnnxExportError, export_onnx, import_onnx
 from tasoc.backends.onnx import files as onnx_files
 from tasoc.backends.onnx.importer import MAX_NAME_LENGTH
 from tasoc.ir.builder import GraphBuilder
 from tasoc.ir.limits import TENSOR_BYTES_ENV
-
-F = TensorProto.FLOAT
-I64 = TensorProto.INT64
-
-FAST_SECONDS = 5.0
-"""A refusal of a huge size must come before any allocation, so it is quick."""
 
 
 @pytest.fixture
@@ -46,25 +49,6 @@ def const(name: str, value: object) -> onnx.NodeProto:
     return helper.make_node(
         "Constant", [], [name], value=numpy_helper.from_array(np.asarray(value))
     )
-
-
-def graph_model(
-    nodes: Sequence[onnx.NodeProto],
-    outputs: dict[str, int],
-    inputs: dict[str, tuple[int, Sequence[int]]] | None = None,
-    initializers: Sequence[TensorProto] = (),
-    opset: int = 17,
-) -> onnx.ModelProto:
-    """A model of `nodes` (no shape inference): `outputs` by name with their rank (any
-    element type, unknown dims), `inputs` by name as (element type, shape)."""
-    graph = helper.make_graph(
-        list(nodes),
-        "hostile",
-        [helper.make_tensor_value_info(n, t, s) for n, (t, s) in (inputs or {}).items()],
-        [helper.make_tensor_value_info(n, 0, [None] * rank) for n, rank in outputs.items()],
-        list(initializers),
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
 def constants(operands: Sequence[object]) -> tuple[list[str], list[onnx.NodeProto]]:
@@ -93,16 +77,6 @@ def on_input(
     names, nodes = constants(operands)
     node = helper.make_node(op_type, ["x", *names], ["y"], **attrs)
     return graph_model([*nodes, node], {"y": len(shape)}, {"x": (F, list(shape))}, (), opset)
-
-
-def refused(tasoc: StrictRun, path: Path, model: onnx.ModelProto, *fragments: str) -> TimedResult:
-    """`tasoc opt` of `model` saved at `path`: one error line holding `fragments`, fast."""
-    onnx.save(model, path)
-    result = tasoc("opt", path)
-    assert_one_line_error(result, *fragments)
-    assert result.out == ""
-    assert result.seconds < FAST_SECONDS, result.seconds
-    return result
 
 
 INT64_ARRAY = np.array([1, 2, 3], np.int64)
@@ -173,16 +147,6 @@ def test_a_pad_to_a_huge_size_is_refused(tasoc: StrictRun, tmp_path: Path) -> No
 # ------------------------------------------------------------- tensors that lie about size
 
 
-def raw_tensor(name: str, data_type: int, dims: Sequence[int], raw: bytes) -> TensorProto:
-    return TensorProto(name=name, data_type=data_type, dims=list(dims), raw_data=raw)
-
-
-def relu_of(tensor: TensorProto, rank: int = 1) -> onnx.ModelProto:
-    return graph_model(
-        [helper.make_node("Relu", [tensor.name], ["y"])], {"y": rank}, None, [tensor]
-    )
-
-
 @pytest.mark.parametrize(
     ("tensor", "fragment"),
     [
@@ -212,21 +176,6 @@ def test_a_constant_whose_value_disagrees_with_its_dims_is_refused(
     node = helper.make_node("Constant", [], ["y"], value=value)
     model = graph_model([node], {"y": 1})
     refused(tasoc, tmp_path / "m.onnx", model, "Constant node", "value holds 4096 bytes")
-
-
-def external_model(
-    directory: Path, entries: dict[str, str], dims: Sequence[int] = (4,), data: bytes = b"\0" * 16
-) -> Path:
-    """`m.onnx` in `directory` whose initializer `w` (float32 of `dims`) lies in
-    `w.bin` (holding `data`) as `entries` (location, offset, length, ...) say."""
-    tensor = TensorProto(name="w", data_type=F, dims=list(dims))
-    tensor.data_location = TensorProto.EXTERNAL
-    for key, value in {"location": "w.bin", **entries}.items():
-        tensor.external_data.add(key=key, value=value)
-    (directory / "w.bin").write_bytes(data)
-    path = directory / "m.onnx"
-    onnx.save(relu_of(tensor, len(dims)), path)
-    return path
 
 
 @pytest.mark.parametrize(

@@ -9,106 +9,16 @@ model onnxruntime runs or the spec's formula. Every refusal is a one-line
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
-from xdsl.dialects.builtin import ModuleOp
+from onnx import TensorProto
+from onnx_builders import Case, check, imported, ints, node, ops_of, rand, refusal
 
-from tasoc.backends.numpy import run_reference
-from tasoc.backends.onnx import OnnxImportError, export_onnx, import_onnx
+from tasoc.backends.onnx import export_onnx, import_onnx
 from tasoc.backends.onnx.runtime import inference_session
 from tasoc.ir import graph as G
 from tasoc.ir.builder import GraphBuilder
-from tasoc.ir.program import arg_infos, entry_function
 from tasoc.verify.equivalence import compare
-
-RNG = np.random.default_rng(20)
-
-
-def rand(*shape: int, scale: float = 1.0) -> np.ndarray:
-    return (RNG.standard_normal(shape) * scale).astype(np.float32)
-
-
-def ints(values: Sequence[int], dtype: type = np.int64) -> np.ndarray:
-    return np.asarray(values, dtype)
-
-
-@dataclass
-class Case:
-    """A model of `nodes` with run-time inputs `feeds` (name -> value), weights
-    `weights`, and outputs `outputs` (their types found by ONNX shape inference)."""
-
-    nodes: list[onnx.NodeProto]
-    feeds: dict[str, np.ndarray]
-    outputs: list[str] = field(default_factory=lambda: ["y"])
-    weights: dict[str, np.ndarray] = field(default_factory=dict)
-    opset: int = 19
-
-    def model(self, infer: bool = True) -> onnx.ModelProto:
-        """The model; with `infer`, its outputs typed by ONNX's (strict) shape inference,
-        which a model the importer must refuse may not pass (else they are declared
-        float scalars: the refusal comes before outputs are checked)."""
-        graph = helper.make_graph(
-            self.nodes,
-            "case",
-            [
-                helper.make_tensor_value_info(
-                    name, helper.np_dtype_to_tensor_dtype(value.dtype), value.shape
-                )
-                for name, value in self.feeds.items()
-            ],
-            [
-                helper.make_empty_tensor_value_info(name)
-                if infer
-                else helper.make_tensor_value_info(name, TensorProto.FLOAT, [])
-                for name in self.outputs
-            ],
-            [numpy_helper.from_array(np.asarray(v), name) for name, v in self.weights.items()],
-        )
-        opset = helper.make_opsetid("", self.opset)
-        model = helper.make_model(
-            graph, opset_imports=[opset], ir_version=helper.find_min_ir_version_for([opset])
-        )
-        return onnx.shape_inference.infer_shapes(model, strict_mode=True) if infer else model
-
-
-def node(op_type: str, inputs: Sequence[str], outputs: Sequence[str] = ("y",), **attrs: object):
-    return helper.make_node(op_type, list(inputs), list(outputs), **attrs)
-
-
-def imported(case: Case) -> tuple[ModuleOp, list[np.ndarray]]:
-    """The case's model imported, and its outputs on the reference interpreter."""
-    module, params = import_onnx(case.model())
-    feeds = iter(case.feeds.values())
-    infos = arg_infos(entry_function(module))
-    args = [params[info.name] if info.is_param else next(feeds) for info in infos]
-    return module, run_reference(module, args)
-
-
-def check(case: Case) -> ModuleOp:
-    """Import the case, run it on the reference and on onnxruntime, compare."""
-    module, results = imported(case)
-    expected = inference_session(case.model()).run(None, case.feeds)
-    report = compare(expected, results)
-    assert report.ok, report.summary()
-    return module
-
-
-def ops_of(module: ModuleOp) -> list[str]:
-    return [op.op_name() for op in module.walk() if isinstance(op, G.GraphOp)]
-
-
-def refusal(case: Case) -> str:
-    with pytest.raises(OnnxImportError) as caught:
-        import_onnx(case.model(infer=False))
-    message = str(caught.value)
-    assert message and "\n" not in message
-    return message
-
 
 X = rand(2, 3, 4)
 Y = rand(3, 4)

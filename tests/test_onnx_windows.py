@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
-from test_onnx_ops import RNG, Case, imported, ints, node, ops_of, rand, refusal
+from onnx_builders import RNG, Case, imported, ints, node, ops_of, rand, refusal
 from xdsl.dialects.builtin import ModuleOp
 
 from tasoc.backends.arguments import random_inputs

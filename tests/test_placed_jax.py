@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from memory_helpers import SWAPS
+from memory_helpers import STEP, SWAPS
 from xdsl.dialects import arith
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
 from xdsl.parser import Parser
@@ -52,40 +52,6 @@ module {
     %sum = graph.add %bd, %c : tensor<4x6xf32>
     %sum2 = graph.add %sum, %ad : tensor<4x6xf32>
     func.return %b, %s0, %e, %sum2, %t, %ah : tensor<4x6xf32, #memory.space<host>>, tensor<4x3xf32>, tensor<3x6xf32>, tensor<4x6xf32>, tensor<5x6xf32>, tensor<4x6xf32, #memory.space<host>>
-  }
-}
-"""  # noqa: E501
-
-# A training step (autodiff's mse/sgd step of relu(x @ w), placed by hand): the weight
-# lives in host memory between steps, an activation goes to host and back, the batch
-# is freed after its last reader.
-STEP = """\
-module attributes {memory.capacity = 100000 : i64} {
-  func.func @main(%x: tensor<4x8xf32>, %labels: tensor<4x8xf32> {graph.labels}, %w: tensor<8x8xf32, #memory.space<host>> {graph.param}) -> (tensor<f32> {graph.loss}, tensor<8x8xf32, #memory.space<host>> {graph.replaces = 2 : i64}) {
-    %wd = memory.swap_in %w : tensor<8x8xf32>
-    %0 = graph.matmul %x, %wd : tensor<4x8xf32>
-    %1 = graph.relu %0 : tensor<4x8xf32>
-    %h1 = memory.swap_out %1 : tensor<4x8xf32, #memory.space<host>>
-    %2 = graph.constant {value = dense<-1.000000e+00> : tensor<f32>} : tensor<f32>
-    %3 = graph.scale %labels, %2 : tensor<4x8xf32>
-    memory.free %labels
-    %4 = graph.add %1, %3 : tensor<4x8xf32>
-    %5 = graph.mul %4, %4 : tensor<4x8xf32>
-    %6 = graph.reduce %5 {kind = "mean", axes = array<i64: 0, 1>, keepdims = false} : tensor<f32>
-    %7 = graph.ones {shape = array<i64>, dtype = f32} : tensor<f32>
-    %8 = graph.reduce_grad %5, %7 {kind = "mean", axes = array<i64: 0, 1>, keepdims = false} : tensor<4x8xf32>
-    %9 = graph.mul %8, %4 : tensor<4x8xf32>
-    %10 = graph.add %9, %9 : tensor<4x8xf32>
-    %d1 = memory.swap_in %h1 : tensor<4x8xf32>
-    %11 = graph.relu_grad %d1, %10 : tensor<4x8xf32>
-    %12 = graph.transpose %x {perm = array<i64: 1, 0>} : tensor<8x4xf32>
-    memory.free %x
-    %13 = graph.matmul %12, %11 : tensor<8x8xf32>
-    %14 = graph.constant {value = dense<-1.000000e-01> : tensor<f32>} : tensor<f32>
-    %15 = graph.scale %13, %14 : tensor<8x8xf32>
-    %16 = graph.add %wd, %15 : tensor<8x8xf32>
-    %w2 = memory.swap_out %16 : tensor<8x8xf32, #memory.space<host>>
-    func.return %6, %w2 : tensor<f32>, tensor<8x8xf32, #memory.space<host>>
   }
 }
 """  # noqa: E501

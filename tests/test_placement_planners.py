@@ -9,7 +9,8 @@ import io
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_memory import training_step
+from memory_helpers import training_step
+from placement_helpers import V100, placed, rnn_step
 from xdsl.context import Context
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
 
@@ -21,8 +22,6 @@ from tasoc.ir.memory import CAPACITY_ATTR, SwapInOp, SwapOutOp, capacity_of, rep
 from tasoc.ir.placement_plan import output_spaces, write_placed
 from tasoc.ir.program import entry_function, verify_ir
 from tasoc.ir.training import training_signature
-from tasoc.models.registry import get_model
-from tasoc.passes.autodiff import AutodiffPass
 from tasoc.passes.figures import MemoryFigure
 from tasoc.passes.placement import PlacementFailed, PlacementPass
 from tasoc.passes.placement.swap_planner import CapacityTooSmall, SwapSettings, plan_swaps
@@ -30,21 +29,6 @@ from tasoc.passes.report import RunReport, reporting
 from tasoc.sim.placement import simulate_plan
 from tasoc.verify.equivalence import equivalent
 from tasoc.verify.strategies import capacities, graphs
-
-V100 = machine("v100-swapadvisor")
-
-
-def rnn_step() -> ModuleOp:
-    module = get_model("rnn").build(layers=2, hidden=64, seq=6, batch=4)
-    AutodiffPass(loss="mse", optimizer="sgd", lr=0.01).apply(Context(), module)
-    return module
-
-
-def placed(module: ModuleOp, **options: object) -> tuple[ModuleOp, dict]:
-    copy = module.clone()
-    with reporting(RunReport()) as report:
-        PlacementPass(**options).apply(Context(), copy)  # type: ignore[arg-type]
-    return copy, report.section("placement")
 
 
 @pytest.mark.parametrize("policy", ["belady", "lru"])

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import Result, assert_one_line_error
-from test_sharded_jax import GATHER, LINE, program_text, t
+from sharded_programs import GATHER, LINE, program_text, t
 
 
 def written(tmp_path: Path, text: str, name: str = "s.mlir") -> Path:

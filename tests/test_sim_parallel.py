@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_soap_shard import MLP
+from soap_programs import MLP
 from xdsl.parser import Parser
 
 from tasoc.cost.devices import CPU, Device

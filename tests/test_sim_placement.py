@@ -9,7 +9,7 @@ from itertools import pairwise
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_memory import training_step
+from memory_helpers import training_step
 from xdsl.dialects.builtin import ModuleOp
 
 from tasoc.cost.machines import machine

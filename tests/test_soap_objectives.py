@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 from conftest import Result, assert_one_line_error
-from test_soap_shard import MLP, assert_runs_as_the_reference, parse, shard, step
+from soap_helpers import assert_runs_as_the_reference, parse, shard, step
+from soap_programs import MLP
 from xdsl.dialects.builtin import ModuleOp
 
 from tasoc.driver.plots import render

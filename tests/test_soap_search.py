@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
-from test_soap_shard import CNN, MLP, assert_runs_as_the_reference, parse, shard, step
+from soap_helpers import assert_runs_as_the_reference, parse, shard, step
+from soap_programs import CNN, MLP
 from xdsl.dialects.builtin import ModuleOp
 
 from tasoc.cost.machines import machine

@@ -4,8 +4,6 @@ report, and its one-line errors."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -13,9 +11,9 @@ from typing import Any
 
 import pytest
 from conftest import Result, assert_one_line_error
+from soap_helpers import assert_runs_as_the_reference, parse, shard, step
 from soap_programs import CNN, MLP
 from xdsl.dialects.builtin import ModuleOp
-from xdsl.parser import Parser
 
 from tasoc.backends.jax.audit import audit
 from tasoc.backends.jax.sharded import lower_sharded
@@ -28,8 +26,6 @@ from tasoc.ir.program import entry_block, entry_function
 from tasoc.ir.shard_plan import write_sharded
 from tasoc.ir.soap import Mesh, Sharding
 from tasoc.ir.training import training_signature
-from tasoc.passes.autodiff import AutodiffPass
-from tasoc.passes.report import RunReport, reporting
 from tasoc.passes.soap import SoapShardFailed, SoapShardPass
 from tasoc.passes.soap.layers import recurrent_layers
 from tasoc.passes.soap.plan import Prescription, Problem, complete, largest_split
@@ -46,25 +42,6 @@ func.func @main(%x: tensor<6x3x8x8xf32>, %w: tensor<4x3x3x3xf32> {graph.param})
   func.return %r : tensor<6x4x8x8xf32>
 }
 """
-
-
-def parse(text: str) -> ModuleOp:
-    return Parser(make_context(), text).parse_module()
-
-
-def shard(module: ModuleOp, **options: Any) -> tuple[ModuleOp, dict[str, Any]]:
-    """A sharded copy of `module` (verified) and the pass's report section."""
-    sharded = module.clone()
-    with reporting(RunReport()) as report:
-        SoapShardPass(**options).apply(make_context(), sharded)
-    verify_module(sharded)
-    return sharded, report.sections["soap-shard"]
-
-
-def step(module: ModuleOp, **options: Any) -> ModuleOp:
-    trained = module.clone()
-    AutodiffPass(**options).apply(make_context(), trained)
-    return trained
 
 
 def argument_shardings(module: ModuleOp) -> list[Sharding | None]:
@@ -99,22 +76,6 @@ def check_program(before: ModuleOp, after: ModuleOp) -> None:
 
 
 # ------------------------------------------------------------------ strategies
-
-
-def assert_runs_as_the_reference(module: ModuleOp, folder: Path, devices: int) -> None:
-    """`tasoc run --devices N --check` of `module` in a fresh process (which makes its
-    own devices) matches the numpy reference of the unsharded program."""
-    program = folder / "sharded.mlir"
-    program.write_text(str(module))
-    tasoc = Path(sys.executable).parent / "tasoc"
-    run = subprocess.run(
-        [tasoc, "run", program, "--devices", str(devices), "--check"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert run.returncode == 0, run.stderr
-    assert "equivalent to the numpy reference" in run.stdout + run.stderr
 
 
 def test_data_parallel_splits_the_batch_of_every_layer() -> None:
