@@ -144,6 +144,10 @@ class Prescription:
     order: tuple[Node, ...] | None = None
     """The order to run the ops in (the dag's when None): ops of one group kept
     together, since each change of group is a new computation on other devices."""
+    inapplicable: str | None = None
+    """Why the strategy has nothing to prescribe here beyond data parallel (no embedding
+    lookup for DLRM's hybrid, no optimizer update for ZeRO), None when it has: a baseline
+    that does not apply is not simulated, and a `search=` of it writes data parallel."""
 
     def mesh_of(self, problem: Problem, node: Node) -> Mesh:
         return self.placement.get(node, problem.mesh)

@@ -98,8 +98,8 @@ from tasoc.passes.soap.mcmc import (
     SimulatedStrategy,
 )
 from tasoc.passes.soap.pictures import frontier_figure, profile_figure, sharding_map, timeline
-from tasoc.passes.soap.plan import Problem, complete
-from tasoc.passes.soap.strategies import STRATEGIES, unsplit_batch
+from tasoc.passes.soap.plan import Prescription, Problem, complete
+from tasoc.passes.soap.strategies import STRATEGIES, prescribe, unsplit_batch
 from tasoc.passes.soap.swap_pricing import Placer, SwapPricing
 from tasoc.passes.summary import Summary, format_seconds, format_speedup, stop_line
 from tasoc.sim.parallel import axis_groups
@@ -114,7 +114,19 @@ AXIS_NAMES = {1: ("d",), 2: ("x", "y"), 3: ("x", "y", "z")}
 """Axis names of a mesh given as an option, by its number of axes."""
 
 Search = Literal[
-    "auto", "data-parallel", "expert", "megatron", "mcmc", "exhaustive", "ft", "greedy", "ilp"
+    "auto",
+    "data-parallel",
+    "owt",
+    "dlrm-hybrid",
+    "megatron",
+    "layer-wise",
+    "zero",
+    "expert",
+    "mcmc",
+    "exhaustive",
+    "ft",
+    "greedy",
+    "ilp",
 ]
 
 SEARCHES = {
@@ -143,8 +155,9 @@ COMPARE_SHARE = 0.5
 SEARCH_SHARE = 0.8
 """The part of `timeout` a search takes; the pass simulates the plans it reports after."""
 
-BASELINES = ("data-parallel", "expert")
-"""The named strategies every report compares with, and every search starts from."""
+BASELINES = ("data-parallel", "owt", "dlrm-hybrid", "megatron", "layer-wise", "zero", "expert")
+"""The named strategies every report compares with, and every search starts from, where
+they apply (`Prescription.inapplicable`): the plans a practitioner would pick."""
 
 PROGRESS_UNITS = {
     "auto": ("proposal", "proposals"),
@@ -380,6 +393,7 @@ class SoapShardPass(ModulePass):
             seed=resolve_seed(self.seed),
             seconds=round(time.perf_counter() - start, 3),
             **_prediction(machine, simulated, self._capacity(machine)),
+            not_applying=chosen.not_applying,
             op_configs={
                 problem.describe(node): _config_text(config)
                 for node, config in plan.configs.items()
@@ -445,13 +459,15 @@ class SoapShardPass(ModulePass):
         mesh = "x".join(f"{axis}={size}" for axis, size in section["mesh"].items())
         seconds = section["predicted_seconds"]
         speedups = section["speedup_over"]
+        best = section["best_feasible_baseline"]
         against = "".join(
             f", {format_speedup(speedups[name])} over {name.replace('-', ' ')}"
+            + (" (the fastest baseline)" if name == best != "data-parallel" else "")
             if section["feasible"][name]
             else f", {name.replace('-', ' ')} infeasible "
             f"(peak {format_bytes(section['peak_memory'][name])})"
-            for name in BASELINES
-            if name != search
+            for name in dict.fromkeys(("data-parallel", best))
+            if name not in (search, None)
         )
         step = (
             f"infeasible: {format_seconds(section['simulated_seconds']['plan'])} per step "
@@ -468,7 +484,8 @@ class SoapShardPass(ModulePass):
             fits = f"swaps ({placer}) to fit" if "plan" in place["swaps"] else "fits, no swapping"
         details = [
             f"memory per device: peak {format_bytes(peak)} of {format_bytes(capacity)} "
-            f"({section['capacity_from']}): {fits}"
+            f"({section['capacity_from']}): {fits}",
+            _baselines_line(section),
         ]
         collectives = section["collectives"]
         if collectives:
@@ -528,7 +545,7 @@ class SoapShardPass(ModulePass):
         """The strategy of the `search` on `mesh`, with its baselines, all simulated."""
         machine = self._machine_for(mesh)
         problem = Problem(dag, mesh, signature, _hints(dag, mesh))
-        baselines = {name: complete(problem, STRATEGIES[name](problem)) for name in BASELINES}
+        baselines, not_applying = baseline_plans(problem)
         outcome: SearchOutcome[Plan] | None = None
         pricing = self._pricing(machine, signature)
         if self.search in SEARCHES:
@@ -540,18 +557,21 @@ class SoapShardPass(ModulePass):
                 outcome = _search(self.search, problem, baselines, settings)
             plan = outcome.best
         else:
-            named = STRATEGIES[self.search]
             plan = (
                 baselines[self.search]
                 if self.search in baselines
-                else complete(problem, named(problem))
+                else complete(problem, prescribe(problem, self.search))
             )
         capacity = self._capacity(machine)
-        simulated = {
-            name: SimulatedStrategy.of(problem, candidate, machine, capacity, place=pricing)
-            for name, candidate in (("plan", plan), *baselines.items())
-        }
-        return _Planned(mesh, machine, problem, baselines, outcome, plan, simulated)
+        simulated: dict[str, SimulatedStrategy] = {}
+        by_plan: dict[int, SimulatedStrategy] = {}
+        for name, candidate in (("plan", plan), *baselines.items()):
+            if id(candidate) not in by_plan:
+                by_plan[id(candidate)] = SimulatedStrategy.of(
+                    problem, candidate, machine, capacity, place=pricing
+                )
+            simulated[name] = by_plan[id(candidate)]
+        return _Planned(mesh, machine, problem, baselines, not_applying, outcome, plan, simulated)
 
     def _chosen(self, tried: dict[int, _Planned]) -> _Planned:
         if not tried:
@@ -682,6 +702,9 @@ class _Planned:
     machine: Machine
     problem: Problem
     baselines: dict[str, Plan]
+    """The plans of the baselines that apply (one object for equal prescriptions)."""
+    not_applying: dict[str, str]
+    """The baselines that do not apply, and why."""
     outcome: SearchOutcome[Plan] | None
     plan: Plan
     simulated: dict[str, SimulatedStrategy]
@@ -705,12 +728,35 @@ class _Planned:
         ]
 
 
+def baseline_plans(problem: Problem) -> tuple[dict[str, Plan], dict[str, str]]:
+    """The completed plans of the baselines that apply to `problem`, and why each other
+    does not. Baselines prescribing alike (expert and owt where there are no recurrent
+    layers) share one plan object, which the pass simulates and a search starts from
+    once."""
+    plans: dict[str, Plan] = {}
+    not_applying: dict[str, str] = {}
+    done: list[tuple[Prescription, Plan]] = []
+    for name in BASELINES:
+        prescription = STRATEGIES[name](problem)
+        if prescription.inapplicable is not None:
+            not_applying[name] = prescription.inapplicable
+            continue
+        same = next((plan for other, plan in done if other == prescription), None)
+        plans[name] = same if same is not None else complete(problem, prescription)
+        done.append((prescription, plans[name]))
+    return plans, not_applying
+
+
 def _search(
     name: str, problem: Problem, baselines: Mapping[str, Plan], settings: Settings
 ) -> SearchOutcome[Plan]:
-    """Search `name` from the baselines (MCMC, alone or after the ILP, also from
-    Spartan's tiling: one more chain's start, as the tiling is cheap and often close)."""
-    starts = dict(baselines)
+    """Search `name` from the baselines, each distinct plan once (MCMC, alone or after
+    the ILP, also from Spartan's tiling: one more chain's start, as the tiling is cheap
+    and often close)."""
+    starts: dict[str, Plan] = {}
+    for origin, plan in baselines.items():
+        if all(plan is not other for other in starts.values()):
+            starts[origin] = plan
     if name in ("mcmc", "auto"):
         starts["greedy"] = greedy_plan(problem, settings)[0]
     return SEARCHES[name](problem, starts, settings)
@@ -743,15 +789,16 @@ def _prediction(
     machine: Machine, simulated: dict[str, SimulatedStrategy], capacity: int
 ) -> dict[str, Any]:
     """The report's simulated figures: the iteration time of the plan and of each
-    baseline on `machine` (with `place=`, the stall of swapping added where a strategy
-    is over the capacity, None where nothing fits it) and without that (`simulated_
-    seconds`), which of them fit each device's `capacity` (`feasible`), the plan's
-    speedups over the feasible ones (None over one that cannot run: never a
-    denominator) and over the best of them, and the plan's memory per device (its
-    peak, and what it holds by kind)."""
+    baseline that applies (`baselines`) on `machine` (with `place=`, the stall of
+    swapping added where a strategy is over the capacity, None where nothing fits it)
+    and without that (`simulated_seconds`), which of them fit each device's `capacity`
+    (`feasible`), the plan's speedups over the feasible ones (None over one that cannot
+    run: never a denominator) and over the best of them, and the plan's memory per
+    device (its peak, and what it holds by kind)."""
     times = {name: strategy.cost for name, strategy in simulated.items()}
     feasible = {name: cost < math.inf for name, cost in times.items()}
-    runnable = [name for name in BASELINES if feasible[name]]
+    baselines = [name for name in BASELINES if name in simulated]
+    runnable = [name for name in baselines if feasible[name]]
     best = min(runnable, key=times.__getitem__, default=None)
     plan = simulated["plan"]
     priced = {}
@@ -764,12 +811,13 @@ def _prediction(
         }
     return priced | {
         "machine": machine.name,
+        "baselines": baselines,
         "predicted_seconds": {name: t if t < math.inf else None for name, t in times.items()},
         "simulated_seconds": {name: strategy.time for name, strategy in simulated.items()},
         "feasible": feasible,
         "speedup_over": {
             name: speedup(times[name], times["plan"]) if feasible[name] else None
-            for name in BASELINES
+            for name in baselines
         },
         "best_feasible_baseline": best,
         "speedup_over_best_feasible": None if best is None else speedup(times[best], times["plan"]),
@@ -799,15 +847,23 @@ def _warnings(section: Mapping[str, Any], mesh: str) -> list[str]:
             f"({section['capacity_from']}): it cannot run there; search=auto finds one that "
             "fits, or place= swaps to fit"
         )
-    seconds = section["predicted_seconds"]
-    for name in BASELINES:
-        ratio = section["speedup_over"][name]
-        if name != section["search"] and ratio is not None and ratio < 1 - 1e-9:
-            warnings.append(
-                f"the written plan is slower than {name}: {format_seconds(seconds['plan'])} "
-                f"against {format_seconds(seconds[name])} simulated ({format_speedup(ratio)}); "
-                f"search={name} writes the faster one"
-            )
+    seconds, best, search = (
+        section["predicted_seconds"],
+        section["best_feasible_baseline"],
+        section["search"],
+    )
+    ratio = section["speedup_over_best_feasible"]
+    if best not in (None, search) and ratio < 1 - 1e-9:
+        warnings.append(
+            f"the written plan is slower than {best}: {format_seconds(seconds['plan'])} "
+            f"against {format_seconds(seconds[best])} simulated ({format_speedup(ratio)}); "
+            f"search={best} writes the faster one"
+        )
+    if search in section["not_applying"]:
+        warnings.append(
+            f"search={search} does not apply ({section['not_applying'][search]}): the plan "
+            "written is data parallel's"
+        )
     replicated = section["replicated_batch"]
     if replicated:
         names = list(replicated)
@@ -818,6 +874,21 @@ def _warnings(section: Mapping[str, Any], mesh: str) -> list[str]:
             f"replicated ({', '.join(names[:SHOWN_OPS])}{more})"
         )
     return warnings
+
+
+def _baselines_line(section: Mapping[str, Any]) -> str:
+    """Each baseline simulated (its step, or its peak where it does not fit), and those
+    that do not apply (the report's `not_applying` says why)."""
+    simulated = ", ".join(
+        f"{name} {format_seconds(section['predicted_seconds'][name])}"
+        if section["feasible"][name]
+        else f"{name} infeasible (peak {format_bytes(section['peak_memory'][name])})"
+        for name in section["baselines"]
+    )
+    absent = section["not_applying"]
+    return f"baselines simulated: {simulated}" + (
+        f"; not applying: {', '.join(absent)}" if absent else ""
+    )
 
 
 def _auto_line(section: Mapping[str, Any]) -> str:
