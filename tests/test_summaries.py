@@ -5,6 +5,7 @@ silent, a failing run's one error line alone; progress only on a terminal off CI
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -56,13 +57,17 @@ def test_soap_shard_warns_of_a_slower_plan_and_an_unsplit_batch(tasoc) -> None:
     result = tasoc("opt", SMALL_STEP, "-p", "soap-shard{mesh=4 search=data-parallel}")
     assert result.code == 0, result
     assert result.out.startswith("builtin.module")
-    headline, memory, *_ = _summary(result.err, "soap-shard")
+    headline, memory, baselines, *_ = _summary(result.err, "soap-shard")
     assert headline.startswith("soap-shard: data-parallel on mesh d=4 (cpu-4): ")
-    assert "per step simulated" in headline and "over expert" in headline
+    fastest = re.search(r", [0-9.]+x over ([a-z-]+) \(the fastest baseline\)$", headline)
+    assert "per step simulated" in headline and fastest is not None
     assert memory.startswith("  memory per device: peak ") and memory.endswith(": fits")
+    assert baselines.startswith("  baselines simulated: data-parallel ")
+    assert " expert " in baselines and "; not applying: dlrm-hybrid, layer-wise" in baselines
     warnings = [line for line in result.err.splitlines() if line.startswith("tasoc: warning: ")]
     slower, unsplit = warnings
-    assert "the written plan is slower than expert" in slower and "search=expert" in slower
+    best = fastest.group(1)
+    assert f"the written plan is slower than {best}" in slower and f"search={best}" in slower
     assert "mesh d=4 cannot split the batch (6)" in unsplit
     assert "ops left replicated (graph.conv2d #0, " in unsplit and "more)" in unsplit
 
@@ -86,7 +91,7 @@ def test_soap_shard_search_says_how_it_stopped(tasoc) -> None:
     assert result.code == 0, result
     lines = _summary(result.err, "soap-shard")
     assert lines[0].startswith("soap-shard: mcmc on mesh d=2 ")
-    assert "over data parallel" in lines[0] and "over expert" in lines[0]
+    assert "over data parallel" in lines[0] and "(the fastest baseline)" in lines[0]
     assert any(line.startswith("  stopped: ") and " proposals in " in line for line in lines)
 
 

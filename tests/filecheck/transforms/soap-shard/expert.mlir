@@ -2,6 +2,8 @@
 // parallel): the weights arrive split, each layer's output is split by features, the
 // next layer gathers the whole activation, and the new weights leave split as they came.
 // RUN: %tasoc opt %s -p 'soap-shard{mesh=4 search=expert}' | filecheck %s
+// Without recurrent layers expert is one weird trick (Krizhevsky, 2014):
+// RUN: %tasoc opt %s -p 'soap-shard{mesh=4 search=owt}' | filecheck %s
 // RUN: %tasoc opt %s -p 'autodiff{loss=mse optimizer=sgd lr=0.1},soap-shard{mesh=2x2 search=expert}' | filecheck %s --check-prefix=STEP
 
 func.func @main(%x: tensor<16x8xf32>, %w1: tensor<8x32xf32> {graph.param},
