@@ -17,8 +17,8 @@ FT runs two ways in tables 1 and 2, each reported: **local**, `frontier.track` w
 local heuristic alone (`heuristic=weighted` by default: TensorOpt's algorithm as
 published), and **anchored**, as `search=ft` runs it (`search_ft`'s steps, under
 mcmc.Settings whose deadline is `--ft-timeout` s, by default the pass's default timeout
-times its search share, 48 s): `cost_searches.ft_anchors` (the data-parallel and expert
-strategies where the cost graph expresses them, Spartan's greedy tiling, and the ILP's
+times its search share, 48 s): `cost_searches.ft_anchors` (each distinct baseline
+that applies, `soap_shard.baseline_plans`, where the cost graph expresses it, Spartan's greedy tiling, and the ILP's
 fastest strategy solved within `ANCHOR_SHARE` of the deadline), then
 `frontier.track(anchors=...)` with `FT_SHARE` of the time left: one more run per anchor,
 its heuristic eliminations following the anchor, the frontiers united. The anchored
@@ -46,10 +46,10 @@ whenever that anchor was solved: its distance from the ILP measures the anchor, 
    status and gap), both estimates, and the ILP's strategy re-simulated.
 2. **FlexFlow's models** (`SEARCH_MODELS` of `benchmarks/soap.py`: the zoo's shapes,
    CNN batches of 64, RNNs unrolled 4 steps) on `--devices` devices of `--machine`:
-   for mcmc (`--budget` proposals, `--timeout` s, seed 0, from data parallel, expert
+   for mcmc (`--budget` proposals, `--timeout` s, seed 0, from the baselines that apply
    and the greedy tiling as the pass starts it), ft-local and ft-anchored (each
    frontier's fastest point; points, heuristic eliminations, runs and exactness in the
-   note), greedy, ilp (`--ilp-timeout`), data parallel and expert: the strategy's
+   note), greedy, ilp (`--ilp-timeout`), each baseline: the strategy's
    simulated time and per-device peak memory, its estimate and the estimate's distance
    from the ILP's, and the search's own seconds (FT's tracking, with the anchors for
    ft-anchored, the tiling, the ILP solve, MCMC's whole search; not the cost graph's
@@ -125,9 +125,14 @@ from tasoc.passes.soap.cost_searches import (
     realize,
     search_ft,
 )
-from tasoc.passes.soap.plan import PlanError, Problem, complete
-from tasoc.passes.soap.soap_shard import BASELINES, SEARCH_SHARE, SoapShardPass, parse_mesh
-from tasoc.passes.soap.strategies import STRATEGIES
+from tasoc.passes.soap.plan import PlanError, Problem
+from tasoc.passes.soap.soap_shard import (
+    SEARCH_SHARE,
+    SoapShardPass,
+    baseline_plans,
+    distinct,
+    parse_mesh,
+)
 
 GIB = 2**30
 SEED = 0
@@ -241,7 +246,8 @@ def problem_of(step: ModuleOp, mesh: str | int) -> Problem:
 
 
 def baselines_of(problem: Problem) -> dict[str, Any]:
-    return {name: complete(problem, STRATEGIES[name](problem)) for name in BASELINES}
+    """The baselines that apply, each plan once, as the pass starts its searches."""
+    return distinct(baseline_plans(problem)[0])
 
 
 def settings_for(cluster: Machine, budget: int, timeout: float, **extra: Any) -> mcmc.Settings:
@@ -664,7 +670,7 @@ def flexflow_model(name: str, args: argparse.Namespace) -> FlexFlowModel:
             return
         found.rows.append(strategy_row(name, strategy, evaluated, seconds, note))
 
-    # mcmc from data parallel, expert and the greedy tiling, as the pass starts it
+    # mcmc from the baselines and the greedy tiling, as the pass starts it
     starts = {**baselines, "greedy": greedy_plan(problem, settings)[0]}
     outcome = mcmc.search(problem, starts, settings)
     stopped = f"{outcome.stopped.value}, {outcome.details.get('proposals', '?')} proposals"

@@ -747,16 +747,23 @@ def baseline_plans(problem: Problem) -> tuple[dict[str, Plan], dict[str, str]]:
     return plans, not_applying
 
 
+def distinct(baselines: Mapping[str, Plan]) -> dict[str, Plan]:
+    """`baselines` with each plan once, under the first name it has: the starts of a
+    search (one chain, or one FT anchor, per plan)."""
+    starts: dict[str, Plan] = {}
+    for origin, plan in baselines.items():
+        if all(plan is not other for other in starts.values()):
+            starts[origin] = plan
+    return starts
+
+
 def _search(
     name: str, problem: Problem, baselines: Mapping[str, Plan], settings: Settings
 ) -> SearchOutcome[Plan]:
     """Search `name` from the baselines, each distinct plan once (MCMC, alone or after
     the ILP, also from Spartan's tiling: one more chain's start, as the tiling is cheap
     and often close)."""
-    starts: dict[str, Plan] = {}
-    for origin, plan in baselines.items():
-        if all(plan is not other for other in starts.values()):
-            starts[origin] = plan
+    starts = distinct(baselines)
     if name in ("mcmc", "auto"):
         starts["greedy"] = greedy_plan(problem, settings)[0]
     return SEARCHES[name](problem, starts, settings)
