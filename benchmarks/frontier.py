@@ -18,8 +18,9 @@ local heuristic alone (`heuristic=weighted` by default: TensorOpt's algorithm as
 published), and **anchored**, as `search=ft` runs it (`search_ft`'s steps, under
 mcmc.Settings whose deadline is `--ft-timeout` s, by default the pass's default timeout
 times its search share, 48 s): `cost_searches.ft_anchors` (each distinct baseline
-that applies, `soap_shard.baseline_plans`, where the cost graph expresses it, Spartan's greedy tiling, and the ILP's
-fastest strategy solved within `ANCHOR_SHARE` of the deadline), then
+that applies, `soap_shard.baseline_plans`, where the cost graph expresses it, Spartan's
+greedy tiling, and the ILP's fastest strategy solved within `ANCHOR_SHARE` of the
+deadline), then
 `frontier.track(anchors=...)` with `FT_SHARE` of the time left: one more run per anchor,
 its heuristic eliminations following the anchor, the frontiers united. The anchored
 seconds include computing the anchors (the ILP solve among them), not the cost graph's
