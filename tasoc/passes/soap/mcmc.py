@@ -2,7 +2,8 @@
 thesis §3.5), priced by the execution simulator (`tasoc.sim`).
 
 A strategy is every op's configuration. The search starts from the plans it is given
-(data parallel, expert and, from the pass, Spartan's greedy tiling), every op
+(the practitioners' baselines that apply, each plan once, and, from the pass,
+Spartan's greedy tiling), every op
 replicated (one device's program on each: no communication at all, which wins on
 small steps where collectives' latency outweighs the compute they save) and a random
 strategy, one chain each, and proposes one change at a time: a random
@@ -21,7 +22,7 @@ or when its best has not improved for the second half of its proposals (§3.5.2:
 counted in proposals so that a seed gives one result whatever the machine's speed;
 only the timeout depends on the clock), and for at least `PATIENCE` proposals per
 alternative configuration. The search returns the best strategy any chain found:
-never worse than data parallel and expert, which are candidates.
+never worse than any baseline it was given, which are candidates.
 
 `SimulatedStrategy` (a strategy being edited op by op, and its simulated cost) and
 `Settings` are shared with `search=exhaustive` (`exhaustive.py`).
@@ -490,7 +491,7 @@ def _chain_progress(progress: Progress | None, done: int, best: float) -> Progre
 def search(
     problem: Problem, baselines: Mapping[str, Plan], settings: Settings
 ) -> SearchOutcome[Plan]:
-    """The best strategy chains from `baselines` (data parallel, expert) and a random
+    """The best strategy chains from `baselines` (data parallel and the others) and a random
     strategy find (see the module docstring)."""
     started = time.perf_counter()
     rng = random.Random(settings.seed)

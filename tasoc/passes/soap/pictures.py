@@ -11,7 +11,7 @@
   network ports as rows, tasks as bars coloured by kind (compute, all_reduce, ...):
   where the step waits on communication, and which device is the straggler.
 * `frontier_figure`: time against memory per device: FT's frontier (estimates) and
-  every compared strategy (searches, data parallel, expert), estimated on one panel
+  every compared strategy (searches, the baselines), estimated on one panel
   and simulated on the other, with the memory cap and the written plan marked.
 * `profile_figure`: the best simulated time and its memory at each device count.
 """

@@ -29,7 +29,8 @@ same). A user fixes an argument's sharding by hand with the argument attribute
 `parallel.sharding = #parallel.sharding<@mesh, ...>`; the plan keeps it.
 
 The report section says the strategy, mesh and machine, the simulated iteration time
-of the plan and of data parallel and expert (and the speedups), each op's
+of the plan and of every practitioner's baseline that applies (`BASELINES`; the
+others with why they do not) and the speedups, each op's
 configuration, the bytes each link carries, each device's memory, the search's
 figures (`passes/search.py`'s keys, proposals, acceptance rate, simulations per
 second, delta vs full simulation), the configurations chosen per op kind,
@@ -838,8 +839,9 @@ def _prediction(
 
 def _warnings(section: Mapping[str, Any], mesh: str) -> list[str]:
     """What the summary warns of: a written plan over each device's memory, one
-    simulated slower than a feasible baseline (`search=data-parallel` where expert is
-    faster), ops whose batch the mesh cannot split left replicated."""
+    simulated slower than the fastest feasible baseline (`search=data-parallel` where
+    megatron is faster), a named strategy that does not apply (data parallel written),
+    ops whose batch the mesh cannot split left replicated."""
     warnings = []
     if section["capacity"] > section["device_memory"]:
         warnings.append(
@@ -854,13 +856,9 @@ def _warnings(section: Mapping[str, Any], mesh: str) -> list[str]:
             f"({section['capacity_from']}): it cannot run there; search=auto finds one that "
             "fits, or place= swaps to fit"
         )
-    seconds, best, search = (
-        section["predicted_seconds"],
-        section["best_feasible_baseline"],
-        section["search"],
-    )
-    ratio = section["speedup_over_best_feasible"]
-    if best not in (None, search) and ratio < 1 - 1e-9:
+    seconds, search = section["predicted_seconds"], section["search"]
+    best, ratio = section["best_feasible_baseline"], section["speedup_over_best_feasible"]
+    if best not in (None, search) and ratio is not None and ratio < 1 - 1e-9:
         warnings.append(
             f"the written plan is slower than {best}: {format_seconds(seconds['plan'])} "
             f"against {format_seconds(seconds[best])} simulated ({format_speedup(ratio)}); "
