@@ -65,16 +65,18 @@ def test_each_baseline_runs_as_the_unsharded_reference(search: str, model: str, 
 
 
 def test_owt_splits_convolutions_by_batch_and_dense_layers_by_features() -> None:
-    """One weird trick: the convolution and pooling split the batch (the sample factor
-    n), the dense layer its output features (the parameter factor), so its weight
-    arrives split by columns."""
+    """One weird trick: the convolution and pooling split the batch (their sample factor
+    `n`), the dense layer its output features (its parameter factor `n`): the input
+    arrives split by samples, the convolution's weight whole, the dense layer's weight
+    split by columns."""
     _, section = shard(step(parse(CNN), loss="mse", optimizer="sgd", lr=0.1), mesh=2, search="owt")
     configs = section["op_configs"]
-    assert configs["graph.conv2d #0"] == "n=[d]"
-    assert configs["graph.pool2d #1"] == "n=[d]"
-    assert configs["graph.matmul #3"] == "n=[d]" and section["configs"]["matmul"]
+    assert configs["graph.conv2d #0"] == configs["graph.pool2d #1"] == "n=[d]"
+    assert configs["graph.matmul #3"] == "n=[d]"
     after, _ = shard(parse(CNN), mesh=2, search="owt")
-    assert argument_shardings(after)[2] == sharding((), ("d",))  # %v: by output features
+    x, w, v = argument_shardings(after)
+    assert x == sharding(("d",), (), (), ()) and w == sharding((), (), (), ())
+    assert v == sharding((), ("d",))
 
 
 def test_zero_splits_optimizer_state_and_updates_and_keeps_weights_replicated() -> None:
