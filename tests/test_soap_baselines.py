@@ -20,9 +20,12 @@ from tasoc.backends.arguments import random_inputs
 from tasoc.backends.jax.sharded import lower_sharded
 from tasoc.backends.numpy import run_reference
 from tasoc.driver.sources import build_zoo_model
+from tasoc.ir.dag import from_module
 from tasoc.ir.parallel import unsharded
 from tasoc.ir.program import entry_block, entry_function
-from tasoc.passes.soap.soap_shard import BASELINES
+from tasoc.ir.training import training_signature
+from tasoc.passes.soap.plan import Problem
+from tasoc.passes.soap.soap_shard import BASELINES, baseline_plans, parse_mesh
 from tasoc.verify.equivalence import compare
 
 DLRM = "dlrm?tables=3&rows=16&embed=4&dense=5&bottom_width=8&top_width=8&top_layers=2&batch=4"
@@ -172,3 +175,22 @@ def test_a_named_strategy_that_does_not_apply_writes_data_parallel_with_a_warnin
     _, reference = shard(parse(CNN), mesh=2, search="data-parallel")
     assert named["op_configs"] == reference["op_configs"]
     assert named["not_applying"][search].startswith(why)
+
+
+def problem_of(module: ModuleOp, mesh: int) -> Problem:
+    dag = from_module(module)
+    return Problem(dag, parse_mesh(mesh), training_signature(entry_function(module)), {})
+
+
+def test_expert_shares_owts_plan_without_recurrent_layers_and_adds_layer_groups_with() -> None:
+    """expert = owt + layer-wise: on a CNN the two prescribe alike and the pass keeps one
+    plan for both (simulated once, one chain); on two LSTM layers expert places them on
+    two device groups, and layer-wise needs a mesh that makes two (3 devices do not)."""
+    cnn, _ = baseline_plans(problem_of(step(parse(CNN), loss="mse"), 2))
+    assert cnn["expert"] is cnn["owt"]
+    rnn = build_zoo_model("rnn?layers=2&hidden=8&seq=3&batch=4&train=sgd")
+    plans, not_applying = baseline_plans(problem_of(rnn, 4))
+    assert plans["expert"] is not plans["owt"] and len(plans["expert"].meshes) == 2
+    assert "layer-wise" in plans and "layer-wise" not in not_applying
+    _, on_three = baseline_plans(problem_of(rnn, 3))
+    assert "makes no two groups" in on_three["layer-wise"]
