@@ -12,6 +12,10 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.parser import Parser
 
 from tasoc.driver.sources import make_context, verify_module
+from tasoc.ir.graph import sig_of
+from tasoc.ir.parallel import CollectiveOp, sharding_of
+from tasoc.ir.program import entry_block, entry_function
+from tasoc.ir.soap import Sharding
 from tasoc.passes.autodiff import AutodiffPass
 from tasoc.passes.report import RunReport, reporting
 from tasoc.passes.soap import SoapShardPass
@@ -50,3 +54,16 @@ def assert_runs_as_the_reference(module: ModuleOp, folder: Path, devices: int) -
     )
     assert run.returncode == 0, run.stderr
     assert "equivalent to the numpy reference" in run.stdout + run.stderr
+
+
+def argument_shardings(module: ModuleOp) -> list[Sharding | None]:
+    return [sharding_of(sig_of(arg.type)) for arg in entry_block(entry_function(module)).args]
+
+
+def collectives(module: ModuleOp) -> list[CollectiveOp]:
+    return [op for op in module.walk() if isinstance(op, CollectiveOp)]
+
+
+def sharding(*dims: tuple[str, ...], unreduced: tuple[str, ...] = ()) -> Sharding:
+    """A layout on the `mesh` the pass adds: axes per dim, and partial sums' axes."""
+    return Sharding("mesh", tuple(dims), unreduced)

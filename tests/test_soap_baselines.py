@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 from conftest import Result
+from soap_helpers import argument_shardings, collectives, parse, shard, sharding, step
 from soap_programs import CNN, MLP
-from test_soap_shard import argument_shardings, collectives, parse, shard, sharding, step
 from xdsl.dialects.builtin import ModuleOp
 
 from tasoc.backends.arguments import random_inputs
@@ -44,7 +44,7 @@ func.func @main(%x: tensor<4x3x8x8xf32>, %w: tensor<4x3x3x3xf32> {graph.param},
 """Two convolutions: no dense layer, so of the baselines only data parallel and zero apply."""
 
 
-def assert_runs_as_the_reference(module: ModuleOp) -> None:
+def assert_matches_the_reference(module: ModuleOp) -> None:
     """The sharded program, run on this process's fake JAX devices, equals the numpy
     reference of its unsharded equal on the same random inputs."""
     inputs = random_inputs(module, 0)
@@ -64,7 +64,7 @@ def assert_runs_as_the_reference(module: ModuleOp) -> None:
 def test_each_baseline_runs_as_the_unsharded_reference(search: str, model: str, mesh: int) -> None:
     after, section = shard(build_zoo_model(model), mesh=mesh, search=search)
     assert search in section["baselines"] and not section["notes"]
-    assert_runs_as_the_reference(after)
+    assert_matches_the_reference(after)
 
 
 def test_owt_splits_convolutions_by_batch_and_dense_layers_by_features() -> None:

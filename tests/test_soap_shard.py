@@ -11,7 +11,15 @@ from typing import Any
 
 import pytest
 from conftest import Result, assert_one_line_error
-from soap_helpers import assert_runs_as_the_reference, parse, shard, step
+from soap_helpers import (
+    argument_shardings,
+    assert_runs_as_the_reference,
+    collectives,
+    parse,
+    shard,
+    sharding,
+    step,
+)
 from soap_programs import CNN, MLP
 from xdsl.dialects.builtin import ModuleOp
 
@@ -21,7 +29,7 @@ from tasoc.cost.machines import machine
 from tasoc.driver.sources import build_zoo_model, make_context, verify_module
 from tasoc.ir import dag as dag_module
 from tasoc.ir.graph import sig_of
-from tasoc.ir.parallel import CollectiveOp, MeshOp, sharding_of, unsharded
+from tasoc.ir.parallel import MeshOp, sharding_of, unsharded
 from tasoc.ir.program import entry_block, entry_function
 from tasoc.ir.shard_plan import write_sharded
 from tasoc.ir.soap import Mesh, Sharding
@@ -44,20 +52,8 @@ func.func @main(%x: tensor<6x3x8x8xf32>, %w: tensor<4x3x3x3xf32> {graph.param})
 """
 
 
-def argument_shardings(module: ModuleOp) -> list[Sharding | None]:
-    return [sharding_of(sig_of(arg.type)) for arg in entry_block(entry_function(module)).args]
-
-
 def result_shardings(module: ModuleOp) -> list[Sharding | None]:
     return [sharding_of(sig_of(t)) for t in entry_function(module).function_type.outputs.data]
-
-
-def collectives(module: ModuleOp) -> list[CollectiveOp]:
-    return [op for op in module.walk() if isinstance(op, CollectiveOp)]
-
-
-def sharding(*dims: tuple[str, ...], unreduced: tuple[str, ...] = ()) -> Sharding:
-    return Sharding("mesh", tuple(dims), unreduced)
 
 
 def with_hint(program: str, hint: str) -> str:
