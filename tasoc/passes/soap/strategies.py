@@ -250,7 +250,7 @@ def megatron(problem: Problem) -> Prescription:
     pairs = 0
     for node in problem.dag.ops:
         after_column = any(split_features.get(value.node, False) for value in node.inputs)
-        if node not in on_batch or node.op != "matmul" or not _is_weight(problem, node.inputs[1]):
+        if node not in on_batch or _dense(problem, node) is None:
             split_features[node] = after_column and node in on_batch
             continue
         kind, what = (
