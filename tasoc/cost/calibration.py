@@ -74,6 +74,10 @@ QUICK = Sizes(
 """`--quick`: the same measurements at small sizes, numbers only roughly right."""
 
 
+COLLECTIVE_CALLS = 10
+"""Calls per sample of a collective: fixed, since every process must make as many."""
+
+
 @dataclass(frozen=True)
 class CollectiveSample:
     """One collective measured: its kind, the bytes of its operand on each device, the
@@ -95,11 +99,13 @@ def _floor_call(samples: int) -> float:
     return median_call(lambda: jax.block_until_ready(add(x)), samples)
 
 
-def _seconds_of(fn: Callable[..., Any], args: Sequence[Any], samples: int) -> float:
+def _seconds_of(
+    fn: Callable[..., Any], args: Sequence[Any], samples: int, calls: int | None = None
+) -> float:
     import jax
 
     jitted = jax.jit(fn)
-    return median_call(lambda: jax.block_until_ready(jitted(*args)), samples)
+    return median_call(lambda: jax.block_until_ready(jitted(*args)), samples, calls)
 
 
 def matmul_flops(n: int, samples: int) -> float:
@@ -185,7 +191,10 @@ def collective_samples(
         )
         seconds = {
             name: _seconds_of(
-                jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=spec), (x,), samples
+                jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=spec),
+                (x,),
+                samples,
+                COLLECTIVE_CALLS,
             )
             for name, body in programs.items()
         }

@@ -120,14 +120,18 @@ def measure(node: Node, running: int, make: int, samples: int = DEFAULT_SAMPLES)
         return median_call(lambda: jax.block_until_ready(program(*args)), samples)
 
 
-def median_call(call: Callable[[], object], samples: int) -> float:
+def median_call(call: Callable[[], object], samples: int, calls: int | None = None) -> float:
     """Median over `samples` of the mean seconds of `call`, each sample repeating it
-    until it lasts `_MIN_SAMPLE_S`, after one call that compiles and one that warms."""
+    `calls` times, by default until it lasts `_MIN_SAMPLE_S`, after one call that
+    compiles and one that warms. (Processes running a collective together must give
+    `calls`: each would count its own, and one would wait for calls the others never
+    make.)"""
     call()
     start = time.perf_counter()
     call()
     warm = max(time.perf_counter() - start, 1e-9)
-    calls = max(1, min(1000, math.ceil(_MIN_SAMPLE_S / warm)))
+    if calls is None:
+        calls = max(1, min(1000, math.ceil(_MIN_SAMPLE_S / warm)))
     times = []
     for _ in range(samples):
         start = time.perf_counter()

@@ -196,12 +196,14 @@ def _calibrate(args: argparse.Namespace, sizes: Sizes, coordinator: str | None) 
         assert coordinator is not None
         got.inter = _inter_samples(args, coordinator)
 
+    # The processes first: they are what most often fails (a port, a peer), and then
+    # nothing else need be measured.
     steps: list[tuple[str, Callable[[], None]]] = [
+        *([("inter", inter)] if coordinator is not None else []),
         ("devices", make_devices),
         ("device", device),
         ("host", host),
         *([("intra", intra)] if devices > 1 else []),
-        *([("inter", inter)] if coordinator is not None else []),
     ]
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     with progress_bar("calibrating", unit="measurement", total=len(steps)) as update:
