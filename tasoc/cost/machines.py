@@ -130,19 +130,17 @@ class Machine:
 
     def op_seconds(self, local: Node, running: int = 1) -> float:
         """Seconds one device takes for `local` (an op at the local shapes of the shard
-        it holds) while `running` of the machine's devices run ops at once, plus one
-        kernel launch: the roofline of one kernel on `device` (analytic pricing: no
-        fusion, as FlexFlow prices each op's task on its own; `running` changes
-        nothing), or the measured table's entry (measured pricing: this host's devices
+        it holds) while `running` of the machine's devices run ops at once: the roofline
+        of one kernel on `device` plus one launch (analytic pricing: no fusion, as
+        FlexFlow prices each op's task on its own; `running` changes nothing), or the
+        measured table's entry, launch included (measured pricing: this host's devices
         share its cores, so `running` matters; every device of a `local` machine,
         processes included, is on this host)."""
         if self.pricing == "measured":
             from tasoc.cost.op_table import shared_table
 
-            kernel = shared_table().seconds(local, running, self.size)
-        else:
-            kernel = roofline(local, -1, False, self.device)
-        return kernel + self.device.launch_overhead_s
+            return shared_table().seconds(local, running, self.size)
+        return roofline(local, -1, False, self.device) + self.device.launch_overhead_s
 
     def node(self, device: int) -> int:
         """The node `device` is on (devices are numbered node-major)."""

@@ -1,5 +1,5 @@
-"""The measured op table: what one op takes on this host's XLA:CPU devices, when
-several of them run it at once.
+"""The measured op table: what one op adds to a step on this host's XLA:CPU devices,
+when several of them run it at once.
 
 A sharded step runs every op on all devices of its mesh at the same moment, and this
 host's fake CPU devices (`jax_num_cpu_devices`, or one per `jax.distributed` process
@@ -7,19 +7,26 @@ on localhost) share its cores: on a 2-core machine one device alone gets both co
 two devices running together get one each. So an op's time depends on its
 configuration (op, attributes, local operand and result types: TASO's observation,
 `tasoc.cost.measured`) *and* on how many devices run at once, and the table keys its
-entries by both (`table_key`). An entry is measured the way the step runs it: the op
-inside a `shard_map` over that many devices, every device applying it to a block of
-the local shapes, jitted; a sample is the mean of enough blocked calls to last
-`_MIN_SAMPLE_S`, an entry the median of `samples` samples.
+entries by both (`table_key`).
 
-A call's time includes JAX's dispatch of a jitted program over that many devices,
-which a whole step pays once, not per op: the
-smallest such program (`measured.floor_node`, measured and cached like any entry) is subtracted,
-so `OpTable.seconds` is the kernel alone. The table is lazy, measuring an entry on
-first use, and caches on disk in `ops-<device>.json` under `cache_dir()`
-(`measured.TimingFile`: per JAX version, written atomically). Machines priced with it
-(`Machine.pricing == "measured"`, the `local` machine `tasoc machine calibrate`
-writes) read one table per cache directory (`shared_table`).
+An entry is measured the way a step pays for the op: inside a jitted program, inside
+a `shard_map` over that many devices, every device applying it to blocks of the local
+shapes. One call of a one-op program is mostly JAX's dispatch (on our 2-core VM, some
+140 us over two devices, against a few microseconds for a small op), and subtracting
+a separately measured floor left the noise of two large numbers; so `measure` times
+a program applying the op to `copies_of(node)` sets of operands of its own (which XLA
+can neither share nor fuse) against one applying it once, and takes the difference
+per extra application: the op's kernel and its launch inside a compiled program, the
+dispatch cancelled. The two programs are timed in turns, a sample of each per round
+(the mean of enough blocked calls to last `_MIN_SAMPLE_S`), and an entry is the
+median over `samples` rounds of their difference, so a spell of load from elsewhere
+hits both sides of a difference.
+
+The table is lazy, measuring an entry on first use, and caches on disk in
+`ops-<device>.json` under `cache_dir()` (`measured.TimingFile`: per JAX version,
+written atomically). Machines priced with it (`Machine.pricing == "measured"`, the
+`local` machine `tasoc machine calibrate` writes) read one table per cache directory
+(`shared_table`).
 
 Measuring needs as many JAX CPU devices as run at once: when JAX's backends are not
 up yet, the table makes as many as the machine has; when they are up with fewer, a
@@ -33,18 +40,25 @@ import math
 import os
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
-from tasoc.cost.measured import TimingFile, cache_dir, floor_node, one_op_dag, op_key
+from tasoc.cost.measured import TimingFile, cache_dir, one_op_dag, op_key
 from tasoc.cost.model import CostError
 from tasoc.ir.dag import Node, to_module
+from tasoc.ir.memory import tensor_bytes
 
-_MIN_SAMPLE_S = 0.005
+_MIN_SAMPLE_S = 0.01
 """A sample repeats a fast call until it lasts this long, so timer resolution stays
 small against it; short, since a search may meet a hundred new entries."""
 
-DEFAULT_SAMPLES = 5
+DEFAULT_SAMPLES = 7
+
+MAX_COPIES = 64
+COPIES_BYTES = 2**20
+"""`measure` times up to `MAX_COPIES` applications of an op in one program, as many
+as keep their operands and results within `COPIES_BYTES` per device."""
 
 
 def device_name() -> str:
@@ -84,9 +98,33 @@ def cpu_devices(count: int, make: int) -> list:  # type: ignore[type-arg]
 
 
 def measure(node: Node, running: int, make: int, samples: int = DEFAULT_SAMPLES) -> float:
-    """Median seconds of one jitted call in which each of `running` CPU devices applies
-    `node`'s op to operands of its types at once (`shard_map`); `make` devices are made
-    when JAX has not started (`cpu_devices`)."""
+    """Seconds one more application of `node`'s op adds to a jitted program in which
+    each of `running` CPU devices applies it at once (`shard_map`): a program applying
+    it to `copies_of(node)` sets of operands of its types against one applying it once,
+    timed in turns (so a spell of load hits both), the median of the rounds'
+    differences per extra application; `make` devices are made when JAX has not started
+    (`cpu_devices`)."""
+    devices = cpu_devices(running, make)
+    copies = copies_of(node)
+    many, once = (_program(node, devices, n) for n in (copies, 1))
+    calls = [_calls_per_sample(call) for call in (many, once)]
+    differences = []
+    for _ in range(samples):
+        seconds = [_sample(call, count) for call, count in zip((many, once), calls, strict=True)]
+        differences.append(seconds[0] - seconds[1])
+    return max(statistics.median(differences), 0.0) / (copies - 1)
+
+
+def copies_of(node: Node) -> int:
+    """How many applications `measure` times together: `MAX_COPIES`, fewer when their
+    operands and results would pass `COPIES_BYTES`, never fewer than two."""
+    nbytes = sum(tensor_bytes(value.sig) for value in (*node.inputs, *node.results))
+    return max(2, min(MAX_COPIES, COPIES_BYTES // max(nbytes, 1)))
+
+
+def _program(node: Node, devices: Sequence[Any], copies: int) -> Callable[[], object]:
+    """A call of the program applying `node` `copies` times on every one of `devices` at
+    once, its arguments in place, waiting for its results."""
     import jax
     import numpy as np
     from jax.sharding import NamedSharding, PartitionSpec
@@ -95,8 +133,7 @@ def measure(node: Node, running: int, make: int, samples: int = DEFAULT_SAMPLES)
     from tasoc.backends.jax import lower
     from tasoc.backends.jax.lowering import host_argument
 
-    devices = cpu_devices(running, make)
-    module = to_module(one_op_dag(node))
+    module = to_module(one_op_dag(node, copies))
     one = lower(module)
     mesh = jax.sharding.Mesh(np.array(devices), ("d",))
     spec = PartitionSpec("d")
@@ -113,11 +150,16 @@ def measure(node: Node, running: int, make: int, samples: int = DEFAULT_SAMPLES)
     with one.precision():
         args = [
             jax.device_put(
-                np.stack([host_argument(info, value)] * running), NamedSharding(mesh, spec)
+                np.stack([host_argument(info, value)] * len(devices)), NamedSharding(mesh, spec)
             )
             for info, value in zip(one.arg_infos, random_inputs(module), strict=True)
         ]
-        return median_call(lambda: jax.block_until_ready(program(*args)), samples)
+
+    def call() -> object:
+        with one.precision():
+            return jax.block_until_ready(program(*args))
+
+    return call
 
 
 def median_call(call: Callable[[], object], samples: int, calls: int | None = None) -> float:
@@ -126,25 +168,31 @@ def median_call(call: Callable[[], object], samples: int, calls: int | None = No
     compiles and one that warms. (Processes running a collective together must give
     `calls`: each would count its own, and one would wait for calls the others never
     make.)"""
+    counted = _calls_per_sample(call)
+    return statistics.median(_sample(call, calls or counted) for _ in range(samples))
+
+
+def _calls_per_sample(call: Callable[[], object]) -> int:
+    """Calls that make a sample last `_MIN_SAMPLE_S`, counted on a call after one that
+    compiles."""
     call()
     start = time.perf_counter()
     call()
     warm = max(time.perf_counter() - start, 1e-9)
-    if calls is None:
-        calls = max(1, min(1000, math.ceil(_MIN_SAMPLE_S / warm)))
-    times = []
-    for _ in range(samples):
-        start = time.perf_counter()
-        for _ in range(calls):
-            call()
-        times.append((time.perf_counter() - start) / calls)
-    return statistics.median(times)
+    return max(1, min(1000, math.ceil(_MIN_SAMPLE_S / warm)))
+
+
+def _sample(call: Callable[[], object], calls: int) -> float:
+    """Mean seconds of `calls` calls."""
+    start = time.perf_counter()
+    for _ in range(calls):
+        call()
+    return (time.perf_counter() - start) / calls
 
 
 class OpTable:
     """Seconds of ops on this host's CPU devices, measured lazily, cached on disk
-    (module docstring). `seconds(node, running)` is the kernel alone: the call's
-    dispatch floor over as many devices subtracted, never below zero."""
+    (module docstring)."""
 
     def __init__(
         self, directory: str | os.PathLike[str] | None = None, samples: int = DEFAULT_SAMPLES
@@ -156,15 +204,11 @@ class OpTable:
         self._seconds = self._file.load()
 
     def seconds(self, node: Node, running: int = 1, make: int = 1) -> float:
-        """Kernel seconds of `node` (an op at the local shapes one device holds) while
-        `running` devices run it at once; `make` devices are made if JAX has not started
-        (a machine's size, so that later lookups with more devices running find them)."""
-        floor = self.raw(floor_node(), running, make)
-        return max(self.raw(node, running, make) - floor, 0.0)
-
-    def raw(self, node: Node, running: int, make: int = 1) -> float:
-        """The call's measured seconds, dispatch included: cached, else measured now and
-        written to the cache file."""
+        """Seconds `node` (an op at the local shapes one device holds) adds to a jitted
+        program while `running` devices run it at once: cached, else measured now
+        (`measure`) and written to the cache file. `make` devices are made if JAX has not
+        started (a machine's size, so that later lookups with more devices running find
+        them)."""
         key = table_key(node, running)
         seconds = self._seconds.get(key)
         if seconds is None:
