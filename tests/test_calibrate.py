@@ -19,6 +19,7 @@ from conftest import Result, assert_one_line_error
 from test_sim_parallel import TINY, training_plan
 
 from tasoc.cost import op_table
+from tasoc.cost.analytic import roofline
 from tasoc.cost.calibration import CollectiveSample, fit_collectives, fit_host
 from tasoc.cost.devices import CPU
 from tasoc.cost.machines import (
@@ -36,7 +37,7 @@ from tasoc.cost.op_table import MAX_COPIES, OpTable, copies_of, table_key
 from tasoc.driver import distributed
 from tasoc.ir.dag import Node
 from tasoc.ir.shapes import DType, TensorSig
-from tasoc.sim.parallel import local_node
+from tasoc.sim.parallel import fused_operands, local_node
 
 X = TensorSig((4, 8), DType.F32)
 W = TensorSig((8, 2), DType.F32)
@@ -142,7 +143,10 @@ def test_the_simulator_prices_ops_from_the_measured_table(
     monkeypatch.setenv("TASOC_CACHE_DIR", str(tmp_path))
     planned = training_plan(TINY, "2", "data-parallel")
     priced = _measured(cpu_machine(2))
-    expected: dict[str, float] = {}
+    fused = fused_operands(planned.dag)
+    assert fused  # the step has ops XLA fuses into their producers: priced as fused
+    table: dict[str, float] = {}
+    expected = []
     for node in planned.dag.ops:
         if not node.inputs:
             continue
@@ -155,21 +159,34 @@ def test_the_simulator_prices_ops_from_the_measured_table(
             TensorSig(planned.plan.values[v].local_shape(v.sig.shape, mesh), v.sig.dtype)
             for v in node.results
         ]
-        expected[table_key(local_node(node, local_in, local_out), 2)] = 1e-3 * (len(expected) + 1)
-    _write_table(tmp_path, expected)
+        local = local_node(node, local_in, local_out)
+        seconds = table[table_key(local, 2)] = 1e-3 * (len(table) + 1)
+        if node in fused:
+            share = roofline(local, fused[node], False, CPU) / roofline(local, -1, False, CPU)
+            seconds *= share
+        expected.append(seconds)
+    _write_table(tmp_path, table)
     asked = _no_measuring(monkeypatch)
     step = planned.step(priced, collapse=False)
     durations = sorted(
         step.graph[i].duration for i in step.graph.ids() if step.graph[i].resource == ("device", 0)
     )
     assert asked == []  # every entry came from the hand-written file
-    assert durations == sorted(expected.values())
+    assert durations == pytest.approx(sorted(expected))
     analytic = planned.step(cpu_machine(2), collapse=False)
     assert sorted(
         analytic.graph[i].duration
         for i in analytic.graph.ids()
         if analytic.graph[i].resource == ("device", 0)
     ) != pytest.approx(durations)
+
+
+def test_a_fused_op_launches_nothing_and_skips_its_producers_operand() -> None:
+    add = Node("add", [Node.arg(0, "x", X).out, Node.arg(1, "y", X).out])
+    cpu = cpu_machine(1)
+    assert cpu.op_seconds(add) == roofline(add, -1, False, CPU) + CPU.launch_overhead_s
+    assert cpu.op_seconds(add, fused=0) == roofline(add, 0, False, CPU)
+    assert cpu.op_seconds(add, fused=0) < cpu.op_seconds(add)
 
 
 def test_analytic_machines_price_alike_however_many_devices_run() -> None:

@@ -128,19 +128,30 @@ class Machine:
         """How many devices the machine has."""
         return self.nodes * self.devices_per_node
 
-    def op_seconds(self, local: Node, running: int = 1) -> float:
+    def op_seconds(self, local: Node, running: int = 1, fused: int = -1) -> float:
         """Seconds one device takes for `local` (an op at the local shapes of the shard
-        it holds) while `running` of the machine's devices run ops at once: the roofline
-        of one kernel on `device` plus one launch (analytic pricing: no fusion, as
-        FlexFlow prices each op's task on its own; `running` changes nothing), or the
-        measured table's entry, launch included (measured pricing: this host's devices
-        share its cores, so `running` matters; every device of a `local` machine,
-        processes included, is on this host)."""
+        it holds) while `running` of the machine's devices run ops at once.
+
+        Analytic pricing: the roofline of one kernel on `device` plus one launch
+        (`running` changes nothing). Measured pricing: the measured table's entry,
+        launch included (this host's devices share its cores, so `running` matters;
+        every device of a `local` machine, processes included, is on this host).
+        `fused` >= 0 says the op joins the kernel of its operand `fused`'s producer
+        (`tasoc.cost.fusion`): it launches nothing and does not read that operand from
+        memory, so its time is the roofline of that fused variant, or the measured
+        entry scaled by the fused variant's roofline over the op's own (as
+        `MeasuredCost` scales a measured op)."""
+        alone = roofline(local, -1, False, self.device)
         if self.pricing == "measured":
             from tasoc.cost.op_table import shared_table
 
-            return shared_table().seconds(local, running, self.size)
-        return roofline(local, -1, False, self.device) + self.device.launch_overhead_s
+            seconds = shared_table().seconds(local, running, self.size)
+            if fused < 0 or not alone:
+                return seconds
+            return seconds * roofline(local, fused, False, self.device) / alone
+        if fused >= 0:
+            return roofline(local, fused, False, self.device)
+        return alone + self.device.launch_overhead_s
 
     def node(self, device: int) -> int:
         """The node `device` is on (devices are numbered node-major)."""

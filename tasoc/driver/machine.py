@@ -256,7 +256,9 @@ def _machine(
         )
         sources.append(_link_source("inter", inter, sizes.collective_bytes, how))
     sources += [
-        _link_source("host", host, sizes.host_bytes, "jax.device_put and the copy back"),
+        _link_source(
+            "host", host, sizes.host_bytes, "jax.device_put and the copy back", "per copy"
+        ),
         'ops: priced with the measured op table of this host (pricing = "measured", '
         f"ops-{device_name()}.json in the cache directory, each op measured on first use)",
     ]
@@ -273,10 +275,12 @@ def _machine(
     )
 
 
-def _link_source(name: str, link: Link, sizes: Sequence[int], how: str) -> str:
+def _link_source(
+    name: str, link: Link, sizes: Sequence[int], how: str, per: str = "per device"
+) -> str:
     shown = ", ".join(f"{n / 1024:g} KiB" for n in sizes)
     return (
-        f"{name}: {how} of {shown} per device, less the same program without it, fitted "
+        f"{name}: {how} of {shown} {per}, less the same without it, fitted "
         f"to the simulator's model: {link.bandwidth / 1e9:.3g} GB/s, "
         f"{link.latency_s * 1e6:.3g} us latency"
     )

@@ -61,6 +61,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
 from tasoc.cost.devices import Device
+from tasoc.cost.fusion import plan_fusion
 from tasoc.cost.machines import Machine, MachineError
 from tasoc.ir import dag as dag_module
 from tasoc.ir import soap
@@ -95,11 +96,14 @@ def shard_seconds(
     local_results: Sequence[TensorSig],
     machine: Machine,
     running: int,
+    fused: int = -1,
 ) -> float:
     """Seconds one device of `machine` takes for the `graph` op `op` with its (global)
     attributes `attrs` at these local shapes, while `running` devices run at once, as
-    the machine prices ops (`Machine.op_seconds`: the roofline, or measured)."""
-    return machine.op_seconds(_local_op(op, attrs, local_inputs, local_results), running)
+    the machine prices ops (`Machine.op_seconds`: the roofline, or measured; `fused`
+    the operand whose producer's kernel it joins, -1 for none)."""
+    local = _local_op(op, attrs, local_inputs, local_results)
+    return machine.op_seconds(local, running, fused)
 
 
 @dataclass(frozen=True)
@@ -107,10 +111,15 @@ class MachineOpCost:
     """The `OpCost` of `machine`'s own pricing (`shard_seconds`), with `running` of its
     devices running at once: what a step, a cost graph and a device view price ops with
     unless told otherwise, so that every search prices a shard alike. Hashable by value,
-    so `_priced` shares its entries between steps on one machine."""
+    so `_priced` shares its entries between steps on one machine.
+
+    With `fused_in`, an op that XLA's fusion (`tasoc.cost.fusion.plan_fusion` of that
+    program) puts in its producer's kernel is priced as fused (`Machine.op_seconds`);
+    `machine_op_cost` gives it to measured machines only (why there)."""
 
     machine: Machine
     running: int
+    fused_in: Dag | None = None
 
     def __call__(
         self,
@@ -119,9 +128,28 @@ class MachineOpCost:
         local_results: Sequence[TensorSig],
         device: Device,
     ) -> float:
+        fused = -1 if self.fused_in is None else fused_operands(self.fused_in).get(node, -1)
         return shard_seconds(
-            node.op, node.attrs, local_inputs, local_results, self.machine, self.running
+            node.op, node.attrs, local_inputs, local_results, self.machine, self.running, fused
         )
+
+
+def machine_op_cost(machine: Machine, running: int, dag: Dag) -> MachineOpCost:
+    """How `dag`'s ops are priced on `machine` with `running` devices at once: fused as
+    XLA fuses them on a measured machine, whose table times each op as a kernel of its
+    own with its operands and results in memory (a step's reshapes, transposes and
+    element-wise ops mostly vanish into their producers' kernels); each op its own
+    kernel on an analytic one, as FlexFlow prices each op's task (and every preset's
+    plans stay as they were)."""
+    return MachineOpCost(machine, running, dag if machine.pricing == "measured" else None)
+
+
+@functools.lru_cache(maxsize=16)
+def fused_operands(dag: Dag) -> dict[Node, int]:
+    """Each op of `dag` that joins its producer's kernel, and the operand that producer
+    makes (`plan_fusion`, weights not folded: a training step updates them)."""
+    plan = plan_fusion(dag, fold_weights=False)
+    return {node: at for node, at in zip(plan.ops, plan.fused, strict=True) if at >= 0}
 
 
 def local_node(
@@ -259,9 +287,9 @@ class ShardedStep:
         self.dag, self.plan, self.machine = dag, plan, machine
         self.meshes = {m.name: m for m in (plan.meshes or (mesh,))}  # type: ignore[union-attr]
         running = len({d for group in self.meshes.values() for d in group.device_ids})
-        self.op_cost: OpCost = op_cost or MachineOpCost(machine, running)
+        self.op_cost: OpCost = op_cost or machine_op_cost(machine, running, dag)
         """How ops are priced: the machine's own pricing with every device of the step
-        running at once (`MachineOpCost`), unless given."""
+        running at once (`machine_op_cost`), unless given."""
         for group in self.meshes.values():
             if max(group.device_ids) >= machine.size:
                 raise MachineError(

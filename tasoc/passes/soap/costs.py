@@ -6,7 +6,7 @@ Nodes are the choices a strategy makes on one mesh:
 
 * each op with operands: its SOAP configurations (`soap.configurations`). An
   option's time is eq. 1's t = t_c + t_s: the op's cost on one device at its local
-  shapes as the machine prices it (`sim.parallel.MachineOpCost`, what the simulator
+  shapes as the machine prices it (`sim.parallel.machine_op_cost`, what the simulator
   charges), plus the
   all-reduce of its statistics when it splits a synced factor (batchnorm's batch),
   plus completing the partial sums of a program result it leaves unreduced. Its
@@ -55,7 +55,7 @@ from tasoc.ir.soap import Config, Mesh, Sharding, ShardingError
 from tasoc.passes.soap.cost_graph import Choice, CostEdge, CostGraph, CostNode
 from tasoc.passes.soap.mcmc import configurations
 from tasoc.passes.soap.plan import Prescription, Problem, operand_layouts, result_layouts
-from tasoc.sim.parallel import MachineOpCost, axis_groups, shard_bytes
+from tasoc.sim.parallel import axis_groups, machine_op_cost, shard_bytes
 
 Option = Config | Sharding
 """An op node's option is a configuration, an argument node's a layout."""
@@ -121,7 +121,7 @@ def build(problem: Problem, machine: Machine) -> CostModel:
 class _Builder:
     def __init__(self, problem: Problem, machine: Machine) -> None:
         self.problem, self.machine, self.mesh = problem, machine, problem.mesh
-        self.op_cost = MachineOpCost(machine, problem.mesh.size)
+        self.op_cost = machine_op_cost(machine, problem.mesh.size, problem.dag)
         self.dag = problem.dag
         self.consumers = self.dag.consumers()
         self.index: dict[Node, int] = {}
