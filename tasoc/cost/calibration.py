@@ -38,7 +38,7 @@ from tasoc.cost.machines import (
     LinkKind,
     Machine,
 )
-from tasoc.cost.op_table import median_call
+from tasoc.cost.op_table import median_call, median_difference
 
 MiB = 2**20
 
@@ -99,13 +99,11 @@ def _floor_call(samples: int) -> float:
     return median_call(lambda: jax.block_until_ready(add(x)), samples)
 
 
-def _seconds_of(
-    fn: Callable[..., Any], args: Sequence[Any], samples: int, calls: int | None = None
-) -> float:
+def _seconds_of(fn: Callable[..., Any], args: Sequence[Any], samples: int) -> float:
     import jax
 
     jitted = jax.jit(fn)
-    return median_call(lambda: jax.block_until_ready(jitted(*args)), samples, calls)
+    return median_call(lambda: jax.block_until_ready(jitted(*args)), samples)
 
 
 def matmul_flops(n: int, samples: int) -> float:
@@ -169,42 +167,43 @@ def collective_samples(
     devices: Sequence[Any], sizes: Sequence[int], samples: int
 ) -> list[CollectiveSample]:
     """`all_reduce` and `all_gather` over `devices` (one axis, `shard_map`) of each size
-    of operand per device: the median call less that of a program adding one to the
-    same block. Works across `jax.distributed` processes too (`devices` global)."""
+    of operand per device: the median difference to a program adding one to the same
+    block, sampled in turns (`median_difference`). The first size is measured twice
+    and the first time dropped: a process's first collectives set up their rendezvous
+    (some 250 us more on our VM). Works across `jax.distributed` processes too
+    (`devices` global; every process makes `COLLECTIVE_CALLS` calls per sample)."""
     import jax
     from jax.sharding import NamedSharding, PartitionSpec
 
     mesh = jax.sharding.Mesh(np.array(devices), ("d",))
     spec = PartitionSpec("d")
-    programs: dict[str, Callable[[Any], Any]] = {
-        "base": lambda block: block + 1,
+    collectives: dict[CollectiveKind, Callable[[Any], Any]] = {
         "all_reduce": lambda block: jax.lax.psum(block, "d") + 1,
         "all_gather": lambda block: jax.lax.all_gather(block, "d", tiled=True) + 1,
     }
     count = len(devices)
     found = []
-    for nbytes in sizes:
+    for nbytes in (sizes[0], *sizes):
         length = max(nbytes // 4, 1)
         data = np.ones((count * length,), np.float32)
         x = jax.make_array_from_callback(
             data.shape, NamedSharding(mesh, spec), lambda index, d=data: d[index]
         )
-        seconds = {
-            name: _seconds_of(
-                jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=spec),
-                (x,),
-                samples,
-                COLLECTIVE_CALLS,
-            )
-            for name, body in programs.items()
-        }
-        for kind in ("all_reduce", "all_gather"):
-            found.append(
-                CollectiveSample(
-                    kind, length * 4, count, _positive(seconds[kind] - seconds["base"])
-                )  # type: ignore[arg-type]
-            )
-    return found
+        base = _call_of(lambda block: block + 1, mesh, x)
+        for kind, body in collectives.items():
+            seconds = median_difference(_call_of(body, mesh, x), base, samples, COLLECTIVE_CALLS)
+            found.append(CollectiveSample(kind, length * 4, count, _positive(seconds)))
+    return found[len(collectives) :]
+
+
+def _call_of(body: Callable[[Any], Any], mesh: Any, x: Any) -> Callable[[], object]:
+    """A call of `body` under `shard_map` over `mesh`'s one axis, on `x`, waited for."""
+    import jax
+    from jax.sharding import PartitionSpec
+
+    spec = PartitionSpec("d")
+    program = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=spec))
+    return lambda: jax.block_until_ready(program(x))
 
 
 def host_samples(sizes: Sequence[int], samples: int) -> list[tuple[int, float]]:
@@ -224,10 +223,13 @@ def host_samples(sizes: Sequence[int], samples: int) -> list[tuple[int, float]]:
     return [(nbytes, _positive(copy_time(nbytes) - floor)) for nbytes in sizes]
 
 
+_FLOOR_SECONDS = 1e-7
+
+
 def _positive(seconds: float) -> float:
     """A difference of medians as a time: never below 0.1 us (noise can make a small
-    one negative, and a fit works on logarithms)."""
-    return max(seconds, 1e-7)
+    one negative, and a fit works on logarithms; `fit_link` leaves such ones out)."""
+    return max(seconds, _FLOOR_SECONDS)
 
 
 def fit_link(
@@ -236,7 +238,12 @@ def fit_link(
     """The link of `kind` whose latency and bandwidth make `predicted` (each a model of
     one measurement given the link) closest to `measured`: least squares of the log
     ratios, over a grid of latencies (0.1 us to 10 ms) and bandwidths (10 MB/s to
-    1 TB/s), refined twice around the best point."""
+    1 TB/s), refined twice around the best point. Measurements lost in noise (at the
+    floor of `_positive`) are left out while two others remain."""
+    kept = [i for i, seconds in enumerate(measured) if seconds > _FLOOR_SECONDS]
+    if len(kept) >= 2:  # a difference lost in noise says nothing of the link
+        predicted = [predicted[i] for i in kept]
+        measured = [measured[i] for i in kept]
     latencies, bandwidths = np.logspace(-7, -2, 41), np.logspace(7, 12, 41)
     logs = np.log(np.asarray(measured))
     best: tuple[float, float, float] = (math.inf, 0.0, 1.0)

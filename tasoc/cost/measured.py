@@ -108,16 +108,11 @@ def _attr_text(value: Any) -> str:
     return repr(str(value)) if isinstance(value, str) else repr(value)
 
 
-def one_op_dag(node: Node, copies: int = 1) -> Dag:
-    """A program applying `node`'s op to fresh arguments of its operand types, `copies`
-    times, each to arguments of its own (so XLA can neither share nor fuse them)."""
-    args: list[Node] = []
-    results: list[Value] = []
-    for _ in range(copies):
-        mine = [Node.arg(len(args) + i, "x", value.sig) for i, value in enumerate(node.inputs)]
-        args += mine
-        results += Node(node.op, [arg.out for arg in mine], **dict(node.attrs)).results
-    return Dag(args, results)
+def one_op_dag(node: Node) -> Dag:
+    """A program applying `node`'s op to fresh arguments of its operand types."""
+    args = [Node.arg(i, "x", value.sig) for i, value in enumerate(node.inputs)]
+    op = Node(node.op, [arg.out for arg in args], **dict(node.attrs))
+    return Dag(args, op.results)
 
 
 def time_op(node: Node, repeats: int = 10) -> float:

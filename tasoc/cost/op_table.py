@@ -14,13 +14,16 @@ a `shard_map` over that many devices, every device applying it to blocks of the 
 shapes. One call of a one-op program is mostly JAX's dispatch (on our 2-core VM, some
 140 us over two devices, against a few microseconds for a small op), and subtracting
 a separately measured floor left the noise of two large numbers; so `measure` times
-a program applying the op to `copies_of(node)` sets of operands of its own (which XLA
-can neither share nor fuse) against one applying it once, and takes the difference
-per extra application: the op's kernel and its launch inside a compiled program, the
-dispatch cancelled. The two programs are timed in turns, a sample of each per round
-(the mean of enough blocked calls to last `_MIN_SAMPLE_S`), and an entry is the
-median over `samples` rounds of their difference, so a spell of load from elsewhere
-hits both sides of a difference.
+a program applying the op `copies_of(node)` times against one applying it once, and
+takes the difference per extra application: the op's kernel and its launch inside a
+compiled program, the dispatch cancelled. Each copy reads operands of its own (XLA
+can neither share nor fuse them) and waits for the copy before (an optimization
+barrier), as a step's ops mostly wait on each other; and only the last result leaves
+the program (each array a call returns costs it microseconds of its own, which made a
+5 KB add measure 28 us per copy over two devices instead of 2 us). The two programs
+are timed in turns, a sample of each per round (the mean of enough blocked calls to
+last `_MIN_SAMPLE_S`), and an entry is the median over `samples` rounds of their
+difference (`median_difference`), so a spell of load from elsewhere hits both sides.
 
 The table is lazy, measuring an entry on first use, and caches on disk in
 `ops-<device>.json` under `cache_dir()` (`measured.TimingFile`: per JAX version,
@@ -107,12 +110,7 @@ def measure(node: Node, running: int, make: int, samples: int = DEFAULT_SAMPLES)
     devices = cpu_devices(running, make)
     copies = copies_of(node)
     many, once = (_program(node, devices, n) for n in (copies, 1))
-    calls = [_calls_per_sample(call) for call in (many, once)]
-    differences = []
-    for _ in range(samples):
-        seconds = [_sample(call, count) for call, count in zip((many, once), calls, strict=True)]
-        differences.append(seconds[0] - seconds[1])
-    return max(statistics.median(differences), 0.0) / (copies - 1)
+    return max(median_difference(many, once, samples), 0.0) / (copies - 1)
 
 
 def copies_of(node: Node) -> int:
@@ -123,8 +121,8 @@ def copies_of(node: Node) -> int:
 
 
 def _program(node: Node, devices: Sequence[Any], copies: int) -> Callable[[], object]:
-    """A call of the program applying `node` `copies` times on every one of `devices` at
-    once, its arguments in place, waiting for its results."""
+    """A call of the program applying `node` `copies` times, one after another, on every
+    one of `devices` at once, its arguments in place, waiting for its result."""
     import jax
     import numpy as np
     from jax.sharding import NamedSharding, PartitionSpec
@@ -133,26 +131,39 @@ def _program(node: Node, devices: Sequence[Any], copies: int) -> Callable[[], ob
     from tasoc.backends.jax import lower
     from tasoc.backends.jax.lowering import host_argument
 
-    module = to_module(one_op_dag(node, copies))
+    module = to_module(one_op_dag(node))
     one = lower(module)
     mesh = jax.sharding.Mesh(np.array(devices), ("d",))
     spec = PartitionSpec("d")
-
-    def body(*blocks: jax.Array) -> tuple[jax.Array, ...]:
-        return tuple(result[None] for result in one.fn(*(block[0] for block in blocks)))
-
     count = len(one.arg_infos)
+
+    def body(*blocks: jax.Array) -> jax.Array:
+        # Each copy reads operands of its own, so XLA can neither share nor fuse them,
+        # and waits for the one before (the barrier ties its operands to that one's
+        # results), since a step's ops mostly wait on each other: independent copies
+        # would run side by side on XLA's threads and look faster than in a step. Only
+        # the last result leaves the program: each returned array costs the call some
+        # microseconds of its own.
+        results: tuple[jax.Array, ...] = ()
+        for copy in range(copies):
+            operands = tuple(block[0] for block in blocks[copy * count : (copy + 1) * count])
+            if results:
+                operands, _ = jax.lax.optimization_barrier((operands, results))
+            results = tuple(one.fn(*operands))
+        return results[0][None]
+
     program = jax.jit(
-        jax.shard_map(
-            body, mesh=mesh, in_specs=(spec,) * count, out_specs=(spec,) * len(one.result_sigs)
-        )
+        jax.shard_map(body, mesh=mesh, in_specs=(spec,) * (count * copies), out_specs=spec)
     )
     with one.precision():
-        args = [
-            jax.device_put(
-                np.stack([host_argument(info, value)] * len(devices)), NamedSharding(mesh, spec)
-            )
+        values = [
+            np.stack([host_argument(info, value)] * len(devices))
             for info, value in zip(one.arg_infos, random_inputs(module), strict=True)
+        ]
+        args = [
+            jax.device_put(value, NamedSharding(mesh, spec))
+            for _ in range(copies)
+            for value in values
         ]
 
     def call() -> object:
@@ -162,14 +173,31 @@ def _program(node: Node, devices: Sequence[Any], copies: int) -> Callable[[], ob
     return call
 
 
-def median_call(call: Callable[[], object], samples: int, calls: int | None = None) -> float:
+def median_call(call: Callable[[], object], samples: int) -> float:
     """Median over `samples` of the mean seconds of `call`, each sample repeating it
-    `calls` times, by default until it lasts `_MIN_SAMPLE_S`, after one call that
-    compiles and one that warms. (Processes running a collective together must give
-    `calls`: each would count its own, and one would wait for calls the others never
-    make.)"""
-    counted = _calls_per_sample(call)
-    return statistics.median(_sample(call, calls or counted) for _ in range(samples))
+    until it lasts `_MIN_SAMPLE_S`, after one call that compiles and one that warms."""
+    calls = _calls_per_sample(call)
+    return statistics.median(_sample(call, calls) for _ in range(samples))
+
+
+def median_difference(
+    first: Callable[[], object],
+    second: Callable[[], object],
+    samples: int,
+    calls: int | None = None,
+) -> float:
+    """Median over `samples` rounds of how many seconds a call of `first` takes longer
+    than one of `second`, the two sampled in turns in each round (so a spell of load
+    hits both), each sample `calls` calls (default: enough to last `_MIN_SAMPLE_S`;
+    processes running a collective together must give it, since each would count its
+    own, and one would wait for calls the others never make)."""
+    counted = [_calls_per_sample(call) for call in (first, second)]  # compiles, warms
+    counts = counted if calls is None else [calls, calls]
+    differences = []
+    for _ in range(samples):
+        seconds = [_sample(call, n) for call, n in zip((first, second), counts, strict=True)]
+        differences.append(seconds[0] - seconds[1])
+    return statistics.median(differences)
 
 
 def _calls_per_sample(call: Callable[[], object]) -> int:
