@@ -11,6 +11,7 @@ import json
 import socket
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import jax
@@ -37,6 +38,7 @@ from tasoc.cost.op_table import MAX_COPIES, OpTable, copies_of, table_key
 from tasoc.driver import distributed
 from tasoc.ir.dag import Node
 from tasoc.ir.shapes import DType, TensorSig
+from tasoc.sim.core import simulate
 from tasoc.sim.parallel import fused_operands, local_node
 
 X = TensorSig((4, 8), DType.F32)
@@ -181,6 +183,25 @@ def test_the_simulator_prices_ops_from_the_measured_table(
     ) != pytest.approx(durations)
 
 
+def test_a_step_pays_the_machines_call_overhead_once() -> None:
+    planned = training_plan(TINY, "2", "data-parallel")
+    plain = cpu_machine(2)
+    called = replace(plain, call_overhead_s=1.0, array_overhead_s=0.25)
+    arrays = len(planned.dag.args) + len(planned.dag.outputs)
+    before = simulate(planned.step(plain).graph).makespan
+    after = simulate(planned.step(called).graph).makespan
+    assert after == pytest.approx(before + 1.0 + 0.25 * arrays)
+    assert called.step_overhead(arrays) == 1.0 + 0.25 * arrays
+
+
+def test_negative_overheads_are_refused() -> None:
+    with pytest.raises(MachineError, match="call_overhead_s must be non-negative"):
+        replace(cpu_machine(1), call_overhead_s=-1.0)
+    data = machine_to_dict(_local_like()) | {"array_overhead_us": -3}
+    with pytest.raises(MachineError, match="array_overhead_us must be non-negative"):
+        machine_from_dict(data, "machine file m.toml")
+
+
 def test_a_fused_op_launches_nothing_and_skips_its_producers_operand() -> None:
     add = Node("add", [Node.arg(0, "x", X).out, Node.arg(1, "y", X).out])
     cpu = cpu_machine(1)
@@ -208,6 +229,8 @@ def _local_like() -> Machine:
         host=Link("host", 9e9, 3e-6),
         sources=('measured "here"', "and there"),
         pricing="measured",
+        call_overhead_s=125e-6,
+        array_overhead_s=4e-6,
     )
 
 
@@ -269,6 +292,7 @@ def test_calibrate_writes_a_machine_soap_shard_accepts(
     assert calibrated == machine("local")
     assert (calibrated.nodes, calibrated.devices_per_node, calibrated.inter) == (1, 2, None)
     assert calibrated.pricing == "measured"
+    assert calibrated.call_overhead_s >= 0 and calibrated.array_overhead_s >= 0
     assert calibrated.device.peak_flops > 0 and calibrated.intra.bandwidth > 0
     assert any("calibrated by 'tasoc machine calibrate --quick'" in s for s in calibrated.sources)
     program = tmp_path / "tiny.mlir"

@@ -13,7 +13,9 @@ program without the thing measured, so JAX's dispatch of a call is not counted:
   and bandwidth are fitted so that `Machine.collective_time` (the model the simulator
   prices with) best predicts them (`fit_link`, least squares of log ratios);
 - **host**: `jax.device_put` of host arrays and their copy back, fitted to
-  `Link.time` alike.
+  `Link.time` alike;
+- **a step's call**: what a jitted call over the devices costs besides its ops, and
+  per array it takes or returns (`Machine.step_overhead`).
 
 JAX is imported lazily; the caller makes the devices (`op_table.cpu_devices`, or
 `jax.distributed` for processes) before the first measurement.
@@ -204,6 +206,34 @@ def _call_of(body: Callable[[Any], Any], mesh: Any, x: Any) -> Callable[[], obje
     spec = PartitionSpec("d")
     program = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=spec))
     return lambda: jax.block_until_ready(program(x))
+
+
+def call_overheads(devices: Sequence[Any], samples: int, arrays: int = 32) -> tuple[float, float]:
+    """(seconds per call, seconds per array in or out) of a jitted call over `devices`
+    (`shard_map`), besides its ops: programs adding one to 1 and to `arrays` arrays of
+    one float per device, so the difference is `arrays` - 1 more arrays in and out."""
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    mesh = jax.sharding.Mesh(np.array(devices), ("d",))
+    spec = PartitionSpec("d")
+    x = jax.device_put(np.ones((len(devices),), np.float32), NamedSharding(mesh, spec))
+
+    def seconds(count: int) -> float:
+        program = jax.jit(
+            jax.shard_map(
+                lambda *blocks: tuple(block + 1 for block in blocks),
+                mesh=mesh,
+                in_specs=(spec,) * count,
+                out_specs=(spec,) * count,
+            )
+        )
+        args = [x] * count
+        return median_call(lambda: jax.block_until_ready(program(*args)), samples)
+
+    one, many = seconds(1), seconds(arrays)
+    per_array = max(many - one, 0.0) / (2 * (arrays - 1))
+    return max(one - 2 * per_array, 0.0), per_array
 
 
 def host_samples(sizes: Sequence[int], samples: int) -> list[tuple[int, float]]:

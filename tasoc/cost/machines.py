@@ -104,6 +104,12 @@ class Machine:
     host: Link
     sources: tuple[str, ...] = ()
     pricing: Pricing = "analytic"
+    call_overhead_s: float = 0.0
+    """What a call of a jitted step costs besides its ops and collectives (JAX's
+    dispatch over the machine's devices), and `array_overhead_s` more per array it
+    takes or returns: `step_overhead`. Calibrated machines measure both; the presets
+    leave them 0, their figures being device time per iteration."""
+    array_overhead_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.pricing not in PRICINGS:
@@ -111,6 +117,12 @@ class Machine:
                 f"machine {self.name}: pricing must be one of {', '.join(PRICINGS)}, "
                 f"got {self.pricing!r}"
             )
+        for field in ("call_overhead_s", "array_overhead_s"):
+            if not 0 <= getattr(self, field) < math.inf:
+                raise MachineError(
+                    f"machine {self.name}: {field} must be non-negative, "
+                    f"got {getattr(self, field)!r}"
+                )
         for field in ("nodes", "devices_per_node"):
             count = getattr(self, field)
             if isinstance(count, bool) or not isinstance(count, int) or count < 1:
@@ -127,6 +139,11 @@ class Machine:
     def size(self) -> int:
         """How many devices the machine has."""
         return self.nodes * self.devices_per_node
+
+    def step_overhead(self, arrays: int) -> float:
+        """Seconds a call of a step taking and returning `arrays` arrays in all costs
+        besides its ops and collectives (`call_overhead_s`)."""
+        return self.call_overhead_s + arrays * self.array_overhead_s
 
     def op_seconds(self, local: Node, running: int = 1, fused: int = -1) -> float:
         """Seconds one device takes for `local` (an op at the local shapes of the shard
@@ -507,6 +524,8 @@ def machine(spec: str) -> Machine:
 # ------------------------------------------------------------------ machine files
 
 _LINK_NAMES = ("intra", "inter", "host")
+_OVERHEADS = ("call_overhead_us", "array_overhead_us")
+"""A machine file's step overheads (`Machine.step_overhead`), in microseconds."""
 _DEVICE_NUMBERS = ("peak_flops", "mem_bandwidth", "memory_bytes", "launch_overhead_s")
 
 
@@ -536,7 +555,7 @@ def machine_from_dict(data: object, where: str, default_name: str = "machine") -
         where,
         "the file",
         required=("device", "devices_per_node", "links"),
-        optional=("name", "nodes", "sources", "pricing"),
+        optional=("name", "nodes", "sources", "pricing", *_OVERHEADS),
     )
     name = table.get("name", default_name)
     _expect(isinstance(name, str), where, "name", "a string", name)
@@ -562,6 +581,9 @@ def machine_from_dict(data: object, where: str, default_name: str = "machine") -
     )
     pricing = table.get("pricing", "analytic")
     _expect(pricing in PRICINGS, where, "pricing", f"one of {', '.join(PRICINGS)}", pricing)
+    overheads = {key: _number(table, key, where, "") if key in table else 0 for key in _OVERHEADS}
+    for key, value in overheads.items():
+        _expect(value >= 0, where, key, "non-negative", value)
     parsed = {
         key: _link_from(links[key], where, f"links.{key}") for key in _LINK_NAMES if key in links
     }
@@ -575,6 +597,8 @@ def machine_from_dict(data: object, where: str, default_name: str = "machine") -
         host=parsed["host"],
         sources=tuple(sources),
         pricing=pricing,
+        call_overhead_s=_us(overheads["call_overhead_us"]),
+        array_overhead_s=_us(overheads["array_overhead_us"]),
     )
 
 
@@ -591,6 +615,13 @@ def machine_to_dict(machine: Machine) -> dict[str, Any]:
         "nodes": machine.nodes,
         "devices_per_node": machine.devices_per_node,
         "pricing": machine.pricing,
+        **{
+            key: seconds * 1e6
+            for key, seconds in zip(
+                _OVERHEADS, (machine.call_overhead_s, machine.array_overhead_s), strict=True
+            )
+            if seconds
+        },
         "sources": list(machine.sources),
         "device": device,
         "links": {
@@ -720,7 +751,7 @@ def _number(table: Mapping[str, Any], key: str, where: str, prefix: str) -> floa
     """A finite number (int or float, never a bool or a string) from `table`."""
     value = table[key]
     ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    _expect(ok, where, f"{prefix}.{key}", "a number", value)
+    _expect(ok, where, f"{prefix}.{key}" if prefix else key, "a number", value)
     return value
 
 

@@ -124,6 +124,7 @@ def _program(node: Node, devices: Sequence[Any], copies: int) -> Callable[[], ob
     """A call of the program applying `node` `copies` times, one after another, on every
     one of `devices` at once, its arguments in place, waiting for its result."""
     import jax
+    import jax.numpy as jnp
     import numpy as np
     from jax.sharding import NamedSharding, PartitionSpec
 
@@ -139,18 +140,18 @@ def _program(node: Node, devices: Sequence[Any], copies: int) -> Callable[[], ob
 
     def body(*blocks: jax.Array) -> jax.Array:
         # Each copy reads operands of its own, so XLA can neither share nor fuse them,
-        # and waits for the one before (the barrier ties its operands to that one's
-        # results), since a step's ops mostly wait on each other: independent copies
-        # would run side by side on XLA's threads and look faster than in a step. Only
-        # the last result leaves the program: each returned array costs the call some
-        # microseconds of its own.
-        results: tuple[jax.Array, ...] = ()
+        # and waits for the one before (the barrier ties its operands to the sum so
+        # far), since a step's ops mostly wait on each other: independent copies would
+        # run side by side on XLA's threads. Every copy's results are summed into the
+        # one result that leaves the program: each returned array costs a call some
+        # microseconds of its own, and a result nothing reads would be dropped.
+        total = jnp.zeros((), jnp.float32)
         for copy in range(copies):
             operands = tuple(block[0] for block in blocks[copy * count : (copy + 1) * count])
-            if results:
-                operands, _ = jax.lax.optimization_barrier((operands, results))
-            results = tuple(one.fn(*operands))
-        return results[0][None]
+            operands, total = jax.lax.optimization_barrier((operands, total))
+            for result in one.fn(*operands):
+                total = total + jnp.sum(result.astype(jnp.float32))
+        return total[None]
 
     program = jax.jit(
         jax.shard_map(body, mesh=mesh, in_specs=(spec,) * (count * copies), out_specs=spec)

@@ -168,6 +168,8 @@ class _Measured:
     host: list[tuple[int, float]] = field(default_factory=list)
     intra: list[CollectiveSample] = field(default_factory=list)
     inter: list[CollectiveSample] = field(default_factory=list)
+    overheads: tuple[float, float] = (0.0, 0.0)
+    """Seconds per call and per array of a jitted call over the devices."""
 
 
 def _calibrate(args: argparse.Namespace, sizes: Sizes, coordinator: str | None) -> str:
@@ -192,6 +194,9 @@ def _calibrate(args: argparse.Namespace, sizes: Sizes, coordinator: str | None) 
     def intra() -> None:
         got.intra = cal.collective_samples(got.devices, sizes.collective_bytes, sizes.samples)
 
+    def overheads() -> None:
+        got.overheads = cal.call_overheads(got.devices, sizes.samples)
+
     def inter() -> None:
         assert coordinator is not None
         got.inter = _inter_samples(args, coordinator)
@@ -203,6 +208,7 @@ def _calibrate(args: argparse.Namespace, sizes: Sizes, coordinator: str | None) 
         ("devices", make_devices),
         ("device", device),
         ("host", host),
+        ("call", overheads),
         *([("intra", intra)] if devices > 1 else []),
     ]
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
@@ -259,6 +265,9 @@ def _machine(
         _link_source(
             "host", host, sizes.host_bytes, "jax.device_put and the copy back", "per copy"
         ),
+        f"a step's call: a jitted call over the {devices} device(s) adding one to 1 and to "
+        f"32 arrays: {got.overheads[0] * 1e6:.1f} us per call, {got.overheads[1] * 1e6:.2f} "
+        "us per array in or out (call_overhead_us, array_overhead_us)",
         'ops: priced with the measured op table of this host (pricing = "measured", '
         f"ops-{device_name()}.json in the cache directory, each op measured on first use)",
     ]
@@ -272,6 +281,8 @@ def _machine(
         host=host,
         sources=tuple(sources),
         pricing="measured",
+        call_overhead_s=got.overheads[0],
+        array_overhead_s=got.overheads[1],
     )
 
 

@@ -27,15 +27,16 @@ makespan is the step's predicted iteration time:
   it reads on the devices it reads it from.
 
 Memory lives beside time, in one pool `("mem", d)` per device: arguments (params,
-optimizer state, inputs) are allocated at time 0 by a zero-length task per device (on
-`("args", d)`) and kept; constants, which XLA embeds, cost nothing; a compute task
-allocates its results' local bytes, a collective task the local bytes of the layout it
-makes (communication buffers); a buffer is freed at the end of its last reader in
-program order (a buffer only collectives read: their last), a result nothing reads at
-the end of its own task; program results are kept, and a new param or state leaves in
-its argument's buffer (donated, as `tasoc run` donates them). So the simulator's peak of
-`("mem", d)` is device d's peak memory, and `memory()` splits it into liveness's kinds
-(`tasoc.ir.liveness`) plus communication buffers.
+optimizer state, inputs) are allocated at time 0 by a task per device (on `("args", d)`,
+lasting the machine's `step_overhead`: a call's dispatch, before any op reading them
+starts; zero on the presets) and kept; constants, which XLA embeds, cost nothing; a
+compute task allocates its results' local bytes, a collective task the local bytes of
+the layout it makes (communication buffers); a buffer is freed at the end of its last
+reader in program order (a buffer only collectives read: their last), a result nothing
+reads at the end of its own task; program results are kept, and a new param or state
+leaves in its argument's buffer (donated, as `tasoc run` donates them). So the
+simulator's peak of `("mem", d)` is device d's peak memory, and `memory()` splits it
+into liveness's kinds (`tasoc.ir.liveness`) plus communication buffers.
 
 `set_config(node, config)` is the one-op proposal of MCMC (§3.5.2): the op's result
 shardings follow from the configuration, the layouts its operands are read in and its
@@ -460,7 +461,9 @@ class ShardedStep:
             for arg in self.dag.args
             if device in self._devices_of(self.plan.values[arg.out])
         ]
-        return _Spec(("args", device), 0.0, (), _summed(alloc), (), "arguments")
+        arrays = len(self.dag.args) + len(self.dag.outputs)
+        overhead = self.machine.step_overhead(arrays)  # the call's dispatch, before any op
+        return _Spec(("args", device), overhead, (), _summed(alloc), (), "arguments")
 
     def _compute_specs(self, node: Node) -> dict[int, _Spec]:
         """`node`'s compute task on each device of its mesh."""
