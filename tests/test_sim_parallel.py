@@ -133,6 +133,9 @@ class FixedMachine:
     def collective_time(self, kind: str, nbytes: int, group: Sequence[int]) -> float:
         return self.COLLECTIVE_S
 
+    def step_overhead(self, arrays: int) -> float:
+        return 0.0
+
 
 def fixed_cost(
     node: Node, local_in: Sequence[TensorSig], local_out: Sequence[TensorSig], device: Device

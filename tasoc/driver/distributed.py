@@ -228,42 +228,53 @@ def launch(argv: Sequence[str], args: argparse.Namespace, devices: int) -> int:
     """Run `tasoc run ARGV` as workers (all P here, or the one `--process-id` given),
     supervise them and show the first one's output; DriverError if any fails."""
     if args.coordinator is None:
-        coordinator = f"127.0.0.1:{_free_port()}"
+        coordinator = f"127.0.0.1:{free_port()}"
         ids = range(args.processes)
     else:
         coordinator, ids = args.coordinator, range(args.process_id, args.process_id + 1)
     cluster = Cluster(coordinator, args.processes, ids[0], devices, args.connect_timeout)
+    (out, err), *_ = run_workers(["run", *argv], cluster, ids)
+    sys.stdout.write(out)
+    for line in err.splitlines():
+        if line.startswith("tasoc: note: "):
+            print(line, file=sys.stderr)
+    return 0
+
+
+def run_workers(
+    words: Sequence[str], cluster: Cluster, ids: Sequence[int]
+) -> list[tuple[str, str]]:
+    """Run `tasoc WORDS` as the workers `ids` of `cluster` (`worker_command`), supervise
+    them until all succeed, and return each one's stdout and stderr; DriverError, every
+    worker ended, when one fails or does not join in time. `tasoc run --processes` and
+    `tasoc machine calibrate --processes` start their workers here."""
     with tempfile.TemporaryDirectory(prefix="tasoc-processes-") as folder:
-        workers = [_start(argv, cluster, i, Path(folder)) for i in ids]
+        workers = [_start(words, cluster, i, Path(folder)) for i in ids]
         try:
             _supervise(workers, cluster)
         finally:
             for worker in workers:
                 _stop(worker.popen)
-        first = workers[0]
-        sys.stdout.write(first.stdout.read_text(errors="replace"))
-        for line in first.stderr.read_text(errors="replace").splitlines():
-            if line.startswith("tasoc: note: "):
-                print(line, file=sys.stderr)
-    return 0
+        return [
+            (w.stdout.read_text(errors="replace"), w.stderr.read_text(errors="replace"))
+            for w in workers
+        ]
 
 
-def _free_port() -> int:
+def free_port() -> int:
     """A localhost port no one listens on now, for the coordinator of a local run."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
 
 
-def _start(argv: Sequence[str], cluster: Cluster, process_id: int, folder: Path) -> _Worker:
-    stdout, stderr = folder / f"{process_id}.out", folder / f"{process_id}.err"
-    ready = folder / f"{process_id}.ready"
-    command = [
+def worker_command(words: Sequence[str], cluster: Cluster, process_id: int) -> list[str]:
+    """The command line of worker `process_id`: `tasoc WORDS` joined to `cluster`."""
+    return [
         sys.executable,
         "-m",
         "tasoc.driver.main",
-        "run",
-        *argv,
+        *words,
         "--coordinator",
         cluster.coordinator,
         "--process-id",
@@ -271,6 +282,12 @@ def _start(argv: Sequence[str], cluster: Cluster, process_id: int, folder: Path)
         "--devices",
         str(cluster.devices),
     ]
+
+
+def _start(words: Sequence[str], cluster: Cluster, process_id: int, folder: Path) -> _Worker:
+    stdout, stderr = folder / f"{process_id}.out", folder / f"{process_id}.err"
+    ready = folder / f"{process_id}.ready"
+    command = worker_command(words, cluster, process_id)
     with stdout.open("wb") as out, stderr.open("wb") as err:
         popen = subprocess.Popen(
             command,

@@ -5,8 +5,9 @@ every value's sharding, `tasoc.ir.shard_plan`) into a `TaskGraph` whose simulate
 makespan is the step's predicted iteration time:
 
 * **compute**: per op with operands, one task per device of its mesh on resource
-  `("device", d)` (mesh device ids index the machine's devices), lasting `op_cost` of
-  the op at its *local* shapes (the shard each device holds); an op whose configuration
+  `("device", d)` (mesh device ids index the machine's devices), lasting the op at its
+  *local* shapes (the shard each device holds) as the machine prices it
+  (`MachineOpCost`: a roofline, or this host's measured table); an op whose configuration
   splits a synced factor (batchnorm's batch in training) is followed by the all-reduce
   of its statistics, on which its results then wait;
 * **communication**: every collective `moves` puts on an edge, as the plan's writer
@@ -26,15 +27,16 @@ makespan is the step's predicted iteration time:
   it reads on the devices it reads it from.
 
 Memory lives beside time, in one pool `("mem", d)` per device: arguments (params,
-optimizer state, inputs) are allocated at time 0 by a zero-length task per device (on
-`("args", d)`) and kept; constants, which XLA embeds, cost nothing; a compute task
-allocates its results' local bytes, a collective task the local bytes of the layout it
-makes (communication buffers); a buffer is freed at the end of its last reader in
-program order (a buffer only collectives read: their last), a result nothing reads at
-the end of its own task; program results are kept, and a new param or state leaves in
-its argument's buffer (donated, as `tasoc run` donates them). So the simulator's peak of
-`("mem", d)` is device d's peak memory, and `memory()` splits it into liveness's kinds
-(`tasoc.ir.liveness`) plus communication buffers.
+optimizer state, inputs) are allocated at time 0 by a task per device (on `("args", d)`,
+lasting the machine's `step_overhead`: a call's dispatch, before any op reading them
+starts; zero on the presets) and kept; constants, which XLA embeds, cost nothing; a
+compute task allocates its results' local bytes, a collective task the local bytes of
+the layout it makes (communication buffers); a buffer is freed at the end of its last
+reader in program order (a buffer only collectives read: their last), a result nothing
+reads at the end of its own task; program results are kept, and a new param or state
+leaves in its argument's buffer (donated, as `tasoc run` donates them). So the
+simulator's peak of `("mem", d)` is device d's peak memory, and `memory()` splits it
+into liveness's kinds (`tasoc.ir.liveness`) plus communication buffers.
 
 `set_config(node, config)` is the one-op proposal of MCMC (§3.5.2): the op's result
 shardings follow from the configuration, the layouts its operands are read in and its
@@ -59,8 +61,8 @@ from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
-from tasoc.cost.analytic import roofline
 from tasoc.cost.devices import Device
+from tasoc.cost.fusion import plan_fusion
 from tasoc.cost.machines import Machine, MachineError
 from tasoc.ir import dag as dag_module
 from tasoc.ir import soap
@@ -88,27 +90,67 @@ class OpCost(Protocol):
     ) -> float: ...
 
 
-def analytic_op_cost(
-    node: Node,
-    local_inputs: Sequence[TensorSig],
-    local_results: Sequence[TensorSig],
-    device: Device,
-) -> float:
-    """The roofline of `tasoc.cost.analytic` at the shard's local shapes, one kernel
-    (no fusion: FlexFlow prices each op's task on its own), plus one launch."""
-    return shard_seconds(node.op, node.attrs, local_inputs, local_results, device)
-
-
 def shard_seconds(
     op: str,
     attrs: Iterable[tuple[str, Any]],
     local_inputs: Sequence[TensorSig],
     local_results: Sequence[TensorSig],
-    device: Device,
+    machine: Machine,
+    running: int,
+    fused: int = -1,
 ) -> float:
-    """`analytic_op_cost` of the `graph` op `op` with its (global) attributes `attrs`."""
+    """Seconds one device of `machine` takes for the `graph` op `op` with its (global)
+    attributes `attrs` at these local shapes, while `running` devices run at once, as
+    the machine prices ops (`Machine.op_seconds`: the roofline, or measured; `fused`
+    the operand whose producer's kernel it joins, -1 for none)."""
     local = _local_op(op, attrs, local_inputs, local_results)
-    return roofline(local, -1, False, device) + device.launch_overhead_s
+    return machine.op_seconds(local, running, fused)
+
+
+@dataclass(frozen=True)
+class MachineOpCost:
+    """The `OpCost` of `machine`'s own pricing (`shard_seconds`), with `running` of its
+    devices running at once: what a step, a cost graph and a device view price ops with
+    unless told otherwise, so that every search prices a shard alike. Hashable by value,
+    so `_priced` shares its entries between steps on one machine.
+
+    With `fused_in`, an op that XLA's fusion (`tasoc.cost.fusion.plan_fusion` of that
+    program) puts in its producer's kernel is priced as fused (`Machine.op_seconds`);
+    `machine_op_cost` gives it to measured machines only (why there)."""
+
+    machine: Machine
+    running: int
+    fused_in: Dag | None = None
+
+    def __call__(
+        self,
+        node: Node,
+        local_inputs: Sequence[TensorSig],
+        local_results: Sequence[TensorSig],
+        device: Device,
+    ) -> float:
+        fused = -1 if self.fused_in is None else fused_operands(self.fused_in).get(node, -1)
+        return shard_seconds(
+            node.op, node.attrs, local_inputs, local_results, self.machine, self.running, fused
+        )
+
+
+def machine_op_cost(machine: Machine, running: int, dag: Dag) -> MachineOpCost:
+    """How `dag`'s ops are priced on `machine` with `running` devices at once: fused as
+    XLA fuses them on a measured machine, whose table times each op as a kernel of its
+    own with its operands and results in memory (a step's reshapes, transposes and
+    element-wise ops mostly vanish into their producers' kernels); each op its own
+    kernel on an analytic one, as FlexFlow prices each op's task (and every preset's
+    plans stay as they were)."""
+    return MachineOpCost(machine, running, dag if machine.pricing == "measured" else None)
+
+
+@functools.lru_cache(maxsize=16)
+def fused_operands(dag: Dag) -> dict[Node, int]:
+    """Each op of `dag` that joins its producer's kernel, and the operand that producer
+    makes (`plan_fusion`, weights not folded: a training step updates them)."""
+    plan = plan_fusion(dag, fold_weights=False)
+    return {node: at for node, at in zip(plan.ops, plan.fused, strict=True) if at >= 0}
 
 
 def local_node(
@@ -235,7 +277,7 @@ class ShardedStep:
         dag: Dag,
         plan: Plan,
         machine: Machine,
-        op_cost: OpCost = analytic_op_cost,
+        op_cost: OpCost | None = None,
         *,
         mesh: Mesh | None = None,
         signature: TrainingSignature | None = None,
@@ -243,8 +285,12 @@ class ShardedStep:
     ) -> None:
         if not plan.meshes and mesh is None:
             raise ValueError("a plan on one mesh needs that mesh (mesh=...)")
-        self.dag, self.plan, self.machine, self.op_cost = dag, plan, machine, op_cost
+        self.dag, self.plan, self.machine = dag, plan, machine
         self.meshes = {m.name: m for m in (plan.meshes or (mesh,))}  # type: ignore[union-attr]
+        running = len({d for group in self.meshes.values() for d in group.device_ids})
+        self.op_cost: OpCost = op_cost or machine_op_cost(machine, running, dag)
+        """How ops are priced: the machine's own pricing with every device of the step
+        running at once (`machine_op_cost`), unless given."""
         for group in self.meshes.values():
             if max(group.device_ids) >= machine.size:
                 raise MachineError(
@@ -415,7 +461,9 @@ class ShardedStep:
             for arg in self.dag.args
             if device in self._devices_of(self.plan.values[arg.out])
         ]
-        return _Spec(("args", device), 0.0, (), _summed(alloc), (), "arguments")
+        arrays = len(self.dag.args) + len(self.dag.outputs)
+        overhead = self.machine.step_overhead(arrays)  # the call's dispatch, before any op
+        return _Spec(("args", device), overhead, (), _summed(alloc), (), "arguments")
 
     def _compute_specs(self, node: Node) -> dict[int, _Spec]:
         """`node`'s compute task on each device of its mesh."""

@@ -216,7 +216,7 @@ class SoapShardPass(ModulePass):
     search simulating the step on `machine` (`mcmc`, `exhaustive`) or one on the cost
     graph (`ft`, `greedy`, `ilp`)."""
     machine: str | None = None
-    """What the step is simulated on: a preset, `cpu-N` or a machine file
+    """What the step is simulated on: a preset, `cpu-N`, `local` or a machine file
     (`tasoc.cost.machines`); `cpu-N` for the mesh's N devices when not given."""
     budget: int = 2000
     """The most proposals (mcmc) or complete strategies simulated (exhaustive)."""
