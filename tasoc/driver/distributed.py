@@ -69,6 +69,10 @@ JAX's C++ runtime does not run Python's signal handlers."""
 
 POLL_SECONDS = 0.05
 
+RUN_WORKER: tuple[str, ...] = ("-m", "tasoc.driver.main", "run")
+"""What a worker runs under Python: `tasoc run` (a benchmark that times its own calls
+in every process passes its script instead, and is launched and supervised alike)."""
+
 _FATAL_LOG = re.compile(r"^F\d{4} [\d:.]+\s+\d+ [^\]]*\] (?P<message>.*)$")
 """A fatal line of absl's C++ log, with which JAX's runtime aborts a process."""
 
@@ -224,9 +228,16 @@ class _Worker:
     ready: Path
 
 
-def launch(argv: Sequence[str], args: argparse.Namespace, devices: int) -> int:
-    """Run `tasoc run ARGV` as workers (all P here, or the one `--process-id` given),
-    supervise them and show the first one's output; DriverError if any fails."""
+def launch(
+    argv: Sequence[str],
+    args: argparse.Namespace,
+    devices: int,
+    worker: Sequence[str] = RUN_WORKER,
+) -> int:
+    """Run `python WORKER ARGV` (`tasoc run ARGV`) as workers (all P here, or the one
+    `--process-id` given), each given its place in the run as `--coordinator HOST:PORT
+    --process-id I --devices D`; supervise them and show the first one's output;
+    DriverError if any fails."""
     if args.coordinator is None:
         coordinator = f"127.0.0.1:{_free_port()}"
         ids = range(args.processes)
@@ -234,7 +245,7 @@ def launch(argv: Sequence[str], args: argparse.Namespace, devices: int) -> int:
         coordinator, ids = args.coordinator, range(args.process_id, args.process_id + 1)
     cluster = Cluster(coordinator, args.processes, ids[0], devices, args.connect_timeout)
     with tempfile.TemporaryDirectory(prefix="tasoc-processes-") as folder:
-        workers = [_start(argv, cluster, i, Path(folder)) for i in ids]
+        workers = [_start(worker, argv, cluster, i, Path(folder)) for i in ids]
         try:
             _supervise(workers, cluster)
         finally:
@@ -255,14 +266,14 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _start(argv: Sequence[str], cluster: Cluster, process_id: int, folder: Path) -> _Worker:
+def _start(
+    worker: Sequence[str], argv: Sequence[str], cluster: Cluster, process_id: int, folder: Path
+) -> _Worker:
     stdout, stderr = folder / f"{process_id}.out", folder / f"{process_id}.err"
     ready = folder / f"{process_id}.ready"
     command = [
         sys.executable,
-        "-m",
-        "tasoc.driver.main",
-        "run",
+        *worker,
         *argv,
         "--coordinator",
         cluster.coordinator,
@@ -399,19 +410,26 @@ def run_global(program: ShardedProgram, inputs: Sequence[np.ndarray]) -> list[np
     process; every process gets the whole results, as NumPy arrays of the IR's dtypes."""
     from jax.experimental import multihost_utils
 
+    from tasoc.backends.jax.lowering import host_results
+
+    results = program.fn(*global_arguments(program, inputs))
+    gathered = [multihost_utils.process_allgather(result, tiled=True) for result in results]
+    return host_results(gathered, program.result_sigs)
+
+
+def global_arguments(program: ShardedProgram, inputs: Sequence[np.ndarray]) -> list[jax.Array]:
+    """The same global `inputs` on every process laid out as `program` takes them, each
+    process's devices holding their own blocks (what `program.fn` is called on)."""
     from tasoc.backends.arguments import check_arguments
-    from tasoc.backends.jax.lowering import host_argument, host_results
+    from tasoc.backends.jax.lowering import host_argument
 
     check_arguments(program.arg_infos, inputs)
-    arrays = [
+    return [
         _global_array(host_argument(info, value), sharding)
         for info, value, sharding in zip(
             program.arg_infos, inputs, program.in_shardings, strict=True
         )
     ]
-    results = program.fn(*arrays)
-    gathered = [multihost_utils.process_allgather(result, tiled=True) for result in results]
-    return host_results(gathered, program.result_sigs)
 
 
 def _global_array(value: np.ndarray, sharding: jax.sharding.Sharding) -> jax.Array:
