@@ -49,7 +49,7 @@ import random
 import statistics
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -248,17 +248,24 @@ def _same_plan(a: Plan, b: Plan) -> bool:
     return all(getattr(a, f) == getattr(b, f) for f in fields)
 
 
-def candidates(name: str, cluster: Machine, budget: int, randoms: int) -> list[Candidate]:
-    """`name`'s plans (`plans_of`), each written as a sharded training step."""
-    step = step_of(name, MODELS[name][0])
-    problem = problem_of(step)
+def written(
+    name: str, step: ModuleOp, problem: Problem, planned: Iterable[tuple[str, Plan]]
+) -> list[Candidate]:
+    """Each plan of `planned` (of `step`'s `problem`) written as a sharded step."""
     found = []
-    for strategy, plan in plans_of(problem, cluster, budget, randoms):
+    for strategy, plan in planned:
         module = step.clone()
         write_sharded(module, problem.dag, plan, problem.mesh)
         found.append(Candidate(name, strategy, problem, plan, module))
         print(f"  {name} {strategy}: planned", file=sys.stderr, flush=True)
     return found
+
+
+def candidates(name: str, cluster: Machine, budget: int, randoms: int) -> list[Candidate]:
+    """The plans of `name`'s training step (`plans_of`), written."""
+    step = step_of(name, MODELS[name][0])
+    problem = problem_of(step)
+    return written(name, step, problem, plans_of(problem, cluster, budget, randoms))
 
 
 def row_of(setup: Setup, cluster: Machine, candidate: Candidate, measured: Measured) -> Row:
