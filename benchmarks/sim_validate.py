@@ -21,7 +21,8 @@ For each model of `--models` (training steps, `autodiff{optimizer=sgd}`, of
 `benchmarks/autodiff.py`'s reduced shapes) the plans on a mesh of 2: every named
 strategy (`strategies.STRATEGIES`: data parallel, expert, megatron and whatever is
 registered there), MCMC's (`search=mcmc`) and the ILP's (`search=ilp`) plan on the
-machine, and `--randoms` random legal plans (seeded), duplicates dropped. For each plan
+machine, every op replicated (the compute alone, no collective), and `--randoms` random
+legal plans (seeded), duplicates dropped. For each plan
 and setup, a row: the simulated step time (`mcmc.SimulatedStrategy`) and its compute
 and communication on device 0; the measured step time (the median of `--rounds`
 interleaved rounds over all plans of the setup, each sample the mean of as many calls
@@ -191,6 +192,20 @@ class Row:
         """Relative error of the simulated time against the measured one."""
         return abs(self.simulated_s - self.measured_s) / self.measured_s
 
+    def to_json(self) -> dict[str, object]:
+        """The row without its plan and program, for `--json`."""
+        return {
+            "setup": self.setup,
+            "model": self.candidate.model,
+            "strategy": self.candidate.strategy,
+            "simulated_s": self.simulated_s,
+            "compute_s": self.compute_s,
+            "communication_s": self.communication_s,
+            "predicted": self.predicted,
+            "measured_s": self.measured_s,
+            **dataclasses.asdict(self.measured),
+        }
+
 
 # ------------------------------------------------------------------ the plans
 
@@ -203,9 +218,10 @@ def problem_of(step: ModuleOp) -> Problem:
 def plans_of(
     problem: Problem, cluster: Machine, budget: int, randoms: int
 ) -> Iterator[tuple[str, Plan]]:
-    """The named strategies' plans, the searches' and `randoms` random legal ones (seeds
-    1, 2, ...); a plan equal to one before it is left out (on a mesh of 2 several
-    strategies often agree), as is one a strategy or search cannot make."""
+    """The named strategies' plans, the searches', every op replicated (no collectives:
+    the compute alone) and `randoms` random legal ones (seeds 1, 2, ...); a plan equal
+    to one before it is left out (on a mesh of 2 several strategies often agree), as is
+    one a strategy or search cannot make."""
     seen: list[Plan] = []
 
     def new(plan: Plan | None) -> bool:
@@ -233,6 +249,8 @@ def plans_of(
             continue
         if new(plan):
             yield search, plan
+    if new(replicated := mcmc.uniform_plan(problem, lambda rule, mesh: {})):
+        yield "replicated", replicated
     for seed in range(1, randoms + 1):
         rng = random.Random(seed)
         plan = mcmc.uniform_plan(
@@ -482,13 +500,31 @@ def misranked(rows: Sequence[Row]) -> list[str]:
 
 
 def fits(rows: Sequence[Row]) -> list[str]:
-    """Per setup, measured = a x simulated + b fitted by least squares: a far from 1 is
-    a scale the cost model misses, b a per-step cost it does not price."""
+    """Per setup, least squares of the measured times: on the simulated ones, measured
+    = a x simulated + b (a far from 1: a scale the cost model misses; b: a per-step
+    cost it does not price); and on what a machine file prices, measured = c x
+    compute (device 0's simulated compute) + L x collectives + M x MB + e, which gives
+    a collective's latency L and time per megabyte M as this machine delivers them."""
     lines = []
     for name, group in groups(rows).items():
-        if name in SETUPS and len(group) > 1:
-            a, b = np.polyfit([r.simulated_s for r in group], [r.measured_s for r in group], 1)
-            lines.append(f"- {name}: measured = {a:.2f} x simulated + {b * 1e3:.3f} ms")
+        if name not in SETUPS or len(group) < 2:
+            continue
+        measured = np.array([r.measured_s for r in group])
+        a, b = np.polyfit([r.simulated_s for r in group], measured, 1)
+        lines.append(f"- {name}: measured = {a:.2f} x simulated + {b * 1e3:.3f} ms")
+        if len(group) > 4:
+            terms = np.array(
+                [
+                    [r.compute_s, sum(r.measured.ir.values()), r.measured.ir_bytes, 1.0]
+                    for r in group
+                ]
+            )
+            (c, latency, per_byte, e), *_ = np.linalg.lstsq(terms, measured)
+            lines.append(
+                f"- {name}: measured = {c:.2f} x compute + {latency * 1e6:.0f} us x collectives"
+                f" + {per_byte * 1e12:.0f} us/MB"
+                f" + {e * 1e3:.3f} ms"
+            )
     return lines
 
 
@@ -506,6 +542,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=None, help=f"timed rounds ({ROUNDS})")
     parser.add_argument("--budget", type=int, default=None, help=f"mcmc proposals ({BUDGET})")
     parser.add_argument("--quick", action="store_true", help="one model, few rounds")
+    parser.add_argument("--json", type=Path, help="also write every row here")
     worker_options = parser.add_argument_group("worker (set by the launcher)")
     worker_options.add_argument("--worker", help=argparse.SUPPRESS)
     worker_options.add_argument("--processes", type=int, help=argparse.SUPPRESS)
@@ -577,6 +614,8 @@ def main(argv: Sequence[str] | None = None) -> Results | None:
             notes[name] = note
         print(f"  {name}: measured", file=sys.stderr, flush=True)
     goals = goals_of(rows)
+    if args.json:
+        args.json.write_text(json.dumps([row.to_json() for row in rows], indent=1))
     print(table(rows))
     for name, note in notes.items():
         print(f"\nnote: {name}: {note}")

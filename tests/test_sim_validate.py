@@ -93,5 +93,6 @@ def test_goals_miss_on_a_misranked_or_wrong_plan(bench: ModuleType, plans: list)
     assert bench.goals_of(swapped).taus["all"] < 0 and not bench.goals_of(swapped).met
     slow = [row(p, 2 * row(p, 1.0).simulated_s) for p in ordered]
     assert math.isclose(bench.goals_of(slow).median_error, 0.5) and not bench.goals_of(slow).met
+    assert bench.fits(slow)[0] == "- 1x2: measured = 2.00 x simulated + 0.000 ms"
     wrong = [*right[:-1], row(ordered[-1], right[-1].measured_s, {"all-gather": 99})]
     assert bench.goals_of(wrong).same_collectives < 1 and not bench.goals_of(wrong).met
