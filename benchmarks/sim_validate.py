@@ -344,20 +344,27 @@ def measured_here(modules: Sequence[ModuleOp], rounds: int) -> list[Measured]:
 
 def measured_in_processes(setup: Setup, modules: Sequence[ModuleOp], rounds: int) -> list[Measured]:
     """The PxN setup: `setup.processes` workers (this script, `--worker`) started and
-    supervised by `tasoc run --processes`'s launcher; process 0's measurements."""
+    supervised as `tasoc run --processes` starts its own (`distributed.run_workers`);
+    process 0's measurements."""
     with tempfile.TemporaryDirectory(prefix="sim-validate-") as folder:
         for index, module in enumerate(modules):
             (Path(folder) / f"{index:03d}.mlir").write_text(str(module))
-        launcher = argparse.Namespace(
-            coordinator=None,
-            processes=setup.processes,
-            process_id=None,
-            connect_timeout=distributed.DEFAULT_CONNECT_TIMEOUT,
+        cluster = distributed.Cluster(
+            f"127.0.0.1:{distributed.free_port()}",
+            setup.processes,
+            0,
+            setup.devices,
+            distributed.DEFAULT_CONNECT_TIMEOUT,
         )
-        argv = ["--worker", folder, "--rounds", str(rounds), "--processes", str(setup.processes)]
-        distributed.launch(argv, launcher, setup.devices, worker=(str(Path(__file__)),))
+        words = ["--worker", folder, "--rounds", str(rounds), "--processes", str(setup.processes)]
+        distributed.run_workers(words, cluster, range(setup.processes), _worker_command)
         results = json.loads((Path(folder) / RESULTS).read_text())
     return [Measured(**result) for result in results]
+
+
+def _worker_command(words: Sequence[str], cluster: distributed.Cluster, index: int) -> list[str]:
+    """This script as worker `index` of `cluster`."""
+    return [sys.executable, str(Path(__file__)), *words, *distributed.place_of(cluster, index)]
 
 
 RESULTS = "results.json"

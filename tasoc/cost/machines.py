@@ -33,15 +33,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from tasoc.cost.analytic import roofline
 from tasoc.cost.devices import CPU, DEVICES, H100, K80, P100, V100, Device
+from tasoc.cost.measured import cache_dir
 from tasoc.ir import soap
+from tasoc.ir.dag import Node
 from tasoc.ir.limits import format_bytes
 
 CollectiveKind = soap.CollectiveKind
 COLLECTIVE_KINDS: tuple[CollectiveKind, ...] = get_args(CollectiveKind)
 
-LinkKind = Literal["nvlink", "pcie", "infiniband", "ethernet", "host", "shared-memory"]
+LinkKind = Literal["nvlink", "pcie", "infiniband", "ethernet", "host", "shared-memory", "loopback"]
 LINK_KINDS: tuple[LinkKind, ...] = get_args(LinkKind)
+
+Pricing = Literal["analytic", "measured"]
+"""How a machine prices an op's task: the roofline of its device (`analytic`: the
+presets, `cpu-N`, machine files by default), or the measured op table of this host
+(`measured`: `tasoc.cost.op_table`, the `local` machine `tasoc machine calibrate`
+writes)."""
+PRICINGS: tuple[Pricing, ...] = get_args(Pricing)
+
+LOCAL = "local"
+"""The machine name that means this host as `tasoc machine calibrate` measured it: the
+file `local.toml` in the cache directory (`local_machine_path`)."""
 
 
 class MachineError(ValueError):
@@ -89,8 +103,14 @@ class Machine:
     inter: Link | None
     host: Link
     sources: tuple[str, ...] = ()
+    pricing: Pricing = "analytic"
 
     def __post_init__(self) -> None:
+        if self.pricing not in PRICINGS:
+            raise MachineError(
+                f"machine {self.name}: pricing must be one of {', '.join(PRICINGS)}, "
+                f"got {self.pricing!r}"
+            )
         for field in ("nodes", "devices_per_node"):
             count = getattr(self, field)
             if isinstance(count, bool) or not isinstance(count, int) or count < 1:
@@ -107,6 +127,20 @@ class Machine:
     def size(self) -> int:
         """How many devices the machine has."""
         return self.nodes * self.devices_per_node
+
+    def op_seconds(self, local: Node, running: int = 1) -> float:
+        """Seconds one device takes for `local` (an op at the local shapes of the shard
+        it holds) while `running` of the machine's devices run ops at once: the roofline
+        of one kernel on `device` plus one launch (analytic pricing: no fusion, as
+        FlexFlow prices each op's task on its own; `running` changes nothing), or the
+        measured table's entry, launch included (measured pricing: this host's devices
+        share its cores, so `running` matters; every device of a `local` machine,
+        processes included, is on this host)."""
+        if self.pricing == "measured":
+            from tasoc.cost.op_table import shared_table
+
+            return shared_table().seconds(local, running, self.size)
+        return roofline(local, -1, False, self.device) + self.device.launch_overhead_s
 
     def node(self, device: int) -> int:
         """The node `device` is on (devices are numbered node-major)."""
@@ -429,18 +463,32 @@ def cpu_machine(count: int) -> Machine:
     )
 
 
+def local_machine_path() -> Path:
+    """Where `tasoc machine calibrate` keeps this host's machine file: `local.toml` in
+    the cache directory (`measured.cache_dir`), read as `machine=local`."""
+    return cache_dir() / f"{LOCAL}.toml"
+
+
 def machine(spec: str) -> Machine:
-    """The machine `spec` names: a preset (`PRESETS`), `cpu-N`, or a path to a
-    .json/.toml machine file (`load_machine`)."""
+    """The machine `spec` names: a preset (`PRESETS`), `cpu-N`, `local` (this host as
+    last calibrated), or a path to a .json/.toml machine file (`load_machine`)."""
     if spec in PRESETS:
         return PRESETS[spec]
     if match := re.fullmatch(r"cpu-(\d+)", spec):
         return cpu_machine(int(match.group(1)))
+    if spec == LOCAL:
+        path = local_machine_path()
+        if not path.exists():
+            raise MachineError(
+                f"machine 'local' is this host as calibrated, and {path} does not exist: "
+                "run 'tasoc machine calibrate' first"
+            )
+        return load_machine(path)
     path = Path(spec)
     if path.suffix in (".json", ".toml") or path.exists():
         return load_machine(path)
     raise MachineError(
-        f"unknown machine '{spec}' (expected {', '.join(PRESETS)}, cpu-N, "
+        f"unknown machine '{spec}' (expected {', '.join(PRESETS)}, cpu-N, {LOCAL}, "
         "or a .json/.toml machine file)"
     )
 
@@ -477,7 +525,7 @@ def machine_from_dict(data: object, where: str, default_name: str = "machine") -
         where,
         "the file",
         required=("device", "devices_per_node", "links"),
-        optional=("name", "nodes", "sources"),
+        optional=("name", "nodes", "sources", "pricing"),
     )
     name = table.get("name", default_name)
     _expect(isinstance(name, str), where, "name", "a string", name)
@@ -501,6 +549,8 @@ def machine_from_dict(data: object, where: str, default_name: str = "machine") -
         "a list of strings",
         sources,
     )
+    pricing = table.get("pricing", "analytic")
+    _expect(pricing in PRICINGS, where, "pricing", f"one of {', '.join(PRICINGS)}", pricing)
     parsed = {
         key: _link_from(links[key], where, f"links.{key}") for key in _LINK_NAMES if key in links
     }
@@ -513,6 +563,7 @@ def machine_from_dict(data: object, where: str, default_name: str = "machine") -
         inter=parsed.get("inter"),
         host=parsed["host"],
         sources=tuple(sources),
+        pricing=pricing,
     )
 
 
@@ -528,6 +579,7 @@ def machine_to_dict(machine: Machine) -> dict[str, Any]:
         "name": machine.name,
         "nodes": machine.nodes,
         "devices_per_node": machine.devices_per_node,
+        "pricing": machine.pricing,
         "sources": list(machine.sources),
         "device": device,
         "links": {
@@ -540,6 +592,30 @@ def machine_to_dict(machine: Machine) -> dict[str, Any]:
             if link is not None
         },
     }
+
+
+def machine_to_toml(machine: Machine) -> str:
+    """`machine` as a TOML machine file (`machine_to_dict`'s contents; the standard
+    library reads TOML but does not write it, and a machine file is two levels of
+    tables of numbers and strings)."""
+    data = machine_to_dict(machine)
+    tables = {"device": data.pop("device")} | {
+        f"links.{key}": link for key, link in data.pop("links").items()
+    }
+    lines = [f"{key} = {_toml_value(value)}" for key, value in data.items()]
+    for name, table in tables.items():
+        lines += ["", f"[{name}]", *(f"{k} = {_toml_value(v)}" for k, v in table.items())]
+    return "\n".join(lines) + "\n"
+
+
+def _toml_value(value: object) -> str:
+    """A string, number or list of strings as TOML (a JSON string is a TOML basic string)."""
+    if isinstance(value, list):
+        return "[\n" + "".join(f"    {_toml_value(item)},\n" for item in value) + "]"
+    if isinstance(value, str):
+        return json.dumps(value)
+    assert isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return repr(value)
 
 
 MIN_DEVICE_MEMORY = 2**20

@@ -5,7 +5,7 @@ configuration (op, attributes, operand types; the `graph` dialect has one layout
 per tensor, so layout is implied), so each configuration is timed once on the
 current JAX device and remembered in `costs-<device>.json`. A one-op program's time
 includes JAX's dispatch of a jitted call, which a whole graph pays only once, so
-the time of the smallest program (`_FLOOR`) is subtracted as the dispatch floor;
+the time of the smallest program (`floor_node`) is subtracted as the dispatch floor;
 inside a graph each kernel then pays the device preset's launch overhead instead.
 
 Fusion (`tasoc.cost.fusion`) needs an op's time split into compute and memory: the
@@ -50,8 +50,11 @@ CACHE_ENV = "TASOC_CACHE_DIR"
 
 _FORMAT = 1
 
-_FLOOR = ("relu", TensorSig((1,), DType.F32))
-"""The smallest program: its time is JAX's per-call dispatch floor."""
+
+def floor_node() -> Node:
+    """The op of the smallest program: its time is JAX's per-call dispatch floor."""
+    return Node("relu", [Node.arg(0, "x", TensorSig((1,), DType.F32)).out])
+
 
 _MIN_SAMPLE_S = 0.02
 """`time_end_to_end` repeats a fast program within one sample until it takes this long,
@@ -105,11 +108,16 @@ def _attr_text(value: Any) -> str:
     return repr(str(value)) if isinstance(value, str) else repr(value)
 
 
-def _one_op_dag(node: Node) -> Dag:
-    """A program applying `node`'s op to fresh arguments of its operand types."""
-    args = [Node.arg(i, "x", value.sig) for i, value in enumerate(node.inputs)]
-    op = Node(node.op, [arg.out for arg in args], **dict(node.attrs))
-    return Dag(args, op.results)
+def one_op_dag(node: Node, copies: int = 1) -> Dag:
+    """A program applying `node`'s op to fresh arguments of its operand types, `copies`
+    times, each to arguments of its own (so XLA can neither share nor fuse them)."""
+    args: list[Node] = []
+    results: list[Value] = []
+    for _ in range(copies):
+        mine = [Node.arg(len(args) + i, "x", value.sig) for i, value in enumerate(node.inputs)]
+        args += mine
+        results += Node(node.op, [arg.out for arg in mine], **dict(node.attrs)).results
+    return Dag(args, results)
 
 
 def time_op(node: Node, repeats: int = 10) -> float:
@@ -118,8 +126,60 @@ def time_op(node: Node, repeats: int = 10) -> float:
     from tasoc.backends.arguments import random_inputs
     from tasoc.backends.jax import bench, lower
 
-    module = to_module(_one_op_dag(node))
+    module = to_module(one_op_dag(node))
     return statistics.median(bench(lower(module), random_inputs(module), repeats))
+
+
+class TimingFile:
+    """Measured seconds by key in one JSON file of the cache directory, for one device
+    and JAX version (XLA's kernels change between versions, so a file written by
+    another version, or in another format, reads as empty).
+
+    `save` merges what is new into what the file holds now (another process may have
+    added some meanwhile) and replaces it atomically, so a reader never sees half a
+    file; a file that cannot be written only warns: measuring still works, and only
+    the next process measures again.
+    """
+
+    def __init__(self, path: Path, device_name: str) -> None:
+        import jax
+
+        self.path = path
+        self.device_name = device_name
+        self._jax_version = jax.__version__
+
+    def load(self) -> dict[str, float]:
+        """The cached seconds; none when the file is missing, unreadable or from another
+        JAX version or format."""
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(data, dict):
+            return {}
+        if data.get("format") != _FORMAT or data.get("jax") != self._jax_version:
+            return {}
+        seconds = data.get("seconds")
+        return dict(seconds) if isinstance(seconds, dict) else {}
+
+    def save(self, new: dict[str, float]) -> None:
+        """Merge `new` into the file and replace it atomically (class docstring)."""
+        merged = {**self.load(), **new}
+        data = {
+            "format": _FORMAT,
+            "device": self.device_name,
+            "jax": self._jax_version,
+            "seconds": dict(sorted(merged.items())),
+        }
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(
+                "w", dir=self.path.parent, prefix=self.path.name, suffix=".tmp", delete=False
+            ) as handle:
+                json.dump(data, handle, indent=1)
+            os.replace(handle.name, self.path)
+        except OSError as error:  # measuring still works; only the next process re-times
+            warnings.warn(f"cannot write the cost cache {self.path}: {error}", stacklevel=3)
 
 
 class MeasuredCost(FusedSumCost):
@@ -141,14 +201,14 @@ class MeasuredCost(FusedSumCost):
         device: Device | None = None,
         repeats: int = 10,
     ) -> None:
-        import jax
-
         self.device_name, preset = current_device()
         super().__init__(device or preset, memory_limit, fusion, fold_weights)
-        self._jax_version = jax.__version__
         self.repeats = repeats
-        self.path = cache_dir(device_cache_dir) / f"costs-{self.device_name}.json"
-        self._seconds: dict[str, float] = self._load()
+        self._file = TimingFile(
+            cache_dir(device_cache_dir) / f"costs-{self.device_name}.json", self.device_name
+        )
+        self.path = self._file.path
+        self._seconds: dict[str, float] = self._file.load()
         self._new: dict[str, float] = {}
 
     def cost(self, dag: Dag) -> float:
@@ -156,7 +216,8 @@ class MeasuredCost(FusedSumCost):
             return super().cost(dag)
         finally:
             if self._new:
-                self._save()
+                self._file.save(self._new)
+                self._new.clear()
 
     def op_work(self, node: Node, fused: int, internal: bool) -> Work:
         kernel = max(self._measured(node) - self._dispatch_floor(), 0.0)
@@ -180,43 +241,7 @@ class MeasuredCost(FusedSumCost):
         return seconds
 
     def _dispatch_floor(self) -> float:
-        op, sig = _FLOOR
-        return self._measured(Node(op, [Node.arg(0, "x", sig).out]))
-
-    def _load(self) -> dict[str, float]:
-        """The cached measurements; none when the file is missing, unreadable or
-        from another JAX version or format."""
-        try:
-            data = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            return {}
-        if not isinstance(data, dict):
-            return {}
-        if data.get("format") != _FORMAT or data.get("jax") != self._jax_version:
-            return {}
-        seconds = data.get("seconds")
-        return dict(seconds) if isinstance(seconds, dict) else {}
-
-    def _save(self) -> None:
-        """Merge the new measurements into the file (another process may have added
-        some meanwhile) and replace it atomically."""
-        merged = {**self._load(), **self._new}
-        data = {
-            "format": _FORMAT,
-            "device": self.device_name,
-            "jax": self._jax_version,
-            "seconds": dict(sorted(merged.items())),
-        }
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(
-                "w", dir=self.path.parent, prefix=self.path.name, suffix=".tmp", delete=False
-            ) as handle:
-                json.dump(data, handle, indent=1)
-            os.replace(handle.name, self.path)
-        except OSError as error:  # measuring still works; only the next process re-times
-            warnings.warn(f"cannot write the cost cache {self.path}: {error}", stacklevel=3)
-        self._new.clear()
+        return self._measured(floor_node())
 
 
 # --------------------------------------------------------------- end to end

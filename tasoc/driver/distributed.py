@@ -38,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -68,10 +68,6 @@ STOP_GRACE = 2.0
 JAX's C++ runtime does not run Python's signal handlers."""
 
 POLL_SECONDS = 0.05
-
-RUN_WORKER: tuple[str, ...] = ("-m", "tasoc.driver.main", "run")
-"""What a worker runs under Python: `tasoc run` (a benchmark that times its own calls
-in every process passes its script instead, and is launched and supervised alike)."""
 
 _FATAL_LOG = re.compile(r"^F\d{4} [\d:.]+\s+\d+ [^\]]*\] (?P<message>.*)$")
 """A fatal line of absl's C++ log, with which JAX's runtime aborts a process."""
@@ -228,53 +224,67 @@ class _Worker:
     ready: Path
 
 
-def launch(
-    argv: Sequence[str],
-    args: argparse.Namespace,
-    devices: int,
-    worker: Sequence[str] = RUN_WORKER,
-) -> int:
-    """Run `python WORKER ARGV` (`tasoc run ARGV`) as workers (all P here, or the one
-    `--process-id` given), each given its place in the run as `--coordinator HOST:PORT
-    --process-id I --devices D`; supervise them and show the first one's output;
-    DriverError if any fails."""
+def launch(argv: Sequence[str], args: argparse.Namespace, devices: int) -> int:
+    """Run `tasoc run ARGV` as workers (all P here, or the one `--process-id` given),
+    supervise them and show the first one's output; DriverError if any fails."""
     if args.coordinator is None:
-        coordinator = f"127.0.0.1:{_free_port()}"
+        coordinator = f"127.0.0.1:{free_port()}"
         ids = range(args.processes)
     else:
         coordinator, ids = args.coordinator, range(args.process_id, args.process_id + 1)
     cluster = Cluster(coordinator, args.processes, ids[0], devices, args.connect_timeout)
+    (out, err), *_ = run_workers(["run", *argv], cluster, ids)
+    sys.stdout.write(out)
+    for line in err.splitlines():
+        if line.startswith("tasoc: note: "):
+            print(line, file=sys.stderr)
+    return 0
+
+
+WorkerCommand = Callable[[Sequence[str], Cluster, int], list[str]]
+"""The command line of a worker from its words, the run and its process id."""
+
+
+def run_workers(
+    words: Sequence[str],
+    cluster: Cluster,
+    ids: Sequence[int],
+    command: WorkerCommand | None = None,
+) -> list[tuple[str, str]]:
+    """Run `tasoc WORDS` as the workers `ids` of `cluster` (`worker_command`, or
+    `command`'s program: a benchmark timing its calls in every process runs its own
+    script), supervise them until all succeed, and return each one's stdout and
+    stderr; DriverError, every worker ended, when one fails or does not join in time.
+    `tasoc run --processes`, `tasoc machine calibrate --processes` and
+    `benchmarks/sim_validate.py` start their workers here."""
     with tempfile.TemporaryDirectory(prefix="tasoc-processes-") as folder:
-        workers = [_start(worker, argv, cluster, i, Path(folder)) for i in ids]
+        workers = [_start(words, cluster, i, Path(folder), command) for i in ids]
         try:
             _supervise(workers, cluster)
         finally:
             for worker in workers:
                 _stop(worker.popen)
-        first = workers[0]
-        sys.stdout.write(first.stdout.read_text(errors="replace"))
-        for line in first.stderr.read_text(errors="replace").splitlines():
-            if line.startswith("tasoc: note: "):
-                print(line, file=sys.stderr)
-    return 0
+        return [
+            (w.stdout.read_text(errors="replace"), w.stderr.read_text(errors="replace"))
+            for w in workers
+        ]
 
 
-def _free_port() -> int:
+def free_port() -> int:
     """A localhost port no one listens on now, for the coordinator of a local run."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
 
 
-def _start(
-    worker: Sequence[str], argv: Sequence[str], cluster: Cluster, process_id: int, folder: Path
-) -> _Worker:
-    stdout, stderr = folder / f"{process_id}.out", folder / f"{process_id}.err"
-    ready = folder / f"{process_id}.ready"
-    command = [
-        sys.executable,
-        *worker,
-        *argv,
+def worker_command(words: Sequence[str], cluster: Cluster, process_id: int) -> list[str]:
+    """The command line of worker `process_id`: `tasoc WORDS` joined to `cluster`."""
+    return [sys.executable, "-m", "tasoc.driver.main", *words, *place_of(cluster, process_id)]
+
+
+def place_of(cluster: Cluster, process_id: int) -> list[str]:
+    """The options that give worker `process_id` its place in `cluster`."""
+    return [
         "--coordinator",
         cluster.coordinator,
         "--process-id",
@@ -282,9 +292,20 @@ def _start(
         "--devices",
         str(cluster.devices),
     ]
+
+
+def _start(
+    words: Sequence[str],
+    cluster: Cluster,
+    process_id: int,
+    folder: Path,
+    command: WorkerCommand | None,
+) -> _Worker:
+    stdout, stderr = folder / f"{process_id}.out", folder / f"{process_id}.err"
+    ready = folder / f"{process_id}.ready"
     with stdout.open("wb") as out, stderr.open("wb") as err:
         popen = subprocess.Popen(
-            command,
+            (command or worker_command)(words, cluster, process_id),
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=err,

@@ -1,4 +1,4 @@
-"""`tasoc`: the command-line driver (`tasoc opt|run|zoo|rules`).
+"""`tasoc`: the command-line driver (`tasoc opt|run|zoo|rules|machine`).
 
 `main` dispatches on the first word and turns every failure into the one-line
 contract of `errors.py`. The subcommands are imported on demand: `run` loads JAX
@@ -81,6 +81,12 @@ def _rules(argv: Sequence[str]) -> int:
     return rules_command(argv)
 
 
+def _machine(argv: Sequence[str]) -> int:
+    from tasoc.driver.machine import machine_command
+
+    return machine_command(argv)
+
+
 def zoo_command(argv: Sequence[str]) -> int:
     """`tasoc zoo`: each model with its training loss, one-line summary and options
     (defaults), then how to ask for a training step instead of the forward program."""
@@ -122,6 +128,7 @@ COMMANDS: dict[str, tuple[Command, str]] = {
     "run": (_run, "run @main on random inputs with JAX or the numpy reference"),
     "zoo": (zoo_command, "list the built-in models usable as INPUT 'zoo:NAME'"),
     "rules": (_rules, "generate, verify, validate and list rewrite rules"),
+    "machine": (_machine, "measure this machine for the simulator (tasoc machine calibrate)"),
 }
 
 

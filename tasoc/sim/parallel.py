@@ -5,8 +5,9 @@ every value's sharding, `tasoc.ir.shard_plan`) into a `TaskGraph` whose simulate
 makespan is the step's predicted iteration time:
 
 * **compute**: per op with operands, one task per device of its mesh on resource
-  `("device", d)` (mesh device ids index the machine's devices), lasting `op_cost` of
-  the op at its *local* shapes (the shard each device holds); an op whose configuration
+  `("device", d)` (mesh device ids index the machine's devices), lasting the op at its
+  *local* shapes (the shard each device holds) as the machine prices it
+  (`MachineOpCost`: a roofline, or this host's measured table); an op whose configuration
   splits a synced factor (batchnorm's batch in training) is followed by the all-reduce
   of its statistics, on which its results then wait;
 * **communication**: every collective `moves` puts on an edge, as the plan's writer
@@ -59,7 +60,6 @@ from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
-from tasoc.cost.analytic import roofline
 from tasoc.cost.devices import Device
 from tasoc.cost.machines import Machine, MachineError
 from tasoc.ir import dag as dag_module
@@ -88,27 +88,40 @@ class OpCost(Protocol):
     ) -> float: ...
 
 
-def analytic_op_cost(
-    node: Node,
-    local_inputs: Sequence[TensorSig],
-    local_results: Sequence[TensorSig],
-    device: Device,
-) -> float:
-    """The roofline of `tasoc.cost.analytic` at the shard's local shapes, one kernel
-    (no fusion: FlexFlow prices each op's task on its own), plus one launch."""
-    return shard_seconds(node.op, node.attrs, local_inputs, local_results, device)
-
-
 def shard_seconds(
     op: str,
     attrs: Iterable[tuple[str, Any]],
     local_inputs: Sequence[TensorSig],
     local_results: Sequence[TensorSig],
-    device: Device,
+    machine: Machine,
+    running: int,
 ) -> float:
-    """`analytic_op_cost` of the `graph` op `op` with its (global) attributes `attrs`."""
-    local = _local_op(op, attrs, local_inputs, local_results)
-    return roofline(local, -1, False, device) + device.launch_overhead_s
+    """Seconds one device of `machine` takes for the `graph` op `op` with its (global)
+    attributes `attrs` at these local shapes, while `running` devices run at once, as
+    the machine prices ops (`Machine.op_seconds`: the roofline, or measured)."""
+    return machine.op_seconds(_local_op(op, attrs, local_inputs, local_results), running)
+
+
+@dataclass(frozen=True)
+class MachineOpCost:
+    """The `OpCost` of `machine`'s own pricing (`shard_seconds`), with `running` of its
+    devices running at once: what a step, a cost graph and a device view price ops with
+    unless told otherwise, so that every search prices a shard alike. Hashable by value,
+    so `_priced` shares its entries between steps on one machine."""
+
+    machine: Machine
+    running: int
+
+    def __call__(
+        self,
+        node: Node,
+        local_inputs: Sequence[TensorSig],
+        local_results: Sequence[TensorSig],
+        device: Device,
+    ) -> float:
+        return shard_seconds(
+            node.op, node.attrs, local_inputs, local_results, self.machine, self.running
+        )
 
 
 def local_node(
@@ -235,7 +248,7 @@ class ShardedStep:
         dag: Dag,
         plan: Plan,
         machine: Machine,
-        op_cost: OpCost = analytic_op_cost,
+        op_cost: OpCost | None = None,
         *,
         mesh: Mesh | None = None,
         signature: TrainingSignature | None = None,
@@ -243,8 +256,12 @@ class ShardedStep:
     ) -> None:
         if not plan.meshes and mesh is None:
             raise ValueError("a plan on one mesh needs that mesh (mesh=...)")
-        self.dag, self.plan, self.machine, self.op_cost = dag, plan, machine, op_cost
+        self.dag, self.plan, self.machine = dag, plan, machine
         self.meshes = {m.name: m for m in (plan.meshes or (mesh,))}  # type: ignore[union-attr]
+        running = len({d for group in self.meshes.values() for d in group.device_ids})
+        self.op_cost: OpCost = op_cost or MachineOpCost(machine, running)
+        """How ops are priced: the machine's own pricing with every device of the step
+        running at once (`MachineOpCost`), unless given."""
         for group in self.meshes.values():
             if max(group.device_ids) >= machine.size:
                 raise MachineError(

@@ -45,8 +45,6 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from tasoc.cost.analytic import roofline
-from tasoc.cost.devices import Device
 from tasoc.cost.machines import Machine
 from tasoc.ir.dag import Dag, Node, Value
 from tasoc.ir.memory import Space, tensor_bytes
@@ -66,10 +64,10 @@ def stream_of(node: Node) -> str:
     return NETWORK if node.op.startswith("parallel.") else COMPUTE
 
 
-def op_seconds(dag: Dag, device: Device) -> dict[Node, float]:
-    """Each op's time on `device`: the analytic roofline of one kernel plus a launch
-    (the op costs soap-shard's simulator uses at full shapes)."""
-    return {node: roofline(node, -1, False, device) + device.launch_overhead_s for node in dag.ops}
+def op_seconds(dag: Dag, machine: Machine) -> dict[Node, float]:
+    """Each op's time on one device of `machine`, as the machine prices ops
+    (`Machine.op_seconds`: what soap-shard's simulator charges, at full shapes)."""
+    return {node: machine.op_seconds(node) for node in dag.ops}
 
 
 @dataclass(frozen=True)
@@ -214,8 +212,8 @@ def simulate_plan(
     spaces: Sequence[Space] | None = None,
 ) -> PlacedSimulation:
     """Simulate one iteration of `plan` on `machine` (op times: `seconds`, else the
-    roofline of `op_seconds` on the machine's device)."""
-    times = seconds if seconds is not None else op_seconds(dag, machine.device)
+    machine's prices, `op_seconds`)."""
+    times = seconds if seconds is not None else op_seconds(dag, machine)
     graph, tasks = placed_task_graph(dag, plan, machine, times, spaces)
     timeline = simulate(graph)
     moved = {SwapOut: 0, SwapIn: 0}

@@ -11,8 +11,9 @@ buffers — and plan it within the per-device capacity like any step. The nodes 
 `graph` op's rule speaks of whole tensors), and each keeps its position so that two
 equal ops of the block stay two nodes.
 
-Times, on the machine the plan is priced on: a `graph` op takes the roofline of its
-local shapes (`analytic_op_cost`, as soap-shard's simulator prices a shard), a
+Times, on the machine the plan is priced on: a `graph` op takes its time at its local
+shapes as the machine prices ops (`shard_seconds`, as soap-shard's simulator prices a
+shard, every device of the mesh running at once), a
 collective the machine's collective time over the devices that take part
 (`Machine.collective_time`), and collectives run on their own stream
 (`tasoc.sim.placement`), beside compute and the swaps.
@@ -131,7 +132,8 @@ def _seconds(op: Operation, node: Node, groups: Mapping[str, Mesh], machine: Mac
     if not isinstance(op, GraphOp):
         raise ValueError(f"'{op.name}' is neither a graph op nor a collective")
     inputs = [value.sig for value in node.inputs]
-    return shard_seconds(op.op_name(), op.py_attrs().items(), inputs, node.sigs, machine.device)
+    running = max((mesh.size for mesh in groups.values()), default=1)
+    return shard_seconds(op.op_name(), op.py_attrs().items(), inputs, node.sigs, machine, running)
 
 
 def moved_axes(source: Sharding, target: Sharding) -> tuple[str, ...]:
@@ -176,8 +178,9 @@ class _ViewSink:
         inputs = [operand.value.sig for operand in operands]
         sigs = [self.local(sig, sharding) for sig, sharding in zip(node.sigs, results, strict=True)]
         given = self._add(f"graph.{node.op}", [o.value for o in operands], sigs)
-        device = self.machine.device
-        self.seconds[given] = shard_seconds(node.op, node.attrs, inputs, sigs, device)
+        self.seconds[given] = shard_seconds(
+            node.op, node.attrs, inputs, sigs, self.machine, self.mesh.size
+        )
         return [
             _Written(value, sharding, sig)
             for value, sharding, sig in zip(given.results, results, node.sigs, strict=True)

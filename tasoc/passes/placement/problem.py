@@ -31,7 +31,7 @@ class PlacementProblem:
     capacity: int
     machine: Machine
     seconds: Mapping[Node, float]
-    """Each op's time on the machine's device (`op_seconds`)."""
+    """Each op's time on one device of the machine (`op_seconds`)."""
 
     @classmethod
     def of(
@@ -43,8 +43,8 @@ class PlacementProblem:
         seconds: Mapping[Node, float] | None = None,
     ) -> PlacementProblem:
         """The problem of `dag`, its ops priced by `seconds` (a sharded step's device
-        view knows its own), else by `op_seconds` on the machine's device."""
-        times = seconds if seconds is not None else op_seconds(dag, machine.device)
+        view knows its own), else as the machine prices them (`op_seconds`)."""
+        times = seconds if seconds is not None else op_seconds(dag, machine)
         return cls(dag, signature, capacity, machine, times)
 
     def simulate(self, plan: PlacementPlan) -> PlacedSimulation:

@@ -6,7 +6,8 @@ Nodes are the choices a strategy makes on one mesh:
 
 * each op with operands: its SOAP configurations (`soap.configurations`). An
   option's time is eq. 1's t = t_c + t_s: the op's cost on one device at its local
-  shapes (`sim.parallel.analytic_op_cost`, what the simulator charges), plus the
+  shapes as the machine prices it (`sim.parallel.MachineOpCost`, what the simulator
+  charges), plus the
   all-reduce of its statistics when it splits a synced factor (batchnorm's batch),
   plus completing the partial sums of a program result it leaves unreduced. Its
   memory is eq. 1's m_t: the local bytes of its results held at a training step's
@@ -54,7 +55,7 @@ from tasoc.ir.soap import Config, Mesh, Sharding, ShardingError
 from tasoc.passes.soap.cost_graph import Choice, CostEdge, CostGraph, CostNode
 from tasoc.passes.soap.mcmc import configurations
 from tasoc.passes.soap.plan import Prescription, Problem, operand_layouts, result_layouts
-from tasoc.sim.parallel import analytic_op_cost, axis_groups, shard_bytes
+from tasoc.sim.parallel import MachineOpCost, axis_groups, shard_bytes
 
 Option = Config | Sharding
 """An op node's option is a configuration, an argument node's a layout."""
@@ -120,6 +121,7 @@ def build(problem: Problem, machine: Machine) -> CostModel:
 class _Builder:
     def __init__(self, problem: Problem, machine: Machine) -> None:
         self.problem, self.machine, self.mesh = problem, machine, problem.mesh
+        self.op_cost = MachineOpCost(machine, problem.mesh.size)
         self.dag = problem.dag
         self.consumers = self.dag.consumers()
         self.index: dict[Node, int] = {}
@@ -185,7 +187,7 @@ class _Builder:
         local_out = [
             _local(v.sig, s, self.mesh) for v, s in zip(node.results, results, strict=True)
         ]
-        time = analytic_op_cost(node, local_in, local_out, device)
+        time = self.op_cost(node, local_in, local_out, device)
         for factor, axes in soap.internal_collectives(rule, config):
             stats = sum(
                 shard_bytes(v.sig, s, self.mesh)

@@ -1,0 +1,292 @@
+"""Measuring this host for `tasoc machine calibrate`: its device, the links between
+its fake CPU devices and between `jax.distributed` processes, its host copies.
+
+Each measurement is a median of jitted calls (`op_table.median_call`) less the same
+program without the thing measured, so JAX's dispatch of a call is not counted:
+
+- **device**: an n x n x n float32 matmul at `Precision.HIGHEST` (achieved FLOP/s), a
+  sum over a large array (memory bandwidth), a chain of tiny dot+tanh kernels in one
+  program against a chain of one (what one more kernel costs), and the host's memory
+  shared by the devices on it;
+- **links**: `all_reduce` (`psum`) and `all_gather` under `shard_map` over the devices
+  at several sizes, less a program adding one to the same block; the link's latency
+  and bandwidth are fitted so that `Machine.collective_time` (the model the simulator
+  prices with) best predicts them (`fit_link`, least squares of log ratios);
+- **host**: `jax.device_put` of host arrays and their copy back, fitted to
+  `Link.time` alike.
+
+JAX is imported lazily; the caller makes the devices (`op_table.cpu_devices`, or
+`jax.distributed` for processes) before the first measurement.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tasoc.cost.devices import Device
+from tasoc.cost.machines import (
+    MAX_DEVICE_MEMORY,
+    MIN_DEVICE_MEMORY,
+    CollectiveKind,
+    Link,
+    LinkKind,
+    Machine,
+)
+from tasoc.cost.op_table import median_call
+
+MiB = 2**20
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """What calibration measures at: large enough that the time measured is the work,
+    small enough that it takes about a minute on a 2-core machine (`QUICK`: a few
+    seconds, for tests and a first look)."""
+
+    matmul: int = 1024
+    """n of the n x n x n matmul."""
+    stream_bytes: int = 64 * MiB
+    """Bytes of the array summed."""
+    kernels: int = 128
+    """Tiny kernels in the chain."""
+    collective_bytes: tuple[int, ...] = (4096, 256 * 1024, 4 * MiB)
+    """Bytes on each device of a collective's operand."""
+    host_bytes: tuple[int, ...] = (64 * 1024, 4 * MiB, 32 * MiB)
+    """Bytes of a host copy."""
+    samples: int = 7
+    """Samples of each median."""
+
+
+QUICK = Sizes(
+    matmul=128,
+    stream_bytes=MiB,
+    kernels=8,
+    collective_bytes=(4096, 64 * 1024),
+    host_bytes=(64 * 1024, MiB),
+    samples=3,
+)
+"""`--quick`: the same measurements at small sizes, numbers only roughly right."""
+
+
+COLLECTIVE_CALLS = 10
+"""Calls per sample of a collective: fixed, since every process must make as many."""
+
+
+@dataclass(frozen=True)
+class CollectiveSample:
+    """One collective measured: its kind, the bytes of its operand on each device, the
+    devices taking part, and its median seconds."""
+
+    kind: CollectiveKind
+    nbytes: int
+    devices: int
+    seconds: float
+
+
+def _floor_call(samples: int) -> float:
+    """Median seconds of a call of the smallest jitted program on the default device."""
+    import jax
+    import jax.numpy as jnp
+
+    x = jnp.ones((1,), jnp.float32)
+    add = jax.jit(lambda v: v + 1)
+    return median_call(lambda: jax.block_until_ready(add(x)), samples)
+
+
+def _seconds_of(
+    fn: Callable[..., Any], args: Sequence[Any], samples: int, calls: int | None = None
+) -> float:
+    import jax
+
+    jitted = jax.jit(fn)
+    return median_call(lambda: jax.block_until_ready(jitted(*args)), samples, calls)
+
+
+def matmul_flops(n: int, samples: int) -> float:
+    """FLOP/s of an n x n x n float32 matmul at `Precision.HIGHEST` on one device."""
+    import jax
+    import jax.numpy as jnp
+
+    x = jnp.ones((n, n), jnp.float32)
+    seconds = _seconds_of(
+        lambda a, b: jnp.matmul(a, b, precision=jax.lax.Precision.HIGHEST), (x, x), samples
+    )
+    return 2 * n**3 / _positive(seconds - _floor_call(samples))
+
+
+def stream_bandwidth(nbytes: int, samples: int) -> float:
+    """Bytes/s of a sum reading `nbytes` of float32 on one device."""
+    import jax.numpy as jnp
+
+    x = jnp.ones((nbytes // 4,), jnp.float32)
+    seconds = _seconds_of(jnp.sum, (x,), samples)
+    return nbytes / _positive(seconds - _floor_call(samples))
+
+
+def kernel_overhead(count: int, samples: int) -> float:
+    """Seconds one more kernel adds to a jitted program: a chain of `count` dependent
+    8 x 8 dot+tanh kernels against a chain of one, per extra kernel."""
+    import jax.numpy as jnp
+
+    def chain(length: int) -> Callable[[Any], Any]:
+        def run(x: Any) -> Any:
+            for _ in range(length):
+                x = jnp.tanh(x @ x)
+            return x
+
+        return run
+
+    x = jnp.full((8, 8), 0.01, jnp.float32)
+    long, short = (_seconds_of(chain(length), (x,), samples) for length in (count, 1))
+    return max(long - short, 0.0) / (count - 1)
+
+
+def memory_per_device(devices_on_host: int) -> float:
+    """The host's physical memory shared by its devices, within what a machine file
+    accepts."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return float(min(max(total / devices_on_host, MIN_DEVICE_MEMORY), MAX_DEVICE_MEMORY))
+
+
+def measure_device(sizes: Sizes, devices_on_host: int, name: str = "local-cpu") -> Device:
+    """This host's device as the roofline sees it (module docstring)."""
+    return Device(
+        name=name,
+        peak_flops=matmul_flops(sizes.matmul, sizes.samples),
+        mem_bandwidth=stream_bandwidth(sizes.stream_bytes, sizes.samples),
+        launch_overhead_s=kernel_overhead(sizes.kernels, sizes.samples),
+        memory_bytes=memory_per_device(devices_on_host),
+    )
+
+
+def collective_samples(
+    devices: Sequence[Any], sizes: Sequence[int], samples: int
+) -> list[CollectiveSample]:
+    """`all_reduce` and `all_gather` over `devices` (one axis, `shard_map`) of each size
+    of operand per device: the median call less that of a program adding one to the
+    same block. Works across `jax.distributed` processes too (`devices` global)."""
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    mesh = jax.sharding.Mesh(np.array(devices), ("d",))
+    spec = PartitionSpec("d")
+    programs: dict[str, Callable[[Any], Any]] = {
+        "base": lambda block: block + 1,
+        "all_reduce": lambda block: jax.lax.psum(block, "d") + 1,
+        "all_gather": lambda block: jax.lax.all_gather(block, "d", tiled=True) + 1,
+    }
+    count = len(devices)
+    found = []
+    for nbytes in sizes:
+        length = max(nbytes // 4, 1)
+        data = np.ones((count * length,), np.float32)
+        x = jax.make_array_from_callback(
+            data.shape, NamedSharding(mesh, spec), lambda index, d=data: d[index]
+        )
+        seconds = {
+            name: _seconds_of(
+                jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=spec),
+                (x,),
+                samples,
+                COLLECTIVE_CALLS,
+            )
+            for name, body in programs.items()
+        }
+        for kind in ("all_reduce", "all_gather"):
+            found.append(
+                CollectiveSample(
+                    kind, length * 4, count, _positive(seconds[kind] - seconds["base"])
+                )  # type: ignore[arg-type]
+            )
+    return found
+
+
+def host_samples(sizes: Sequence[int], samples: int) -> list[tuple[int, float]]:
+    """(bytes, seconds) of one host copy of each size: `jax.device_put` of a host array
+    and `numpy.array` of the result back, halved, less the same of 4 bytes."""
+    import jax
+
+    def copy_time(nbytes: int) -> float:
+        host = np.ones((max(nbytes // 4, 1),), np.float32)
+
+        def round_trip() -> None:
+            np.array(jax.block_until_ready(jax.device_put(host)))
+
+        return median_call(round_trip, samples) / 2
+
+    floor = copy_time(4)
+    return [(nbytes, _positive(copy_time(nbytes) - floor)) for nbytes in sizes]
+
+
+def _positive(seconds: float) -> float:
+    """A difference of medians as a time: never below 0.1 us (noise can make a small
+    one negative, and a fit works on logarithms)."""
+    return max(seconds, 1e-7)
+
+
+def fit_link(
+    kind: LinkKind, predicted: Sequence[Callable[[Link], float]], measured: Sequence[float]
+) -> Link:
+    """The link of `kind` whose latency and bandwidth make `predicted` (each a model of
+    one measurement given the link) closest to `measured`: least squares of the log
+    ratios, over a grid of latencies (0.1 us to 10 ms) and bandwidths (10 MB/s to
+    1 TB/s), refined twice around the best point."""
+    latencies, bandwidths = np.logspace(-7, -2, 41), np.logspace(7, 12, 41)
+    logs = np.log(np.asarray(measured))
+    best: tuple[float, float, float] = (math.inf, 0.0, 1.0)
+    for _ in range(3):
+        for latency in latencies:
+            for bandwidth in bandwidths:
+                link = Link(kind, float(bandwidth), float(latency))
+                guess = np.log([max(model(link), 1e-12) for model in predicted])
+                error = float(np.sum((guess - logs) ** 2))
+                if error < best[0]:
+                    best = (error, float(latency), float(bandwidth))
+        _, latency, bandwidth = best
+        step_l = latencies[1] / latencies[0]
+        step_b = bandwidths[1] / bandwidths[0]
+        latencies = latency * np.logspace(-1, 1, 21, base=step_l)
+        bandwidths = bandwidth * np.logspace(-1, 1, 21, base=step_b)
+    return Link(kind, best[2], best[1])
+
+
+def fit_collectives(
+    kind: LinkKind, found: Sequence[CollectiveSample], across_nodes: bool, device: Device
+) -> Link:
+    """The link the collectives `found` ran over, fitted to `Machine.collective_time`:
+    inside one node (`across_nodes` False: the `intra` link of one node of as many
+    devices) or between nodes of one device each (the `inter` link)."""
+
+    def model(sample: CollectiveSample) -> Callable[[Link], float]:
+        def predict(link: Link) -> float:
+            nodes, per_node = (sample.devices, 1) if across_nodes else (1, sample.devices)
+            machine = Machine(
+                name="fit",
+                device=device,
+                nodes=nodes,
+                devices_per_node=per_node,
+                intra=link,
+                inter=link if across_nodes else None,
+                host=link,
+            )
+            group = list(range(sample.devices))
+            return machine.collective_time(sample.kind, sample.nbytes, group)
+
+        return predict
+
+    return fit_link(kind, [model(s) for s in found], [s.seconds for s in found])
+
+
+def fit_host(found: Sequence[tuple[int, float]]) -> Link:
+    """The host link whose `Link.time` best predicts the host copies `found`."""
+    return fit_link(
+        "host",
+        [lambda link, n=nbytes: link.time(n) for nbytes, _ in found],
+        [seconds for _, seconds in found],
+    )

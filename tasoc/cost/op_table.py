@@ -1,0 +1,228 @@
+"""The measured op table: what one op adds to a step on this host's XLA:CPU devices,
+when several of them run it at once.
+
+A sharded step runs every op on all devices of its mesh at the same moment, and this
+host's fake CPU devices (`jax_num_cpu_devices`, or one per `jax.distributed` process
+on localhost) share its cores: on a 2-core machine one device alone gets both cores,
+two devices running together get one each. So an op's time depends on its
+configuration (op, attributes, local operand and result types: TASO's observation,
+`tasoc.cost.measured`) *and* on how many devices run at once, and the table keys its
+entries by both (`table_key`).
+
+An entry is measured the way a step pays for the op: inside a jitted program, inside
+a `shard_map` over that many devices, every device applying it to blocks of the local
+shapes. One call of a one-op program is mostly JAX's dispatch (on our 2-core VM, some
+140 us over two devices, against a few microseconds for a small op), and subtracting
+a separately measured floor left the noise of two large numbers; so `measure` times
+a program applying the op to `copies_of(node)` sets of operands of its own (which XLA
+can neither share nor fuse) against one applying it once, and takes the difference
+per extra application: the op's kernel and its launch inside a compiled program, the
+dispatch cancelled. The two programs are timed in turns, a sample of each per round
+(the mean of enough blocked calls to last `_MIN_SAMPLE_S`), and an entry is the
+median over `samples` rounds of their difference, so a spell of load from elsewhere
+hits both sides of a difference.
+
+The table is lazy, measuring an entry on first use, and caches on disk in
+`ops-<device>.json` under `cache_dir()` (`measured.TimingFile`: per JAX version,
+written atomically). Machines priced with it (`Machine.pricing == "measured"`, the
+`local` machine `tasoc machine calibrate` writes) read one table per cache directory
+(`shared_table`).
+
+Measuring needs as many JAX CPU devices as run at once: when JAX's backends are not
+up yet, the table makes as many as the machine has; when they are up with fewer, a
+lookup fails with one line (CostError).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from tasoc.cost.measured import TimingFile, cache_dir, one_op_dag, op_key
+from tasoc.cost.model import CostError
+from tasoc.ir.dag import Node, to_module
+from tasoc.ir.memory import tensor_bytes
+
+_MIN_SAMPLE_S = 0.01
+"""A sample repeats a fast call until it lasts this long, so timer resolution stays
+small against it; short, since a search may meet a hundred new entries."""
+
+DEFAULT_SAMPLES = 7
+
+MAX_COPIES = 64
+COPIES_BYTES = 2**20
+"""`measure` times up to `MAX_COPIES` applications of an op in one program, as many
+as keep their operands and results within `COPIES_BYTES` per device."""
+
+
+def device_name() -> str:
+    """The name this host's CPU gets in cache files (as `measured.current_device`
+    names it), without starting JAX's backends: CPUs are told apart by core count."""
+    return f"cpu-{os.cpu_count()}"
+
+
+def table_key(node: Node, running: int) -> str:
+    """What identifies an entry: op, attributes, operand and result types of the op as
+    one device runs it (local shapes), and how many devices run it at once."""
+    results = ", ".join(str(sig) for sig in node.sigs)
+    return f"{op_key(node)} -> ({results}) x{running}"
+
+
+def jax_backends_up() -> bool:
+    """Whether JAX's backends have started, fixing how many CPU devices there are."""
+    from jax._src import xla_bridge  # the one place JAX says whether its backends are up
+
+    return bool(xla_bridge.backends_are_initialized())
+
+
+def cpu_devices(count: int, make: int) -> list:  # type: ignore[type-arg]
+    """`count` of JAX's CPU devices; `make` of them made first when JAX's backends are
+    not up yet; CostError when there are fewer than `count`."""
+    import jax
+
+    if not jax_backends_up():
+        jax.config.update("jax_num_cpu_devices", max(count, make))
+    devices = jax.devices("cpu")
+    if len(devices) < count:
+        raise CostError(
+            f"measuring an op as {count} devices run it needs {count} JAX CPU devices, and "
+            f"JAX already runs on {len(devices)} in this process"
+        )
+    return devices[:count]
+
+
+def measure(node: Node, running: int, make: int, samples: int = DEFAULT_SAMPLES) -> float:
+    """Seconds one more application of `node`'s op adds to a jitted program in which
+    each of `running` CPU devices applies it at once (`shard_map`): a program applying
+    it to `copies_of(node)` sets of operands of its types against one applying it once,
+    timed in turns (so a spell of load hits both), the median of the rounds'
+    differences per extra application; `make` devices are made when JAX has not started
+    (`cpu_devices`)."""
+    devices = cpu_devices(running, make)
+    copies = copies_of(node)
+    many, once = (_program(node, devices, n) for n in (copies, 1))
+    calls = [_calls_per_sample(call) for call in (many, once)]
+    differences = []
+    for _ in range(samples):
+        seconds = [_sample(call, count) for call, count in zip((many, once), calls, strict=True)]
+        differences.append(seconds[0] - seconds[1])
+    return max(statistics.median(differences), 0.0) / (copies - 1)
+
+
+def copies_of(node: Node) -> int:
+    """How many applications `measure` times together: `MAX_COPIES`, fewer when their
+    operands and results would pass `COPIES_BYTES`, never fewer than two."""
+    nbytes = sum(tensor_bytes(value.sig) for value in (*node.inputs, *node.results))
+    return max(2, min(MAX_COPIES, COPIES_BYTES // max(nbytes, 1)))
+
+
+def _program(node: Node, devices: Sequence[Any], copies: int) -> Callable[[], object]:
+    """A call of the program applying `node` `copies` times on every one of `devices` at
+    once, its arguments in place, waiting for its results."""
+    import jax
+    import numpy as np
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    from tasoc.backends.arguments import random_inputs
+    from tasoc.backends.jax import lower
+    from tasoc.backends.jax.lowering import host_argument
+
+    module = to_module(one_op_dag(node, copies))
+    one = lower(module)
+    mesh = jax.sharding.Mesh(np.array(devices), ("d",))
+    spec = PartitionSpec("d")
+
+    def body(*blocks: jax.Array) -> tuple[jax.Array, ...]:
+        return tuple(result[None] for result in one.fn(*(block[0] for block in blocks)))
+
+    count = len(one.arg_infos)
+    program = jax.jit(
+        jax.shard_map(
+            body, mesh=mesh, in_specs=(spec,) * count, out_specs=(spec,) * len(one.result_sigs)
+        )
+    )
+    with one.precision():
+        args = [
+            jax.device_put(
+                np.stack([host_argument(info, value)] * len(devices)), NamedSharding(mesh, spec)
+            )
+            for info, value in zip(one.arg_infos, random_inputs(module), strict=True)
+        ]
+
+    def call() -> object:
+        with one.precision():
+            return jax.block_until_ready(program(*args))
+
+    return call
+
+
+def median_call(call: Callable[[], object], samples: int, calls: int | None = None) -> float:
+    """Median over `samples` of the mean seconds of `call`, each sample repeating it
+    `calls` times, by default until it lasts `_MIN_SAMPLE_S`, after one call that
+    compiles and one that warms. (Processes running a collective together must give
+    `calls`: each would count its own, and one would wait for calls the others never
+    make.)"""
+    counted = _calls_per_sample(call)
+    return statistics.median(_sample(call, calls or counted) for _ in range(samples))
+
+
+def _calls_per_sample(call: Callable[[], object]) -> int:
+    """Calls that make a sample last `_MIN_SAMPLE_S`, counted on a call after one that
+    compiles."""
+    call()
+    start = time.perf_counter()
+    call()
+    warm = max(time.perf_counter() - start, 1e-9)
+    return max(1, min(1000, math.ceil(_MIN_SAMPLE_S / warm)))
+
+
+def _sample(call: Callable[[], object], calls: int) -> float:
+    """Mean seconds of `calls` calls."""
+    start = time.perf_counter()
+    for _ in range(calls):
+        call()
+    return (time.perf_counter() - start) / calls
+
+
+class OpTable:
+    """Seconds of ops on this host's CPU devices, measured lazily, cached on disk
+    (module docstring)."""
+
+    def __init__(
+        self, directory: str | os.PathLike[str] | None = None, samples: int = DEFAULT_SAMPLES
+    ) -> None:
+        name = device_name()
+        self._file = TimingFile(cache_dir(directory) / f"ops-{name}.json", name)
+        self.path: Path = self._file.path
+        self.samples = samples
+        self._seconds = self._file.load()
+
+    def seconds(self, node: Node, running: int = 1, make: int = 1) -> float:
+        """Seconds `node` (an op at the local shapes one device holds) adds to a jitted
+        program while `running` devices run it at once: cached, else measured now
+        (`measure`) and written to the cache file. `make` devices are made if JAX has not
+        started (a machine's size, so that later lookups with more devices running find
+        them)."""
+        key = table_key(node, running)
+        seconds = self._seconds.get(key)
+        if seconds is None:
+            seconds = self._seconds[key] = measure(node, running, make, self.samples)
+            self._file.save({key: seconds})
+        return seconds
+
+
+@functools.cache
+def _table_at(directory: Path) -> OpTable:
+    return OpTable(directory)
+
+
+def shared_table() -> OpTable:
+    """The table of the current cache directory (`cache_dir()`), one per directory in a
+    process, so that every search and simulation reads and fills the same."""
+    return _table_at(cache_dir())

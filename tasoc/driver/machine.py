@@ -1,0 +1,320 @@
+"""`tasoc machine calibrate`: measure this host and write the machine file `local`.
+
+The launcher measures the device and the `intra` link between `--devices N` fake CPU
+devices in its own process (`tasoc.cost.calibration`), then, with `--processes P`
+above one, the `inter` link between P `jax.distributed` processes of one device each
+on localhost, started and supervised as `tasoc run --processes` starts its workers
+(`distributed.run_workers`); each worker is `tasoc machine calibrate` itself, marked
+by `distributed.WORKER_ENV`, and process 0 prints its measurements as JSON. The
+machine file (`nodes = P`, `devices_per_node = N`, `pricing = "measured"`, `sources`
+saying what was measured, when and how) is written to `-o` and to the cache
+directory's `local.toml` (`machine=local`), both atomically and only once everything
+was measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tasoc.cost.calibration import QUICK, CollectiveSample, Sizes
+from tasoc.cost.devices import Device
+from tasoc.cost.machines import (
+    LOCAL,
+    SHARED_MEMORY,
+    Link,
+    Machine,
+    local_machine_path,
+    machine_to_toml,
+)
+from tasoc.driver import distributed
+from tasoc.driver.errors import DriverError, OneLineArgumentParser, positive_int
+from tasoc.driver.outputs import Outputs
+
+DEFAULT_DEVICES = 2
+"""Fake CPU devices of one process calibrated by default: the `intra` link needs two."""
+
+
+def machine_command(argv: Sequence[str]) -> int:
+    """`tasoc machine SUBCOMMAND ...`: only `calibrate` for now."""
+    parser = OneLineArgumentParser(
+        prog="tasoc machine", description="Describe this machine to tasoc's simulator."
+    )
+    commands = parser.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", required=True)
+    calibrate = commands.add_parser(
+        "calibrate",
+        help="measure this host and write a machine file (machine=local)",
+        description="Measure this host's device, the links between its fake CPU devices "
+        "and between jax.distributed processes on localhost, and its host copies; write a "
+        "machine file whose ops are priced with the measured op table.",
+    )
+    _add_calibrate_arguments(calibrate)
+    args = parser.parse_args(argv)
+    return calibrate_command(args)
+
+
+def _add_calibrate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-o",
+        dest="output",
+        metavar="OUT",
+        help="the machine file to write (.toml), besides local.toml in the cache directory",
+    )
+    parser.add_argument(
+        "--devices",
+        type=positive_int,
+        default=DEFAULT_DEVICES,
+        metavar="N",
+        help=f"fake CPU devices per process (devices_per_node; default {DEFAULT_DEVICES})",
+    )
+    parser.add_argument(
+        "--processes",
+        type=positive_int,
+        default=1,
+        metavar="P",
+        help="jax.distributed processes on localhost whose link (inter) is measured "
+        "(nodes; default 1: no inter link)",
+    )
+    parser.add_argument(
+        "--port",
+        type=positive_int,
+        metavar="PORT",
+        help="the localhost port of the processes' coordinator (default: a free one)",
+    )
+    parser.add_argument(
+        "--connect-timeout",
+        type=positive_int,
+        default=distributed.DEFAULT_CONNECT_TIMEOUT,
+        metavar="S",
+        help="seconds the processes wait for each other "
+        f"(default: {distributed.DEFAULT_CONNECT_TIMEOUT})",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="measure at small sizes: a few seconds, rough numbers (tests, a first look)",
+    )
+    # A worker's place in the run, given by the launcher (distributed.worker_command).
+    parser.add_argument("--coordinator", help=argparse.SUPPRESS)
+    parser.add_argument("--process-id", type=int, help=argparse.SUPPRESS)
+
+
+def calibrate_command(args: argparse.Namespace) -> int:
+    """Measure and write the machine file; or, in a worker, measure the inter link."""
+    sizes = QUICK if args.quick else Sizes()
+    if distributed.in_worker():
+        return _worker(args, sizes)
+    if args.coordinator is not None or args.process_id is not None:
+        raise DriverError("--coordinator and --process-id are for the workers calibrate starts")
+    if args.output is not None and not args.output.endswith(".toml"):
+        raise DriverError(f"-o '{args.output}': a machine file written by calibrate is .toml")
+    path = local_machine_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise DriverError(
+            f"cannot make the cache directory {path.parent}: {err.strerror}"
+        ) from None
+    local = str(path)
+    with Outputs() as outputs:
+        staged = [outputs.declare(local, "the local machine file")]
+        if args.output is not None and not _same_path(args.output, local):
+            staged.append(outputs.declare(args.output, "-o"))
+        coordinator = _coordinator(args) if args.processes > 1 else None
+        text = _calibrate(args, sizes, coordinator)
+        for output in staged:
+            assert output is not None
+            with output.open() as stream:
+                stream.write(text)
+    print(f"wrote {args.output or local}" + (f" and {local}" if args.output else ""))
+    return 0
+
+
+def _same_path(given: str, other: str) -> bool:
+    return os.path.abspath(given) == os.path.abspath(other)
+
+
+def _coordinator(args: argparse.Namespace) -> str:
+    """The coordinator's localhost address: `--port`, checked free now (a taken port
+    would fail in every worker), else a free port."""
+    if args.port is None:
+        return f"127.0.0.1:{distributed.free_port()}"
+    if args.port > 65535:
+        raise DriverError(f"--port {args.port} is not a port (1 to 65535)")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(("127.0.0.1", args.port))
+        except OSError as err:
+            raise DriverError(
+                f"--port {args.port} is taken on localhost ({err.strerror or err}): give "
+                "another, or leave --port out for a free one"
+            ) from None
+    return f"127.0.0.1:{args.port}"
+
+
+@dataclass
+class _Measured:
+    """What calibration measured, filled step by step."""
+
+    devices: list[Any] = field(default_factory=list)
+    device: Device | None = None
+    host: list[tuple[int, float]] = field(default_factory=list)
+    intra: list[CollectiveSample] = field(default_factory=list)
+    inter: list[CollectiveSample] = field(default_factory=list)
+
+
+def _calibrate(args: argparse.Namespace, sizes: Sizes, coordinator: str | None) -> str:
+    """Every measurement, with a progress bar; the machine file's text."""
+    from tasoc.cost import calibration as cal
+    from tasoc.cost.op_table import cpu_devices
+    from tasoc.passes.progress import progress_bar
+
+    devices, processes = args.devices, args.processes
+    on_host = devices * processes
+    got = _Measured()
+
+    def make_devices() -> None:
+        got.devices = cpu_devices(devices, devices)
+
+    def device() -> None:
+        got.device = cal.measure_device(sizes, on_host)
+
+    def host() -> None:
+        got.host = cal.host_samples(sizes.host_bytes, sizes.samples)
+
+    def intra() -> None:
+        got.intra = cal.collective_samples(got.devices, sizes.collective_bytes, sizes.samples)
+
+    def inter() -> None:
+        assert coordinator is not None
+        got.inter = _inter_samples(args, coordinator)
+
+    # The processes first: they are what most often fails (a port, a peer), and then
+    # nothing else need be measured.
+    steps: list[tuple[str, Callable[[], None]]] = [
+        *([("inter", inter)] if coordinator is not None else []),
+        ("devices", make_devices),
+        ("device", device),
+        ("host", host),
+        *([("intra", intra)] if devices > 1 else []),
+    ]
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    with progress_bar("calibrating", unit="measurement", total=len(steps)) as update:
+        for done, (name, measure) in enumerate(steps):
+            update(done, step=name)
+            measure()
+        update(len(steps))
+    assert got.device is not None
+    return machine_to_toml(_machine(args, sizes, started, got, got.device))
+
+
+def _machine(
+    args: argparse.Namespace, sizes: Sizes, started: str, got: _Measured, device: Device
+) -> Machine:
+    """The calibrated machine: links fitted to what was measured, `sources` saying what
+    was measured when and how."""
+    import jax
+
+    from tasoc.cost.calibration import fit_collectives, fit_host
+    from tasoc.cost.op_table import device_name
+
+    devices, processes = args.devices, args.processes
+    host = fit_host(got.host)
+    intra = fit_collectives("shared-memory", got.intra, False, device) if got.intra else None
+    inter = fit_collectives("loopback", got.inter, True, device) if got.inter else None
+    quick = " --quick" if args.quick else ""
+    sources = [
+        f"calibrated by 'tasoc machine calibrate{quick}' on {started} on {platform.node()} "
+        f"({os.cpu_count()} cores, {platform.machine()}), JAX {jax.__version__} on XLA:CPU, "
+        f"{processes} process(es) x {devices} fake CPU device(s), every number a median of "
+        f"{sizes.samples} samples",
+        f"device: {sizes.matmul}^3 float32 matmul at Precision.HIGHEST "
+        f"{device.peak_flops / 1e9:.1f} GFLOP/s; sum over {sizes.stream_bytes / 2**20:g} MiB "
+        f"{device.mem_bandwidth / 1e9:.1f} GB/s; a chain of {sizes.kernels} tiny dot+tanh "
+        f"kernels {device.launch_overhead_s * 1e6:.2f} us per kernel; the host's memory "
+        f"shared by its {devices * processes} device(s)",
+        _link_source(
+            "intra",
+            intra,
+            sizes.collective_bytes,
+            f"all_reduce and all_gather under shard_map over the {devices} devices of one process",
+        )
+        if intra is not None
+        else "intra: not measured (one device per process): machines.SHARED_MEMORY",
+    ]
+    if inter is not None:
+        how = (
+            f"all_reduce and all_gather over {processes} jax.distributed processes of one "
+            "device each on localhost (gloo)"
+        )
+        sources.append(_link_source("inter", inter, sizes.collective_bytes, how))
+    sources += [
+        _link_source("host", host, sizes.host_bytes, "jax.device_put and the copy back"),
+        'ops: priced with the measured op table of this host (pricing = "measured", '
+        f"ops-{device_name()}.json in the cache directory, each op measured on first use)",
+    ]
+    return Machine(
+        name=LOCAL,
+        device=device,
+        nodes=processes,
+        devices_per_node=devices,
+        intra=intra or SHARED_MEMORY,
+        inter=inter,
+        host=host,
+        sources=tuple(sources),
+        pricing="measured",
+    )
+
+
+def _link_source(name: str, link: Link, sizes: Sequence[int], how: str) -> str:
+    shown = ", ".join(f"{n / 1024:g} KiB" for n in sizes)
+    return (
+        f"{name}: {how} of {shown} per device, less the same program without it, fitted "
+        f"to the simulator's model: {link.bandwidth / 1e9:.3g} GB/s, "
+        f"{link.latency_s * 1e6:.3g} us latency"
+    )
+
+
+def _inter_samples(args: argparse.Namespace, coordinator: str) -> list[CollectiveSample]:
+    """The collectives measured across `--processes` workers (process 0's report)."""
+    cluster = distributed.Cluster(coordinator, args.processes, 0, 1, args.connect_timeout)
+    words = [
+        "machine",
+        "calibrate",
+        "--processes",
+        str(args.processes),
+        "--connect-timeout",
+        str(args.connect_timeout),
+        *(["--quick"] if args.quick else []),
+    ]
+    (out, _), *_ = distributed.run_workers(words, cluster, range(args.processes))
+    try:
+        rows = json.loads(out)
+        return [CollectiveSample(*row) for row in rows]
+    except (ValueError, TypeError):
+        raise DriverError(f"process 0 reported no measurements: {out[-200:]!r}") from None
+
+
+def _worker(args: argparse.Namespace, sizes: Sizes) -> int:
+    """A worker: join the run, measure the collectives across all processes' devices,
+    and print them (process 0's output is what the launcher reads)."""
+    import jax
+
+    from tasoc.cost.calibration import collective_samples
+
+    if args.coordinator is None or args.process_id is None:
+        raise DriverError("a calibrate worker needs --coordinator and --process-id")
+    cluster = distributed.Cluster(
+        args.coordinator, args.processes, args.process_id, args.devices, args.connect_timeout
+    )
+    distributed.join(cluster)
+    found = collective_samples(jax.devices(), sizes.collective_bytes, sizes.samples)
+    print(json.dumps([[s.kind, s.nbytes, s.devices, s.seconds] for s in found]))
+    return 0

@@ -1,0 +1,337 @@
+"""The measured op table, machines priced with it, and `tasoc machine calibrate`.
+
+Measurements here are never asserted beyond sanity (positive, finite): the machine is
+shared and loaded. The table's pricing is checked with hand-written cache files and a
+`measure` that fails if called; `calibrate` end to end runs at `--quick` sizes.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import jax
+import pytest
+from conftest import Result, assert_one_line_error
+from test_sim_parallel import TINY, training_plan
+
+from tasoc.cost import op_table
+from tasoc.cost.calibration import CollectiveSample, fit_collectives, fit_host
+from tasoc.cost.devices import CPU
+from tasoc.cost.machines import (
+    Link,
+    Machine,
+    MachineError,
+    cpu_machine,
+    load_machine,
+    machine,
+    machine_from_dict,
+    machine_to_dict,
+    machine_to_toml,
+)
+from tasoc.cost.op_table import MAX_COPIES, OpTable, copies_of, table_key
+from tasoc.driver import distributed
+from tasoc.ir.dag import Node
+from tasoc.ir.shapes import DType, TensorSig
+from tasoc.sim.parallel import local_node
+
+X = TensorSig((4, 8), DType.F32)
+W = TensorSig((8, 2), DType.F32)
+
+
+def _matmul() -> Node:
+    return Node("matmul", [Node.arg(0, "x", X).out, Node.arg(1, "w", W).out])
+
+
+def _measured(local: Machine) -> Machine:
+    return Machine(
+        name="measured",
+        device=local.device,
+        nodes=local.nodes,
+        devices_per_node=local.devices_per_node,
+        intra=local.intra,
+        inter=local.inter,
+        host=local.host,
+        sources=("a test",),
+        pricing="measured",
+    )
+
+
+def _no_measuring(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record each entry `measure` is asked for, answering 1 ms per operand."""
+    asked: list[str] = []
+
+    def fake(node: Node, running: int, make: int, samples: int = 0) -> float:
+        asked.append(table_key(node, running))
+        return 1e-3 * len(node.inputs)
+
+    monkeypatch.setattr(op_table, "measure", fake)
+    return asked
+
+
+def _write_table(folder: Path, seconds: dict[str, float]) -> None:
+    """A cache file as `OpTable` writes it, with these entries."""
+    data = {"format": 1, "device": op_table.device_name(), "jax": jax.__version__}
+    path = folder / f"ops-{op_table.device_name()}.json"
+    path.write_text(json.dumps(data | {"seconds": seconds}))
+
+
+# ------------------------------------------------------------------ the table
+
+
+def test_the_key_names_op_attributes_local_types_and_devices_running() -> None:
+    node = Node("transpose", [Node.arg(0, "x", X).out], perm=(1, 0))
+    key = table_key(node, 2)
+    assert key == "transpose{perm=(1, 0)}(4x8xf32) -> (8x4xf32) x2"
+    assert table_key(node, 1) != key
+    wider = Node("transpose", [Node.arg(0, "x", TensorSig((4, 16), DType.F32)).out], perm=(1, 0))
+    assert table_key(wider, 2) != key
+
+
+def test_entries_are_measured_once_and_read_back_from_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked = _no_measuring(monkeypatch)
+    table = OpTable(tmp_path)
+    assert table.seconds(_matmul(), 2) == 2e-3
+    assert table.seconds(_matmul(), 2) == 2e-3
+    assert len(asked) == 1
+    stored = json.loads(table.path.read_text())
+    assert set(stored["seconds"]) == set(asked)
+    again = OpTable(tmp_path)
+    assert again.seconds(_matmul(), 2) == 2e-3
+    assert len(asked) == 1  # a new table reads the file
+    again.seconds(_matmul(), 1)
+    assert len(asked) == 2  # one device running is another entry
+
+
+def test_a_table_from_another_jax_version_is_measured_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked = _no_measuring(monkeypatch)
+    _write_table(tmp_path, {table_key(_matmul(), 1): 5.0})
+    assert OpTable(tmp_path).seconds(_matmul(), 1) == 5.0
+    path = next(tmp_path.iterdir())
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"jax": "0.0"}))
+    assert OpTable(tmp_path).seconds(_matmul(), 1) == 2e-3
+    assert asked == [table_key(_matmul(), 1)]
+
+
+def test_a_real_measurement_is_cached_and_sane(tmp_path: Path) -> None:
+    table = OpTable(tmp_path, samples=1)
+    seconds = table.seconds(_matmul(), 2)
+    assert 0 <= seconds < 1
+    assert json.loads(table.path.read_text())["seconds"] == {table_key(_matmul(), 2): seconds}
+
+
+def test_copies_keep_their_operands_small() -> None:
+    assert copies_of(_matmul()) == MAX_COPIES
+    big = TensorSig((512, 512), DType.F32)  # 1 MiB: two copies however large
+    assert copies_of(Node("relu", [Node.arg(0, "x", big).out])) == 2
+
+
+# ------------------------------------------------------------------ pricing
+
+
+def test_the_simulator_prices_ops_from_the_measured_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TASOC_CACHE_DIR", str(tmp_path))
+    planned = training_plan(TINY, "2", "data-parallel")
+    priced = _measured(cpu_machine(2))
+    expected: dict[str, float] = {}
+    for node in planned.dag.ops:
+        if not node.inputs:
+            continue
+        mesh = planned.mesh
+        local_in = [
+            TensorSig(s.local_shape(v.sig.shape, mesh), v.sig.dtype)
+            for v, s in zip(node.inputs, planned.plan.operands[node], strict=True)
+        ]
+        local_out = [
+            TensorSig(planned.plan.values[v].local_shape(v.sig.shape, mesh), v.sig.dtype)
+            for v in node.results
+        ]
+        expected[table_key(local_node(node, local_in, local_out), 2)] = 1e-3 * (len(expected) + 1)
+    _write_table(tmp_path, expected)
+    asked = _no_measuring(monkeypatch)
+    step = planned.step(priced, collapse=False)
+    durations = sorted(
+        step.graph[i].duration for i in step.graph.ids() if step.graph[i].resource == ("device", 0)
+    )
+    assert asked == []  # every entry came from the hand-written file
+    assert durations == sorted(expected.values())
+    analytic = planned.step(cpu_machine(2), collapse=False)
+    assert sorted(
+        analytic.graph[i].duration
+        for i in analytic.graph.ids()
+        if analytic.graph[i].resource == ("device", 0)
+    ) != pytest.approx(durations)
+
+
+def test_analytic_machines_price_alike_however_many_devices_run() -> None:
+    node = _matmul()
+    assert cpu_machine(2).op_seconds(node, 1) == cpu_machine(2).op_seconds(node, 2)
+
+
+# ------------------------------------------------------------------ machine files
+
+
+def _local_like() -> Machine:
+    return Machine(
+        name="local",
+        device=CPU,
+        nodes=2,
+        devices_per_node=2,
+        intra=Link("shared-memory", 12e9, 40e-6),
+        inter=Link("loopback", 1.5e9, 120e-6),
+        host=Link("host", 9e9, 3e-6),
+        sources=('measured "here"', "and there"),
+        pricing="measured",
+    )
+
+
+def test_a_measured_machine_round_trips_through_dicts_and_toml(tmp_path: Path) -> None:
+    local = _local_like()
+    assert machine_from_dict(machine_to_dict(local), "test") == local
+    path = tmp_path / "local.toml"
+    path.write_text(machine_to_toml(local))
+    assert load_machine(path) == local
+    assert machine_to_dict(cpu_machine(2))["pricing"] == "analytic"
+
+
+def test_a_bad_pricing_is_one_line() -> None:
+    data = machine_to_dict(_local_like()) | {"pricing": "guessed"}
+    with pytest.raises(MachineError, match="pricing must be one of analytic, measured"):
+        machine_from_dict(data, "machine file m.toml")
+
+
+def test_machine_local_needs_a_calibration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tasoc: Callable[..., Result]
+) -> None:
+    monkeypatch.setenv("TASOC_CACHE_DIR", str(tmp_path))
+    with pytest.raises(MachineError, match="run 'tasoc machine calibrate' first"):
+        machine("local")
+    program = tmp_path / "tiny.mlir"
+    program.write_text(TINY)
+    result = tasoc("opt", program, "-p", "soap-shard{machine=local mesh=2}")
+    assert_one_line_error(result, "tasoc machine calibrate")
+    (tmp_path / "local.toml").write_text(machine_to_toml(_local_like()))
+    assert machine("local") == _local_like()
+
+
+def test_fits_recover_the_links_they_were_made_from() -> None:
+    truth = Link("shared-memory", 8e9, 60e-6)
+    model = Machine("m", CPU, 1, 4, truth, None, truth)
+    found = [
+        CollectiveSample(kind, n, 4, model.collective_time(kind, n, [0, 1, 2, 3]))
+        for kind in ("all_reduce", "all_gather")
+        for n in (4096, 2**20, 2**24)
+    ]
+    fitted = fit_collectives("shared-memory", found, False, CPU)
+    assert fitted.bandwidth == pytest.approx(8e9, rel=0.05)
+    assert fitted.latency_s == pytest.approx(60e-6, rel=0.05)
+    host = fit_host([(n, truth.time(n)) for n in (4096, 2**20, 2**24)])
+    assert host.bandwidth == pytest.approx(8e9, rel=0.05)
+
+
+# ------------------------------------------------------------------ the command
+
+
+def test_calibrate_writes_a_machine_soap_shard_accepts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tasoc: Callable[..., Result]
+) -> None:
+    monkeypatch.setenv("TASOC_CACHE_DIR", str(tmp_path / "cache"))
+    out = tmp_path / "mine.toml"
+    result = tasoc("machine", "calibrate", "--quick", "--devices", "2", "-o", out)
+    assert result.code == 0, result
+    calibrated = load_machine(out)
+    assert calibrated == machine("local")
+    assert (calibrated.nodes, calibrated.devices_per_node, calibrated.inter) == (1, 2, None)
+    assert calibrated.pricing == "measured"
+    assert calibrated.device.peak_flops > 0 and calibrated.intra.bandwidth > 0
+    assert any("calibrated by 'tasoc machine calibrate --quick'" in s for s in calibrated.sources)
+    program = tmp_path / "tiny.mlir"
+    program.write_text(TINY)
+    shard = f'autodiff{{optimizer=sgd}},soap-shard{{machine="{out}" mesh=2 search=data-parallel}}'
+    sharded = tasoc("opt", program, "-p", shard)
+    assert sharded.code == 0, sharded
+    assert "parallel.mesh" in sharded.out
+
+
+def test_calibrate_measures_the_link_between_processes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tasoc: Callable[..., Result]
+) -> None:
+    monkeypatch.setenv("TASOC_CACHE_DIR", str(tmp_path))
+    result = tasoc("machine", "calibrate", "--quick", "--devices", "1", "--processes", "2")
+    assert result.code == 0, result
+    calibrated = machine("local")
+    assert (calibrated.nodes, calibrated.devices_per_node) == (2, 1)
+    assert calibrated.inter is not None and calibrated.inter.kind == "loopback"
+    assert any(s.startswith("inter: ") for s in calibrated.sources)
+
+
+def _nothing_written(folder: Path) -> None:
+    assert not list(folder.glob("*.toml")), list(folder.iterdir())
+
+
+def test_calibrate_refuses_no_devices(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tasoc: Callable[..., Result]
+) -> None:
+    monkeypatch.setenv("TASOC_CACHE_DIR", str(tmp_path))
+    assert_one_line_error(tasoc("machine", "calibrate", "--devices", "0"), "--devices", ">= 1")
+    _nothing_written(tmp_path)
+
+
+def test_calibrate_refuses_an_unwritable_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tasoc: Callable[..., Result]
+) -> None:
+    monkeypatch.setenv("TASOC_CACHE_DIR", str(tmp_path))
+    missing = tmp_path / "no" / "such" / "m.toml"
+    assert_one_line_error(tasoc("machine", "calibrate", "--quick", "-o", missing), str(missing))
+    assert_one_line_error(tasoc("machine", "calibrate", "--quick", "-o", tmp_path), "-o")
+    _nothing_written(tmp_path)
+
+
+def test_calibrate_refuses_a_taken_port(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tasoc: Callable[..., Result]
+) -> None:
+    monkeypatch.setenv("TASOC_CACHE_DIR", str(tmp_path))
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = tasoc("machine", "calibrate", "--quick", "--processes", "2", "--port", port)
+    assert_one_line_error(result, f"--port {port} is taken")
+    _nothing_written(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("script", "expected"),
+    [
+        (
+            "import sys; print('tasoc: error: no gloo here', file=sys.stderr); sys.exit(1)",
+            "process 0: no gloo here",
+        ),
+        ("import time; time.sleep(60)", "not all 2 processes reached the coordinator"),
+    ],
+    ids=["failing", "hanging"],
+)
+def test_calibrate_reports_workers_that_fail_or_hang(
+    script: str,
+    expected: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    tasoc: Callable[..., Result],
+) -> None:
+    monkeypatch.setenv("TASOC_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(distributed, "STARTUP_GRACE", 0.0)
+    monkeypatch.setattr(
+        distributed, "worker_command", lambda words, cluster, i: [sys.executable, "-c", script]
+    )
+    result = tasoc("machine", "calibrate", "--quick", "--processes", "2", "--connect-timeout", "1")
+    assert_one_line_error(result, expected)
+    _nothing_written(tmp_path)
