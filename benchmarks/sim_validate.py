@@ -4,13 +4,15 @@ step times and collectives set beside measured step times and the compiled HLO's
     .venv/bin/python benchmarks/sim_validate.py [--machine local.toml] [--models a,b] \
         [--setups 1x2,2x1] [--randoms 2] [--rounds 10] [--budget 200] [--quick]
 
-Two setups of two JAX devices, each priced on its view of `--machine` (a machine file
-`tasoc machine calibrate` measured here, or a preset; `cpu-2` until one exists):
+Two setups of two JAX devices, each priced on its view of `--machine` (default
+`local`: this host as `tasoc machine calibrate --processes 2 --devices 2` measured it,
+2 nodes of 2 devices, ops priced from the measured op table; or any machine file or
+preset, e.g. `cpu-2`, analytic):
 
 - **1x2**: one process of 2 fake CPU devices (`jax_num_cpu_devices`), priced as one
   node of 2 devices (the machine's `intra` link);
 - **2x1**: 2 `jax.distributed` processes of 1 CPU device on localhost, started and
-  supervised by `tasoc run --processes`'s launcher (`tasoc.driver.distributed`) with
+  supervised as `tasoc run --processes` starts its own (`distributed.run_workers`), with
   this script as the worker, priced as 2 nodes of one device each (its `inter` link).
   A soap-shard mesh's device ids index the machine's devices, node-major, so the view
   is the machine re-shaped to the setup's processes x devices: a mesh of 2 on 2 nodes
@@ -120,7 +122,10 @@ class Setup:
         inter = base.inter
         if self.processes > 1 and inter is None:
             inter = base.intra
-            note = f"{base.name} has one node: its intra link stands for the processes' link"
+            note = (
+                f"{base.name} has one node: its intra link stands for the processes' link "
+                f"(calibrate with --processes {self.processes})"
+            )
         shaped = dataclasses.replace(
             base, nodes=self.processes, devices_per_node=self.devices, inter=inter
         )
@@ -540,7 +545,12 @@ def fits(rows: Sequence[Row]) -> list[str]:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--machine", default="cpu-2", help="machine file or preset (cpu-2)")
+    parser.add_argument(
+        "--machine",
+        default="local",
+        help="machine file or preset (local: the last 'tasoc machine calibrate --processes "
+        "2 --devices 2')",
+    )
     parser.add_argument(
         "--models", default=None, help=f"comma-separated ({','.join(VALIDATE_MODELS)})"
     )
