@@ -245,8 +245,9 @@ def plans_of(
         if new(named[name]):
             yield name, named[name]
     baselines = {name: named[name] for name in BASELINES if name in named}
-    settings = mcmc.Settings(cluster, budget, 20.0, None, SEED, Deadline.after(SEARCH_TIMEOUT))
     for search in SEARCHED:
+        deadline = Deadline.after(SEARCH_TIMEOUT)  # each its own: not what the last left
+        settings = mcmc.Settings(cluster, budget, 20.0, None, SEED, deadline)
         try:
             plan = SEARCHES[search](problem, baselines, settings).best
         except ValueError as err:  # the ILP's FrontierError: too large, infeasible
