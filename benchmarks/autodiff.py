@@ -57,6 +57,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from paired import PairedRatio
+from timing import interleaved
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 
@@ -318,17 +319,6 @@ def sampler(step: Step, args: Sequence[jax.Array]) -> Callable[[], float]:
 
     count = max(1, min(100, round(SAMPLE_S / max(one(), 1e-9))))
     return lambda: statistics.fmean(one() for _ in range(count))
-
-
-def interleaved(samplers: Sequence[Callable[[], float]], pairs: int) -> list[list[float]]:
-    """`pairs` rounds of one sample of each sampler, in order in even rounds and in
-    reverse in odd ones, so that none always runs first; each sampler's seconds."""
-    times: list[list[float]] = [[] for _ in samplers]
-    for index in range(pairs):
-        turn = list(enumerate(samplers))
-        for position, sample in reversed(turn) if index % 2 else turn:
-            times[position].append(sample())
-    return times
 
 
 def ratios(baseline: Sequence[float], tasoc: Sequence[float]) -> PairedRatio:

@@ -38,9 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import jax
 from autodiff import MODELS as AUTODIFF_MODELS
-from autodiff import interleaved
 from paired import PairedRatio
 from parallel import versions
+from timing import interleaved
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 

@@ -33,12 +33,10 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import platform
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from importlib.metadata import version
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -53,6 +51,7 @@ import numpy as np  # noqa: E402
 from autodiff import MODELS, applied, pass_options, spec_of  # noqa: E402
 from paired import PairedRatio  # noqa: E402
 from synthetic import synthetic_graph  # noqa: E402
+from timing import versions  # noqa: E402
 from xdsl.context import Context  # noqa: E402
 from xdsl.dialects.builtin import ModuleOp  # noqa: E402
 from xdsl.printer import Printer  # noqa: E402
@@ -227,11 +226,6 @@ def table(rows: Sequence[Row]) -> str:
             f"| {'ok' if r.within_tolerance else 'FAILS'} |"
         )
     return "\n".join(lines)
-
-
-def versions() -> str:
-    packages = ", ".join(f"{p} {version(p)}" for p in ("jax", "jaxlib", "xdsl", "numpy"))
-    return f"Python {platform.python_version()}, {packages}"
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

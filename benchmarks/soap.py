@@ -45,8 +45,7 @@ import random
 import statistics
 import sys
 import time
-from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,9 +58,10 @@ import jax
 DEVICES = 8
 jax.config.update("jax_num_cpu_devices", DEVICES)
 
-from autodiff import MODELS, applied, interleaved, pass_options  # noqa: E402
-from parallel import versions  # noqa: E402
+from autodiff import MODELS  # noqa: E402
 from scipy.stats import spearmanr  # noqa: E402
+from shard_checks import hlo_collectives, predicted_collectives, step_of  # noqa: E402
+from timing import interleaved, sampler, versions  # noqa: E402
 from xdsl.context import Context  # noqa: E402
 from xdsl.dialects.builtin import ModuleOp  # noqa: E402
 from xdsl.parser import Parser  # noqa: E402
@@ -141,11 +141,6 @@ RNNLM_2STEP: dict[str, OptionValue] = {
     "seq": 2,
     "batch": 8,
 }
-
-
-def step_of(name: str, options: dict[str, OptionValue]) -> ModuleOp:
-    """`name`'s training step (sgd), with `benchmarks/autodiff.py`'s loss for it."""
-    return applied(pass_options(MODELS[name][1], "sgd"), get_model(name).build(**options))
 
 
 def sharded(module: ModuleOp, **options: Any) -> tuple[ModuleOp, dict[str, Any]]:
@@ -393,27 +388,6 @@ def plan_of(problem: Problem, strategy: str, budget: int) -> Plan | None:
     return mcmc.search(problem, baselines, settings).best
 
 
-def predicted_collectives(simulated: mcmc.SimulatedStrategy) -> dict[str, int]:
-    """Collectives per HLO kind the simulated step prices. A collective is one task per
-    device it joins, added one after another, named `<kind> of <value>` and waiting on
-    the same tasks; a run of such tasks ends where the name or waits change or a device
-    comes again. (On a one-axis mesh, as here, each is one collective of the IR.)"""
-    graph = simulated.step.graph
-    counts: Counter[str] = Counter()
-    current: tuple[str, tuple[int, ...]] | None = None
-    joined: set[int] = set()
-    for task_id in sorted(graph.ids()):
-        task = graph[task_id]
-        if not (isinstance(task.resource, tuple) and task.resource[0] == "net"):
-            continue
-        device = task.resource[1]
-        if (task.name, task.deps) != current or device in joined:
-            current, joined = (task.name, task.deps), set()
-            counts[task.name.split(" of ")[0].replace("_", "-")] += 1
-        joined.add(device)
-    return dict(sorted(counts.items()))
-
-
 def reality_rows(name: str, strategies: Sequence[str], pairs: int, budget: int) -> list[RealityRow]:
     step = step_of(name, MODELS[name][0])
     args = random_inputs(step, SEED)
@@ -441,7 +415,7 @@ def reality_rows(name: str, strategies: Sequence[str], pairs: int, budget: int) 
             + analysis.temp_size_in_bytes
         )
         device_args = program.device_args(args)
-        samplers.append(sampler(lambda program=program, a=device_args: program.fn(*a)))
+        samplers.append(sampler(lambda program=program, a=device_args: program.fn(*a), SAMPLE_S))
         rows.append(
             RealityRow(
                 name,
@@ -449,7 +423,7 @@ def reality_rows(name: str, strategies: Sequence[str], pairs: int, budget: int) 
                 simulated.time,
                 math.nan,
                 predicted_collectives(simulated),
-                {r.kind: r.found for r in found.rows if r.found},
+                hlo_collectives(found),
                 sum(r.asked_bytes for r in found.rows),
                 sum(r.found_bytes for r in found.rows),
                 simulated.memory,
@@ -460,20 +434,6 @@ def reality_rows(name: str, strategies: Sequence[str], pairs: int, budget: int) 
     for row, samples in zip(rows, interleaved(samplers, pairs), strict=True):
         row.measured_s = statistics.median(samples)
     return rows
-
-
-def sampler(call: Callable[[], object]) -> Callable[[], float]:
-    """Seconds per call, averaged over enough calls to take `SAMPLE_S`."""
-    jax.block_until_ready(call())
-
-    def sample() -> float:
-        count, start = 0, time.perf_counter()
-        while (elapsed := time.perf_counter() - start) < SAMPLE_S or count == 0:
-            jax.block_until_ready(call())
-            count += 1
-        return elapsed / count
-
-    return sample
 
 
 def rank_correlation(rows: Sequence[RealityRow]) -> float:

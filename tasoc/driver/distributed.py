@@ -38,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -241,15 +241,24 @@ def launch(argv: Sequence[str], args: argparse.Namespace, devices: int) -> int:
     return 0
 
 
+WorkerCommand = Callable[[Sequence[str], Cluster, int], list[str]]
+"""The command line of a worker from its words, the run and its process id."""
+
+
 def run_workers(
-    words: Sequence[str], cluster: Cluster, ids: Sequence[int]
+    words: Sequence[str],
+    cluster: Cluster,
+    ids: Sequence[int],
+    command: WorkerCommand | None = None,
 ) -> list[tuple[str, str]]:
-    """Run `tasoc WORDS` as the workers `ids` of `cluster` (`worker_command`), supervise
-    them until all succeed, and return each one's stdout and stderr; DriverError, every
-    worker ended, when one fails or does not join in time. `tasoc run --processes` and
-    `tasoc machine calibrate --processes` start their workers here."""
+    """Run `tasoc WORDS` as the workers `ids` of `cluster` (`worker_command`, or
+    `command`'s program: a benchmark timing its calls in every process runs its own
+    script), supervise them until all succeed, and return each one's stdout and
+    stderr; DriverError, every worker ended, when one fails or does not join in time.
+    `tasoc run --processes`, `tasoc machine calibrate --processes` and
+    `benchmarks/sim_validate.py` start their workers here."""
     with tempfile.TemporaryDirectory(prefix="tasoc-processes-") as folder:
-        workers = [_start(words, cluster, i, Path(folder)) for i in ids]
+        workers = [_start(words, cluster, i, Path(folder), command) for i in ids]
         try:
             _supervise(workers, cluster)
         finally:
@@ -270,11 +279,12 @@ def free_port() -> int:
 
 def worker_command(words: Sequence[str], cluster: Cluster, process_id: int) -> list[str]:
     """The command line of worker `process_id`: `tasoc WORDS` joined to `cluster`."""
+    return [sys.executable, "-m", "tasoc.driver.main", *words, *place_of(cluster, process_id)]
+
+
+def place_of(cluster: Cluster, process_id: int) -> list[str]:
+    """The options that give worker `process_id` its place in `cluster`."""
     return [
-        sys.executable,
-        "-m",
-        "tasoc.driver.main",
-        *words,
         "--coordinator",
         cluster.coordinator,
         "--process-id",
@@ -284,13 +294,18 @@ def worker_command(words: Sequence[str], cluster: Cluster, process_id: int) -> l
     ]
 
 
-def _start(words: Sequence[str], cluster: Cluster, process_id: int, folder: Path) -> _Worker:
+def _start(
+    words: Sequence[str],
+    cluster: Cluster,
+    process_id: int,
+    folder: Path,
+    command: WorkerCommand | None,
+) -> _Worker:
     stdout, stderr = folder / f"{process_id}.out", folder / f"{process_id}.err"
     ready = folder / f"{process_id}.ready"
-    command = worker_command(words, cluster, process_id)
     with stdout.open("wb") as out, stderr.open("wb") as err:
         popen = subprocess.Popen(
-            command,
+            (command or worker_command)(words, cluster, process_id),
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=err,
@@ -416,19 +431,26 @@ def run_global(program: ShardedProgram, inputs: Sequence[np.ndarray]) -> list[np
     process; every process gets the whole results, as NumPy arrays of the IR's dtypes."""
     from jax.experimental import multihost_utils
 
+    from tasoc.backends.jax.lowering import host_results
+
+    results = program.fn(*global_arguments(program, inputs))
+    gathered = [multihost_utils.process_allgather(result, tiled=True) for result in results]
+    return host_results(gathered, program.result_sigs)
+
+
+def global_arguments(program: ShardedProgram, inputs: Sequence[np.ndarray]) -> list[jax.Array]:
+    """The same global `inputs` on every process laid out as `program` takes them, each
+    process's devices holding their own blocks (what `program.fn` is called on)."""
     from tasoc.backends.arguments import check_arguments
-    from tasoc.backends.jax.lowering import host_argument, host_results
+    from tasoc.backends.jax.lowering import host_argument
 
     check_arguments(program.arg_infos, inputs)
-    arrays = [
+    return [
         _global_array(host_argument(info, value), sharding)
         for info, value, sharding in zip(
             program.arg_infos, inputs, program.in_shardings, strict=True
         )
     ]
-    results = program.fn(*arrays)
-    gathered = [multihost_utils.process_allgather(result, tiled=True) for result in results]
-    return host_results(gathered, program.result_sigs)
 
 
 def _global_array(value: np.ndarray, sharding: jax.sharding.Sharding) -> jax.Array:
