@@ -89,8 +89,10 @@ def cpu_devices(count: int, make: int) -> list:  # type: ignore[type-arg]
     not up yet; CostError when there are fewer than `count`."""
     import jax
 
-    if not jax_backends_up():
-        jax.config.update("jax_num_cpu_devices", max(count, make))
+    if not jax_backends_up():  # never fewer than the process asked for before
+        jax.config.update(
+            "jax_num_cpu_devices", max(count, make, jax.config.jax_num_cpu_devices)
+        )
     devices = jax.devices("cpu")
     if len(devices) < count:
         raise CostError(

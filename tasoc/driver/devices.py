@@ -33,8 +33,8 @@ def ensure_devices(count: int) -> None:
         raise DriverError(f"--devices must be between 1 and {MAX_DEVICES}, not {count}")
     import jax
 
-    if not _initialized():
-        jax.config.update("jax_num_cpu_devices", count)
+    if not _initialized():  # never fewer than the process asked for before
+        jax.config.update("jax_num_cpu_devices", max(count, jax.config.jax_num_cpu_devices))
         return
     have = jax.device_count()
     if have < count:
