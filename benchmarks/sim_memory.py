@@ -131,7 +131,7 @@ def row_of(name: str, step: ModuleOp, strategy: str, budget: int) -> Row:
     random.seed(SEED)
     plan = plan_of(problem, strategy, cpu, budget)
     simulated = mcmc.SimulatedStrategy.of(problem, plan, cpu, None)
-    breakdown = simulated.step.memory(simulated.simulator.timeline)
+    breakdown = simulated.step.memory()
     write_sharded(module, dag, plan, mesh)
     donated = [argument for _, argument in signature.replaces]
     analysis = lower_sharded(module, donate=donated).compiled().memory_analysis()

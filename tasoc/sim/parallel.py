@@ -52,6 +52,7 @@ tasks of two groups tie only when two producers end at the same instant.
 
 from __future__ import annotations
 
+import collections
 import functools
 import itertools
 import math
@@ -72,7 +73,7 @@ from tasoc.ir.shard_plan import Plan, completed, free_read, local_values, moves
 from tasoc.ir.soap import Config, Mesh, OpRule, Sharding
 from tasoc.ir.soap_rules import local_attrs
 from tasoc.ir.training import TrainingSignature, training_signature
-from tasoc.sim.core import Task, TaskGraph, Timeline, paused_gc, simulate
+from tasoc.sim.core import Task, TaskGraph, paused_gc
 
 
 class OpCost(Protocol):
@@ -387,25 +388,80 @@ class ShardedStep:
 
     # ------------------------------------------------------------------ memory
 
-    def memory(self, timeline: Timeline | None = None) -> dict[int, MemoryBreakdown]:
-        """Per device, the bytes held at its peak in `timeline` (simulated now when
-        None), by kind; each total is the timeline's peak of pool ("mem", d)."""
-        timeline = timeline or simulate(self.graph)
-        events: dict[int, list[tuple[float, int, str, int]]] = {d: [] for d in self._devices}
-        for task_id, spec in self._specs.items():
-            device = self.graph[task_id].resource[1]  # type: ignore[index]
-            events[device] += [(timeline.start[task_id], 1, kind, n) for kind, n in spec.alloc]
-            events[device] += [(timeline.end[task_id], 0, kind, -n) for kind, n in spec.free]
+    def memory(self) -> dict[int, MemoryBreakdown]:
+        """Per device, the bytes held at its peak when its tasks run one at a time in
+        XLA's order (`sequence`), by kind: each task's results allocated as it starts,
+        the buffers it frees released after it (operands and results are held together
+        while it runs), the arguments held throughout. The step's timeline plays no
+        part: XLA's figure (`compiled.memory_analysis()`) is that of its sequential
+        schedule, whatever overlap of compute and communication the timeline prices."""
         split = {}
-        for device, trace in events.items():
+        for device in self._devices:
             held = dict.fromkeys(KINDS, 0)
-            best = dict(held)
-            for _, _, kind, delta in sorted(trace, key=lambda e: e[:2]):
-                held[kind] += delta
-                if sum(held.values()) > sum(best.values()):
-                    best = dict(held)
+            best, most = dict(held), 0
+            for task_id in self.sequence(device):
+                spec = self._specs[task_id]
+                for kind, nbytes in spec.alloc:
+                    held[kind] += nbytes
+                if sum(held.values()) > most:
+                    best, most = dict(held), sum(held.values())
+                for kind, nbytes in spec.free:
+                    held[kind] -= nbytes
             split.update(dict.fromkeys(self.stands_for[device], MemoryBreakdown(**best)))
         return dict(sorted(split.items()))
+
+    def peak_memory(self) -> int:
+        """The largest device's peak bytes (`memory`)."""
+        return max((b.total for b in self.memory().values()), default=0)
+
+    def sequence(self, device: int) -> list[int]:
+        """The ids of `device`'s tasks (arguments, compute, collectives) in the order
+        XLA's CPU compiler runs their HLO: its default scheduler (the concurrency-
+        optimized `BFSMemoryScheduler`, `xla_cpu_enable_concurrency_optimized_scheduler`)
+        is Kahn's topological sort with a FIFO queue, starting from the instructions
+        without operands in program order and queueing an instruction's users, in
+        program order, as their last operand is scheduled. It knows nothing of sizes:
+        independent work at one depth runs together (every layer's weight gradient
+        before any update, say), which is what sets the peak.
+
+        Program order is the canonical order of a graph built afresh (the arguments,
+        then per op its compute task and its group's collectives), not task ids, which
+        edits renumber; dependencies on other devices' tasks are XLA's collectives'
+        own, met inside the instruction, and left out."""
+        rank = {task_id: self._program_rank(key) for key, task_id in self._ids.items()}
+        mine = sorted(
+            (i for i in self._specs if self.graph[i].resource[1] == device),  # type: ignore[index]
+            key=rank.__getitem__,
+        )
+        users: dict[int, list[int]] = {i: [] for i in mine}
+        waiting: dict[int, int] = {}
+        for task_id in mine:
+            deps = {self._ids[key] for key in self._specs[task_id].deps}
+            deps &= users.keys()
+            waiting[task_id] = len(deps)
+            for dep in deps:
+                users[dep].append(task_id)
+        queue = collections.deque(i for i in mine if not waiting[i])
+        order = []
+        while queue:
+            task_id = queue.popleft()
+            order.append(task_id)
+            for user in users[task_id]:
+                waiting[user] -= 1
+                if not waiting[user]:
+                    queue.append(user)
+        return order
+
+    def _program_rank(self, key: Key) -> tuple[int, int, int]:
+        """Where a task comes in a graph built afresh: the arguments' task, then for
+        each producer in program order its compute task and its group's collectives
+        (the arguments' and constants' group first)."""
+        kind, *rest = key  # type: ignore[misc]
+        if kind == "res":
+            return (-1, 0, 0)
+        producer = rest[0]
+        position = -1 if producer is None else self._position[producer]
+        return (position, 0, 0) if kind == "op" else (position, 1, rest[1])
 
     # ------------------------------------------------------------------ tasks
 

@@ -48,7 +48,7 @@ from tasoc.ir.soap import Config, Mesh, OpRule
 from tasoc.passes.search import Deadline, Progress, SearchOutcome, StopReason
 from tasoc.passes.soap.plan import PlanError, Prescription, Problem, cheapest_config, complete
 from tasoc.passes.soap.swap_pricing import SwapPricing
-from tasoc.sim.core import DeltaSimulator, Timeline, paused_gc, simulate
+from tasoc.sim.core import DeltaSimulator, paused_gc, simulate
 from tasoc.sim.parallel import ShardedStep
 
 Objective = Literal["time", "frontier", "mini-time", "mini-parallelism", "profile"]
@@ -108,18 +108,6 @@ class Settings:
     def traces_memory(self) -> bool:
         """Whether the search simulates memory: only a memory cap needs it."""
         return self.memory_cap is not None
-
-
-def peak_memory(timeline: Timeline) -> int:
-    """The most bytes any one device holds at any time (its memory pool's peak)."""
-    return max(
-        (
-            held
-            for pool, held in timeline.peak.items()
-            if isinstance(pool, tuple) and pool[0] == "mem"
-        ),
-        default=0,
-    )
 
 
 @functools.lru_cache(maxsize=1 << 12)
@@ -201,7 +189,9 @@ class SimulatedStrategy:
 
     @property
     def memory(self) -> int:
-        return peak_memory(self.simulator.timeline)
+        """The largest device's peak bytes (`ShardedStep.peak_memory`); 0 when memory
+        is not simulated."""
+        return self.step.peak_memory() if self.simulator.memory else 0
 
     @property
     def cost(self) -> float:
