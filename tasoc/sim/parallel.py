@@ -160,6 +160,15 @@ class MemoryBreakdown:
         )
 
 
+MADE_AT_START = frozenset({"scatter_add"})
+"""Ops whose JAX kernel updates a buffer it fills with a constant (`scatter_add`: the
+gradient of an embedding table, zeros with the rows added in), which XLA makes as an
+instruction of its own: a copy of a broadcast zero that depends on nothing, so XLA's
+BFS schedule (`ShardedStep.sequence`) makes it among the first instructions, and the
+scatter then writes into it in place. Its buffer is held from the step's start
+(dlrm's eight tables: 10 MB of XLA's temporaries on every plan that keeps the tables
+whole)."""
+
 KINDS = tuple(MemoryBreakdown.__dataclass_fields__)
 """The kinds of bytes, in `MemoryBreakdown`'s order."""
 
@@ -392,16 +401,26 @@ class ShardedStep:
         """Per device, the bytes held at its peak when its tasks run one at a time in
         XLA's order (`sequence`), by kind: each task's results allocated as it starts,
         the buffers it frees released after it (operands and results are held together
-        while it runs), the arguments held throughout. The step's timeline plays no
+        while it runs), the arguments held throughout, and the results of the ops in
+        `MADE_AT_START` held from the start. The step's timeline plays no
         part: XLA's figure (`compiled.memory_analysis()`) is that of its sequential
         schedule, whatever overlap of compute and communication the timeline prices."""
         split = {}
         for device in self._devices:
             held = dict.fromkeys(KINDS, 0)
+            order = self.sequence(device)
+            early = {
+                task_id
+                for key, task_id in self._ids.items()
+                if key[0] == "op" and key[2] == device and key[1].op in MADE_AT_START  # type: ignore[index]
+            }
+            for task_id in early:
+                for kind, nbytes in self._specs[task_id].alloc:
+                    held[kind] += nbytes
             best, most = dict(held), 0
-            for task_id in self.sequence(device):
+            for task_id in order:
                 spec = self._specs[task_id]
-                for kind, nbytes in spec.alloc:
+                for kind, nbytes in () if task_id in early else spec.alloc:
                     held[kind] += nbytes
                 if sum(held.values()) > most:
                     best, most = dict(held), sum(held.values())
