@@ -149,8 +149,6 @@ class MemoryBreakdown:
     activations: int = 0
     gradients: int = 0
     communication: int = 0
-    fragmentation: int = 0
-    """Bytes of the temporaries' heap no buffer holds at the peak (`heap_size`)."""
 
     @property
     def total(self) -> int:
@@ -161,7 +159,6 @@ class MemoryBreakdown:
             + self.activations
             + self.gradients
             + self.communication
-            + self.fragmentation
         )
 
 
@@ -172,10 +169,9 @@ MADE_AT_START = frozenset({"scatter_add"})
 """Ops whose JAX kernel updates a buffer it fills with a constant (`scatter_add`: the
 gradient of an embedding table, zeros with the rows added in), which XLA makes as an
 instruction of its own: a copy of a broadcast zero that depends on nothing, so XLA's
-BFS schedule (`ShardedStep.sequence`) makes it among the first instructions, and the
-scatter then writes into it in place. Its buffer is held from the step's start
-(dlrm's eight tables: 10 MB of XLA's temporaries on every plan that keeps the tables
-whole)."""
+BFS schedule (`ShardedStep.sequence`) makes it among the first instructions, and it
+lives until the scatter, which writes its result to a buffer of its own (dlrm's eight
+tables: 10 MB of XLA's temporaries through the whole forward and backward)."""
 
 KINDS = tuple(MemoryBreakdown.__dataclass_fields__)
 """The kinds of bytes, in `MemoryBreakdown`'s order."""
@@ -419,20 +415,18 @@ class ShardedStep:
           a donated argument: XLA gives each output an allocation of its own;
         * every other buffer (an op's result, a collective's) is a temporary, live
           from the task making it to the last task reading it in XLA's order
-          (`sequence`), both included (an op's operands and results coexist); the
-          results of `MADE_AT_START` ops from the first task on;
-        * temporaries share one heap, packed as XLA packs it (`heap_size`), whose gaps
-          at the peak are `fragmentation`; the other kinds are the temporaries live
-          at the point where the most bytes are."""
+          (`sequence`), both included (an op's operands and results coexist); a
+          `MADE_AT_START` op's constant-filled operand from the first task to it;
+        * the peak is where the most temporaries' bytes are live at once. XLA packs
+          them into one heap whose gaps can make its temporaries more than that (dlrm's
+          expert plan: 16.7 MB of heap for about 11.6 MB live); its packing is not
+          modelled (docs/sim-memory-findings.md)."""
         split = {}
         for device in self._devices:
             fixed, temps = self._buffers_of(device)
-            live = _most_live(temps)
-            heap = heap_size([(start, end, nbytes) for start, end, nbytes, _ in temps])
             best = dict.fromkeys(KINDS, 0)
-            for kind, nbytes in (*fixed, *live):
+            for kind, nbytes in (*fixed, *_most_live(temps)):
                 best[kind] += nbytes
-            best["fragmentation"] = heap - sum(nbytes for _, nbytes in live)
             split.update(dict.fromkeys(self.stands_for[device], MemoryBreakdown(**best)))
         return dict(sorted(split.items()))
 
@@ -471,7 +465,7 @@ class ShardedStep:
                 continue
             start = at[writer]  # type: ignore[index]
             if writer[0] == "op" and writer[1].op in MADE_AT_START:  # type: ignore[index]
-                start = 0
+                temps.append((0, start, buffer.nbytes, buffer.kind))
             readers = [at[key] for key in buffer.chain_readers]
             readers += map(last_read, buffer.compute_readers)
             temps.append((start, max(readers, default=start), buffer.nbytes, buffer.kind))
@@ -949,43 +943,6 @@ def _most_live(temps: Sequence[tuple[int, int, int, str]]) -> list[tuple[str, in
         if held > most:
             most, best = held, list(live)
     return [(temps[i][3], temps[i][2]) for i in best]
-
-
-def heap_size(buffers: Sequence[tuple[int, int, int]]) -> int:
-    """The heap XLA's buffer assignment packs temporaries into, for buffers given as
-    (first, last position, bytes): the smaller of its two best-fit packings
-    (`ChooseBestHeapAlgorithm` over `GlobalDecreasingSizeBestFitHeap`, spatial and
-    temporal). Each buffer in turn (largest first, or longest-lived first) takes the
-    smallest gap that fits between the buffers placed so far that overlap it in time,
-    else the end; the heap is the highest end. Two buffers whose lives touch at one
-    position overlap. Gaps left by a large buffer between small ones are why XLA's
-    temporaries can exceed the bytes ever live at once (dlrm's expert plan: 16.7 MB
-    for 11.6 MB live)."""
-    spatial = sorted(buffers, key=lambda b: (-b[2], b[0] - b[1], b[0]))
-    temporal = sorted(buffers, key=lambda b: (b[0] - b[1], -b[2], b[0]))
-    return min(_best_fit(spatial), _best_fit(temporal))
-
-
-def _best_fit(ordered: Sequence[tuple[int, int, int]]) -> int:
-    placed: list[tuple[int, int, int, int]] = []  # first, last, offset, bytes
-    top = 0
-    for first, last, nbytes in ordered:
-        if not nbytes:
-            continue
-        taken = sorted(
-            (offset, offset + size)
-            for start, end, offset, size in placed
-            if start <= last and first <= end
-        )
-        choice, gap, reach = None, math.inf, 0
-        for low, high in taken:
-            if low - reach >= nbytes and low - reach < gap:
-                choice, gap = reach, low - reach
-            reach = max(reach, high)
-        offset = reach if choice is None else choice
-        placed.append((first, last, offset, nbytes))
-        top = max(top, offset + nbytes)
-    return top
 
 
 def _summed(entries: Iterable[tuple[str, int]]) -> tuple[tuple[str, int], ...]:
