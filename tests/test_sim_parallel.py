@@ -144,7 +144,8 @@ def test_a_two_op_step_takes_compute_plus_the_all_reduce_between():
     """matmul split along its contraction on 2 devices -> partial sums -> all-reduce ->
     relu: 1 + 0.5 + 2 seconds; memory per device (4-byte floats): x and w halves (64 B
     each), the partial sums (64 B) until the all-reduce has read them, its result (64 B)
-    until relu has, relu's result (64 B) kept."""
+    until relu has; relu's result (64 B), a program result, held throughout as XLA
+    gives an output its own allocation (the timeline's pool holds it from relu on)."""
     module = Parser(make_context(), TINY).parse_module()
     dag = dag_module.from_module(module)
     mesh = Mesh("mesh", (("d", 2),))
@@ -169,9 +170,9 @@ def test_a_two_op_step_takes_compute_plus_the_all_reduce_between():
     timeline = simulate(step.graph)
     assert timeline.makespan == 1.0 + 0.5 + 2.0
     memory = step.memory()
-    expected = MemoryBreakdown(params=64, inputs=64, activations=64, communication=64)
+    expected = MemoryBreakdown(params=64, inputs=64, activations=128, communication=64)
     assert memory == {0: expected, 1: expected}
-    assert all(timeline.peak[("mem", d)] == 256 == memory[d].total for d in (0, 1))
+    assert all(timeline.peak[("mem", d)] == 256 for d in (0, 1))
 
 
 def test_memory_of_a_weight_replicated_and_split():

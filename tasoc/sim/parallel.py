@@ -163,7 +163,7 @@ class MemoryBreakdown:
 
 
 FUSIBLE = ops_with(Fusible)
-"""Ops XLA's loop fusion computes inside their readers' kernels (`_fused`)."""
+"""Ops XLA's loop fusion computes inside their readers' kernels (`fused_away`)."""
 
 MADE_AT_START = frozenset({"scatter_add"})
 """Ops whose JAX kernel updates a buffer it fills with a constant (`scatter_add`: the
@@ -898,9 +898,19 @@ def _device_classes(
 
 
 def _fused(buffer: _Buffer) -> bool:
-    """Whether the op making `buffer` never writes it in XLA's program, its readers
-    reading the op's operands instead (they then live until those readers run,
-    `ShardedStep._buffers_of`):
+    """Whether the op making `buffer` never writes it (`fused_away`): read by compute
+    on this device alone (a collective needs the buffer)."""
+    writer = buffer.writer
+    if writer is None or writer[0] != "op" or buffer.chain_readers:  # type: ignore[index]
+        return False
+    node: Node = writer[1]  # type: ignore[index]
+    return fused_away(node, {reader.op for reader in buffer.compute_readers})
+
+
+def fused_away(node: Node, readers: Collection[str]) -> bool:
+    """Whether XLA never writes `node`'s result, its readers (ops named `readers`)
+    reading the op's operands instead, which then live until those readers run
+    (`ShardedStep._buffers_of`):
 
     * a `reshape` of a row-major array is a bitcast: the same buffer;
     * a `transpose` read only by matmuls is folded into their dimension numbers
@@ -909,18 +919,12 @@ def _fused(buffer: _Buffer) -> bool:
       ops is computed inside each reader's loop (XLA's loop fusion; a collective, a
       contraction or a reduction reads a materialized operand).
 
-    Only ops of one result, read by compute on this device alone (a collective needs
-    the buffer)."""
-    writer = buffer.writer
-    if writer is None or writer[0] != "op" or buffer.chain_readers:  # type: ignore[index]
-        return False
-    node: Node = writer[1]  # type: ignore[index]
-    readers = {reader.op for reader in buffer.compute_readers}
+    Only an op of one result that something reads."""
     if len(node.results) != 1 or not readers:
         return False
-    if node.op == "reshape" or (node.op == "transpose" and readers == {"matmul"}):
+    if node.op == "reshape" or (node.op == "transpose" and set(readers) == {"matmul"}):
         return True
-    return node.op in FUSIBLE and readers <= FUSIBLE
+    return node.op in FUSIBLE and all(op in FUSIBLE for op in readers)
 
 
 def _most_live(temps: Sequence[tuple[int, int, int, str]]) -> list[tuple[str, int]]:
