@@ -166,7 +166,7 @@ def table(rows: Sequence[Row]) -> str:
         peak = r.peak
         least = "" if r.least == peak.total else f" ({r.least})"
         split = " / ".join(str(getattr(peak, kind)) for kind in KINDS)
-        mark = "" if r.error <= GOAL else " **over**"
+        mark = "" if r.error <= GOAL else " **missed**"
         lines.append(
             f"| {r.model} | {r.plan} | {peak.total}{least} | {r.xla} | {r.signed_error:+.1%}{mark} "
             f"| {split} | {r.argument} / {r.output} / {r.alias} / {r.temp} |"

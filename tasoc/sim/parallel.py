@@ -32,9 +32,21 @@ allocates its results' local bytes, a collective task the local bytes of the lay
 makes (communication buffers); a buffer is freed at the end of its last reader in
 program order (a buffer only collectives read: their last), a result nothing reads at
 the end of its own task; program results are kept, and a new param or state leaves in
-its argument's buffer (donated, as `tasoc run` donates them). So the simulator's peak of
-`("mem", d)` is device d's peak memory, and `memory()` splits it into liveness's kinds
-(`tasoc.ir.liveness`) plus communication buffers.
+its argument's buffer (donated, as a training loop donates them: `lower_sharded(...,
+donate=)`). The pools are the timeline's view, with compute and communication
+overlapped as the timeline prices them.
+
+A device's peak memory, `memory()` (what soap-shard checks against a device's
+capacity and reports), is XLA's view instead: the bytes `compiled.memory_analysis()`
+gives the step compiled as one SPMD program, which come from XLA's sequential schedule
+and its buffers, not from the timeline: the device's tasks in the order XLA's CPU
+scheduler runs their HLO (`sequence`: a FIFO topological sort, independent work of
+one depth together), each temporary live from its writer to its last reader in that
+order, arguments and program results held throughout, no buffer for what XLA never
+writes (`fused_away`: reshapes, transposes folded into matmuls, fused element-wise
+chains) and a `scatter_add`'s zero-filled operand from the start (`MADE_AT_START`). It
+is split into liveness's kinds (`tasoc.ir.liveness`) plus communication buffers;
+docs/sim-memory-findings.md has how it compares with XLA's figures.
 
 `set_config(node, config)` is the one-op proposal of MCMC (§3.5.2): the op's result
 shardings follow from the configuration, the layouts its operands are read in and its

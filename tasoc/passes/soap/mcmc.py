@@ -147,6 +147,8 @@ class SimulatedStrategy:
     """The smallest per-device peak memory this strategy has had (for `MemoryCapError`)."""
     edited: bool = field(default=False, init=False)
     """Whether ops were `set` since the last update (the simulation is behind them)."""
+    _peak: int | None = field(default=None, init=False, repr=False)
+    """`memory` as of the last `set` (a replay of every device's tasks: once per edit)."""
 
     def __post_init__(self) -> None:
         self.smallest_memory = self.memory
@@ -191,7 +193,11 @@ class SimulatedStrategy:
     def memory(self) -> int:
         """The largest device's peak bytes (`ShardedStep.peak_memory`); 0 when memory
         is not simulated."""
-        return self.step.peak_memory() if self.simulator.memory else 0
+        if not self.simulator.memory:
+            return 0
+        if self._peak is None:
+            self._peak = self.step.peak_memory()
+        return self._peak
 
     @property
     def cost(self) -> float:
@@ -222,6 +228,7 @@ class SimulatedStrategy:
     def set(self, node: Node, config: Config) -> None:
         """`node` in `config`, without re-simulating (`update` does)."""
         start = time.perf_counter()
+        self._peak = None
         try:
             self.step.set_config(node, config)
         finally:
