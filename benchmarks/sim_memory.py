@@ -27,6 +27,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -125,6 +126,14 @@ def plan_of(problem: Problem, strategy: str, cpu: Machine, budget: int) -> Plan:
     return searches[strategy](problem, baselines, settings).best
 
 
+def donated_memory_analysis(module: ModuleOp) -> Any:
+    """XLA's `memory_analysis()` of the sharded `module` compiled with the weights it
+    replaces donated, as a training loop runs it (and the simulator assumes)."""
+    signature = training_signature(entry_function(module))
+    donated = [argument for _, argument in signature.replaces] if signature else []
+    return lower_sharded(module, donate=donated).compiled().memory_analysis()
+
+
 def row_of(name: str, step: ModuleOp, strategy: str, budget: int) -> Row | None:
     """The row of `strategy`'s plan on `name`; None for a plan on several device groups,
     which runs as several computations (`lower_sharded`) with no one figure of XLA's."""
@@ -142,8 +151,7 @@ def row_of(name: str, step: ModuleOp, strategy: str, budget: int) -> Row | None:
     if len(plan.meshes) > 1:
         return None
     write_sharded(module, dag, plan, mesh)
-    donated = [argument for _, argument in signature.replaces]
-    analysis = lower_sharded(module, donate=donated).compiled().memory_analysis()
+    analysis = donated_memory_analysis(module)
     return Row(
         name,
         strategy,
