@@ -945,20 +945,20 @@ def _most_live(temps: Sequence[tuple[int, int, int, str]]) -> list[tuple[str, in
     events = sorted(
         [(start, 0, i) for i, (start, _, _, _) in enumerate(temps)]
         + [(end, 1, i) for i, (_, end, _, _) in enumerate(temps)]
-    )
-    live: set[int] = set()
+    )  # at one position, every start before any end
     held = most = 0
-    best: list[int] = []
-    for _, ending, index in events:  # at one position, every start before any end
-        if ending:
-            live.discard(index)
-            held -= temps[index][2]
-            continue
-        live.add(index)
-        held += temps[index][2]
+    peak = -1
+    for number, (_, ending, index) in enumerate(events):
+        held += -temps[index][2] if ending else temps[index][2]
         if held > most:
-            most, best = held, list(live)
-    return [(temps[i][3], temps[i][2]) for i in best]
+            most, peak = held, number
+    live: dict[int, None] = {}
+    for _, ending, index in events[: peak + 1]:
+        if ending:
+            del live[index]
+        else:
+            live[index] = None
+    return [(temps[i][3], temps[i][2]) for i in live]
 
 
 def _summed(entries: Iterable[tuple[str, int]]) -> tuple[tuple[str, int], ...]:
