@@ -40,7 +40,9 @@ reader; and memory is what is held at one point, the turn to the backward, while
 simulated peak is wherever XLA's schedule holds the most (`ShardedStep.sequence`):
 often later in the backward, where the gradients of every layer of one depth, the
 communication buffers of their collectives and the activations still to be read
-are held together, which no sum over single ops and edges can say."""
+are held together, which no sum over single ops and edges can say. Nor does it count
+the copy XLA makes of a weight updated in place while the backward still reads it
+(`ShardedStep.memory`)."""
 
 from __future__ import annotations
 
