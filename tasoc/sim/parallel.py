@@ -302,8 +302,6 @@ class ShardedStep:
         when the step is not collapsed; `_device_classes`)."""
         self._devices = sorted(self.stands_for)
         self._collective_times: dict[tuple[object, ...], float] = {}
-        self._ancestry: dict[Node, frozenset[Node]] = {}
-        """Each in-place update's ancestors (`_ancestors`): the dag never changes."""
 
         self.graph = TaskGraph()
         self._ids: dict[Key, int] = {}
@@ -495,7 +493,7 @@ class ShardedStep:
             buffer = self._groups[None].ready[(argument, self.plan.values[argument])].get(device)
             if buffer is None:
                 continue
-            before = self._ancestors(update)
+            before = ancestors(update)
             late = [
                 last_read(reader)
                 for reader in _through_fused(buffer.compute_readers, fused)
@@ -514,19 +512,6 @@ class ShardedStep:
             if not made.node.is_arg and self._donated(made, self.plan.outputs[result]):
                 pairs.append((self.dag.args[argument].out, made.node))
         return pairs
-
-    def _ancestors(self, node: Node) -> frozenset[Node]:
-        """The ops `node` depends on (its operands' makers, and theirs)."""
-        if node not in self._ancestry:
-            seen: set[Node] = set()
-            stack = [value.node for value in node.inputs]
-            while stack:
-                top = stack.pop()
-                if top not in seen and not top.is_arg:
-                    seen.add(top)
-                    stack.extend(value.node for value in top.inputs)
-            self._ancestry[node] = frozenset(seen)
-        return self._ancestry[node]
 
     def peak_memory(self) -> int:
         """The largest device's peak bytes (`memory`)."""
@@ -982,6 +967,19 @@ def fused_away(node: Node, readers: Collection[str]) -> bool:
     if node.op == "reshape" or (node.op == "transpose" and set(readers) == {"matmul"}):
         return True
     return node.op in FUSIBLE and all(op in FUSIBLE for op in readers)
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def ancestors(node: Node) -> frozenset[Node]:
+    """The ops `node` depends on (its operands' makers, and theirs)."""
+    seen: set[Node] = set()
+    stack = [value.node for value in node.inputs]
+    while stack:
+        top = stack.pop()
+        if top not in seen and not top.is_arg:
+            seen.add(top)
+            stack.extend(value.node for value in top.inputs)
+    return frozenset(seen)
 
 
 def _through_fused(readers: Iterable[Node], fused: Mapping[Node, _Buffer]) -> Iterator[Node]:

@@ -19,7 +19,9 @@ Nodes are the choices a strategy makes on one mesh:
   it reuses its argument's buffer); every result of a forward program;
 * each argument an op reads: the layouts it may lie in (replicated, and every
   complete layout a configuration of a reader reads it in), memory its local bytes
-  (eq. 1's m_p: params, optimizer state, inputs); one option when a user fixed it.
+  (eq. 1's m_p: params, optimizer state, inputs), twice for a weight XLA copies
+  before updating it in place (an op the update does not wait for still reads it:
+  the backward's `dy @ W^T`); one option when a user fixed it.
 
 Edges join a value's producer (op or argument) to each op reading it: for every pair
 of options, the time (eq. 2's t_x) of the collectives `soap.reshard` inserts to turn
@@ -40,9 +42,7 @@ reader; and memory is what is held at one point, the turn to the backward, while
 simulated peak is wherever XLA's schedule holds the most (`ShardedStep.sequence`):
 often later in the backward, where the gradients of every layer of one depth, the
 communication buffers of their collectives and the activations still to be read
-are held together, which no sum over single ops and edges can say. Nor does it count
-the copy XLA makes of a weight updated in place while the backward still reads it
-(`ShardedStep.memory`)."""
+are held together, which no sum over single ops and edges can say."""
 
 from __future__ import annotations
 
@@ -65,6 +65,7 @@ from tasoc.passes.soap.plan import Prescription, Problem, operand_layouts, resul
 from tasoc.sim.parallel import (
     MADE_AT_START,
     analytic_op_cost,
+    ancestors,
     axis_groups,
     fused_away,
     shard_bytes,
@@ -145,6 +146,12 @@ class _Builder:
         self.kept_outputs = frozenset(self.dag.outputs) - replaced
         """Program results held in buffers of their own (a new weight reuses its
         argument's: donated)."""
+        self.updates = {
+            argument: self.dag.outputs[output].node
+            for output, argument in problem.replaces.items()
+            if not self.dag.outputs[output].node.is_arg
+        }
+        """Each argument written in place, and the op writing its new value."""
         self.fused: dict[Value, bool] = {}
         """Values XLA never writes (`_fused`), as they are asked."""
 
@@ -152,7 +159,8 @@ class _Builder:
         readers = [node for node in self.dag.ops if node in self.problem.rules]
         for position, arg in enumerate(self.dag.args):
             layouts = self._layouts(position, arg)
-            memories = [self._bytes(arg.out, layout) for layout in layouts]
+            copies = 2 if self._copied(position) else 1
+            memories = [copies * self._bytes(arg.out, layout) for layout in layouts]
             self._add(arg, layouts, [0.0] * len(layouts), memories)
         for node in readers:
             options = configurations(self.problem.rules[node], self.mesh)
@@ -298,6 +306,17 @@ class _Builder:
         if self._fused(value) or not (node.is_arg or node in problem.forward):
             return False
         return any(reader not in problem.forward for reader in self._readers(value))
+
+    def _copied(self, position: int) -> bool:
+        """Whether XLA copies argument `position` before writing its new value in place:
+        an op the update does not wait for still reads it (`ShardedStep.memory`); the
+        copy is held from the step's start, past the turn to the backward."""
+        update = self.updates.get(position)
+        if update is None:
+            return False
+        before = ancestors(update)
+        readers = self._readers(self.dag.args[position].out)
+        return any(reader is not update and reader not in before for reader in readers)
 
     def _fused(self, value: Value) -> bool:
         """Whether XLA never writes `value` (`fused_away`, on its readers' ops)."""
