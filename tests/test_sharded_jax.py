@@ -280,6 +280,30 @@ def test_partial_sums_used_across_meshes_are_refused() -> None:
         lower_sharded(module)
 
 
+def test_a_program_on_two_device_groups_donates_nothing() -> None:
+    """Donation is per jitted computation; device groups run as several: refused, one
+    line, where a program on one mesh donates (its argument then reused)."""
+    grouped = program(
+        GROUPS,
+        {"x": on("m", "8x8", '["d"], []')},
+        f"""  %c = parallel.replicate %x : {on("n", "8x8", '["d"], []')}
+  %y = graph.relu %c : {on("n", "8x8", '["d"], []')}
+  func.return %y : {on("n", "8x8", '["d"], []')}""",
+        [on("n", "8x8", '["d"], []')],
+    )
+    with pytest.raises(ShardedLoweringError, match="on 2 meshes cannot donate its arguments"):
+        lower_sharded(grouped, donate=[0])
+    single = program(
+        'parallel.mesh @m ["d" = 4]',
+        {"x": t("8x8", '["d"], []')},
+        f"""  %y = graph.relu %x : {t("8x8", '["d"], []')}
+  func.return %y : {t("8x8", '["d"], []')}""",
+        [t("8x8", '["d"], []')],
+    )
+    found = lower_sharded(single, donate=[0]).compiled().memory_analysis()
+    assert found.alias_size_in_bytes == 8 * 8 * 4 // 4
+
+
 SHARDABLE = sorted(SOAP_RULES.keys() & EMITTERS.keys())
 
 

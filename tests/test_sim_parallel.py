@@ -147,7 +147,8 @@ def test_a_two_op_step_takes_compute_plus_the_all_reduce_between():
     """matmul split along its contraction on 2 devices -> partial sums -> all-reduce ->
     relu: 1 + 0.5 + 2 seconds; memory per device (4-byte floats): x and w halves (64 B
     each), the partial sums (64 B) until the all-reduce has read them, its result (64 B)
-    until relu has, relu's result (64 B) kept."""
+    until relu has; relu's result (64 B), a program result, held throughout as XLA
+    gives an output its own allocation (the timeline's pool holds it from relu on)."""
     module = Parser(make_context(), TINY).parse_module()
     dag = dag_module.from_module(module)
     mesh = Mesh("mesh", (("d", 2),))
@@ -171,10 +172,10 @@ def test_a_two_op_step_takes_compute_plus_the_all_reduce_between():
     step = ShardedStep(dag, plan, FixedMachine(), fixed_cost, mesh=mesh, collapse=False)  # type: ignore[arg-type]
     timeline = simulate(step.graph)
     assert timeline.makespan == 1.0 + 0.5 + 2.0
-    memory = step.memory(timeline)
-    expected = MemoryBreakdown(params=64, inputs=64, activations=64, communication=64)
+    memory = step.memory()
+    expected = MemoryBreakdown(params=64, inputs=64, activations=128, communication=64)
     assert memory == {0: expected, 1: expected}
-    assert all(timeline.peak[("mem", d)] == 256 == memory[d].total for d in (0, 1))
+    assert all(timeline.peak[("mem", d)] == 256 for d in (0, 1))
 
 
 def test_memory_of_a_weight_replicated_and_split():
@@ -183,10 +184,8 @@ def test_memory_of_a_weight_replicated_and_split():
     data = training_plan(MLP, "8", "data-parallel")
     weights = (8 * 32 + 32 * 4) * 4
     step = data.step(machine("cpu-8"), collapse=False)
-    timeline = simulate(step.graph)
-    memory = step.memory(timeline)
+    memory = step.memory()
     assert {m.params for m in memory.values()} == {weights}
-    assert all(memory[d].total == timeline.peak[("mem", d)] for d in range(8))
 
     index = next(i for i, arg in enumerate(data.dag.args) if arg.out.sig.shape == (8, 32))
     split_columns = Sharding("mesh", ((), ("d",)))
@@ -240,7 +239,7 @@ def test_a_collapsed_step_simulates_as_every_device_would(
     assert len(collapsed.graph) < len(every.graph)
     short, full = simulate(collapsed.graph), simulate(every.graph)
     assert short.makespan == full.makespan
-    assert collapsed.memory(short) == every.memory(full)
+    assert collapsed.memory() == every.memory()
     assert max(short.peak.values()) == max(full.peak.values())
 
 

@@ -29,14 +29,28 @@ makespan is the step's predicted iteration time:
 Memory lives beside time, in one pool `("mem", d)` per device: arguments (params,
 optimizer state, inputs) are allocated at time 0 by a task per device (on `("args", d)`,
 lasting the machine's `step_overhead`: a call's dispatch, before any op reading them
-starts; zero on the presets) and kept; constants, which XLA embeds, cost nothing; a
-compute task allocates its results' local bytes, a collective task the local bytes of
-the layout it makes (communication buffers); a buffer is freed at the end of its last
-reader in program order (a buffer only collectives read: their last), a result nothing
-reads at the end of its own task; program results are kept, and a new param or state
-leaves in its argument's buffer (donated, as `tasoc run` donates them). So the
-simulator's peak of `("mem", d)` is device d's peak memory, and `memory()` splits it
-into liveness's kinds (`tasoc.ir.liveness`) plus communication buffers.
+starts; zero on the presets) and kept; constants, which XLA embeds, cost nothing; a compute task
+allocates its results' local bytes, a collective task the local bytes of the layout it
+makes (communication buffers); a buffer is freed at the end of its last reader in
+program order (a buffer only collectives read: their last), a result nothing reads at
+the end of its own task; program results are kept, and a new param or state leaves in
+its argument's buffer (donated, as a training loop donates them: `lower_sharded(...,
+donate=)`). The pools are the timeline's view, with compute and communication
+overlapped as the timeline prices them.
+
+A device's peak memory, `memory()` (what soap-shard checks against a device's
+capacity and reports), is XLA's view instead: the bytes `compiled.memory_analysis()`
+gives the step compiled as one SPMD program, which come from XLA's sequential schedule
+and its buffers, not from the timeline: the device's tasks in the order XLA's CPU
+scheduler runs their HLO (`sequence`: a FIFO topological sort, independent work of
+one depth together), each temporary live from its writer to its last reader in that
+order, arguments and program results held throughout, no buffer for what XLA never
+writes (`fused_away`: reshapes, transposes folded into matmuls, fused element-wise
+chains), a `scatter_add`'s zero-filled operand from the start (`MADE_AT_START`), and a
+copy of each weight updated in place that an op the update does not wait for still
+reads, from the start to that reader (XLA's copy insertion). It
+is split into liveness's kinds (`tasoc.ir.liveness`) plus communication buffers;
+docs/sim-memory-findings.md has how it compares with XLA's figures.
 
 `set_config(node, config)` is the one-op proposal of MCMC (§3.5.2): the op's result
 shardings follow from the configuration, the layouts its operands are read in and its
@@ -54,10 +68,11 @@ tasks of two groups tie only when two producers end at the same instant.
 
 from __future__ import annotations
 
+import collections
 import functools
 import itertools
 import math
-from collections.abc import Collection, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
@@ -68,13 +83,15 @@ from tasoc.ir import dag as dag_module
 from tasoc.ir import soap
 from tasoc.ir.dag import Dag, Node, Value
 from tasoc.ir.liveness import value_kinds
+from tasoc.ir.op_sets import ops_with
 from tasoc.ir.parallel import ShardingAttr
 from tasoc.ir.shapes import TensorSig
 from tasoc.ir.shard_plan import Plan, completed, free_read, local_values, moves
 from tasoc.ir.soap import Config, Mesh, OpRule, Sharding
 from tasoc.ir.soap_rules import local_attrs
 from tasoc.ir.training import TrainingSignature, training_signature
-from tasoc.sim.core import Task, TaskGraph, Timeline, paused_gc, simulate
+from tasoc.ir.traits import Fusible
+from tasoc.sim.core import Task, TaskGraph, paused_gc
 
 
 class OpCost(Protocol):
@@ -201,6 +218,17 @@ class MemoryBreakdown:
         )
 
 
+FUSIBLE = ops_with(Fusible)
+"""Ops XLA's loop fusion computes inside their readers' kernels (`fused_away`)."""
+
+MADE_AT_START = frozenset({"scatter_add"})
+"""Ops whose JAX kernel updates a buffer it fills with a constant (`scatter_add`: the
+gradient of an embedding table, zeros with the rows added in), which XLA makes as an
+instruction of its own: a copy of a broadcast zero that depends on nothing, so XLA's
+BFS schedule (`ShardedStep.sequence`) makes it among the first instructions, and it
+lives until the scatter, which writes its result to a buffer of its own (dlrm's eight
+tables: 10 MB of XLA's temporaries through the whole forward and backward)."""
+
 KINDS = tuple(MemoryBreakdown.__dataclass_fields__)
 """The kinds of bytes, in `MemoryBreakdown`'s order."""
 
@@ -254,6 +282,8 @@ class _Group:
     """Where each (value, layout) is readable on each device."""
     compute_frees: dict[tuple[Node, int], list[tuple[str, int]]]
     """Buffers of this group's values a compute task frees (its last reader)."""
+    buffers: list[_Buffer] = field(default_factory=list)
+    """Every buffer of the group's values and collectives (`ShardedStep.memory`)."""
 
 
 class ShardedStep:
@@ -433,25 +463,154 @@ class ShardedStep:
 
     # ------------------------------------------------------------------ memory
 
-    def memory(self, timeline: Timeline | None = None) -> dict[int, MemoryBreakdown]:
-        """Per device, the bytes held at its peak in `timeline` (simulated now when
-        None), by kind; each total is the timeline's peak of pool ("mem", d)."""
-        timeline = timeline or simulate(self.graph)
-        events: dict[int, list[tuple[float, int, str, int]]] = {d: [] for d in self._devices}
-        for task_id, spec in self._specs.items():
-            device = self.graph[task_id].resource[1]  # type: ignore[index]
-            events[device] += [(timeline.start[task_id], 1, kind, n) for kind, n in spec.alloc]
-            events[device] += [(timeline.end[task_id], 0, kind, -n) for kind, n in spec.free]
+    def memory(self) -> dict[int, MemoryBreakdown]:
+        """Per device, the bytes XLA's buffer assignment gives it, by kind: what
+        `compiled.memory_analysis()` reports as arguments + outputs - aliased +
+        temporaries, for the step compiled as one SPMD program with its replaced
+        weights donated. The task graph's timeline plays no part: XLA's figure is that
+        of its own sequential schedule, whatever overlap of compute and communication
+        the timeline prices.
+
+        * arguments are held throughout, and so are program results not written into
+          a donated argument: XLA gives each output an allocation of its own;
+        * every other buffer (an op's result, a collective's) is a temporary, live
+          from the task making it to the last task reading it in XLA's order
+          (`sequence`), both included (an op's operands and results coexist); a
+          `MADE_AT_START` op's constant-filled operand from the first task to it;
+        * a weight (or state) written in place while an op its update does not wait
+          for still reads it (the backward's `dx = dy @ W^T`) is copied first: XLA's
+          copy insertion keeps the old value for that reader, in a copy that
+          depends on nothing, so BFS makes it at the start and it lives to that
+          reader (the transformer's data parallel step: 1.3 MB of its 2 MB of
+          temporaries);
+        * the peak is where the most temporaries' bytes are live at once. XLA packs
+          them into one heap whose gaps can make its temporaries more than that (dlrm's
+          expert plan: 16.7 MB of heap for about 11.6 MB live); its packing is not
+          modelled (docs/sim-memory-findings.md)."""
         split = {}
-        for device, trace in events.items():
-            held = dict.fromkeys(KINDS, 0)
-            best = dict(held)
-            for _, _, kind, delta in sorted(trace, key=lambda e: e[:2]):
-                held[kind] += delta
-                if sum(held.values()) > sum(best.values()):
-                    best = dict(held)
+        for device in self._devices:
+            fixed, temps = self._buffers_of(device)
+            best = dict.fromkeys(KINDS, 0)
+            for kind, nbytes in (*fixed, *_most_live(temps)):
+                best[kind] += nbytes
             split.update(dict.fromkeys(self.stands_for[device], MemoryBreakdown(**best)))
         return dict(sorted(split.items()))
+
+    def _buffers_of(
+        self, device: int
+    ) -> tuple[list[tuple[str, int]], list[tuple[int, int, int, str]]]:
+        """`device`'s buffers held throughout as (kind, bytes), and its temporaries as
+        (first, last position in `sequence`, bytes, kind) (`memory`)."""
+        position = {task_id: i for i, task_id in enumerate(self.sequence(device))}
+        at = {key: position[task_id] for key, task_id in self._ids.items() if task_id in position}
+        fixed = list(self._resident_spec(device).alloc)
+        made: list[_Buffer] = []
+        for group in self._groups.values():
+            for buffer in group.buffers:
+                writer = buffer.writer
+                if buffer.device != device or writer is None or writer[0] == "res":  # type: ignore[index]
+                    continue  # a constant (XLA embeds it) or an argument (held: above)
+                if buffer.kept:
+                    fixed.append((buffer.kind, buffer.nbytes))
+                else:
+                    made.append(buffer)
+        fused = {buffer.writer[1]: buffer for buffer in made if _fused(buffer)}  # type: ignore[index]
+
+        @functools.cache
+        def last_read(node: Node) -> int:
+            """Where a reader `node` last needs its operands: its own task, or, fused
+            into its readers, theirs."""
+            if node not in fused:
+                return at[("op", node, device)]
+            return max(map(last_read, fused[node].compute_readers))
+
+        temps = []
+        for buffer in made:
+            writer = buffer.writer
+            if writer[1] in fused and fused[writer[1]] is buffer:  # type: ignore[index]
+                continue
+            start = at[writer]  # type: ignore[index]
+            if writer[0] == "op" and writer[1].op in MADE_AT_START:  # type: ignore[index]
+                temps.append((0, start, buffer.nbytes, buffer.kind))
+            readers = [at[key] for key in buffer.chain_readers]
+            readers += map(last_read, buffer.compute_readers)
+            temps.append((start, max(readers, default=start), buffer.nbytes, buffer.kind))
+        for argument, update in self._updated_in_place():
+            buffer = self._groups[None].ready[(argument, self.plan.values[argument])].get(device)
+            if buffer is None:
+                continue
+            before = ancestors(update)
+            late = [
+                last_read(reader)
+                for reader in _through_fused(buffer.compute_readers, fused)
+                if reader is not update and reader not in before
+            ]
+            if late:  # XLA's copy of the old weight, made first (it depends on nothing else)
+                temps.append((0, max(late), buffer.nbytes, buffer.kind))
+        return fixed, temps
+
+    def _updated_in_place(self) -> list[tuple[Value, Node]]:
+        """Each argument written in place by the op making its new value (a donated
+        weight or state), with that op."""
+        pairs = []
+        for result, argument in self._replaces.items():
+            made = self.dag.outputs[result]
+            if not made.node.is_arg and self._donated(made, self.plan.outputs[result]):
+                pairs.append((self.dag.args[argument].out, made.node))
+        return pairs
+
+    def peak_memory(self) -> int:
+        """The largest device's peak bytes (`memory`)."""
+        return max((b.total for b in self.memory().values()), default=0)
+
+    def sequence(self, device: int) -> list[int]:
+        """The ids of `device`'s tasks (arguments, compute, collectives) in the order
+        XLA's CPU compiler runs their HLO: its default scheduler (the concurrency-
+        optimized `BFSMemoryScheduler`, `xla_cpu_enable_concurrency_optimized_scheduler`)
+        is Kahn's topological sort with a FIFO queue, starting from the instructions
+        without operands in program order and queueing an instruction's users, in
+        program order, as their last operand is scheduled. It knows nothing of sizes:
+        independent work at one depth runs together (every layer's weight gradient
+        before any update, say), which is what sets the peak.
+
+        Program order is the canonical order of a graph built afresh (the arguments,
+        then per op its compute task and its group's collectives), not task ids, which
+        edits renumber; dependencies on other devices' tasks are XLA's collectives'
+        own, met inside the instruction, and left out."""
+        rank = {task_id: self._program_rank(key) for key, task_id in self._ids.items()}
+        mine = sorted(
+            (i for i in self._specs if self.graph[i].resource[1] == device),  # type: ignore[index]
+            key=rank.__getitem__,
+        )
+        users: dict[int, list[int]] = {i: [] for i in mine}
+        waiting: dict[int, int] = {}
+        for task_id in mine:
+            deps = {self._ids[key] for key in self._specs[task_id].deps}
+            deps &= users.keys()
+            waiting[task_id] = len(deps)
+            for dep in deps:
+                users[dep].append(task_id)
+        queue = collections.deque(i for i in mine if not waiting[i])
+        order = []
+        while queue:
+            task_id = queue.popleft()
+            order.append(task_id)
+            for user in users[task_id]:
+                waiting[user] -= 1
+                if not waiting[user]:
+                    queue.append(user)
+        return order
+
+    def _program_rank(self, key: Key) -> tuple[int, int, int]:
+        """Where a task comes in a graph built afresh: the arguments' task, then for
+        each producer in program order its compute task and its group's collectives
+        (the arguments' and constants' group first)."""
+        kind, *rest = key  # type: ignore[misc]
+        if kind == "res":
+            return (-1, 0, 0)
+        producer = rest[0]
+        position = -1 if producer is None else self._position[producer]
+        return (position, 0, 0) if kind == "op" else (position, 1, rest[1])
 
     # ------------------------------------------------------------------ tasks
 
@@ -515,11 +674,13 @@ class ShardedStep:
         plan = self.plan
         group = _Group(producer, {}, {}, {})
         stats = self._statistics(group) if producer is not None else {}
-        buffers: list[_Buffer] = []
+        buffers = group.buffers
         for value in self._values_of(producer):
             here = plan.values[value]
             kept = value.node.is_arg or self._kept(value, here)
             nbytes, kind = self._local_bytes(value, here), self._kind[value]
+            if self._donated(value, here):
+                nbytes = 0  # written into its argument's buffer
             produced = {}
             for device in self._simulated(self._devices_of(here)):
                 writer: Key | None = None
@@ -621,7 +782,7 @@ class ShardedStep:
             for device, buffer in current.items():
                 buffer.chain_readers.append(keys[device])
             current = {
-                d: _Buffer(d, keys[d], keys[d], nbytes, "communication", kept)
+                d: _Buffer(d, keys[d], keys[d], alloc, "communication", kept)
                 for d in self._simulated(mesh.device_ids)
             }
             held = mesh.device_ids
@@ -824,6 +985,80 @@ def _device_classes(
                 if len(shapes) > 1:
                     return alone
     return {min(devices): tuple(sorted(devices)) for devices in sets}
+
+
+def _fused(buffer: _Buffer) -> bool:
+    """Whether the op making `buffer` never writes it (`fused_away`): read by compute
+    on this device alone (a collective needs the buffer)."""
+    writer = buffer.writer
+    if writer is None or writer[0] != "op" or buffer.chain_readers:  # type: ignore[index]
+        return False
+    node: Node = writer[1]  # type: ignore[index]
+    return fused_away(node, {reader.op for reader in buffer.compute_readers})
+
+
+def fused_away(node: Node, readers: Collection[str]) -> bool:
+    """Whether XLA never writes `node`'s result, its readers (ops named `readers`)
+    reading the op's operands instead, which then live until those readers run
+    (`ShardedStep._buffers_of`):
+
+    * a `reshape` of a row-major array is a bitcast: the same buffer;
+    * a `transpose` read only by matmuls is folded into their dimension numbers
+      (XLA's transpose folding: `dot(x, transpose(w))` contracts w's other dim);
+    * an element-wise or index-remapping op (`Fusible`) whose readers are all such
+      ops is computed inside each reader's loop (XLA's loop fusion; a collective, a
+      contraction or a reduction reads a materialized operand).
+
+    Only an op of one result that something reads."""
+    if len(node.results) != 1 or not readers:
+        return False
+    if node.op == "reshape" or (node.op == "transpose" and set(readers) == {"matmul"}):
+        return True
+    return node.op in FUSIBLE and all(op in FUSIBLE for op in readers)
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def ancestors(node: Node) -> frozenset[Node]:
+    """The ops `node` depends on (its operands' makers, and theirs)."""
+    seen: set[Node] = set()
+    stack = [value.node for value in node.inputs]
+    while stack:
+        top = stack.pop()
+        if top not in seen and not top.is_arg:
+            seen.add(top)
+            stack.extend(value.node for value in top.inputs)
+    return frozenset(seen)
+
+
+def _through_fused(readers: Iterable[Node], fused: Mapping[Node, _Buffer]) -> Iterator[Node]:
+    """`readers`, each one XLA fuses away (`fused_away`) replaced by its own readers."""
+    for reader in readers:
+        if reader in fused:
+            yield from _through_fused(fused[reader].compute_readers, fused)
+        else:
+            yield reader
+
+
+def _most_live(temps: Sequence[tuple[int, int, int, str]]) -> list[tuple[str, int]]:
+    """The (kind, bytes) of the temporaries live together where the most bytes are:
+    (first, last, bytes, kind) intervals of positions, both ends included."""
+    events = sorted(
+        [(start, 0, i) for i, (start, _, _, _) in enumerate(temps)]
+        + [(end, 1, i) for i, (_, end, _, _) in enumerate(temps)]
+    )  # at one position, every start before any end
+    held = most = 0
+    peak = -1
+    for number, (_, ending, index) in enumerate(events):
+        held += -temps[index][2] if ending else temps[index][2]
+        if held > most:
+            most, peak = held, number
+    live: dict[int, None] = {}
+    for _, ending, index in events[: peak + 1]:
+        if ending:
+            del live[index]
+        else:
+            live[index] = None
+    return [(temps[i][3], temps[i][2]) for i in live]
 
 
 def _summed(entries: Iterable[tuple[str, int]]) -> tuple[tuple[str, int], ...]:

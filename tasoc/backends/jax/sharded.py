@@ -443,10 +443,17 @@ def check_complete(infos: Sequence[ArgInfo], result_sigs: Sequence[TensorSig]) -
             )
 
 
-def lower_sharded(module: ModuleOp) -> ShardedProgram:
+def lower_sharded(module: ModuleOp, donate: Sequence[int] = ()) -> ShardedProgram:
     """Lower `@main` of a sharded `module` to jitted shard_maps (compiled on first call):
     one for a program on one mesh; one per run of consecutive ops on one mesh, joined
     by `parallel.replicate`'s copies, for a program on several device groups.
+
+    `donate` are argument indices whose buffers a program on one mesh may reuse for
+    its results, as `lower` donates them: a training loop donates the params and state
+    a step replaces (each new weight leaves laid out as its argument, so XLA writes it
+    in place). The simulator's memory model (`tasoc.sim.parallel`) assumes so. A
+    program on several meshes takes no donation (ShardedLoweringError): its arguments
+    pass through segments jitted apart.
 
     Raises ShardedLoweringError (a ValueError, one line) for what cannot run: too few
     devices for a mesh, partial sums as arguments or results or across meshes, an op
@@ -491,7 +498,12 @@ def lower_sharded(module: ModuleOp) -> ShardedProgram:
     )
     if len(runs) == 1 and isinstance(runs[0], tuple):
         mesh, steps = runs[0]
-        fn = _segment(steps, tuple(range(len(infos))), outputs, shardings, jax_meshes[mesh.name])
+        inputs = tuple(range(len(infos)))
+        fn = _segment(steps, inputs, outputs, shardings, jax_meshes[mesh.name], tuple(donate))
+    elif donate:
+        raise ShardedLoweringError(
+            f"a program on {len(jax_meshes)} meshes cannot donate its arguments"
+        )
     else:
         fn = _joined(runs, outputs, shardings, jax_meshes)
     return ShardedProgram(
@@ -510,9 +522,11 @@ def _segment(
     outputs: tuple[int, ...],
     shardings: Mapping[int, Sharding],
     mesh: jax.sharding.Mesh,
+    donate: tuple[int, ...] = (),
 ) -> Callable[..., tuple[jax.Array, ...]]:
     """The jitted shard_map of `steps` on `mesh`, from the `inputs` slots to the
-    `outputs` slots (global arrays, laid out as `shardings` says)."""
+    `outputs` slots (global arrays, laid out as `shardings` says); the `donate`
+    positions of `inputs` donated."""
 
     def local(*args: jax.Array) -> tuple[jax.Array, ...]:
         values: Values = dict(zip(inputs, args, strict=True))
@@ -522,7 +536,7 @@ def _segment(
         return tuple(values[i] for i in outputs)
 
     mapped = map_over(local, mesh, [shardings[i] for i in inputs], [shardings[i] for i in outputs])
-    return jax.jit(mapped, compiler_options=AS_WRITTEN)
+    return jax.jit(mapped, compiler_options=AS_WRITTEN, donate_argnums=donate)
 
 
 def map_over(

@@ -10,13 +10,19 @@ Nodes are the choices a strategy makes on one mesh:
   charges), plus the
   all-reduce of its statistics when it splits a synced factor (batchnorm's batch),
   plus completing the partial sums of a program result it leaves unreduced. Its
-  memory is eq. 1's m_t: the local bytes of its results held at a training step's
-  peak, the turn from forward to backward: forward values a backward or update op
-  reads (activations saved for the backward) and program results (a new weight
-  excepted: it reuses its argument's buffer); every result of a forward program;
+  memory is eq. 1's m_t: the local bytes of its results the simulator holds
+  (`ShardedStep.memory`, XLA's accounting) at the turn from forward to backward:
+  forward values a backward or update op reads (activations saved for the backward;
+  a reader XLA fuses away counts as its readers), but not those XLA never writes (a
+  reshape, a transpose folded into a matmul, an element-wise op fused into its
+  readers: `fused_away`); the zero-filled result of a `scatter_add`, which XLA makes
+  at the step's start (`MADE_AT_START`); and program results (a new weight excepted:
+  it reuses its argument's buffer); every result of a forward program;
 * each argument an op reads: the layouts it may lie in (replicated, and every
   complete layout a configuration of a reader reads it in), memory its local bytes
-  (eq. 1's m_p: params, optimizer state, inputs); one option when a user fixed it.
+  (eq. 1's m_p: params, optimizer state, inputs), twice for a weight XLA copies
+  before updating it in place (an op the update does not wait for still reads it:
+  the backward's `dy @ W^T`); one option when a user fixed it.
 
 Edges join a value's producer (op or argument) to each op reading it: for every pair
 of options, the time (eq. 2's t_x) of the collectives `soap.reshard` inserts to turn
@@ -33,15 +39,17 @@ in completion (`plan.py`).
 
 What the graph leaves out, the re-simulation of a chosen strategy shows: the sums of
 eq. 3 ignore overlap of compute and communication and count a collective once per
-reader, and memory is the saved activations and the arguments rather than the
-simulated peak (gradients and communication buffers live there too).
-"""
+reader; and memory is what is held at one point, the turn to the backward, while the
+simulated peak is wherever XLA's schedule holds the most (`ShardedStep.sequence`):
+often later in the backward, where the gradients of every layer of one depth, the
+communication buffers of their collectives and the activations still to be read
+are held together, which no sum over single ops and edges can say."""
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,7 +63,14 @@ from tasoc.ir.soap import Config, Mesh, Sharding, ShardingError
 from tasoc.passes.soap.cost_graph import Choice, CostEdge, CostGraph, CostNode
 from tasoc.passes.soap.mcmc import configurations
 from tasoc.passes.soap.plan import Prescription, Problem, operand_layouts, result_layouts
-from tasoc.sim.parallel import axis_groups, machine_op_cost, shard_bytes
+from tasoc.sim.parallel import (
+    MADE_AT_START,
+    ancestors,
+    axis_groups,
+    fused_away,
+    machine_op_cost,
+    shard_bytes,
+)
 
 Option = Config | Sharding
 """An op node's option is a configuration, an argument node's a layout."""
@@ -133,12 +148,21 @@ class _Builder:
         self.kept_outputs = frozenset(self.dag.outputs) - replaced
         """Program results held in buffers of their own (a new weight reuses its
         argument's: donated)."""
+        self.updates = {
+            argument: self.dag.outputs[output].node
+            for output, argument in problem.replaces.items()
+            if not self.dag.outputs[output].node.is_arg
+        }
+        """Each argument written in place, and the op writing its new value."""
+        self.fused: dict[Value, bool] = {}
+        """Values XLA never writes (`_fused`), as they are asked."""
 
     def build(self) -> CostModel:
         readers = [node for node in self.dag.ops if node in self.problem.rules]
         for position, arg in enumerate(self.dag.args):
             layouts = self._layouts(position, arg)
-            memories = [self._bytes(arg.out, layout) for layout in layouts]
+            copies = 2 if self._copied(position) else 1
+            memories = [copies * self._bytes(arg.out, layout) for layout in layouts]
             self._add(arg, layouts, [0.0] * len(layouts), memories)
         for node in readers:
             options = configurations(self.problem.rules[node], self.mesh)
@@ -203,7 +227,7 @@ class _Builder:
         held = [
             self._bytes(value, result)
             for value, result in zip(node.results, results, strict=True)
-            if self._saved(value)
+            if self._saved(value) or node.op in MADE_AT_START
         ]
         return time, sum(held)
 
@@ -270,16 +294,47 @@ class _Builder:
         return CostEdge(source, target, time, moved, memory if memory.any() else None)
 
     def _saved(self, value: Value) -> bool:
-        """Whether `value` is held at the step's peak, the turn from forward to backward:
-        a forward value some backward or update op reads (an activation saved for the
-        backward), or a program result not donated. In a forward program every value
-        counts."""
+        """Whether `value` holds a buffer at the step's peak as the simulator counts
+        it (`ShardedStep.memory`), taken to be the turn from forward to backward: a
+        forward value some backward or update op reads, a reader XLA fuses away
+        standing for its own readers, unless XLA never writes the value itself
+        (`fused_away`); a program result not donated. In a forward program every
+        value counts. (The zero-filled result of a `MADE_AT_START` op is held too, from
+        the step's start: its op's memory, `_op_cost`; not a copy its readers hold.)"""
         problem = self.problem
         if problem.signature is None or value in self.kept_outputs:
             return True
-        if not (value.node.is_arg or value.node in problem.forward):
+        node = value.node
+        if self._fused(value) or not (node.is_arg or node in problem.forward):
             return False
-        return any(use.node not in problem.forward for use in self.consumers.get(value, ()))
+        return any(reader not in problem.forward for reader in self._readers(value))
+
+    def _copied(self, position: int) -> bool:
+        """Whether XLA copies argument `position` before writing its new value in place:
+        an op the update does not wait for still reads it (`ShardedStep.memory`); the
+        copy is held from the step's start, past the turn to the backward."""
+        update = self.updates.get(position)
+        if update is None:
+            return False
+        before = ancestors(update)
+        readers = self._readers(self.dag.args[position].out)
+        return any(reader is not update and reader not in before for reader in readers)
+
+    def _fused(self, value: Value) -> bool:
+        """Whether XLA never writes `value` (`fused_away`, on its readers' ops)."""
+        if value not in self.fused:
+            readers = [use.node.op for use in self.consumers.get(value, ())]
+            self.fused[value] = not value.node.is_arg and fused_away(value.node, readers)
+        return self.fused[value]
+
+    def _readers(self, value: Value) -> Iterator[Node]:
+        """The ops reading `value`, one XLA fuses away standing for its readers."""
+        for use in self.consumers.get(value, ()):
+            reader = use.node
+            if len(reader.results) == 1 and self._fused(reader.results[0]):
+                yield from self._readers(reader.results[0])
+            else:
+                yield reader
 
     # ------------------------------------------------------------------ pricing
 

@@ -49,7 +49,7 @@ from tasoc.ir.soap import Config, Mesh, OpRule
 from tasoc.passes.search import Deadline, Progress, SearchOutcome, StopReason
 from tasoc.passes.soap.plan import PlanError, Prescription, Problem, cheapest_config, complete
 from tasoc.passes.soap.swap_pricing import SwapPricing
-from tasoc.sim.core import DeltaSimulator, Timeline, paused_gc, simulate
+from tasoc.sim.core import DeltaSimulator, paused_gc, simulate
 from tasoc.sim.parallel import ShardedStep
 
 Objective = Literal["time", "frontier", "mini-time", "mini-parallelism", "profile"]
@@ -111,18 +111,6 @@ class Settings:
         return self.memory_cap is not None
 
 
-def peak_memory(timeline: Timeline) -> int:
-    """The most bytes any one device holds at any time (its memory pool's peak)."""
-    return max(
-        (
-            held
-            for pool, held in timeline.peak.items()
-            if isinstance(pool, tuple) and pool[0] == "mem"
-        ),
-        default=0,
-    )
-
-
 @functools.lru_cache(maxsize=1 << 12)
 def configurations(rule: OpRule, mesh: Mesh) -> tuple[Config, ...]:
     """Every legal configuration of `rule` on `mesh` (the unsplit one first)."""
@@ -160,6 +148,8 @@ class SimulatedStrategy:
     """The smallest per-device peak memory this strategy has had (for `MemoryCapError`)."""
     edited: bool = field(default=False, init=False)
     """Whether ops were `set` since the last update (the simulation is behind them)."""
+    _peak: int | None = field(default=None, init=False, repr=False)
+    """`memory` as of the last `set` (a replay of every device's tasks: once per edit)."""
 
     def __post_init__(self) -> None:
         self.smallest_memory = self.memory
@@ -202,7 +192,13 @@ class SimulatedStrategy:
 
     @property
     def memory(self) -> int:
-        return peak_memory(self.simulator.timeline)
+        """The largest device's peak bytes (`ShardedStep.peak_memory`); 0 when memory
+        is not simulated."""
+        if not self.simulator.memory:
+            return 0
+        if self._peak is None:
+            self._peak = self.step.peak_memory()
+        return self._peak
 
     @property
     def cost(self) -> float:
@@ -233,6 +229,7 @@ class SimulatedStrategy:
     def set(self, node: Node, config: Config) -> None:
         """`node` in `config`, without re-simulating (`update` does)."""
         start = time.perf_counter()
+        self._peak = None
         try:
             self.step.set_config(node, config)
         finally:

@@ -832,7 +832,7 @@ def _prediction(
         "peak_memory": {name: strategy.memory for name, strategy in simulated.items()},
         "memory_per_device": {
             device: dataclasses.asdict(breakdown)
-            for device, breakdown in plan.step.memory(plan.simulator.timeline).items()
+            for device, breakdown in plan.step.memory().items()
         },
     }
 
