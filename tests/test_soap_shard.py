@@ -34,6 +34,7 @@ from tasoc.ir.program import entry_block, entry_function
 from tasoc.ir.shard_plan import write_sharded
 from tasoc.ir.soap import Mesh, Sharding
 from tasoc.ir.training import training_signature
+from tasoc.passes.report import RunReport, reporting
 from tasoc.passes.soap import SoapShardFailed, SoapShardPass
 from tasoc.passes.soap.layers import recurrent_layers
 from tasoc.passes.soap.plan import Prescription, Problem, complete, largest_split
@@ -479,6 +480,17 @@ def test_a_named_strategy_over_each_devices_memory_is_written_with_a_warning(
     assert "data-parallel on mesh d=4 (cpu-4): infeasible: " in result.err
     assert "tasoc: warning: soap-shard: the written plan needs " in result.err
     assert "it cannot run there" in result.err
+
+
+def test_the_timeline_says_whether_the_plan_fits_each_device() -> None:
+    before = step(parse(MLP), loss="mse", optimizer="sgd", lr=0.1)
+    for cap, verdict in (("1KB", "OVER its 1000 bytes"), (None, "within its 22.3 GiB")):
+        with reporting(RunReport()) as report:
+            SoapShardPass(mesh=4, search="data-parallel", memory_cap=cap).apply(
+                make_context(), before.clone()
+            )
+        title = report.figures["soap-shard-timeline"].title
+        assert f"per device, {verdict})" in title, title
 
 
 def test_a_memory_cap_above_the_devices_memory_is_a_warning(

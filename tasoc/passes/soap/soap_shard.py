@@ -372,7 +372,12 @@ class SoapShardPass(ModulePass):
         title = f"soap-shard {self.search}: which block of each op every device computes"
         report.figure("soap-shard-sharding-map", sharding_map(dag, plan, groups, title))
         simulated = chosen.simulated
-        title = f"soap-shard {self.search}: the simulated step on {machine.name}"
+        peak, capacity = simulated["plan"].memory, self._capacity(machine)
+        fits = "within" if peak <= capacity else "OVER"
+        title = (
+            f"soap-shard {self.search}: the simulated step on {machine.name} "
+            f"(peak {format_bytes(peak)} per device, {fits} its {format_bytes(capacity)})"
+        )
         report.figure(
             "soap-shard-timeline",
             timeline(
