@@ -55,7 +55,7 @@ from tasoc.driver.sources import build_zoo_model
 from tasoc.ir import dag as dag_module
 from tasoc.ir.program import entry_function
 from tasoc.ir.training import training_signature
-from tasoc.passes.soap import mcmc
+from tasoc.passes.soap import SoapShardFailed, mcmc
 from tasoc.passes.soap.plan import Problem, complete
 from tasoc.passes.soap.soap_shard import parse_mesh
 from tasoc.passes.soap.strategies import STRATEGIES
@@ -131,7 +131,9 @@ class Row:
     collective_s: float
     """... and its collective seconds there."""
     section: dict[str, Any]
-    """soap-shard's report section."""
+    """soap-shard's report section (empty where the pass failed)."""
+    failed: str = ""
+    """Why soap-shard found no plan (e.g. none fits the device's memory)."""
 
 
 def global_batch(spec: str) -> int:
@@ -161,19 +163,21 @@ def run_row(work: Workload, preset: str, devices: int, budget: int) -> tuple[Row
     spec = work.spec_at(devices)
     step = build_zoo_model(spec + TRAIN)
     compute, collective = data_parallel_split(step, preset, devices)
-    _, section = sharded(
-        step,
-        mesh=devices,
-        machine=preset,
-        search="mcmc",
-        budget=budget,
-        timeout=SAFETY_TIMEOUT,
-        seed=SEED,
-    )
     ops = len(dag_module.from_module(step).ops)
-    return Row(work.name, preset, devices, global_batch(spec), ops, compute, collective, section), (
-        step
-    )
+    row = Row(work.name, preset, devices, global_batch(spec), ops, compute, collective, {})
+    try:
+        _, row.section = sharded(
+            step,
+            mesh=devices,
+            machine=preset,
+            search="mcmc",
+            budget=budget,
+            timeout=SAFETY_TIMEOUT,
+            seed=SEED,
+        )
+    except SoapShardFailed as err:
+        row.failed = str(err)
+    return row, step
 
 
 def _ms(seconds: float | None) -> str:
@@ -199,13 +203,17 @@ def table_row(r: Row) -> str:
     """One line of the search table; search statistics only where there were proposals."""
     s = r.section
     ratio = r.compute_s / r.collective_s if r.collective_s > 0 else float("inf")
+    head = (
+        f"| {r.model} | {r.machine} | {r.devices} | {r.batch} | {r.ops} "
+        f"| {r.compute_s * 1e3:.1f} | {r.collective_s * 1e3:.1f} | {ratio:.2f} "
+    )
+    if r.failed:
+        return head + f"| {r.failed} | none | - | - | failed | - | - |"
     speedup = s["speedup_over_best_feasible"]
     proposals = s.get("proposals", 0)
     statistics = f"{s['seconds']:.1f} | {s['acceptance_rate']:.2f}" if proposals > 0 else "- | -"
     return (
-        f"| {r.model} | {r.machine} | {r.devices} | {r.batch} | {r.ops} "
-        f"| {r.compute_s * 1e3:.1f} | {r.collective_s * 1e3:.1f} | {ratio:.2f} "
-        f"| {_strategies(s)} | {s['best_feasible_baseline'] or 'none'} "
+        head + f"| {_strategies(s)} | {s['best_feasible_baseline'] or 'none'} "
         f"| {'-' if speedup is None else f'{speedup:.2f}x'} "
         f"| {proposals} | {s['stopped']} | {statistics} |"
     )
