@@ -265,9 +265,11 @@ def main(argv: Sequence[str] | None = None) -> tuple[list[Row], list[DeltaRow]]:
     for work in args.workloads:
         for preset, counts in args.machines.items():
             for devices in counts:
-                row, step = run_row(work, preset, devices, args.budget)
-                rows.append(row)
-                if "search" not in args.skip:
+                if "search" in args.skip:
+                    step = build_zoo_model(work.spec_at(devices) + TRAIN)
+                else:
+                    row, step = run_row(work, preset, devices, args.budget)
+                    rows.append(row)
                     print(table_row(row), flush=True)
                 if "delta" not in args.skip and devices == max(counts):
                     deltas.append(delta_row(work.name, step, preset, devices, args.proposals))
