@@ -69,6 +69,8 @@ QUICK_MODELS = {"rnn": ({"layers": 2, "hidden": 64, "seq": 6, "batch": 4}, "mse"
 RATIOS = (1.25, 1.5, 2.0, 4.0)
 SEARCHES = ("belady", "lru")
 MACHINE = "v100-swapadvisor"
+GA_BUDGET = int(PlacementPass.budget)
+"""`search=ga`'s budget (`--budget`): the pass's default unless given."""
 
 
 @dataclass
@@ -121,7 +123,13 @@ def step_peak(step: ModuleOp) -> int:
 
 
 def measure(
-    name: str, step: ModuleOp, ratio: float, capacity: int, searches: Sequence[str], timeout: float
+    name: str,
+    step: ModuleOp,
+    ratio: float,
+    capacity: int,
+    searches: Sequence[str],
+    timeout: float,
+    budget: int = GA_BUDGET,
 ) -> Row:
     """`step` planned by each of `searches` under `capacity` (its peak ÷ `ratio`)."""
     ops = sum(1 for _ in entry_function(step).body.block.ops) - 1
@@ -132,7 +140,7 @@ def measure(
     for search in searches:
         options = {"search": search, "capacity": capacity, "machine": MACHINE}
         if search == "ga":
-            options["timeout"] = timeout
+            options |= {"timeout": timeout, "budget": budget}
         start = time.perf_counter()
         try:
             with reporting(RunReport()) as report:
@@ -141,6 +149,8 @@ def measure(
             return Row(name, ops, ratio, capacity, 0.0, {}, {}, {}, failed=str(err))
         section = report.section("placement")
         spent[search] = time.perf_counter() - start
+        if "stopped" in section:
+            print(f"  {name} {search}: stopped ({section['stopped']})", file=sys.stderr)
         for planner, fraction in section["fraction_of_ideal"].items():
             fractions.setdefault(planner, fraction)
         for planner, moved in section["swapped_bytes"].items():
@@ -155,6 +165,7 @@ def main(argv: Sequence[str] | None = None) -> list[Row]:
     parser.add_argument("--ratios", default=",".join(map(str, RATIOS)))
     parser.add_argument("--searches", default=",".join(SEARCHES))
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per GA search")
+    parser.add_argument("--budget", type=int, default=GA_BUDGET, help="GA: most plans simulated")
     parser.add_argument("--quick", action="store_true", help="a tiny RNN, ratio 2 (smoke test)")
     parser.add_argument(
         "--papers", action="store_true", help="Table 5.1's shapes on the real 16 GB"
@@ -179,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> list[Row]:
             ratios = [peak / device_memory]
         for ratio in ratios:
             capacity = device_memory if args.papers else int(peak / ratio)
-            rows.append(measure(name, step, ratio, capacity, searches, args.timeout))
+            rows.append(measure(name, step, ratio, capacity, searches, args.timeout, args.budget))
             print(f"  {name} x{ratio:.3g}: done", flush=True)
     print(header(shown))
     for row in rows:
