@@ -8,9 +8,10 @@ reader can judge how far to trust a prediction made with it.
 A datasheet's peak is what no real kernel reaches, and how far below it a kernel
 lands depends on what kind of op it is: in the measurements cited below a large FP32
 GEMM reaches about three quarters of a GPU's FLOP peak, a convolution about 60 %, a
-streaming element-wise kernel 90 % of the memory bandwidth, a reduction about 75 %. So each GPU preset carries an `Efficiency`, the
-achieved fraction of its roofline per `OpClass`, taken from published measurements
-that its docstring cites (DESIGN.md §7: never 100 % of a datasheet's peak).
+streaming element-wise kernel 90 % of the memory bandwidth, a reduction about 75 %.
+So each GPU preset carries an `Efficiency`, the achieved fraction of its roofline per
+`OpClass`, taken from published measurements that its docstring cites (DESIGN.md §7:
+never 100 % of a datasheet's peak).
 """
 
 from __future__ import annotations
