@@ -3,6 +3,7 @@ ratios, simulated on the V100-16GB preset with 12 GB/s PCIe (`v100-swapadvisor`)
 
     .venv/bin/python benchmarks/placement.py [--models rnn,brnn,...] [--ratios 1.25,1.5,2,4]
         [--searches belady,lru] [--timeout 60] [--quick]
+    .venv/bin/python benchmarks/placement.py --papers [--models ...] [--searches belady,lru]
 
 For each model's training step (`autodiff{optimizer=sgd}`; SwapAdvisor's shapes as far
 as 2 cores allow, `MODELS`) and each memory ratio r (the step's peak without placement
@@ -15,6 +16,12 @@ baselines it prices beside its plan, the simulations; "-" for a baseline priced 
 another search's pass). The goals (issue 18): at least SwapAdvisor's 53-99 % of
 ideal on every model (Fig. 5.1), and beyond it >= 95 % at 2x and >= 85 % at 4x for the
 CNNs, never below LRU. Results are recorded in docs/benchmarks.md.
+
+With `--papers` the models are SwapAdvisor's own (`PAPER_MODELS`: Table 5.1's
+RNN-8-8K at batch 256, BRNN-4-8K at 128, WResNet-152-10, Inception-4 and NasNet-25 at
+64, the zoo's defaults) on the preset's real 16 GB, one row per model: its memory
+ratio is then the step's own peak ÷ 16 GB, to set beside Table 5.1's MemUsage ÷ 16 GB
+(RNN 118 GB: 7.4, BRNN 99: 6.2, WResNet 180: 11.3, Inception 71: 4.4, NasNet 193: 12.1).
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from parallel import versions
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 
+from tasoc.cost.machines import machine
 from tasoc.ir.memory import replay
 from tasoc.ir.program import entry_function
 from tasoc.models.registry import OptionValue, get_model
@@ -53,10 +61,16 @@ MODELS: dict[str, tuple[dict[str, OptionValue], str]] = {
 NasNet-25) scaled down in depth or width so that autodiff, planning and simulation of
 every row fit minutes on 2 cores; the simulator needs shapes, not memory, so the
 scaling changes the graphs' sizes, not what a plan is judged on (the ratio)."""
+PAPER_MODELS: dict[str, tuple[dict[str, OptionValue], str]] = {
+    name: ({}, loss) for name, (_, loss) in MODELS.items()
+}
+"""SwapAdvisor's models at Table 5.1's shapes and batches: the zoo's defaults."""
 QUICK_MODELS = {"rnn": ({"layers": 2, "hidden": 64, "seq": 6, "batch": 4}, "mse")}
 RATIOS = (1.25, 1.5, 2.0, 4.0)
 SEARCHES = ("belady", "lru")
 MACHINE = "v100-swapadvisor"
+GA_BUDGET = int(PlacementPass.budget)
+"""`search=ga`'s budget (`--budget`): the pass's default unless given."""
 
 
 @dataclass
@@ -78,7 +92,7 @@ class Row:
         moved = [f"{self.swapped_in.get(s, 0) / 1e9:.2f}" for s in searches]
         spent = [f"{self.planner_s[s]:.2f}" if s in self.planner_s else "-" for s in searches]
         return (
-            f"| {self.model} | {self.ops} | {self.ratio:g} | {self.capacity / 1e9:.3f} | "
+            f"| {self.model} | {self.ops} | {self.ratio:.3g} | {self.capacity / 1e9:.3f} | "
             f"{self.ideal_ms:.2f} | " + " | ".join(cells + moved + spent) + " |"
         )
 
@@ -103,11 +117,21 @@ def training_step(name: str, models: dict[str, tuple[dict[str, OptionValue], str
     return module
 
 
+def step_peak(step: ModuleOp) -> int:
+    """The step's peak bytes without placement (the memory ratio's numerator)."""
+    return replay(entry_function(step)).peak_bytes
+
+
 def measure(
-    name: str, step: ModuleOp, ratio: float, searches: Sequence[str], timeout: float
+    name: str,
+    step: ModuleOp,
+    ratio: float,
+    capacity: int,
+    searches: Sequence[str],
+    timeout: float,
+    budget: int = GA_BUDGET,
 ) -> Row:
-    peak = replay(entry_function(step)).peak_bytes
-    capacity = int(peak / ratio)
+    """`step` planned by each of `searches` under `capacity` (its peak ÷ `ratio`)."""
     ops = sum(1 for _ in entry_function(step).body.block.ops) - 1
     fractions: dict[str, float] = {}
     swapped: dict[str, int] = {}
@@ -116,7 +140,7 @@ def measure(
     for search in searches:
         options = {"search": search, "capacity": capacity, "machine": MACHINE}
         if search == "ga":
-            options["timeout"] = timeout
+            options |= {"timeout": timeout, "budget": budget}
         start = time.perf_counter()
         try:
             with reporting(RunReport()) as report:
@@ -125,6 +149,8 @@ def measure(
             return Row(name, ops, ratio, capacity, 0.0, {}, {}, {}, failed=str(err))
         section = report.section("placement")
         spent[search] = time.perf_counter() - start
+        if "stopped" in section:
+            print(f"  {name} {search}: stopped ({section['stopped']})", file=sys.stderr)
         for planner, fraction in section["fraction_of_ideal"].items():
             fractions.setdefault(planner, fraction)
         for planner, moved in section["swapped_bytes"].items():
@@ -139,11 +165,16 @@ def main(argv: Sequence[str] | None = None) -> list[Row]:
     parser.add_argument("--ratios", default=",".join(map(str, RATIOS)))
     parser.add_argument("--searches", default=",".join(SEARCHES))
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per GA search")
+    parser.add_argument("--budget", type=int, default=GA_BUDGET, help="GA: most plans simulated")
     parser.add_argument("--quick", action="store_true", help="a tiny RNN, ratio 2 (smoke test)")
+    parser.add_argument(
+        "--papers", action="store_true", help="Table 5.1's shapes on the real 16 GB"
+    )
     args = parser.parse_args(argv)
-    models = QUICK_MODELS if args.quick else MODELS
+    models = QUICK_MODELS if args.quick else PAPER_MODELS if args.papers else MODELS
     names = list(QUICK_MODELS) if args.quick else args.models.split(",")
     ratios = [2.0] if args.quick else [float(r) for r in args.ratios.split(",")]
+    device_memory = int(machine(MACHINE).device.memory_bytes)
     searches = args.searches.split(",")
     shown = [*searches, *(s for s in ("lru", "belady") if s not in searches)]
     print(
@@ -154,9 +185,13 @@ def main(argv: Sequence[str] | None = None) -> list[Row]:
     rows = []
     for name in names:
         step = training_step(name, models)
+        peak = step_peak(step)
+        if args.papers:
+            ratios = [peak / device_memory]
         for ratio in ratios:
-            rows.append(measure(name, step, ratio, searches, args.timeout))
-            print(f"  {name} x{ratio:g}: done", flush=True)
+            capacity = device_memory if args.papers else int(peak / ratio)
+            rows.append(measure(name, step, ratio, capacity, searches, args.timeout, args.budget))
+            print(f"  {name} x{ratio:.3g}: done", flush=True)
     print(header(shown))
     for row in rows:
         print(row.markdown(shown))

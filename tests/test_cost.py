@@ -32,6 +32,8 @@ from tasoc.cost import (
     weight_bytes,
 )
 from tasoc.cost import measured as measured_module
+from tasoc.cost.analytic import op_class, roofline, roofline_work
+from tasoc.cost.devices import OP_CLASSES, V100, Efficiency
 from tasoc.cost.measured import _preprocess_weights, cache_dir, op_key
 from tasoc.ir.dag import ATTR_NAMES, Dag, Node, from_module
 from tasoc.ir.op_sets import ops_with
@@ -153,6 +155,65 @@ def test_every_op_has_a_finite_cost(op: str, data: st.DataObject) -> None:
         assert min(stats.flops, stats.bytes_read, stats.bytes_written) >= 0
     for device in DEVICES.values():
         assert 0 <= AnalyticCost(device, fold_weights=False).cost(dag) < 1
+
+
+# ----------------------------------------------------- per-class efficiency
+
+
+def test_a_large_gemm_on_v100_runs_at_deepbenchs_fraction_of_peak() -> None:
+    # DeepBench's P100 FP32 GEMM, 8.21 of 10.6 TFLOP/s, is the GEMM fraction cited for V100
+    x, w = arg(0, 4096, 4096), arg(1, 4096, 4096)
+    gemm = Node("matmul", [x.out, w.out])
+    compute, memory = roofline_work(gemm, -1, False, V100)
+    assert V100.efficiency.gemm == pytest.approx(0.7745, abs=1e-4)
+    assert compute == pytest.approx(2 * 4096**3 / (15.7e12 * 8.21 / 10.6))
+    assert memory < compute
+    assert roofline(gemm, -1, False, V100) == pytest.approx(compute)
+
+
+def test_an_elementwise_op_on_v100_streams_at_the_measured_bandwidth() -> None:
+    # GPUInspector.jl's V100 SXM2 SAXPY: 810 GB/s of the 900 GB/s datasheet
+    x, y = arg(0, 1 << 20), arg(1, 1 << 20)
+    add = Node("add", [x.out, y.out])
+    assert roofline(add, -1, False, V100) == pytest.approx(3 * 4 * (1 << 20) / 810.02e9)
+
+
+def test_the_cpu_prices_at_its_measured_rates() -> None:
+    x, w = arg(0, 256, 256), arg(1, 256, 256)
+    gemm = Node("matmul", [x.out, w.out])
+    assert roofline_work(gemm, -1, False, CPU)[0] == pytest.approx(2 * 256**3 / CPU.peak_flops)
+
+
+@pytest.mark.parametrize(
+    ("op", "kind"),
+    [
+        ("matmul", "gemm"),
+        ("conv2d", "conv"),
+        ("conv2d_grad_weight", "conv"),
+        ("relu", "elementwise"),
+        ("batchnorm", "elementwise"),
+        ("transpose", "data_movement"),
+        ("embedding", "data_movement"),
+        ("reduce", "reduction"),
+        ("softmax", "reduction"),
+        ("adam_update", "reduction"),
+    ],
+)
+def test_op_classes_come_from_the_traits(op: str, kind: str) -> None:
+    assert op_class(op) == kind
+
+
+@pytest.mark.parametrize("name", [name for name in DEVICES if name != "cpu"])
+def test_every_gpu_preset_runs_below_its_datasheet(name: str) -> None:
+    fractions = DEVICES[name].efficiency.as_dict()
+    assert set(fractions) == set(OP_CLASSES)
+    assert all(0 < value < 1 for value in fractions.values())
+
+
+@pytest.mark.parametrize("value", [0, -0.1, 1.01, math.nan, math.inf, True, "0.5"])
+def test_an_efficiency_outside_zero_to_one_is_refused(value: object) -> None:
+    with pytest.raises(ValueError, match=r"efficiency.conv must be a fraction in \(0, 1\]"):
+        Efficiency(conv=value)  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------- fusion

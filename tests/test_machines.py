@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tasoc.cost.devices import CPU, P100
+from tasoc.cost.devices import CPU, P100, Efficiency
 from tasoc.cost.machines import (
     COLLECTIVE_KINDS,
     PRESETS,
@@ -117,6 +117,19 @@ def test_a_preset_written_as_json_and_toml_loads_equal(name: str, tmp_path: Path
     as_toml.write_text(toml_text(data))
     assert machine(str(as_json)) == machine(name)
     assert machine(str(as_toml)) == machine(name)
+
+
+def test_a_device_efficiency_round_trips_and_defaults_to_the_roofline(tmp_path: Path) -> None:
+    data = edited(("device", "efficiency"), {"gemm": 0.5, "elementwise": 0.25})
+    path = tmp_path / "m.toml"
+    path.write_text(toml_text(data))
+    loaded = machine(str(path))
+    assert loaded.device.efficiency == Efficiency(gemm=0.5, elementwise=0.25)
+    assert loaded.device.efficiency.of("conv") == 1.0
+    again = tmp_path / "again.json"
+    again.write_text(json.dumps(machine_to_dict(loaded)))
+    assert machine(str(again)) == loaded
+    assert machine_to_dict(loaded)["device"]["efficiency"]["gemm"] == 0.5
 
 
 def test_a_machine_file_by_hand(tmp_path: Path) -> None:
@@ -237,6 +250,24 @@ BAD_FILES = [
     ),
     (("device", "memory_bytes"), 1e30, "device.memory_bytes must be a device's memory in bytes"),
     (("device", "clock"), 1, "unknown key 'clock' in device"),
+    (("device", "efficiency"), 0.8, "device.efficiency must be a table, got 0.8"),
+    (("device", "efficiency"), {"gemm": 1.5}, "device.efficiency.gemm must be in (0, 1], got 1.5"),
+    (("device", "efficiency"), {"conv": 0}, "device.efficiency.conv must be in (0, 1], got 0"),
+    (
+        ("device", "efficiency"),
+        {"reduction": -0.5},
+        "device.efficiency.reduction must be in (0, 1], got -0.5",
+    ),
+    (
+        ("device", "efficiency"),
+        {"gemm": "high"},
+        "device.efficiency.gemm must be a number, got 'high'",
+    ),
+    (
+        ("device", "efficiency"),
+        {"tensor": 0.5},
+        "unknown key 'tensor' in device.efficiency (expected gemm, conv, elementwise,",
+    ),
 ]
 
 

@@ -426,6 +426,29 @@ def test_bad_options_are_one_line_errors(
     assert_one_line_error(tasoc("opt", source, "-p", f"soap-shard{{{options}}}"), fragment)
 
 
+def test_a_machine_file_with_an_efficiency_outside_zero_to_one_is_one_line(
+    tasoc: Callable[..., Result], tmp_path: Path
+) -> None:
+    source = tmp_path / "mlp.mlir"
+    source.write_text(MLP)
+    machine_file = tmp_path / "m.toml"
+    machine_file.write_text(
+        'devices_per_node = 4\ndevice = "v100"\n'
+        '[links.intra]\nkind = "nvlink"\nbandwidth_gbps = 800\nlatency_us = 0.5\n'
+        '[links.host]\nkind = "pcie"\nbandwidth_gbps = 128\nlatency_us = 1\n'
+    )
+    pipeline = f'soap-shard{{mesh=4 machine="{machine_file}" search=expert}}'
+    assert tasoc("opt", source, "-p", pipeline).code == 0
+    machine_file.write_text(
+        machine_file.read_text().replace('device = "v100"\n', "")
+        + "[device]\npeak_flops = 1e12\nmem_bandwidth = 1e11\nmemory_bytes = 8e9\n"
+        "launch_overhead_s = 1e-6\n[device.efficiency]\ngemm = 1.5\n"
+    )
+    assert_one_line_error(
+        tasoc("opt", source, "-p", pipeline), "device.efficiency.gemm must be in (0, 1], got 1.5"
+    )
+
+
 def test_a_mesh_option_must_agree_with_the_modules_mesh() -> None:
     module = parse('parallel.mesh @m ["d" = 4]\n' + MLP)
     with pytest.raises(SoapShardFailed, match=r'mesh=8 disagrees .*@m \["d" = 4\]'):

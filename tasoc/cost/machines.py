@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from tasoc.cost.analytic import roofline
-from tasoc.cost.devices import CPU, DEVICES, H100, K80, P100, V100, Device
+from tasoc.cost.devices import CPU, DEVICES, H100, K80, OP_CLASSES, P100, V100, Device, Efficiency
 from tasoc.cost.measured import cache_dir
 from tasoc.ir import soap
 from tasoc.ir.dag import Node
@@ -609,6 +609,7 @@ def machine_to_dict(machine: Machine) -> dict[str, Any]:
     device |= {key: getattr(machine.device, key) for key in _DEVICE_NUMBERS}
     if machine.device.peak_flops_half is not None:
         device["peak_flops_half"] = machine.device.peak_flops_half
+    device["efficiency"] = machine.device.efficiency.as_dict()
     links = {"intra": machine.intra, "inter": machine.inter, "host": machine.host}
     return {
         "name": machine.name,
@@ -676,7 +677,11 @@ def _device_from(value: object, where: str, machine_name: str) -> Device:
             )
         return DEVICES[value]
     table = _table(
-        value, where, "device", required=_DEVICE_NUMBERS, optional=("name", "peak_flops_half")
+        value,
+        where,
+        "device",
+        required=_DEVICE_NUMBERS,
+        optional=("name", "peak_flops_half", "efficiency"),
     )
     name = table.get("name", f"{machine_name}-device")
     _expect(isinstance(name, str), where, "device.name", "a string", name)
@@ -703,7 +708,18 @@ def _device_from(value: object, where: str, machine_name: str) -> Device:
         _number(table, "peak_flops_half", where, "device") if "peak_flops_half" in table else None
     )
     _expect(half is None or half > 0, where, "device.peak_flops_half", "positive", half)
-    return Device(name=name, peak_flops_half=half, **numbers)
+    efficiency = _efficiency_from(table.get("efficiency", {}), where)
+    return Device(name=name, peak_flops_half=half, efficiency=efficiency, **numbers)
+
+
+def _efficiency_from(value: object, where: str) -> Efficiency:
+    """A device's `efficiency` table: any of the op classes, each a fraction in (0, 1];
+    a class left out runs at the roofline (1.0), as a measured device's would."""
+    table = _table(value, where, "device.efficiency", required=(), optional=OP_CLASSES)
+    for key in table:
+        fraction = _number(table, key, where, "device.efficiency")
+        _expect(0 < fraction <= 1, where, f"device.efficiency.{key}", "in (0, 1]", fraction)
+    return Efficiency(**table)
 
 
 def _link_from(value: object, where: str, key: str) -> Link:
