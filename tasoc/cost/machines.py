@@ -639,16 +639,22 @@ def machine_to_dict(machine: Machine) -> dict[str, Any]:
 
 def machine_to_toml(machine: Machine) -> str:
     """`machine` as a TOML machine file (`machine_to_dict`'s contents; the standard
-    library reads TOML but does not write it, and a machine file is two levels of
+    library reads TOML but does not write it, and a machine file is a few levels of
     tables of numbers and strings)."""
-    data = machine_to_dict(machine)
-    tables = {"device": data.pop("device")} | {
-        f"links.{key}": link for key, link in data.pop("links").items()
-    }
-    lines = [f"{key} = {_toml_value(value)}" for key, value in data.items()]
-    for name, table in tables.items():
-        lines += ["", f"[{name}]", *(f"{k} = {_toml_value(v)}" for k, v in table.items())]
-    return "\n".join(lines) + "\n"
+    return "\n".join(_toml_table(machine_to_dict(machine), "")) + "\n"
+
+
+def _toml_table(table: Mapping[str, Any], name: str) -> list[str]:
+    """The lines of `table` under the header `[name]` (none for the top level, nor for
+    a table of tables alone): its values first, then each of its tables, as TOML
+    requires."""
+    values = {key: value for key, value in table.items() if not isinstance(value, Mapping)}
+    lines = ["", f"[{name}]"] if name and values else []
+    lines += [f"{key} = {_toml_value(value)}" for key, value in values.items()]
+    for key, value in table.items():
+        if isinstance(value, Mapping):
+            lines += _toml_table(value, f"{name}.{key}" if name else key)
+    return lines
 
 
 def _toml_value(value: object) -> str:
