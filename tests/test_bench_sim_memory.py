@@ -1,5 +1,6 @@
 """benchmarks/sim_memory.py: one quick row. The issue's goal (every plan within 5 % of
-XLA's figure) is a measurement reported in docs/sim-memory-findings.md, not a test."""
+XLA's figure) is a measurement reported in docs/benchmarks.md ("Per-device memory: the
+simulator against XLA"), not a test."""
 
 from __future__ import annotations
 

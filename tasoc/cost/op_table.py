@@ -90,9 +90,7 @@ def cpu_devices(count: int, make: int) -> list:  # type: ignore[type-arg]
     import jax
 
     if not jax_backends_up():  # never fewer than the process asked for before
-        jax.config.update(
-            "jax_num_cpu_devices", max(count, make, jax.config.jax_num_cpu_devices)
-        )
+        jax.config.update("jax_num_cpu_devices", max(count, make, jax.config.jax_num_cpu_devices))
     devices = jax.devices("cpu")
     if len(devices) < count:
         raise CostError(

@@ -48,9 +48,9 @@ order, arguments and program results held throughout, no buffer for what XLA nev
 writes (`fused_away`: reshapes, transposes folded into matmuls, fused element-wise
 chains), a `scatter_add`'s zero-filled operand from the start (`MADE_AT_START`), and a
 copy of each weight updated in place that an op the update does not wait for still
-reads, from the start to that reader (XLA's copy insertion). It
-is split into liveness's kinds (`tasoc.ir.liveness`) plus communication buffers;
-docs/sim-memory-findings.md has how it compares with XLA's figures.
+reads, from the start to that reader (XLA's copy insertion). It is split into
+liveness's kinds (`tasoc.ir.liveness`) plus communication buffers; docs/benchmarks.md
+("Per-device memory: the simulator against XLA") has how it compares with XLA's.
 
 `set_config(node, config)` is the one-op proposal of MCMC (§3.5.2): the op's result
 shardings follow from the configuration, the layouts its operands are read in and its
@@ -486,7 +486,7 @@ class ShardedStep:
         * the peak is where the most temporaries' bytes are live at once. XLA packs
           them into one heap whose gaps can make its temporaries more than that (dlrm's
           expert plan: 16.7 MB of heap for about 11.6 MB live); its packing is not
-          modelled (docs/sim-memory-findings.md)."""
+          modelled (docs/benchmarks.md, "Per-device memory: the simulator against XLA")."""
         split = {}
         for device in self._devices:
             fixed, temps = self._buffers_of(device)
