@@ -12,7 +12,8 @@ donated to the call (`lower(module, donate=...)`), so XLA updates params and sta
 place instead of holding two copies; only the loss comes back to the host each step
 (which also waits for the step, so the per-step time is the step's). A sharded step
 keeps its arguments on its meshes, each laid out as the step reads it (its new weights
-leave in their arguments' layouts), without donation. On the numpy reference every
+leave in their arguments' layouts), donated too when it runs on one mesh (segments on
+device groups are jitted apart and cannot donate). On the numpy reference every
 step is an interpreter run.
 """
 
@@ -29,7 +30,7 @@ from xdsl.dialects.builtin import ModuleOp
 
 from tasoc.backends.numpy import run_reference
 from tasoc.driver.errors import DriverError
-from tasoc.ir.parallel import is_sharded
+from tasoc.ir.parallel import is_sharded, meshes
 from tasoc.ir.training import LOSS_ATTR, REPLACES_ATTR, TrainingSignature
 from tasoc.passes.progress import progress_bar
 
@@ -114,12 +115,18 @@ def _jax_step(
     from tasoc.backends.jax import lower
     from tasoc.backends.jax.sharded import lower_sharded
 
+    replaced = [argument for _, argument in signature.replaces]
     try:
         if is_sharded(module):
-            # On its mesh; each new weight leaves laid out as the argument it replaces.
-            program: JaxProgram | ShardedProgram = lower_sharded(module)
+            # On its mesh; each new weight leaves laid out as the argument it replaces,
+            # in its buffer (the simulator's memory assumes so) unless the program runs
+            # on device groups, whose segments cannot donate.
+            one_mesh = len(meshes(module)) == 1
+            program: JaxProgram | ShardedProgram = lower_sharded(
+                module, replaced if one_mesh else ()
+            )
         else:
-            program = lower(module, donate=[argument for _, argument in signature.replaces])
+            program = lower(module, donate=replaced)
     except ValueError as err:  # an op without a JAX lowering, too few devices
         raise DriverError(f"cannot run on jax: {err}") from None
     current = list(program.device_args(arguments))
