@@ -19,7 +19,7 @@ import pytest
 from conftest import Result, assert_one_line_error
 from test_sim_parallel import TINY, training_plan
 
-from tasoc.cost import op_table
+from tasoc.cost import calibration, op_table
 from tasoc.cost.analytic import roofline
 from tasoc.cost.calibration import CollectiveSample, fit_collectives, fit_host
 from tasoc.cost.devices import CPU
@@ -276,6 +276,41 @@ def test_fits_recover_the_links_they_were_made_from() -> None:
     assert fitted.latency_s == pytest.approx(60e-6, rel=0.05)
     host = fit_host([(n, truth.time(n)) for n in (4096, 2**20, 2**24)])
     assert host.bandwidth == pytest.approx(8e9, rel=0.05)
+
+
+def test_a_chain_has_as_many_collectives_as_asked() -> None:
+    """`collective_samples` subtracts a chain of one from a chain of `chain`: both must
+    be what they say, every collective kept (none merged or dropped by XLA)."""
+    devices = op_table.cpu_devices(2, 2)
+    mesh = jax.sharding.Mesh(devices, ("d",))
+    spec = jax.sharding.PartitionSpec("d")
+    x = jax.numpy.ones((8,), jax.numpy.float32)
+    for kind, op in (("all_reduce", "all-reduce("), ("all_gather", "all-gather(")):
+        for collectives in (1, 3):
+            body = calibration.chain_program(kind, collectives, 3)
+            program = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=spec))
+            assert program.lower(x).compile().as_text().count(op) == collectives
+
+
+def test_chained_timings_recover_a_latency_a_single_collective_hides(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The 3 ms a collective between gloo processes costs in a step, as a chain of 8
+    against a chain of 1 times it (synthetic timings: the chain of 8 pays 7 more), is
+    what the fitted link predicts for one collective, at every size."""
+    truth = Link("loopback", 1.5e9, 3e-3)
+    model = Machine("m", CPU, 2, 1, truth, truth, truth)
+    sizes = (4096, 2**18, 2**22)
+    timed = iter(
+        7 * model.collective_time(kind, n, [0, 1])
+        for n in (sizes[0], *sizes)
+        for kind in calibration.COLLECTIVES
+    )
+    monkeypatch.setattr(calibration, "median_difference", lambda *_: next(timed))
+    found = calibration.collective_samples(op_table.cpu_devices(2, 2), sizes, 1, 8)
+    fitted = fit_collectives("loopback", found, True, CPU)
+    assert fitted.latency_s == pytest.approx(3e-3, rel=0.05)
+    assert fitted.bandwidth == pytest.approx(1.5e9, rel=0.05)
 
 
 # ------------------------------------------------------------------ the command
