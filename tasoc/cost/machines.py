@@ -156,8 +156,8 @@ class Machine:
         `fused` >= 0 says the op joins the kernel of its operand `fused`'s producer
         (`tasoc.cost.fusion`): it launches nothing and does not read that operand from
         memory, so its time is the roofline of that fused variant, or the measured
-        entry scaled by the fused variant's roofline over the op's own (as
-        `MeasuredCost` scales a measured op)."""
+        entry less the device's launch, scaled by the fused variant's roofline over the
+        op's own (as `MeasuredCost` scales a measured op)."""
         alone = roofline(local, -1, False, self.device)
         if self.pricing == "measured":
             from tasoc.cost.op_table import shared_table
@@ -165,7 +165,8 @@ class Machine:
             seconds = shared_table().seconds(local, running, self.size)
             if fused < 0 or not alone:
                 return seconds
-            return seconds * roofline(local, fused, False, self.device) / alone
+            kernel = max(seconds - self.device.launch_overhead_s, 0.0)
+            return kernel * roofline(local, fused, False, self.device) / alone
         if fused >= 0:
             return roofline(local, fused, False, self.device)
         return alone + self.device.launch_overhead_s
