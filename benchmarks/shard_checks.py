@@ -10,13 +10,25 @@ from autodiff import MODELS, applied, pass_options
 from xdsl.dialects.builtin import ModuleOp
 
 from tasoc.backends.jax.audit import Audit
+from tasoc.cost.machines import COLLECTIVE_KINDS
 from tasoc.models.registry import OptionValue, get_model
 from tasoc.passes.soap import mcmc
+from tasoc.sim.core import Task
 
 
 def step_of(name: str, options: dict[str, OptionValue]) -> ModuleOp:
     """`name`'s training step (sgd), with `benchmarks/autodiff.py`'s loss for it."""
     return applied(pass_options(MODELS[name][1], "sgd"), get_model(name).build(**options))
+
+
+def is_collective(task: Task) -> bool:
+    """Whether `task` is a collective's: on a link (`net`), or, where collectives block
+    compute (`Machine.collectives_block_compute`), on the device, named by its kind."""
+    if not isinstance(task.resource, tuple):
+        return False
+    return task.resource[0] == "net" or (
+        task.resource[0] == "device" and task.name.split(" of ")[0] in COLLECTIVE_KINDS
+    )
 
 
 def predicted_collectives(simulated: mcmc.SimulatedStrategy) -> dict[str, int]:
@@ -30,7 +42,7 @@ def predicted_collectives(simulated: mcmc.SimulatedStrategy) -> dict[str, int]:
     joined: set[int] = set()
     for task_id in sorted(graph.ids()):
         task = graph[task_id]
-        if not (isinstance(task.resource, tuple) and task.resource[0] == "net"):
+        if not is_collective(task):
             continue
         device = task.resource[1]
         if (task.name, task.deps) != current or device in joined:

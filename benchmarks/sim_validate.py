@@ -63,7 +63,13 @@ import jax
 import numpy as np
 from autodiff import MODELS
 from scipy.stats import kendalltau
-from shard_checks import hlo_collectives, ir_collectives, predicted_collectives, step_of
+from shard_checks import (
+    hlo_collectives,
+    ir_collectives,
+    is_collective,
+    predicted_collectives,
+    step_of,
+)
 from timing import averaged, calls_for, interleaved, versions
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.parser import Parser
@@ -303,7 +309,7 @@ def row_of(setup: Setup, cluster: Machine, candidate: Candidate, measured: Measu
         task = graph[task_id]
         resource = task.resource
         if isinstance(resource, tuple) and resource[1:] == (0,) and resource[0] in busy:
-            busy[resource[0]] += task.duration
+            busy["net" if is_collective(task) else "device"] += task.duration
     return Row(
         setup.name,
         candidate,

@@ -19,11 +19,12 @@ import pytest
 from conftest import Result, assert_one_line_error
 from test_sim_parallel import TINY, training_plan
 
-from tasoc.cost import op_table
+from tasoc.cost import calibration, op_table
 from tasoc.cost.analytic import roofline
 from tasoc.cost.calibration import CollectiveSample, fit_collectives, fit_host
 from tasoc.cost.devices import CPU
 from tasoc.cost.machines import (
+    COLLECTIVE_KINDS,
     Link,
     Machine,
     MachineError,
@@ -77,7 +78,11 @@ def _no_measuring(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 def _write_table(folder: Path, seconds: dict[str, float]) -> None:
     """A cache file as `OpTable` writes it, with these entries."""
-    data = {"format": 1, "device": op_table.device_name(), "jax": jax.__version__}
+    data = {
+        "format": op_table.TABLE_FORMAT,
+        "device": op_table.device_name(),
+        "jax": jax.__version__,
+    }
     path = folder / f"ops-{op_table.device_name()}.json"
     path.write_text(json.dumps(data | {"seconds": seconds}))
 
@@ -136,6 +141,20 @@ def test_copies_keep_their_operands_small() -> None:
     assert copies_of(Node("relu", [Node.arg(0, "x", big).out])) == 2
 
 
+def test_copies_make_their_results_whole_and_read_one_element_of_each() -> None:
+    """What an entry times is the op: each copy's result is made whole, and nothing
+    reads it whole again (a sum of it cost a memory-bound op about as much again)."""
+    devices = op_table.cpu_devices(2, 2)
+    mesh = jax.sharding.Mesh(devices, ("d",))
+    spec = jax.sharding.PartitionSpec("d")
+    body = op_table.copies_body(lambda x: (jax.nn.relu(x),), 1, 2)
+    program = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(spec, spec), out_specs=spec))
+    block = jax.numpy.ones((2, 64, 32), jax.numpy.float32)
+    text = program.lower(block, block).compile().as_text()
+    assert text.count("f32[64,32]{1,0} fusion(") == 2  # both relus, whole
+    assert "reduce(" not in text
+
+
 # ------------------------------------------------------------------ pricing
 
 
@@ -165,13 +184,16 @@ def test_the_simulator_prices_ops_from_the_measured_table(
         seconds = table[table_key(local, 2)] = 1e-3 * (len(table) + 1)
         if node in fused:
             share = roofline(local, fused[node], False, CPU) / roofline(local, -1, False, CPU)
-            seconds *= share
+            seconds = (seconds - CPU.launch_overhead_s) * share  # it launches nothing
         expected.append(seconds)
     _write_table(tmp_path, table)
     asked = _no_measuring(monkeypatch)
     step = planned.step(priced, collapse=False)
-    durations = sorted(
-        step.graph[i].duration for i in step.graph.ids() if step.graph[i].resource == ("device", 0)
+    durations = sorted(  # the ops' tasks: the collectives' take the device too
+        step.graph[i].duration
+        for i in step.graph.ids()
+        if step.graph[i].resource == ("device", 0)
+        and step.graph[i].name.split(" of ")[0] not in COLLECTIVE_KINDS
     )
     assert asked == []  # every entry came from the hand-written file
     assert durations == pytest.approx(sorted(expected))
@@ -192,6 +214,26 @@ def test_a_step_pays_the_machines_call_overhead_once() -> None:
     after = simulate(planned.step(called).graph).makespan
     assert after == pytest.approx(before + 1.0 + 0.25 * arrays)
     assert called.step_overhead(arrays) == 1.0 + 0.25 * arrays
+
+
+def test_collectives_on_a_measured_machine_wait_for_the_devices_compute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """XLA:CPU runs a collective on the device's executor: on a measured machine its
+    tasks take the device, so device 0's tasks run one after another (a GPU's overlap)."""
+    monkeypatch.setenv("TASOC_CACHE_DIR", str(tmp_path))
+    _no_measuring(monkeypatch)
+    planned = training_plan(TINY, "2", "data-parallel")
+    analytic, measured = cpu_machine(2), _measured(cpu_machine(2))
+    assert measured.collectives_block_compute and not analytic.collectives_block_compute
+    graph = planned.step(measured).graph
+    resources = {graph[i].resource[0] for i in graph.ids()}
+    assert "net" not in resources
+    on_device = [graph[i] for i in graph.ids() if graph[i].resource == ("device", 0)]
+    assert any(t.name.startswith("all_reduce of") for t in on_device)
+    assert simulate(graph).makespan >= sum(t.duration for t in on_device) * (1 - 1e-12)
+    overlapped = planned.step(analytic).graph
+    assert "net" in {overlapped[i].resource[0] for i in overlapped.ids()}
 
 
 def test_negative_overheads_are_refused() -> None:
@@ -276,6 +318,41 @@ def test_fits_recover_the_links_they_were_made_from() -> None:
     assert fitted.latency_s == pytest.approx(60e-6, rel=0.05)
     host = fit_host([(n, truth.time(n)) for n in (4096, 2**20, 2**24)])
     assert host.bandwidth == pytest.approx(8e9, rel=0.05)
+
+
+def test_a_chain_has_as_many_collectives_as_asked() -> None:
+    """`collective_samples` subtracts a chain of one from a chain of `chain`: both must
+    be what they say, every collective kept (none merged or dropped by XLA)."""
+    devices = op_table.cpu_devices(2, 2)
+    mesh = jax.sharding.Mesh(devices, ("d",))
+    spec = jax.sharding.PartitionSpec("d")
+    x = jax.numpy.ones((8,), jax.numpy.float32)
+    for kind, op in (("all_reduce", "all-reduce("), ("all_gather", "all-gather(")):
+        for collectives in (1, 3):
+            body = calibration.chain_program(kind, collectives, 3)
+            program = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=spec))
+            assert program.lower(x).compile().as_text().count(op) == collectives
+
+
+def test_chained_timings_recover_a_latency_a_single_collective_hides(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The 3 ms a collective between gloo processes costs in a step, as a chain of 8
+    against a chain of 1 times it (synthetic timings: the chain of 8 pays 7 more), is
+    what the fitted link predicts for one collective, at every size."""
+    truth = Link("loopback", 1.5e9, 3e-3)
+    model = Machine("m", CPU, 2, 1, truth, truth, truth)
+    sizes = (4096, 2**18, 2**22)
+    timed = iter(
+        7 * model.collective_time(kind, n, [0, 1])
+        for n in (sizes[0], *sizes)
+        for kind in calibration.COLLECTIVES
+    )
+    monkeypatch.setattr(calibration, "median_difference", lambda *_: next(timed))
+    found = calibration.collective_samples(op_table.cpu_devices(2, 2), sizes, 1, 8)
+    fitted = fit_collectives("loopback", found, True, CPU)
+    assert fitted.latency_s == pytest.approx(3e-3, rel=0.05)
+    assert fitted.bandwidth == pytest.approx(1.5e9, rel=0.05)
 
 
 # ------------------------------------------------------------------ the command

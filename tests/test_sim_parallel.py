@@ -129,6 +129,7 @@ class FixedMachine:
     name = "fixed"
     size = 2
     device = CPU
+    collectives_block_compute = False
 
     def collective_time(self, kind: str, nbytes: int, group: Sequence[int]) -> float:
         return self.COLLECTIVE_S

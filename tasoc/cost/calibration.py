@@ -9,7 +9,8 @@ program without the thing measured, so JAX's dispatch of a call is not counted:
   program against a chain of one (what one more kernel costs), and the host's memory
   shared by the devices on it;
 - **links**: `all_reduce` (`psum`) and `all_gather` under `shard_map` over the devices
-  at several sizes, less a program adding one to the same block; the link's latency
+  at several sizes, as chains of dependent collectives (what one more collective
+  adds, `collective_samples`), since a step's collectives wait on each other; the link's latency
   and bandwidth are fitted so that `Machine.collective_time` (the model the simulator
   prices with) best predicts them (`fit_link`, least squares of log ratios);
 - **host**: `jax.device_put` of host arrays and their copy back, fitted to
@@ -59,6 +60,8 @@ class Sizes:
     """Tiny kernels in the chain."""
     collective_bytes: tuple[int, ...] = (4096, 256 * 1024, 4 * MiB)
     """Bytes on each device of a collective's operand."""
+    chain: int = 8
+    """Dependent collectives in the longer chain of `collective_samples`."""
     host_bytes: tuple[int, ...] = (64 * 1024, 4 * MiB, 32 * MiB)
     """Bytes of a host copy."""
     samples: int = 7
@@ -70,6 +73,7 @@ QUICK = Sizes(
     stream_bytes=MiB,
     kernels=8,
     collective_bytes=(4096, 64 * 1024),
+    chain=3,
     host_bytes=(64 * 1024, MiB),
     samples=3,
 )
@@ -166,23 +170,27 @@ def measure_device(sizes: Sizes, devices_on_host: int, name: str = "local-cpu") 
 
 
 def collective_samples(
-    devices: Sequence[Any], sizes: Sequence[int], samples: int
+    devices: Sequence[Any], sizes: Sequence[int], samples: int, chain: int
 ) -> list[CollectiveSample]:
     """`all_reduce` and `all_gather` over `devices` (one axis, `shard_map`) of each size
-    of operand per device: the median difference to a program adding one to the same
-    block, sampled in turns (`median_difference`). The first size is measured twice
-    and the first time dropped: a process's first collectives set up their rendezvous
-    (some 250 us more on our VM). Works across `jax.distributed` processes too
-    (`devices` global; every process makes `COLLECTIVE_CALLS` calls per sample)."""
+    of operand per device, as a step pays for them: a chain of `chain` dependent
+    collectives against a chain of one, each program `chain` element-wise steps long,
+    per extra collective (`chain_program`, `median_difference`).
+
+    A single collective less a program without it measured near nothing (0.07 us
+    fitted, on our VM), while a step paid some 16 us for each one between fake devices
+    and some 3 ms across gloo processes: one collective per call overlaps the call's
+    own dispatch and the peers' getting in step (we think), which a step pays once; every
+    further collective of a chain waits for all devices, as in a step. The first size
+    is measured twice and the first time dropped: a process's first collectives set up
+    their rendezvous (some 250 us more on our VM). Works across `jax.distributed`
+    processes too (`devices` global; every process makes `COLLECTIVE_CALLS` calls per
+    sample)."""
     import jax
     from jax.sharding import NamedSharding, PartitionSpec
 
     mesh = jax.sharding.Mesh(np.array(devices), ("d",))
     spec = PartitionSpec("d")
-    collectives: dict[CollectiveKind, Callable[[Any], Any]] = {
-        "all_reduce": lambda block: jax.lax.psum(block, "d") + 1,
-        "all_gather": lambda block: jax.lax.all_gather(block, "d", tiled=True) + 1,
-    }
     count = len(devices)
     found = []
     for nbytes in (sizes[0], *sizes):
@@ -191,11 +199,37 @@ def collective_samples(
         x = jax.make_array_from_callback(
             data.shape, NamedSharding(mesh, spec), lambda index, d=data: d[index]
         )
-        base = _call_of(lambda block: block + 1, mesh, x)
-        for kind, body in collectives.items():
-            seconds = median_difference(_call_of(body, mesh, x), base, samples, COLLECTIVE_CALLS)
+        for kind in COLLECTIVES:
+            many, one = (_call_of(chain_program(kind, n, chain), mesh, x) for n in (chain, 1))
+            seconds = median_difference(many, one, samples, COLLECTIVE_CALLS) / (chain - 1)
             found.append(CollectiveSample(kind, length * 4, count, _positive(seconds)))
-    return found[len(collectives) :]
+    return found[len(COLLECTIVES) :]
+
+
+COLLECTIVES: tuple[CollectiveKind, ...] = ("all_reduce", "all_gather")
+"""The collectives calibration measures (those a sharded step mostly makes)."""
+
+
+def chain_program(kind: CollectiveKind, collectives: int, steps: int) -> Callable[[Any], Any]:
+    """A `shard_map` body of `steps` element-wise steps on a block, the first
+    `collectives` of them after a collective `kind` over axis "d" on its input, so each
+    collective waits for the one before; a block in, a block out (an `all_gather`'s
+    result sliced back to the block)."""
+    import jax
+
+    def collective(block: Any) -> Any:
+        if kind == "all_reduce":
+            return jax.lax.psum(block, "d")
+        return jax.lax.all_gather(block, "d", tiled=True)[: block.shape[0]]
+
+    def body(block: Any) -> Any:
+        for step in range(steps):
+            if step < collectives:
+                block = collective(block)
+            block = block * 0.5
+        return block
+
+    return body
 
 
 def _call_of(body: Callable[[Any], Any], mesh: Any, x: Any) -> Callable[[], object]:

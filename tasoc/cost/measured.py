@@ -136,11 +136,14 @@ class TimingFile:
     the next process measures again.
     """
 
-    def __init__(self, path: Path, device_name: str) -> None:
+    def __init__(self, path: Path, device_name: str, fmt: int = _FORMAT) -> None:
+        """`fmt`: the format written and read back; a file's owner bumps its own when
+        what an entry means changes (how it was measured), so old entries are remeasured."""
         import jax
 
         self.path = path
         self.device_name = device_name
+        self.format = fmt
         self._jax_version = jax.__version__
 
     def load(self) -> dict[str, float]:
@@ -152,7 +155,7 @@ class TimingFile:
             return {}
         if not isinstance(data, dict):
             return {}
-        if data.get("format") != _FORMAT or data.get("jax") != self._jax_version:
+        if data.get("format") != self.format or data.get("jax") != self._jax_version:
             return {}
         seconds = data.get("seconds")
         return dict(seconds) if isinstance(seconds, dict) else {}
@@ -161,7 +164,7 @@ class TimingFile:
         """Merge `new` into the file and replace it atomically (class docstring)."""
         merged = {**self.load(), **new}
         data = {
-            "format": _FORMAT,
+            "format": self.format,
             "device": self.device_name,
             "jax": self._jax_version,
             "seconds": dict(sorted(merged.items())),

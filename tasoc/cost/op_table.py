@@ -58,6 +58,10 @@ small against it; short, since a search may meet a hundred new entries."""
 
 DEFAULT_SAMPLES = 7
 
+TABLE_FORMAT = 2
+"""The cache file's format: 2 since `measure` stopped summing each copy's results (1
+charged a memory-bound op a second read of them)."""
+
 MAX_COPIES = 64
 COPIES_BYTES = 2**20
 """`measure` times up to `MAX_COPIES` applications of an op in one program, as many
@@ -124,7 +128,6 @@ def _program(node: Node, devices: Sequence[Any], copies: int) -> Callable[[], ob
     """A call of the program applying `node` `copies` times, one after another, on every
     one of `devices` at once, its arguments in place, waiting for its result."""
     import jax
-    import jax.numpy as jnp
     import numpy as np
     from jax.sharding import NamedSharding, PartitionSpec
 
@@ -138,21 +141,7 @@ def _program(node: Node, devices: Sequence[Any], copies: int) -> Callable[[], ob
     spec = PartitionSpec("d")
     count = len(one.arg_infos)
 
-    def body(*blocks: jax.Array) -> jax.Array:
-        # Each copy reads operands of its own, so XLA can neither share nor fuse them,
-        # and waits for the one before (the barrier ties its operands to the sum so
-        # far), since a step's ops mostly wait on each other: independent copies would
-        # run side by side on XLA's threads. Every copy's results are summed into the
-        # one result that leaves the program: each returned array costs a call some
-        # microseconds of its own, and a result nothing reads would be dropped.
-        total = jnp.zeros((), jnp.float32)
-        for copy in range(copies):
-            operands = tuple(block[0] for block in blocks[copy * count : (copy + 1) * count])
-            operands, total = jax.lax.optimization_barrier((operands, total))
-            for result in one.fn(*operands):
-                total = total + jnp.sum(result.astype(jnp.float32))
-        return total[None]
-
+    body = copies_body(one.fn, count, copies)
     program = jax.jit(
         jax.shard_map(body, mesh=mesh, in_specs=(spec,) * (count * copies), out_specs=spec)
     )
@@ -172,6 +161,34 @@ def _program(node: Node, devices: Sequence[Any], copies: int) -> Callable[[], ob
             return jax.block_until_ready(program(*args))
 
     return call
+
+
+def copies_body(fn: Callable[..., Sequence[Any]], count: int, copies: int) -> Callable[..., Any]:
+    """The `shard_map` body `measure` times: `fn` (an op of `count` operands) applied
+    `copies` times to blocks of operands of their own (`count` per copy, in order),
+    one after another, into one result of one float per device."""
+    import jax
+    import jax.numpy as jnp
+
+    def body(*blocks: Any) -> Any:
+        # Each copy reads operands of its own, so XLA can neither share nor fuse them,
+        # and waits for the one before (the barrier ties its operands to what the copy
+        # before left), since a step's ops mostly wait on each other: independent
+        # copies would run side by side on XLA's threads. Every copy's results pass a
+        # barrier whole (so they are made whole, as the op makes them in a step) and
+        # one element of each is added into the one result that leaves the program:
+        # each returned array costs a call some microseconds of its own, a result
+        # nothing reads would be dropped, and summing a result whole read it once more
+        # (on our VM a 8 x 256 add measured 9 us so, 4 us without; 1 ms matmuls alike).
+        total = jnp.zeros((), jnp.float32)
+        for copy in range(copies):
+            operands = tuple(block[0] for block in blocks[copy * count : (copy + 1) * count])
+            operands, total = jax.lax.optimization_barrier((operands, total))
+            for result in jax.lax.optimization_barrier(tuple(fn(*operands))):
+                total = total + result.ravel()[0].astype(jnp.float32)
+        return total[None]
+
+    return body
 
 
 def median_call(call: Callable[[], object], samples: int) -> float:
@@ -227,7 +244,7 @@ class OpTable:
         self, directory: str | os.PathLike[str] | None = None, samples: int = DEFAULT_SAMPLES
     ) -> None:
         name = device_name()
-        self._file = TimingFile(cache_dir(directory) / f"ops-{name}.json", name)
+        self._file = TimingFile(cache_dir(directory) / f"ops-{name}.json", name, TABLE_FORMAT)
         self.path: Path = self._file.path
         self.samples = samples
         self._seconds = self._file.load()

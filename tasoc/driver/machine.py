@@ -192,7 +192,9 @@ def _calibrate(args: argparse.Namespace, sizes: Sizes, coordinator: str | None) 
         got.host = cal.host_samples(sizes.host_bytes, sizes.samples)
 
     def intra() -> None:
-        got.intra = cal.collective_samples(got.devices, sizes.collective_bytes, sizes.samples)
+        got.intra = cal.collective_samples(
+            got.devices, sizes.collective_bytes, sizes.samples, sizes.chain
+        )
 
     def overheads() -> None:
         got.overheads = cal.call_overheads(got.devices, sizes.samples)
@@ -250,20 +252,26 @@ def _machine(
             "intra",
             intra,
             sizes.collective_bytes,
-            f"all_reduce and all_gather under shard_map over the {devices} devices of one process",
+            f"chains of {sizes.chain} dependent all_reduce (all_gather) under shard_map over the "
+            f"{devices} devices of one process, less chains of one, per extra collective",
         )
         if intra is not None
         else "intra: not measured (one device per process): machines.SHARED_MEMORY",
     ]
     if inter is not None:
         how = (
-            f"all_reduce and all_gather over {processes} jax.distributed processes of one "
-            "device each on localhost (gloo)"
+            f"chains of {sizes.chain} dependent all_reduce (all_gather) over {processes} "
+            "jax.distributed processes of one device each on localhost (gloo), less chains "
+            "of one, per extra collective"
         )
         sources.append(_link_source("inter", inter, sizes.collective_bytes, how))
     sources += [
         _link_source(
-            "host", host, sizes.host_bytes, "jax.device_put and the copy back", "per copy"
+            "host",
+            host,
+            sizes.host_bytes,
+            "jax.device_put and the copy back, less the same of 4 bytes",
+            "per copy",
         ),
         f"a step's call: a jitted call over the {devices} device(s) adding one to 1 and to "
         f"32 arrays: {got.overheads[0] * 1e6:.1f} us per call, {got.overheads[1] * 1e6:.2f} "
@@ -291,7 +299,7 @@ def _link_source(
 ) -> str:
     shown = ", ".join(f"{n / 1024:g} KiB" for n in sizes)
     return (
-        f"{name}: {how} of {shown} {per}, less the same without it, fitted "
+        f"{name}: {how}; of {shown} {per}, fitted "
         f"to the simulator's model: {link.bandwidth / 1e9:.3g} GB/s, "
         f"{link.latency_s * 1e6:.3g} us latency"
     )
@@ -330,6 +338,6 @@ def _worker(args: argparse.Namespace, sizes: Sizes) -> int:
         args.coordinator, args.processes, args.process_id, args.devices, args.connect_timeout
     )
     distributed.join(cluster)
-    found = collective_samples(jax.devices(), sizes.collective_bytes, sizes.samples)
+    found = collective_samples(jax.devices(), sizes.collective_bytes, sizes.samples, sizes.chain)
     print(json.dumps([[s.kind, s.nbytes, s.devices, s.seconds] for s in found]))
     return 0

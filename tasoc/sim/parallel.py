@@ -16,7 +16,9 @@ makespan is the step's predicted iteration time:
   where the writer moves nothing: an operand read for its shape alone, which the op
   does not wait for, and a value that depends on no argument read complete
   (`shard_plan.free_read`), which readers take as if sliced. A
-  collective is modelled as one task per participating device on `("net", d)`, all of
+  collective is modelled as one task per participating device on `("net", d)` (on
+  `("device", d)` where the machine's collectives block compute,
+  `Machine.collectives_block_compute`: XLA:CPU's run on the device's executor), all of
   the collective's duration `machine.collective_time(kind, bytes, group)`, each
   depending on the value on *every* device of its group: a collective is a barrier.
   A collective over some mesh axes runs as one collective per group of devices that
@@ -816,9 +818,16 @@ class ShardedStep:
                 key = ("grp", group.producer, len(group.specs))
                 held = alloc.get(device, 0)
                 allocated = (("communication", held),) if held else ()
-                group.specs[key] = _Spec(("net", device), duration, deps, allocated, (), name)
+                group.specs[key] = _Spec(
+                    (self._collective_stream, device), duration, deps, allocated, (), name
+                )
                 keys[device] = key
         return keys
+
+    @property
+    def _collective_stream(self) -> str:
+        """The resource kind a device's collective tasks run on (module docstring)."""
+        return "device" if self.machine.collectives_block_compute else "net"
 
     def _collective_time(
         self, kind: soap.CollectiveKind, nbytes: int, members: tuple[int, ...]
