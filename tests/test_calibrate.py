@@ -428,18 +428,20 @@ def test_calibrate_refuses_a_taken_port(
 
 
 @pytest.mark.parametrize(
-    ("script", "expected"),
+    ("script", "timeout", "expected"),
     [
         (
             "import sys; print('tasoc: error: no gloo here', file=sys.stderr); sys.exit(1)",
+            "60",  # reported when the worker exits, however slowly a loaded machine starts it
             "process 0: no gloo here",
         ),
-        ("import time; time.sleep(60)", "not all 2 processes reached the coordinator"),
+        ("import time; time.sleep(60)", "1", "not all 2 processes reached the coordinator"),
     ],
     ids=["failing", "hanging"],
 )
 def test_calibrate_reports_workers_that_fail_or_hang(
     script: str,
+    timeout: str,
     expected: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -450,6 +452,8 @@ def test_calibrate_reports_workers_that_fail_or_hang(
     monkeypatch.setattr(
         distributed, "worker_command", lambda words, cluster, i: [sys.executable, "-c", script]
     )
-    result = tasoc("machine", "calibrate", "--quick", "--processes", "2", "--connect-timeout", "1")
+    result = tasoc(
+        "machine", "calibrate", "--quick", "--processes", "2", "--connect-timeout", timeout
+    )
     assert_one_line_error(result, expected)
     _nothing_written(tmp_path)
