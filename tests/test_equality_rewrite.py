@@ -423,7 +423,9 @@ def assert_the_timeout_bounds_the_pass() -> None:
     section = report.sections[rewrite.name]
     assert seconds <= rewrite.timeout + TIMEOUT_MARGIN_S, section
     assert section["stopped"] == "timeout"
-    assert "retime_seconds" in section
+    # Re-timing runs when the search found a better graph before the deadline, which a
+    # loaded machine can prevent; the bound above holds either way.
+    assert "retime_seconds" in section or not section.get("rules_applied")
     assert section["search_seconds"] <= seconds
 
 
