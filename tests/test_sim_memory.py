@@ -9,6 +9,7 @@ assignment are HLO passes that run either way): checked on these plans."""
 from __future__ import annotations
 
 import pytest
+from conftest import load_benchmark
 from xdsl.context import Context
 
 from tasoc.backends.jax.sharded import lower_sharded
@@ -27,15 +28,7 @@ from tasoc.passes.soap.soap_shard import BASELINES, parse_mesh
 from tasoc.passes.soap.strategies import STRATEGIES
 from tasoc.sim.parallel import ShardedStep
 
-DLRM = {
-    "tables": 8,
-    "rows": 10000,
-    "embed": 32,
-    "dense": 13,
-    "bottom_width": 128,
-    "top_width": 256,
-    "batch": 16,
-}
+DLRM = load_benchmark("autodiff").MODELS["dlrm"][0]
 """`benchmarks/autodiff.py`'s DLRM: eight 1.28 MB embedding tables, whose gradients
 XLA's BFS schedule holds all at once."""
 
