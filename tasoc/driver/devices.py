@@ -12,18 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from tasoc.cost.op_table import jax_backends_up
 from tasoc.driver.errors import DriverError
 from tasoc.ir.soap import Mesh
 
 MAX_DEVICES = 4096
 """The most fake CPU devices `--devices` makes: far beyond any mesh a CPU host can
 simulate usefully, small enough that a typo does not exhaust the machine."""
-
-
-def _initialized() -> bool:
-    from jax._src import xla_bridge  # the one place JAX says whether its backends are up
-
-    return xla_bridge.backends_are_initialized()
 
 
 def ensure_devices(count: int) -> None:
@@ -33,7 +28,7 @@ def ensure_devices(count: int) -> None:
         raise DriverError(f"--devices must be between 1 and {MAX_DEVICES}, not {count}")
     import jax
 
-    if not _initialized():  # never fewer than the process asked for before
+    if not jax_backends_up():  # never fewer than the process asked for before
         jax.config.update("jax_num_cpu_devices", max(count, jax.config.jax_num_cpu_devices))
         return
     have = jax.device_count()
@@ -53,5 +48,5 @@ def default_devices(count: int) -> None:
     backends are not up yet (else the lowering says whether there are enough)."""
     import jax
 
-    if count > 1 and not _initialized():
+    if count > 1 and not jax_backends_up():
         jax.config.update("jax_num_cpu_devices", min(count, MAX_DEVICES))
