@@ -16,9 +16,9 @@ themselves (FT, ILP, greedy, MCMC, the cost graph's build) are wall time on this
 FT runs two ways in tables 1 and 2, each reported: **local**, `frontier.track` with the
 local heuristic alone (`heuristic=weighted` by default: TensorOpt's algorithm as
 published), and **anchored**, as `search=ft` runs it (`search_ft`'s steps, under
-mcmc.Settings whose deadline is `--ft-timeout` s, by default the pass's default timeout
+limits whose deadline is `--ft-timeout` s, by default the pass's default timeout
 times its search share, 48 s): `cost_searches.ft_anchors` (each distinct baseline
-that applies, `soap_shard.baseline_plans`, where the cost graph expresses it, Spartan's
+that applies, `searches.baseline_plans`, where the cost graph expresses it, Spartan's
 greedy tiling, and the ILP's fastest strategy solved within `ANCHOR_SHARE` of the
 deadline), then
 `frontier.track(anchors=...)` with `FT_SHARE` of the time left: one more run per anchor,
@@ -126,14 +126,12 @@ from tasoc.passes.soap.cost_searches import (
     realize,
     search_ft,
 )
+from tasoc.passes.soap.meshes import parse_mesh
 from tasoc.passes.soap.plan import PlanError, Problem
-from tasoc.passes.soap.soap_shard import (
-    SEARCH_SHARE,
-    SoapShardPass,
-    baseline_plans,
-    distinct,
-    parse_mesh,
-)
+from tasoc.passes.soap.problem import Limits, SoapProblem, Tuning
+from tasoc.passes.soap.profile import SEARCH_SHARE
+from tasoc.passes.soap.searches import baseline_plans, distinct
+from tasoc.passes.soap.soap_shard import SoapShardPass
 
 GIB = 2**30
 SEED = 0
@@ -251,8 +249,13 @@ def baselines_of(problem: Problem) -> dict[str, Any]:
     return distinct(baseline_plans(problem)[0])
 
 
-def settings_for(cluster: Machine, budget: int, timeout: float, **extra: Any) -> mcmc.Settings:
-    return mcmc.Settings(cluster, budget, BETA, None, SEED, Deadline.after(timeout), **extra)
+def searched(program: Problem, cluster: Machine, **tuning: Any) -> SoapProblem:
+    """`program` as the pass poses it on `cluster`, without a memory cap."""
+    return SoapProblem(program, cluster, tuning=Tuning(beta=BETA, **tuning))
+
+
+def limits_for(budget: int, timeout: float) -> Limits:
+    return Limits(budget, Deadline.after(timeout), SEED)
 
 
 def ops_of(step: ModuleOp) -> int:
@@ -334,26 +337,27 @@ class FtFigures:
 def run_ft(
     model: costs.CostModel,
     baselines: dict[str, Any],
-    settings: mcmc.Settings,
+    problem: SoapProblem,
+    limits: Limits,
     args: argparse.Namespace,
     *,
     anchored: bool,
 ) -> FtFigures:
     """FT on the model's graph, local or anchored (the steps of `search_ft`: the anchors
-    under the settings' deadline, the ILP's at most `ANCHOR_SHARE` of it, then FT with
+    under the limits' deadline, the ILP's at most `ANCHOR_SHARE` of it, then FT with
     `FT_SHARE` of what is left), its fastest point completed and simulated."""
     label = "anchored" if anchored else "local"
     anchors: dict[str, Any] = {}
     started = time.perf_counter()
     try:
         if anchored:
-            anchors = ft_anchors(model, baselines, settings)
+            anchors = ft_anchors(model, baselines, problem, limits)
         anchors_s = time.perf_counter() - started if anchored else 0.0
         tracked = frontier.track(
             model.graph,
             heuristic=args.heuristic,
             max_points=args.max_points,
-            deadline=settings.deadline.share(FT_SHARE) if anchored else None,
+            deadline=limits.deadline.share(FT_SHARE) if anchored else None,
             anchors=tuple(anchors.values()),
         )
     except (frontier.FrontierTimeout, MemoryError) as err:
@@ -378,7 +382,7 @@ def run_ft(
     least, fastest = tracked.points[0], tracked.points[-1]
     figures.least, figures.fastest = (least.memory, least.time), (fastest.memory, fastest.time)
     try:
-        simulated = realize(model, fastest.choice, settings).simulated
+        simulated = realize(model, fastest.choice, problem).simulated
     except PlanError as err:
         figures.error = str(err)
         return figures
@@ -420,7 +424,7 @@ class TensorOptRow:
         return f"{'met' if ft.seconds <= limit else 'missed'} (<= {limit:g} s)"
 
 
-def ilp_figures(model: costs.CostModel, settings: mcmc.Settings, timeout: float) -> IlpFigures:
+def ilp_figures(model: costs.CostModel, problem: SoapProblem, timeout: float) -> IlpFigures:
     try:
         result = ilp.solve(
             model.graph, deadline=Deadline.after(timeout), max_variables=ILP_MAX_VARIABLES
@@ -433,16 +437,16 @@ def ilp_figures(model: costs.CostModel, settings: mcmc.Settings, timeout: float)
         result.status, result.gap, result.seconds, result.variables, result.memory, result.time
     )
     if result.choice is not None:
-        simulated = realize(model, result.choice, settings).simulated
+        simulated = realize(model, result.choice, problem).simulated
         figures.simulated_s, figures.simulated_memory = simulated.time, simulated.memory
     return figures
 
 
-def mini_time(problem: Problem, baselines: dict[str, Any], settings: mcmc.Settings) -> str:
-    cap = int(settings.machine.device.memory_bytes)
-    capped = dataclasses.replace(settings, objective="mini-time", memory_cap=cap)
+def mini_time(baselines: dict[str, Any], problem: SoapProblem, limits: Limits) -> str:
+    cap = int(problem.machine.device.memory_bytes)
+    capped = dataclasses.replace(problem, objective="mini-time", memory_cap=cap)
     try:
-        outcome = search_ft(problem, baselines, capped)
+        outcome = search_ft(capped, baselines, limits)
     except FrontierError as err:
         return f"none: {err}"
     chosen = outcome.details["chosen"]
@@ -453,11 +457,13 @@ def mini_time(problem: Problem, baselines: dict[str, Any], settings: mcmc.Settin
     )
 
 
-def ft_settings(cluster: Machine, args: argparse.Namespace) -> mcmc.Settings:
-    """The settings `search=ft` gets in the pass: a deadline of `--ft-timeout` from now."""
-    return settings_for(
-        cluster, 1, args.ft_timeout, heuristic=args.heuristic, max_points=args.max_points
-    )
+def ft_search(
+    program: Problem, cluster: Machine, args: argparse.Namespace
+) -> tuple[SoapProblem, Limits]:
+    """The problem and limits `search=ft` gets in the pass: a deadline of `--ft-timeout`
+    from now."""
+    tuning = {"heuristic": args.heuristic, "max_points": args.max_points}
+    return searched(program, cluster, **tuning), limits_for(1, args.ft_timeout)
 
 
 def tensoropt_row(name: str, args: argparse.Namespace) -> TensorOptRow:
@@ -467,13 +473,13 @@ def tensoropt_row(name: str, args: argparse.Namespace) -> TensorOptRow:
     problem = problem_of(step, TENSOROPT_DEVICES)
     baselines = baselines_of(problem)
     cluster = machine(TENSOROPT_MACHINE)
-    settings = settings_for(cluster, 1, 3600.0, heuristic=args.heuristic)
+    posed, limits = searched(problem, cluster, heuristic=args.heuristic), limits_for(1, 3600.0)
     started = time.perf_counter()
-    model = cost_model(problem, settings)
+    model = cost_model(posed)
     build_s = time.perf_counter() - started
-    local = run_ft(model, baselines, settings, args, anchored=False)
-    anchored = run_ft(model, baselines, ft_settings(cluster, args), args, anchored=True)
-    data_parallel = evaluate(model, baselines["data-parallel"], settings).simulated
+    local = run_ft(model, baselines, posed, limits, args, anchored=False)
+    anchored = run_ft(model, baselines, *ft_search(problem, cluster, args), args, anchored=True)
+    data_parallel = evaluate(model, baselines["data-parallel"], posed).simulated
     return TensorOptRow(
         name,
         ops_of(step),
@@ -483,8 +489,8 @@ def tensoropt_row(name: str, args: argparse.Namespace) -> TensorOptRow:
         local,
         anchored,
         (data_parallel.time, data_parallel.memory),
-        mini_time(problem, baselines, ft_settings(cluster, args)),
-        ilp_figures(model, settings, args.ilp_timeout),
+        mini_time(baselines, *ft_search(problem, cluster, args)),
+        ilp_figures(model, posed, args.ilp_timeout),
         entry.ft_ldp_s,
         entry.table4,
     )
@@ -653,9 +659,9 @@ def flexflow_model(name: str, args: argparse.Namespace) -> FlexFlowModel:
     problem = problem_of(step, args.devices)
     baselines = baselines_of(problem)
     cluster = machine(args.machine)
-    settings = settings_for(cluster, args.budget, args.timeout)
+    posed, limits = searched(problem, cluster), limits_for(args.budget, args.timeout)
     started = time.perf_counter()
-    model = cost_model(problem, settings)
+    model = cost_model(posed)
     found = FlexFlowModel(
         name, ops_of(step), len(model.graph.nodes), len(model.graph.edges),
         time.perf_counter() - started,
@@ -663,7 +669,7 @@ def flexflow_model(name: str, args: argparse.Namespace) -> FlexFlowModel:
 
     def add(strategy: str, choice: Any, seconds: float, note: str = "") -> None:
         try:
-            evaluated = realize(model, choice, settings)
+            evaluated = realize(model, choice, posed)
         except PlanError as err:
             found.rows.append(
                 StrategyRow(name, strategy, math.nan, math.nan, None, seconds, str(err))
@@ -672,17 +678,15 @@ def flexflow_model(name: str, args: argparse.Namespace) -> FlexFlowModel:
         found.rows.append(strategy_row(name, strategy, evaluated, seconds, note))
 
     # mcmc from the baselines and the greedy tiling, as the pass starts it
-    starts = {**baselines, "greedy": greedy_plan(problem, settings)[0]}
-    outcome = mcmc.search(problem, starts, settings)
+    starts = {**baselines, "greedy": greedy_plan(posed)[0]}
+    outcome = mcmc.search(posed, starts, limits)
     stopped = f"{outcome.stopped.value}, {outcome.details.get('proposals', '?')} proposals"
     found.rows.append(
-        strategy_row(
-            name, "mcmc", evaluate(model, outcome.best, settings), outcome.seconds, stopped
-        )
+        strategy_row(name, "mcmc", evaluate(model, outcome.best, posed), outcome.seconds, stopped)
     )
     for anchored in (False, True):
-        ft_given = ft_settings(cluster, args) if anchored else settings
-        found.rows.append(ft_row(name, run_ft(model, baselines, ft_given, args, anchored=anchored)))
+        given = ft_search(problem, cluster, args) if anchored else (posed, limits)
+        found.rows.append(ft_row(name, run_ft(model, baselines, *given, args, anchored=anchored)))
     tiling = greedy.tile(model.graph)
     add("greedy", tiling.choice, tiling.seconds)
     try:
@@ -700,7 +704,7 @@ def flexflow_model(name: str, args: argparse.Namespace) -> FlexFlowModel:
             gap = "" if result.gap is None else f", gap {result.gap:.2%}"
             add("ilp", result.choice, result.seconds, f"{result.status}{gap}")
     for strategy, plan in baselines.items():
-        found.rows.append(strategy_row(name, strategy, evaluate(model, plan, settings), None))
+        found.rows.append(strategy_row(name, strategy, evaluate(model, plan, posed), None))
     return found
 
 

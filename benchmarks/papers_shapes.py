@@ -56,9 +56,10 @@ from tasoc.ir import dag as dag_module
 from tasoc.ir.limits import TENSOR_BYTES_ENV
 from tasoc.ir.program import entry_function
 from tasoc.ir.training import training_signature
-from tasoc.passes.soap import SoapShardFailed, mcmc
+from tasoc.passes.soap import SoapShardFailed
+from tasoc.passes.soap.meshes import parse_mesh
 from tasoc.passes.soap.plan import Problem, complete
-from tasoc.passes.soap.soap_shard import parse_mesh
+from tasoc.passes.soap.simulated import SimulatedStrategy
 from tasoc.passes.soap.strategies import STRATEGIES
 
 TENSOR_LIMIT = 64 * 2**30
@@ -153,7 +154,7 @@ def data_parallel_split(step: ModuleOp, preset: str, devices: int) -> tuple[floa
     dag = dag_module.from_module(step)
     problem = Problem(dag, parse_mesh(str(devices)), training_signature(entry_function(step)), {})
     plan = complete(problem, STRATEGIES["data-parallel"](problem))
-    state = mcmc.SimulatedStrategy.of(problem, plan, machine(preset), None, memory=False)
+    state = SimulatedStrategy.of(problem, plan, machine(preset), None, memory=False)
     graph, timeline = state.step.graph, state.simulator.timeline
     busy: dict[tuple[str, int], float] = {}
     last: dict[int, float] = {}

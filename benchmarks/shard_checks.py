@@ -12,7 +12,7 @@ from xdsl.dialects.builtin import ModuleOp
 from tasoc.backends.jax.audit import Audit
 from tasoc.cost.machines import COLLECTIVE_KINDS
 from tasoc.models.registry import OptionValue, get_model
-from tasoc.passes.soap import mcmc
+from tasoc.passes.soap.simulated import SimulatedStrategy
 from tasoc.sim.core import Task
 
 
@@ -31,7 +31,7 @@ def is_collective(task: Task) -> bool:
     )
 
 
-def predicted_collectives(simulated: mcmc.SimulatedStrategy) -> dict[str, int]:
+def predicted_collectives(simulated: SimulatedStrategy) -> dict[str, int]:
     """Collectives per HLO kind the simulated step prices. A collective is one task per
     device it joins, added one after another, named `<kind> of <value>` and waiting on
     the same tasks; a run of such tasks ends where the name or waits change or a device

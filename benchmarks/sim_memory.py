@@ -51,8 +51,11 @@ from tasoc.models.registry import get_model  # noqa: E402
 from tasoc.passes.search import Deadline  # noqa: E402
 from tasoc.passes.soap import mcmc  # noqa: E402
 from tasoc.passes.soap.cost_searches import search_ft, search_ilp  # noqa: E402
+from tasoc.passes.soap.meshes import parse_mesh  # noqa: E402
 from tasoc.passes.soap.plan import Problem, complete  # noqa: E402
-from tasoc.passes.soap.soap_shard import BASELINES, parse_mesh  # noqa: E402
+from tasoc.passes.soap.problem import Limits, SoapProblem  # noqa: E402
+from tasoc.passes.soap.searches import BASELINES  # noqa: E402
+from tasoc.passes.soap.simulated import SimulatedStrategy  # noqa: E402
 from tasoc.passes.soap.strategies import STRATEGIES  # noqa: E402
 from tasoc.sim.parallel import KINDS, MemoryBreakdown  # noqa: E402
 
@@ -119,11 +122,10 @@ def plan_of(problem: Problem, strategy: str, cpu: Machine, budget: int) -> Plan:
     baselines = {name: complete(problem, STRATEGIES[name](problem)) for name in BASELINES}
     if strategy in baselines:
         return baselines[strategy]
-    settings = mcmc.Settings(
-        cpu, budget, 20.0, int(cpu.device.memory_bytes), SEED, Deadline.after(SEARCH_S)
-    )
+    searched = SoapProblem(problem, cpu, int(cpu.device.memory_bytes))
+    limits = Limits(budget, Deadline.after(SEARCH_S), SEED)
     searches = {"mcmc": mcmc.search, "ilp": search_ilp, "ft": search_ft}
-    return searches[strategy](problem, baselines, settings).best
+    return searches[strategy](searched, baselines, limits).best
 
 
 def donated_memory_analysis(module: ModuleOp) -> Any:
@@ -146,7 +148,7 @@ def row_of(name: str, step: ModuleOp, strategy: str, budget: int) -> Row | None:
     problem = Problem(dag, mesh, signature, {})
     random.seed(SEED)
     plan = plan_of(problem, strategy, cpu, budget)
-    simulated = mcmc.SimulatedStrategy.of(problem, plan, cpu, None)
+    simulated = SimulatedStrategy.of(problem, plan, cpu, None)
     breakdown = simulated.step.memory()
     if len(plan.meshes) > 1:
         return None

@@ -25,7 +25,7 @@ strategy (`strategies.STRATEGIES`: data parallel, expert, megatron and whatever 
 registered there), MCMC's (`search=mcmc`) and the ILP's (`search=ilp`) plan on the
 machine, every op replicated (the compute alone, no collective), and `--randoms` random
 legal plans (seeded), duplicates dropped. For each plan
-and setup, a row: the simulated step time (`mcmc.SimulatedStrategy`) and its compute
+and setup, a row: the simulated step time (`SimulatedStrategy`) and its compute
 and communication on device 0; the measured step time (the median of `--rounds`
 interleaved rounds over all plans of the setup, each sample the mean of as many calls
 as take `SAMPLE_S`; `timing.py`); the collectives per kind of the written IR, the
@@ -86,8 +86,11 @@ from tasoc.ir.shard_plan import Plan, write_sharded
 from tasoc.ir.training import training_signature
 from tasoc.passes.search import Deadline
 from tasoc.passes.soap import mcmc
+from tasoc.passes.soap.meshes import parse_mesh
 from tasoc.passes.soap.plan import Problem, complete
-from tasoc.passes.soap.soap_shard import BASELINES, SEARCHES, parse_mesh
+from tasoc.passes.soap.problem import Limits, SoapProblem, configurations
+from tasoc.passes.soap.searches import BASELINES, run_search
+from tasoc.passes.soap.simulated import SimulatedStrategy
 from tasoc.passes.soap.strategies import STRATEGIES
 
 MESH = 2
@@ -253,9 +256,9 @@ def plans_of(
     baselines = {name: named[name] for name in BASELINES if name in named}
     for search in SEARCHED:
         deadline = Deadline.after(SEARCH_TIMEOUT)  # each its own: not what the last left
-        settings = mcmc.Settings(cluster, budget, 20.0, None, SEED, deadline)
+        limits = Limits(budget, deadline, SEED)
         try:
-            plan = SEARCHES[search](problem, baselines, settings).best
+            plan = run_search(search, SoapProblem(problem, cluster), baselines, limits).best
         except ValueError as err:  # the ILP's FrontierError: too large, infeasible
             print(f"  {search}: no plan ({err})", file=sys.stderr)
             continue
@@ -266,7 +269,7 @@ def plans_of(
     for seed in range(1, randoms + 1):
         rng = random.Random(seed)
         plan = mcmc.uniform_plan(
-            problem, lambda rule, mesh, rng=rng: rng.choice(mcmc.configurations(rule, mesh))
+            problem, lambda rule, mesh, rng=rng: rng.choice(configurations(rule, mesh))
         )
         if new(plan):
             yield f"random {seed}", plan
@@ -300,9 +303,7 @@ def candidates(name: str, cluster: Machine, budget: int, randoms: int) -> list[C
 
 def row_of(setup: Setup, cluster: Machine, candidate: Candidate, measured: Measured) -> Row:
     """`candidate` simulated on `cluster` (the setup's view) beside how it ran."""
-    simulated = mcmc.SimulatedStrategy.of(
-        candidate.problem, candidate.plan, cluster, None, memory=False
-    )
+    simulated = SimulatedStrategy.of(candidate.problem, candidate.plan, cluster, None, memory=False)
     busy = {"device": 0.0, "net": 0.0}
     graph = simulated.step.graph
     for task_id in graph.ids():

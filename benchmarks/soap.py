@@ -82,8 +82,15 @@ from tasoc.models.registry import OptionValue, get_model  # noqa: E402
 from tasoc.passes.report import RunReport, reporting  # noqa: E402
 from tasoc.passes.search import Deadline  # noqa: E402
 from tasoc.passes.soap import SoapShardFailed, SoapShardPass, mcmc  # noqa: E402
+from tasoc.passes.soap.meshes import parse_mesh  # noqa: E402
 from tasoc.passes.soap.plan import Problem, complete  # noqa: E402
-from tasoc.passes.soap.soap_shard import BASELINES, parse_mesh  # noqa: E402
+from tasoc.passes.soap.problem import (  # noqa: E402
+    Limits,
+    SoapProblem,
+    configurations,
+)
+from tasoc.passes.soap.searches import BASELINES  # noqa: E402
+from tasoc.passes.soap.simulated import SimulatedStrategy, copy_plan  # noqa: E402
 from tasoc.passes.soap.strategies import STRATEGIES  # noqa: E402
 from tasoc.sim.core import paused_gc, simulate  # noqa: E402
 from tasoc.sim.parallel import ShardedStep  # noqa: E402
@@ -256,12 +263,12 @@ def delta_row(name: str, step: ModuleOp, preset: str, devices: int, proposals: i
     problem = Problem(dag, parse_mesh(str(devices)), training_signature(func), {})
     plan = complete(problem, STRATEGIES["data-parallel"](problem))
     cluster = machine(preset)
-    state = mcmc.SimulatedStrategy.of(problem, plan, cluster, None, memory=False)
+    state = SimulatedStrategy.of(problem, plan, cluster, None, memory=False)
     state.normalize()
     choices = {
         node: options
         for node, rule in problem.rules.items()
-        if len(options := mcmc.configurations(rule, problem.mesh)) > 1
+        if len(options := configurations(rule, problem.mesh)) > 1
     }
     simulated: list[Plan] = []
     spent: list[tuple[float, float]] = [(0.0, 0.0)]
@@ -269,7 +276,7 @@ def delta_row(name: str, step: ModuleOp, preset: str, devices: int, proposals: i
 
     def recorded() -> float:  # outside the timed edit and update: copies the plan
         cost = update()
-        simulated.append(mcmc.copy_plan(state.plan))
+        simulated.append(copy_plan(state.plan))
         spent.append((state.edit_seconds + state.update_seconds, state.update_seconds))
         return cost
 
@@ -381,14 +388,10 @@ def plan_of(problem: Problem, strategy: str, budget: int) -> Plan | None:
         return mcmc.uniform_plan(problem, lambda rule, mesh: {})
     if strategy == "random":
         rng = random.Random(SEED)
-        return mcmc.uniform_plan(
-            problem, lambda rule, mesh: rng.choice(mcmc.configurations(rule, mesh))
-        )
+        return mcmc.uniform_plan(problem, lambda rule, mesh: rng.choice(configurations(rule, mesh)))
     baselines = {name: complete(problem, STRATEGIES[name](problem)) for name in BASELINES}
-    settings = mcmc.Settings(
-        machine(f"cpu-{DEVICES}"), budget, 20.0, None, SEED, Deadline.after(120)
-    )
-    return mcmc.search(problem, baselines, settings).best
+    searched = SoapProblem(problem, machine(f"cpu-{DEVICES}"))
+    return mcmc.search(searched, baselines, Limits(budget, Deadline.after(120), SEED)).best
 
 
 def reality_rows(name: str, strategies: Sequence[str], pairs: int, budget: int) -> list[RealityRow]:
@@ -405,7 +408,7 @@ def reality_rows(name: str, strategies: Sequence[str], pairs: int, budget: int) 
         if plan is None:
             print(f"  {name} {strategy}: no such plan", file=sys.stderr)
             continue
-        simulated = mcmc.SimulatedStrategy.of(problem, plan, cpu, None)
+        simulated = SimulatedStrategy.of(problem, plan, cpu, None)
         write_sharded(module, dag, plan, mesh)
         program = lower_sharded(module)
         found = audit(module, program)

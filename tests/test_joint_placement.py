@@ -31,8 +31,8 @@ from tasoc.passes.placement import PlacementPass
 from tasoc.passes.placement.device_view import device_view, plan_view
 from tasoc.passes.placement.placement import PlacementFailed
 from tasoc.passes.soap import SoapShardFailed, SoapShardPass
+from tasoc.passes.soap.meshes import parse_mesh
 from tasoc.passes.soap.plan import Problem, complete
-from tasoc.passes.soap.soap_shard import parse_mesh
 from tasoc.passes.soap.strategies import STRATEGIES
 from tasoc.verify.equivalence import equivalent
 from tasoc.verify.strategies import EMITTERS, graphs

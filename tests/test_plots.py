@@ -26,9 +26,9 @@ from tasoc.passes.figures import (
     StrategyMark,
     TimelineFigure,
 )
+from tasoc.passes.soap.meshes import parse_mesh
 from tasoc.passes.soap.pictures import sharding_map
 from tasoc.passes.soap.plan import Problem, complete
-from tasoc.passes.soap.soap_shard import parse_mesh
 from tasoc.passes.soap.strategies import STRATEGIES
 
 PNG = b"\x89PNG\r\n\x1a\n"

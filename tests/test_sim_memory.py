@@ -23,8 +23,10 @@ from tasoc.passes.autodiff import AutodiffPass
 from tasoc.passes.search import Deadline
 from tasoc.passes.soap import mcmc
 from tasoc.passes.soap.cost_searches import search_ilp
+from tasoc.passes.soap.meshes import parse_mesh
 from tasoc.passes.soap.plan import Problem, complete
-from tasoc.passes.soap.soap_shard import BASELINES, parse_mesh
+from tasoc.passes.soap.problem import Limits, SoapProblem
+from tasoc.passes.soap.searches import BASELINES
 from tasoc.passes.soap.strategies import STRATEGIES
 from tasoc.sim.parallel import ShardedStep
 
@@ -81,9 +83,8 @@ def test_the_transformers_ilp_plan_counts_xlas_copies_of_updated_weights() -> No
     signature = training_signature(entry_function(module))
     problem = Problem(dag_module.from_module(module), parse_mesh(8), signature, {})
     cpu = machine("cpu-8")
-    settings = mcmc.Settings(cpu, 1, 20.0, None, 0, Deadline.after(60))
     baselines = {name: complete(problem, STRATEGIES[name](problem)) for name in BASELINES}
-    plan = search_ilp(problem, baselines, settings).best
+    plan = search_ilp(SoapProblem(problem, cpu), baselines, Limits(1, Deadline.after(60))).best
     step = ShardedStep(problem.dag, plan, cpu, mesh=problem.mesh)
     simulated, xla = step.peak_memory(), _xla_bytes(problem, module, plan)
     assert abs(simulated - xla) <= 0.05 * xla, (simulated, xla)

@@ -29,8 +29,8 @@ from tasoc.ir.soap import Mesh, Sharding, ShardingError
 from tasoc.ir.training import TrainingSignature, training_signature
 from tasoc.models.alexnet import alexnet
 from tasoc.passes.autodiff import AutodiffPass
+from tasoc.passes.soap.meshes import parse_mesh
 from tasoc.passes.soap.plan import Problem, complete
-from tasoc.passes.soap.soap_shard import parse_mesh
 from tasoc.passes.soap.strategies import STRATEGIES
 from tasoc.sim.core import DeltaSimulator, Task, simulate
 from tasoc.sim.parallel import MemoryBreakdown, ShardedStep

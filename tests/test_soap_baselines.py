@@ -24,8 +24,9 @@ from tasoc.ir.dag import from_module
 from tasoc.ir.parallel import unsharded
 from tasoc.ir.program import entry_block, entry_function
 from tasoc.ir.training import training_signature
+from tasoc.passes.soap.meshes import parse_mesh
 from tasoc.passes.soap.plan import Problem
-from tasoc.passes.soap.soap_shard import BASELINES, baseline_plans, parse_mesh
+from tasoc.passes.soap.searches import BASELINES, baseline_plans
 from tasoc.verify.equivalence import compare
 
 DLRM = "dlrm?tables=3&rows=16&embed=4&dense=5&bottom_width=8&top_width=8&top_layers=2&batch=4"

@@ -22,8 +22,11 @@ from tasoc.models.alexnet import alexnet
 from tasoc.passes.search import Deadline, StopReason
 from tasoc.passes.soap import SoapShardFailed, SoapShardPass, auto, cost_searches, mcmc
 from tasoc.passes.soap.cost_searches import FrontierError
+from tasoc.passes.soap.meshes import parse_mesh
 from tasoc.passes.soap.plan import Problem, complete
-from tasoc.passes.soap.soap_shard import baseline_plans, parse_mesh
+from tasoc.passes.soap.problem import Limits, SoapProblem, configurations
+from tasoc.passes.soap.searches import baseline_plans
+from tasoc.passes.soap.simulated import SimulatedStrategy
 from tasoc.passes.soap.strategies import STRATEGIES
 
 WIDE = """
@@ -96,8 +99,7 @@ def test_a_search_past_its_deadline_returns_the_best_candidate() -> None:
     problem = problem_of(mlp_step(), "4")
     baselines, _ = baseline_plans(problem)
     expired = Deadline.after(0.0)
-    settings = mcmc.Settings(machine("cpu-4"), 100, 20.0, None, 0, expired)
-    outcome = mcmc.search(problem, baselines, settings)
+    outcome = mcmc.search(SoapProblem(problem, machine("cpu-4")), baselines, Limits(100, expired))
     assert outcome.stopped == StopReason.TIMEOUT
     assert outcome.details["proposals"] == 0
     # no proposal, no simulation to measure: no simulation speeds reported
@@ -204,10 +206,10 @@ def test_exhaustive_pruning_keeps_the_optimum_of_every_strategy() -> None:
     _, exact = shard(module, mesh=4, search="exhaustive")
     problem = problem_of(module, "4")
     start = complete(problem, STRATEGIES["data-parallel"](problem))
-    state = mcmc.SimulatedStrategy.of(problem, start, machine("cpu-4"), None)
+    state = SimulatedStrategy.of(problem, start, machine("cpu-4"), None)
     state.normalize()
     ops = list(problem.rules)
-    options = [mcmc.configurations(problem.rules[node], problem.mesh) for node in ops]
+    options = [configurations(problem.rules[node], problem.mesh) for node in ops]
     every = [
         state.move_to(dict(zip(ops, configs, strict=True)))
         for configs in itertools.product(*options)
@@ -237,12 +239,12 @@ def alexnet_chain(propagating: float) -> mcmc.Chain:
     )
     problem = problem_of(module, "8")
     plan = complete(problem, STRATEGIES["data-parallel"](problem))
-    state = mcmc.SimulatedStrategy.of(problem, plan, machine("k80-cluster"), None)
+    state = SimulatedStrategy.of(problem, plan, machine("k80-cluster"), None)
     state.normalize()
     choices = {
         node: options
         for node, rule in problem.rules.items()
-        if len(options := mcmc.configurations(rule, problem.mesh)) > 1
+        if len(options := configurations(rule, problem.mesh)) > 1
     }
     return mcmc.Chain(state, choices, random.Random(0), 20.0, propagating)
 

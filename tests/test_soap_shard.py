@@ -37,8 +37,8 @@ from tasoc.ir.training import training_signature
 from tasoc.passes.report import RunReport, reporting
 from tasoc.passes.soap import SoapShardFailed, SoapShardPass
 from tasoc.passes.soap.layers import recurrent_layers
+from tasoc.passes.soap.meshes import parse_mesh
 from tasoc.passes.soap.plan import Prescription, Problem, complete, largest_split
-from tasoc.passes.soap.soap_shard import parse_mesh
 from tasoc.sim.parallel import ShardedStep
 from tasoc.verify.equivalence import equivalent
 

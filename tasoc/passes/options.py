@@ -149,6 +149,18 @@ def check_option_types(options: object) -> None:
                 raise out_of_range(option_name(field.name), number)
 
 
+def check_choice(options: object, field_name: str, choices: tuple[str, ...]) -> None:
+    """ValueError unless the option's value is one of `choices`, worded as for a
+    `Literal`: for an option whose choices are read from a table when the pass is built
+    (a search added to soap-shard's table is a choice at once), not fixed in its type."""
+    value = getattr(options, field_name)
+    if value not in choices:
+        raise ValueError(
+            f"{option_name(field_name)} must be one of "
+            f"{', '.join(repr(choice) for choice in choices)}, got {value!r}"
+        )
+
+
 def _numbers(value: object) -> list[int | float]:
     """The numbers an option's value holds (a tuple option's items), bools excepted."""
     items = value if isinstance(value, tuple) else (value,)

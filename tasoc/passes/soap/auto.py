@@ -21,39 +21,33 @@ answers, and MCMC prices that.
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Mapping
 
 from tasoc.ir.shard_plan import Plan
 from tasoc.passes.search import SearchOutcome
 from tasoc.passes.soap import mcmc
 from tasoc.passes.soap.cost_searches import FrontierError, search_ilp
-from tasoc.passes.soap.mcmc import Settings
-from tasoc.passes.soap.plan import Problem
+from tasoc.passes.soap.problem import Limits, SoapProblem
 
 ILP_SHARE = 0.3
 """The part of the search's time the ILP may take; MCMC has the rest (and the budget)."""
 
 
 def search_auto(
-    problem: Problem, baselines: Mapping[str, Plan], settings: Settings
+    problem: SoapProblem, starts: Mapping[str, Plan], limits: Limits
 ) -> SearchOutcome[Plan]:
-    """MCMC from the ILP's plan and `baselines` (the named strategies, and the greedy
-    tiling `soap_shard` adds), as the module docstring says."""
-    started = time.perf_counter()
-    starts = dict(baselines)
-    exact_settings = dataclasses.replace(
-        settings,
-        deadline=settings.deadline.share(ILP_SHARE),
-        memory_cap=None if settings.place is not None else settings.memory_cap,
-        progress=None,
+    """MCMC from the ILP's plan and `starts` (the baselines, and the greedy tiling the
+    search table adds), as the module docstring says. Its `seconds` count both."""
+    # With place= the ILP is solved without the cap: the cap is what swapping answers.
+    exact_problem = (
+        dataclasses.replace(problem, memory_cap=None) if problem.place is not None else problem
     )
     try:
-        exact = search_ilp(problem, baselines, exact_settings)
+        exact = search_ilp(exact_problem, starts, limits.share(ILP_SHARE))
     except FrontierError as err:
         ilp_figures = {"started_from": False, "why_not": str(err)}
     else:
-        starts["ilp"] = exact.best
+        starts = {**starts, "ilp": exact.best}
         ilp_figures = {
             "started_from": True,
             "seconds": round(exact.seconds, 3),
@@ -61,7 +55,6 @@ def search_auto(
             "solver": exact.details.get("ilp"),  # None where the greedy tiling stood in
             "notes": exact.details.get("ilp_notes", []),
         }
-    outcome = mcmc.search(problem, starts, settings)
+    outcome = mcmc.search(problem, starts, limits)
     outcome.details["ilp"] = ilp_figures
-    outcome.seconds = time.perf_counter() - started
     return outcome

@@ -1,7 +1,7 @@
 """`search=ft`, `search=greedy` and `search=ilp`: the searches on TensorOpt's cost
 graph (`costs.py`), with the contract `search=mcmc` keeps (`SEARCHES` in
-`soap_shard.py`): a problem, its baselines and the `Settings` in, a `SearchOutcome`
-whose best plan the pass writes out.
+`searches.py`): a problem, its starts and the limits in, a `SearchOutcome` whose best
+plan the pass writes out.
 
 * `ft` tracks the whole time/memory frontier (`frontier.py`, TensorOpt §3) and
   chooses one point by `Settings.objective`: the fastest (`time`), the fastest whose
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,8 +34,9 @@ from tasoc.passes.search import SearchOutcome, StopReason
 from tasoc.passes.soap import costs, frontier, greedy, ilp
 from tasoc.passes.soap.cost_graph import Choice
 from tasoc.passes.soap.costs import CostModel
-from tasoc.passes.soap.mcmc import Settings, SimulatedStrategy
-from tasoc.passes.soap.plan import PlanError, Problem, complete
+from tasoc.passes.soap.plan import PlanError, complete
+from tasoc.passes.soap.problem import Limits, SoapProblem, starting_cost
+from tasoc.passes.soap.simulated import SimulatedStrategy
 
 SIMULATED_POINTS = 8
 """Frontier points `search=ft` re-simulates for the report and the picture."""
@@ -79,58 +80,56 @@ class Evaluated:
         }
 
 
-def evaluate(model: CostModel, plan: Plan, settings: Settings) -> Evaluated:
-    """`plan` simulated on the settings' machine (memory traced), with its estimate."""
+def evaluate(model: CostModel, plan: Plan, problem: SoapProblem) -> Evaluated:
+    """`plan` simulated on the problem's machine (memory traced), with its estimate."""
     choice = model.choice_of(plan)
     estimate = None if choice is None else model.graph.cost(choice)
-    simulated = SimulatedStrategy.of(model.problem, plan, settings.machine, settings.memory_cap)
+    simulated = SimulatedStrategy.of(model.problem, plan, problem.machine, problem.memory_cap)
     return Evaluated(plan, estimate, simulated)
 
 
-def realize(model: CostModel, choice: Choice, settings: Settings) -> Evaluated:
+def realize(model: CostModel, choice: Choice, problem: SoapProblem) -> Evaluated:
     """A strategy of the graph as a completed plan, simulated."""
     try:
         plan = complete(model.problem, model.prescription(choice))
     except PlanError as err:
         raise PlanError(f"a strategy of the cost graph cannot be completed: {err}") from None
-    return evaluate(model, plan, settings)
+    return evaluate(model, plan, problem)
 
 
 _models: dict[tuple[int, str], CostModel] = {}
 
 
-def cost_model(problem: Problem, settings: Settings) -> CostModel:
-    """The cost graph of `problem` on the settings' machine, built once per pass run
+def cost_model(problem: SoapProblem) -> CostModel:
+    """The cost graph of `problem`'s program on its machine, built once per pass run
     (the searches of one pass and its comparisons share it)."""
-    key = (id(problem), settings.machine.name)
-    if key not in _models or _models[key].problem is not problem:
+    program = problem.program
+    key = (id(program), problem.machine.name)
+    if key not in _models or _models[key].problem is not program:
         _models.clear()
-        _models[key] = costs.build(problem, settings.machine)
+        _models[key] = costs.build(program, problem.machine)
     return _models[key]
 
 
-def _timed_model(problem: Problem, settings: Settings) -> tuple[CostModel, float]:
+def _timed_model(problem: SoapProblem) -> tuple[CostModel, float]:
     """The problem's cost model and the seconds building it took (0 when built before)."""
     started = time.perf_counter()
-    return cost_model(problem, settings), time.perf_counter() - started
+    return cost_model(problem), time.perf_counter() - started
 
 
 def _outcome(
     best: Evaluated,
-    baselines: Mapping[str, Plan],
-    settings: Settings,
-    started: float,
+    problem: SoapProblem,
+    starts: Mapping[str, Plan],
+    limits: Limits,
     stopped: StopReason,
     details: dict[str, Any],
 ) -> SearchOutcome[Plan]:
-    start = SimulatedStrategy.of(
-        best.simulated.problem, baselines["data-parallel"], settings.machine, None, memory=False
-    )
     return SearchOutcome(
         best=best.plan,
-        cost_before=start.time,
+        cost_before=starting_cost(problem, starts),
         cost_after=best.simulated.cost,
-        seconds=time.perf_counter() - started,
+        seconds=limits.deadline.elapsed(),
         stopped=stopped,
         details={**details, "chosen": best.figures()},
     )
@@ -152,11 +151,11 @@ def _graph_figures(model: CostModel, seconds: float) -> dict[str, Any]:
 
 
 def pick_point(
-    points: list[frontier.FrontierPoint], settings: Settings
+    points: list[frontier.FrontierPoint], problem: SoapProblem
 ) -> list[frontier.FrontierPoint]:
     """The frontier points the objective accepts, the preferred first."""
-    cap = settings.memory_cap
-    if settings.objective == "mini-time" or (cap is not None and settings.pick is None):
+    cap = problem.memory_cap
+    if problem.objective == "mini-time" or (cap is not None and problem.pick is None):
         assert cap is not None
         fitting = [p for p in points if p.memory <= cap]
         if not fitting:
@@ -165,7 +164,7 @@ def pick_point(
                 f"device, {bytes_and_size(int(points[0].memory))} (FT's estimate)"
             )
         return fitting[::-1]
-    pick = settings.pick or "fastest"
+    pick = problem.pick or "fastest"
     if pick == "fastest":
         return [points[-1]]
     if pick == "smallest":
@@ -180,18 +179,18 @@ def pick_point(
 
 
 def search_ft(
-    problem: Problem, baselines: Mapping[str, Plan], settings: Settings
+    problem: SoapProblem, starts: Mapping[str, Plan], limits: Limits
 ) -> SearchOutcome[Plan]:
     """TensorOpt's FT, then the point the objective asks for (module docstring)."""
-    started = time.perf_counter()
-    model, built = _timed_model(problem, settings)
-    anchors = ft_anchors(model, baselines, settings) if settings.heuristic is not None else {}
+    model, built = _timed_model(problem)
+    tuning = problem.tuning
+    anchors = ft_anchors(model, starts, problem, limits) if tuning.heuristic is not None else {}
     try:
         tracked = frontier.track(
             model.graph,
-            heuristic=settings.heuristic,
-            max_points=settings.max_points,
-            deadline=settings.deadline.share(FT_SHARE),
+            heuristic=tuning.heuristic,
+            max_points=tuning.max_points,
+            deadline=limits.deadline.share(FT_SHARE),
             anchors=tuple(anchors.values()),
         )
     except frontier.FrontierTimeout as err:
@@ -200,15 +199,15 @@ def search_ft(
         ) from None
     if not tracked.points:
         raise FrontierError("no strategy of the cost graph is feasible")
-    wanted = pick_point(tracked.points, settings)
-    picked, chosen = wanted[0], realize(model, wanted[0].choice, settings)
+    wanted = pick_point(tracked.points, problem)
+    picked, chosen = wanted[0], realize(model, wanted[0].choice, problem)
     notes = []
-    cap = settings.memory_cap
-    if cap is not None and settings.pick is None:
+    cap = problem.memory_cap
+    if cap is not None and problem.pick is None:
         for point in wanted[1:FIT_TRIES]:
-            if chosen.simulated.memory <= cap or settings.deadline.expired():
+            if chosen.simulated.memory <= cap or limits.deadline.expired():
                 break
-            picked, chosen = point, realize(model, point.choice, settings)
+            picked, chosen = point, realize(model, point.choice, problem)
         if chosen.simulated.memory > cap:
             peak = bytes_and_size(int(chosen.simulated.memory))
             notes.append(
@@ -226,14 +225,14 @@ def search_ft(
         "ft_seconds": round(tracked.seconds, 3),
         "frontier": [[int(p.memory), p.time] for p in tracked.points],
         "picked": tracked.points.index(picked) + 1,
-        "frontier_simulated": _simulated_sample(model, tracked.points, settings),
+        "frontier_simulated": _simulated_sample(model, tracked.points, problem, limits),
         "frontier_notes": notes,
     }
-    return _outcome(chosen, baselines, settings, started, StopReason.EXHAUSTED, details)
+    return _outcome(chosen, problem, starts, limits, StopReason.EXHAUSTED, details)
 
 
 def _simulated_sample(
-    model: CostModel, points: list[frontier.FrontierPoint], settings: Settings
+    model: CostModel, points: list[frontier.FrontierPoint], problem: SoapProblem, limits: Limits
 ) -> list[list[float]]:
     """Up to `SIMULATED_POINTS` frontier points spread evenly (both ends first)
     re-simulated, as [number, simulated memory, simulated seconds]: how the
@@ -244,10 +243,10 @@ def _simulated_sample(
     order = list(dict.fromkeys([spread[0], spread[-1], *spread]))
     sample = []
     for index in order:
-        if settings.deadline.expired():
+        if limits.deadline.expired():
             break
         try:
-            simulated = realize(model, points[index].choice, settings).simulated
+            simulated = realize(model, points[index].choice, problem).simulated
         except PlanError:
             continue
         sample.append([index + 1, simulated.memory, simulated.time])
@@ -255,19 +254,19 @@ def _simulated_sample(
 
 
 def ft_anchors(
-    model: CostModel, baselines: Mapping[str, Plan], settings: Settings
+    model: CostModel, starts: Mapping[str, Plan], problem: SoapProblem, limits: Limits
 ) -> dict[str, Choice]:
     """The strategies FT's heuristic elimination also follows (`frontier.track`): the
     baselines the graph can express, Spartan's tiling, and the ILP's fastest when it
     is proven within `ANCHOR_SHARE` of the time (an incumbent is fine too)."""
     found = {
         name: choice
-        for name, plan in baselines.items()
+        for name, plan in starts.items()
         if (choice := model.choice_of(plan)) is not None
     }
-    found["greedy"] = greedy.tile(model.graph, memory_budget=settings.memory_cap).choice
+    found["greedy"] = greedy.tile(model.graph, memory_budget=problem.memory_cap).choice
     try:
-        result = _solve_ilp(model, settings, ANCHOR_SHARE)
+        result = _solve_ilp(model, problem, limits.share(ANCHOR_SHARE))
     except (ilp.IlpTooLarge, ilp.IlpInfeasible):
         return found
     if result.choice is not None:
@@ -283,51 +282,49 @@ def frontier_points(outcome: SearchOutcome[Plan]) -> list[tuple[int, float]]:
 # ------------------------------------------------------------------ greedy
 
 
-def greedy_plan(problem: Problem, settings: Settings) -> tuple[Plan, greedy.Tiling]:
+def greedy_plan(problem: SoapProblem) -> tuple[Plan, greedy.Tiling]:
     """Spartan's tiling of `problem`, completed (also MCMC's "greedy" start)."""
-    model = cost_model(problem, settings)
-    tiling = greedy.tile(model.graph, memory_budget=settings.memory_cap)
-    return complete(problem, model.prescription(tiling.choice)), tiling
+    model = cost_model(problem)
+    tiling = greedy.tile(model.graph, memory_budget=problem.memory_cap)
+    return complete(problem.program, model.prescription(tiling.choice)), tiling
 
 
 def search_greedy(
-    problem: Problem, baselines: Mapping[str, Plan], settings: Settings
+    problem: SoapProblem, starts: Mapping[str, Plan], limits: Limits
 ) -> SearchOutcome[Plan]:
-    started = time.perf_counter()
-    model, built = _timed_model(problem, settings)
-    plan, tiling = greedy_plan(problem, settings)
+    model, built = _timed_model(problem)
+    plan, tiling = greedy_plan(problem)
     details = {
         **_graph_figures(model, built),
         "communicated_bytes": tiling.bytes,
         "tiling_seconds": round(tiling.seconds, 3),
     }
     return _outcome(
-        evaluate(model, plan, settings), baselines, settings, started, StopReason.EXHAUSTED, details
+        evaluate(model, plan, problem), problem, starts, limits, StopReason.EXHAUSTED, details
     )
 
 
 # ------------------------------------------------------------------ ilp
 
 
-def _solve_ilp(model: CostModel, settings: Settings, share: float) -> ilp.IlpResult:
-    """The ILP under the settings' cap, in `share` of their time."""
+def _solve_ilp(model: CostModel, problem: SoapProblem, limits: Limits) -> ilp.IlpResult:
+    """The ILP under the problem's cap, by the limits' deadline."""
     return ilp.solve(
         model.graph,
-        memory_cap=settings.memory_cap,
-        deadline=settings.deadline.share(share),
+        memory_cap=problem.memory_cap,
+        deadline=limits.deadline,
         max_variables=ILP_MAX_VARIABLES,
     )
 
 
 def search_ilp(
-    problem: Problem, baselines: Mapping[str, Plan], settings: Settings
+    problem: SoapProblem, starts: Mapping[str, Plan], limits: Limits
 ) -> SearchOutcome[Plan]:
-    started = time.perf_counter()
-    model, built = _timed_model(problem, settings)
+    model, built = _timed_model(problem)
     try:
-        result = _solve_ilp(model, settings, FT_SHARE)
+        result = _solve_ilp(model, problem, limits.share(FT_SHARE))
     except ilp.IlpTooLarge as err:
-        outcome = search_greedy(problem, baselines, settings)
+        outcome = search_greedy(problem, starts, limits)
         outcome.details["ilp_notes"] = [f"{err}: search=greedy's tiling instead"]
         return outcome
     except ilp.IlpInfeasible as err:
@@ -349,15 +346,5 @@ def search_ilp(
     }
     stopped = StopReason.TIMEOUT if result.status == "timeout" else StopReason.EXHAUSTED
     return _outcome(
-        realize(model, result.choice, settings), baselines, settings, started, stopped, details
+        realize(model, result.choice, problem), problem, starts, limits, stopped, details
     )
-
-
-COST_SEARCHES: Mapping[
-    str, Callable[[Problem, Mapping[str, Plan], Settings], SearchOutcome[Plan]]
-] = {
-    "ft": search_ft,
-    "greedy": search_greedy,
-    "ilp": search_ilp,
-}
-"""The searches on the cost graph, by `search=` name."""

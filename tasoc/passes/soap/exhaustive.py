@@ -21,7 +21,6 @@ with more than `LIMIT` strategies are refused with one line (use `search=mcmc`).
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -31,14 +30,8 @@ from tasoc.ir.shapes import TensorSig
 from tasoc.ir.shard_plan import Plan
 from tasoc.ir.soap import Config, OpRule, Sharding
 from tasoc.passes.search import Deadline, Progress, SearchOutcome, StopReason
-from tasoc.passes.soap.mcmc import (
-    Best,
-    Settings,
-    SimulatedStrategy,
-    configurations,
-    simulation_statistics,
-)
-from tasoc.passes.soap.plan import Problem
+from tasoc.passes.soap.problem import Best, Limits, SoapProblem, configurations
+from tasoc.passes.soap.simulated import SimulatedStrategy, simulation_statistics
 from tasoc.sim.parallel import ShardedStep
 
 LIMIT = 1_000_000
@@ -148,32 +141,30 @@ class Walk:
                 self.progress(self.leaves, self.best_cost)
 
 
-def search(
-    problem: Problem, baselines: Mapping[str, Plan], settings: Settings
-) -> SearchOutcome[Plan]:
+def search(problem: SoapProblem, starts: Mapping[str, Plan], limits: Limits) -> SearchOutcome[Plan]:
     """The cheapest strategy on the whole mesh (see the module docstring)."""
-    started = time.perf_counter()
-    plan = baselines["data-parallel"]
-    ops = [node for node in plan.order or problem.dag.ops if node in problem.rules]
-    choices = [configurations(problem.rules[node], problem.mesh) for node in ops]
+    program = problem.program
+    plan = starts["data-parallel"]
+    ops = [node for node in plan.order or program.dag.ops if node in program.rules]
+    choices = [configurations(program.rules[node], program.mesh) for node in ops]
     size = math.prod(len(options) for options in choices)
     if size > LIMIT:
         raise TooLargeError(
             f"search=exhaustive searches at most {LIMIT} strategies, this program has {size} "
-            f"({len(ops)} ops on {problem.mesh.size} devices): use search=mcmc"
+            f"({len(ops)} ops on {program.mesh.size} devices): use search=mcmc"
         )
-    state = SimulatedStrategy.under(settings, problem, plan)
+    state = problem.simulate(plan)
     start_cost = state.cost
-    best = Best(settings)
+    best = Best(problem)
     best.offer(state, "data-parallel")
     state.normalize()
-    devices = settings.machine.size
+    devices = problem.machine.size
     compute = []
     for node, options in zip(ops, choices, strict=True):
         per_device = []
         for config in options:
-            seconds = compute_seconds(state.step, node, problem.rules[node], config)
-            on = set(problem.mesh.device_ids)
+            seconds = compute_seconds(state.step, node, program.rules[node], config)
+            on = set(program.mesh.device_ids)
             per_device.append([seconds if d in on else 0.0 for d in range(devices)])
         compute.append(per_device)
     rest = [[0.0] * devices]
@@ -192,23 +183,23 @@ def search(
         rest,
         operands,
         [min(max(per_config) for per_config in per_op) for per_op in compute],
-        settings.budget,
-        settings.deadline,
+        limits.budget,
+        limits.deadline,
         dict(state.configs),
         min(start_cost, state.cost),
-        progress=settings.progress,
+        progress=limits.progress,
     )
     walk.finish = [0.0] * len(ops)
     walk.visit(0, [0.0] * devices)
     state.move_to(walk.best)
     best.offer(state, "exhaustive")
-    best.polish(problem)
+    best.polish()
     cost, chosen = best.result()
     return SearchOutcome(
         best=chosen,
         cost_before=start_cost,
         cost_after=cost,
-        seconds=time.perf_counter() - started,
+        seconds=limits.deadline.elapsed(),
         stopped=walk.stopped,
         details={
             "strategies": size,

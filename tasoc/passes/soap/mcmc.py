@@ -24,39 +24,27 @@ only the timeout depends on the clock), and for at least `PATIENCE` proposals pe
 alternative configuration. The search returns the best strategy any chain found:
 never worse than any baseline it was given, which are candidates.
 
-`SimulatedStrategy` (a strategy being edited op by op, and its simulated cost) and
-`Settings` are shared with `search=exhaustive` (`exhaustive.py`).
+What every soap search shares (the problem, the limits, `Best`) is `problem.py`'s;
+the strategy being edited op by op is `simulated.py`'s `SimulatedStrategy`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import heapq
 import math
 import random
-import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
-from tasoc.cost.machines import Machine
-from tasoc.ir import soap
 from tasoc.ir.dag import Node
-from tasoc.ir.limits import bytes_and_size
 from tasoc.ir.shard_plan import Plan
 from tasoc.ir.soap import Config, Mesh, OpRule
 from tasoc.passes.search import Deadline, Progress, SearchOutcome, StopReason
 from tasoc.passes.soap.plan import PlanError, Prescription, Problem, cheapest_config, complete
-from tasoc.passes.soap.swap_pricing import SwapPricing
-from tasoc.sim.core import DeltaSimulator, paused_gc, simulate
-from tasoc.sim.parallel import ShardedStep
-
-Objective = Literal["time", "frontier", "mini-time", "mini-parallelism", "profile"]
-"""TensorOpt's objectives (§4.1) and FlexFlow's (`time`: the fastest strategy)."""
-
-Heuristic = Literal["memory", "time", "weighted"]
-"""How FT's heuristic elimination chooses a node's option (`frontier.py`)."""
+from tasoc.passes.soap.problem import Best, Limits, SoapProblem, configurations
+from tasoc.passes.soap.simulated import SimulatedStrategy, simulation_statistics
+from tasoc.sim.core import paused_gc
 
 PROPAGATING = 0.5
 """The share of proposals that propagate to the changed op's readers (`Chain._propagate`);
@@ -71,282 +59,6 @@ PATIENCE = 4
 """A chain runs at least this many proposals per alternative configuration (of all
 ops together) without improving before it stops (a chain stopped by the half-time
 rule after a handful of proposals would not have seen most single changes)."""
-
-
-class MemoryCapError(ValueError):
-    """No strategy the search saw fits under `memory-cap`; one line naming the smallest
-    per-device memory it found."""
-
-
-@dataclass(frozen=True)
-class Settings:
-    """What a search is given besides the problem: the machine it prices on and its limits."""
-
-    machine: Machine
-    budget: int
-    """Proposals (mcmc) or complete strategies simulated (exhaustive)."""
-    beta: float
-    memory_cap: int | None
-    """Bytes per device; None: no cap."""
-    seed: int
-    deadline: Deadline
-    objective: Objective = "time"
-    """What the cost-graph searches choose (`cost_searches.py`)."""
-    pick: str | None = None
-    """Which frontier point `objective=frontier` writes (`fastest`, `smallest`, a number)."""
-    heuristic: Heuristic | None = "weighted"
-    """How FT fixes a node it cannot eliminate exactly; None: it conditions (exact)."""
-    max_points: int | None = None
-    """The most points FT keeps per frontier (None: all, exact)."""
-    place: SwapPricing | None = None
-    """How a strategy over `memory_cap` is priced by swapping (`soap-shard{place=}`);
-    None: it is infeasible."""
-    progress: Progress | None = None
-    """Hears of the proposals (mcmc) or strategies simulated (exhaustive) so far and
-    the best cost (`search.search_progress`)."""
-
-    @property
-    def traces_memory(self) -> bool:
-        """Whether the search simulates memory: only a memory cap needs it."""
-        return self.memory_cap is not None
-
-
-@functools.lru_cache(maxsize=1 << 12)
-def configurations(rule: OpRule, mesh: Mesh) -> tuple[Config, ...]:
-    """Every legal configuration of `rule` on `mesh` (the unsplit one first)."""
-    return tuple(soap.configurations(rule, mesh))
-
-
-def mesh_of(plan: Plan, problem: Problem, node: Node) -> Mesh:
-    """The mesh (whole mesh or device group) `node` runs on in `plan`."""
-    name = plan.values[node.results[0]].mesh
-    return next((mesh for mesh in plan.meshes if mesh.name == name), problem.mesh)
-
-
-@dataclass
-class SimulatedStrategy:
-    """A strategy being edited one op at a time, and its simulated iteration time: the
-    step's task graph (`ShardedStep`) and the delta simulator over it.
-
-    `ShardedStep.set_config` reads an op's operands complete, so it is its own inverse
-    only where no op reads partial sums; `normalize` first brings every op there (what
-    completion's partial sums saved is recovered at the end by `polish`)."""
-
-    problem: Problem
-    step: ShardedStep
-    simulator: DeltaSimulator
-    configs: dict[Node, Config]
-    memory_cap: int | None
-    place: SwapPricing | None = None
-    """Prices a strategy over `memory_cap` by swapping (`swap_pricing.py`)."""
-    updates: int = 0
-    update_seconds: float = 0.0
-    """Seconds spent in the delta simulator's updates..."""
-    edit_seconds: float = 0.0
-    """... and editing the task graph for them (`ShardedStep.set_config`)."""
-    smallest_memory: int = field(init=False)
-    """The smallest per-device peak memory this strategy has had (for `MemoryCapError`)."""
-    edited: bool = field(default=False, init=False)
-    """Whether ops were `set` since the last update (the simulation is behind them)."""
-    _peak: int | None = field(default=None, init=False, repr=False)
-    """`memory` as of the last `set` (a replay of every device's tasks: once per edit)."""
-
-    def __post_init__(self) -> None:
-        self.smallest_memory = self.memory
-
-    @classmethod
-    def of(
-        cls,
-        problem: Problem,
-        plan: Plan,
-        machine: Machine,
-        memory_cap: int | None,
-        *,
-        memory: bool = True,
-        place: SwapPricing | None = None,
-    ) -> SimulatedStrategy:
-        """`plan` simulated on `machine`; without `memory` (a search without a memory
-        cap) its time alone, and `memory` reads 0 (`DeltaSimulator`); over the cap,
-        priced by swapping when `place` says how."""
-        step = ShardedStep(problem.dag, copy_plan(plan), machine, mesh=problem.mesh)
-        simulator = DeltaSimulator(step.graph, memory=memory)
-        return cls(problem, step, simulator, dict(plan.configs), memory_cap, place)
-
-    @classmethod
-    def under(cls, settings: Settings, problem: Problem, plan: Plan) -> SimulatedStrategy:
-        """`plan` simulated as a search with `settings` prices it: on its machine, memory
-        traced only under a cap, strategies over it priced by swapping with `place`."""
-        return cls.of(
-            problem,
-            plan,
-            settings.machine,
-            settings.memory_cap,
-            memory=settings.traces_memory,
-            place=settings.place,
-        )
-
-    @property
-    def time(self) -> float:
-        """Simulated iteration time (seconds)."""
-        return self.simulator.timeline.makespan
-
-    @property
-    def memory(self) -> int:
-        """The largest device's peak bytes (`ShardedStep.peak_memory`); 0 when memory
-        is not simulated."""
-        if not self.simulator.memory:
-            return 0
-        if self._peak is None:
-            self._peak = self.step.peak_memory()
-        return self._peak
-
-    @property
-    def cost(self) -> float:
-        """The time; over the memory cap, the time with the stall of swapping to fit it
-        (`place`), else infinity."""
-        if self.memory_cap is None or self.memory <= self.memory_cap:
-            return self.time
-        if self.place is None:
-            return math.inf
-        return self.time + self.place.stall(self.problem.dag, self.plan, self.problem.mesh)
-
-    @property
-    def plan(self) -> Plan:
-        """The plan as it stands (the step's own: `copy_plan` it to keep it)."""
-        return self.step.plan
-
-    def normalize(self) -> None:
-        """Every op reads its operands complete, in its configuration (readers first, so
-        no producer stops making partial sums a reader still wants). Not counted among
-        the search's simulations: it is setting up, not a proposal."""
-        for node in reversed(self.step.order):
-            if any(operand.unreduced for operand in self.plan.operands.get(node, ())):
-                self.set(node, self.configs[node])
-        self.simulator.update()
-        self.edit_seconds = 0.0
-        self.edited = False
-
-    def set(self, node: Node, config: Config) -> None:
-        """`node` in `config`, without re-simulating (`update` does)."""
-        start = time.perf_counter()
-        self._peak = None
-        try:
-            self.step.set_config(node, config)
-        finally:
-            self.edit_seconds += time.perf_counter() - start
-        self.configs[node] = config
-        self.edited = True
-
-    def update(self) -> float:
-        """Re-simulate after `set`s (delta simulation); the new cost."""
-        start = time.perf_counter()
-        self.simulator.update()
-        self.update_seconds += time.perf_counter() - start
-        self.updates += 1
-        self.edited = False
-        self.smallest_memory = min(self.smallest_memory, self.memory)
-        return self.cost
-
-    def move_to(self, configs: Mapping[Node, Config]) -> float:
-        """Every op in its configuration of `configs`; the new cost. Where that changes
-        nothing the simulation stands, and no update is made or counted: the search's
-        statistics are of the simulations it needed."""
-        for node, config in configs.items():
-            if self.configs[node] != config:
-                self.set(node, config)
-        return self.update() if self.edited else self.cost
-
-
-def simulation_statistics(
-    states: Sequence[SimulatedStrategy], proposals: int
-) -> dict[str, float | None]:
-    """How fast a search simulated: delta updates (the edit and the update) per
-    second over `states`' proposals, and against one full simulation of the last
-    state's strategy, as the thesis measures it (§3.4.2: build the task graph, then
-    simulate; Table 3.4) and of the simulator alone (`simulate` of the built graph
-    against an `update`). None where the search made no proposal (`proposals`: the
-    strategies it priced) or nothing was simulated: a speed of no work is no figure."""
-    updates = sum(state.updates for state in states) if proposals else 0
-    update_seconds = sum(state.update_seconds for state in states)
-    delta = (update_seconds + sum(state.edit_seconds for state in states)) / max(updates, 1)
-    names = ("simulations_per_second", "full_simulations_per_second", "delta_vs_full")
-    if not updates or not states:
-        return dict.fromkeys((*names, "update_vs_simulate"))
-    last = states[-1]
-    start = time.perf_counter()
-    step = ShardedStep(
-        last.problem.dag, copy_plan(last.plan), last.step.machine, mesh=last.problem.mesh
-    )
-    built = time.perf_counter()
-    simulate(step.graph, memory=last.simulator.memory)
-    done = time.perf_counter()
-    return {
-        "simulations_per_second": round(1 / max(delta, 1e-9), 1),
-        "full_simulations_per_second": round(1 / (done - start), 1),
-        "delta_vs_full": round((done - start) / max(delta, 1e-9), 2),
-        "update_vs_simulate": round((done - built) / max(update_seconds / updates, 1e-9), 2),
-    }
-
-
-def copy_plan(plan: Plan) -> Plan:
-    """A copy `ShardedStep` may edit (it edits its plan in place) leaving `plan` as it is."""
-    return dataclasses.replace(
-        plan,
-        configs=dict(plan.configs),
-        operands=dict(plan.operands),
-        values=dict(plan.values),
-        notes=list(plan.notes),
-    )
-
-
-@dataclass
-class Best:
-    """The cheapest strategy a search has seen, as the plan it is written as, and the
-    smallest per-device memory seen (for the memory cap's error)."""
-
-    settings: Settings
-    cost: float = math.inf
-    plan: Plan | None = None
-    origin: str = ""
-    """The initial candidate whose chain found it."""
-    smallest_memory: float = math.inf
-
-    def offer(self, state: SimulatedStrategy, origin: str) -> None:
-        """`state` as it stands, kept when it costs less than the best."""
-        self.smallest_memory = min(self.smallest_memory, state.smallest_memory)
-        if state.cost < self.cost:
-            self.cost, self.plan, self.origin = state.cost, copy_plan(state.plan), origin
-
-    def polish(self, problem: Problem) -> None:
-        """The best configurations completed again (`plan.complete`), which lets linear
-        ops read partial sums where that saves bytes (the searches' edits read
-        operands complete), kept when that simulates faster. Plans on one mesh only."""
-        if self.plan is None or self.plan.meshes:
-            return
-        try:
-            plan = complete(problem, Prescription(configs=dict(self.plan.configs)))
-        except PlanError:
-            return
-        settings = self.settings
-        self.offer(
-            SimulatedStrategy.under(settings, problem, plan),
-            self.origin,
-        )
-
-    def result(self) -> tuple[float, Plan]:
-        """The cost and plan; MemoryCapError when nothing fit under the cap."""
-        if self.plan is None:
-            swapping = (
-                f", even swapping (place={self.settings.place.placer})"
-                if self.settings.place is not None
-                else ""
-            )
-            raise MemoryCapError(
-                f"no strategy fits under memory-cap={bytes_and_size(self.settings.memory_cap)} "
-                f"per device{swapping}: the smallest per-device memory found is "
-                f"{bytes_and_size(int(self.smallest_memory))}"
-            )
-        return self.cost, self.plan
 
 
 def uniform_plan(problem: Problem, choose: Callable[[OpRule, Mesh], Config]) -> Plan | None:
@@ -485,40 +197,33 @@ def _chain_progress(progress: Progress | None, done: int, best: float) -> Progre
 
 
 @paused_gc()  # steps of 10^5 tasks built and edited: `paused_gc` says why
-def search(
-    problem: Problem, baselines: Mapping[str, Plan], settings: Settings
-) -> SearchOutcome[Plan]:
-    """The best strategy chains from `baselines` (data parallel and the others) and a random
-    strategy find (see the module docstring)."""
-    started = time.perf_counter()
-    rng = random.Random(settings.seed)
+def search(problem: SoapProblem, starts: Mapping[str, Plan], limits: Limits) -> SearchOutcome[Plan]:
+    """The best strategy chains from `starts` (data parallel and the other baselines),
+    every op replicated and a random strategy find (see the module docstring)."""
+    program = problem.program
+    rng = random.Random(limits.seed)
     made = {
-        "replicated": uniform_plan(problem, lambda rule, mesh: {}),
-        "random": uniform_plan(problem, lambda rule, mesh: rng.choice(configurations(rule, mesh))),
+        "replicated": uniform_plan(program, lambda rule, mesh: {}),
+        "random": uniform_plan(program, lambda rule, mesh: rng.choice(configurations(rule, mesh))),
     }
-    starts = {**baselines, **{name: plan for name, plan in made.items() if plan is not None}}
-    best = Best(settings)
+    starts = {**starts, **{name: plan for name, plan in made.items() if plan is not None}}
+    best = Best(problem)
     chains: dict[str, dict[str, Any]] = {}
     stops: list[StopReason] = []
     totals = {"proposals": 0, "accepted": 0, "illegal": 0, "propagated": 0}
     states: list[SimulatedStrategy] = []
     for index, (origin, plan) in enumerate(starts.items()):
         left = len(starts) - index
-        state = SimulatedStrategy.under(settings, problem, plan)
+        state = problem.simulate(plan)
         start_cost = state.cost
         best.offer(state, origin)
-        deadline = settings.deadline.share(1 / left)
+        deadline = limits.deadline.share(1 / left)
         if not deadline.expired():
             state.normalize()
-        choices = {
-            node: options
-            for node in problem.rules
-            if len(options := configurations(problem.rules[node], mesh_of(plan, problem, node))) > 1
-        }
-        chain = Chain(state, choices, rng, settings.beta)
-        progress = _chain_progress(settings.progress, totals["proposals"], best.cost)
+        chain = Chain(state, problem.space(plan), rng, problem.tuning.beta)
+        progress = _chain_progress(limits.progress, totals["proposals"], best.cost)
         configs, cost, stopped = chain.run(
-            (settings.budget - totals["proposals"]) // left, deadline, progress
+            (limits.budget - totals["proposals"]) // left, deadline, progress
         )
         if cost < best.cost:
             state.move_to(configs)
@@ -534,7 +239,7 @@ def search(
             totals[key] += getattr(chain, key)
         states.append(state)
     statistics = simulation_statistics(states, totals["proposals"])
-    best.polish(problem)
+    best.polish()
     cost, plan = best.result()
     details = {
         "proposals": totals["proposals"],
@@ -555,7 +260,7 @@ def search(
         best=plan,
         cost_before=chains["data-parallel"]["start"],
         cost_after=cost,
-        seconds=time.perf_counter() - started,
+        seconds=limits.deadline.elapsed(),
         stopped=stopped,
         details=details,
     )

@@ -4,7 +4,7 @@ A strategy reads the `Problem` and prescribes configurations for the ops it has 
 opinion on, with notes for what it could not do; `plan.complete` chooses the rest.
 Strategies register by their `search=` name in `STRATEGIES`. They are the plans a
 practitioner would pick, so every report compares with those that apply
-(`soap_shard.BASELINES`) and every search starts from them. The searches that choose
+(`searches.BASELINES`) and every search starts from them. The searches that choose
 by simulation (`search=mcmc`, `search=exhaustive`: `mcmc.py`, `exhaustive.py`) are not
 strategies: they take the machine and limits besides the problem and are listed in
 `soap_shard.SEARCHES`.

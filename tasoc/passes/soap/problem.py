@@ -1,0 +1,190 @@
+"""What every soap search is given, and what they share to answer it.
+
+A soap search is one function (`searches.SEARCHES`):
+
+    search(problem: SoapProblem, starts: Mapping[str, Plan], limits: Limits) -> SearchOutcome[Plan]
+
+- `problem`: the step on its mesh and its space (`program`: the dag, the mesh, every
+  op's SOAP rule and so its legal configurations, `configurations`), how a plan is
+  priced (`machine`, each device's `memory_cap`, swapping with `place`), the
+  `objective` and a few knobs of particular searches (`Tuning`);
+- `starts`: the completed plans the search starts from, by origin (the practitioners'
+  baselines that apply, each plan once; `data-parallel` always among them);
+- `limits`: the one contract's limits (`passes/search.py`): a budget of steps, a
+  deadline, a seed and a progress callback.
+
+It returns the best plan it found as a `SearchOutcome` (its `seconds` measured from
+its limits' deadline, so a search made of searches, `auto`, reports the whole), never
+a plan over `memory_cap` (it raises `MemoryCapError` when nothing fits). Searches
+price plans with the one simulator (`problem.simulate`, a `SimulatedStrategy`) and
+keep the cheapest with `Best`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from tasoc.cost.machines import Machine
+from tasoc.ir import soap
+from tasoc.ir.dag import Node
+from tasoc.ir.limits import bytes_and_size
+from tasoc.ir.shard_plan import Plan
+from tasoc.ir.soap import Config, Mesh, OpRule
+from tasoc.passes.search import Deadline, Progress
+from tasoc.passes.soap.plan import PlanError, Prescription, Problem, complete
+from tasoc.passes.soap.simulated import SimulatedStrategy, copy_plan
+from tasoc.passes.soap.swap_pricing import SwapPricing
+
+Objective = Literal["time", "frontier", "mini-time", "mini-parallelism", "profile"]
+"""TensorOpt's objectives (§4.1) and FlexFlow's (`time`: the fastest strategy)."""
+
+Heuristic = Literal["memory", "time", "weighted"]
+"""How FT's heuristic elimination chooses a node's option (`frontier.py`)."""
+
+
+class MemoryCapError(ValueError):
+    """No strategy the search saw fits under `memory-cap`; one line naming the smallest
+    per-device memory it found."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """When a search stops (the contract of `passes/search.py`) and what it draws from."""
+
+    budget: int
+    """Steps: proposals (mcmc), complete strategies simulated (exhaustive); the
+    cost-graph searches take none."""
+    deadline: Deadline
+    seed: int = 0
+    progress: Progress | None = None
+    """Hears of the steps so far and the best cost (`search.search_progress`)."""
+
+    def share(self, fraction: float) -> Limits:
+        """The limits of a phase: `fraction` of the time left, the budget whole, drawing
+        no progress bar (the phase's caller owns it)."""
+        return dataclasses.replace(self, deadline=self.deadline.share(fraction), progress=None)
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """The knobs of particular searches (the pass's options of the same names)."""
+
+    beta: float = 20.0
+    """MCMC: eq. 3.1's inverse temperature, costs in units of a chain's start."""
+    heuristic: Heuristic | None = "weighted"
+    """FT: how it fixes a node it cannot eliminate exactly; None: it conditions (exact)."""
+    max_points: int | None = None
+    """FT: the most points kept per frontier (None: all, exact)."""
+
+
+@dataclass(frozen=True)
+class SoapProblem:
+    """A step to plan on its mesh, how plans of it are priced, and what is wanted."""
+
+    program: Problem
+    """The program on its mesh: the dag, every op's SOAP rule, the training roles."""
+    machine: Machine
+    memory_cap: int | None = None
+    """Bytes per device a plan may hold; None: no cap (memory is then not simulated)."""
+    objective: Objective = "time"
+    pick: str | None = None
+    """Which frontier point `objective=frontier` writes (`fastest`, `smallest`, a number)."""
+    place: SwapPricing | None = None
+    """How a strategy over `memory_cap` is priced by swapping (`soap-shard{place=}`);
+    None: it is infeasible."""
+    tuning: Tuning = field(default_factory=Tuning)
+
+    @property
+    def traces_memory(self) -> bool:
+        """Whether the search simulates memory: only a memory cap needs it."""
+        return self.memory_cap is not None
+
+    def simulate(self, plan: Plan) -> SimulatedStrategy:
+        """`plan` simulated as a search prices it: on the machine, memory traced only
+        under a cap, a strategy over it priced by swapping with `place`."""
+        return SimulatedStrategy.of(
+            self.program,
+            plan,
+            self.machine,
+            self.memory_cap,
+            memory=self.traces_memory,
+            place=self.place,
+        )
+
+    def space(self, plan: Plan) -> dict[Node, tuple[Config, ...]]:
+        """The ops a search may change, from `plan` (on the mesh or device group each
+        runs on there), with their legal configurations: those with two or more."""
+        rules = self.program.rules
+        return {
+            node: options
+            for node in rules
+            if len(options := configurations(rules[node], mesh_of(plan, self.program, node))) > 1
+        }
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def configurations(rule: OpRule, mesh: Mesh) -> tuple[Config, ...]:
+    """Every legal configuration of `rule` on `mesh` (the unsplit one first)."""
+    return tuple(soap.configurations(rule, mesh))
+
+
+def mesh_of(plan: Plan, program: Problem, node: Node) -> Mesh:
+    """The mesh (whole mesh or device group) `node` runs on in `plan`."""
+    name = plan.values[node.results[0]].mesh
+    return next((mesh for mesh in plan.meshes if mesh.name == name), program.mesh)
+
+
+@dataclass
+class Best:
+    """The cheapest strategy a search has seen, as the plan it is written as, and the
+    smallest per-device memory seen (for the memory cap's error)."""
+
+    problem: SoapProblem
+    cost: float = math.inf
+    plan: Plan | None = None
+    origin: str = ""
+    """The start whose chain (or walk) found it."""
+    smallest_memory: float = math.inf
+
+    def offer(self, state: SimulatedStrategy, origin: str) -> None:
+        """`state` as it stands, kept when it costs less than the best."""
+        self.smallest_memory = min(self.smallest_memory, state.smallest_memory)
+        if state.cost < self.cost:
+            self.cost, self.plan, self.origin = state.cost, copy_plan(state.plan), origin
+
+    def polish(self) -> None:
+        """The best configurations completed again (`plan.complete`), which lets linear
+        ops read partial sums where that saves bytes (the searches' edits read
+        operands complete), kept when that simulates faster. Plans on one mesh only."""
+        if self.plan is None or self.plan.meshes:
+            return
+        try:
+            plan = complete(self.problem.program, Prescription(configs=dict(self.plan.configs)))
+        except PlanError:
+            return
+        self.offer(self.problem.simulate(plan), self.origin)
+
+    def result(self) -> tuple[float, Plan]:
+        """The cost and plan; MemoryCapError when nothing fit under the cap."""
+        if self.plan is None:
+            place = self.problem.place
+            swapping = f", even swapping (place={place.placer})" if place is not None else ""
+            raise MemoryCapError(
+                f"no strategy fits under memory-cap={bytes_and_size(self.problem.memory_cap)} "
+                f"per device{swapping}: the smallest per-device memory found is "
+                f"{bytes_and_size(int(self.smallest_memory))}"
+            )
+        return self.cost, self.plan
+
+
+def starting_cost(problem: SoapProblem, starts: Mapping[str, Plan]) -> float:
+    """The cost a search's outcome is measured against (`cost_before`): data parallel's
+    simulated time, which every soap search is given as a start."""
+    return SimulatedStrategy.of(
+        problem.program, starts["data-parallel"], problem.machine, None, memory=False
+    ).time

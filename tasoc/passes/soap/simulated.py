@@ -1,0 +1,187 @@
+"""A strategy priced by the one simulator, edited op by op: what every soap search
+that simulates (`mcmc`, `exhaustive`, `auto`) moves through, and what the pass and the
+cost-graph searches simulate their plans with.
+
+The step's task graph (`ShardedStep`) is built once and edited in place; the delta
+simulator (`DeltaSimulator.update`) re-times only what an edit touches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from tasoc.cost.machines import Machine
+from tasoc.ir.dag import Node
+from tasoc.ir.shard_plan import Plan
+from tasoc.ir.soap import Config
+from tasoc.passes.soap.plan import Problem
+from tasoc.passes.soap.swap_pricing import SwapPricing
+from tasoc.sim.core import DeltaSimulator, simulate
+from tasoc.sim.parallel import ShardedStep
+
+
+@dataclass
+class SimulatedStrategy:
+    """A strategy being edited one op at a time, and its simulated iteration time: the
+    step's task graph (`ShardedStep`) and the delta simulator over it.
+
+    `ShardedStep.set_config` reads an op's operands complete, so it is its own inverse
+    only where no op reads partial sums; `normalize` first brings every op there (what
+    completion's partial sums saved is recovered at the end by `polish`)."""
+
+    problem: Problem
+    step: ShardedStep
+    simulator: DeltaSimulator
+    configs: dict[Node, Config]
+    memory_cap: int | None
+    place: SwapPricing | None = None
+    """Prices a strategy over `memory_cap` by swapping (`swap_pricing.py`)."""
+    updates: int = 0
+    update_seconds: float = 0.0
+    """Seconds spent in the delta simulator's updates..."""
+    edit_seconds: float = 0.0
+    """... and editing the task graph for them (`ShardedStep.set_config`)."""
+    smallest_memory: int = field(init=False)
+    """The smallest per-device peak memory this strategy has had (for `MemoryCapError`)."""
+    edited: bool = field(default=False, init=False)
+    """Whether ops were `set` since the last update (the simulation is behind them)."""
+    _peak: int | None = field(default=None, init=False, repr=False)
+    """`memory` as of the last `set` (a replay of every device's tasks: once per edit)."""
+
+    def __post_init__(self) -> None:
+        self.smallest_memory = self.memory
+
+    @classmethod
+    def of(
+        cls,
+        problem: Problem,
+        plan: Plan,
+        machine: Machine,
+        memory_cap: int | None,
+        *,
+        memory: bool = True,
+        place: SwapPricing | None = None,
+    ) -> SimulatedStrategy:
+        """`plan` simulated on `machine`; without `memory` (a search without a memory
+        cap) its time alone, and `memory` reads 0 (`DeltaSimulator`); over the cap,
+        priced by swapping when `place` says how."""
+        step = ShardedStep(problem.dag, copy_plan(plan), machine, mesh=problem.mesh)
+        simulator = DeltaSimulator(step.graph, memory=memory)
+        return cls(problem, step, simulator, dict(plan.configs), memory_cap, place)
+
+    @property
+    def time(self) -> float:
+        """Simulated iteration time (seconds)."""
+        return self.simulator.timeline.makespan
+
+    @property
+    def memory(self) -> int:
+        """The largest device's peak bytes (`ShardedStep.peak_memory`); 0 when memory
+        is not simulated."""
+        if not self.simulator.memory:
+            return 0
+        if self._peak is None:
+            self._peak = self.step.peak_memory()
+        return self._peak
+
+    @property
+    def cost(self) -> float:
+        """The time; over the memory cap, the time with the stall of swapping to fit it
+        (`place`), else infinity."""
+        if self.memory_cap is None or self.memory <= self.memory_cap:
+            return self.time
+        if self.place is None:
+            return math.inf
+        return self.time + self.place.stall(self.problem.dag, self.plan, self.problem.mesh)
+
+    @property
+    def plan(self) -> Plan:
+        """The plan as it stands (the step's own: `copy_plan` it to keep it)."""
+        return self.step.plan
+
+    def normalize(self) -> None:
+        """Every op reads its operands complete, in its configuration (readers first, so
+        no producer stops making partial sums a reader still wants). Not counted among
+        the search's simulations: it is setting up, not a proposal."""
+        for node in reversed(self.step.order):
+            if any(operand.unreduced for operand in self.plan.operands.get(node, ())):
+                self.set(node, self.configs[node])
+        self.simulator.update()
+        self.edit_seconds = 0.0
+        self.edited = False
+
+    def set(self, node: Node, config: Config) -> None:
+        """`node` in `config`, without re-simulating (`update` does)."""
+        start = time.perf_counter()
+        self._peak = None
+        try:
+            self.step.set_config(node, config)
+        finally:
+            self.edit_seconds += time.perf_counter() - start
+        self.configs[node] = config
+        self.edited = True
+
+    def update(self) -> float:
+        """Re-simulate after `set`s (delta simulation); the new cost."""
+        start = time.perf_counter()
+        self.simulator.update()
+        self.update_seconds += time.perf_counter() - start
+        self.updates += 1
+        self.edited = False
+        self.smallest_memory = min(self.smallest_memory, self.memory)
+        return self.cost
+
+    def move_to(self, configs: Mapping[Node, Config]) -> float:
+        """Every op in its configuration of `configs`; the new cost. Where that changes
+        nothing the simulation stands, and no update is made or counted: the search's
+        statistics are of the simulations it needed."""
+        for node, config in configs.items():
+            if self.configs[node] != config:
+                self.set(node, config)
+        return self.update() if self.edited else self.cost
+
+
+def simulation_statistics(
+    states: Sequence[SimulatedStrategy], proposals: int
+) -> dict[str, float | None]:
+    """How fast a search simulated: delta updates (the edit and the update) per
+    second over `states`' proposals, and against one full simulation of the last
+    state's strategy, as the thesis measures it (§3.4.2: build the task graph, then
+    simulate; Table 3.4) and of the simulator alone (`simulate` of the built graph
+    against an `update`). None where the search made no proposal (`proposals`: the
+    strategies it priced) or nothing was simulated: a speed of no work is no figure."""
+    updates = sum(state.updates for state in states) if proposals else 0
+    update_seconds = sum(state.update_seconds for state in states)
+    delta = (update_seconds + sum(state.edit_seconds for state in states)) / max(updates, 1)
+    names = ("simulations_per_second", "full_simulations_per_second", "delta_vs_full")
+    if not updates or not states:
+        return dict.fromkeys((*names, "update_vs_simulate"))
+    last = states[-1]
+    start = time.perf_counter()
+    step = ShardedStep(
+        last.problem.dag, copy_plan(last.plan), last.step.machine, mesh=last.problem.mesh
+    )
+    built = time.perf_counter()
+    simulate(step.graph, memory=last.simulator.memory)
+    done = time.perf_counter()
+    return {
+        "simulations_per_second": round(1 / max(delta, 1e-9), 1),
+        "full_simulations_per_second": round(1 / (done - start), 1),
+        "delta_vs_full": round((done - start) / max(delta, 1e-9), 2),
+        "update_vs_simulate": round((done - built) / max(update_seconds / updates, 1e-9), 2),
+    }
+
+
+def copy_plan(plan: Plan) -> Plan:
+    """A copy `ShardedStep` may edit (it edits its plan in place) leaving `plan` as it is."""
+    return dataclasses.replace(
+        plan,
+        configs=dict(plan.configs),
+        operands=dict(plan.operands),
+        values=dict(plan.values),
+        notes=list(plan.notes),
+    )
