@@ -35,7 +35,6 @@ import math
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from tasoc.ir.dag import Node
 from tasoc.ir.shard_plan import Plan
@@ -55,6 +54,17 @@ PROPAGATION_LIMIT = 256
 costs a few resharding estimates and an edit of the step), not on how far it reaches
 in a small step."""
 
+GROUPING = 0.25
+"""The share of proposals that move every op alike to the chosen one together
+(`Chain.alike`); the others move the chosen op alone (and, when they propagate, its
+readers)."""
+
+POLISHED = 2.0
+"""A chain's best is completed again (`Best.polish`) when it is within this factor of
+the best chain's: partial sums, which the chains' edits cannot keep (`normalize`),
+halve some steps' communication (rnnlm's data parallel on 16 P100s: 104 ms
+normalized, 53 ms completed), so the chains are compared as the plans they write."""
+
 PATIENCE = 4
 """A chain runs at least this many proposals per alternative configuration (of all
 ops together) without improving before it stops (a chain stopped by the half-time
@@ -71,6 +81,28 @@ def uniform_plan(problem: Problem, choose: Callable[[OpRule, Mesh], Config]) -> 
         return None
 
 
+def alike_ops(
+    choices: Mapping[Node, Sequence[Config]], state: SimulatedStrategy
+) -> dict[Node, tuple[Node, ...]]:
+    """Each op with its alike ops: those of the same SOAP rule (op, shapes and factors)
+    on the same mesh, so of the same legal configurations.
+
+    A training step repeats its layers' ops: an RNN unrolled 40 steps computes each
+    weight's gradient as 40 alike matmuls summed by 39 alike adds, a ResNet's blocks
+    repeat alike convolutions. A better plan moves them together (the ILP's plan of
+    rnnlm on 16 GPUs splits all 160 weight-gradient matmuls by the weight's features
+    instead of the batch), which one op's change at a time cannot reach: each single
+    step costs a resharding against its neighbours, and the chain rejects it."""
+    rules = state.problem.rules
+    groups: dict[tuple[object, str], list[Node]] = {}
+    for node in choices:
+        groups.setdefault((rules[node], state.step.mesh_of(node).name), []).append(node)
+    alike = {}
+    for group in map(tuple, groups.values()):
+        alike.update(dict.fromkeys(group, group))
+    return alike
+
+
 @dataclass
 class Chain:
     """One Metropolis-Hastings chain from one (normalized) initial strategy."""
@@ -82,63 +114,97 @@ class Chain:
     beta: float
     propagating: float = PROPAGATING
     """The share of proposals that propagate (`_propagate`)."""
+    grouping: float = GROUPING
+    """The share of proposals that move an op's alike ops with it (`alike`)."""
     proposals: int = 0
     accepted: int = 0
     illegal: int = 0
     propagated: int = 0
     """Proposals that propagated, and so changed more than their op."""
+    grouped: int = 0
+    """Proposals that moved a group of alike ops."""
 
     def __post_init__(self) -> None:
         step = self.state.step
         self._consumers = step.dag.consumers()
         self._position = {node: i for i, node in enumerate(step.order)}
+        self.alike = alike_ops(self.choices, self.state)
+        self._ops = list(self.choices)
+        self._patience = PATIENCE * sum(len(options) - 1 for options in self.choices.values())
+        self._scale = self.state.time or 1.0
+        self.current = self.state.cost
+        self.best, self.best_cost, self._since_best = dict(self.state.configs), self.current, 0
+        self.converged = not self._ops
 
-    def run(
-        self, budget: int, deadline: Deadline, progress: Progress | None = None
-    ) -> tuple[dict[Node, Config], float, StopReason]:
-        """The best configurations this chain found and their cost, and why it stopped;
-        `progress` hears of its proposals and best cost after each proposal."""
-        ops = list(self.choices)
-        patience = PATIENCE * sum(len(options) - 1 for options in self.choices.values())
-        scale = self.state.time or 1.0
-        current = self.state.cost
-        best, best_cost, since_best = dict(self.state.configs), current, 0
+    def run(self, until: int, deadline: Deadline, progress: Progress | None = None) -> StopReason:
+        """Propose until the chain has made `until` proposals (BUDGET), the deadline
+        (TIMEOUT) or convergence (CONVERGED, for good); a chain stopped otherwise
+        resumes where it was (`search`'s rounds). `best` and `best_cost` are the best
+        it has found; `progress` hears of its proposals and best cost after each."""
         while True:
-            if self.proposals >= budget:
-                return best, best_cost, StopReason.BUDGET
+            if self.converged:
+                return StopReason.CONVERGED
+            if self.proposals >= until:
+                return StopReason.BUDGET
             if deadline.expired():
-                return best, best_cost, StopReason.TIMEOUT
-            if not ops or since_best > max(patience, self.proposals // 2):
-                return best, best_cost, StopReason.CONVERGED
-            if progress is not None:
-                progress(self.proposals, best_cost)
-            self.proposals += 1
-            since_best += 1
-            node = self.rng.choice(ops)
-            old = self.state.configs[node]
-            others = [config for config in self.choices[node] if config != old]
-            propagate = self.rng.random() < self.propagating
-            try:
-                self.state.set(node, self.rng.choice(others))
-            except ValueError:  # a layout a reader cannot reach: the step is unchanged
-                self.illegal += 1
+                return StopReason.TIMEOUT
+            if self._since_best > max(self._patience, self.proposals // 2):
+                self.converged = True
                 continue
-            undo = [(node, old), *(self._propagate(node) if propagate else ())]
-            self.propagated += len(undo) > 1
-            cost = self.state.update()
-            if self._accept(current, cost, scale):
-                self.accepted += 1
-                current = cost
-                if cost < best_cost:
-                    best, best_cost, since_best = dict(self.state.configs), cost, 0
-            else:
-                for changed, config in reversed(undo):
-                    self.state.set(changed, config)
-                current = self.state.update()
+            if progress is not None:
+                progress(self.proposals, self.best_cost)
+            self.proposals += 1
+            self._since_best += 1
+            self._propose()
 
-    def _propagate(self, node: Node) -> list[tuple[Node, Config]]:
-        """After `node` changed: its readers, and theirs in turn (in program order, up
-        to `PROPAGATION_LIMIT` of them), re-choose the configuration completion would
+    def _propose(self) -> None:
+        """One proposal: a random op to a random other configuration, with its alike
+        ops (`grouping` of the time) and its readers (`propagating` of the time, and
+        always after a group: a group moved against its readers pays a resharding at
+        every member); accepted by eq. 3.1, else every change undone."""
+        node = self.rng.choice(self._ops)
+        old = self.state.configs[node]
+        config = self.rng.choice([other for other in self.choices[node] if other != old])
+        propagate = self.rng.random() < self.propagating
+        group = self.alike[node] if self.rng.random() < self.grouping else (node,)
+        undo = self._move(group, config)
+        if not undo:  # a layout a reader cannot reach: the step is unchanged
+            self.illegal += 1
+            return
+        self.grouped += len(undo) > 1
+        if propagate or len(undo) > 1:  # a group moved alone reshards at every member
+            followed = self._propagate([changed for changed, _ in undo])
+            self.propagated += bool(followed)
+            undo += followed
+        cost = self.state.update()
+        if self._accept(self.current, cost, self._scale):
+            self.accepted += 1
+            self.current = cost
+            if cost < self.best_cost:
+                self.best, self.best_cost, self._since_best = dict(self.state.configs), cost, 0
+        else:
+            for changed, previous in reversed(undo):
+                self.state.set(changed, previous)
+            self.current = self.state.update()
+
+    def _move(self, group: Sequence[Node], config: Config) -> list[tuple[Node, Config]]:
+        """Every op of `group` in `config` where it is not and a reader can follow; the
+        ops changed, with their old configurations."""
+        changed = []
+        for node in group:
+            old = self.state.configs[node]
+            if old == config:
+                continue
+            try:
+                self.state.set(node, config)
+            except ValueError:  # a layout a reader cannot reach: this op is unchanged
+                continue
+            changed.append((node, old))
+        return changed
+
+    def _propagate(self, nodes: Sequence[Node]) -> list[tuple[Node, Config]]:
+        """After `nodes` changed: their readers, and theirs in turn (in program order,
+        up to `PROPAGATION_LIMIT` of them), re-choose the configuration completion would
         give them now (`cheapest_config`); the readers changed, with their old
         configurations.
 
@@ -152,11 +218,12 @@ class Chain:
         step, problem = self.state.step, self.state.problem
         queue = [
             (self._position[use.node], use.node)
+            for node in nodes
             for v in node.results
             for use in self._consumers.get(v, ())
         ]
         heapq.heapify(queue)
-        seen: set[Node] = {node}
+        seen: set[Node] = set(nodes)
         changed: list[tuple[Node, Config]] = []
         while queue and len(changed) < PROPAGATION_LIMIT:
             _, reader = heapq.heappop(queue)
@@ -196,6 +263,41 @@ def _chain_progress(progress: Progress | None, done: int, best: float) -> Progre
     return lambda proposals, cost: progress(done + proposals, min(best, cost))
 
 
+def _halving(chains: Mapping[str, Chain], limits: Limits) -> dict[str, StopReason]:
+    """Run the chains by successive halving: rounds in which every chain still in
+    runs its share of the round's proposals, after which the better half (by best
+    cost) goes on; ceil(log2 n) rounds share the budget and the time alike. Starts
+    differ by 10x (every op replicated against the ILP's plan), and a chain's worth
+    shows in its first proposals, so the budget goes to the chains that can win
+    instead of 1/n to each (Jamieson and Talwalkar, 2016, on budgets over arms). Why
+    each chain last stopped, by origin."""
+    stops: dict[str, StopReason] = {}
+    active = sorted(chains, key=lambda origin: chains[origin].best_cost)
+    rounds = max(1, math.ceil(math.log2(max(len(active), 1))))
+    spent = 0
+    for round_index in range(rounds):
+        left = rounds - round_index
+        budget = (limits.budget - spent) // left
+        deadline = limits.deadline.share(1 / left)
+        for index, origin in enumerate(active):
+            chain, share = chains[origin], budget // (len(active) - index)
+            before = chain.proposals
+            progress = _chain_progress(
+                limits.progress, spent, min(c.best_cost for c in chains.values())
+            )
+            stops[origin] = chain.run(
+                chain.proposals + share, deadline.share(1 / (len(active) - index)), progress
+            )
+            spent += chain.proposals - before
+            budget -= chain.proposals - before
+        if limits.deadline.expired():
+            break
+        running = [origin for origin in active if not chains[origin].converged]
+        running.sort(key=lambda origin: chains[origin].best_cost)
+        active = running[: math.ceil(len(running) / 2)] if round_index < rounds - 1 else running
+    return stops
+
+
 @paused_gc()  # steps of 10^5 tasks built and edited: `paused_gc` says why
 def search(problem: SoapProblem, starts: Mapping[str, Plan], limits: Limits) -> SearchOutcome[Plan]:
     """The best strategy chains from `starts` (data parallel and the other baselines),
@@ -208,38 +310,29 @@ def search(problem: SoapProblem, starts: Mapping[str, Plan], limits: Limits) -> 
     }
     starts = {**starts, **{name: plan for name, plan in made.items() if plan is not None}}
     best = Best(problem)
-    chains: dict[str, dict[str, Any]] = {}
-    stops: list[StopReason] = []
-    totals = {"proposals": 0, "accepted": 0, "illegal": 0, "propagated": 0}
-    states: list[SimulatedStrategy] = []
-    for index, (origin, plan) in enumerate(starts.items()):
-        left = len(starts) - index
+    chains: dict[str, Chain] = {}
+    starting: dict[str, float] = {}
+    for origin, plan in starts.items():
         state = problem.simulate(plan)
-        start_cost = state.cost
+        starting[origin] = state.cost
         best.offer(state, origin)
-        deadline = limits.deadline.share(1 / left)
-        if not deadline.expired():
+        if not limits.deadline.expired():
             state.normalize()
-        chain = Chain(state, problem.space(plan), rng, problem.tuning.beta)
-        progress = _chain_progress(limits.progress, totals["proposals"], best.cost)
-        configs, cost, stopped = chain.run(
-            (limits.budget - totals["proposals"]) // left, deadline, progress
-        )
-        if cost < best.cost:
-            state.move_to(configs)
-            best.offer(state, origin)
-        stops.append(stopped)
-        chains[origin] = {
-            "start": start_cost,
-            "best": min(cost, start_cost),
-            "proposals": chain.proposals,
-            "stopped": str(stopped),
-        }
-        for key in totals:
-            totals[key] += getattr(chain, key)
-        states.append(state)
+        chains[origin] = Chain(state, problem.space(plan), rng, problem.tuning.beta)
+    stops = _halving(chains, limits)
+    lowest = min(chain.best_cost for chain in chains.values())
+    for origin, chain in chains.items():
+        if chain.best_cost > POLISHED * lowest:
+            continue
+        chain.state.move_to(chain.best)
+        best.offer(chain.state, origin)
+        best.polish(chain.state.plan, origin)
+    states = [chain.state for chain in chains.values()]
+    totals = {
+        key: sum(getattr(chain, key) for chain in chains.values())
+        for key in ("proposals", "accepted", "illegal", "propagated", "grouped")
+    }
     statistics = simulation_statistics(states, totals["proposals"])
-    best.polish()
     cost, plan = best.result()
     details = {
         "proposals": totals["proposals"],
@@ -247,18 +340,27 @@ def search(problem: SoapProblem, starts: Mapping[str, Plan], limits: Limits) -> 
         "acceptance_rate": round(totals["accepted"] / max(totals["proposals"], 1), 4),
         "illegal_proposals": totals["illegal"],
         "propagated_proposals": totals["propagated"],
+        "grouped_proposals": totals["grouped"],
         "simulations": sum(state.updates for state in states),
         **statistics,
         "found_by": best.origin,
-        "chains": chains,
+        "chains": {
+            origin: {
+                "start": cost,
+                "best": min(cost, chains[origin].best_cost),
+                "proposals": chains[origin].proposals,
+                "stopped": str(stops[origin]),
+            }
+            for origin, cost in starting.items()
+        },
     }
     stopped = next(
-        (reason for reason in (StopReason.TIMEOUT, StopReason.BUDGET) if reason in stops),
+        (reason for reason in (StopReason.TIMEOUT, StopReason.BUDGET) if reason in stops.values()),
         StopReason.CONVERGED,
     )
     return SearchOutcome(
         best=plan,
-        cost_before=chains["data-parallel"]["start"],
+        cost_before=starting["data-parallel"],
         cost_after=cost,
         seconds=limits.deadline.elapsed(),
         stopped=stopped,

@@ -157,17 +157,19 @@ class Best:
         if state.cost < self.cost:
             self.cost, self.plan, self.origin = state.cost, copy_plan(state.plan), origin
 
-    def polish(self) -> None:
-        """The best configurations completed again (`plan.complete`), which lets linear
-        ops read partial sums where that saves bytes (the searches' edits read
-        operands complete), kept when that simulates faster. Plans on one mesh only."""
-        if self.plan is None or self.plan.meshes:
+    def polish(self, plan: Plan | None = None, origin: str | None = None) -> None:
+        """`plan`'s configurations (the best's by default) completed again
+        (`plan.complete`), which lets linear ops read partial sums where that saves
+        bytes (the searches' edits read operands complete), offered. Plans on one mesh
+        only."""
+        plan = self.plan if plan is None else plan
+        if plan is None or plan.meshes:
             return
         try:
-            plan = complete(self.problem.program, Prescription(configs=dict(self.plan.configs)))
+            completed = complete(self.problem.program, Prescription(configs=dict(plan.configs)))
         except PlanError:
             return
-        self.offer(self.problem.simulate(plan), self.origin)
+        self.offer(self.problem.simulate(completed), self.origin if origin is None else origin)
 
     def result(self) -> tuple[float, Plan]:
         """The cost and plan; MemoryCapError when nothing fit under the cap."""
