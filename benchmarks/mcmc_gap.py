@@ -1,0 +1,127 @@
+"""MCMC against the ILP at FlexFlow's shapes (issue 31, item 1): how far `search=mcmc`
+alone ends from the ILP's plan, and what `search=auto` (MCMC from the ILP's plan too)
+writes, on the same step and machine.
+
+    .venv/bin/python benchmarks/mcmc_gap.py [--models alexnet,rnnlm,...] [--devices 16] \
+        [--machine p100-cluster] [--budget 2000] [--timeout 60] [--ilp-timeout 60]
+
+Each model is `benchmarks/papers_shapes.py`'s FlexFlow workload (Jia thesis §3.7.1: 64
+samples per GPU, AlexNet 256, RNNs unrolled 40 steps), its training step
+(`train=sgd`) posed as soap-shard poses it (the device's memory as the cap). Three
+searches, each with the pass's limits (`--budget` proposals, `--timeout` x 0.8 s, as
+`soap-shard{timeout=T}` gives its search): the ILP (`search=ilp`, `--ilp-timeout`),
+MCMC from the baselines and Spartan's tiling (`search=mcmc`) and `search=auto`. Every
+time is *simulated* on `--machine`; the search seconds are wall time here (state the
+load). Per row: the simulated step of each, MCMC's gap to the ILP ((mcmc - ilp) / ilp),
+proposals made, how MCMC stopped and which start its plan came from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from papers_shapes import FLEXFLOW, TRAIN
+
+from tasoc.cost.machines import machine
+from tasoc.driver.sources import build_zoo_model
+from tasoc.ir import dag as dag_module
+from tasoc.ir.program import entry_function
+from tasoc.ir.training import training_signature
+from tasoc.passes.search import Deadline, SearchOutcome
+from tasoc.passes.soap.meshes import parse_mesh
+from tasoc.passes.soap.plan import Problem
+from tasoc.passes.soap.problem import Limits, SoapProblem
+from tasoc.passes.soap.profile import SEARCH_SHARE
+from tasoc.passes.soap.searches import baseline_plans, run_search
+
+SEED = 0
+
+
+@dataclass(frozen=True)
+class GapRow:
+    model: str
+    ops: int
+    ilp_s: float
+    """The ILP plan's simulated step."""
+    mcmc: SearchOutcome
+    auto: SearchOutcome
+    seconds: tuple[float, ...]
+    """Wall seconds of the ILP, MCMC and auto."""
+
+    @property
+    def gap(self) -> float:
+        return self.mcmc.cost_after / self.ilp_s - 1
+
+
+def gap_row(name: str, devices: int, preset: str, args: argparse.Namespace) -> GapRow:
+    step = build_zoo_model(FLEXFLOW[name].spec_at(devices) + TRAIN)
+    dag = dag_module.from_module(step)
+    program = Problem(dag, parse_mesh(str(devices)), training_signature(entry_function(step)), {})
+    cluster = machine(preset)
+    problem = SoapProblem(program, cluster, int(cluster.device.memory_bytes))
+    baselines, _ = baseline_plans(program)
+    seconds = []
+    outcomes = []
+    for search, budget, timeout in (
+        ("ilp", 1, args.ilp_timeout),
+        ("mcmc", args.budget, args.timeout * SEARCH_SHARE),
+        ("auto", args.budget, args.timeout * SEARCH_SHARE),
+    ):
+        started = time.perf_counter()
+        outcomes.append(
+            run_search(search, problem, baselines, Limits(budget, Deadline.after(timeout), SEED))
+        )
+        seconds.append(time.perf_counter() - started)
+    ilp, mcmc, auto = outcomes
+    return GapRow(name, len(dag.ops), ilp.cost_after, mcmc, auto, tuple(seconds))
+
+
+def table(rows: Sequence[GapRow], args: argparse.Namespace) -> str:
+    lines = [
+        f"{args.devices} GPUs of {args.machine}, FlexFlow's shapes; simulated ms; search "
+        f"budget {args.budget} proposals, timeout {args.timeout} s x {SEARCH_SHARE}",
+        "",
+        "| model | ops | ilp ms | mcmc ms | gap | proposals | stopped | found by | auto ms "
+        "| auto found by | s (ilp / mcmc / auto) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | --- | --- |",
+    ]
+    for row in rows:
+        mcmc, auto = row.mcmc, row.auto
+        lines.append(
+            f"| {row.model} | {row.ops} | {row.ilp_s * 1e3:.1f} | {mcmc.cost_after * 1e3:.1f} "
+            f"| {row.gap:+.1%} | {mcmc.details['proposals']} | {mcmc.stopped} "
+            f"| {mcmc.details['found_by']} | {auto.cost_after * 1e3:.1f} "
+            f"| {auto.details['found_by']} | {' / '.join(f'{s:.0f}' for s in row.seconds)} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> list[GapRow]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", default=",".join(FLEXFLOW))
+    parser.add_argument("--devices", type=int, default=16)
+    parser.add_argument("--machine", default="p100-cluster")
+    parser.add_argument("--budget", type=int, default=2000)
+    parser.add_argument("--timeout", type=float, default=60.0)
+    parser.add_argument("--ilp-timeout", type=float, default=60.0)
+    args = parser.parse_args(argv)
+    print(f"load before: {os.getloadavg()[0]:.2f}", file=sys.stderr)
+    rows = []
+    for name in args.models.split(","):
+        rows.append(gap_row(name, args.devices, args.machine, args))
+        print(table(rows[-1:], args).splitlines()[-1], file=sys.stderr, flush=True)
+    print(f"load after: {os.getloadavg()[0]:.2f}", file=sys.stderr)
+    print(table(rows, args))
+    return rows
+
+
+if __name__ == "__main__":
+    main()
