@@ -26,6 +26,7 @@ from tasoc.passes.soap.cost_searches import FrontierError
 from tasoc.passes.soap.meshes import parse_mesh
 from tasoc.passes.soap.plan import Problem, complete
 from tasoc.passes.soap.problem import Limits, SoapProblem, configurations
+from tasoc.passes.soap.profile import ONE_DEVICE
 from tasoc.passes.soap.searches import baseline_plans
 from tasoc.passes.soap.simulated import SimulatedStrategy
 from tasoc.passes.soap.strategies import STRATEGIES
@@ -335,3 +336,17 @@ def test_the_search_halves_its_chains_and_polishes_their_bests() -> None:
     assert proposals[0] < proposals[-1]
     assert sum(proposals) == outcome.details["proposals"] <= 120
     assert outcome.cost_after <= min(chain["start"] for chain in chains.values())
+
+
+@pytest.mark.parametrize("search", ["auto", "mcmc", "exhaustive", "ft", "greedy", "ilp"])
+def test_a_mesh_of_one_device_is_a_trivial_plan_with_a_note(search: str) -> None:
+    """One device: an axis of size 1 splits nothing, so every search's space is the one
+    strategy (no proposal, no division by zero in the statistics), the plan has no
+    collective, no batch is said to be left unsplit, and a note says why."""
+    _, section = shard(mlp_step(), mesh=1, search=search)
+    assert section["collectives"] == {} and section["replicated_batch"] == {}
+    assert section["notes"] == [ONE_DEVICE]
+    assert section.get("proposals", 0) == 0
+    for key in ("simulations_per_second", "delta_vs_full", "update_vs_simulate"):
+        assert section.get(key) is None
+    assert section["predicted_seconds"]["plan"] == section["predicted_seconds"]["data-parallel"]

@@ -277,14 +277,18 @@ def shardings_for(rule: OpRule, config: Config, mesh: str) -> tuple[list[Shardin
 
 def configurations(rule: OpRule, mesh: Mesh) -> Iterator[dict[str, tuple[str, ...]]]:
     """Every legal configuration of `rule` on `mesh`: each axis to one factor or none,
-    axes of a factor in mesh order, every factor's degree dividing its size.
+    axes of a factor in mesh order, every factor's degree dividing its size. An axis
+    of size 1 splits nothing, so it takes no factor (a split over it would be the
+    unsplit configuration again, and a search would walk equal strategies).
 
-    Starts with the unsplit configuration; (F+1)^A of them for F factors and A axes.
+    Starts with the unsplit configuration; (F+1)^A of them for F factors and A axes
+    of two devices or more.
     """
     choices = [None, *(f.name for f in rule.factors)]
-    for assignment in itertools.product(choices, repeat=len(mesh.axes)):
+    axes = [axis for axis, size in mesh.axes if size > 1]
+    for assignment in itertools.product(choices, repeat=len(axes)):
         config: dict[str, tuple[str, ...]] = {}
-        for (axis, _), factor in zip(mesh.axes, assignment, strict=True):
+        for axis, factor in zip(axes, assignment, strict=True):
             if factor is not None:
                 config[factor] = (*config.get(factor, ()), axis)
         if all(rule.by_name[name].size % mesh.degree(axes) == 0 for name, axes in config.items()):

@@ -48,6 +48,9 @@ to 10^5 points once re-scheduled copies hold memory (a 13-layer transformer step
 node elimination multiplies two frontiers per option triple, which ran a 2,000-op
 inception_v3 step out of 22 GB; 64 points draw the trade-off and keep FT to seconds."""
 
+ONE_DEVICE = "a mesh of one device: every op runs whole on it, there is nothing to split"
+"""The note of a plan on one device (every search's space is then one strategy)."""
+
 SEARCH_SHARE = 0.8
 """The part of `timeout` a search takes; the pass simulates the plans it reports after."""
 
@@ -182,6 +185,8 @@ def plan_on(
                 program, candidate, problem.machine, problem.memory_cap, place=problem.place
             )
         simulated[name] = by_plan[id(candidate)]
+    if mesh.size == 1:
+        plan = dataclasses.replace(plan, notes=[*plan.notes, ONE_DEVICE])
     return Planned(problem, baselines, not_applying, outcome, plan, simulated)
 
 

@@ -96,6 +96,8 @@ def _split(
 ) -> Config:
     """`factor` over as many axes of `mesh` as divide it, with a note when not all do."""
     axes = largest_split(factor.size, mesh)
+    if mesh.size == 1:  # nothing to split, nothing to note
+        return {}
     if not axes:
         notes.add(
             f"{what} {factor.size} splits over no axis of the mesh; replicated",
@@ -121,11 +123,16 @@ def _on_batch(problem: Problem) -> list[Node]:
 
 def unsplit_batch(problem: Problem) -> dict[Node, int]:
     """The ops with a batch to split whose batch no axis of the mesh divides, with that
-    batch size: data parallelism cannot split them there (a batch of 6 on 4 devices)."""
+    batch size: data parallelism cannot split them there (a batch of 6 on 4 devices;
+    none on one device, where there is nothing to split)."""
     unsplit = {}
     for node in _on_batch(problem):
         sample = _first(problem.rules[node], "sample")
-        if sample is not None and not largest_split(sample.size, problem.mesh):
+        if (
+            sample is not None
+            and problem.mesh.size > 1
+            and not largest_split(sample.size, problem.mesh)
+        ):
             unsplit[node] = sample.size
     return unsplit
 
