@@ -39,11 +39,14 @@ the later tasks by a constant and must re-time each of them.
 from __future__ import annotations
 
 import argparse
+import os
 import random
+import statistics
 import time
 from collections.abc import Callable
 
-from tasoc.sim import DeltaSimulator, Task, TaskGraph, simulate
+from tasoc.sim import DeltaSimulator, Task, TaskGraph, Timeline, simulate
+from tasoc.sim.core import paused_gc
 
 
 def step_graph(devices: int, tasks: int, rng: random.Random) -> tuple[TaskGraph, list[list[int]]]:
@@ -116,12 +119,124 @@ def measure(graph: TaskGraph, edits: list[tuple[list[int], float]]) -> tuple[flo
     return full, rate(graph, edits, delta.update)
 
 
+SOAP_MODELS: dict[str, dict[str, object]] = {"rnnlm": {"seq": 40}, "inception_v3": {"batch": 64}}
+"""The FlexFlow models whose training steps soap-shard's MCMC edits (`soap`): RNNLM
+unrolled 40 steps, as the thesis runs it, and Inception-v3 at a global batch of 64."""
+
+SOAP_MACHINE = "k80-cluster"
+"""FlexFlow's 64-GPU cluster (4, 16 and 64 of its devices)."""
+
+
+def soap_edits(
+    model: str, devices: int, proposals: int, memory: bool
+) -> tuple[dict[str, list[tuple[float, float]]], int]:
+    """A chain of `proposals` of soap-shard's MCMC (seed 0) from data parallel on
+    `devices` of `SOAP_MACHINE`: for every update it makes, per edit kind (`op`: one
+    op's configuration; `propagated`: an op and the readers that followed it; `revert`:
+    a rejected proposal undone), the seconds of the delta update and of `simulate` of
+    the same, already built, graph, taken in turns (which runs first alternates); and the
+    step's task count."""
+    from shard_checks import step_of
+
+    from tasoc.cost.machines import machine
+    from tasoc.ir import dag as dag_module
+    from tasoc.ir.program import entry_function
+    from tasoc.ir.training import training_signature
+    from tasoc.passes.search import Deadline
+    from tasoc.passes.soap import mcmc
+    from tasoc.passes.soap.plan import Problem, complete
+    from tasoc.passes.soap.soap_shard import parse_mesh
+    from tasoc.passes.soap.strategies import STRATEGIES
+
+    step = step_of(model, SOAP_MODELS[model])  # type: ignore[arg-type]
+    dag = dag_module.from_module(step)
+    signature = training_signature(entry_function(step))
+    problem = Problem(dag, parse_mesh(str(devices)), signature, {})
+    plan = complete(problem, STRATEGIES["data-parallel"](problem))
+    state = mcmc.SimulatedStrategy.of(problem, plan, machine(SOAP_MACHINE), None, memory=memory)
+    state.normalize()
+    choices = {
+        node: options
+        for node, rule in problem.rules.items()
+        if len(options := mcmc.configurations(rule, problem.mesh)) > 1
+    }
+    chain = mcmc.Chain(state, choices, random.Random(0), 20.0)
+    times: dict[str, list[tuple[float, float]]] = {"op": [], "propagated": [], "revert": []}
+    seen = [0, 0]  # the chain's proposals and propagated proposals at the last update
+    graph, update = state.step.graph, state.simulator.update
+
+    def timed_update() -> Timeline:
+        counts = [chain.proposals, chain.propagated]
+        kind = "revert" if counts == seen else "propagated" if counts[1] > seen[1] else "op"
+        seen[:] = counts
+        update_first = len(times[kind]) % 2 == 0
+        if not update_first:
+            full = clocked(lambda: simulate(graph, memory=memory))
+        began = time.perf_counter()
+        timeline = update()
+        delta = time.perf_counter() - began
+        if update_first:
+            full = clocked(lambda: simulate(graph, memory=memory))
+        times[kind].append((delta, full))
+        return timeline
+
+    state.simulator.update = timed_update  # type: ignore[method-assign]
+    with paused_gc():
+        chain.run(proposals, Deadline.after(600))
+    return times, len(graph)
+
+
+def clocked(call: Callable[[], object]) -> float:
+    """Seconds one call of `call` takes."""
+    began = time.perf_counter()
+    call()
+    return time.perf_counter() - began
+
+
+def soap_table(models: list[str], device_counts: list[int], proposals: int, memory: bool) -> None:
+    """`soap_edits` per model and device count: per edit kind, the median update and
+    full simulation, and the median and interquartile range of their per-edit ratio."""
+    print(
+        f"\nsoap-shard MCMC edits ({proposals} proposals, {SOAP_MACHINE}, memory={memory}), "
+        f"load {os.getloadavg()[0]:.2f}:"
+    )
+    print(
+        f"{'model':13} {'dev':>3} {'tasks':>6} {'edit':10} {'n':>4} {'update ms':>9} "
+        f"{'full ms':>8} {'full/update':>11} {'IQR':>13}"
+    )
+    for model in models:
+        for devices in device_counts:
+            times, tasks = soap_edits(model, devices, proposals, memory)
+            for kind, pairs in times.items():
+                if not pairs:
+                    continue
+                ratios = [full / delta for delta, full in pairs]
+                low, _, high = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
+                update = statistics.median(delta for delta, _ in pairs) * 1e3
+                full = statistics.median(full for _, full in pairs) * 1e3
+                print(
+                    f"{model:13} {devices:3} {tasks:6} {kind:10} {len(pairs):4} {update:9.3f} "
+                    f"{full:8.3f} {statistics.median(ratios):10.2f}x {low:6.2f}-{high:5.2f}x"
+                )
+    print(f"load {os.getloadavg()[0]:.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--devices", type=int, default=16)
     parser.add_argument("--tasks", type=int, default=5000)
     parser.add_argument("--edits", type=int, default=300)
+    parser.add_argument("--soap", default="rnnlm,inception_v3", help="models ('' skips)")
+    parser.add_argument("--soap-devices", default="4,16,64")
+    parser.add_argument("--proposals", type=int, default=100)
+    parser.add_argument("--skip-synthetic", action="store_true")
     args = parser.parse_args()
+    if args.soap:
+        counts = [int(count) for count in args.soap_devices.split(",")]
+        for memory in (False, True):
+            soap_table(args.soap.split(","), counts, args.proposals, memory)
+    if args.skip_synthetic:
+        return
     rng = random.Random(0)
     step, layers = step_graph(args.devices, args.tasks, rng)
     graphs = {"step": step, "random": random_graph(args.devices, args.tasks, rng)}
