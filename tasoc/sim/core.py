@@ -400,41 +400,40 @@ class _Schedule:
         `before` holds what earlier steps of the same update moved, for one `_retrace`;
         `shift` (a replay's) may stop the loop early and shift the rest of the old run."""
         before = {} if before is None else before
-        tasks, position, instant = graph._tasks, self.position, self.instant
-        old_tasks, start_of, end_of = self.tasks, self.start, self.end
-        candidates = []
-        for task_id in again:
-            if task_id in position:
-                before[task_id] = (old_tasks[task_id], start_of[task_id], end_of[task_id])
-                instant.discard(task_id)
-                del position[task_id]
-            if task_id not in tasks:
-                for table in self._per_task():
-                    table.pop(task_id, None)
-            else:
-                if task_id not in before:
+        tasks, position, old_tasks = graph._tasks, self.position, self.tasks
+        again = set(again)
+        self.instant.difference_update(again)
+        if self.memory:
+            start_of, end_of = self.start, self.end
+            for task_id in again:
+                if task_id in position:
+                    before[task_id] = (old_tasks[task_id], start_of[task_id], end_of[task_id])
+                elif task_id not in before:
                     before[task_id] = (None, 0.0, 0.0)
-                candidates.append(task_id)
-        pending: dict[int, int] = {}
+        for task_id in again - tasks.keys():
+            for table in self._per_task():
+                table.pop(task_id, None)
+        again.intersection_update(tasks)
+        # a task with nothing to wait for is queued now; the others are counted when the
+        # first of their dependencies is taken (`_Waiting`), most of them never if `shift`
+        # stops the loop early: a replay reads only the tasks it takes
         ready_at: dict[int, float] = {}
-        queue: list[Queued] = []
-        for task_id in candidates:
-            waiting, ready = 0, 0.0
-            for dep in tasks[task_id].deps:
-                if dep not in position:
-                    waiting += 1
-                elif end_of[dep] > ready:
-                    ready = end_of[dep]
-            if waiting:
-                pending[task_id] = waiting
-                ready_at[task_id] = ready
-            else:
-                queue.append((ready, task_id))
+        pending = _Waiting(tasks, again, self.end, ready_at)
+        end_get = self.end.__getitem__
+        queue = [
+            (max(map(end_get, tasks[task_id].deps), default=0.0), task_id)
+            for task_id in again
+            if again.isdisjoint(tasks[task_id].deps)
+        ]
         heapq.heapify(queue)
         if shift is not None:
-            shift.watch(queue, pending, ready_at)
+            shift.watch(queue, pending, ready_at, again)
+        first = len(self.order)
         if self._run(graph, queue, pending, ready_at, shift):
             shift.apply()  # type: ignore[union-attr]
+        elif len(self.order) - first < len(again):  # tasks never queued: a cycle among them
+            untaken = again.difference(self.order[first:])
+            raise _cycle_error(graph, dict.fromkeys(untaken, 1))
         self._retrace(before)
 
     def _sparse(self, graph: TaskGraph, edited: set[int], cut: int) -> bool:
@@ -691,10 +690,10 @@ class _Schedule:
             order_ready.append(ready)
             order_resource.append(resource)
             for user in succ[task_id]:
+                waiting = pending[user] - 1  # first: a `_Waiting` fills `ready_at` for it
                 latest = ready_at.get(user, 0.0)
                 if end > latest:
                     latest = end
-                waiting = pending[user] - 1
                 if waiting:
                     pending[user] = waiting
                     ready_at[user] = latest
@@ -707,8 +706,7 @@ class _Schedule:
                 return True
         self._index(first)
         if pending:
-            member = _describe(graph, _cycle_member(graph, pending))
-            raise SimulationError(f"the task graph has a cycle through {member}")
+            raise _cycle_error(graph, pending)
         return False
 
     def _index(self, first: int) -> None:
@@ -823,25 +821,21 @@ class _Shift:
         self.queue: list[Queued] = []
         self.pending: dict[int, int] = {}
         self.ready_at: dict[int, float] = {}
-        self.least_gap: list[float] = []
+        self.again: set[int] = set()
         self.delta = 0.0
         self.at = 0
 
     def watch(
-        self, queue: list[Queued], pending: dict[int, int], ready_at: dict[int, float]
+        self,
+        queue: list[Queued],
+        pending: dict[int, int],
+        ready_at: dict[int, float],
+        again: set[int],
     ) -> None:
-        """The replay's state, before it starts: what `taken` reads."""
-        self.queue, self.pending, self.ready_at = queue, pending, ready_at
+        """The replay's state, before it starts, which `taken` reads; `again`: the tasks
+        it re-runs (the others are taken before it)."""
+        self.queue, self.pending, self.ready_at, self.again = queue, pending, ready_at, again
         self.old_free = dict(self.schedule.resource_free)  # at `cut`, the old run's as well
-        # how much later than the latest of its dependencies before `cut` each task was
-        # ready in the old run (min over the places from each on): how far δ may go below 0
-        gaps = [
-            ready - ready_at[task_id] if task_id in ready_at else math.inf
-            for task_id, ready in zip(self.replayed, self.ready, strict=True)
-        ]
-        gaps.reverse()
-        self.least_gap = list(accumulate(gaps, min))
-        self.least_gap.reverse()
 
     def taken(self, task_id: int, ready: float) -> bool:
         """The replay took `task_id`, ready at `ready`: whether the rest is the old run
@@ -922,8 +916,8 @@ class _Shift:
         margin = SHIFT_TOLERANCE * scale
         if any(new > old + delta + margin for new, old in later):
             return False
-        if delta and not (margin < self.least_gap[at] and -delta < self.least_gap[at] - margin):
-            return False  # a dependency before `cut` may decide a ready time left
+        if delta and self._held_back(at, min(delta, 0.0) - margin):
+            return False
         if rest[0] + delta < now:
             return False
         if delta:
@@ -938,6 +932,20 @@ class _Shift:
         if delta:
             self.schedule.drift += (deviation + 4 * math.ulp(scale)) / scale
         return True
+
+    def _held_back(self, at: int, limit: float) -> bool:
+        """Whether a task left depends on a task before `cut` that may decide its ready
+        time once shifted: one that ended at most `limit` (<= 0) after it was ready in
+        the old run, which a shift of δ <= 0 moves from above `limit` to below it, and
+        at 0.0 (it decided) for any δ."""
+        tasks, again, end_of = self.tasks, self.again, self.schedule.end
+        for task_id, ready in zip(self.replayed[at:], self.ready[at:], strict=True):
+            deps = tasks[task_id].deps
+            if not again.issuperset(deps):
+                earlier = max(end_of[dep] for dep in deps if dep not in again)
+                if earlier - ready >= limit:
+                    return True
+        return False
 
     def apply(self) -> None:
         """Writes the old run's rest, shifted by δ, after the tasks the replay took."""
@@ -959,6 +967,39 @@ class _Shift:
         schedule.order_ready += map(delta.__add__, self.ready[at:])
         schedule.order_resource += resources
         schedule._index(first)
+
+
+class _Waiting(dict[int, int]):
+    """How many dependencies each task a replay reaches still waits on, counted when the
+    first of them is taken (`_run` decrements at once): those among the tasks replayed
+    (`again`), each taken once. The latest end among the others, taken before the
+    replay, goes to `ready_at` then too."""
+
+    def __init__(
+        self,
+        tasks: Mapping[int, Task],
+        again: set[int],
+        end_of: Mapping[int, float],
+        ready_at: dict[int, float],
+    ) -> None:
+        super().__init__()
+        self.tasks, self.again, self.end_of, self.ready_at = tasks, again, end_of, ready_at
+
+    def __missing__(self, task_id: int) -> int:
+        waiting, ready = 0, 0.0
+        for dep in self.tasks[task_id].deps:
+            if dep in self.again:
+                waiting += 1
+            elif self.end_of[dep] > ready:
+                ready = self.end_of[dep]
+        self[task_id] = waiting
+        self.ready_at[task_id] = ready
+        return waiting
+
+
+def _cycle_error(graph: TaskGraph, pending: Mapping[int, int]) -> SimulationError:
+    member = _describe(graph, _cycle_member(graph, pending))
+    return SimulationError(f"the task graph has a cycle through {member}")
 
 
 def _cycle_member(graph: TaskGraph, pending: Mapping[int, int]) -> int:
