@@ -50,7 +50,6 @@ from __future__ import annotations
 import gc
 import heapq
 import math
-import operator
 import weakref
 from bisect import bisect_left
 from collections.abc import Hashable, Iterable, Iterator, Mapping
@@ -72,19 +71,6 @@ Queued = tuple[float, int]
 HANDOFF_DIRTY = 64
 """A sparse update hands the rest to the event loop once this many tasks, and half of
 those walked, are dirty: a dirty task costs it more than the event loop pays per task."""
-
-
-SHIFT_TOLERANCE = 1e-12
-"""A replay's times and the old run's differ by one shift where their differences agree
-within this share of the times (the rounding of what exact arithmetic makes equal)."""
-
-TIE_GAP = 1e-9
-"""... and the old run's rest is shifted only where its distinct ready times lie more
-than this share apart, so that no rounding can reorder two of them."""
-
-DRIFT_LIMIT = 1e-10
-"""Once the shifts' rounding adds up to this share of the makespan, the next update
-re-simulates in full, which makes the times the full simulation's again."""
 
 
 SPARSE_ODDS = 0.25
@@ -307,7 +293,6 @@ class _Schedule:
         self.sparse_odds = 1.0  # a running mean of how often a sparse update paid (`resimulate`)
         self.replays_in_a_row = 0
         self.handed_off = False  # whether the last sparse update handed the rest to the event loop
-        self.drift = 0.0  # the rounding shifts have added, as a share of the makespan (`_Shift`)
         pending: dict[int, int] = {}
         queue: list[Queued] = []
         for task_id, task in graph._tasks.items():
@@ -338,14 +323,10 @@ class _Schedule:
             if task is not None and edited.isdisjoint(task.deps):
                 cut_time = min(cut_time, max((self.end[dep] for dep in task.deps), default=0.0))
         cut = bisect_left(self.order_ready, cut_time)
-        if self.drift > DRIFT_LIMIT:
-            self.drift = 0.0
-            self._replay(graph, edited, 0, shift=False)
-            return
-        if any(self.position[task_id] >= cut for task_id in self.instant):
-            self._replay(graph, edited, cut, shift=False)
-            return
-        if not self._worth_sparse():
+        if (
+            any(self.position[task_id] >= cut for task_id in self.instant)
+            or not self._worth_sparse()
+        ):
             self._replay(graph, edited, cut)
             return
         self.handed_off = False
@@ -378,62 +359,53 @@ class _Schedule:
         free.update(zip(resources, map(self.free_before.__getitem__, tail), strict=True))
         return free
 
-    def _replay(self, graph: TaskGraph, edited: set[int], cut: int, shift: bool = True) -> None:
-        """Keeps the first `cut` tasks taken and runs the event loop again from there; with
-        `shift`, only until the rest of the old run, shifted, is the new one (`_Shift`)."""
+    def _replay(self, graph: TaskGraph, edited: set[int], cut: int) -> None:
+        """Keeps the first `cut` tasks taken and runs the event loop again from there."""
         replayed = self.order[cut:]
         added = [task_id for task_id in edited if task_id not in self.position]
-        watch = _Shift(self, graph, replayed, edited, cut) if shift else None
         self.resource_free = self._free_at(cut)
         del self.order[cut:], self.order_ready[cut:], self.order_makespan[cut:]
         del self.order_resource[cut:]
-        self._run_again(graph, replayed + added, shift=watch)
+        self._run_again(graph, replayed + added)
 
     def _run_again(
-        self,
-        graph: TaskGraph,
-        again: Iterable[int],
-        before: dict[int, Before] | None = None,
-        shift: _Shift | None = None,
+        self, graph: TaskGraph, again: Iterable[int], before: dict[int, Before] | None = None
     ) -> None:
         """Runs the event loop on the tasks `again` (old, new or removed ones) after those taken;
-        `before` holds what earlier steps of the same update moved, for one `_retrace`;
-        `shift` (a replay's) may stop the loop early and shift the rest of the old run."""
+        `before` holds what earlier steps of the same update moved, for one `_retrace`."""
         before = {} if before is None else before
-        tasks, position, old_tasks = graph._tasks, self.position, self.tasks
-        again = set(again)
-        self.instant.difference_update(again)
-        if self.memory:
-            start_of, end_of = self.start, self.end
-            for task_id in again:
-                if task_id in position:
-                    before[task_id] = (old_tasks[task_id], start_of[task_id], end_of[task_id])
-                elif task_id not in before:
+        tasks, position, instant = graph._tasks, self.position, self.instant
+        old_tasks, start_of, end_of = self.tasks, self.start, self.end
+        candidates = []
+        for task_id in again:
+            if task_id in position:
+                before[task_id] = (old_tasks[task_id], start_of[task_id], end_of[task_id])
+                instant.discard(task_id)
+                del position[task_id]
+            if task_id not in tasks:
+                for table in self._per_task():
+                    table.pop(task_id, None)
+            else:
+                if task_id not in before:
                     before[task_id] = (None, 0.0, 0.0)
-        for task_id in again - tasks.keys():
-            for table in self._per_task():
-                table.pop(task_id, None)
-        again.intersection_update(tasks)
-        # a task with nothing to wait for is queued now; the others are counted when the
-        # first of their dependencies is taken (`_Waiting`), most of them never if `shift`
-        # stops the loop early: a replay reads only the tasks it takes
+                candidates.append(task_id)
+        pending: dict[int, int] = {}
         ready_at: dict[int, float] = {}
-        pending = _Waiting(tasks, again, self.end, ready_at)
-        end_get = self.end.__getitem__
-        queue = [
-            (max(map(end_get, tasks[task_id].deps), default=0.0), task_id)
-            for task_id in again
-            if again.isdisjoint(tasks[task_id].deps)
-        ]
+        queue: list[Queued] = []
+        for task_id in candidates:
+            waiting, ready = 0, 0.0
+            for dep in tasks[task_id].deps:
+                if dep not in position:
+                    waiting += 1
+                elif end_of[dep] > ready:
+                    ready = end_of[dep]
+            if waiting:
+                pending[task_id] = waiting
+                ready_at[task_id] = ready
+            else:
+                queue.append((ready, task_id))
         heapq.heapify(queue)
-        if shift is not None:
-            shift.watch(queue, pending, ready_at, again)
-        first = len(self.order)
-        if self._run(graph, queue, pending, ready_at, shift):
-            shift.apply()  # type: ignore[union-attr]
-        elif len(self.order) - first < len(again):  # tasks never queued: a cycle among them
-            untaken = again.difference(self.order[first:])
-            raise _cycle_error(graph, dict.fromkeys(untaken, 1))
+        self._run(graph, queue, pending, ready_at)
         self._retrace(before)
 
     def _sparse(self, graph: TaskGraph, edited: set[int], cut: int) -> bool:
@@ -659,14 +631,12 @@ class _Schedule:
         queue: list[Queued],
         pending: dict[int, int],
         ready_at: dict[int, float],
-        shift: _Shift | None = None,
-    ) -> bool:
+    ) -> None:
         """The event loop: take the earliest ready task, run it, queue the users it frees.
 
         `pending` counts each waiting task's untaken dependencies and `ready_at` holds the
         latest end among its taken ones (0.0 when absent), so a freed user's ready time is
-        known without reading all its dependencies again (the max is the same float).
-        True where `shift` stopped it, with tasks left for `_Shift.apply`."""
+        known without reading all its dependencies again (the max is the same float)."""
         tasks, succ = graph._tasks, graph._succ
         taken, ready_of, start_of, end_of = self.tasks, self.ready, self.start, self.end
         free_before, resource_free, instant = self.free_before, self.resource_free, self.instant
@@ -690,10 +660,10 @@ class _Schedule:
             order_ready.append(ready)
             order_resource.append(resource)
             for user in succ[task_id]:
-                waiting = pending[user] - 1  # first: a `_Waiting` fills `ready_at` for it
                 latest = ready_at.get(user, 0.0)
                 if end > latest:
                     latest = end
+                waiting = pending[user] - 1
                 if waiting:
                     pending[user] = waiting
                     ready_at[user] = latest
@@ -701,13 +671,10 @@ class _Schedule:
                     del pending[user]
                     ready_at.pop(user, None)
                     push(queue, (latest, user))
-            if shift is not None and shift.taken(task_id, ready):
-                self._index(first)
-                return True
         self._index(first)
         if pending:
-            raise _cycle_error(graph, pending)
-        return False
+            member = _describe(graph, _cycle_member(graph, pending))
+            raise SimulationError(f"the task graph has a cycle through {member}")
 
     def _index(self, first: int) -> None:
         """Positions and running makespans of the tasks taken from `first` on."""
@@ -765,241 +732,6 @@ class _Schedule:
                 self.pools[pool] = trace
             else:
                 self.pools.pop(pool, None)
-
-
-class _Shift:
-    """Watches a replay for the point from which the old run, shifted by one constant,
-    is the new one, and then shifts it instead of replaying it.
-
-    A one-op edit delays (or hastens) what depends on the op by how much longer (shorter)
-    it got, and the tasks ready before it by how much later (sooner) their resource is
-    free, until the queues those tasks waited in have drained: from there the new run is
-    the old one shifted, in exact arithmetic. The replay is at such a point when the tasks
-    it took are exactly the first P of the old run's (from `cut`; every edited, added and
-    removed task among them), and every input the rest reads is the old one shifted by
-    one δ: the ready time of each queued task, the ends a waiting task has seen, each busy
-    resource's free time (an idle one, free before any task left is ready in both runs,
-    delays nothing), and, for a task waiting on a task before `cut` too, that the other
-    dependency still comes last. Then each task left is the old one plus δ, written by
-    C-level maps, not by the event loop.
-
-    Floats round, so that differs from the full simulation by rounding (a few ulps per
-    shift): the differences that decide are accepted within `SHIFT_TOLERANCE`, the rest
-    is shifted only where no two of its distinct ready times lie within `TIE_GAP` of each
-    other (which rounding could reorder), and the rounding added is summed into
-    `_Schedule.drift`, which `DRIFT_LIMIT` bounds. Where δ is 0.0 the update is exact.
-    """
-
-    def __init__(
-        self, schedule: _Schedule, graph: TaskGraph, replayed: list[int], edited: set[int], cut: int
-    ) -> None:
-        self.schedule, self.replayed = schedule, replayed
-        self.tasks, self.succ = graph._tasks, graph._succ
-        self.place = dict(zip(replayed, range(len(replayed)), strict=True))
-        """Each replayed task's place in the old run, from `cut`."""
-        self.ready = schedule.order_ready[cut:]
-        self.old_ready = dict(zip(replayed, self.ready, strict=True))
-        self.old_end = dict(zip(replayed, map(schedule.end.__getitem__, replayed), strict=True))
-        self.resources = schedule.order_resource[cut:]
-        self.last_free = dict(schedule.resource_free)
-        """Each resource's free time at the end of the old run."""
-        marks = [self.place[task_id] for task_id in edited if task_id in self.place]
-        self.last_mark = max(marks, default=-1)
-        self.removed = sum(
-            task_id not in graph._tasks for task_id in edited if task_id in self.place
-        )
-        self.added = sum(
-            task_id in graph._tasks and task_id not in schedule.position for task_id in edited
-        )
-        self.old_taken = 0  # replayed old tasks taken again...
-        self.furthest = -1  # ... and the furthest one's old place
-        self.count = 0
-        self.next_check = 0
-        self.open: set[int] = set()  # tasks waiting on a task taken again, or queued
-        self.upto = 0  # the old run's free times below are those at this place
-        self.old_free: dict[Hashable, float] = {}
-        self.queue: list[Queued] = []
-        self.pending: dict[int, int] = {}
-        self.ready_at: dict[int, float] = {}
-        self.again: set[int] = set()
-        self.delta = 0.0
-        self.at = 0
-
-    def watch(
-        self,
-        queue: list[Queued],
-        pending: dict[int, int],
-        ready_at: dict[int, float],
-        again: set[int],
-    ) -> None:
-        """The replay's state, before it starts, which `taken` reads; `again`: the tasks
-        it re-runs (the others are taken before it)."""
-        self.queue, self.pending, self.ready_at, self.again = queue, pending, ready_at, again
-        self.old_free = dict(self.schedule.resource_free)  # at `cut`, the old run's as well
-
-    def taken(self, task_id: int, ready: float) -> bool:
-        """The replay took `task_id`, ready at `ready`: whether the rest is the old run
-        shifted (then `apply` writes it)."""
-        place = self.place.get(task_id)
-        if place is None:
-            self.added -= 1
-        else:
-            self.old_taken += 1
-            if place > self.furthest:
-                self.furthest = place
-        self.open.update(self.succ[task_id])
-        self.count += 1
-        if (
-            self.count < self.next_check
-            or self.added
-            or self.furthest < max(self.last_mark, 0)
-            or self.old_taken + self.removed != self.furthest + 1
-            or self.furthest + 1 == len(self.replayed)
-        ):
-            return False
-        # checks cost the open tasks' dependencies: at most one per as many tasks taken
-        self.next_check = self.count + len(self.open) + len(self.queue) + len(self.old_free)
-        return self._closes(ready)
-
-    def _closes(self, now: float) -> bool:
-        """Whether the old run from the next place on, shifted, is the new one (module
-        docstring): finds the shift δ and checks every input of the rest against it."""
-        at = self.furthest + 1
-        ids = self.replayed[self.upto : at]
-        self.old_free.update(
-            zip(self.resources[self.upto : at], map(self.old_end.__getitem__, ids), strict=True)
-        )
-        self.upto = at
-        end_of, place, old_end, pending = self.schedule.end, self.place, self.old_end, self.pending
-        pairs: list[tuple[float, float]] = [
-            (ready, self.old_ready[user]) for ready, user in self.queue
-        ]
-        later: list[tuple[float, float]] = []  # (new, old) whose new must stay <= old + δ
-        queued = {user for _, user in self.queue}
-        still_open = set()
-        for user in self.open:
-            if user in queued:
-                still_open.add(user)
-            elif user in pending:
-                still_open.add(user)
-                seen = max(
-                    (
-                        old_end[dep] if dep in place else end_of[dep]
-                        for dep in self.tasks[user].deps
-                        if place.get(dep, -1) < at
-                    ),
-                    default=0.0,
-                )
-                partial = self.ready_at.get(user, 0.0)
-                if seen == self.old_ready[user]:
-                    pairs.append((partial, seen))
-                else:
-                    later.append((partial, self.old_ready[user]))
-        self.open = still_open
-        old_now = self.ready[at - 1]
-        for resource in self.old_free.keys() | self.schedule.resource_free.keys():
-            free = self.schedule.resource_free.get(resource, 0.0)
-            old = self.old_free.get(resource, 0.0)
-            if free > now or old > old_now:
-                pairs.append((free, old))
-        if not pairs:
-            return False
-        delta = pairs[0][0] - pairs[0][1]
-        deviation = 0.0
-        for new, old in pairs:
-            off = abs(new - (old + delta))
-            if off > SHIFT_TOLERANCE * max(abs(new), abs(old)):
-                return False
-            deviation = max(deviation, off)
-        rest = self.ready[at:]
-        scale = abs(rest[-1]) + abs(delta)  # the largest time shifted
-        margin = SHIFT_TOLERANCE * scale
-        if any(new > old + delta + margin for new, old in later):
-            return False
-        if delta and self._held_back(at, min(delta, 0.0) - margin):
-            return False
-        if rest[0] + delta < now:
-            return False
-        if delta:
-            gaps = filter(None, map(operator.sub, rest[1:], rest[:-1]))
-            closest = min(gaps, default=math.inf)
-            if rest[0] + delta > now:
-                closest = min(closest, rest[0] + delta - now)
-            if closest <= TIE_GAP * scale:
-                self.next_check = math.inf  # near ties, which rounding could reorder
-                return False
-        self.delta, self.at = delta, at
-        if delta:
-            self.schedule.drift += (deviation + 4 * math.ulp(scale)) / scale
-        return True
-
-    def _held_back(self, at: int, limit: float) -> bool:
-        """Whether a task left depends on a task before `cut` that may decide its ready
-        time once shifted: one that ended at most `limit` (<= 0) after it was ready in
-        the old run, which a shift of δ <= 0 moves from above `limit` to below it, and
-        at 0.0 (it decided) for any δ."""
-        tasks, again, end_of = self.tasks, self.again, self.schedule.end
-        for task_id, ready in zip(self.replayed[at:], self.ready[at:], strict=True):
-            deps = tasks[task_id].deps
-            if not again.issuperset(deps):
-                earlier = max(end_of[dep] for dep in deps if dep not in again)
-                if earlier - ready >= limit:
-                    return True
-        return False
-
-    def apply(self) -> None:
-        """Writes the old run's rest, shifted by δ, after the tasks the replay took."""
-        schedule, delta, at = self.schedule, self.delta, self.at
-        rest, resources = self.replayed[at:], self.resources[at:]
-        if delta:
-            shifted = delta.__add__
-            for table in (schedule.ready, schedule.start, schedule.end, schedule.free_before):
-                table.update(zip(rest, map(shifted, map(table.__getitem__, rest)), strict=True))
-        # each resource's first task left found it as the replay left it (idle or shifted)
-        firsts = dict(zip(reversed(resources), reversed(rest), strict=True))
-        for resource, task_id in firsts.items():
-            schedule.free_before[task_id] = schedule.resource_free.get(resource, 0.0)
-        schedule.resource_free.update(
-            (resource, self.last_free[resource] + delta) for resource in firsts
-        )
-        first = len(schedule.order)
-        schedule.order += rest
-        schedule.order_ready += map(delta.__add__, self.ready[at:])
-        schedule.order_resource += resources
-        schedule._index(first)
-
-
-class _Waiting(dict[int, int]):
-    """How many dependencies each task a replay reaches still waits on, counted when the
-    first of them is taken (`_run` decrements at once): those among the tasks replayed
-    (`again`), each taken once. The latest end among the others, taken before the
-    replay, goes to `ready_at` then too."""
-
-    def __init__(
-        self,
-        tasks: Mapping[int, Task],
-        again: set[int],
-        end_of: Mapping[int, float],
-        ready_at: dict[int, float],
-    ) -> None:
-        super().__init__()
-        self.tasks, self.again, self.end_of, self.ready_at = tasks, again, end_of, ready_at
-
-    def __missing__(self, task_id: int) -> int:
-        waiting, ready = 0, 0.0
-        for dep in self.tasks[task_id].deps:
-            if dep in self.again:
-                waiting += 1
-            elif self.end_of[dep] > ready:
-                ready = self.end_of[dep]
-        self[task_id] = waiting
-        self.ready_at[task_id] = ready
-        return waiting
-
-
-def _cycle_error(graph: TaskGraph, pending: Mapping[int, int]) -> SimulationError:
-    member = _describe(graph, _cycle_member(graph, pending))
-    return SimulationError(f"the task graph has a cycle through {member}")
 
 
 def _cycle_member(graph: TaskGraph, pending: Mapping[int, int]) -> int:
