@@ -44,6 +44,7 @@ import random
 import statistics
 import time
 from collections.abc import Callable
+from typing import NamedTuple
 
 from tasoc.sim import DeltaSimulator, Task, TaskGraph, Timeline, simulate
 from tasoc.sim.core import paused_gc
@@ -103,12 +104,12 @@ def scale(graph: TaskGraph, task_ids: list[int], factor: float) -> None:
 def rate(
     graph: TaskGraph, edits: list[tuple[list[int], float]], simulate_one: Callable[[], object]
 ) -> float:
-    """Simulations per second over `edits`, each applied and then simulated."""
-    began = time.perf_counter()
+    """Simulations per CPU second over `edits`, each applied and then simulated."""
+    began = time.process_time()
     for task_ids, factor in edits:
         scale(graph, task_ids, factor)
         simulate_one()
-    return len(edits) / (time.perf_counter() - began)
+    return len(edits) / (time.process_time() - began)
 
 
 def measure(graph: TaskGraph, edits: list[tuple[list[int], float]]) -> tuple[float, float]:
@@ -120,21 +121,42 @@ def measure(graph: TaskGraph, edits: list[tuple[list[int], float]]) -> tuple[flo
 
 
 SOAP_MODELS: dict[str, dict[str, object]] = {"rnnlm": {"seq": 40}, "inception_v3": {"batch": 64}}
-"""The FlexFlow models whose training steps soap-shard's MCMC edits (`soap`): RNNLM
-unrolled 40 steps, as the thesis runs it, and Inception-v3 at a global batch of 64."""
+"""Options of the FlexFlow models whose training steps `soap_edits` runs by default: RNNLM
+unrolled 40 steps, as the thesis runs it, and Inception-v3 at a global batch of 64
+(another zoo model runs at its defaults)."""
 
 SOAP_MACHINE = "k80-cluster"
 """FlexFlow's 64-GPU cluster (4, 16 and 64 of its devices)."""
 
+EDIT_KINDS = ("op", "propagated", "revert")
+
+
+class Edit(NamedTuple):
+    """One update of a soap-shard chain, timed (`clock`) against `simulate`."""
+
+    update_s: float
+    simulate_s: float
+    moved: float
+    """The share of the step's tasks whose start or end the update changed (or added):
+    what an exact update must write, whatever it skips."""
+
+
+def clock(call: Callable[[], object]) -> float:
+    """CPU seconds of this process one call of `call` takes: on a machine shared with
+    other jobs, what the call did rather than how long it waited for a core."""
+    began = time.process_time()
+    call()
+    return time.process_time() - began
+
 
 def soap_edits(
     model: str, devices: int, proposals: int, memory: bool
-) -> tuple[dict[str, list[tuple[float, float]]], int]:
-    """A chain of `proposals` of soap-shard's MCMC (seed 0) from data parallel on
-    `devices` of `SOAP_MACHINE`: for every update it makes, per edit kind (`op`: one
-    op's configuration; `propagated`: an op and the readers that followed it; `revert`:
-    a rejected proposal undone), the seconds of the delta update and of `simulate` of
-    the same, already built, graph, taken in turns (which runs first alternates); and the
+) -> tuple[dict[str, list[Edit]], int]:
+    """A chain of `proposals` of soap-shard's MCMC (seed 0, `mcmc.Chain`) from data
+    parallel on `devices` of `SOAP_MACHINE`, every update it makes timed against
+    `simulate` of the same, already built, graph (taken in turns: which runs first
+    alternates), per edit kind: `op` (one op's configuration), `propagated` (an op and
+    the readers that followed it), `revert` (a rejected proposal undone); and the
     step's task count."""
     from shard_checks import step_of
 
@@ -148,10 +170,9 @@ def soap_edits(
     from tasoc.passes.soap.soap_shard import parse_mesh
     from tasoc.passes.soap.strategies import STRATEGIES
 
-    step = step_of(model, SOAP_MODELS[model])  # type: ignore[arg-type]
+    step = step_of(model, SOAP_MODELS.get(model, {}))  # type: ignore[arg-type]
     dag = dag_module.from_module(step)
-    signature = training_signature(entry_function(step))
-    problem = Problem(dag, parse_mesh(str(devices)), signature, {})
+    problem = Problem(dag, parse_mesh(str(devices)), training_signature(entry_function(step)), {})
     plan = complete(problem, STRATEGIES["data-parallel"](problem))
     state = mcmc.SimulatedStrategy.of(problem, plan, machine(SOAP_MACHINE), None, memory=memory)
     state.normalize()
@@ -161,67 +182,76 @@ def soap_edits(
         if len(options := mcmc.configurations(rule, problem.mesh)) > 1
     }
     chain = mcmc.Chain(state, choices, random.Random(0), 20.0)
-    times: dict[str, list[tuple[float, float]]] = {"op": [], "propagated": [], "revert": []}
+    edits: dict[str, list[Edit]] = {kind: [] for kind in EDIT_KINDS}
     seen = [0, 0]  # the chain's proposals and propagated proposals at the last update
-    graph, update = state.step.graph, state.simulator.update
+    simulator, graph, update = state.simulator, state.step.graph, state.simulator.update
+    timelines: list[Timeline] = []
 
     def timed_update() -> Timeline:
         counts = [chain.proposals, chain.propagated]
         kind = "revert" if counts == seen else "propagated" if counts[1] > seen[1] else "op"
         seen[:] = counts
-        update_first = len(times[kind]) % 2 == 0
+        before, update_first = simulator.timeline, len(edits[kind]) % 2 == 0
         if not update_first:
-            full = clocked(lambda: simulate(graph, memory=memory))
-        began = time.perf_counter()
-        timeline = update()
-        delta = time.perf_counter() - began
+            full = clock(lambda: simulate(graph, memory=memory))
+        delta = clock(lambda: timelines.append(update()))
         if update_first:
-            full = clocked(lambda: simulate(graph, memory=memory))
-        times[kind].append((delta, full))
-        return timeline
+            full = clock(lambda: simulate(graph, memory=memory))
+        after = timelines.pop()
+        moved = sum(
+            before.end.get(task_id) != end or before.start[task_id] != after.start[task_id]
+            for task_id, end in after.end.items()
+        )
+        edits[kind].append(Edit(delta, full, moved / max(len(after.end), 1)))
+        return after
 
-    state.simulator.update = timed_update  # type: ignore[method-assign]
+    simulator.update = timed_update  # type: ignore[method-assign]
     with paused_gc():
         chain.run(proposals, Deadline.after(600))
-    return times, len(graph)
+    return edits, len(graph)
 
 
-def clocked(call: Callable[[], object]) -> float:
-    """Seconds one call of `call` takes."""
-    began = time.perf_counter()
-    call()
-    return time.perf_counter() - began
-
-
-def soap_table(models: list[str], device_counts: list[int], proposals: int, memory: bool) -> None:
-    """`soap_edits` per model and device count: per edit kind, the median update and
-    full simulation, and the median and interquartile range of their per-edit ratio."""
-    print(
-        f"\nsoap-shard MCMC edits ({proposals} proposals, {SOAP_MACHINE}, memory={memory}), "
-        f"load {os.getloadavg()[0]:.2f}:"
-    )
-    print(
+def soap_table(
+    models: list[str], device_counts: list[int], proposals: int, memory: bool
+) -> list[str]:
+    """`soap_edits` per model and device count, one row per edit kind: the median update
+    and full simulation, the median and interquartile range of their per-edit ratio,
+    and the median share of tasks an update moved."""
+    rows = [
+        f"soap-shard MCMC edits ({proposals} proposals from data parallel, {SOAP_MACHINE}, "
+        f"memory={memory}), CPU time, load {os.getloadavg()[0]:.2f}:",
         f"{'model':13} {'dev':>3} {'tasks':>6} {'edit':10} {'n':>4} {'update ms':>9} "
-        f"{'full ms':>8} {'full/update':>11} {'IQR':>13}"
-    )
+        f"{'full ms':>8} {'full/update':>11} {'IQR':>12} {'moved':>6}",
+    ]
     for model in models:
         for devices in device_counts:
-            times, tasks = soap_edits(model, devices, proposals, memory)
-            for kind, pairs in times.items():
-                if not pairs:
+            edits, tasks = soap_edits(model, devices, proposals, memory)
+            for kind, timed in edits.items():
+                if not timed:
                     continue
-                ratios = [full / delta for delta, full in pairs]
-                low, _, high = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
-                update = statistics.median(delta for delta, _ in pairs) * 1e3
-                full = statistics.median(full for _, full in pairs) * 1e3
-                print(
-                    f"{model:13} {devices:3} {tasks:6} {kind:10} {len(pairs):4} {update:9.3f} "
-                    f"{full:8.3f} {statistics.median(ratios):10.2f}x {low:6.2f}-{high:5.2f}x"
+                ratios = [edit.simulate_s / edit.update_s for edit in timed]
+                low, high = quartiles(ratios)
+                update = statistics.median(edit.update_s for edit in timed) * 1e3
+                full = statistics.median(edit.simulate_s for edit in timed) * 1e3
+                moved = statistics.median(edit.moved for edit in timed)
+                rows.append(
+                    f"{model:13} {devices:3} {tasks:6} {kind:10} {len(timed):4} {update:9.2f} "
+                    f"{full:8.2f} {statistics.median(ratios):10.2f}x {low:5.2f}-{high:5.2f}x "
+                    f"{moved:6.0%}"
                 )
-    print(f"load {os.getloadavg()[0]:.2f}")
+    rows.append(f"load {os.getloadavg()[0]:.2f} at the end")
+    return rows
 
 
-def main() -> None:
+def quartiles(values: list[float]) -> tuple[float, float]:
+    """The first and third quartiles (both the value itself, for one value)."""
+    if len(values) < 2:
+        return values[0], values[0]
+    low, _, high = statistics.quantiles(values, n=4)
+    return low, high
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--devices", type=int, default=16)
     parser.add_argument("--tasks", type=int, default=5000)
@@ -229,12 +259,14 @@ def main() -> None:
     parser.add_argument("--soap", default="rnnlm,inception_v3", help="models ('' skips)")
     parser.add_argument("--soap-devices", default="4,16,64")
     parser.add_argument("--proposals", type=int, default=100)
+    parser.add_argument("--memory", default="no,yes", help="soap runs without/with memory")
     parser.add_argument("--skip-synthetic", action="store_true")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.soap:
         counts = [int(count) for count in args.soap_devices.split(",")]
-        for memory in (False, True):
-            soap_table(args.soap.split(","), counts, args.proposals, memory)
+        for memory in args.memory.split(","):
+            rows = soap_table(args.soap.split(","), counts, args.proposals, memory == "yes")
+            print("\n".join(rows), end="\n\n")
     if args.skip_synthetic:
         return
     rng = random.Random(0)
