@@ -42,9 +42,13 @@ import argparse
 import os
 import random
 import statistics
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import NamedTuple
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # shard_checks, for `soap_edits`
 
 from tasoc.sim import DeltaSimulator, Task, TaskGraph, Timeline, simulate
 from tasoc.sim.core import paused_gc
