@@ -1,9 +1,50 @@
-"""Delta vs full simulation (issue 16, thesis Table 3.4): simulations per second of
-`tasoc.sim.simulate` and of `DeltaSimulator.update` after one edit, on 5,000-task graphs.
+"""Delta vs full simulation (issues 16 and 31, thesis Table 3.4): the CPU time of
+`DeltaSimulator.update` after an edit against `tasoc.sim.simulate` of the same graph, on
+soap-shard's own edits of FlexFlow models' steps and on 5,000-task synthetic graphs.
 
-    .venv/bin/python benchmarks/sim_delta.py [--devices 16] [--tasks 5000] [--edits 300]
+    .venv/bin/python benchmarks/sim_delta.py [--soap rnnlm,inception_v3] \
+        [--soap-devices 4,16,64] [--proposals 100] [--memory no,yes] [--skip-synthetic] \
+        [--devices 16] [--tasks 5000] [--edits 300]
 
-Two graphs, both with device memory as pools:
+Times are CPU seconds of this process (`clock`): on a machine shared with other jobs
+they count what the code did, not the time slices it waited for.
+
+**soap-shard's edits** (`soap_edits`): soap-shard's MCMC chain (`mcmc.Chain`, seed 0,
+half the proposals propagating) from data parallel, on 4, 16 and 64 devices of the
+`k80-cluster` preset, on the training steps of RNNLM (40 steps unrolled) and
+Inception-v3 (batch 64); every update it makes is timed against `simulate` of the same,
+already built graph, the two taken in turns. Per edit kind (`op`: one op's
+configuration; `propagated`: an op and the readers that followed it; `revert`: a
+rejected proposal undone): the median update and full simulation, the median and
+interquartile range of the per-edit ratio, and the median share of the step's tasks
+whose start or end the update changed (`moved`) — what an exact update must write,
+whatever it skips. A mesh's devices are simulated as one (`ShardedStep`'s collapse),
+so the step has the same ~3,400 (RNNLM) and ~2,250 (Inception) tasks at every count.
+
+Measured 2026-11-28 on the 2-core VM shared with two other engineers' jobs (load 7-11),
+Python 3.12.1, memory off (what the search simulates without a memory cap), medians of
+per-edit ratios, two runs each, main (before) against this file's branch (after):
+
+    model         dev edit        n   before       after        moved
+    rnnlm           4 op         86   0.94 0.87x   1.04 1.04x    45%
+    rnnlm          16 op         88   0.93 0.91x   1.06 1.02x    45%
+    rnnlm          64 op         90   0.90 0.93x   1.02 1.07x    44%
+    rnnlm          16 propagated 12   1.01 1.04x   1.27 1.17x    56%
+    inception_v3    4 op         86   1.14 1.21x   1.35 1.35x    51%
+    inception_v3   16 op         82   1.22 1.28x   1.35 1.44x    60%
+    inception_v3   64 op         84   1.22 1.25x   1.40 1.39x    60%
+    inception_v3   16 propagated 18   1.02 0.93x   1.07 0.96x    74%
+    inception_v3   16 revert     28   0.94 1.00x   1.08 1.03x    72%
+
+With memory traced, both 1.0-1.3x (the memory trace is re-summed alike). The update
+is nowhere near 3x: an op's edit moves 44-60 % of the step (the one device runs a deep
+queue of ready ops, which the edit reorders until the step ends), and an exact update
+costs per task what the event loop does, so it cannot beat 1/moved (the replay from
+the edit's earliest effect re-runs some 70 % of RNNLM's tasks). docs/benchmarks.md
+("Issue 31: delta simulation") has the full tables and what was tried.
+
+**Synthetic graphs** (`--skip-synthetic` leaves them out), both with device memory as
+pools:
 
 - `step`: a training step on `devices` devices — per layer and device a forward and a
   backward compute task chained on the device, every fourth layer a transfer to the next
@@ -13,21 +54,16 @@ Two graphs, both with device memory as pools:
 
 Each edit scales one random task's duration by 1.5 or 1/1.5 (`task`), or every
 device's task of one random layer (`op`, one operator's configuration: `step` only);
-the same edit sequence is timed with a full simulation and with a delta update after each.
-
-Measured on this 2-core machine (shared, so +-15 %), 2026-11-25, after the event loop
-lost its per-user dependency scans and the cyclic GC was paused around simulations
-(`tasoc.sim.core.paused_gc`), and the sparse update learnt to stop, or to take a block
-of old tasks at once, where the edit's effect has closed up (before: 102, 104, 68 full
-and 280, 129, 185 delta simulations/s at 16 devices):
+the same edit sequence is timed with a full simulation and with a delta update after
+each. Simulations per CPU second, 2026-11-28, same machine (load 8-10), main / branch:
 
     graph     tasks edit    full/s  delta/s  speedup     (16 devices)
-    step       4992 task     133.5    361.3    2.71x
-    step       4992 op       143.2    164.8    1.15x
-    random     5000 task      85.5    244.9    2.87x
-    step       4992 task     123.0    463.3    3.77x     (64 devices)
-    step       4992 op       135.5    166.2    1.23x
-    random     5000 task      74.9    385.8    5.15x
+    step       4992 task      67.4    157.4    2.34x  /  69.2  180.6  2.61x
+    step       4992 op        61.8     80.1    1.30x  /  70.3   95.6  1.36x
+    random     5000 task      38.8    117.0    3.02x  /  40.9  149.1  3.65x
+    step       4992 task      64.1    221.6    3.46x  /  79.4  300.1  3.78x  (64 devices)
+    step       4992 op        63.2     71.7    1.14x  /  75.4   93.4  1.24x
+    random     5000 task      37.4    236.3    6.32x  /  38.6  248.7  6.45x
 
 A one-task edit moves one device's chain, which the sparse update re-times alone; an
 `op` edit moves every device's chain from its layer on to the end of the step (the
@@ -248,10 +284,10 @@ def soap_table(
 
 
 def quartiles(values: list[float]) -> tuple[float, float]:
-    """The first and third quartiles (both the value itself, for one value)."""
+    """The first and third quartiles, within the values (both the value, for one)."""
     if len(values) < 2:
         return values[0], values[0]
-    low, _, high = statistics.quantiles(values, n=4)
+    low, _, high = statistics.quantiles(values, n=4, method="inclusive")
     return low, high
 
 
