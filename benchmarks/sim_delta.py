@@ -198,6 +198,7 @@ def soap_edits(
     alternates), per edit kind: `op` (one op's configuration), `propagated` (an op and
     the readers that followed it), `revert` (a rejected proposal undone); and the
     step's task count."""
+    # here, not at the top: the synthetic graphs need none of this (jax, xdsl, the zoo)
     from shard_checks import step_of
 
     from tasoc.cost.machines import machine
