@@ -52,10 +52,11 @@ import heapq
 import math
 import weakref
 from bisect import bisect_left
+from collections import deque
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from itertools import accumulate
+from itertools import accumulate, repeat
 from typing import Any
 
 Pool = Hashable
@@ -374,21 +375,22 @@ class _Schedule:
         """Runs the event loop on the tasks `again` (old, new or removed ones) after those taken;
         `before` holds what earlier steps of the same update moved, for one `_retrace`."""
         before = {} if before is None else before
-        tasks, position, instant = graph._tasks, self.position, self.instant
-        old_tasks, start_of, end_of = self.tasks, self.start, self.end
-        candidates = []
-        for task_id in again:
-            if task_id in position:
-                before[task_id] = (old_tasks[task_id], start_of[task_id], end_of[task_id])
-                instant.discard(task_id)
-                del position[task_id]
-            if task_id not in tasks:
-                for table in self._per_task():
-                    table.pop(task_id, None)
-            else:
-                if task_id not in before:
+        tasks, position, end_of = graph._tasks, self.position, self.end
+        again = list(again)
+        if self.memory:  # only `_retrace` reads `before`
+            old_tasks, start_of = self.tasks, self.start
+            for task_id in again:
+                if task_id in position:
+                    before[task_id] = (old_tasks[task_id], start_of[task_id], end_of[task_id])
+                elif task_id not in before:
                     before[task_id] = (None, 0.0, 0.0)
-                candidates.append(task_id)
+        # per task, at C speed: the event loop sets these anew for the tasks it takes
+        self.instant.difference_update(again)
+        deque(map(position.pop, again, repeat(None)), maxlen=0)
+        for task_id in set(again).difference(tasks):
+            for table in self._per_task():
+                table.pop(task_id, None)
+        candidates = list(filter(tasks.__contains__, again))
         pending: dict[int, int] = {}
         ready_at: dict[int, float] = {}
         queue: list[Queued] = []
