@@ -207,20 +207,22 @@ def soap_edits(
     from tasoc.ir.training import training_signature
     from tasoc.passes.search import Deadline
     from tasoc.passes.soap import mcmc
+    from tasoc.passes.soap.meshes import parse_mesh
     from tasoc.passes.soap.plan import Problem, complete
-    from tasoc.passes.soap.soap_shard import parse_mesh
+    from tasoc.passes.soap.problem import configurations
+    from tasoc.passes.soap.simulated import SimulatedStrategy
     from tasoc.passes.soap.strategies import STRATEGIES
 
     step = step_of(model, SOAP_MODELS.get(model, {}))  # type: ignore[arg-type]
     dag = dag_module.from_module(step)
     problem = Problem(dag, parse_mesh(str(devices)), training_signature(entry_function(step)), {})
     plan = complete(problem, STRATEGIES["data-parallel"](problem))
-    state = mcmc.SimulatedStrategy.of(problem, plan, machine(SOAP_MACHINE), None, memory=memory)
+    state = SimulatedStrategy.of(problem, plan, machine(SOAP_MACHINE), None, memory=memory)
     state.normalize()
     choices = {
         node: options
         for node, rule in problem.rules.items()
-        if len(options := mcmc.configurations(rule, problem.mesh)) > 1
+        if len(options := configurations(rule, problem.mesh)) > 1
     }
     chain = mcmc.Chain(state, choices, random.Random(0), 20.0)
     edits: dict[str, list[Edit]] = {kind: [] for kind in EDIT_KINDS}
