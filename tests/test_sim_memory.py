@@ -106,3 +106,19 @@ def test_the_order_is_xlas_bfs_and_independent_of_edits() -> None:
     step.set_config(node, {})
     step.set_config(node, config)
     assert step.memory() == before
+
+
+def test_outer_products_are_computed_inside_the_sum_of_their_readers() -> None:
+    """An RNN language model data parallel at one sample per device: each weight
+    gradient is a sum over time steps of matmuls contracting that one sample, outer
+    products XLA rewrites as multiplies and computes inside the sum's loop, never
+    writing one. Held as matmul results, the simulated peak was 2.62 MB against XLA's 1.57 MB."""
+    options = {"layers": 1, "hidden": 128, "embed": 64, "vocab": 500, "seq": 4, "batch": 8}
+    module = get_model("rnnlm").build(**options)
+    AutodiffPass(loss="softmax-cross-entropy", optimizer="sgd", lr=0.01).apply(Context(), module)
+    signature = training_signature(entry_function(module))
+    problem = Problem(dag_module.from_module(module), parse_mesh(8), signature, {})
+    plan = complete(problem, STRATEGIES["data-parallel"](problem))
+    step = ShardedStep(problem.dag, plan, machine("cpu-8"), mesh=problem.mesh)
+    simulated, xla = step.peak_memory(), _xla_bytes(problem, module, plan)
+    assert abs(simulated - xla) <= 0.05 * xla, (simulated, xla)

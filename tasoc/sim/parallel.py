@@ -74,7 +74,7 @@ import collections
 import functools
 import itertools
 import math
-from collections.abc import Collection, Hashable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
@@ -516,7 +516,7 @@ class ShardedStep:
                     fixed.append((buffer.kind, buffer.nbytes))
                 else:
                     made.append(buffer)
-        fused = {buffer.writer[1]: buffer for buffer in made if _fused(buffer)}  # type: ignore[index]
+        fused = {buffer.writer[1]: buffer for buffer in made if self._fused(buffer)}  # type: ignore[index]
 
         @functools.cache
         def last_read(node: Node) -> int:
@@ -560,6 +560,21 @@ class ShardedStep:
             if not made.node.is_arg and self._donated(made, self.plan.outputs[result]):
                 pairs.append((self.dag.args[argument].out, made.node))
         return pairs
+
+    def _fused(self, buffer: _Buffer) -> bool:
+        """Whether the op making `buffer` never writes it (`fused_away`, its readers'
+        and its own element-wise kind at their local shapes): read by compute on this
+        device alone (a collective needs the buffer)."""
+        writer = buffer.writer
+        if writer is None or writer[0] != "op" or buffer.chain_readers:  # type: ignore[index]
+            return False
+        return fused_away(writer[1], buffer.compute_readers, self._elementwise)  # type: ignore[index]
+
+    def _elementwise(self, node: Node) -> bool:
+        """`computed_elementwise` on the local shapes `node` reads on a device."""
+        mesh = self.mesh_of(node)
+        operands = zip(node.inputs, self.plan.operands[node], strict=True)
+        return computed_elementwise(node, [_local_sig(v.sig, need, mesh) for v, need in operands])
 
     def peak_memory(self) -> int:
         """The largest device's peak bytes (`memory`)."""
@@ -996,34 +1011,44 @@ def _device_classes(
     return {min(devices): tuple(sorted(devices)) for devices in sets}
 
 
-def _fused(buffer: _Buffer) -> bool:
-    """Whether the op making `buffer` never writes it (`fused_away`): read by compute
-    on this device alone (a collective needs the buffer)."""
-    writer = buffer.writer
-    if writer is None or writer[0] != "op" or buffer.chain_readers:  # type: ignore[index]
-        return False
-    node: Node = writer[1]  # type: ignore[index]
-    return fused_away(node, {reader.op for reader in buffer.compute_readers})
-
-
-def fused_away(node: Node, readers: Collection[str]) -> bool:
-    """Whether XLA never writes `node`'s result, its readers (ops named `readers`)
-    reading the op's operands instead, which then live until those readers run
+def fused_away(
+    node: Node, readers: Collection[Node], elementwise: Callable[[Node], bool] | None = None
+) -> bool:
+    """Whether XLA never writes `node`'s result, its `readers` reading the op's
+    operands instead, which then live until those readers run
     (`ShardedStep._buffers_of`):
 
     * a `reshape` of a row-major array is a bitcast: the same buffer;
     * a `transpose` read only by matmuls is folded into their dimension numbers
       (XLA's transpose folding: `dot(x, transpose(w))` contracts w's other dim);
-    * an element-wise or index-remapping op (`Fusible`) whose readers are all such
-      ops is computed inside each reader's loop (XLA's loop fusion; a collective, a
-      contraction or a reduction reads a materialized operand).
+    * an op XLA computes element by element (`elementwise`, at global shapes when
+      None) whose readers are all such ops is computed inside each reader's loop
+      (XLA's loop fusion; a collective, a contraction or a reduction reads a
+      materialized operand).
 
     Only an op of one result that something reads."""
     if len(node.results) != 1 or not readers:
         return False
-    if node.op == "reshape" or (node.op == "transpose" and set(readers) == {"matmul"}):
+    ops = {reader.op for reader in readers}
+    if node.op == "reshape" or (node.op == "transpose" and ops == {"matmul"}):
         return True
-    return node.op in FUSIBLE and all(op in FUSIBLE for op in readers)
+    pointwise = elementwise or computed_elementwise
+    return pointwise(node) and all(map(pointwise, readers))
+
+
+def computed_elementwise(node: Node, operands: Sequence[TensorSig] | None = None) -> bool:
+    """Whether XLA computes `node` element by element, a loop its readers' loops can
+    take in (`fused_away`), on operands of the shapes `operands` (its own when None):
+    a `Fusible` op, or a matmul contracting a dimension of size 1. That is an outer
+    product, which XLA's algebraic simplifier rewrites as a multiply of two broadcasts
+    (checked: `a.T @ b` of (1, m) and (1, n) compiles to one loop fusion, of (2, m)
+    and (2, n) to a dot); rnnlm's data-parallel step, one sample per device, has its
+    weight gradients so, each a sum over time steps of such products that XLA
+    computes in one loop without ever writing a product."""
+    if node.op in FUSIBLE:
+        return True
+    sigs = operands if operands is not None else [value.sig for value in node.inputs]
+    return node.op == "matmul" and sigs[0].shape[-1] == 1
 
 
 @functools.lru_cache(maxsize=1 << 12)

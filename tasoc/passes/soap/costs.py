@@ -321,9 +321,10 @@ class _Builder:
         return any(reader is not update and reader not in before for reader in readers)
 
     def _fused(self, value: Value) -> bool:
-        """Whether XLA never writes `value` (`fused_away`, on its readers' ops)."""
+        """Whether XLA never writes `value` (`fused_away`, on its readers at global
+        shapes: an option's local shapes are not known here)."""
         if value not in self.fused:
-            readers = [use.node.op for use in self.consumers.get(value, ())]
+            readers = [use.node for use in self.consumers.get(value, ())]
             self.fused[value] = not value.node.is_arg and fused_away(value.node, readers)
         return self.fused[value]
 
