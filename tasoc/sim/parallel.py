@@ -527,6 +527,8 @@ class ShardedStep:
             return max(map(last_read, fused[node].compute_readers))
 
         temps = []
+        written: dict[Node, int] = {}  # an op's result: its index in temps
+        read: dict[Node, list[int]] = {}  # the temporaries each unfused op reads
         for buffer in made:
             writer = buffer.writer
             if writer[1] in fused and fused[writer[1]] is buffer:  # type: ignore[index]
@@ -536,7 +538,13 @@ class ShardedStep:
                 temps.append((0, start, buffer.nbytes, buffer.kind))
             readers = [at[key] for key in buffer.chain_readers]
             readers += map(last_read, buffer.compute_readers)
+            for reader in _through_fused(buffer.compute_readers, fused):
+                read.setdefault(reader, []).append(len(temps))
+            if writer[0] == "op" and len(writer[1].results) == 1:  # type: ignore[index]
+                written[writer[1]] = len(temps)  # type: ignore[index]
             temps.append((start, max(readers, default=start), buffer.nbytes, buffer.kind))
+        _share_dying_operands(temps, written, read, self._elementwise)
+        holes: list[tuple[int, int, int]] = []
         for argument, update in self._updated_in_place():
             buffer = self._groups[None].ready[(argument, self.plan.values[argument])].get(device)
             if buffer is None:
@@ -547,9 +555,11 @@ class ShardedStep:
                 for reader in _through_fused(buffer.compute_readers, fused)
                 if reader is not update and reader not in before
             ]
-            if late:  # XLA's copy of the old weight, made first (it depends on nothing else)
-                temps.append((0, max(late), buffer.nbytes, buffer.kind))
-        return fixed, temps
+            if late:  # XLA's copy of the old weight: see the docstring of `memory`
+                end = last_read(update)
+                temps.append((0, end, buffer.nbytes, buffer.kind))
+                holes.append((1, end, buffer.nbytes))
+        return fixed, _outside_holes(temps, holes)
 
     def _updated_in_place(self) -> list[tuple[Value, Node]]:
         """Each argument written in place by the op making its new value (a donated
@@ -1071,6 +1081,64 @@ def _through_fused(readers: Iterable[Node], fused: Mapping[Node, _Buffer]) -> It
             yield from _through_fused(fused[reader].compute_readers, fused)
         else:
             yield reader
+
+
+def _share_dying_operands(
+    temps: list[tuple[int, int, int, str]],
+    written: Mapping[Node, int],
+    read: Mapping[Node, list[int]],
+    elementwise: Callable[[Node], bool],
+) -> None:
+    """Hand an element-wise op's result the buffer of an operand it reads for the last
+    time, of its size, as XLA's buffer assignment does (a loop fusion may write its
+    output over an operand it reads element by element, `CanShareOperandBufferWithUser`):
+    that operand's temporary in `temps` then ends just before the op, whose result
+    takes over its bytes (candle_uno's expert plan: the scaled 1.3 MB gradient of the
+    largest weight written over the matmul's result). The operands are those
+    `read` says the op's kernel reads (through the ops fused into it); `written` is
+    each op's result in `temps`."""
+    taken: set[int] = set()
+    for node, index in written.items():
+        start, _, nbytes, _ = temps[index]
+        if not elementwise(node):
+            continue
+        for operand in read.get(node, ()):
+            first, last, size, kind = temps[operand]
+            if last == start and size == nbytes and first < start and operand not in taken:
+                temps[operand] = (first, start - 1, size, kind)
+                taken.add(operand)
+                break
+
+
+def _outside_holes(
+    temps: list[tuple[int, int, int, str]], holes: Sequence[tuple[int, int, int]]
+) -> list[tuple[int, int, int, str]]:
+    """`temps` but those XLA's buffer assignment places in a donated argument's buffer
+    while it holds nothing: `holes` are (first, last position, bytes) of a weight's
+    buffer between its copy (`memory`) and the update writing the new weight there,
+    which XLA fills with temporaries (the transformer's data-parallel plan: the
+    buffer of `param.34` holds `copy.105`, an all-reduce's result and the update).
+    Placed as XLA's heap places them, largest first, each in the smallest hole it fits
+    in, over its whole life, beside those placed there before (by bytes held at
+    each position: offsets within a hole are not tracked)."""
+    if not holes:
+        return temps
+    held = [[0] * (last - first + 1) for first, last, _ in holes]
+    by_size = sorted(holes, key=lambda hole: hole[2])
+    order = [holes.index(hole) for hole in by_size]
+    outside = []
+    for temp in sorted(temps, key=lambda temp: -temp[2]):
+        start, end, nbytes, _ = temp
+        for h in order:
+            first, last, size = holes[h]
+            if first <= start and end <= last and nbytes <= size:
+                span = held[h][start - first : end - first + 1]
+                if max(span) + nbytes <= size:
+                    held[h][start - first : end - first + 1] = [n + nbytes for n in span]
+                    break
+        else:
+            outside.append(temp)
+    return outside
 
 
 def _most_live(temps: Sequence[tuple[int, int, int, str]]) -> list[tuple[str, int]]:
