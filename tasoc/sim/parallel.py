@@ -48,9 +48,11 @@ scheduler runs their HLO (`sequence`: a FIFO topological sort, independent work 
 one depth together), each temporary live from its writer to its last reader in that
 order, arguments and program results held throughout, no buffer for what XLA never
 writes (`fused_away`: reshapes, transposes folded into matmuls, fused element-wise
-chains), a `scatter_add`'s zero-filled operand from the start (`MADE_AT_START`), and a
-copy of each weight updated in place that an op the update does not wait for still
-reads, from the start to that reader (XLA's copy insertion). It is split into
+chains, outer products), a `scatter_add`'s zero-filled operand from the start
+(`MADE_AT_START`), a copy of each weight updated in place that an op the update does
+not wait for still reads, from the start to the update (XLA's copy insertion), with
+temporaries placed in the weight's own buffer meanwhile, and an element-wise result
+written over a dying operand of its size. It is split into
 liveness's kinds (`tasoc.ir.liveness`) plus communication buffers; docs/benchmarks.md
 ("Per-device memory: the simulator against XLA") has how it compares with XLA's.
 
@@ -481,14 +483,19 @@ class ShardedStep:
           `MADE_AT_START` op's constant-filled operand from the first task to it;
         * a weight (or state) written in place while an op its update does not wait
           for still reads it (the backward's `dx = dy @ W^T`) is copied first: XLA's
-          copy insertion keeps the old value for that reader, in a copy that
-          depends on nothing, so BFS makes it at the start and it lives to that
-          reader (the transformer's data parallel step: 1.3 MB of its 2 MB of
-          temporaries);
+          copy insertion keeps the old value in a copy that depends on nothing, so BFS
+          makes it at the start, and every reader, the update too, reads the copy;
+          the argument's own buffer then holds nothing until the update writes it,
+          and XLA places temporaries there meanwhile (`_outside_holes`; the
+          transformer's data parallel step: 1.3 MB of copies, and as many bytes of
+          its gradients and activations in the weights' buffers);
+        * an element-wise op writes its result over an operand of its size that it
+          reads for the last time (`_share_dying_operands`);
         * the peak is where the most temporaries' bytes are live at once. XLA packs
           them into one heap whose gaps can make its temporaries more than that (dlrm's
-          expert plan: 16.7 MB of heap for about 11.6 MB live); its packing is not
-          modelled (docs/benchmarks.md, "Per-device memory: the simulator against XLA")."""
+          expert plan: 16.7 MB of heap for about 11.6 MB live); beyond the holes
+          above, that packing is not modelled (docs/benchmarks.md, "Per-device
+          memory: the simulator against XLA")."""
         split = {}
         for device in self._devices:
             fixed, temps = self._buffers_of(device)
