@@ -51,8 +51,9 @@ writes (`fused_away`: reshapes, transposes folded into matmuls, fused element-wi
 chains, outer products), a `scatter_add`'s zero-filled operand from the start
 (`MADE_AT_START`), a copy of each weight updated in place that an op the update does
 not wait for still reads, from the start to the update (XLA's copy insertion), with
-temporaries placed in the weight's own buffer meanwhile, and an element-wise result
-written over a dying operand of its size. It is split into
+temporaries placed in the weight's own buffer meanwhile, an element-wise result
+written over a dying operand of its size, and the copies of arguments convolutions
+read in their own layout (`CONVOLUTIONS`). It is split into
 liveness's kinds (`tasoc.ir.liveness`) plus communication buffers; docs/benchmarks.md
 ("Per-device memory: the simulator against XLA") has how it compares with XLA's.
 
@@ -232,6 +233,19 @@ instruction of its own: a copy of a broadcast zero that depends on nothing, so X
 BFS schedule (`ShardedStep.sequence`) makes it among the first instructions, and it
 lives until the scatter, which writes its result to a buffer of its own (dlrm's eight
 tables: 10 MB of XLA's temporaries through the whole forward and backward)."""
+
+CONVOLUTIONS = frozenset({"conv2d", "conv2d_grad_input", "conv2d_grad_weight"})
+"""Ops XLA's CPU compiler runs on channels-last operands (NHWC images, HWIO kernels:
+the layout its convolution kernels take), where an argument lies row-major as the IR
+writes it (NCHW, OIHW) and keeps that layout: each argument a convolution reads is
+copied into the layout each kind of convolution reads it in (a weight twice: HWIO for
+the forward, HWOI for the input gradient; the images for the forward and the weight
+gradient), a copy that depends on the argument (or on the weight's own copy, `memory`)
+alone, so BFS makes it in its first wave after the arguments, held until the last
+convolution of that kind reading it (alexnet's ILP plan: 0.8 MB
+of `transpose_copy_fusion`s and `bitcast_copy_fusion`s of weights and images at XLA's
+peak). Activations cost no more: their producers write the layout their readers want,
+or one copy takes the place of the value."""
 
 KINDS = tuple(MemoryBreakdown.__dataclass_fields__)
 """The kinds of bytes, in `MemoryBreakdown`'s order."""
@@ -491,6 +505,8 @@ class ShardedStep:
           its gradients and activations in the weights' buffers);
         * an element-wise op writes its result over an operand of its size that it
           reads for the last time (`_share_dying_operands`);
+        * an argument a convolution reads is copied into the convolution's layout
+          (`CONVOLUTIONS`);
         * the peak is where the most temporaries' bytes are live at once. XLA packs
           them into one heap whose gaps can make its temporaries more than that (dlrm's
           expert plan: 16.7 MB of heap for about 11.6 MB live); beyond the holes
@@ -566,6 +582,17 @@ class ShardedStep:
                 end = last_read(update)
                 temps.append((0, end, buffer.nbytes, buffer.kind))
                 holes.append((1, end, buffer.nbytes))
+        for arg in self.dag.args:
+            relaid: dict[tuple[str, Sharding], int] = {}  # per kind and layout read: its last
+            for use in self._values_read(arg.out):
+                reader = use.node
+                if reader.op in CONVOLUTIONS and ("op", reader, device) in at:
+                    need = (reader.op, self.plan.operands[reader][use.operand])
+                    relaid[need] = max(relaid.get(need, 0), last_read(reader))
+            temps += [
+                (1, end, self._local_bytes(arg.out, layout), self._kind[arg.out])
+                for (_, layout), end in relaid.items()
+            ]
         return fixed, _outside_holes(temps, holes)
 
     def _updated_in_place(self) -> list[tuple[Value, Node]]:
