@@ -147,11 +147,13 @@ def test_xla_reuses_dying_operands_and_donated_weights_buffers(model: str, strat
     assert abs(simulated - xla) <= 0.05 * xla, (simulated, xla)
 
 
-def test_arguments_a_convolution_reads_are_copied_into_its_layout() -> None:
+def test_convolutions_copy_their_arguments_and_max_pool_gradients_fill_zeros() -> None:
     """`benchmarks/autodiff.py`'s AlexNet, the ILP's plan: XLA's CPU convolutions read
     channels-last copies of the images and of every kernel, one per kind of
-    convolution (`CONVOLUTIONS`); without them the simulated peak was 19 % under
-    (4.00 MB against 4.97 MB)."""
+    convolution (`CONVOLUTIONS`), and each max-pooling's gradient scatters into zeros
+    made at the step's start (`made_at_start`). Without the copies the simulated peak
+    was 19 % under (4.00 MB against 4.97 MB), without the zeros 2.5 % under: within
+    2 % with both."""
     options, loss = BENCHMARK_MODELS["alexnet"]
     module = get_model("alexnet").build(**options)
     AutodiffPass(loss=loss, optimizer="sgd", lr=0.01).apply(Context(), module)
@@ -163,4 +165,4 @@ def test_arguments_a_convolution_reads_are_copied_into_its_layout() -> None:
     plan = search_ilp(problem, baselines, settings).best
     step = ShardedStep(problem.dag, plan, cpu, mesh=problem.mesh)
     simulated, xla = step.peak_memory(), _xla_bytes(problem, module, plan)
-    assert abs(simulated - xla) <= 0.05 * xla, (simulated, xla)
+    assert abs(simulated - xla) <= 0.02 * xla, (simulated, xla)

@@ -49,7 +49,7 @@ one depth together), each temporary live from its writer to its last reader in t
 order, arguments and program results held throughout, no buffer for what XLA never
 writes (`fused_away`: reshapes, transposes folded into matmuls, fused element-wise
 chains, outer products), a `scatter_add`'s zero-filled operand from the start
-(`MADE_AT_START`), a copy of each weight updated in place that an op the update does
+(`made_at_start`), a copy of each weight updated in place that an op the update does
 not wait for still reads, from the start to the update (XLA's copy insertion), with
 temporaries placed in the weight's own buffer meanwhile, an element-wise result
 written over a dying operand of its size, and the copies of arguments convolutions
@@ -226,13 +226,19 @@ class MemoryBreakdown:
 FUSIBLE = ops_with(Fusible)
 """Ops XLA's loop fusion computes inside their readers' kernels (`fused_away`)."""
 
-MADE_AT_START = frozenset({"scatter_add"})
-"""Ops whose JAX kernel updates a buffer it fills with a constant (`scatter_add`: the
-gradient of an embedding table, zeros with the rows added in), which XLA makes as an
-instruction of its own: a copy of a broadcast zero that depends on nothing, so XLA's
-BFS schedule (`ShardedStep.sequence`) makes it among the first instructions, and it
-lives until the scatter, which writes its result to a buffer of its own (dlrm's eight
-tables: 10 MB of XLA's temporaries through the whole forward and backward)."""
+
+def made_at_start(node: Node) -> bool:
+    """Whether XLA computes `node` by updating a buffer it fills with a constant, made
+    as an instruction of its own: a broadcast zero that depends on nothing, so XLA's
+    BFS schedule (`ShardedStep.sequence`) makes it among the first instructions, and it
+    lives until the op, which writes its result to a buffer of its own. A
+    `scatter_add` (the gradient of an embedding table, zeros with the rows added in:
+    dlrm's eight tables, 10 MB of XLA's temporaries through the whole forward and
+    backward) and a max-pooling's gradient (JAX's select-and-scatter, which XLA's CPU
+    compiler runs as a scatter of `dy` at the forward's argmax into zeros of the
+    input's shape: alexnet's `wrapped_broadcast`s, live from the step's start)."""
+    return node.op == "scatter_add" or (node.op == "pool2d_grad" and node.attr("kind") == "max")
+
 
 CONVOLUTIONS = frozenset({"conv2d", "conv2d_grad_input", "conv2d_grad_weight"})
 """Ops XLA's CPU compiler runs on channels-last operands (NHWC images, HWIO kernels:
@@ -494,7 +500,7 @@ class ShardedStep:
         * every other buffer (an op's result, a collective's) is a temporary, live
           from the task making it to the last task reading it in XLA's order
           (`sequence`), both included (an op's operands and results coexist); a
-          `MADE_AT_START` op's constant-filled operand from the first task to it;
+          `made_at_start` op's constant-filled operand from the first task to it;
         * a weight (or state) written in place while an op its update does not wait
           for still reads it (the backward's `dx = dy @ W^T`) is copied first: XLA's
           copy insertion keeps the old value in a copy that depends on nothing, so BFS
@@ -557,7 +563,7 @@ class ShardedStep:
             if writer[1] in fused and fused[writer[1]] is buffer:  # type: ignore[index]
                 continue
             start = at[writer]  # type: ignore[index]
-            if writer[0] == "op" and writer[1].op in MADE_AT_START:  # type: ignore[index]
+            if writer[0] == "op" and made_at_start(writer[1]):  # type: ignore[index]
                 temps.append((0, start, buffer.nbytes, buffer.kind))
             readers = [at[key] for key in buffer.chain_readers]
             readers += map(last_read, buffer.compute_readers)

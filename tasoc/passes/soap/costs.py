@@ -15,8 +15,8 @@ Nodes are the choices a strategy makes on one mesh:
   forward values a backward or update op reads (activations saved for the backward;
   a reader XLA fuses away counts as its readers), but not those XLA never writes (a
   reshape, a transpose folded into a matmul, an element-wise op fused into its
-  readers: `fused_away`); the zero-filled result of a `scatter_add`, which XLA makes
-  at the step's start (`MADE_AT_START`); and program results (a new weight excepted:
+  readers: `fused_away`); the zero-filled result of a `scatter_add` or a max-pooling's gradient,
+  which XLA makes at the step's start (`made_at_start`); and program results (a new weight excepted:
   it reuses its argument's buffer); every result of a forward program;
 * each argument an op reads: the layouts it may lie in (replicated, and every
   complete layout a configuration of a reader reads it in), memory its local bytes
@@ -69,11 +69,11 @@ from tasoc.passes.soap.mcmc import configurations
 from tasoc.passes.soap.plan import Prescription, Problem, operand_layouts, result_layouts
 from tasoc.sim.parallel import (
     CONVOLUTIONS,
-    MADE_AT_START,
     ancestors,
     axis_groups,
     fused_away,
     machine_op_cost,
+    made_at_start,
     shard_bytes,
 )
 
@@ -232,7 +232,7 @@ class _Builder:
         held = [
             self._bytes(value, result)
             for value, result in zip(node.results, results, strict=True)
-            if self._saved(value) or node.op in MADE_AT_START
+            if self._saved(value) or made_at_start(node)
         ]
         return time, sum(held)
 
@@ -304,7 +304,7 @@ class _Builder:
         forward value some backward or update op reads, a reader XLA fuses away
         standing for its own readers, unless XLA never writes the value itself
         (`fused_away`); a program result not donated. In a forward program every
-        value counts. (The zero-filled result of a `MADE_AT_START` op is held too, from
+        value counts. (The zero-filled result of a `made_at_start` op is held too, from
         the step's start: its op's memory, `_op_cost`; not a copy its readers hold.)"""
         problem = self.problem
         if problem.signature is None or value in self.kept_outputs:
