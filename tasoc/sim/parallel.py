@@ -77,7 +77,7 @@ import collections
 import functools
 import itertools
 import math
-from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
@@ -531,7 +531,8 @@ class ShardedStep:
         self, device: int
     ) -> tuple[list[tuple[str, int]], list[tuple[int, int, int, str]]]:
         """`device`'s buffers held throughout as (kind, bytes), and its temporaries as
-        (first, last position in `sequence`, bytes, kind) (`memory`)."""
+        (first, last position in `sequence`, bytes, kind) (`memory`), but those XLA
+        places in a copied weight's own buffer (`_outside_holes`)."""
         position = {task_id: i for i, task_id in enumerate(self.sequence(device))}
         at = {key: position[task_id] for key, task_id in self._ids.items() if task_id in position}
         fixed = list(self._resident_spec(device).alloc)
@@ -555,6 +556,14 @@ class ShardedStep:
                 return at[("op", node, device)]
             return max(map(last_read, fused[node].compute_readers))
 
+        @functools.cache
+        def unfused(node: Node) -> tuple[Node, ...]:
+            """`node`, or where XLA fuses it away (`fused_away`) the readers it is
+            computed in, theirs in turn."""
+            if node not in fused:
+                return (node,)
+            return tuple(itertools.chain.from_iterable(map(unfused, fused[node].compute_readers)))
+
         temps = []
         written: dict[Node, int] = {}  # an op's result: its index in temps
         read: dict[Node, list[int]] = {}  # the temporaries each unfused op reads
@@ -567,7 +576,7 @@ class ShardedStep:
                 temps.append((0, start, buffer.nbytes, buffer.kind))
             readers = [at[key] for key in buffer.chain_readers]
             readers += map(last_read, buffer.compute_readers)
-            for reader in _through_fused(buffer.compute_readers, fused):
+            for reader in itertools.chain.from_iterable(map(unfused, buffer.compute_readers)):
                 read.setdefault(reader, []).append(len(temps))
             if writer[0] == "op" and len(writer[1].results) == 1:  # type: ignore[index]
                 written[writer[1]] = len(temps)  # type: ignore[index]
@@ -581,7 +590,7 @@ class ShardedStep:
             before = ancestors(update)
             late = [
                 last_read(reader)
-                for reader in _through_fused(buffer.compute_readers, fused)
+                for reader in itertools.chain.from_iterable(map(unfused, buffer.compute_readers))
                 if reader is not update and reader not in before
             ]
             if late:  # XLA's copy of the old weight: see the docstring of `memory`
@@ -621,7 +630,10 @@ class ShardedStep:
         return fused_away(writer[1], buffer.compute_readers, self._elementwise)  # type: ignore[index]
 
     def _elementwise(self, node: Node) -> bool:
-        """`computed_elementwise` on the local shapes `node` reads on a device."""
+        """`computed_elementwise` on the local shapes `node` reads on a device (only a
+        matmul's depend on them)."""
+        if node.op != "matmul":
+            return computed_elementwise(node)
         mesh = self.mesh_of(node)
         operands = zip(node.inputs, self.plan.operands[node], strict=True)
         return computed_elementwise(node, [_local_sig(v.sig, need, mesh) for v, need in operands])
@@ -1114,15 +1126,6 @@ def ancestors(node: Node) -> frozenset[Node]:
     return frozenset(seen)
 
 
-def _through_fused(readers: Iterable[Node], fused: Mapping[Node, _Buffer]) -> Iterator[Node]:
-    """`readers`, each one XLA fuses away (`fused_away`) replaced by its own readers."""
-    for reader in readers:
-        if reader in fused:
-            yield from _through_fused(fused[reader].compute_readers, fused)
-        else:
-            yield reader
-
-
 def _share_dying_operands(
     temps: list[tuple[int, int, int, str]],
     written: Mapping[Node, int],
@@ -1164,8 +1167,7 @@ def _outside_holes(
     if not holes:
         return temps
     held = [[0] * (last - first + 1) for first, last, _ in holes]
-    by_size = sorted(holes, key=lambda hole: hole[2])
-    order = [holes.index(hole) for hole in by_size]
+    order = sorted(range(len(holes)), key=lambda h: holes[h][2])  # the smallest first
     outside = []
     for temp in sorted(temps, key=lambda temp: -temp[2]):
         start, end, nbytes, _ = temp
