@@ -52,8 +52,9 @@ chains, outer products), a `scatter_add`'s zero-filled operand from the start
 (`made_at_start`), a copy of each weight updated in place that an op the update does
 not wait for still reads, from the start to the update (XLA's copy insertion), with
 temporaries placed in the weight's own buffer meanwhile, an element-wise result
-written over a dying operand of its size, and the copies of arguments convolutions
-read in their own layout (`CONVOLUTIONS`). It is split into
+written over a dying operand of its size, the copies of arguments convolutions
+read in their own layout (`CONVOLUTIONS`), and a softmax's exponent
+(`EXPONENTIATING`). It is split into
 liveness's kinds (`tasoc.ir.liveness`) plus communication buffers; docs/benchmarks.md
 ("Per-device memory: the simulator against XLA") has how it compares with XLA's.
 
@@ -252,6 +253,14 @@ convolution of that kind reading it (alexnet's ILP plan: 0.8 MB
 of `transpose_copy_fusion`s and `bitcast_copy_fusion`s of weights and images at XLA's
 peak). Activations cost no more: their producers write the layout their readers want,
 or one copy takes the place of the value."""
+
+EXPONENTIATING = frozenset({"softmax", "softmax_cross_entropy", "softmax_cross_entropy_grad"})
+"""Ops whose kernel materializes `exp(x - max x)`, the size of their first operand
+`x`, beside their result: a reduction reads it (the sum of a softmax or a log-sum-exp,
+which XLA's CPU compiler splits into a reduce-window and a reduce reading a buffer),
+so loop fusion cannot compute it inside its readers (rnnlm's loss and its gradient:
+`subtract_exponential_fusion` and `.1`, 512 KB each of gathered logits, at XLA's
+peak; the transformer's attention softmax). A temporary while the op runs."""
 
 KINDS = tuple(MemoryBreakdown.__dataclass_fields__)
 """The kinds of bytes, in `MemoryBreakdown`'s order."""
@@ -512,7 +521,8 @@ class ShardedStep:
         * an element-wise op writes its result over an operand of its size that it
           reads for the last time (`_share_dying_operands`);
         * an argument a convolution reads is copied into the convolution's layout
-          (`CONVOLUTIONS`);
+          (`CONVOLUTIONS`); a softmax's exponent is a buffer while it runs
+          (`EXPONENTIATING`);
         * the peak is where the most temporaries' bytes are live at once. XLA packs
           them into one heap whose gaps can make its temporaries more than that (dlrm's
           expert plan: 16.7 MB of heap for about 11.6 MB live); beyond the holes
@@ -581,6 +591,11 @@ class ShardedStep:
             if writer[0] == "op" and len(writer[1].results) == 1:  # type: ignore[index]
                 written[writer[1]] = len(temps)  # type: ignore[index]
             temps.append((start, max(readers, default=start), buffer.nbytes, buffer.kind))
+        for node in self.dag.ops:
+            if node.op in EXPONENTIATING and ("op", node, device) in at:
+                position, x = at[("op", node, device)], node.inputs[0]
+                nbytes = self._local_bytes(x, self.plan.operands[node][0])
+                temps.append((position, position, nbytes, self._kind[node.results[0]]))
         _share_dying_operands(temps, written, read, self._elementwise)
         holes: list[tuple[int, int, int]] = []
         for argument, update in self._updated_in_place():
