@@ -180,13 +180,16 @@ def test_a_two_op_step_takes_compute_plus_the_all_reduce_between():
 
 
 def test_memory_of_a_weight_replicated_and_split():
-    """Data parallel: each device holds both weights whole; a dense layer split by its
-    output features (8 ways) holds 1/8 of its weight."""
+    """Data parallel: each device holds both weights whole, and at its peak XLA's copy
+    of the second (the backward's `dx = dy @ W^T` reads it, the update does not wait
+    for that: `ShardedStep.memory`), which lives until its update; a dense layer split
+    by its output features (8 ways) holds 1/8 of its weight."""
     data = training_plan(MLP, "8", "data-parallel")
-    weights = (8 * 32 + 32 * 4) * 4
+    copy = 32 * 4 * 4
+    weights = (8 * 32) * 4 + copy
     step = data.step(machine("cpu-8"), collapse=False)
     memory = step.memory()
-    assert {m.params for m in memory.values()} == {weights}
+    assert {m.params for m in memory.values()} == {weights + copy}
 
     index = next(i for i, arg in enumerate(data.dag.args) if arg.out.sig.shape == (8, 32))
     split_columns = Sharding("mesh", ((), ("d",)))
@@ -196,7 +199,7 @@ def test_memory_of_a_weight_replicated_and_split():
     result = data.signature.replaced_by[index]
     plan.outputs = tuple(split_columns if i == result else s for i, s in enumerate(plan.outputs))
     split = ShardedStep(data.dag, plan, machine("cpu-8"), mesh=data.mesh, signature=data.signature)
-    assert {m.params for m in split.memory().values()} == {weights - 8 * 32 * 4 * 7 // 8}
+    assert {m.params for m in split.memory().values()} == {weights + copy - 8 * 32 * 4 * 7 // 8}
 
 
 @settings(max_examples=8, deadline=None)

@@ -48,9 +48,13 @@ scheduler runs their HLO (`sequence`: a FIFO topological sort, independent work 
 one depth together), each temporary live from its writer to its last reader in that
 order, arguments and program results held throughout, no buffer for what XLA never
 writes (`fused_away`: reshapes, transposes folded into matmuls, fused element-wise
-chains), a `scatter_add`'s zero-filled operand from the start (`MADE_AT_START`), and a
-copy of each weight updated in place that an op the update does not wait for still
-reads, from the start to that reader (XLA's copy insertion). It is split into
+chains, outer products), a `scatter_add`'s zero-filled operand from the start
+(`made_at_start`), a copy of each weight updated in place that an op the update does
+not wait for still reads, from the start to the update (XLA's copy insertion), with
+temporaries placed in the weight's own buffer meanwhile, an element-wise result
+written over a dying operand of its size, the copies of arguments convolutions
+read in their own layout (`CONVOLUTIONS`), and a softmax's exponent
+(`EXPONENTIATING`). It is split into
 liveness's kinds (`tasoc.ir.liveness`) plus communication buffers; docs/benchmarks.md
 ("Per-device memory: the simulator against XLA") has how it compares with XLA's.
 
@@ -74,7 +78,7 @@ import collections
 import functools
 import itertools
 import math
-from collections.abc import Collection, Hashable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
@@ -223,13 +227,40 @@ class MemoryBreakdown:
 FUSIBLE = ops_with(Fusible)
 """Ops XLA's loop fusion computes inside their readers' kernels (`fused_away`)."""
 
-MADE_AT_START = frozenset({"scatter_add"})
-"""Ops whose JAX kernel updates a buffer it fills with a constant (`scatter_add`: the
-gradient of an embedding table, zeros with the rows added in), which XLA makes as an
-instruction of its own: a copy of a broadcast zero that depends on nothing, so XLA's
-BFS schedule (`ShardedStep.sequence`) makes it among the first instructions, and it
-lives until the scatter, which writes its result to a buffer of its own (dlrm's eight
-tables: 10 MB of XLA's temporaries through the whole forward and backward)."""
+
+def made_at_start(node: Node) -> bool:
+    """Whether XLA computes `node` by updating a buffer it fills with a constant, made
+    as an instruction of its own: a broadcast zero that depends on nothing, so XLA's
+    BFS schedule (`ShardedStep.sequence`) makes it among the first instructions, and it
+    lives until the op, which writes its result to a buffer of its own. A
+    `scatter_add` (the gradient of an embedding table, zeros with the rows added in:
+    dlrm's eight tables, 10 MB of XLA's temporaries through the whole forward and
+    backward) and a max-pooling's gradient (JAX's select-and-scatter, which XLA's CPU
+    compiler runs as a scatter of `dy` at the forward's argmax into zeros of the
+    input's shape: alexnet's `wrapped_broadcast`s, live from the step's start)."""
+    return node.op == "scatter_add" or (node.op == "pool2d_grad" and node.attr("kind") == "max")
+
+
+CONVOLUTIONS = frozenset({"conv2d", "conv2d_grad_input", "conv2d_grad_weight"})
+"""Ops XLA's CPU compiler runs on channels-last operands (NHWC images, HWIO kernels:
+the layout its convolution kernels take), where an argument lies row-major as the IR
+writes it (NCHW, OIHW) and keeps that layout: each argument a convolution reads is
+copied into the layout each kind of convolution reads it in (a weight twice: HWIO for
+the forward, HWOI for the input gradient; the images for the forward and the weight
+gradient), a copy that depends on the argument (or on the weight's own copy, `memory`)
+alone, so BFS makes it in its first wave after the arguments, held until the last
+convolution of that kind reading it (alexnet's ILP plan: 0.8 MB
+of `transpose_copy_fusion`s and `bitcast_copy_fusion`s of weights and images at XLA's
+peak). Activations cost no more: their producers write the layout their readers want,
+or one copy takes the place of the value."""
+
+EXPONENTIATING = frozenset({"softmax", "softmax_cross_entropy", "softmax_cross_entropy_grad"})
+"""Ops whose kernel materializes `exp(x - max x)`, the size of their first operand
+`x`, beside their result: a reduction reads it (the sum of a softmax or a log-sum-exp,
+which XLA's CPU compiler splits into a reduce-window and a reduce reading a buffer),
+so loop fusion cannot compute it inside its readers (rnnlm's loss and its gradient:
+`subtract_exponential_fusion` and `.1`, 512 KB each of gathered logits, at XLA's
+peak; the transformer's attention softmax). A temporary while the op runs."""
 
 KINDS = tuple(MemoryBreakdown.__dataclass_fields__)
 """The kinds of bytes, in `MemoryBreakdown`'s order."""
@@ -478,17 +509,25 @@ class ShardedStep:
         * every other buffer (an op's result, a collective's) is a temporary, live
           from the task making it to the last task reading it in XLA's order
           (`sequence`), both included (an op's operands and results coexist); a
-          `MADE_AT_START` op's constant-filled operand from the first task to it;
+          `made_at_start` op's constant-filled operand from the first task to it;
         * a weight (or state) written in place while an op its update does not wait
           for still reads it (the backward's `dx = dy @ W^T`) is copied first: XLA's
-          copy insertion keeps the old value for that reader, in a copy that
-          depends on nothing, so BFS makes it at the start and it lives to that
-          reader (the transformer's data parallel step: 1.3 MB of its 2 MB of
-          temporaries);
+          copy insertion keeps the old value in a copy that depends on nothing, so BFS
+          makes it at the start, and every reader, the update too, reads the copy;
+          the argument's own buffer then holds nothing until the update writes it,
+          and XLA places temporaries there meanwhile (`_outside_holes`; the
+          transformer's data parallel step: 1.3 MB of copies, and as many bytes of
+          its gradients and activations in the weights' buffers);
+        * an element-wise op writes its result over an operand of its size that it
+          reads for the last time (`_share_dying_operands`);
+        * an argument a convolution reads is copied into the convolution's layout
+          (`CONVOLUTIONS`); a softmax's exponent is a buffer while it runs
+          (`EXPONENTIATING`);
         * the peak is where the most temporaries' bytes are live at once. XLA packs
           them into one heap whose gaps can make its temporaries more than that (dlrm's
-          expert plan: 16.7 MB of heap for about 11.6 MB live); its packing is not
-          modelled (docs/benchmarks.md, "Per-device memory: the simulator against XLA")."""
+          expert plan: 16.7 MB of heap for about 11.6 MB live); beyond the holes
+          above, that packing is not modelled (docs/benchmarks.md, "Per-device
+          memory: the simulator against XLA")."""
         split = {}
         for device in self._devices:
             fixed, temps = self._buffers_of(device)
@@ -502,7 +541,8 @@ class ShardedStep:
         self, device: int
     ) -> tuple[list[tuple[str, int]], list[tuple[int, int, int, str]]]:
         """`device`'s buffers held throughout as (kind, bytes), and its temporaries as
-        (first, last position in `sequence`, bytes, kind) (`memory`)."""
+        (first, last position in `sequence`, bytes, kind) (`memory`), but those XLA
+        places in a copied weight's own buffer (`_outside_holes`)."""
         position = {task_id: i for i, task_id in enumerate(self.sequence(device))}
         at = {key: position[task_id] for key, task_id in self._ids.items() if task_id in position}
         fixed = list(self._resident_spec(device).alloc)
@@ -516,7 +556,7 @@ class ShardedStep:
                     fixed.append((buffer.kind, buffer.nbytes))
                 else:
                     made.append(buffer)
-        fused = {buffer.writer[1]: buffer for buffer in made if _fused(buffer)}  # type: ignore[index]
+        fused = {buffer.writer[1]: buffer for buffer in made if self._fused(buffer)}  # type: ignore[index]
 
         @functools.cache
         def last_read(node: Node) -> int:
@@ -526,17 +566,38 @@ class ShardedStep:
                 return at[("op", node, device)]
             return max(map(last_read, fused[node].compute_readers))
 
+        @functools.cache
+        def unfused(node: Node) -> tuple[Node, ...]:
+            """`node`, or where XLA fuses it away (`fused_away`) the readers it is
+            computed in, theirs in turn."""
+            if node not in fused:
+                return (node,)
+            return tuple(itertools.chain.from_iterable(map(unfused, fused[node].compute_readers)))
+
         temps = []
+        written: dict[Node, int] = {}  # an op's result: its index in temps
+        read: dict[Node, list[int]] = {}  # the temporaries each unfused op reads
         for buffer in made:
             writer = buffer.writer
             if writer[1] in fused and fused[writer[1]] is buffer:  # type: ignore[index]
                 continue
             start = at[writer]  # type: ignore[index]
-            if writer[0] == "op" and writer[1].op in MADE_AT_START:  # type: ignore[index]
+            if writer[0] == "op" and made_at_start(writer[1]):  # type: ignore[index]
                 temps.append((0, start, buffer.nbytes, buffer.kind))
             readers = [at[key] for key in buffer.chain_readers]
             readers += map(last_read, buffer.compute_readers)
+            for reader in itertools.chain.from_iterable(map(unfused, buffer.compute_readers)):
+                read.setdefault(reader, []).append(len(temps))
+            if writer[0] == "op" and len(writer[1].results) == 1:  # type: ignore[index]
+                written[writer[1]] = len(temps)  # type: ignore[index]
             temps.append((start, max(readers, default=start), buffer.nbytes, buffer.kind))
+        for node in self.dag.ops:
+            if node.op in EXPONENTIATING and ("op", node, device) in at:
+                position, x = at[("op", node, device)], node.inputs[0]
+                nbytes = self._local_bytes(x, self.plan.operands[node][0])
+                temps.append((position, position, nbytes, self._kind[node.results[0]]))
+        _share_dying_operands(temps, written, read, self._elementwise)
+        holes: list[tuple[int, int, int]] = []
         for argument, update in self._updated_in_place():
             buffer = self._groups[None].ready[(argument, self.plan.values[argument])].get(device)
             if buffer is None:
@@ -544,12 +605,25 @@ class ShardedStep:
             before = ancestors(update)
             late = [
                 last_read(reader)
-                for reader in _through_fused(buffer.compute_readers, fused)
+                for reader in itertools.chain.from_iterable(map(unfused, buffer.compute_readers))
                 if reader is not update and reader not in before
             ]
-            if late:  # XLA's copy of the old weight, made first (it depends on nothing else)
-                temps.append((0, max(late), buffer.nbytes, buffer.kind))
-        return fixed, temps
+            if late:  # XLA's copy of the old weight: see the docstring of `memory`
+                end = last_read(update)
+                temps.append((0, end, buffer.nbytes, buffer.kind))
+                holes.append((1, end, buffer.nbytes))
+        for arg in self.dag.args:
+            relaid: dict[tuple[str, Sharding], int] = {}  # per kind and layout read: its last
+            for use in self._values_read(arg.out):
+                reader = use.node
+                if reader.op in CONVOLUTIONS and ("op", reader, device) in at:
+                    need = (reader.op, self.plan.operands[reader][use.operand])
+                    relaid[need] = max(relaid.get(need, 0), last_read(reader))
+            temps += [
+                (1, end, self._local_bytes(arg.out, layout), self._kind[arg.out])
+                for (_, layout), end in relaid.items()
+            ]
+        return fixed, _outside_holes(temps, holes)
 
     def _updated_in_place(self) -> list[tuple[Value, Node]]:
         """Each argument written in place by the op making its new value (a donated
@@ -560,6 +634,24 @@ class ShardedStep:
             if not made.node.is_arg and self._donated(made, self.plan.outputs[result]):
                 pairs.append((self.dag.args[argument].out, made.node))
         return pairs
+
+    def _fused(self, buffer: _Buffer) -> bool:
+        """Whether the op making `buffer` never writes it (`fused_away`, its readers'
+        and its own element-wise kind at their local shapes): read by compute on this
+        device alone (a collective needs the buffer)."""
+        writer = buffer.writer
+        if writer is None or writer[0] != "op" or buffer.chain_readers:  # type: ignore[index]
+            return False
+        return fused_away(writer[1], buffer.compute_readers, self._elementwise)  # type: ignore[index]
+
+    def _elementwise(self, node: Node) -> bool:
+        """`computed_elementwise` on the local shapes `node` reads on a device (only a
+        matmul's depend on them)."""
+        if node.op != "matmul":
+            return computed_elementwise(node)
+        mesh = self.mesh_of(node)
+        operands = zip(node.inputs, self.plan.operands[node], strict=True)
+        return computed_elementwise(node, [_local_sig(v.sig, need, mesh) for v, need in operands])
 
     def peak_memory(self) -> int:
         """The largest device's peak bytes (`memory`)."""
@@ -996,34 +1088,44 @@ def _device_classes(
     return {min(devices): tuple(sorted(devices)) for devices in sets}
 
 
-def _fused(buffer: _Buffer) -> bool:
-    """Whether the op making `buffer` never writes it (`fused_away`): read by compute
-    on this device alone (a collective needs the buffer)."""
-    writer = buffer.writer
-    if writer is None or writer[0] != "op" or buffer.chain_readers:  # type: ignore[index]
-        return False
-    node: Node = writer[1]  # type: ignore[index]
-    return fused_away(node, {reader.op for reader in buffer.compute_readers})
-
-
-def fused_away(node: Node, readers: Collection[str]) -> bool:
-    """Whether XLA never writes `node`'s result, its readers (ops named `readers`)
-    reading the op's operands instead, which then live until those readers run
+def fused_away(
+    node: Node, readers: Collection[Node], elementwise: Callable[[Node], bool] | None = None
+) -> bool:
+    """Whether XLA never writes `node`'s result, its `readers` reading the op's
+    operands instead, which then live until those readers run
     (`ShardedStep._buffers_of`):
 
     * a `reshape` of a row-major array is a bitcast: the same buffer;
     * a `transpose` read only by matmuls is folded into their dimension numbers
       (XLA's transpose folding: `dot(x, transpose(w))` contracts w's other dim);
-    * an element-wise or index-remapping op (`Fusible`) whose readers are all such
-      ops is computed inside each reader's loop (XLA's loop fusion; a collective, a
-      contraction or a reduction reads a materialized operand).
+    * an op XLA computes element by element (`elementwise`, at global shapes when
+      None) whose readers are all such ops is computed inside each reader's loop
+      (XLA's loop fusion; a collective, a contraction or a reduction reads a
+      materialized operand).
 
     Only an op of one result that something reads."""
     if len(node.results) != 1 or not readers:
         return False
-    if node.op == "reshape" or (node.op == "transpose" and set(readers) == {"matmul"}):
+    ops = {reader.op for reader in readers}
+    if node.op == "reshape" or (node.op == "transpose" and ops == {"matmul"}):
         return True
-    return node.op in FUSIBLE and all(op in FUSIBLE for op in readers)
+    pointwise = elementwise or computed_elementwise
+    return pointwise(node) and all(map(pointwise, readers))
+
+
+def computed_elementwise(node: Node, operands: Sequence[TensorSig] | None = None) -> bool:
+    """Whether XLA computes `node` element by element, a loop its readers' loops can
+    take in (`fused_away`), on operands of the shapes `operands` (its own when None):
+    a `Fusible` op, or a matmul contracting a dimension of size 1. That is an outer
+    product, which XLA's algebraic simplifier rewrites as a multiply of two broadcasts
+    (checked: `a.T @ b` of (1, m) and (1, n) compiles to one loop fusion, of (2, m)
+    and (2, n) to a dot); rnnlm's data-parallel step, one sample per device, has its
+    weight gradients so, each a sum over time steps of such products that XLA
+    computes in one loop without ever writing a product."""
+    if node.op in FUSIBLE:
+        return True
+    sigs = operands if operands is not None else [value.sig for value in node.inputs]
+    return node.op == "matmul" and sigs[0].shape[-1] == 1
 
 
 @functools.lru_cache(maxsize=1 << 12)
@@ -1039,13 +1141,61 @@ def ancestors(node: Node) -> frozenset[Node]:
     return frozenset(seen)
 
 
-def _through_fused(readers: Iterable[Node], fused: Mapping[Node, _Buffer]) -> Iterator[Node]:
-    """`readers`, each one XLA fuses away (`fused_away`) replaced by its own readers."""
-    for reader in readers:
-        if reader in fused:
-            yield from _through_fused(fused[reader].compute_readers, fused)
+def _share_dying_operands(
+    temps: list[tuple[int, int, int, str]],
+    written: Mapping[Node, int],
+    read: Mapping[Node, list[int]],
+    elementwise: Callable[[Node], bool],
+) -> None:
+    """Hand an element-wise op's result the buffer of an operand it reads for the last
+    time, of its size, as XLA's buffer assignment does (a loop fusion may write its
+    output over an operand it reads element by element, `CanShareOperandBufferWithUser`):
+    that operand's temporary in `temps` then ends just before the op, whose result
+    takes over its bytes (candle_uno's expert plan: the scaled 1.3 MB gradient of the
+    largest weight written over the matmul's result). The operands are those
+    `read` says the op's kernel reads (through the ops fused into it); `written` is
+    each op's result in `temps`."""
+    taken: set[int] = set()
+    for node, index in written.items():
+        start, _, nbytes, _ = temps[index]
+        if not elementwise(node):
+            continue
+        for operand in read.get(node, ()):
+            first, last, size, kind = temps[operand]
+            if last == start and size == nbytes and first < start and operand not in taken:
+                temps[operand] = (first, start - 1, size, kind)
+                taken.add(operand)
+                break
+
+
+def _outside_holes(
+    temps: list[tuple[int, int, int, str]], holes: Sequence[tuple[int, int, int]]
+) -> list[tuple[int, int, int, str]]:
+    """`temps` but those XLA's buffer assignment places in a donated argument's buffer
+    while it holds nothing: `holes` are (first, last position, bytes) of a weight's
+    buffer between its copy (`memory`) and the update writing the new weight there,
+    which XLA fills with temporaries (the transformer's data-parallel plan: the
+    buffer of `param.34` holds `copy.105`, an all-reduce's result and the update).
+    Placed as XLA's heap places them, largest first, each in the smallest hole it fits
+    in, over its whole life, beside those placed there before (by bytes held at
+    each position: offsets within a hole are not tracked)."""
+    if not holes:
+        return temps
+    held = [[0] * (last - first + 1) for first, last, _ in holes]
+    order = sorted(range(len(holes)), key=lambda h: holes[h][2])  # the smallest first
+    outside = []
+    for temp in sorted(temps, key=lambda temp: -temp[2]):
+        start, end, nbytes, _ = temp
+        for h in order:
+            first, last, size = holes[h]
+            if first <= start and end <= last and nbytes <= size:
+                span = held[h][start - first : end - first + 1]
+                if max(span) + nbytes <= size:
+                    held[h][start - first : end - first + 1] = [n + nbytes for n in span]
+                    break
         else:
-            yield reader
+            outside.append(temp)
+    return outside
 
 
 def _most_live(temps: Sequence[tuple[int, int, int, str]]) -> list[tuple[str, int]]:
