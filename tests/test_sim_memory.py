@@ -122,8 +122,8 @@ def _benchmark_error(model: str, strategy: str) -> float:
     cpu = machine("cpu-8")
     baselines = {name: complete(problem, STRATEGIES[name](problem)) for name in BASELINES}
     if strategy == "ilp":
-        settings = mcmc.Settings(cpu, 1, 20.0, int(cpu.device.memory_bytes), 0, Deadline.after(60))
-        plan = search_ilp(problem, baselines, settings).best
+        posed = SoapProblem(problem, cpu, int(cpu.device.memory_bytes))
+        plan = search_ilp(posed, baselines, Limits(1, Deadline.after(60))).best
     else:
         plan = baselines[strategy]
     step = ShardedStep(problem.dag, plan, cpu, mesh=problem.mesh)
