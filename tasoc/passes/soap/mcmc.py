@@ -60,10 +60,12 @@ GROUPING = 0.25
 readers)."""
 
 POLISHED = 2.0
-"""A chain's best is completed again (`Best.polish`) when it is within this factor of
-the best chain's: partial sums, which the chains' edits cannot keep (`normalize`),
-halve some steps' communication (rnnlm's data parallel on 16 P100s: 104 ms
-normalized, 53 ms completed), so the chains are compared as the plans they write."""
+"""A start more than this factor slower than the best start runs no chain (it is a
+candidate as it is; data parallel's always runs), and a chain's best is completed
+again (`Best.polish`) when it is within this factor of the best chain's: partial sums,
+which the chains' edits cannot keep (`normalize`), halve some steps' communication
+(rnnlm's data parallel on 16 P100s: 104 ms normalized, 53 ms completed), so the
+chains are compared as the plans they write."""
 
 PATIENCE = 4
 """A chain runs at least this many proposals per alternative configuration (of all
@@ -310,15 +312,17 @@ def search(problem: SoapProblem, starts: Mapping[str, Plan], limits: Limits) -> 
     }
     starts = {**starts, **{name: plan for name, plan in made.items() if plan is not None}}
     best = Best(problem)
-    chains: dict[str, Chain] = {}
-    starting: dict[str, float] = {}
-    for origin, plan in starts.items():
-        state = problem.simulate(plan)
-        starting[origin] = state.cost
+    simulated = {origin: problem.simulate(plan) for origin, plan in starts.items()}
+    starting = {origin: state.cost for origin, state in simulated.items()}
+    for origin, state in simulated.items():
         best.offer(state, origin)
+    chains: dict[str, Chain] = {}
+    for origin, state in simulated.items():
+        if starting[origin] > POLISHED * best.cost and origin != "data-parallel":
+            continue  # hopeless: its chain would be dropped after the first round
         if not limits.deadline.expired():
             state.normalize()
-        chains[origin] = Chain(state, problem.space(plan), rng, problem.tuning.beta)
+        chains[origin] = Chain(state, problem.space(starts[origin]), rng, problem.tuning.beta)
     stops = _halving(chains, limits)
     lowest = min(chain.best_cost for chain in chains.values())
     for origin, chain in chains.items():
@@ -351,6 +355,8 @@ def search(problem: SoapProblem, starts: Mapping[str, Plan], limits: Limits) -> 
                 "proposals": chains[origin].proposals,
                 "stopped": str(stops[origin]),
             }
+            if origin in chains
+            else {"start": cost, "best": cost, "proposals": 0, "stopped": "not run"}
             for origin, cost in starting.items()
         },
     }
