@@ -17,8 +17,11 @@ How it works here, following Algorithm 2:
   more neighbours (so the marks can run on past it), then nodes with two neighbours,
   then other leaves (chain ends the marks have not reached).
 - **Heuristic elimination** (line 7, eq. 7) when no exact one applies: the unmarked
-  node with the most edges takes one option (least memory, least time, or least of
-  both normalized), and each of its edges folds into the neighbour's frontier. With
+  node with the most edges (ties: the one whose best option leads its second by
+  most) takes one option, the least score under the rule (least memory, least time,
+  or least of both normalized), each option scored by its own costs and, per
+  neighbour, the best of the edge's and the neighbour's frontiers together; each of
+  its edges then folds into the neighbour's frontier. With
   `heuristic=None` the node is *conditioned* on instead: the rest of FT runs once per
   option and the results are united and reduced, which is exponential but exact.
 - **Anchors.** TensorOpt uses "multiple heuristics" to fix a node; `anchors` adds
@@ -505,8 +508,13 @@ class _State:
     """The graph during elimination: live nodes and edges with their frontiers, the
     marks, the queue of exact eliminations, and what `paths` needs to answer fast."""
 
-    def __init__(self, options: list[int]) -> None:
+    def __init__(
+        self, options: list[int], rule: Heuristic | None, scales: tuple[float, float]
+    ) -> None:
         self.options = options
+        self.rule = rule
+        """What heuristic elimination minimizes (None: it conditions instead)."""
+        self.scales = scales
         self.nodes: dict[int, _Frontiers] = {}
         self.edges: dict[tuple[int, int], _Frontiers] = {}
         """Keyed (u, v) with u < v; group a * K_v + b for options a of u, b of v."""
@@ -523,10 +531,13 @@ class _State:
         """Live nodes with three or more neighbours."""
         self.recheck_at = math.inf
         """`paths` walks the graph only once no more nodes than this are left."""
+        self.scored: dict[int, Floats] = {}
+        """`scores` of nodes whose frontiers, edges and neighbours' frontiers have not
+        changed since; an entry is dropped when one of them does."""
 
     @classmethod
     def initial(cls, graph: CostGraph, run: _Run) -> _State:
-        state = cls([node.options for node in graph.nodes])
+        state = cls([node.options for node in graph.nodes], run.heuristic, run.scales)
         for index, node in enumerate(graph.nodes):
             state.nodes[index] = _leaf(node.memory, node.time, node.options)
             state.neighbours[index] = set()
@@ -548,7 +559,7 @@ class _State:
         return state
 
     def copy(self) -> _State:
-        other = _State(self.options)
+        other = _State(self.options, self.rule, self.scales)
         other.nodes = dict(self.nodes)
         other.edges = dict(self.edges)
         other.neighbours = {n: set(ns) for n, ns in self.neighbours.items()}
@@ -557,6 +568,7 @@ class _State:
         other.touched = set(self.touched)
         other.heap = list(self.heap)
         other.high, other.recheck_at = self.high, self.recheck_at
+        other.scored = dict(self.scored)
         return other
 
     def component(self, start: int) -> set[int]:
@@ -576,6 +588,7 @@ class _State:
 
     def _relink(self, u: int, v: int, add: bool) -> None:
         for a, b in ((u, v), (v, u)):
+            self.scored.pop(a, None)
             self._count(a, -1)
             if add:
                 self.neighbours[a].add(b)
@@ -630,7 +643,16 @@ class _State:
         rows = np.arange(old.groups)
         merged = _combine(run, [(old, rows), (frontiers, rows)], rows, old.groups)
         self.edges[key] = _seal(run.records, merged, (0, 1))
+        self.scored.pop(u, None)
+        self.scored.pop(v, None)
         run.eliminations["edge"] += 1
+
+    def set_node(self, node: int, frontiers: _Frontiers) -> None:
+        """Replace `node`'s frontiers; its and its neighbours' `scores` are stale."""
+        self.nodes[node] = frontiers
+        self.scored.pop(node, None)
+        for other in self.neighbours[node]:
+            self.scored.pop(other, None)
 
     def remove_node(self, node: int) -> None:
         for other in list(self.neighbours[node]):
@@ -699,17 +721,25 @@ class _State:
         return None
 
     def heuristic_candidate(self, among: set[int] | None = None) -> int | None:
-        """The node with the most edges (at least three; ties: lowest index), unmarked
-        ones unless `among` is given."""
-        best, most = None, 2
+        """The node with the most edges (at least three), unmarked ones unless `among`
+        is given. Ties go to the node whose option is clearest: the largest `margin`
+        (then the lowest index). A training step has many nodes of equal degree
+        (every layer's weight and gradient ops alike), and fixing first the ones whose
+        best option leads by most, the others' choices are made later with more of the
+        graph folded into their neighbours, or exactly once their degree has fallen."""
         pool = sorted(among) if among is not None else sorted(self.nodes)
-        for node in pool:
-            if among is None and node in self.marked:
-                continue
-            degree = len(self.neighbours[node])
-            if degree > most:
-                best, most = node, degree
-        return best
+        degrees = {
+            node: len(self.neighbours[node])
+            for node in pool
+            if among is not None or node not in self.marked
+        }
+        most = max(degrees.values(), default=0)
+        if most <= 2:
+            return None
+        tied = [node for node, degree in degrees.items() if degree == most]
+        if self.rule is None or len(tied) == 1:
+            return tied[0]
+        return max(tied, key=lambda node: (self.margin(node), -node))
 
     def marked_candidate(self) -> int | None:
         """Only marked nodes keep the graph from being paths: one of them in a
@@ -759,7 +789,7 @@ class _State:
         leaf = _combine(run, [(self.nodes[node], k), (edge, groups)], p, kh, k)
         rows = np.arange(kh)
         merged = _combine(run, [(self.nodes[h], rows), (leaf, rows)], rows, kh)
-        self.nodes[h] = _seal(run.records, merged, (0, 1, 2), node, 3)
+        self.set_node(h, _seal(run.records, merged, (0, 1, 2), node, 3))
         self.remove_node(node)
         run.eliminations["branch"] += 1
 
@@ -775,32 +805,47 @@ class _State:
             if n == 0:
                 terms = [(self.nodes[other], rows), (own, fixed), (edge, groups)]
                 folded = _combine(run, terms, rows, len(rows), fixed)
-                self.nodes[other] = _seal(run.records, folded, (0, 1, 2), node, 3)
+                self.set_node(other, _seal(run.records, folded, (0, 1, 2), node, 3))
             else:
                 terms = [(self.nodes[other], rows), (edge, groups)]
                 folded = _combine(run, terms, rows, len(rows))
-                self.nodes[other] = _seal(run.records, folded, (0, 1))
+                self.set_node(other, _seal(run.records, folded, (0, 1)))
         self.remove_node(node)
 
-    def pick(self, node: int, rule: Heuristic, scales: tuple[float, float]) -> int:
-        """The option heuristic elimination fixes: least memory, least time, or least
-        normalized sum, each the node's best plus every edge's best for that option."""
+    def scores(self, node: int) -> Floats:
+        """Each option's score under the heuristic rule (least memory, least time, or
+        least normalized sum): the node's best point for it, plus for each neighbour
+        the least over the neighbour's options of the edge's best point and the
+        neighbour's own. Counting the neighbour's frontier is what makes the score
+        see past the edge: after branch and node eliminations a neighbour carries the
+        subgraphs folded into it, and an option that only fits the neighbour's costly
+        options is not cheap. Cached until the node's surroundings change."""
+        cached = self.scored.get(node)
+        if cached is not None:
+            return cached
+        assert self.rule is not None
         size = self.options[node]
-        memory, seconds = _bests(self.nodes[node])
+        score = _least(self.nodes[node], self.rule, self.scales)
         for other in self.neighbours[node]:
             a, b = np.meshgrid(np.arange(size), np.arange(self.options[other]), indexing="ij")
             edge, groups = self.edge(node, a.ravel(), other, b.ravel())
-            edge_memory, edge_time = _bests(edge)
-            memory = memory + edge_memory[groups].reshape(a.shape).min(axis=1)
-            seconds = seconds + edge_time[groups].reshape(a.shape).min(axis=1)
-        if rule == "memory":
-            score = memory
-        elif rule == "time":
-            score = seconds
-        else:
-            score = seconds / scales[0] + memory / scales[1]
-        score = np.where(np.isfinite(seconds), score, np.inf)
-        return int(np.argmin(score))
+            reached = _least(edge, self.rule, self.scales)[groups].reshape(a.shape)
+            reached += _least(self.nodes[other], self.rule, self.scales)[None, :]
+            score = score + reached.min(axis=1)
+        self.scored[node] = score
+        return score
+
+    def pick(self, node: int) -> int:
+        """The option heuristic elimination fixes: the least `scores`."""
+        return int(np.argmin(self.scores(node)))
+
+    def margin(self, node: int) -> float:
+        """How far the node's best option leads its second (inf: one feasible option)."""
+        scores = self.scores(node)
+        if len(scores) < 2:
+            return math.inf
+        best, second = np.partition(scores, 1)[:2]
+        return float(second - best) if math.isfinite(second) else math.inf
 
     # -- LDP (Algorithm 3) -------------------------------------------------------
 
@@ -840,15 +885,20 @@ class _State:
         return _seal(run.records, whole, (0,), last, 1)
 
 
-def _bests(frontiers: _Frontiers) -> tuple[Floats, Floats]:
-    """Each group's least memory (its first point) and least time (its last); inf
-    for an empty group."""
-    memory = np.full(frontiers.groups, np.inf)
-    seconds = np.full(frontiers.groups, np.inf)
+def _least(frontiers: _Frontiers, rule: Heuristic, scales: tuple[float, float]) -> Floats:
+    """Each group's least value under `rule` over its points (inf for an empty
+    group): memory, time, or time and memory each divided by its `scales` total."""
+    if rule == "memory":
+        values = frontiers.memory
+    elif rule == "time":
+        values = frontiers.time
+    else:
+        values = frontiers.time / scales[0] + frontiers.memory / scales[1]
+    least = np.full(frontiers.groups, np.inf)
     full = frontiers.sizes() > 0
-    memory[full] = frontiers.memory[frontiers.starts[:-1][full]]
-    seconds[full] = frontiers.time[frontiers.starts[1:][full] - 1]
-    return memory, seconds
+    if full.any():
+        least[full] = np.minimum.reduceat(values, frontiers.starts[:-1][full])
+    return least
 
 
 def _solve(state: _State, run: _Run) -> _Frontiers:
@@ -873,10 +923,7 @@ def _solve(state: _State, run: _Run) -> _Frontiers:
         elif run.heuristic is None:
             return _condition(state, node, run)
         else:
-            if run.anchor is not None:
-                option = run.anchor[node]
-            else:
-                option = state.pick(node, run.heuristic, run.scales)
+            option = run.anchor[node] if run.anchor is not None else state.pick(node)
             state.fix(node, option, run)
             run.eliminations["heuristic"] += 1
     return _ldp_all(state, run)
