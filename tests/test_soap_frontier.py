@@ -215,6 +215,53 @@ def test_the_heuristic_rule_picks_the_option() -> None:
         assert {p.choice[1] for p in tracked.points} == {option}
 
 
+def timed(times: list[float]) -> CostNode:
+    """A node whose options differ in time only (every memory 0): one-point frontiers."""
+    return node(times, [0.0] * len(times))
+
+
+def test_the_heuristic_scores_an_option_with_its_neighbours_frontiers() -> None:
+    # a wheel: hub 4 (four neighbours) fixed heuristically, rim 0-1-2-3 exact after.
+    # Every rim node's option 0 costs 100. The hub's option 0 is free on its edges
+    # only next to a rim node's option 0, and 10 next to option 1; its option 1 costs
+    # 1 next to the rim's option 1. Edges alone favour the hub's option 0 (0 < 1),
+    # which costs 10 per rim node; with the rim's frontiers option 1 wins: 1 each.
+    spoke = [[0.0, 10.0], [5.0, 1.0]]
+    nodes = (*(timed([100.0, 0.0]) for _ in range(4)), timed([0.0, 0.0]))
+    rim = [edge(a, (a + 1) % 4, [[0.0, 0.0], [0.0, 0.0]]) for a in range(4)]
+    spokes = [edge(4, a, spoke) for a in range(4)]
+    graph = CostGraph(nodes, (*rim, *spokes))
+    tracked = track(graph)
+    assert tracked.eliminations["heuristic"] == 1
+    assert costs(tracked) == exact(graph) == [(0.0, 4.0)]
+    assert tracked.points[0].choice[4] == 1
+
+
+def test_heuristic_elimination_fixes_first_the_tied_node_whose_best_option_leads_most() -> None:
+    # K4, every node stuck with three neighbours; node 0 is marked, so 1, 2 or 3 is
+    # fixed, then the triangle left is exact. Node 1's scores (0 for option 0, 1 for
+    # option 1) mislead: option 0 is free only if 2 and 3 both take option 0, which
+    # edge 2-3 forbids (100), so fixing node 1 first ends at 10. Node 2's best option
+    # (0) leads its other by 20.5, node 3's by 19.5; fixing node 2 first leaves the
+    # rest exact and finds the least time, 1.
+    zero = [[0.0, 0.0], [0.0, 0.0]]
+    nodes = (timed([0.0, 0.0]), timed([0.0, 0.0]), timed([0.0, 20.0]), timed([0.0, 0.0]))
+    lured = [[0.0, 10.0], [0.5, 0.5]]
+    edges = (
+        edge(0, 1, zero),
+        edge(0, 2, zero),
+        edge(0, 3, zero),
+        edge(1, 2, lured),
+        edge(1, 3, lured),
+        edge(2, 3, [[100.0, 0.0], [0.0, 0.0]]),
+    )
+    graph = CostGraph(nodes, edges)
+    tracked = track(graph)
+    assert tracked.eliminations["heuristic"] == 1
+    assert costs(tracked) == exact(graph) == [(0.0, 1.0)]
+    assert tracked.points[0].choice[1:] == (1, 0, 1)
+
+
 def test_marked_nodes_are_eliminated_when_they_alone_make_a_cycle() -> None:
     # marks run 0-5-6-7; eliminating 3 joins 5 and 7, a cycle of marked nodes
     options = [2, 1, 1, 3, 1, 2, 3, 2]

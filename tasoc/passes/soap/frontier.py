@@ -55,6 +55,7 @@ costs K² times its length.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import math
@@ -200,7 +201,19 @@ class _Frontiers:
         return len(self.starts) - 1
 
     def sizes(self) -> Ints:
-        return np.diff(self.starts)
+        return self.starts[1:] - self.starts[:-1]
+
+
+@functools.cache
+def _grid(*options: int) -> tuple[Ints, ...]:
+    """Every combination of one option per node, in row-major order: one flat index
+    array per node. Shared and read-only: eliminations ask for the same few shapes
+    thousands of times."""
+    grids = np.meshgrid(*(np.arange(k) for k in options), indexing="ij")
+    flat = tuple(grid.ravel() for grid in grids)
+    for array in flat:
+        array.flags.writeable = False
+    return flat
 
 
 def _leaf(memory: Floats, time: Floats, groups: int) -> _Frontiers:
@@ -531,8 +544,8 @@ class _State:
         """Live nodes with three or more neighbours."""
         self.recheck_at = math.inf
         """`paths` walks the graph only once no more nodes than this are left."""
-        self.scored: dict[int, Floats] = {}
-        """`scores` of nodes whose frontiers, edges and neighbours' frontiers have not
+        self.assessed: dict[int, tuple[int, float]] = {}
+        """`assess` of nodes whose frontiers, edges and neighbours' frontiers have not
         changed since; an entry is dropped when one of them does."""
 
     @classmethod
@@ -568,7 +581,7 @@ class _State:
         other.touched = set(self.touched)
         other.heap = list(self.heap)
         other.high, other.recheck_at = self.high, self.recheck_at
-        other.scored = dict(self.scored)
+        other.assessed = dict(self.assessed)
         return other
 
     def component(self, start: int) -> set[int]:
@@ -588,7 +601,7 @@ class _State:
 
     def _relink(self, u: int, v: int, add: bool) -> None:
         for a, b in ((u, v), (v, u)):
-            self.scored.pop(a, None)
+            self.assessed.pop(a, None)
             self._count(a, -1)
             if add:
                 self.neighbours[a].add(b)
@@ -643,16 +656,16 @@ class _State:
         rows = np.arange(old.groups)
         merged = _combine(run, [(old, rows), (frontiers, rows)], rows, old.groups)
         self.edges[key] = _seal(run.records, merged, (0, 1))
-        self.scored.pop(u, None)
-        self.scored.pop(v, None)
+        self.assessed.pop(u, None)
+        self.assessed.pop(v, None)
         run.eliminations["edge"] += 1
 
     def set_node(self, node: int, frontiers: _Frontiers) -> None:
-        """Replace `node`'s frontiers; its and its neighbours' `scores` are stale."""
+        """Replace `node`'s frontiers; its and its neighbours' `assess` are stale."""
         self.nodes[node] = frontiers
-        self.scored.pop(node, None)
+        self.assessed.pop(node, None)
         for other in self.neighbours[node]:
-            self.scored.pop(other, None)
+            self.assessed.pop(other, None)
 
     def remove_node(self, node: int) -> None:
         for other in list(self.neighbours[node]):
@@ -722,11 +735,12 @@ class _State:
 
     def heuristic_candidate(self, among: set[int] | None = None) -> int | None:
         """The node with the most edges (at least three), unmarked ones unless `among`
-        is given. Ties go to the node whose option is clearest: the largest `margin`
-        (then the lowest index). A training step has many nodes of equal degree
-        (every layer's weight and gradient ops alike), and fixing first the ones whose
-        best option leads by most, the others' choices are made later with more of the
-        graph folded into their neighbours, or exactly once their degree has fallen."""
+        is given. Ties go to the node whose option is clearest: the largest lead of
+        its best option (`assess`), then the lowest index. A training step has many
+        nodes of equal degree (every layer's weight and gradient ops alike); fixing
+        first the ones whose best option leads by most, the others' choices are made
+        later with more of the graph folded into their neighbours, or exactly once
+        their degree has fallen."""
         pool = sorted(among) if among is not None else sorted(self.nodes)
         degrees = {
             node: len(self.neighbours[node])
@@ -739,7 +753,7 @@ class _State:
         tied = [node for node, degree in degrees.items() if degree == most]
         if self.rule is None or len(tied) == 1:
             return tied[0]
-        return max(tied, key=lambda node: (self.margin(node), -node))
+        return max(tied, key=lambda node: (self.assess(node)[1], -node))
 
     def marked_candidate(self) -> int | None:
         """Only marked nodes keep the graph from being paths: one of them in a
@@ -766,13 +780,10 @@ class _State:
         """Eq. 4: node i between h and j becomes edge h-j."""
         h, j = sorted(self.neighbours[node])
         kh, ki, kj = self.options[h], self.options[node], self.options[j]
-        w, k = (a.ravel() for a in np.meshgrid(np.arange(kh), np.arange(ki), indexing="ij"))
+        w, k = _grid(kh, ki)
         left, left_groups = self.edge(h, w, node, k)
         half = _combine(run, [(left, left_groups), (self.nodes[node], k)], w * ki + k, kh * ki)
-        w, k, p = (
-            a.ravel()
-            for a in np.meshgrid(np.arange(kh), np.arange(ki), np.arange(kj), indexing="ij")
-        )
+        w, k, p = _grid(kh, ki, kj)
         right, right_groups = self.edge(node, k, j, p)
         whole = _combine(run, [(half, w * ki + k), (right, right_groups)], w * kj + p, kh * kj, k)
         joined = _seal(run.records, whole, (0, 1, 2), node, 3)
@@ -784,7 +795,7 @@ class _State:
         """Eq. 6: a node with one neighbour h folds into h's frontiers."""
         (h,) = self.neighbours[node]
         ki, kh = self.options[node], self.options[h]
-        k, p = (a.ravel() for a in np.meshgrid(np.arange(ki), np.arange(kh), indexing="ij"))
+        k, p = _grid(ki, kh)
         edge, groups = self.edge(node, k, h, p)
         leaf = _combine(run, [(self.nodes[node], k), (edge, groups)], p, kh, k)
         rows = np.arange(kh)
@@ -812,40 +823,33 @@ class _State:
                 self.set_node(other, _seal(run.records, folded, (0, 1)))
         self.remove_node(node)
 
-    def scores(self, node: int) -> Floats:
-        """Each option's score under the heuristic rule (least memory, least time, or
-        least normalized sum): the node's best point for it, plus for each neighbour
-        the least over the neighbour's options of the edge's best point and the
-        neighbour's own. Counting the neighbour's frontier is what makes the score
-        see past the edge: after branch and node eliminations a neighbour carries the
-        subgraphs folded into it, and an option that only fits the neighbour's costly
-        options is not cheap. Cached until the node's surroundings change."""
-        cached = self.scored.get(node)
+    def assess(self, node: int) -> tuple[int, float]:
+        """The option heuristic elimination would fix and how far its score leads the
+        second best (inf: one feasible option). An option's score under the rule
+        (least memory, least time, or least normalized sum) is the node's best point
+        for it, plus for each neighbour the least over the neighbour's options of the
+        edge's best point and the neighbour's own. Counting the neighbour's frontier
+        is what makes the score see past the edge: after branch and node eliminations
+        a neighbour carries the subgraphs folded into it, and an option that only
+        fits the neighbour's costly options is not cheap. Cached until the node's
+        surroundings change."""
+        cached = self.assessed.get(node)
         if cached is not None:
             return cached
         assert self.rule is not None
         size = self.options[node]
         score = _least(self.nodes[node], self.rule, self.scales)
         for other in self.neighbours[node]:
-            a, b = np.meshgrid(np.arange(size), np.arange(self.options[other]), indexing="ij")
-            edge, groups = self.edge(node, a.ravel(), other, b.ravel())
-            reached = _least(edge, self.rule, self.scales)[groups].reshape(a.shape)
+            a, b = _grid(size, self.options[other])
+            edge, groups = self.edge(node, a, other, b)
+            reached = _least(edge, self.rule, self.scales)[groups].reshape(size, -1)
             reached += _least(self.nodes[other], self.rule, self.scales)[None, :]
             score = score + reached.min(axis=1)
-        self.scored[node] = score
-        return score
-
-    def pick(self, node: int) -> int:
-        """The option heuristic elimination fixes: the least `scores`."""
-        return int(np.argmin(self.scores(node)))
-
-    def margin(self, node: int) -> float:
-        """How far the node's best option leads its second (inf: one feasible option)."""
-        scores = self.scores(node)
-        if len(scores) < 2:
-            return math.inf
-        best, second = np.partition(scores, 1)[:2]
-        return float(second - best) if math.isfinite(second) else math.inf
+        best = int(np.argmin(score))
+        second = min((v for o, v in enumerate(score.tolist()) if o != best), default=math.inf)
+        lead = second - float(score[best]) if math.isfinite(second) else math.inf
+        self.assessed[node] = best, lead
+        return best, lead
 
     # -- LDP (Algorithm 3) -------------------------------------------------------
 
@@ -873,7 +877,7 @@ class _State:
         for step, (before, node) in enumerate(itertools.pairwise(path)):
             run.check(f"in LDP at node {step + 1} of {len(path)}")
             kb, kn = self.options[before], self.options[node]
-            k, p = (a.ravel() for a in np.meshgrid(np.arange(kb), np.arange(kn), indexing="ij"))
+            k, p = _grid(kb, kn)
             edge, groups = self.edge(before, k, node, p)
             reached = _combine(run, [(cumulative, k), (edge, groups)], p, kn, k)
             rows = np.arange(kn)
@@ -923,7 +927,7 @@ def _solve(state: _State, run: _Run) -> _Frontiers:
         elif run.heuristic is None:
             return _condition(state, node, run)
         else:
-            option = run.anchor[node] if run.anchor is not None else state.pick(node)
+            option = run.anchor[node] if run.anchor is not None else state.assess(node)[0]
             state.fix(node, option, run)
             run.eliminations["heuristic"] += 1
     return _ldp_all(state, run)
