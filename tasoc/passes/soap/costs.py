@@ -61,8 +61,8 @@ from tasoc.ir.shapes import TensorSig
 from tasoc.ir.shard_plan import Plan, free_read
 from tasoc.ir.soap import Config, Mesh, Sharding, ShardingError
 from tasoc.passes.soap.cost_graph import Choice, CostEdge, CostGraph, CostNode
-from tasoc.passes.soap.problem import configurations
 from tasoc.passes.soap.plan import Prescription, Problem, operand_layouts, result_layouts
+from tasoc.passes.soap.problem import configurations
 from tasoc.sim.parallel import (
     MADE_AT_START,
     ancestors,
