@@ -777,15 +777,26 @@ class _State:
     # -- eliminations ------------------------------------------------------------
 
     def eliminate_node(self, node: int, run: _Run) -> None:
-        """Eq. 4: node i between h and j becomes edge h-j."""
+        """Eq. 4: node i between h and j becomes edge h-j. The product e_hi ⊗ o_i is
+        reduced per (w, k) before e_ij multiplies it, except where o_i has at most one
+        point per option (a node nothing was folded into yet): then it only shifts
+        e_hi's frontiers, there is nothing to reduce, and one product of the three
+        does the work of two."""
         h, j = sorted(self.neighbours[node])
         kh, ki, kj = self.options[h], self.options[node], self.options[j]
-        w, k = _grid(kh, ki)
-        left, left_groups = self.edge(h, w, node, k)
-        half = _combine(run, [(left, left_groups), (self.nodes[node], k)], w * ki + k, kh * ki)
+        own = self.nodes[node]
         w, k, p = _grid(kh, ki, kj)
         right, right_groups = self.edge(node, k, j, p)
-        whole = _combine(run, [(half, w * ki + k), (right, right_groups)], w * kj + p, kh * kj, k)
+        if (own.sizes() <= 1).all():
+            left, left_groups = self.edge(h, w, node, k)
+            terms = [(left, left_groups), (own, k), (right, right_groups)]
+        else:
+            pair_w, pair_k = _grid(kh, ki)
+            left, left_groups = self.edge(h, pair_w, node, pair_k)
+            pairs = [(left, left_groups), (own, pair_k)]
+            half = _combine(run, pairs, pair_w * ki + pair_k, kh * ki)
+            terms = [(half, w * ki + k), (right, right_groups)]
+        whole = _combine(run, terms, w * kj + p, kh * kj, k)
         joined = _seal(run.records, whole, (0, 1, 2), node, 3)
         self.remove_node(node)
         run.eliminations["node"] += 1
