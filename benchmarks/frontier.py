@@ -15,7 +15,8 @@ themselves (FT, ILP, greedy, MCMC, the cost graph's build) are wall time on this
 
 FT runs two ways in tables 1 and 2, each reported: **local**, `frontier.track` with the
 local heuristic alone (`heuristic=weighted` by default: TensorOpt's algorithm, its
-heuristic's score counting the neighbours' frontiers since issue 31), and **anchored**, as `search=ft` runs it (`search_ft`'s steps, under
+heuristic's score counting the neighbours' frontiers since issue 31), and
+**anchored**, as `search=ft` runs it (`search_ft`'s steps, under
 limits whose deadline is `--ft-timeout` s, by default the pass's default timeout
 times its search share, 48 s): `cost_searches.ft_anchors` (each distinct baseline
 that applies, `searches.baseline_plans`, where the cost graph expresses it, Spartan's
