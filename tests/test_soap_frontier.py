@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from tasoc.passes.search import Deadline
 from tasoc.passes.soap.cost_graph import CostEdge, CostGraph, CostNode, frontier
-from tasoc.passes.soap.frontier import FrontierTimeout, Tracked, _reduce, track
+from tasoc.passes.soap.frontier import FrontierTimeout, Tracked, _reduce, _State, track
 from tasoc.verify.strategies import cost_graphs
 
 
@@ -105,6 +105,32 @@ def test_heuristic_ft_finds_real_strategies_no_better_than_exact(
         assert any(m <= point.memory and t <= point.time for m, t in best), point
     if tracked.exact:
         assert costs(tracked) == best
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_every_cached_heuristic_choice_is_what_a_fresh_one_would_be(seed: int) -> None:
+    # every elimination must drop the cached choice of each node whose frontiers,
+    # edges or neighbours' frontiers it changed; a stale one often still picks the
+    # same, so each cached answer is checked against a fresh one when it is read.
+    # Dense graphs of 8-14 nodes: many heuristic eliminations.
+    rng = np.random.default_rng(seed)
+    count = int(rng.integers(8, 15))
+    pairs = [(a, b) for a, b in itertools.combinations(range(count), 2) if rng.random() < 0.4]
+    graph = graph_of(rng.integers(1, 4, count).tolist(), pairs, seed)
+    assess = _State.assess
+    read: list[tuple[tuple[int, float], tuple[int, float]]] = []
+
+    def checked(state: _State, node: int) -> tuple[int, float]:
+        if node in state.assessed:
+            kept = state.assessed.pop(node)
+            read.append((kept, assess(state, node)))
+        return assess(state, node)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_State, "assess", checked)
+        track(graph)
+    assert all(kept == fresh for kept, fresh in read)
 
 
 points = st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6)), min_size=1, max_size=12)
