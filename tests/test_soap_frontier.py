@@ -107,17 +107,22 @@ def test_heuristic_ft_finds_real_strategies_no_better_than_exact(
         assert costs(tracked) == best
 
 
+def dense(seed: int) -> CostGraph:
+    """8-14 nodes of 1-3 options, each pair joined with chance 0.4: many nodes stuck
+    with three or more neighbours, so many heuristic eliminations."""
+    rng = np.random.default_rng(seed)
+    count = int(rng.integers(8, 15))
+    pairs = [(a, b) for a, b in itertools.combinations(range(count), 2) if rng.random() < 0.4]
+    return graph_of(rng.integers(1, 4, count).tolist(), pairs, seed)
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.integers(0, 2**32 - 1))
 def test_every_cached_heuristic_choice_is_what_a_fresh_one_would_be(seed: int) -> None:
     # every elimination must drop the cached choice of each node whose frontiers,
     # edges or neighbours' frontiers it changed; a stale one often still picks the
     # same, so each cached answer is checked against a fresh one when it is read.
-    # Dense graphs of 8-14 nodes: many heuristic eliminations.
-    rng = np.random.default_rng(seed)
-    count = int(rng.integers(8, 15))
-    pairs = [(a, b) for a, b in itertools.combinations(range(count), 2) if rng.random() < 0.4]
-    graph = graph_of(rng.integers(1, 4, count).tolist(), pairs, seed)
+    graph = dense(seed)
     assess = _State.assess
     read: list[tuple[tuple[int, float], tuple[int, float]]] = []
 
@@ -131,6 +136,25 @@ def test_every_cached_heuristic_choice_is_what_a_fresh_one_would_be(seed: int) -
         patch.setattr(_State, "assess", checked)
         track(graph)
     assert all(kept == fresh for kept, fresh in read)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_anchored_runs_unite_as_if_each_ran_alone(seed: int) -> None:
+    # the runs share the exact eliminations before their first heuristic one and
+    # each goes on from its own copy: with two anchors the frontier is the union
+    # of the runs with one, and each anchor's strategy is matched or beaten
+    graph = dense(seed)
+    rng = np.random.default_rng(seed)
+    anchors = [tuple(int(rng.integers(n.options)) for n in graph.nodes) for _ in range(2)]
+    both = track(graph, anchors=anchors)
+    alone = [p for a in anchors for p in track(graph, anchors=[a]).points]
+    assert costs(both) == [(m, t) for m, t, _ in frontier([(p.memory, p.time, p) for p in alone])]
+    assert_points_cost_what_they_say(graph, both)
+    for choice in anchors:
+        memory, time = graph.cost(choice)
+        if math.isfinite(time):
+            assert any(p.memory <= memory and p.time <= time for p in both.points)
 
 
 points = st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6)), min_size=1, max_size=12)

@@ -27,7 +27,9 @@ How it works here, following Algorithm 2:
 - **Anchors.** TensorOpt uses "multiple heuristics" to fix a node; `anchors` adds
   whole strategies as such heuristics: one more run per anchor, each of its
   heuristic eliminations fixing the node as the anchor does, the final frontiers
-  united. A training step's forward, backward and update ops are separate nodes
+  united. The runs differ only from their first heuristic elimination on, so the
+  exact eliminations before it are done once and each run starts from a copy. A
+  training step's forward, backward and update ops are separate nodes
   joined by the weights and saved activations, a ladder rather than a chain, so
   heuristic elimination runs hundreds of times there (TensorOpt's forward-only
   graphs needed it twice for BERT), and a local rule alone strays far from the
@@ -100,8 +102,9 @@ class Tracked:
     feasible."""
     eliminations: Counter[str]
     """How many of each elimination ran: "node", "edge", "branch", "heuristic",
-    "conditioned" (one per node conditioned on, in every branch), summed over the runs
-    (one, and one more per anchor)."""
+    "conditioned" (one per node conditioned on, in every branch). The exact ones
+    before the first heuristic elimination are done once for every run; the rest are
+    summed over the runs (one, and one more per anchor)."""
     chain: int
     """Nodes of the linear graph LDP ran on, summed over components (with conditioning,
     the longest of its runs)."""
@@ -147,10 +150,13 @@ def track(
         if len(anchor) != len(graph.nodes):
             raise ValueError(f"an anchor needs one option per node, got {len(anchor)}")
     if graph.nodes:
+        state = _State.initial(graph, run)
+        _exact(state, run)
+        runs = (None, *anchors) if heuristic is not None else (None,)
         results = []
-        for anchor in (None, *anchors) if heuristic is not None else (None,):
+        for anchor in runs:
             run.anchor = anchor
-            results.append(_solve(_State.initial(graph, run), run))
+            results.append(_solve(state.copy() if len(runs) > 1 else state, run))
         final = results[0] if len(results) == 1 else _union(results, run)
         choices = _unroll(run.records, final.src[:, 0], len(graph.nodes))
     else:
@@ -850,7 +856,9 @@ class _State:
         assert self.rule is not None
         size = self.options[node]
         score = _least(self.nodes[node], self.rule, self.scales)
-        for other in self.neighbours[node]:
+        # in index order: a set's order depends on its history, and a copied state's
+        # sets (each anchor's run) would sum the same floats in another order
+        for other in sorted(self.neighbours[node]):
             a, b = _grid(size, self.options[other])
             edge, groups = self.edge(node, a, other, b)
             reached = _least(edge, self.rule, self.scales)[groups].reshape(size, -1)
@@ -916,14 +924,15 @@ def _least(frontiers: _Frontiers, rule: Heuristic, scales: tuple[float, float]) 
     return least
 
 
-def _solve(state: _State, run: _Run) -> _Frontiers:
-    """Algorithm 2 from `state` on: eliminate until every component is a path, then
-    LDP; a one-group frontier whose ids unroll into whole strategies."""
+def _exact(state: _State, run: _Run) -> int | None:
+    """Exact eliminations from `state` on until every component is a path (None) or
+    none applies: then the node heuristic elimination or conditioning takes next,
+    `state` left as it is (so a second call returns the same node at once)."""
     while True:
         run.check(f"with {len(state.nodes)} nodes left")
         state.extend_marks()
         if state.paths():
-            break
+            return None
         node = state.exact_candidate()
         if node is None:
             node = state.heuristic_candidate()
@@ -935,12 +944,19 @@ def _solve(state: _State, run: _Run) -> _Frontiers:
             state.eliminate_branch(node, run)
         elif degree == 2:
             state.eliminate_node(node, run)
-        elif run.heuristic is None:
-            return _condition(state, node, run)
         else:
-            option = run.anchor[node] if run.anchor is not None else state.assess(node)[0]
-            state.fix(node, option, run)
-            run.eliminations["heuristic"] += 1
+            return node
+
+
+def _solve(state: _State, run: _Run) -> _Frontiers:
+    """Algorithm 2 from `state` on: eliminate until every component is a path, then
+    LDP; a one-group frontier whose ids unroll into whole strategies."""
+    while (node := _exact(state, run)) is not None:
+        if run.heuristic is None:
+            return _condition(state, node, run)
+        option = run.anchor[node] if run.anchor is not None else state.assess(node)[0]
+        state.fix(node, option, run)
+        run.eliminations["heuristic"] += 1
     return _ldp_all(state, run)
 
 
