@@ -152,7 +152,7 @@ def track(
             raise ValueError(f"an anchor needs one option per node, got {len(anchor)}")
     if graph.nodes:
         state = _State.initial(graph, run)
-        _exact(state, run)
+        _exact(state, run)  # every run eliminates alike up to its first heuristic choice
         runs = (None, *anchors) if heuristic is not None else (None,)
         results = []
         for anchor in runs:
@@ -751,11 +751,10 @@ class _State:
         """The node with the most edges (at least three), unmarked ones unless `among`
         is given. Ties go to the node whose option is clearest: the largest lead of
         its best option (`assess`), then the lowest index (only the index without a
-        `rule`). A training step has many
-        nodes of equal degree (every layer's weight and gradient ops alike); fixing
-        first the ones whose best option leads by most, the others' choices are made
-        later with more of the graph folded into their neighbours, or exactly once
-        their degree has fallen."""
+        `rule`). A training step has many nodes of equal degree (every layer's
+        weight and gradient ops alike); fixing first the ones whose best option leads
+        by most, the others' choices are made later with more of the graph folded
+        into their neighbours, or exactly once their degree has fallen."""
         pool = sorted(among) if among is not None else sorted(self.nodes)
         degrees = {
             node: len(self.neighbours[node])
