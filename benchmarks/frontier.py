@@ -14,8 +14,9 @@ Every iteration time and peak memory below is *simulated* on the named preset
 themselves (FT, ILP, greedy, MCMC, the cost graph's build) are wall time on this machine.
 
 FT runs two ways in tables 1 and 2, each reported: **local**, `frontier.track` with the
-local heuristic alone (`heuristic=weighted` by default: TensorOpt's algorithm as
-published), and **anchored**, as `search=ft` runs it (`search_ft`'s steps, under
+local heuristic alone (`heuristic=weighted` by default: TensorOpt's algorithm, its
+heuristic's score counting the neighbours' frontiers since issue 31), and
+**anchored**, as `search=ft` runs it (`search_ft`'s steps, under
 limits whose deadline is `--ft-timeout` s, by default the pass's default timeout
 times its search share, 48 s): `cost_searches.ft_anchors` (each distinct baseline
 that applies, `searches.baseline_plans`, where the cost graph expresses it, Spartan's
@@ -24,7 +25,8 @@ deadline), then
 `frontier.track(anchors=...)` with `FT_SHARE` of the time left: one more run per anchor,
 its heuristic eliminations following the anchor, the frontiers united. The anchored
 seconds include computing the anchors (the ILP solve among them), not the cost graph's
-build; its eliminations are summed over its runs. Because one of its runs follows the
+build; its eliminations are summed over its runs (those before the first heuristic
+elimination, which the runs share, once). Because one of its runs follows the
 ILP's optimum, the anchored fastest point is at least as fast as the ILP's estimate
 whenever that anchor was solved: its distance from the ILP measures the anchor, not FT.
 
@@ -518,7 +520,8 @@ def tensoropt_tables(rows: Sequence[TensorOptRow], args: argparse.Namespace) -> 
         "anchored including the "
         "anchors (the baselines' choices, the greedy tiling, the ILP solve under "
         f"{ANCHOR_SHARE:g} of the deadline; not the cost graph's build); eliminations of "
-        "the anchored FT are summed over its runs (1 + one per anchor):",
+        "the anchored FT are summed over its runs (1 + one per anchor; those before the "
+        "first heuristic elimination, shared by the runs, once):",
         "| model (step ops; graph nodes/edges, build s) | FT | FT s | anchors: s, which "
         "| runs | points | heuristic elim. | eliminations | exact | TensorOpt FT-LDP s "
         "| goal: FT s <= 1/10 |",

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from tasoc.passes.search import Deadline
 from tasoc.passes.soap.cost_graph import CostEdge, CostGraph, CostNode, frontier
-from tasoc.passes.soap.frontier import FrontierTimeout, Tracked, _reduce, track
+from tasoc.passes.soap.frontier import FrontierTimeout, Tracked, _reduce, _State, track
 from tasoc.verify.strategies import cost_graphs
 
 
@@ -105,6 +105,56 @@ def test_heuristic_ft_finds_real_strategies_no_better_than_exact(
         assert any(m <= point.memory and t <= point.time for m, t in best), point
     if tracked.exact:
         assert costs(tracked) == best
+
+
+def dense(seed: int) -> CostGraph:
+    """8-14 nodes of 1-3 options, each pair joined with chance 0.4: many nodes stuck
+    with three or more neighbours, so many heuristic eliminations."""
+    rng = np.random.default_rng(seed)
+    count = int(rng.integers(8, 15))
+    pairs = [(a, b) for a, b in itertools.combinations(range(count), 2) if rng.random() < 0.4]
+    return graph_of(rng.integers(1, 4, count).tolist(), pairs, seed)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_every_cached_heuristic_choice_is_what_a_fresh_one_would_be(seed: int) -> None:
+    # every elimination must drop the cached choice of each node whose frontiers,
+    # edges or neighbours' frontiers it changed; a stale one often still picks the
+    # same, so each cached answer is checked against a fresh one when it is read.
+    graph = dense(seed)
+    assess = _State.assess
+    read: list[tuple[tuple[int, float], tuple[int, float]]] = []
+
+    def checked(state: _State, node: int) -> tuple[int, float]:
+        if node in state.assessed:
+            kept = state.assessed.pop(node)
+            read.append((kept, assess(state, node)))
+        return assess(state, node)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_State, "assess", checked)
+        track(graph)
+    assert all(kept == fresh for kept, fresh in read)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_anchored_runs_unite_as_if_each_ran_alone(seed: int) -> None:
+    # the runs share the exact eliminations before their first heuristic one and
+    # each goes on from its own copy: with two anchors the frontier is the union
+    # of the runs with one, and each anchor's strategy is matched or beaten
+    graph = dense(seed)
+    rng = np.random.default_rng(seed)
+    anchors = [tuple(int(rng.integers(n.options)) for n in graph.nodes) for _ in range(2)]
+    both = track(graph, anchors=anchors)
+    alone = [p for a in anchors for p in track(graph, anchors=[a]).points]
+    assert costs(both) == [(m, t) for m, t, _ in frontier([(p.memory, p.time, p) for p in alone])]
+    assert_points_cost_what_they_say(graph, both)
+    for choice in anchors:
+        memory, time = graph.cost(choice)
+        if math.isfinite(time):
+            assert any(p.memory <= memory and p.time <= time for p in both.points)
 
 
 points = st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6)), min_size=1, max_size=12)
@@ -213,6 +263,53 @@ def test_the_heuristic_rule_picks_the_option() -> None:
         tracked = track(graph, heuristic=rule)  # type: ignore[arg-type]
         assert tracked.eliminations["heuristic"] >= 1
         assert {p.choice[1] for p in tracked.points} == {option}
+
+
+def timed(times: list[float]) -> CostNode:
+    """A node whose options differ in time only (every memory 0): one-point frontiers."""
+    return node(times, [0.0] * len(times))
+
+
+def test_the_heuristic_scores_an_option_with_its_neighbours_frontiers() -> None:
+    # a wheel: hub 4 (four neighbours) fixed heuristically, rim 0-1-2-3 exact after.
+    # Every rim node's option 0 costs 100. The hub's option 0 is free on its edges
+    # only next to a rim node's option 0, and 10 next to option 1; its option 1 costs
+    # 1 next to the rim's option 1. Edges alone favour the hub's option 0 (0 < 1),
+    # which costs 10 per rim node; with the rim's frontiers option 1 wins: 1 each.
+    spoke = [[0.0, 10.0], [5.0, 1.0]]
+    nodes = (*(timed([100.0, 0.0]) for _ in range(4)), timed([0.0, 0.0]))
+    rim = [edge(a, (a + 1) % 4, [[0.0, 0.0], [0.0, 0.0]]) for a in range(4)]
+    spokes = [edge(4, a, spoke) for a in range(4)]
+    graph = CostGraph(nodes, (*rim, *spokes))
+    tracked = track(graph)
+    assert tracked.eliminations["heuristic"] == 1
+    assert costs(tracked) == exact(graph) == [(0.0, 4.0)]
+    assert tracked.points[0].choice[4] == 1
+
+
+def test_heuristic_elimination_fixes_first_the_tied_node_whose_best_option_leads_most() -> None:
+    # K4, every node stuck with three neighbours; node 0 is marked, so 1, 2 or 3 is
+    # fixed, then the triangle left is exact. Node 1's scores (0 for option 0, 1 for
+    # option 1) mislead: option 0 is free only if 2 and 3 both take option 0, which
+    # edge 2-3 forbids (100), so fixing node 1 first ends at 10. Node 2's best option
+    # (0) leads its other by 20.5, node 3's by 19.5; fixing node 2 first leaves the
+    # rest exact and finds the least time, 1.
+    zero = [[0.0, 0.0], [0.0, 0.0]]
+    nodes = (timed([0.0, 0.0]), timed([0.0, 0.0]), timed([0.0, 20.0]), timed([0.0, 0.0]))
+    lured = [[0.0, 10.0], [0.5, 0.5]]
+    edges = (
+        edge(0, 1, zero),
+        edge(0, 2, zero),
+        edge(0, 3, zero),
+        edge(1, 2, lured),
+        edge(1, 3, lured),
+        edge(2, 3, [[100.0, 0.0], [0.0, 0.0]]),
+    )
+    graph = CostGraph(nodes, edges)
+    tracked = track(graph)
+    assert tracked.eliminations["heuristic"] == 1
+    assert costs(tracked) == exact(graph) == [(0.0, 1.0)]
+    assert tracked.points[0].choice[1:] == (1, 0, 1)
 
 
 def test_marked_nodes_are_eliminated_when_they_alone_make_a_cycle() -> None:

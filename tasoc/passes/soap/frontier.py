@@ -17,14 +17,20 @@ How it works here, following Algorithm 2:
   more neighbours (so the marks can run on past it), then nodes with two neighbours,
   then other leaves (chain ends the marks have not reached).
 - **Heuristic elimination** (line 7, eq. 7) when no exact one applies: the unmarked
-  node with the most edges takes one option (least memory, least time, or least of
-  both normalized), and each of its edges folds into the neighbour's frontier. With
+  node with the most edges (ties: the one whose best option leads its second by
+  most; in a run following an anchor, the lowest index) takes one option, the least
+  score under the rule (least memory, least time, or least of both normalized),
+  each option scored by its own costs and, per neighbour, the best of the edge's
+  and the neighbour's frontiers together; each of its edges then folds into the
+  neighbour's frontier. With
   `heuristic=None` the node is *conditioned* on instead: the rest of FT runs once per
   option and the results are united and reduced, which is exponential but exact.
 - **Anchors.** TensorOpt uses "multiple heuristics" to fix a node; `anchors` adds
   whole strategies as such heuristics: one more run per anchor, each of its
   heuristic eliminations fixing the node as the anchor does, the final frontiers
-  united. A training step's forward, backward and update ops are separate nodes
+  united. The runs differ only from their first heuristic elimination on, so the
+  exact eliminations before it are done once and each run starts from a copy. A
+  training step's forward, backward and update ops are separate nodes
   joined by the weights and saved activations, a ladder rather than a chain, so
   heuristic elimination runs hundreds of times there (TensorOpt's forward-only
   graphs needed it twice for BERT), and a local rule alone strays far from the
@@ -52,6 +58,7 @@ costs K² times its length.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import math
@@ -96,8 +103,9 @@ class Tracked:
     feasible."""
     eliminations: Counter[str]
     """How many of each elimination ran: "node", "edge", "branch", "heuristic",
-    "conditioned" (one per node conditioned on, in every branch), summed over the runs
-    (one, and one more per anchor)."""
+    "conditioned" (one per node conditioned on, in every branch). The exact ones
+    before the first heuristic elimination are done once for every run; the rest are
+    summed over the runs (one, and one more per anchor)."""
     chain: int
     """Nodes of the linear graph LDP ran on, summed over components (with conditioning,
     the longest of its runs)."""
@@ -143,10 +151,16 @@ def track(
         if len(anchor) != len(graph.nodes):
             raise ValueError(f"an anchor needs one option per node, got {len(anchor)}")
     if graph.nodes:
+        state = _State.initial(graph, run)
+        _exact(state, run)  # every run eliminates alike up to its first heuristic choice
+        runs = (None, *anchors) if heuristic is not None else (None,)
         results = []
-        for anchor in (None, *anchors) if heuristic is not None else (None,):
+        for anchor in runs:
             run.anchor = anchor
-            results.append(_solve(_State.initial(graph, run), run))
+            start = state.copy() if len(runs) > 1 else state
+            if anchor is not None:
+                start.rule = None
+            results.append(_solve(start, run))
         final = results[0] if len(results) == 1 else _union(results, run)
         choices = _unroll(run.records, final.src[:, 0], len(graph.nodes))
     else:
@@ -197,7 +211,19 @@ class _Frontiers:
         return len(self.starts) - 1
 
     def sizes(self) -> Ints:
-        return np.diff(self.starts)
+        return self.starts[1:] - self.starts[:-1]
+
+
+@functools.cache
+def _grid(*options: int) -> tuple[Ints, ...]:
+    """Every combination of one option per node, in row-major order: one flat index
+    array per node. Shared and read-only: eliminations ask for the same few shapes
+    thousands of times."""
+    grids = np.meshgrid(*(np.arange(k) for k in options), indexing="ij")
+    flat = tuple(grid.ravel() for grid in grids)
+    for array in flat:
+        array.flags.writeable = False
+    return flat
 
 
 def _leaf(memory: Floats, time: Floats, groups: int) -> _Frontiers:
@@ -505,8 +531,17 @@ class _State:
     """The graph during elimination: live nodes and edges with their frontiers, the
     marks, the queue of exact eliminations, and what `paths` needs to answer fast."""
 
-    def __init__(self, options: list[int]) -> None:
+    def __init__(
+        self, options: list[int], rule: Heuristic | None, scales: tuple[float, float]
+    ) -> None:
         self.options = options
+        self.rule = rule
+        """What heuristic elimination minimizes and ranks tied nodes by. None where
+        it conditions instead, and in a run following an anchor: there the anchor
+        picks every option, the rule's lead says nothing about it, and ties go to
+        the lowest index (which kept the anchored frontiers of issue 31's steps as
+        large as before or larger; ranked by the lead they were up to 6 % smaller)."""
+        self.scales = scales
         self.nodes: dict[int, _Frontiers] = {}
         self.edges: dict[tuple[int, int], _Frontiers] = {}
         """Keyed (u, v) with u < v; group a * K_v + b for options a of u, b of v."""
@@ -523,10 +558,13 @@ class _State:
         """Live nodes with three or more neighbours."""
         self.recheck_at = math.inf
         """`paths` walks the graph only once no more nodes than this are left."""
+        self.assessed: dict[int, tuple[int, float]] = {}
+        """`assess` of nodes whose frontiers, edges and neighbours' frontiers have not
+        changed since; an entry is dropped when one of them does."""
 
     @classmethod
     def initial(cls, graph: CostGraph, run: _Run) -> _State:
-        state = cls([node.options for node in graph.nodes])
+        state = cls([node.options for node in graph.nodes], run.heuristic, run.scales)
         for index, node in enumerate(graph.nodes):
             state.nodes[index] = _leaf(node.memory, node.time, node.options)
             state.neighbours[index] = set()
@@ -548,7 +586,7 @@ class _State:
         return state
 
     def copy(self) -> _State:
-        other = _State(self.options)
+        other = _State(self.options, self.rule, self.scales)
         other.nodes = dict(self.nodes)
         other.edges = dict(self.edges)
         other.neighbours = {n: set(ns) for n, ns in self.neighbours.items()}
@@ -557,6 +595,7 @@ class _State:
         other.touched = set(self.touched)
         other.heap = list(self.heap)
         other.high, other.recheck_at = self.high, self.recheck_at
+        other.assessed = dict(self.assessed)
         return other
 
     def component(self, start: int) -> set[int]:
@@ -576,6 +615,7 @@ class _State:
 
     def _relink(self, u: int, v: int, add: bool) -> None:
         for a, b in ((u, v), (v, u)):
+            self.assessed.pop(a, None)
             self._count(a, -1)
             if add:
                 self.neighbours[a].add(b)
@@ -630,7 +670,16 @@ class _State:
         rows = np.arange(old.groups)
         merged = _combine(run, [(old, rows), (frontiers, rows)], rows, old.groups)
         self.edges[key] = _seal(run.records, merged, (0, 1))
+        self.assessed.pop(u, None)
+        self.assessed.pop(v, None)
         run.eliminations["edge"] += 1
+
+    def set_node(self, node: int, frontiers: _Frontiers) -> None:
+        """Replace `node`'s frontiers; its and its neighbours' `assess` are stale."""
+        self.nodes[node] = frontiers
+        self.assessed.pop(node, None)
+        for other in self.neighbours[node]:
+            self.assessed.pop(other, None)
 
     def remove_node(self, node: int) -> None:
         for other in list(self.neighbours[node]):
@@ -699,17 +748,26 @@ class _State:
         return None
 
     def heuristic_candidate(self, among: set[int] | None = None) -> int | None:
-        """The node with the most edges (at least three; ties: lowest index), unmarked
-        ones unless `among` is given."""
-        best, most = None, 2
+        """The node with the most edges (at least three), unmarked ones unless `among`
+        is given. Ties go to the node whose option is clearest: the largest lead of
+        its best option (`assess`), then the lowest index (only the index without a
+        `rule`). A training step has many nodes of equal degree (every layer's
+        weight and gradient ops alike); fixing first the ones whose best option leads
+        by most, the others' choices are made later with more of the graph folded
+        into their neighbours, or exactly once their degree has fallen."""
         pool = sorted(among) if among is not None else sorted(self.nodes)
-        for node in pool:
-            if among is None and node in self.marked:
-                continue
-            degree = len(self.neighbours[node])
-            if degree > most:
-                best, most = node, degree
-        return best
+        degrees = {
+            node: len(self.neighbours[node])
+            for node in pool
+            if among is not None or node not in self.marked
+        }
+        most = max(degrees.values(), default=0)
+        if most <= 2:
+            return None
+        tied = [node for node, degree in degrees.items() if degree == most]
+        if self.rule is None or len(tied) == 1:
+            return tied[0]
+        return max(tied, key=lambda node: (self.assess(node)[1], -node))
 
     def marked_candidate(self) -> int | None:
         """Only marked nodes keep the graph from being paths: one of them in a
@@ -733,18 +791,26 @@ class _State:
     # -- eliminations ------------------------------------------------------------
 
     def eliminate_node(self, node: int, run: _Run) -> None:
-        """Eq. 4: node i between h and j becomes edge h-j."""
+        """Eq. 4: node i between h and j becomes edge h-j. The product e_hi ⊗ o_i is
+        reduced per (w, k) before e_ij multiplies it, except where o_i has at most one
+        point per option (a node nothing was folded into yet): then it only shifts
+        e_hi's frontiers, there is nothing to reduce, and one product of the three
+        does the work of two."""
         h, j = sorted(self.neighbours[node])
         kh, ki, kj = self.options[h], self.options[node], self.options[j]
-        w, k = (a.ravel() for a in np.meshgrid(np.arange(kh), np.arange(ki), indexing="ij"))
-        left, left_groups = self.edge(h, w, node, k)
-        half = _combine(run, [(left, left_groups), (self.nodes[node], k)], w * ki + k, kh * ki)
-        w, k, p = (
-            a.ravel()
-            for a in np.meshgrid(np.arange(kh), np.arange(ki), np.arange(kj), indexing="ij")
-        )
+        own = self.nodes[node]
+        w, k, p = _grid(kh, ki, kj)
         right, right_groups = self.edge(node, k, j, p)
-        whole = _combine(run, [(half, w * ki + k), (right, right_groups)], w * kj + p, kh * kj, k)
+        if (own.sizes() <= 1).all():
+            left, left_groups = self.edge(h, w, node, k)
+            terms = [(left, left_groups), (own, k), (right, right_groups)]
+        else:
+            pair_w, pair_k = _grid(kh, ki)
+            left, left_groups = self.edge(h, pair_w, node, pair_k)
+            pairs = [(left, left_groups), (own, pair_k)]
+            half = _combine(run, pairs, pair_w * ki + pair_k, kh * ki)
+            terms = [(half, w * ki + k), (right, right_groups)]
+        whole = _combine(run, terms, w * kj + p, kh * kj, k)
         joined = _seal(run.records, whole, (0, 1, 2), node, 3)
         self.remove_node(node)
         run.eliminations["node"] += 1
@@ -754,12 +820,12 @@ class _State:
         """Eq. 6: a node with one neighbour h folds into h's frontiers."""
         (h,) = self.neighbours[node]
         ki, kh = self.options[node], self.options[h]
-        k, p = (a.ravel() for a in np.meshgrid(np.arange(ki), np.arange(kh), indexing="ij"))
+        k, p = _grid(ki, kh)
         edge, groups = self.edge(node, k, h, p)
         leaf = _combine(run, [(self.nodes[node], k), (edge, groups)], p, kh, k)
         rows = np.arange(kh)
         merged = _combine(run, [(self.nodes[h], rows), (leaf, rows)], rows, kh)
-        self.nodes[h] = _seal(run.records, merged, (0, 1, 2), node, 3)
+        self.set_node(h, _seal(run.records, merged, (0, 1, 2), node, 3))
         self.remove_node(node)
         run.eliminations["branch"] += 1
 
@@ -775,32 +841,42 @@ class _State:
             if n == 0:
                 terms = [(self.nodes[other], rows), (own, fixed), (edge, groups)]
                 folded = _combine(run, terms, rows, len(rows), fixed)
-                self.nodes[other] = _seal(run.records, folded, (0, 1, 2), node, 3)
+                self.set_node(other, _seal(run.records, folded, (0, 1, 2), node, 3))
             else:
                 terms = [(self.nodes[other], rows), (edge, groups)]
                 folded = _combine(run, terms, rows, len(rows))
-                self.nodes[other] = _seal(run.records, folded, (0, 1))
+                self.set_node(other, _seal(run.records, folded, (0, 1)))
         self.remove_node(node)
 
-    def pick(self, node: int, rule: Heuristic, scales: tuple[float, float]) -> int:
-        """The option heuristic elimination fixes: least memory, least time, or least
-        normalized sum, each the node's best plus every edge's best for that option."""
+    def assess(self, node: int) -> tuple[int, float]:
+        """The option heuristic elimination would fix and how far its score leads the
+        second best (inf: one feasible option). An option's score under the rule
+        (least memory, least time, or least normalized sum) is the node's best point
+        for it, plus for each neighbour the least over the neighbour's options of the
+        edge's best point and the neighbour's own. Counting the neighbour's frontier
+        is what makes the score see past the edge: after branch and node eliminations
+        a neighbour carries the subgraphs folded into it, and an option that only
+        fits the neighbour's costly options is not cheap. Cached until the node's
+        surroundings change."""
+        cached = self.assessed.get(node)
+        if cached is not None:
+            return cached
+        assert self.rule is not None
         size = self.options[node]
-        memory, seconds = _bests(self.nodes[node])
-        for other in self.neighbours[node]:
-            a, b = np.meshgrid(np.arange(size), np.arange(self.options[other]), indexing="ij")
-            edge, groups = self.edge(node, a.ravel(), other, b.ravel())
-            edge_memory, edge_time = _bests(edge)
-            memory = memory + edge_memory[groups].reshape(a.shape).min(axis=1)
-            seconds = seconds + edge_time[groups].reshape(a.shape).min(axis=1)
-        if rule == "memory":
-            score = memory
-        elif rule == "time":
-            score = seconds
-        else:
-            score = seconds / scales[0] + memory / scales[1]
-        score = np.where(np.isfinite(seconds), score, np.inf)
-        return int(np.argmin(score))
+        score = _least(self.nodes[node], self.rule, self.scales)
+        # in index order: a set's order depends on its history, and a copied state's
+        # sets (each anchor's run) would sum the same floats in another order
+        for other in sorted(self.neighbours[node]):
+            a, b = _grid(size, self.options[other])
+            edge, groups = self.edge(node, a, other, b)
+            reached = _least(edge, self.rule, self.scales)[groups].reshape(size, -1)
+            reached += _least(self.nodes[other], self.rule, self.scales)[None, :]
+            score = score + reached.min(axis=1)
+        best = int(np.argmin(score))
+        second = min((v for o, v in enumerate(score.tolist()) if o != best), default=math.inf)
+        lead = second - float(score[best]) if math.isfinite(second) else math.inf
+        self.assessed[node] = best, lead
+        return best, lead
 
     # -- LDP (Algorithm 3) -------------------------------------------------------
 
@@ -828,7 +904,7 @@ class _State:
         for step, (before, node) in enumerate(itertools.pairwise(path)):
             run.check(f"in LDP at node {step + 1} of {len(path)}")
             kb, kn = self.options[before], self.options[node]
-            k, p = (a.ravel() for a in np.meshgrid(np.arange(kb), np.arange(kn), indexing="ij"))
+            k, p = _grid(kb, kn)
             edge, groups = self.edge(before, k, node, p)
             reached = _combine(run, [(cumulative, k), (edge, groups)], p, kn, k)
             rows = np.arange(kn)
@@ -840,25 +916,31 @@ class _State:
         return _seal(run.records, whole, (0,), last, 1)
 
 
-def _bests(frontiers: _Frontiers) -> tuple[Floats, Floats]:
-    """Each group's least memory (its first point) and least time (its last); inf
-    for an empty group."""
-    memory = np.full(frontiers.groups, np.inf)
-    seconds = np.full(frontiers.groups, np.inf)
+def _least(frontiers: _Frontiers, rule: Heuristic, scales: tuple[float, float]) -> Floats:
+    """Each group's least value under `rule` over its points (inf for an empty
+    group): memory, time, or time and memory each divided by its `scales` total."""
+    if rule == "memory":
+        values = frontiers.memory
+    elif rule == "time":
+        values = frontiers.time
+    else:
+        values = frontiers.time / scales[0] + frontiers.memory / scales[1]
+    least = np.full(frontiers.groups, np.inf)
     full = frontiers.sizes() > 0
-    memory[full] = frontiers.memory[frontiers.starts[:-1][full]]
-    seconds[full] = frontiers.time[frontiers.starts[1:][full] - 1]
-    return memory, seconds
+    if full.any():
+        least[full] = np.minimum.reduceat(values, frontiers.starts[:-1][full])
+    return least
 
 
-def _solve(state: _State, run: _Run) -> _Frontiers:
-    """Algorithm 2 from `state` on: eliminate until every component is a path, then
-    LDP; a one-group frontier whose ids unroll into whole strategies."""
+def _exact(state: _State, run: _Run) -> int | None:
+    """Exact eliminations from `state` on until every component is a path (None) or
+    none applies: then the node heuristic elimination or conditioning takes next,
+    `state` left as it is (so a second call returns the same node at once)."""
     while True:
         run.check(f"with {len(state.nodes)} nodes left")
         state.extend_marks()
         if state.paths():
-            break
+            return None
         node = state.exact_candidate()
         if node is None:
             node = state.heuristic_candidate()
@@ -870,15 +952,19 @@ def _solve(state: _State, run: _Run) -> _Frontiers:
             state.eliminate_branch(node, run)
         elif degree == 2:
             state.eliminate_node(node, run)
-        elif run.heuristic is None:
-            return _condition(state, node, run)
         else:
-            if run.anchor is not None:
-                option = run.anchor[node]
-            else:
-                option = state.pick(node, run.heuristic, run.scales)
-            state.fix(node, option, run)
-            run.eliminations["heuristic"] += 1
+            return node
+
+
+def _solve(state: _State, run: _Run) -> _Frontiers:
+    """Algorithm 2 from `state` on: eliminate until every component is a path, then
+    LDP; a one-group frontier whose ids unroll into whole strategies."""
+    while (node := _exact(state, run)) is not None:
+        if run.heuristic is None:
+            return _condition(state, node, run)
+        option = run.anchor[node] if run.anchor is not None else state.assess(node)[0]
+        state.fix(node, option, run)
+        run.eliminations["heuristic"] += 1
     return _ldp_all(state, run)
 
 
