@@ -4,7 +4,7 @@ graph (`costs.py`), with the contract `search=mcmc` keeps (`SEARCHES` in
 plan the pass writes out.
 
 * `ft` tracks the whole time/memory frontier (`frontier.py`, TensorOpt §3) and
-  chooses one point by `Settings.objective`: the fastest (`time`), the fastest whose
+  chooses one point by `SoapProblem.objective`: the fastest (`time`), the fastest whose
   memory fits `memory-cap` (`mini-time`), or the one `pick=` names (`frontier`:
   `fastest`, `smallest` or its number, 1 the least memory);
 * `greedy` is Spartan's maximum-connectivity-first tiling (`greedy.py`), fewest

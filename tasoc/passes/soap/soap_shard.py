@@ -6,14 +6,16 @@
     tasoc opt step.mlir -p 'soap-shard{mesh=16 machine=k80-cluster search=mcmc timeout=60}'
     tasoc opt step.mlir -p 'soap-shard{machine=v100-tensoropt search=ft objective=frontier}'
 
-The pass is a shell: it reads `@main` into the light graph once, lets the strategy
-named by `search` prescribe configurations (`strategies.py`), completes the rest and
-lays out the arguments (`plan.py`), or lets a search choose every op's configuration
-by simulating the step on `machine` (`mcmc.py`, `exhaustive.py`, starting from the
-named strategies' plans; by default `auto.py`: MCMC from the ILP's plan too), and
-writes the sharded program back (`tasoc.ir.shard_plan`): a `parallel.mesh`, sharded
-types, and explicit collectives wherever a value lies otherwise than its consumer
-reads it.
+The pass is a shell: load -> plan -> write -> report. It reads `@main` into the light
+graph once and its mesh, machine and hand-fixed shardings (`meshes.py`); plans on each
+mesh tried (`profile.py`): the strategy named by `search` prescribes configurations
+(`strategies.py`) and completion does the rest and lays out the arguments (`plan.py`),
+or a search of the table in `searches.py` chooses every op's configuration (`mcmc.py`,
+`exhaustive.py` by simulating the step on `machine`, starting from the named
+strategies' plans; by default `auto.py`: MCMC from the ILP's plan too); writes the
+sharded program back (`tasoc.ir.shard_plan`): a `parallel.mesh`, sharded types, and
+explicit collectives wherever a value lies otherwise than its consumer reads it; and
+reports (`reporting.py`).
 
 The searches on TensorOpt's cost graph (`cost_searches.py`: `ft`, `greedy`, `ilp`)
 choose by `objective`: the fastest (`time`), a point of the time/memory frontier
