@@ -272,15 +272,14 @@ def delta_row(name: str, step: ModuleOp, preset: str, devices: int, proposals: i
     }
     simulated: list[Plan] = []
     spent: list[tuple[float, float]] = [(0.0, 0.0)]
-    update = state.update
+    resimulate = state.resimulate
 
-    def recorded() -> float:  # outside the timed edit and update: copies the plan
-        cost = update()
+    def recorded() -> None:  # outside the timed edit and update: copies the plan
+        resimulate()
         simulated.append(copy_plan(state.plan))
         spent.append((state.edit_seconds + state.update_seconds, state.update_seconds))
-        return cost
 
-    state.update = recorded  # type: ignore[method-assign]
+    state.resimulate = recorded  # type: ignore[method-assign]
     full = simulate_only = 0.0
     with paused_gc():  # as the search runs both: a collection is neither's cost
         mcmc.Chain(state, choices, random.Random(SEED), 20.0).run(proposals, Deadline.after(600))

@@ -178,16 +178,17 @@ class Chain:
             followed = self._propagate([changed for changed, _ in undo])
             self.propagated += bool(followed)
             undo += followed
-        cost = self.state.update()
-        if self._accept(self.current, cost, self._scale):
+        self.state.resimulate()
+        accepted, cost = self._accepted()
+        if accepted:
             self.accepted += 1
             self.current = cost
             if cost < self.best_cost:
                 self.best, self.best_cost, self._since_best = dict(self.state.configs), cost, 0
-        else:
+        else:  # undone: the step is the one `current` priced (delta simulation is exact)
             for changed, previous in reversed(undo):
                 self.state.set(changed, previous)
-            self.current = self.state.update()
+            self.state.resimulate()
 
     def _move(self, group: Sequence[Node], config: Config) -> list[tuple[Node, Config]]:
         """Every op of `group` in `config` where it is not and a reader can follow; the
@@ -248,13 +249,29 @@ class Chain:
                     heapq.heappush(queue, (self._position[use.node], use.node))
         return changed
 
-    def _accept(self, current: float, proposed: float, scale: float) -> bool:
-        """Eq. 3.1: always when not worse, else with probability exp(beta (old - new))."""
-        if proposed <= current:
-            return True
-        if proposed == math.inf:
-            return False
-        return self.rng.random() < math.exp(self.beta * (current - proposed) / scale)
+    def _accepted(self) -> tuple[bool, float]:
+        """Eq. 3.1 for the proposal just simulated, and its cost: always when not worse,
+        else with probability exp(beta (current - cost)), costs in units of the chain's
+        start. The cost is the time, or more over the memory cap (infinite, or the
+        time with swapping's stall), so a proposal its time alone rejects is rejected
+        without the memory replay the cost needs; one uniform draw, made only when a
+        cost is worse and finite, decides both tests (the same chain in law)."""
+        draw: list[float] = []
+
+        def passes(cost: float) -> bool:
+            if cost <= self.current:
+                return True
+            if cost == math.inf:
+                return False
+            if not draw:
+                draw.append(self.rng.random())
+            return draw[0] < math.exp(self.beta * (self.current - cost) / self._scale)
+
+        time = self.state.time
+        if not passes(time):
+            return False, time
+        cost = self.state.cost
+        return cost == time or passes(cost), cost
 
 
 def _chain_progress(progress: Progress | None, done: int, best: float) -> Progress | None:

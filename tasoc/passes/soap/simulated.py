@@ -53,6 +53,7 @@ class SimulatedStrategy:
     """`memory` as of the last `set` (a replay of every device's tasks: once per edit)."""
 
     def __post_init__(self) -> None:
+        self.smallest_memory = math.inf
         self.smallest_memory = self.memory
 
     @classmethod
@@ -86,6 +87,7 @@ class SimulatedStrategy:
             return 0
         if self._peak is None:
             self._peak = self.step.peak_memory()
+            self.smallest_memory = min(self.smallest_memory, self._peak)
         return self._peak
 
     @property
@@ -127,13 +129,18 @@ class SimulatedStrategy:
 
     def update(self) -> float:
         """Re-simulate after `set`s (delta simulation); the new cost."""
+        self.resimulate()
+        return self.cost
+
+    def resimulate(self) -> None:
+        """Re-simulate after `set`s (delta simulation), the time alone: the memory
+        replay (`memory`, a cap's check) waits until `cost` or `memory` is read, which
+        a proposal rejected on its time alone, or undone, never needs."""
         start = time.perf_counter()
         self.simulator.update()
         self.update_seconds += time.perf_counter() - start
         self.updates += 1
         self.edited = False
-        self.smallest_memory = min(self.smallest_memory, self.memory)
-        return self.cost
 
     def move_to(self, configs: Mapping[Node, Config]) -> float:
         """Every op in its configuration of `configs`; the new cost. Where that changes
