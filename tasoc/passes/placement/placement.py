@@ -54,7 +54,7 @@ from tasoc.passes.report import current_report
 from tasoc.passes.search import Deadline, resolve_seed
 from tasoc.passes.summary import Summary, format_seconds, format_speedup, stop_line
 
-Search = Literal["offload-all", "belady", "lru", "ga", "dp"]
+Search = Literal["offload-all", "belady", "lru", "ga", "dp-fixed-order"]
 
 _METHODS = {
     "exact": "DP (optimal in bytes moved)",
@@ -101,14 +101,16 @@ class PlacementPass(ModulePass):
     between the forward and the backward pass; `belady` is SwapAdvisor's swap planner
     (Belady's eviction, swap-ins prefetched as early as memory allows) and `lru` its
     on-demand LRU baseline (ODSwap), both on the step's own schedule within `capacity`;
-    `ga` is SwapAdvisor's genetic algorithm over schedules and memory pools."""
+    `ga` is SwapAdvisor's genetic algorithm over schedules and memory pools;
+    `dp-fixed-order` a caching DP on the step's own schedule, fewest bytes moved (not
+    ROC's DP, which also orders the ops: `dp` is kept for it)."""
     capacity: int | float | str | None = None
     """Device memory (bytes, or a size such as 16GiB) — one device's, for a sharded
     step: written as `memory.capacity`, and a plan over it fails the pass, naming the op
     and the bytes. The planners (`belady`, `lru`, `ga`, `dp`) take the machine's device
     memory when it is not given; `offload-all` then checks none."""
     machine: str | None = None
-    """What the plans are simulated on (`belady`, `lru`, `ga`, `dp`): a preset, `cpu-N`
+    """What the plans are simulated on (`belady`, `lru`, `ga`, `dp-fixed-order`): a preset, `cpu-N`
     or a machine file; its host link is what swaps cross. By default the machine
     soap-shard planned a sharded step on, else `v100-swapadvisor`."""
     params: Space = "device"
@@ -130,7 +132,7 @@ class PlacementPass(ModulePass):
     """ga: the probability of each random choice of a mutation (P; the thesis' 10 % is
     for far more evaluations than a pass makes)."""
     max_states: int = 1000
-    """dp: states kept at a step before the exact DP becomes its bounded form (then
+    """dp-fixed-order: states kept at a step before the exact DP becomes its bounded form (then
     compared with Belady and LRU; the report's `method` says which ran)."""
 
     def __post_init__(self) -> None:
@@ -153,7 +155,7 @@ class PlacementPass(ModulePass):
         settings = GASettings(self.population, float(self.mutation))
         return {
             "ga": partial(ga_search, settings=settings),
-            "dp": partial(dp_search, max_states=self.max_states),
+            "dp-fixed-order": partial(dp_search, max_states=self.max_states),
         }
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
@@ -281,7 +283,7 @@ class PlacementPass(ModulePass):
                 "(the step with infinite memory), "
                 f"{format_speedup(section['speedup_over_lru'])} over LRU"
             )
-        if "method" in section:  # dp: the plan the bounded DP or its baselines gave
+        if "method" in section:  # dp-fixed-order: the plan the bounded DP or its baselines gave
             details.append(f"plan of the {section['method']} {_METHODS[section['method']]}")
         steps = f"{section['evaluations']} evaluations" if "evaluations" in section else None
         stopped = stop_line(section, steps)
@@ -291,8 +293,9 @@ class PlacementPass(ModulePass):
 
     def _progress_of(self, dag: Dag) -> tuple[str, int, str, Callable[[float], str]]:
         """What the searching planner's progress counts, out of how many, and its
-        figure: plans simulated (ga, the best seconds), ops (dp, the least bytes moved)."""
-        if self.search == "dp":
+        figure: plans simulated (ga, the best seconds), ops (dp-fixed-order, the least
+        bytes moved)."""
+        if self.search == "dp-fixed-order":
             return "op", dag.num_ops, "moved", lambda moved: format_bytes(int(moved))
         return "plan", self.budget, "best", format_seconds
 

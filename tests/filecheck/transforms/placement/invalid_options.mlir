@@ -2,6 +2,7 @@
 // RUN: not %tasoc opt %s -p 'placement{capacity=16XB}' 2>&1 | filecheck %s --check-prefix=UNIT
 // RUN: not %tasoc opt %s -p 'placement{capacity=-3}' 2>&1 | filecheck %s --check-prefix=NEGATIVE
 // RUN: not %tasoc opt %s -p 'placement{search=belady-ish}' 2>&1 | filecheck %s --check-prefix=SEARCH
+// RUN: not %tasoc opt %s -p 'placement{search=dp}' 2>&1 | filecheck %s --check-prefix=DP
 // RUN: not %tasoc opt %s -p 'placement{prefetch=-1}' 2>&1 | filecheck %s --check-prefix=PREFETCH
 // RUN: not %tasoc opt %s -p 'placement' 2>&1 | filecheck %s --check-prefix=FORWARD
 // RUN: not %tasoc opt %s -p 'autodiff{loss=mse},placement{capacity=1KiB}' 2>&1 | filecheck %s --check-prefix=CAPACITY
@@ -17,6 +18,8 @@ func.func @main(%x: tensor<64x8xf32>, %w: tensor<8x8xf32> {graph.param}) -> tens
 // UNIT:       {{^}}tasoc: error: {{.*}}'placement'{{.*}}capacity: unknown unit 'XB' in byte size '16XB'{{.*}}
 // NEGATIVE:   {{^}}tasoc: error: {{.*}}'placement'{{.*}}capacity: a byte size must not be negative, got -3{{$}}
 // SEARCH:     {{^}}tasoc: error: {{.*}}'placement'{{.*}}search{{.*}}'offload-all', 'belady', 'lru', {{.*}}got 'belady-ish'{{$}}
+// DP:       {{^}}tasoc: error: {{.*}}'placement'{{.*}}search{{.*}}'ga', 'dp-fixed-order', got 'dp'{{$}}
+// DP-NOT:   {{.}}
 // PREFETCH:   {{^}}tasoc: error: {{.*}}'placement'{{.*}}prefetch{{.*}}
 // FORWARD:    {{^}}tasoc: error: placement: @main is not a training step (it computes no loss); run autodiff before placement [pipeline position 1, program kinds: graph]{{$}}
 // CAPACITY:   {{^}}tasoc: error: placement: search=offload-all holds {{[0-9]+}} bytes ({{[0-9.]+}} KiB) of device memory at op {{[0-9]+}} ('graph.{{[a-z_]+}}'), over the capacity of 1024 bytes (1 KiB){{$}}
