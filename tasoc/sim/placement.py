@@ -13,6 +13,8 @@ on soap-shard's simulator.
 
 - An op's task follows the op before it (the schedule), and waits for the swap-ins
   that made the device copies it reads. It takes its results' bytes when it starts.
+  An op run again (`Recompute`) is an op like the others, on the compute stream, for
+  the op's time again: what recomputation costs.
 - A swap-out waits for the task that made the device copy it reads (as early as
   safe: right after its producer, Fig. 4.3); a swap-in waits for the swap-out that
   made the host copy, and for the op before it in the schedule to end — where it
@@ -48,7 +50,14 @@ from dataclasses import dataclass
 from tasoc.cost.machines import Machine
 from tasoc.ir.dag import Dag, Node, Value
 from tasoc.ir.memory import Space, tensor_bytes
-from tasoc.ir.placement_plan import CopyKey, PlacementPlan, SwapIn, SwapOut, check_plan
+from tasoc.ir.placement_plan import (
+    CopyKey,
+    PlacementPlan,
+    Recompute,
+    SwapIn,
+    SwapOut,
+    check_plan,
+)
 from tasoc.sim.core import Task, TaskGraph, Timeline, simulate
 
 COMPUTE = "compute"
@@ -83,6 +92,9 @@ class PlacedSimulation:
     """The most device bytes held at any instant."""
     swapped_out_bytes: int
     swapped_in_bytes: int
+    recomputed_bytes: int
+    """Bytes of the results of ops run again (`Recompute`): what recomputation brought
+    back instead of a swap-in."""
     timeline: Timeline
     graph: TaskGraph
     tasks: tuple[int | None, ...]
@@ -131,21 +143,22 @@ def placed_task_graph(
     for index, entry in enumerate(plan.schedule):
         free = ((DEVICE, frees.get(index, 0)),)
         task_id: int | None = None
-        if isinstance(entry, Node):
-            results = sum(tensor_bytes(v.sig) for v in entry.results)
-            stream = stream_of(entry)
+        if isinstance(entry, Node | Recompute):
+            node = entry if isinstance(entry, Node) else entry.node
+            results = sum(tensor_bytes(v.sig) for v in node.results)
+            stream = stream_of(node)
             deps = (last_on.get(stream, start), *(made[key] for key in copies.reads[index]))
             task_id = last_compute = last_on[stream] = graph.add(
                 Task(
                     stream,
-                    seconds[entry],
+                    seconds[node],
                     (*deps, *room.take(results)),
                     ((DEVICE, results),),
                     free,
-                    entry.op,
+                    node.op,
                 )
             )
-            made.update({(index, v.index): task_id for v in entry.results})
+            made.update({(index, v.index): task_id for v in node.results})
         elif isinstance(entry, SwapOut):
             (key,) = copies.reads[index]
             nbytes = size[key]
@@ -216,16 +229,19 @@ def simulate_plan(
     times = seconds if seconds is not None else op_seconds(dag, machine)
     graph, tasks = placed_task_graph(dag, plan, machine, times, spaces)
     timeline = simulate(graph)
-    moved = {SwapOut: 0, SwapIn: 0}
+    moved = {SwapOut: 0, SwapIn: 0, Recompute: 0}
     for entry in plan.schedule:
         if isinstance(entry, SwapOut | SwapIn):
             moved[type(entry)] += tensor_bytes(entry.value.sig)
+        elif isinstance(entry, Recompute):
+            moved[Recompute] += sum(tensor_bytes(v.sig) for v in entry.node.results)
     return PlacedSimulation(
         seconds=timeline.makespan,
         compute_seconds=sum(times[node] for node in dag.ops if stream_of(node) == COMPUTE),
         peak_bytes=timeline.peak.get(DEVICE, 0),
         swapped_out_bytes=moved[SwapOut],
         swapped_in_bytes=moved[SwapIn],
+        recomputed_bytes=moved[Recompute],
         timeline=timeline,
         graph=graph,
         tasks=tasks,

@@ -131,6 +131,11 @@ class PlacementPass(ModulePass):
     mutation: int | float = 0.03
     """ga: the probability of each random choice of a mutation (P; the thesis' 10 % is
     for far more evaluations than a pass makes)."""
+    recompute: Literal["on", "off"] = "off"
+    """`on`: a swapping planner (`belady`, `lru`, `ga`, `dp-fixed-order`) may also
+    release a saved activation and run its op again where the backward pass reads it,
+    instead of swapping it (Checkmate-style, beyond SwapAdvisor): the swap planner's
+    recomputing plans are priced beside the search's, and the fastest is kept."""
     max_states: int = 1000
     """dp-fixed-order: states kept at a step before the exact DP becomes its bounded form (then
     compared with Belady and LRU; the report's `method` says which ran)."""
@@ -146,6 +151,11 @@ class PlacementPass(ModulePass):
         check_fraction(self, "mutation", top_included=True)
         check_byte_size(self, "capacity")
         check_byte_size(self, "min_bytes")
+        if self.recompute == "on" and self.search == "offload-all":
+            raise ValueError(
+                "recompute=on needs a swapping planner (belady, lru, ga, dp-fixed-order); "
+                "offload-all only swaps"
+            )
         if self.capacity is not None and parse_byte_size(self.capacity) < 1:
             raise ValueError(f"capacity must be at least one byte, got {self.capacity}")
 
@@ -248,7 +258,16 @@ class PlacementPass(ModulePass):
         else:
             search = cast(Policy, self.search)  # offload-all never plans here
         try:
-            outcome = plan_within(dag, signature, capacity, unplaced_peak, search, cluster, seconds)
+            outcome = plan_within(
+                dag,
+                signature,
+                capacity,
+                unplaced_peak,
+                search,
+                cluster,
+                seconds,
+                recompute=self.recompute == "on",
+            )
         except CapacityTooSmall as err:
             raise PlacementFailed(str(err)) from None
         section.update(outcome.report())
@@ -270,6 +289,9 @@ class PlacementPass(ModulePass):
             f"moved {format_bytes(section['swapped_out_bytes'])} to host and "
             f"{format_bytes(section['swapped_in_bytes'])} back"
         )
+        recomputed = section.get("saved_bytes", {}).get("recomputation")
+        if recomputed:
+            moved += f"; recomputed {format_bytes(recomputed)} instead of swapping it"
         if "offloaded_values" in section:
             moved += (
                 f"; {section['offloaded_values']} values offloaded, "
@@ -279,7 +301,7 @@ class PlacementPass(ModulePass):
         fractions = section.get("fraction_of_ideal")
         if fractions:
             details.append(
-                f"simulated at {fractions[section['search']]:.0%} of the ideal's speed "
+                f"simulated at {fractions[section['plan']]:.0%} of the ideal's speed "
                 "(the step with infinite memory), "
                 f"{format_speedup(section['speedup_over_lru'])} over LRU"
             )

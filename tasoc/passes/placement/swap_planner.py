@@ -27,6 +27,16 @@ planner chooses the tensor from the same size-class"). Both are one rule over
   count), and never before the tensor's last eviction. Without prefetching (LRU),
   right before the op.
 
+Recomputation (beyond SwapAdvisor; Checkmate's choice of keep, swap or recompute per
+saved activation): a value of `SwapSettings.recompute` (the caller picks them: one
+result of an op without side effects) that must leave the device and has no host copy
+is released without a swap-out when every input of its op can be had where the value
+is next read — on the device or the host then, or itself recomputed there from such
+inputs, up to `RECOMPUTE_DEPTH` ops deep — and that read becomes a use of each of
+those inputs, so none dies before it. Where the value is next read, its op runs again
+(`Recompute`), after the ops its inputs need run again and after the swap-ins of those
+not resident.
+
 Params and optimizer state persist across iterations, so the plan must leave them
 where it found them. The double pass (§4.3.2): the first pass starts with every
 param and state tensor on the host and keeps each new value on the device until it
@@ -43,6 +53,7 @@ is what the verifier checks; a plan carries its pool, so the written module has
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -52,6 +63,7 @@ from tasoc.ir.limits import bytes_and_size
 from tasoc.ir.memory import Pool, tensor_bytes
 from tasoc.ir.placement_plan import (
     PlacementPlan,
+    Recompute,
     Release,
     Slots,
     SwapIn,
@@ -63,6 +75,10 @@ from tasoc.ir.placement_plan import (
 from tasoc.ir.training import TrainingSignature
 
 Policy = Literal["belady", "lru"]
+
+RECOMPUTE_DEPTH = 4
+"""The most ops run again, one reading another, to bring one value back: a chain such
+as convolution, batchnorm, relu."""
 
 
 class CapacityTooSmall(ValueError):
@@ -97,6 +113,8 @@ class SwapSettings:
     pool: Pool | None = None
     """Count device memory in this pool's objects (module docstring), not in bytes; its
     total is within `capacity` (the caller's to check)."""
+    recompute: frozenset[Value] = frozenset()
+    """Values recomputed rather than swapped where they can be (module docstring)."""
 
 
 def plan_swaps(
@@ -194,12 +212,15 @@ class SwapScan:
     """The last op that read the current device copy."""
     gone_since: dict[Value, int] = field(default_factory=dict)
     """The first op position after each evicted tensor's device copy was released."""
+    dropped: set[Value] = field(default_factory=set)
+    """Evicted values released without a host copy, recomputed where next read."""
 
     def __post_init__(self) -> None:
         order = self.dag.ops
         self.where = positions(order)
         readers = readers_in_order(self.dag)
         self.uses = {v: [self.where[n] for n in nodes] for v, nodes in readers.items()}
+        self.last_use = {v: uses[-1] for v, uses in self.uses.items()}
         self.cursor: dict[Value, int] = {}
         """Per value, the index in `uses` of its next use (`next_use`)."""
         self.settings = self.meter.settings
@@ -269,9 +290,12 @@ class SwapScan:
         for i, node in enumerate(self.dag.ops):
             inputs = set(node.inputs)
             missing = [v for v in dict.fromkeys(node.inputs) if v not in self.resident]
+            fetched, rerun = self._gather(missing)
+            for value in rerun:  # what the ops run again read stays, or comes back
+                inputs.update((value, *value.node.inputs))
             need: dict[int, int] = {}
             made: dict[int, int] = {}
-            for value in missing:
+            for value in [*fetched, *rerun]:
                 key, units = self._cost(value, i)
                 need[key] = need.get(key, 0) + units
             for value in node.results:
@@ -284,8 +308,10 @@ class SwapScan:
                     if victim is None:
                         raise self.meter.too_small(node, i, key, self.held[key] + units)
                     self._evict(victim, i)
-            for value in missing:
+            for value in fetched:
                 self._swap_in(value, i)
+            for value in rerun:
+                self._recompute(value, i)
             for key, at in enumerate(self.held_at):
                 at.append(self.held[key] + made.get(key, 0))
             for value in node.inputs:
@@ -296,7 +322,8 @@ class SwapScan:
                 if value in self.leaves_on_host:
                     self.slots.after[i].append(SwapOut(value))
                     self.on_host.add(value)
-            self._drop_dead(node, i)
+            rerun_reads = [u for v in rerun for u in (v, *v.node.inputs)]
+            self._drop_dead([*node.inputs, *rerun_reads], node.results, i)
         return self
 
     def victim(self, i: int, inputs: set[Value], key: int) -> Value | None:
@@ -326,7 +353,9 @@ class SwapScan:
         """Send `value`'s device copy away before op `i`: swapped out when made (unless
         its host copy exists), released after its last reader."""
         made, by_swap_in = self.made_at.pop(value)
-        if value not in self.on_host:
+        if value not in self.on_host and self._may_drop(value, i):
+            self.dropped.add(value)
+        elif value not in self.on_host:
             self.slots.after[made].append(SwapOut(value))  # made == -1: at the start
             self.on_host.add(value)
         last = self.last_read.get(value, made)
@@ -342,6 +371,78 @@ class SwapScan:
         for p in range(max(last + 1, i - self.settings.lookback, 0), i):
             held_at[p] -= units
         self.last_read.pop(value, None)
+
+    def _may_drop(self, value: Value, i: int) -> bool:
+        """Whether `value`, leaving before op `i`, is released to be recomputed where
+        next read (at `n`) rather than swapped out: it is one of `recompute` and its op's
+        inputs can all be had at `n` (`_reachable`). If so, `n` becomes a use of each
+        input (the op run again reads it there), so none dies before."""
+        if value not in self.settings.recompute:
+            return False
+        back = self.next_use(value, i)
+        rebuilt: list[Value] = []
+        if not all(self._reachable(u, back, RECOMPUTE_DEPTH, rebuilt) for u in value.node.inputs):
+            return False
+        self.dropped.update(rebuilt)
+        for source in {u for v in (value, *rebuilt) for u in v.node.inputs}:
+            self._use_at(source, back)
+        return True
+
+    def _reachable(self, value: Value, at: int, depth: int, rebuilt: list[Value]) -> bool:
+        """Whether `value` can be had at op `at`: on the device or the host then (read
+        at or after `at`, resident now, with a host copy, or released to be recomputed),
+        else recomputed there from inputs that can be had (at most `depth` ops deep; it
+        joins `rebuilt`)."""
+        if (
+            value in self.resident
+            or value in self.on_host
+            or value in self.dropped
+            or value in rebuilt
+            or self.last_use.get(value, -1) >= at
+        ):
+            return True
+        if depth == 0 or value not in self.settings.recompute:
+            return False
+        rebuilt.append(value)
+        return all(self._reachable(u, at, depth - 1, rebuilt) for u in value.node.inputs)
+
+    def _use_at(self, value: Value, at: int) -> None:
+        """Count op `at` as a reader of `value` (an op run again before it reads it)."""
+        uses = self.uses.setdefault(value, [])
+        if at not in uses:
+            bisect.insort(uses, at)
+        self.last_use[value] = max(self.last_use.get(value, -1), at)
+
+    def _gather(self, missing: Sequence[Value]) -> tuple[list[Value], list[Value]]:
+        """What comes back for an op whose `missing` inputs these are: the values to
+        swap in and those to recompute, each recomputed one after what it reads."""
+        fetched: list[Value] = []
+        rerun: list[Value] = []
+
+        def bring(value: Value) -> None:
+            if value in self.resident or value in fetched or value in rerun:
+                return
+            if value not in self.dropped:
+                assert value in self.on_host, f"{value} has no copy to come back from"
+                fetched.append(value)
+                return
+            for source in value.node.inputs:
+                bring(source)
+            rerun.append(value)
+
+        for value in missing:
+            bring(value)
+        return fetched, rerun
+
+    def _recompute(self, value: Value, i: int) -> None:
+        """Run `value`'s op again right before op `i`, its inputs resident by now."""
+        self.slots.before[i].append(Recompute(value.node))
+        self.dropped.discard(value)
+        self._hold(value, i)
+        self.made_at[value] = (i, True)
+        self.last_read[value] = i - 1
+        for source in value.node.inputs:  # read by the run again, right before op i
+            self.last_read[source] = i
 
     def _swap_in(self, value: Value, i: int) -> None:
         """Bring `value` back before op `i`, as early as memory allows (module docstring)."""
@@ -359,10 +460,11 @@ class SwapScan:
         self.made_at[value] = (start, True)
         self.last_read[value] = start - 1
 
-    def _drop_dead(self, node: Node, i: int) -> None:
-        """Release what op `i` read for the last time: a result implicitly (the replay
-        ends it there), an argument explicitly (the caller would hold it)."""
-        for value in dict.fromkeys(node.inputs):
+    def _drop_dead(self, read: Sequence[Value], results: Sequence[Value], i: int) -> None:
+        """Release what op `i` (and the ops run again before it) `read` for the last
+        time: a result implicitly (the replay ends it there), an argument explicitly
+        (the caller would hold it); and the op's `results` nobody reads."""
+        for value in dict.fromkeys(read):
             if value not in self.resident or value in self.pinned:
                 continue
             if self.next_use(value, i + 1) <= len(self.dag.ops):
@@ -373,7 +475,7 @@ class SwapScan:
                 self.slots.after[i].append(Release(value))
             self._unhold(value)
             self.made_at.pop(value)
-        for value in node.results:  # made and never read
+        for value in results:  # made and never read
             if (
                 value not in self.uses
                 and value not in self.pinned

@@ -1,0 +1,92 @@
+"""Recomputation beside swapping (`placement{recompute=on}`): for each saved activation,
+keep it, swap it, or release it and run its op again where the backward pass reads it.
+
+SwapAdvisor only swaps. Checkmate (Jain et al., MLSys 2020) chooses per value between
+keeping and recomputing; here the swap planner makes the third choice too. Which values
+may be recomputed is decided before the scan, by price: a saved activation is a
+candidate when its op is a `graph` op without side effects or randomness (xDSL's
+`Pure`: a second run gives the first run's values) with one result, and running the op
+again costs at most `ratio` times what swapping its result costs on the host link (out
+and back in). The swap planner then recomputes a candidate instead of swapping it
+wherever its op's inputs can be had — kept, swapped, or recomputed in turn, a chain
+such as convolution, batchnorm, relu (`swap_planner` module docstring).
+
+The ratio is not guessed: `RATIOS` are tried, each plan priced on the one simulator
+(`PlacementProblem.simulate`), beside the plan without recomputation, and the fastest
+wins — so `recompute=on` never makes the step slower than the swap planner alone. Cost:
+one swap-planner scan and one simulation per ratio.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from xdsl.traits import Pure
+
+from tasoc.ir.dag import Value
+from tasoc.ir.graph import OPS_BY_NAME
+from tasoc.ir.liveness import value_kinds
+from tasoc.ir.memory import tensor_bytes
+from tasoc.ir.placement_plan import PlacementPlan
+from tasoc.passes.placement.problem import PlacementProblem
+from tasoc.passes.placement.swap_planner import CapacityTooSmall, SwapSettings, plan_swaps
+from tasoc.sim.placement import PlacedSimulation
+
+RATIOS = (0.1, 1.0, 10.0)
+"""Op time ÷ swap time up to which a saved activation may be recomputed: cheap
+element-wise ops only, ops about as dear as their swap, nearly everything."""
+
+
+def recomputable(problem: PlacementProblem) -> list[Value]:
+    """The saved activations whose op may run again (module docstring): one result of
+    a `Pure` graph op of the forward pass that a later op reads."""
+    read = {value for node in problem.dag.ops for value in node.inputs}
+    found = []
+    for value, kind in value_kinds(problem.dag, problem.signature).items():
+        node = value.node
+        if kind != "activations" or node.is_arg or len(node.results) != 1 or value not in read:
+            continue
+        op = OPS_BY_NAME.get(node.op)
+        if op is not None and op.has_trait(Pure):
+            found.append(value)
+    return found
+
+
+def candidates(problem: PlacementProblem, ratio: float) -> frozenset[Value]:
+    """The values that may be recomputed at `ratio` (module docstring)."""
+
+    def price(value: Value) -> float:
+        swap = 2 * problem.machine.host.time(tensor_bytes(value.sig))
+        return problem.seconds[value.node] / swap if swap else float("inf")
+
+    return frozenset(value for value in recomputable(problem) if price(value) <= ratio)
+
+
+@dataclass(frozen=True)
+class Recomputed:
+    """The fastest recomputing plan found, its simulation and the ratio that made it."""
+
+    plan: PlacementPlan
+    simulated: PlacedSimulation
+    ratio: float
+    candidates: int
+
+
+def plan_recomputing(problem: PlacementProblem, settings: SwapSettings) -> Recomputed | None:
+    """The fastest of the swap planner's plans under `settings` recomputing at each of
+    `RATIOS` (module docstring); None when no value may be recomputed or no plan fits."""
+    best: Recomputed | None = None
+    tried: set[frozenset[Value]] = set()
+    for ratio in RATIOS:
+        chosen = candidates(problem, ratio)
+        if not chosen or chosen in tried:
+            continue
+        tried.add(chosen)
+        try:
+            plan = plan_swaps(problem.dag, problem.signature, replace(settings, recompute=chosen))
+        except CapacityTooSmall:  # inputs held for a recomputation left no room
+            continue
+        run = problem.simulate(plan)
+        if best is None or run.seconds < best.simulated.seconds:
+            best = Recomputed(plan, run, ratio, len(chosen))
+    return best
