@@ -83,8 +83,8 @@ class Recompute:
     """Run `node` again, on the current device copies of its inputs, for new device
     copies of its results (a re-emitted op marked `memory.recompute`): what a plan does
     instead of swapping a result out and back in (Checkmate-style recomputation, beyond
-    SwapAdvisor). The node has run before in the schedule, and its results have no
-    device copy where it runs again."""
+    SwapAdvisor). The node has run before in the schedule; its results' new copies are
+    what later entries read, so an earlier copy dies at its last reader before."""
 
     node: Node
 
@@ -169,11 +169,8 @@ def check_plan(dag: Dag, plan: PlacementPlan, spaces: Sequence[Space] | None = N
             node = entry if isinstance(entry, Node) else entry.node
             if isinstance(entry, Node) and node in position:
                 raise PlanError(f"entry {i}: {node.op} runs twice")
-            if isinstance(entry, Recompute):
-                if node not in position:
-                    raise PlanError(f"entry {i}: recomputes {node.op} before it first runs")
-                if any(result in device for result in node.results):
-                    raise PlanError(f"entry {i}: recomputes {node.op} beside its results' copies")
+            if isinstance(entry, Recompute) and node not in position:
+                raise PlanError(f"entry {i}: recomputes {node.op} before it first runs")
             keys = []
             for value in node.inputs:
                 if value not in device:

@@ -6,6 +6,11 @@ moves) runs on one device with three streams, SwapAdvisor's (§4.3.1): `COMPUTE`
 the ops in the plan's order, `SWAP_OUT` and `SWAP_IN` copy tensors to and from host
 memory over the machine's host link (`Machine.host`: size / bandwidth + latency,
 FlexFlow's A2), each its own FIFO resource, so copies overlap compute and each other.
+Where the link's two directions share a capacity (`Link.duplex_bandwidth`: SwapAdvisor's
+PCIe, 12 GB/s one way, 20 GB/s both ways together), a copy is two tasks that start
+together — one on its direction's stream at the one-way bandwidth, one on the shared
+`HOST_LINK` at the duplex bandwidth — and ends when both have: alone it runs at the
+one-way rate, and swap-outs and swap-ins together never pass the duplex rate.
 Device memory is the pool `DEVICE`. One device of a sharded step (placement's device
 view) runs its collectives on a fourth stream, `NETWORK`, in the schedule's order,
 each waiting for the copies it reads, so communication overlaps compute and swaps as
@@ -64,6 +69,7 @@ COMPUTE = "compute"
 SWAP_OUT = "swap-out"
 SWAP_IN = "swap-in"
 NETWORK = "network"
+HOST_LINK = "host-link"
 DEVICE = "device"
 
 
@@ -162,29 +168,40 @@ def placed_task_graph(
         elif isinstance(entry, SwapOut):
             (key,) = copies.reads[index]
             nbytes = size[key]
-            task_id = graph.add(
-                Task(SWAP_OUT, machine.host.time(nbytes), (made[key],), (), free, "swap-out")
-            )
+            task_id = _copy(graph, machine, SWAP_OUT, nbytes, (made[key],), (), free)
             host_made[entry.value] = task_id
             if copies.last_read[key] == index and copies.dies[key] is not None:
                 room.copying(task_id, nbytes)  # the replay frees it by now; the copy ends later
         elif isinstance(entry, SwapIn):
             nbytes = size[(index, 0)]
             deps = (last_compute, *((host_made[entry.value],) if entry.value in host_made else ()))
-            task_id = graph.add(
-                Task(
-                    SWAP_IN,
-                    machine.host.time(nbytes),
-                    (*deps, *room.take(nbytes)),
-                    ((DEVICE, nbytes),),
-                    free,
-                    "swap-in",
-                )
-            )
+            deps += room.take(nbytes)
+            task_id = _copy(graph, machine, SWAP_IN, nbytes, deps, ((DEVICE, nbytes),), free)
             made[(index, 0)] = task_id
         tasks.append(task_id)
         room.release(dying.get(index, 0))
     return graph, tuple(tasks)
+
+
+def _copy(
+    graph: TaskGraph,
+    machine: Machine,
+    stream: str,
+    nbytes: int,
+    deps: tuple[int, ...],
+    alloc: tuple[tuple[str, int], ...],
+    free: tuple[tuple[str, int], ...],
+) -> int:
+    """Add a copy of `nbytes` over the host link on `stream` (module docstring): its
+    task, or the task at the end of its two on a link whose directions share a
+    capacity. `alloc` is taken when it starts, `free` given back when it ends."""
+    shared = machine.host.shared_time(nbytes)
+    own = machine.host.time(nbytes)
+    if shared is None:
+        return graph.add(Task(stream, own, deps, alloc, free, stream))
+    one_way = graph.add(Task(stream, own, deps, alloc, (), stream))
+    both = graph.add(Task(HOST_LINK, shared, deps, (), (), stream))
+    return graph.add(Task(("end", one_way), 0.0, (one_way, both), (), free, stream))
 
 
 class _Room:

@@ -5,7 +5,8 @@ SwapAdvisor only swaps. Checkmate (Jain et al., MLSys 2020) chooses per value be
 keeping and recomputing; here the swap planner makes the third choice too. Which values
 may be recomputed is decided before the scan, by price: a saved activation is a
 candidate when its op is a `graph` op without side effects or randomness (xDSL's
-`Pure`: a second run gives the first run's values) with one result, and running the op
+`Pure`: a second run gives the first run's values) with one result (so is a forward
+value a saved one is rebuilt from, a link of the chain), and running the op
 again costs at most `ratio` times what swapping its result costs on the host link (out
 and back in). The swap planner then recomputes a candidate instead of swapping it
 wherever its op's inputs can be had — kept, swapped, or recomputed in turn, a chain
@@ -38,18 +39,30 @@ element-wise ops only, ops about as dear as their swap, nearly everything."""
 
 
 def recomputable(problem: PlacementProblem) -> list[Value]:
-    """The saved activations whose op may run again (module docstring): one result of
-    a `Pure` graph op of the forward pass that a later op reads."""
-    read = {value for node in problem.dag.ops for value in node.inputs}
+    """The forward values whose op may run again (module docstring): each the one
+    result of a `Pure` graph op of the forward pass. Saved activations among them are
+    what a plan releases; the others are links of a chain run again to rebuild one."""
     found = []
     for value, kind in value_kinds(problem.dag, problem.signature).items():
         node = value.node
-        if kind != "activations" or node.is_arg or len(node.results) != 1 or value not in read:
+        if kind != "activations" or node.is_arg or len(node.results) != 1:
             continue
         op = OPS_BY_NAME.get(node.op)
         if op is not None and op.has_trait(Pure):
             found.append(value)
     return found
+
+
+def saved_activations(problem: PlacementProblem) -> set[Value]:
+    """The forward values a backward op (one not of the forward pass) reads."""
+    kinds = value_kinds(problem.dag, problem.signature)
+    return {
+        value
+        for node in problem.dag.ops
+        if any(kinds[result] != "activations" for result in node.results)
+        for value in node.inputs
+        if kinds[value] == "activations"
+    }
 
 
 def candidates(problem: PlacementProblem, ratio: float) -> frozenset[Value]:
@@ -74,8 +87,11 @@ class Recomputed:
 
 def plan_recomputing(problem: PlacementProblem, settings: SwapSettings) -> Recomputed | None:
     """The fastest of the swap planner's plans under `settings` recomputing at each of
-    `RATIOS` (module docstring); None when no value may be recomputed or no plan fits."""
+    `RATIOS` (module docstring); None when no saved activation may be recomputed or no
+    plan fits."""
     best: Recomputed | None = None
+    if not saved_activations(problem) & set(recomputable(problem)):
+        return None
     tried: set[frozenset[Value]] = set()
     for ratio in RATIOS:
         chosen = candidates(problem, ratio)

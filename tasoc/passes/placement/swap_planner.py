@@ -80,6 +80,11 @@ RECOMPUTE_DEPTH = 4
 """The most ops run again, one reading another, to bring one value back: a chain such
 as convolution, batchnorm, relu."""
 
+RECOMPUTE_SHARE = 0.5
+"""The most of the capacity a chain run again may take at once (what it rebuilds, and
+what it reads that is not resident when it is released): more, and the op it is
+rebuilt for may find no room beside it."""
+
 
 class CapacityTooSmall(ValueError):
     """No eviction makes an op fit: the op and what it needs at once (one line)."""
@@ -383,6 +388,10 @@ class SwapScan:
         rebuilt: list[Value] = []
         if not all(self._reachable(u, back, RECOMPUTE_DEPTH, rebuilt) for u in value.node.inputs):
             return False
+        sources = {u for v in (value, *rebuilt) for u in v.node.inputs}
+        held = {value, *rebuilt, *(u for u in sources if u not in self.resident)}
+        if sum(tensor_bytes(u.sig) for u in held) > self.settings.capacity * RECOMPUTE_SHARE:
+            return False  # the chain would crowd out the op it is rebuilt for
         self.dropped.update(rebuilt)
         for source in {u for v in (value, *rebuilt) for u in v.node.inputs}:
             self._use_at(source, back)
