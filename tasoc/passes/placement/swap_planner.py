@@ -54,6 +54,8 @@ is what the verifier checks; a plan carries its pool, so the written module has
 from __future__ import annotations
 
 import bisect
+import heapq
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -234,6 +236,11 @@ class SwapScan:
         """Units held now, per class: `resident` summed."""
         self.members: list[dict[Value, None]] = [{} for _ in classes]
         """The resident values of each class, in the order they became resident."""
+        self.ranked: list[list[tuple[tuple[int, int, int], int, Value]]] = [[] for _ in classes]
+        """Per class, a heap of the resident values by eviction rank (`victim`)."""
+        self._pushes = itertools.count()
+        self.joined: dict[Value, int] = {}
+        """When each resident value became resident (ties of `_rank`)."""
         self.held_at: list[list[int]] = [[] for _ in classes]
         """Per class, the replay's held units while each op so far runs (kept right
         within `lookback`)."""
@@ -255,6 +262,7 @@ class SwapScan:
             else:
                 self._hold(arg.out, 0)
                 self.made_at[arg.out] = (-1, False)
+                self._rank_again(arg.out, 0)
 
     def _cost(self, value: Value, position: int) -> tuple[int, int]:
         """`value`'s class and units; CapacityTooSmall, at the op making or first reading
@@ -277,6 +285,7 @@ class SwapScan:
         key, units = self.resident[value] = self._cost(value, position)
         self.held[key] += units
         self.members[key][value] = None
+        self.joined[value] = next(self._pushes)
 
     def _unhold(self, value: Value) -> int:
         """Drop `value`'s device copy from the count; its units."""
@@ -321,9 +330,12 @@ class SwapScan:
                 at.append(self.held[key] + made.get(key, 0))
             for value in node.inputs:
                 self.last_read[value] = i
+            for value in dict.fromkeys(node.inputs):
+                self._rank_again(value, i + 1)
             for value in node.results:
                 self._hold(value, i)
                 self.made_at[value] = (i, False)
+                self._rank_again(value, i + 1)
                 if value in self.leaves_on_host:
                     self.slots.after[i].append(SwapOut(value))
                     self.on_host.add(value)
@@ -333,16 +345,52 @@ class SwapScan:
 
     def victim(self, i: int, inputs: set[Value], key: int) -> Value | None:
         """The resident tensor of class `key` to evict for op `i` (module docstring),
-        None if none can: the hook a subclass overrides."""
-        candidates = [v for v in self.members[key] if v not in inputs and v not in self.pinned]
-        if not candidates:
-            return None
-        last = {v: self.last_read.get(v, self.made_at[v][0]) for v in candidates}
-        settled = [v for v in candidates if i - last[v] >= self.settings.threshold]
-        pool = settled or candidates
+        None if none can: the hook a subclass overrides. The best by `_rank` among
+        those last used `threshold` ops ago, else among all but the op's inputs: popped
+        from the class's heap, entries made stale by a read since pushed again."""
+        heap = self.ranked[key]
+        popped: list[tuple[tuple[int, int, int], int, Value]] = []
+        fallback: Value | None = None
+        found: Value | None = None
+        while heap:
+            rank, order, value = heapq.heappop(heap)
+            if self.resident.get(value, (None,))[0] != key:
+                continue  # evicted or dead since: the entry is gone with it
+            fresh = self._rank(value, i)
+            if fresh != rank:
+                heapq.heappush(heap, (fresh, next(self._pushes), value))
+                continue
+            popped.append((rank, order, value))
+            if value in inputs:
+                continue
+            fallback = fallback or value
+            if i - self._last(value) >= self.settings.threshold:
+                found = value
+                break
+        for entry in popped:
+            heapq.heappush(heap, entry)
+        return found or fallback
+
+    def _last(self, value: Value) -> int:
+        """The last op that read `value`'s device copy, else the op that made it."""
+        return self.last_read.get(value, self.made_at[value][0])
+
+    def _rank(self, value: Value, i: int) -> tuple[int, int, int]:
+        """`value`'s place in the eviction order at op `i`, least first: `belady` the
+        furthest next use, `lru` the oldest last use, the other breaking ties, then the
+        order tensors became resident."""
+        last, upcoming = self._last(value), self.next_use(value, i)
         if self.settings.policy == "lru":
-            return min(pool, key=lambda v: (last[v], self.next_use(v, i)))
-        return max(pool, key=lambda v: (self.next_use(v, i), -last[v]))
+            return (last, upcoming, self.joined[value])
+        return (-upcoming, last, self.joined[value])
+
+    def _rank_again(self, value: Value, i: int) -> None:
+        """Push `value`'s rank at op `i` after what ranks it changed (a read, a new
+        copy): a rank only worsens that way, so the stale entry left behind is met
+        after the fresh one and dropped."""
+        if value in self.resident and value not in self.pinned:
+            entry = (self._rank(value, i), next(self._pushes), value)
+            heapq.heappush(self.ranked[self.resident[value][0]], entry)
 
     def next_use(self, value: Value, i: int) -> int:
         """The first op at or after `i` that reads `value` (past the end: none). A scan
@@ -394,7 +442,7 @@ class SwapScan:
             return False  # the chain would crowd out the op it is rebuilt for
         self.dropped.update(rebuilt)
         for source in {u for v in (value, *rebuilt) for u in v.node.inputs}:
-            self._use_at(source, back)
+            self._use_at(source, back, i)
         return True
 
     def _reachable(self, value: Value, at: int, depth: int, rebuilt: list[Value]) -> bool:
@@ -415,12 +463,14 @@ class SwapScan:
         rebuilt.append(value)
         return all(self._reachable(u, at, depth - 1, rebuilt) for u in value.node.inputs)
 
-    def _use_at(self, value: Value, at: int) -> None:
-        """Count op `at` as a reader of `value` (an op run again before it reads it)."""
+    def _use_at(self, value: Value, at: int, i: int) -> None:
+        """Count op `at` as a reader of `value` (an op run again before it reads it),
+        the scan being at op `i`."""
         uses = self.uses.setdefault(value, [])
         if at not in uses:
             bisect.insort(uses, at)
         self.last_use[value] = max(self.last_use.get(value, -1), at)
+        self._rank_again(value, i)
 
     def _gather(self, missing: Sequence[Value]) -> tuple[list[Value], list[Value]]:
         """What comes back for an op whose `missing` inputs these are: the values to
@@ -450,8 +500,10 @@ class SwapScan:
         self._hold(value, i)
         self.made_at[value] = (i, True)
         self.last_read[value] = i - 1
+        self._rank_again(value, i)
         for source in value.node.inputs:  # read by the run again, right before op i
             self.last_read[source] = i
+            self._rank_again(source, i)
 
     def _swap_in(self, value: Value, i: int) -> None:
         """Bring `value` back before op `i`, as early as memory allows (module docstring)."""
@@ -468,6 +520,7 @@ class SwapScan:
         self._hold(value, i)
         self.made_at[value] = (start, True)
         self.last_read[value] = start - 1
+        self._rank_again(value, i)
 
     def _drop_dead(self, read: Sequence[Value], results: Sequence[Value], i: int) -> None:
         """Release what op `i` (and the ops run again before it) `read` for the last
