@@ -3,7 +3,8 @@
 `plan_within` runs what `placement{search=...}` asks for and prices it beside the
 baselines a user would otherwise run — *ideal* (infinite memory: the ops alone),
 *lru* (SwapAdvisor's on-demand ODSwap) and *belady* (the swap planner with
-prefetching), both on the step's own schedule — all on the one placed-step simulator
+prefetching, its prefetch windows tuned on the simulator: `prefetch.py`), both on the
+step's own schedule — all on the one placed-step simulator
 (`PlacementProblem.simulate`), and says how the plan's device memory moves over the
 simulated iteration, beside the step's peak without placement (`memory_figure`).
 `search=belady|lru` is that baseline's plan; a searching planner (`Searching`:
@@ -31,6 +32,7 @@ from tasoc.ir.limits import format_bytes
 from tasoc.ir.placement_plan import PlacementPlan
 from tasoc.ir.training import TrainingSignature
 from tasoc.passes.figures import MemoryFigure, MemorySeries
+from tasoc.passes.placement.prefetch import tuned_plan
 from tasoc.passes.placement.problem import NoPlanFound, PlacementProblem, Searcher, SearchLimits
 from tasoc.passes.placement.recompute import Recomputed, plan_recomputing
 from tasoc.passes.placement.swap_planner import (
@@ -177,6 +179,7 @@ def plan_within(
     plans: dict[str, PlacementPlan] = {}
     spent: dict[str, float] = {}
     notes = []
+    simulated = {"ideal": problem.simulate(ideal)}
     if fits:
         notes.append(
             f"the step fits the capacity ({format_bytes(unplaced_peak)} at its peak): "
@@ -184,13 +187,16 @@ def plan_within(
         )
         plans = {policy: ideal for policy in BASELINES}
         spent = {policy: 0.0 for policy in BASELINES}
+        simulated.update({policy: simulated["ideal"] for policy in BASELINES})
     else:
-        for policy in BASELINES:
-            start = time.perf_counter()
-            plans[policy] = plan_swaps(dag, signature, settings_for(policy, capacity))
-            spent[policy] = time.perf_counter() - start
-    simulated = {"ideal": problem.simulate(ideal)}
-    simulated.update({policy: problem.simulate(plans[policy]) for policy in BASELINES})
+        start = time.perf_counter()
+        plans["lru"] = plan_swaps(dag, signature, settings_for("lru", capacity))
+        spent["lru"] = time.perf_counter() - start
+        simulated["lru"] = problem.simulate(plans["lru"])
+        start = time.perf_counter()
+        tuned = tuned_plan(problem, settings_for("belady", capacity))
+        spent["belady"] = time.perf_counter() - start
+        plans["belady"], simulated["belady"] = tuned.plan, tuned.simulated
     first = name if name in plans else "belady"  # a search starts from belady's plan
     simulated[name] = simulated[first]
     outcome = PlanningOutcome(name, plans[first], simulated, spent, machine, unplaced_peak, notes)

@@ -14,8 +14,8 @@ such as convolution, batchnorm, relu (`swap_planner` module docstring).
 
 The ratio is not guessed: `RATIOS` are tried, each plan priced on the one simulator
 (`PlacementProblem.simulate`), beside the plan without recomputation, and the fastest
-wins — so `recompute=on` never makes the step slower than the swap planner alone. Cost:
-one swap-planner scan and one simulation per ratio.
+wins — so `recompute=on` never makes the step slower than the swap planner alone. Each
+plan has its prefetch windows tuned (`prefetch.py`). Cost: that tuning once per ratio.
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ from tasoc.ir.graph import OPS_BY_NAME
 from tasoc.ir.liveness import value_kinds
 from tasoc.ir.memory import tensor_bytes
 from tasoc.ir.placement_plan import PlacementPlan
+from tasoc.passes.placement.prefetch import tuned_plan
 from tasoc.passes.placement.problem import PlacementProblem
-from tasoc.passes.placement.swap_planner import CapacityTooSmall, SwapSettings, plan_swaps
+from tasoc.passes.placement.swap_planner import CapacityTooSmall, SwapSettings
 from tasoc.sim.placement import PlacedSimulation
 
 RATIOS = (0.1, 1.0, 10.0)
@@ -99,10 +100,9 @@ def plan_recomputing(problem: PlacementProblem, settings: SwapSettings) -> Recom
             continue
         tried.add(chosen)
         try:
-            plan = plan_swaps(problem.dag, problem.signature, replace(settings, recompute=chosen))
+            found = tuned_plan(problem, replace(settings, recompute=chosen))
         except CapacityTooSmall:  # inputs held for a recomputation left no room
             continue
-        run = problem.simulate(plan)
-        if best is None or run.seconds < best.simulated.seconds:
-            best = Recomputed(plan, run, ratio, len(chosen))
+        if best is None or found.simulated.seconds < best.simulated.seconds:
+            best = Recomputed(found.plan, found.simulated, ratio, len(chosen))
     return best

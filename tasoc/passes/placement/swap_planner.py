@@ -24,7 +24,8 @@ planner chooses the tensor from the same size-class"). Both are one rule over
 - A missing input is swapped in as early as memory allows (`prefetch`): the planner
   looks back up to `lookback` ops for the earliest point from which the replay's held
   bytes (objects of its class) plus the tensor stay within the capacity (the class's
-  count), and never before the tensor's last eviction. Without prefetching (LRU),
+  count), and never before the tensor's last eviction (a tensor may have its own
+  `lookback`: `SwapSettings.lookbacks`). Without prefetching (LRU),
   right before the op.
 
 Recomputation (beyond SwapAdvisor; Checkmate's choice of keep, swap or recompute per
@@ -56,7 +57,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -122,6 +123,9 @@ class SwapSettings:
     total is within `capacity` (the caller's to check)."""
     recompute: frozenset[Value] = frozenset()
     """Values recomputed rather than swapped where they can be (module docstring)."""
+    lookbacks: Mapping[Value, int] = field(default_factory=dict)
+    """A tensor's own `lookback`, where its swap-ins should start earlier than others'
+    (`prefetch.py` sets them from the simulated timeline)."""
 
 
 def plan_swaps(
@@ -511,7 +515,8 @@ class SwapScan:
         held_at, limit = self.held_at[key], self.meter.limits[key]
         start = i
         if self.settings.prefetch:
-            earliest = max(self.gone_since.get(value, 0), i - self.settings.lookback, 0)
+            lookback = self.settings.lookbacks.get(value, self.settings.lookback)
+            earliest = max(self.gone_since.get(value, 0), i - lookback, 0)
             while start > earliest and held_at[start - 1] + units <= limit:
                 start -= 1
         self.slots.before[start].append(SwapIn(value))
