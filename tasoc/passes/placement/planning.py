@@ -208,10 +208,12 @@ def plan_within(
 
 
 def _recompute(problem: PlacementProblem, outcome: PlanningOutcome) -> None:
-    """Price the recomputing plans into `outcome` (`recompute.py`); the fastest becomes
-    the plan when it beats the search's."""
+    """Price the recomputing plans into `outcome` (`recompute.py`), on the schedule of
+    the plan so far (a searched one, the GA's, may order the ops otherwise); the
+    fastest becomes the plan when it beats the search's."""
     start = time.perf_counter()
-    found = plan_recomputing(problem, settings_for("belady", problem.capacity))
+    scheduled = replace(problem, dag=problem.dag.scheduled(outcome.plan.order))
+    found = plan_recomputing(scheduled, settings_for("belady", problem.capacity))
     outcome.planner_seconds["recompute"] = time.perf_counter() - start
     if found is None:
         outcome.notes.append("recompute: no saved activation may be recomputed here")
