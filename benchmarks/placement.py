@@ -1,5 +1,6 @@
 """placement's planners (issue 18) on SwapAdvisor's models: fraction of ideal at memory
-ratios, simulated on the V100-16GB preset with 12 GB/s PCIe (`v100-swapadvisor`).
+ratios, simulated on the V100-16GB preset with 12 GB/s PCIe each way, 20 GB/s both ways
+together (`v100-swapadvisor`).
 
     .venv/bin/python benchmarks/placement.py [--models rnn,brnn,...] [--ratios 1.25,1.5,2,4]
         [--searches belady,lru] [--timeout 60] [--quick]
@@ -25,8 +26,8 @@ the same pass gives the `ga` column (the GA's plan before recomputation).
 With `--papers` each row also gives SwapAdvisor's own figure for the model (Fig. 5.1,
 `SWAPADVISOR`), and `--ratios` (e.g. `--papers --scaled --ratios 2,4`, issue 32's
 table) sets the ratios instead of the real 16 GB; `--scaled` takes `MODELS`, the shapes
-2 cores plan in minutes, instead of Table 5.1's. With `--papers` alone the models are SwapAdvisor's own (`PAPER_MODELS`: Table 5.1's
-RNN-8-8K at batch 256, BRNN-4-8K at 128, WResNet-152-10, Inception-4 and NasNet-25 at
+2 cores plan in minutes, instead of Table 5.1's. With `--papers` alone the models are
+SwapAdvisor's own (`PAPER_MODELS`: Table 5.1's RNN-8-8K at batch 256, BRNN-4-8K at 128, WResNet-152-10, Inception-4 and NasNet-25 at
 64, the zoo's defaults) on the preset's real 16 GB, one row per model: its memory
 ratio is then the step's own peak ÷ 16 GB, to set beside Table 5.1's MemUsage ÷ 16 GB
 (RNN 118 GB: 7.4, BRNN 99: 6.2, WResNet 180: 11.3, Inception 71: 4.4, NasNet 193: 12.1).
