@@ -199,9 +199,7 @@ def check_plan(dag: Dag, plan: PlacementPlan, spaces: Sequence[Space] | None = N
         if isinstance(entry, SwapIn):
             if value not in host:
                 raise PlanError(f"entry {i}: swaps in {_name(value)}, which has no host copy")
-            if value in device:
-                raise PlanError(f"entry {i}: swaps in {_name(value)} beside its device copy")
-            device[value] = (i, 0)
+            device[value] = (i, 0)  # a copy still held dies at its last reader, before
             value_of[(i, 0)] = value
         else:
             if value not in device:

@@ -31,7 +31,7 @@ from tasoc.ir.memory import tensor_bytes
 from tasoc.ir.placement_plan import PlacementPlan
 from tasoc.passes.placement.prefetch import tuned_plan
 from tasoc.passes.placement.problem import PlacementProblem
-from tasoc.passes.placement.swap_planner import CapacityTooSmall, SwapSettings
+from tasoc.passes.placement.swap_planner import CapacityTooSmall, NoCopyLeft, SwapSettings
 from tasoc.sim.placement import PlacedSimulation
 
 RATIOS = (0.1, 1.0, 10.0)
@@ -101,7 +101,7 @@ def plan_recomputing(problem: PlacementProblem, settings: SwapSettings) -> Recom
         tried.add(chosen)
         try:
             found = tuned_plan(problem, replace(settings, recompute=chosen))
-        except CapacityTooSmall:  # inputs held for a recomputation left no room
+        except (CapacityTooSmall, NoCopyLeft):  # no room for a chain, or no copy left
             continue
         if best is None or found.simulated.seconds < best.simulated.seconds:
             best = Recomputed(found.plan, found.simulated, ratio, len(chosen))

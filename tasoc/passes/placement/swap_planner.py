@@ -109,6 +109,12 @@ class CapacityTooSmall(ValueError):
         )
 
 
+class NoCopyLeft(ValueError):
+    """A value to recompute from has neither a device nor a host copy: a chain of
+    recomputations the scan's bookkeeping did not keep alive (a guard: the recomputing
+    planner then drops that set of candidates, `recompute.plan_recomputing`)."""
+
+
 @dataclass(frozen=True)
 class SwapSettings:
     """How the planner evicts and prefetches (module docstring)."""
@@ -486,7 +492,8 @@ class SwapScan:
             if value in self.resident or value in fetched or value in rerun:
                 return
             if value not in self.dropped:
-                assert value in self.on_host, f"{value} has no copy to come back from"
+                if value not in self.on_host:
+                    raise NoCopyLeft(f"{value.node.op} result #{value.index}")
                 fetched.append(value)
                 return
             for source in value.node.inputs:
