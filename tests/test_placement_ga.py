@@ -279,6 +279,19 @@ def test_ga_is_never_slower_than_belady_and_reports_its_search() -> None:
     assert equivalent(module, unplaced(copy)).ok
 
 
+def test_search_random_is_the_gas_baseline_as_a_planner() -> None:
+    """`search=random` (issue 32): random variants of the GA's seeds at its budget,
+    never slower than belady's plan, and what it plans computes the step."""
+    module = rnn_step()
+    capacity = replay(entry_function(module)).peak_bytes // 2
+    copy, section = placed(module, search="random", capacity=capacity, budget=40, seed=1)
+    fractions = section["fraction_of_ideal"]
+    assert fractions["random"] >= fractions["belady"]
+    assert section["evaluations"] <= 40 and "generations" not in section
+    verify_ir(copy)
+    assert equivalent(module, unplaced(copy)).ok
+
+
 def test_a_ga_out_of_time_keeps_beladys_plan() -> None:
     module = rnn_step()
     capacity = replay(entry_function(module)).peak_bytes // 2

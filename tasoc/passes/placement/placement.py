@@ -45,7 +45,7 @@ from tasoc.passes.options import (
 )
 from tasoc.passes.placement.device_view import DeviceView, device_view
 from tasoc.passes.placement.dp import dp_search
-from tasoc.passes.placement.ga import GASettings, ga_search
+from tasoc.passes.placement.ga import GASettings, ga_search, random_search
 from tasoc.passes.placement.offload import offload_all
 from tasoc.passes.placement.planning import Searching, plan_within
 from tasoc.passes.placement.problem import Searcher, SearchLimits
@@ -54,7 +54,7 @@ from tasoc.passes.report import current_report
 from tasoc.passes.search import Deadline, resolve_seed
 from tasoc.passes.summary import Summary, format_seconds, format_speedup, stop_line
 
-Search = Literal["offload-all", "belady", "lru", "ga", "dp-fixed-order"]
+Search = Literal["offload-all", "belady", "lru", "ga", "random", "dp-fixed-order"]
 
 _METHODS = {
     "exact": "DP (optimal in bytes moved)",
@@ -101,7 +101,9 @@ class PlacementPass(ModulePass):
     between the forward and the backward pass; `belady` is SwapAdvisor's swap planner
     (Belady's eviction, swap-ins prefetched as early as memory allows) and `lru` its
     on-demand LRU baseline (ODSwap), both on the step's own schedule within `capacity`;
-    `ga` is SwapAdvisor's genetic algorithm over schedules and memory pools;
+    `ga` is SwapAdvisor's genetic algorithm over schedules and memory pools, `random`
+    random variants of the GA's seeds for the same budget (at equal evaluations it
+    matched or beat the GA: docs/decisions.md, issue 32);
     `dp-fixed-order` a caching DP on the step's own schedule, fewest bytes moved (not
     ROC's DP, which also orders the ops: `dp` is kept for it)."""
     capacity: int | float | str | None = None
@@ -121,11 +123,12 @@ class PlacementPass(ModulePass):
     min_bytes: int | float | str = 0
     """offload-all: saved activations smaller than this stay in device memory."""
     budget: int = 1000
-    """ga: the most plans simulated (distinct schedules and allocations)."""
+    """ga, random: the most plans simulated (distinct schedules and allocations)."""
     timeout: int | float = 60
-    """ga: seconds the whole pass may take; the search returns the best found so far."""
+    """ga, random: seconds the whole pass may take; the search returns the best found so
+    far."""
     seed: int | None = None
-    """ga: the seed of its random choices; the run's `--seed` when not given."""
+    """ga, random: the seed of its random choices; the run's `--seed` when not given."""
     population: int = 16
     """ga: chromosomes that survive each generation (N_p)."""
     mutation: int | float = 0.03
@@ -165,6 +168,7 @@ class PlacementPass(ModulePass):
         settings = GASettings(self.population, float(self.mutation))
         return {
             "ga": partial(ga_search, settings=settings),
+            "random": partial(random_search, settings=settings),
             "dp-fixed-order": partial(dp_search, max_states=self.max_states),
         }
 
