@@ -659,6 +659,11 @@ def machine_to_dict(machine: Machine) -> dict[str, Any]:
                 "kind": link.kind,
                 "bandwidth_bytes": link.bandwidth,
                 "latency_us": link.latency_s * 1e6,
+                **(
+                    {"duplex_bandwidth_bytes": link.duplex_bandwidth}
+                    if link.duplex_bandwidth is not None
+                    else {}
+                ),
             }
             for key, link in links.items()
             if link is not None
@@ -758,13 +763,14 @@ def _efficiency_from(value: object, where: str) -> Efficiency:
 
 
 def _link_from(value: object, where: str, key: str) -> Link:
-    """A link table: kind, bandwidth_gbps (Gb/s) or bandwidth_bytes (bytes/s), latency_us."""
+    """A link table: kind, bandwidth_gbps (Gb/s) or bandwidth_bytes (bytes/s), latency_us,
+    and optionally duplex_bandwidth_bytes (both directions together, `Link`)."""
     table = _table(
         value,
         where,
         key,
         required=("kind", "latency_us"),
-        optional=("bandwidth_gbps", "bandwidth_bytes"),
+        optional=("bandwidth_gbps", "bandwidth_bytes", "duplex_bandwidth_bytes"),
     )
     kind = table["kind"]
     _expect(kind in LINK_KINDS, where, f"{key}.kind", f"one of {', '.join(LINK_KINDS)}", kind)
@@ -775,8 +781,14 @@ def _link_from(value: object, where: str, key: str) -> Link:
     _expect(bandwidth > 0, where, f"{key}.{given[0]}", "positive", bandwidth)
     latency = _number(table, "latency_us", where, key)
     _expect(latency >= 0, where, f"{key}.latency_us", "non-negative", latency)
+    duplex = table.get("duplex_bandwidth_bytes")
+    if duplex is not None:
+        duplex = float(_number(table, "duplex_bandwidth_bytes", where, key))
     return Link(
-        kind, _gbit(bandwidth) if given[0] == "bandwidth_gbps" else float(bandwidth), _us(latency)
+        kind,
+        _gbit(bandwidth) if given[0] == "bandwidth_gbps" else float(bandwidth),
+        _us(latency),
+        duplex,
     )
 
 
