@@ -30,7 +30,8 @@ table) sets the ratios instead of the real 16 GB; `--scaled` takes `MODELS`, the
 SwapAdvisor's own (`PAPER_MODELS`: Table 5.1's RNN-8-8K at batch 256, BRNN-4-8K at
 128, WResNet-152-10, Inception-4 and NasNet-25 at 64, the zoo's defaults) on the
 preset's real 16 GB, one row per model: its memory ratio is then the step's own
-peak ÷ 16 GB, to set beside Table 5.1's MemUsage ÷ 16 GB (RNN 118 GB: 7.4, BRNN 99: 6.2, WResNet 180: 11.3, Inception 71: 4.4, NasNet 193: 12.1).
+peak ÷ 16 GB, to set beside Table 5.1's MemUsage ÷ 16 GB (RNN 118 GB: 7.4, BRNN 99:
+6.2, WResNet 180: 11.3, Inception 71: 4.4, NasNet 193: 12.1).
 """
 
 from __future__ import annotations

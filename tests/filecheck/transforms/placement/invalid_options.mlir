@@ -20,7 +20,7 @@ func.func @main(%x: tensor<64x8xf32>, %w: tensor<8x8xf32> {graph.param}) -> tens
 // UNIT:       {{^}}tasoc: error: {{.*}}'placement'{{.*}}capacity: unknown unit 'XB' in byte size '16XB'{{.*}}
 // NEGATIVE:   {{^}}tasoc: error: {{.*}}'placement'{{.*}}capacity: a byte size must not be negative, got -3{{$}}
 // SEARCH:     {{^}}tasoc: error: {{.*}}'placement'{{.*}}search{{.*}}'offload-all', 'belady', 'lru', {{.*}}got 'belady-ish'{{$}}
-// DP:       {{^}}tasoc: error: {{.*}}'placement'{{.*}}search{{.*}}'ga', 'dp-fixed-order', got 'dp'{{$}}
+// DP:       {{^}}tasoc: error: {{.*}}'placement'{{.*}}search{{.*}}'ga', 'random', 'dp-fixed-order', got 'dp'{{$}}
 // DP-NOT:   {{.}}
 // PREFETCH:   {{^}}tasoc: error: {{.*}}'placement'{{.*}}prefetch{{.*}}
 // FORWARD:    {{^}}tasoc: error: placement: @main is not a training step (it computes no loss); run autodiff before placement [pipeline position 1, program kinds: graph]{{$}}
