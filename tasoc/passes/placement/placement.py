@@ -126,7 +126,7 @@ class PlacementPass(ModulePass):
     """ga, random: the most plans simulated (distinct schedules and allocations)."""
     timeout: int | float = 60
     """ga, random: seconds the whole pass may take; the search returns the best found so
-    far."""
+    far. The pricing of `recompute=on`, after the search, is not cut by it."""
     seed: int | None = None
     """ga, random: the seed of its random choices; the run's `--seed` when not given."""
     population: int = 16
