@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 from conftest import assert_one_line_error
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from placement_helpers import V100, placed
 from strict_cli import StrictRun, strict_runner
 from xdsl.context import Context
@@ -26,7 +28,12 @@ from tasoc.passes.autodiff import AutodiffPass
 from tasoc.passes.placement import PlacementFailed, PlacementPass
 from tasoc.passes.placement.problem import PlacementProblem
 from tasoc.passes.placement.recompute import RATIOS, candidates, recomputable, saved_activations
-from tasoc.passes.placement.swap_planner import SwapSettings, plan_swaps
+from tasoc.passes.placement.swap_planner import (
+    CapacityTooSmall,
+    NoCopyLeft,
+    SwapSettings,
+    plan_swaps,
+)
 from tasoc.sim.placement import simulate_plan
 from tasoc.verify.equivalence import equivalent
 
@@ -143,6 +150,34 @@ def test_a_capacity_below_one_ops_working_set_names_the_op() -> None:
 def test_recompute_needs_a_swapping_planner() -> None:
     with pytest.raises(ValueError, match="recompute=on needs a swapping planner"):
         PlacementPass(search="offload-all", recompute="on")
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.floats(1.25, 3.0), st.sampled_from([0.1, 1.0, 100.0]))
+def test_any_recomputing_plan_fits_and_computes_the_step(
+    oversubscription: float, ratio: float
+) -> None:
+    """At any capacity and any price limit (1.3-1.5x recompute up to four relus and
+    convolutions on this step; some capacities leave a chain no room), the plan
+    verifies within its capacity and the placed step, its ops run again, computes the
+    step — or the planner says why there is no plan."""
+    module = step(CNN)
+    capacity = int(peak(module) / oversubscription)
+    problem = problem_of(module, capacity)
+    try:
+        plan = plan_swaps(
+            problem.dag,
+            problem.signature,
+            SwapSettings(capacity, recompute=candidates(problem, ratio)),
+        )
+    except (CapacityTooSmall, NoCopyLeft):
+        return
+    copy = module.clone()
+    write_placed(copy, problem.dag, plan)
+    verify_ir(copy)
+    assert replay(entry_function(copy)).peak_bytes <= capacity
+    assert simulate_plan(problem.dag, plan, V100).peak_bytes <= capacity
+    assert equivalent(module, unplaced(copy)).ok
 
 
 @pytest.fixture
