@@ -1,5 +1,6 @@
 """placement's planners (issue 18) on SwapAdvisor's models: fraction of ideal at memory
-ratios, simulated on the V100-16GB preset with 12 GB/s PCIe (`v100-swapadvisor`).
+ratios, simulated on the V100-16GB preset with 12 GB/s PCIe each way, 20 GB/s both ways
+together (`v100-swapadvisor`).
 
     .venv/bin/python benchmarks/placement.py [--models rnn,brnn,...] [--ratios 1.25,1.5,2,4]
         [--searches belady,lru] [--timeout 60] [--quick]
@@ -17,11 +18,20 @@ another search's pass). The goals (issue 18): at least SwapAdvisor's 53-99 % of
 ideal on every model (Fig. 5.1), and beyond it >= 95 % at 2x and >= 85 % at 4x for the
 CNNs, never below LRU. Results are recorded in docs/benchmarks.md.
 
-With `--papers` the models are SwapAdvisor's own (`PAPER_MODELS`: Table 5.1's
-RNN-8-8K at batch 256, BRNN-4-8K at 128, WResNet-152-10, Inception-4 and NasNet-25 at
-64, the zoo's defaults) on the preset's real 16 GB, one row per model: its memory
-ratio is then the step's own peak ÷ 16 GB, to set beside Table 5.1's MemUsage ÷ 16 GB
-(RNN 118 GB: 7.4, BRNN 99: 6.2, WResNet 180: 11.3, Inception 71: 4.4, NasNet 193: 12.1).
+`recompute` among `--searches` is `placement{search=ga recompute=on}` (issue 32): the
+GA, then Belady's swap planner recomputing saved activations on the GA's schedule; its
+column is the plan the pass keeps (the fastest of recomputing and swapping alone), and
+the same pass gives the `ga` column (the GA's plan before recomputation).
+
+With `--papers` each row also gives SwapAdvisor's own figure for the model (Fig. 5.1,
+`SWAPADVISOR`), and `--ratios` (e.g. `--papers --scaled --ratios 2,4`, issue 32's
+table) sets the ratios instead of the real 16 GB; `--scaled` takes `MODELS`, the shapes
+2 cores plan in minutes, instead of Table 5.1's. With `--papers` alone the models are
+SwapAdvisor's own (`PAPER_MODELS`: Table 5.1's RNN-8-8K at batch 256, BRNN-4-8K at
+128, WResNet-152-10, Inception-4 and NasNet-25 at 64, the zoo's defaults) on the
+preset's real 16 GB, one row per model: its memory ratio is then the step's own
+peak ÷ 16 GB, to set beside Table 5.1's MemUsage ÷ 16 GB (RNN 118 GB: 7.4, BRNN 99:
+6.2, WResNet 180: 11.3, Inception 71: 4.4, NasNet 193: 12.1).
 """
 
 from __future__ import annotations
@@ -65,6 +75,19 @@ PAPER_MODELS: dict[str, tuple[dict[str, OptionValue], str]] = {
     name: ({}, loss) for name, (_, loss) in MODELS.items()
 }
 """SwapAdvisor's models at Table 5.1's shapes and batches: the zoo's defaults."""
+RECOMPUTING = {"recompute": "ga"}
+"""The `--searches` names of `recompute=on` runs, and the search each runs with: the
+GA, whose pass then prices lru, belady and the GA's own plan too (their columns)."""
+SWAPADVISOR: dict[str, float] = {
+    "rnn": 70.0,
+    "brnn": 70.0,
+    "wresnet": 95.0,
+    "inception_v4": 65.0,
+    "nasnet": 53.0,
+}
+"""SwapAdvisor's % of ideal per model (Huang thesis Fig. 5.1, at the largest batch and
+its own memory ratio: RNN and BRNN 70-80, WResNet 95, Inception-4 at most 65, NasNet
+53): the lower end where it gives a range."""
 QUICK_MODELS = {"rnn": ({"layers": 2, "hidden": 64, "seq": 6, "batch": 4}, "mse")}
 RATIOS = (1.25, 1.5, 2.0, 4.0)
 SEARCHES = ("belady", "lru")
@@ -85,10 +108,12 @@ class Row:
     planner_s: dict[str, float]
     failed: str = ""
 
-    def markdown(self, searches: Sequence[str]) -> str:
+    def markdown(self, searches: Sequence[str], papers: bool = False) -> str:
         if self.failed:
             return f"| {self.model} | {self.ops} | {self.ratio:g} | {self.failed} |"
         cells = [f"{100 * self.fractions.get(s, float('nan')):.1f}%" for s in searches]
+        if papers:
+            cells.append(f"{SWAPADVISOR.get(self.model, float('nan')):g}%")
         moved = [f"{self.swapped_in.get(s, 0) / 1e9:.2f}" for s in searches]
         spent = [f"{self.planner_s[s]:.2f}" if s in self.planner_s else "-" for s in searches]
         return (
@@ -97,8 +122,9 @@ class Row:
         )
 
 
-def header(searches: Sequence[str]) -> str:
+def header(searches: Sequence[str], papers: bool = False) -> str:
     names = [f"{s} % of ideal" for s in searches]
+    names += ["SwapAdvisor % (Fig. 5.1)"] if papers else []
     names += [f"{s} GB in" for s in searches] + [f"{s} planner s" for s in searches]
     return (
         "| model | step ops | ratio | capacity GB | ideal ms | "
@@ -139,7 +165,9 @@ def measure(
     ideal_ms = 0.0
     for search in searches:
         options = {"search": search, "capacity": capacity, "machine": MACHINE}
-        if search == "ga":
+        if search in RECOMPUTING:
+            options |= {"search": RECOMPUTING[search], "recompute": "on"}
+        if options["search"] == "ga":
             options |= {"timeout": timeout, "budget": budget}
         start = time.perf_counter()
         try:
@@ -155,6 +183,9 @@ def measure(
             fractions.setdefault(planner, fraction)
         for planner, moved in section["swapped_bytes"].items():
             swapped.setdefault(planner, moved["in"])
+        if search in RECOMPUTING:  # the plan the pass kept, recomputing or not
+            fractions[search] = section["fraction_of_ideal"][section["plan"]]
+            swapped[search] = section["swapped_bytes"][section["plan"]]["in"]
         ideal_ms = section["simulated_seconds"]["ideal_seconds"] * 1e3
     return Row(name, ops, ratio, capacity, ideal_ms, fractions, swapped, spent)
 
@@ -170,13 +201,17 @@ def main(argv: Sequence[str] | None = None) -> list[Row]:
     parser.add_argument(
         "--papers", action="store_true", help="Table 5.1's shapes on the real 16 GB"
     )
+    parser.add_argument("--scaled", action="store_true", help="--papers on MODELS' shapes")
     args = parser.parse_args(argv)
-    models = QUICK_MODELS if args.quick else PAPER_MODELS if args.papers else MODELS
+    ratios_given = any(arg.startswith("--ratios") for arg in argv or sys.argv[1:])
+    paper_shapes = args.papers and not args.scaled
+    models = QUICK_MODELS if args.quick else PAPER_MODELS if paper_shapes else MODELS
     names = list(QUICK_MODELS) if args.quick else args.models.split(",")
     ratios = [2.0] if args.quick else [float(r) for r in args.ratios.split(",")]
     device_memory = int(machine(MACHINE).device.memory_bytes)
     searches = args.searches.split(",")
-    shown = [*searches, *(s for s in ("lru", "belady") if s not in searches)]
+    also = ("lru", "belady", *(("ga",) if set(searches) & set(RECOMPUTING) else ()))
+    shown = [*searches, *(s for s in also if s not in searches)]
     print(
         f"# {datetime.date.today()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}, "
         f"{versions()}"
@@ -186,15 +221,16 @@ def main(argv: Sequence[str] | None = None) -> list[Row]:
     for name in names:
         step = training_step(name, models)
         peak = step_peak(step)
-        if args.papers:
+        at_16gb = args.papers and not ratios_given
+        if at_16gb:
             ratios = [peak / device_memory]
         for ratio in ratios:
-            capacity = device_memory if args.papers else int(peak / ratio)
+            capacity = device_memory if at_16gb else int(peak / ratio)
             rows.append(measure(name, step, ratio, capacity, searches, args.timeout, args.budget))
             print(f"  {name} x{ratio:.3g}: done", flush=True)
-    print(header(shown))
+    print(header(shown, args.papers))
     for row in rows:
-        print(row.markdown(shown))
+        print(row.markdown(shown, args.papers))
     print(f"# load at the end {os.getloadavg()[0]:.2f}")
     return rows
 

@@ -23,3 +23,12 @@ def test_quick_run_prints_a_row(bench: ModuleType, capsys: pytest.CaptureFixture
     assert row.fractions["ideal"] == 1.0
     (line,) = [line for line in output.splitlines() if line.startswith("| rnn |")]
     assert line.count("%") == 2 and "simulated on v100-swapadvisor" in output
+
+
+def test_recompute_is_a_column_no_slower_than_belady(
+    bench: ModuleType, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (row,) = bench.main(["--quick", "--papers", "--searches", "recompute", "--timeout", "5"])
+    output = capsys.readouterr().out
+    assert row.fractions["belady"] <= row.fractions["ga"] <= row.fractions["recompute"] <= 1.0
+    assert "SwapAdvisor % (Fig. 5.1)" in output

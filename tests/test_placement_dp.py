@@ -184,7 +184,7 @@ def test_dp_equals_brute_force_on_every_small_random_graph(
             plan_dp(dag, signature, capacity, max_states=EXACT)
         return
     result = plan_dp(dag, signature, capacity, max_states=EXACT)
-    assert result.method == "exact" and result.note.startswith("dp: exact")
+    assert result.method == "exact" and result.note.startswith("dp-fixed-order: exact")
     assert result.dp_bytes == fewest == result.transferred_bytes
     assert result.transferred_bytes == transferred_bytes(result.plan)
     placed(module, result)

@@ -129,7 +129,7 @@ def test_figure_4_6_crossover_repairs() -> None:
     assert monotone((0, 1, 0, 0)) == (0, 1, 1, 1)
     assert monotone((0, 0, 2, 3)) == (0, 0, 1, 2)
     assert regroup((0, 1, 1, 1), (8, 1, 4, 4)) == (8, 3)
-    genome = Genome((MB, 2 * MB, 3 * MB, 4 * MB), (), (), (), (), (1, 1, 1, 1), 12 * MB)
+    genome = Genome((MB, 2 * MB, 3 * MB, 4 * MB), (), (), (), (), (), (1, 1, 1, 1), 12 * MB)
     assert genome.fit((0, 1, 1, 1), (8, 3)) == Allocation((0, 1, 1, 1), (4, 2))
     assert genome.fit((0, 0, 0, 0), (4,)) == Allocation((0, 0, 0, 0), (3,))
 
@@ -186,7 +186,7 @@ def test_schedule_crossover_is_figure_4_5() -> None:
     """Five independent ops, CR = 3: a child takes SCH_2[:3] = [1, 2, 3], then ops 0 and
     4 in SCH_1's order; the other SCH_1[:3], then the rest in SCH_2's order."""
     seed = next(s for s in range(100) if random.Random(s).randrange(1, 5) == 3)
-    genome = Genome((4,), (), (), ((),) * 5, (0,) * 5, (1,), 4)
+    genome = Genome((4,), (), (), (), ((),) * 5, (0,) * 5, (1,), 4)
     first, second = (0, 1, 2, 3, 4), (1, 2, 3, 4, 0)
     assert genome.cross_schedules(first, second, random.Random(seed)) == (
         (1, 2, 3, 0, 4),
@@ -275,6 +275,19 @@ def test_ga_is_never_slower_than_belady_and_reports_its_search() -> None:
     assert len(section["best_seconds_per_generation"]) == section["generations"] + 1
     assert set(section["planner_seconds"]) == {"lru", "belady", "ga"}
     assert section["cost_before"] == section["simulated_seconds"]["belady_seconds"]
+    verify_ir(copy)
+    assert equivalent(module, unplaced(copy)).ok
+
+
+def test_search_random_is_the_gas_baseline_as_a_planner() -> None:
+    """`search=random` (issue 32): random variants of the GA's seeds at its budget,
+    never slower than belady's plan, and what it plans computes the step."""
+    module = rnn_step()
+    capacity = replay(entry_function(module)).peak_bytes // 2
+    copy, section = placed(module, search="random", capacity=capacity, budget=40, seed=1)
+    fractions = section["fraction_of_ideal"]
+    assert fractions["random"] >= fractions["belady"]
+    assert section["evaluations"] <= 40 and "generations" not in section
     verify_ir(copy)
     assert equivalent(module, unplaced(copy)).ok
 

@@ -150,12 +150,13 @@ def test_offload_all_still_plans_by_rule() -> None:
     assert section["search"] == "offload-all" and section["offloaded_values"] == 3
 
 
-def test_search_dp_plans_the_fewest_bytes_and_says_how() -> None:
+def test_search_dp_fixed_order_plans_the_fewest_bytes_and_says_how() -> None:
     module = rnn_step()
     capacity = replay(entry_function(module)).peak_bytes // 2
-    copy, section = placed(module, search="dp", capacity=capacity, max_states=64)
+    copy, section = placed(module, search="dp-fixed-order", capacity=capacity, max_states=64)
     verify_ir(copy)
     assert section["method"] in ("exact", "bounded", "belady", "lru")
     assert section["transferred_bytes"] <= min(section["compared_bytes"].values(), default=10**18)
-    assert "dp" in section["fraction_of_ideal"] and section["dp_note"].startswith("dp: ")
+    assert "dp-fixed-order" in section["fraction_of_ideal"]
+    assert section["dp_note"].startswith("dp-fixed-order: ")
     assert equivalent(module, unplaced(copy)).ok

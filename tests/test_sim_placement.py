@@ -27,7 +27,7 @@ from tasoc.ir.placement_plan import (
 from tasoc.ir.program import entry_function
 from tasoc.ir.training import training_signature
 from tasoc.passes.placement.offload import offload_all
-from tasoc.sim.placement import simulate_plan
+from tasoc.sim.placement import HOST_LINK, simulate_plan
 from tasoc.verify.strategies import graphs, placements
 
 V100 = machine("v100-swapadvisor")
@@ -62,10 +62,14 @@ def test_without_moves_the_step_is_its_ops_one_after_another() -> None:
     assert run.swapped_in_bytes == run.swapped_out_bytes == 0
 
 
+ONE_WAY = replace(V100, host=replace(V100.host, duplex_bandwidth=None))
+"""The preset with each direction of its host link at full speed whatever the other does."""
+
+
 def test_swaps_run_on_their_own_streams_at_the_host_links_speed() -> None:
     module, dag, plan = offloaded()
     spaces = output_spaces(dag, plan.host_arguments)
-    run = simulate_plan(dag, plan, V100, spaces=spaces)
+    run = simulate_plan(dag, plan, ONE_WAY, spaces=spaces)
     assert run.swapped_out_bytes == run.swapped_in_bytes > 0
     starts, ends = run.timeline.start, run.timeline.end
     for entry, task in zip(plan.schedule, run.tasks, strict=True):
@@ -79,10 +83,30 @@ def test_swaps_run_on_their_own_streams_at_the_host_links_speed() -> None:
     assert run.peak_bytes <= placed_peak(module, dag, plan)
 
 
+def test_both_directions_share_the_links_duplex_bandwidth() -> None:
+    """v100-swapadvisor's PCIe: 12 GB/s one way, 20 GB/s both ways together. Every copy
+    takes at least its one-way time, the shared link carries one copy at a time at
+    the duplex rate, and a copy ends only when its share of the shared link has."""
+    assert V100.host.duplex_bandwidth == 20e9 and V100.host.bandwidth == 12e9
+    _, dag, plan = offloaded()
+    run = simulate_plan(dag, plan, V100, spaces=output_spaces(dag, plan.host_arguments))
+    starts, ends, graph = run.timeline.start, run.timeline.end, run.graph
+    for entry, task in zip(plan.schedule, run.tasks, strict=True):
+        if isinstance(entry, SwapIn | SwapOut):
+            assert task is not None
+            nbytes = tensor_bytes(entry.value.sig)
+            began = min(starts[dep] for dep in graph[task].deps)
+            assert ends[task] - began >= V100.host.time(nbytes) * (1 - 1e-12)
+            shared = [d for d in graph[task].deps if graph[d].resource == HOST_LINK]
+            assert [graph[d].duration for d in shared] == [pytest.approx(nbytes / 20e9)]
+    on_link = sorted((starts[t], ends[t]) for t in graph.ids() if graph[t].resource == HOST_LINK)
+    assert all(a[1] <= b[0] * (1 + 1e-12) for a, b in pairwise(on_link))
+
+
 def test_swapping_params_in_and_out_costs_time_on_a_slow_link() -> None:
     _, dag, plan = offloaded("host")
     spaces = output_spaces(dag, plan.host_arguments)
-    slow = replace(V100, host=replace(V100.host, bandwidth=1e6))
+    slow = replace(V100, host=replace(V100.host, bandwidth=1e6, duplex_bandwidth=None))
     assert simulate_plan(dag, plan, slow, spaces=spaces).fraction_of_ideal < 0.5
 
 
@@ -91,7 +115,7 @@ def test_a_capacity_holds_allocations_until_swap_outs_end() -> None:
     slow the swap-outs: allocations wait for the copies the replay already freed."""
     module, dag, plan = offloaded()
     peak = placed_peak(module, dag, plan)
-    slow = replace(V100, host=replace(V100.host, bandwidth=1e5))
+    slow = replace(V100, host=replace(V100.host, bandwidth=1e5, duplex_bandwidth=None))
     free_run = simulate_plan(dag, plan, slow)
     capped = simulate_plan(dag, replace(plan, capacity=peak), slow)
     assert capped.peak_bytes <= peak
@@ -117,7 +141,9 @@ def test_drawn_plans_keep_streams_fifo_and_memory_within_the_replay(
     dag = dag_module.from_module(module, keep_order=True)
     plan = data.draw(placements(dag))
     peak = placed_peak(module, dag, plan)
-    slow = replace(V100, host=replace(V100.host, bandwidth=data.draw(st.sampled_from([1e3, 1e9]))))
+    bandwidth = data.draw(st.sampled_from([1e3, 1e9]))
+    shared = data.draw(st.sampled_from([None, 1.5 * bandwidth]))
+    slow = replace(V100, host=replace(V100.host, bandwidth=bandwidth, duplex_bandwidth=shared))
     run = simulate_plan(dag, replace(plan, capacity=peak), slow)
     assert run.peak_bytes <= peak
     assert run.seconds >= run.compute_seconds * (1 - 1e-12)

@@ -66,11 +66,15 @@ class MachineError(ValueError):
 @dataclass(frozen=True)
 class Link:
     """One kind of connection: `bandwidth` in bytes/s one direction, `latency_s` the
-    fixed cost of one transfer (or one step of a collective) over it."""
+    fixed cost of one transfer (or one step of a collective) over it, and
+    `duplex_bandwidth` what both directions carry together when that is less than twice
+    `bandwidth` (a PCIe link measured at 12 GB/s one way and 20 GB/s both ways), None
+    when each direction runs at `bandwidth` whatever the other does."""
 
     kind: LinkKind
     bandwidth: float
     latency_s: float
+    duplex_bandwidth: float | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in LINK_KINDS:
@@ -83,11 +87,24 @@ class Link:
             raise MachineError(
                 f"{self.kind} link: latency must be non-negative, got {self.latency_s}"
             )
+        duplex = self.duplex_bandwidth
+        if duplex is not None and not self.bandwidth <= duplex <= 2 * self.bandwidth:
+            raise MachineError(
+                f"{self.kind} link: duplex bandwidth must be between the bandwidth and "
+                f"twice it, got {duplex} for {self.bandwidth}"
+            )
 
     def time(self, nbytes: float) -> float:
         """Seconds to send `nbytes` over this link (FlexFlow A2: size / bandwidth, plus
         the latency); nothing sent costs nothing."""
         return nbytes / self.bandwidth + self.latency_s if nbytes > 0 else 0.0
+
+    def shared_time(self, nbytes: float) -> float | None:
+        """Seconds `nbytes` hold the link's shared capacity (`duplex_bandwidth`), which
+        both directions draw on; None when the directions do not share one."""
+        if self.duplex_bandwidth is None:
+            return None
+        return nbytes / self.duplex_bandwidth if nbytes > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -339,10 +356,10 @@ _NVLINK_LATENCY = _us(0.5)
 _NETWORK_LATENCY = _us(2.7)
 
 
-def _link(kind: LinkKind, bandwidth: float) -> Link:
+def _link(kind: LinkKind, bandwidth: float, duplex: float | None = None) -> Link:
     """A link of `kind` with NCCL's per-step latency for its kind (`_NCCL_LATENCY`)."""
     latency = {"nvlink": _NVLINK_LATENCY, "pcie": _PCIE_LATENCY, "infiniband": _NETWORK_LATENCY}
-    return Link(kind, bandwidth, latency[kind])
+    return Link(kind, bandwidth, latency[kind], duplex)
 
 
 _PCIE3_LINK = _link("pcie", 15.75e9)
@@ -413,11 +430,11 @@ V100_SWAPADVISOR = Machine(
     devices_per_node=1,
     intra=_link("nvlink", 150e9),
     inter=None,
-    host=_link("pcie", 12e9),
+    host=_link("pcie", 12e9, duplex=20e9),
     sources=(
         "SwapAdvisor's testbed (Huang thesis, SwapAdvisor evaluation): an EC2 p3.2xlarge, one "
         "V100 with 16 GB, PCIe between CPU and GPU measured at 12 GB/s unidirectional "
-        "(20 GB/s bidirectional)",
+        "(20 GB/s bidirectional): host link 12 GB/s each way, 20 GB/s both ways together",
         "intra: V100 SXM2 NVLink, 150 GB/s per direction (unused: one device)",
         _NCCL_LATENCY,
     ),
@@ -642,6 +659,11 @@ def machine_to_dict(machine: Machine) -> dict[str, Any]:
                 "kind": link.kind,
                 "bandwidth_bytes": link.bandwidth,
                 "latency_us": link.latency_s * 1e6,
+                **(
+                    {"duplex_bandwidth_bytes": link.duplex_bandwidth}
+                    if link.duplex_bandwidth is not None
+                    else {}
+                ),
             }
             for key, link in links.items()
             if link is not None
@@ -741,13 +763,14 @@ def _efficiency_from(value: object, where: str) -> Efficiency:
 
 
 def _link_from(value: object, where: str, key: str) -> Link:
-    """A link table: kind, bandwidth_gbps (Gb/s) or bandwidth_bytes (bytes/s), latency_us."""
+    """A link table: kind, bandwidth_gbps (Gb/s) or bandwidth_bytes (bytes/s), latency_us,
+    and optionally duplex_bandwidth_bytes (both directions together, `Link`)."""
     table = _table(
         value,
         where,
         key,
         required=("kind", "latency_us"),
-        optional=("bandwidth_gbps", "bandwidth_bytes"),
+        optional=("bandwidth_gbps", "bandwidth_bytes", "duplex_bandwidth_bytes"),
     )
     kind = table["kind"]
     _expect(kind in LINK_KINDS, where, f"{key}.kind", f"one of {', '.join(LINK_KINDS)}", kind)
@@ -758,8 +781,14 @@ def _link_from(value: object, where: str, key: str) -> Link:
     _expect(bandwidth > 0, where, f"{key}.{given[0]}", "positive", bandwidth)
     latency = _number(table, "latency_us", where, key)
     _expect(latency >= 0, where, f"{key}.latency_us", "non-negative", latency)
+    duplex = table.get("duplex_bandwidth_bytes")
+    if duplex is not None:
+        duplex = float(_number(table, "duplex_bandwidth_bytes", where, key))
     return Link(
-        kind, _gbit(bandwidth) if given[0] == "bandwidth_gbps" else float(bandwidth), _us(latency)
+        kind,
+        _gbit(bandwidth) if given[0] == "bandwidth_gbps" else float(bandwidth),
+        _us(latency),
+        duplex,
     )
 
 

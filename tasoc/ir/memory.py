@@ -25,6 +25,8 @@ A memory-placed program says where every tensor lives and when it moves
   else. `memory.free %x` ends a value's life: no op reads it afterwards.
 * The order of the ops in `@main`'s block is the schedule: a swap starts where it
   stands, so a swap-in written three ops before its reader overlaps those three ops.
+* An op marked `{memory.recompute}` runs again where the plan recomputes a value
+  instead of swapping it (its earlier copy was freed); it must be `Pure`.
 * Module attributes: `memory.capacity` (device bytes), `memory.pool` (size classes
   and object counts, SwapAdvisor §4.3.1: every device tensor takes one object of the
   smallest class that holds it) and `memory.plan` (the planner's figures: simulated,
@@ -71,6 +73,7 @@ from xdsl.irdl import (
 )
 from xdsl.parser import AttrParser, Parser
 from xdsl.printer import Printer
+from xdsl.traits import Pure
 from xdsl.utils.exceptions import VerifyException
 
 from tasoc.ir.conversion import ConversionOp
@@ -97,6 +100,11 @@ POOL_ATTR = "memory.pool"
 """Module attribute: the device memory pool, a `#memory.pool<...>`."""
 PLAN_ATTR = "memory.plan"
 """Module attribute: the planner's figures, a dictionary of numbers (docs/memory.md)."""
+RECOMPUTE_ATTR = "memory.recompute"
+"""Op attribute (unit): the op runs again on its inputs' current device copies, for new
+device copies of results that were released instead of swapped out (recomputation). Only
+an op without side effects or randomness (xDSL's `Pure`) may carry it: a second run
+must give the first run's values. `unplaced` folds it into the first run."""
 
 # --------------------------------------------------------------------- attributes
 
@@ -441,7 +449,7 @@ def is_placed(module: ModuleOp) -> bool:
     if any(name.startswith("memory.") for name in module.attributes):
         return True
     for op in module.walk():
-        if isinstance(op, MEMORY_OPS):
+        if isinstance(op, MEMORY_OPS) or RECOMPUTE_ATTR in op.attributes:
             return True
         if isinstance(op, func.FuncOp) and any(
             _is_host(t) for t in (*op.function_type.inputs.data, *op.function_type.outputs.data)
@@ -623,6 +631,13 @@ def check_placed(module: ModuleOp) -> None:
         training_signature(function)  # a replacing result leaves in its argument's space
     except ProgramError as err:
         raise IRRuleError(function, str(err)) from None
+    for op in entry_block(function).ops:
+        if RECOMPUTE_ATTR in op.attributes and not op.has_trait(Pure):
+            raise IRRuleError(
+                op,
+                f"is marked {RECOMPUTE_ATTR}, but it may have side effects or randomness "
+                "(it is not Pure): a second run need not give the first run's values",
+            )
     replay(function, pool, capacity)
 
 
@@ -648,7 +663,8 @@ def moved_bytes(function: func.FuncOp) -> dict[str, int]:
 
 def unplaced(module: ModuleOp) -> ModuleOp:
     """A copy of `module` as the program without placement it equals: moves dropped
-    (each is the identity on the value), frees dropped, host spaces removed, memory
+    (each is the identity on the value), frees dropped, ops run again folded into their
+    first run, host spaces removed, memory
     module attributes gone. The reference a placed program is checked against."""
     copy = module.clone()
     for op in list(copy.walk()):
@@ -657,10 +673,31 @@ def unplaced(module: ModuleOp) -> ModuleOp:
         if isinstance(op, MEMORY_OPS):
             op.detach()
             op.erase()
+    _fold_recomputed(copy)
     for name in [n for n in copy.attributes if n.startswith("memory.")]:
         del copy.attributes[name]
     map_types(copy, _plain)
     return copy
+
+
+def _fold_recomputed(module: ModuleOp) -> None:
+    """Replace each op marked `memory.recompute` (its moves already dropped) by the
+    first op that runs the same on the same operands: the value it recomputes. One
+    without such an op stays, unmarked: it is then an op like any other."""
+    first: dict[Hashable, Operation] = {}
+    for op in list(module.walk()):
+        key = (op.name, tuple(op.operands), tuple(sorted(op.properties.items())))
+        if RECOMPUTE_ATTR not in op.attributes:
+            first.setdefault(key, op)
+            continue
+        del op.attributes[RECOMPUTE_ATTR]
+        if key in first:
+            for result, earlier in zip(op.results, first[key].results, strict=True):
+                result.replace_all_uses_with(earlier)
+            op.detach()
+            op.erase()
+        else:
+            first[key] = op
 
 
 def _plain(type_: Attribute) -> Attribute:

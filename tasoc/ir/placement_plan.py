@@ -32,6 +32,7 @@ from xdsl.dialects.builtin import (
     FunctionType,
     IntegerAttr,
     ModuleOp,
+    UnitAttr,
     f64,
     i64,
 )
@@ -44,6 +45,7 @@ from tasoc.ir.memory import (
     CAPACITY_ATTR,
     PLAN_ATTR,
     POOL_ATTR,
+    RECOMPUTE_ATTR,
     FreeOp,
     Pool,
     PoolAttr,
@@ -76,9 +78,21 @@ class Release:
     value: Value
 
 
+@dataclass(frozen=True, slots=True)
+class Recompute:
+    """Run `node` again, on the current device copies of its inputs, for new device
+    copies of its results (a re-emitted op marked `memory.recompute`): what a plan does
+    instead of swapping a result out and back in (Checkmate-style recomputation, beyond
+    SwapAdvisor). The node has run before in the schedule; its results' new copies are
+    what later entries read, so an earlier copy dies at its last reader before."""
+
+    node: Node
+
+
 Move = SwapOut | SwapIn | Release
-Entry = Node | Move
-"""One entry of a schedule: an op of the dag (run on device values) or a move."""
+Entry = Node | Move | Recompute
+"""One entry of a schedule: an op of the dag (run on device values), a move, or an op
+run again."""
 
 
 @dataclass(frozen=True)
@@ -97,7 +111,11 @@ class PlacementPlan:
         return tuple(entry for entry in self.schedule if isinstance(entry, Node))
 
     def moves(self) -> tuple[Move, ...]:
-        return tuple(entry for entry in self.schedule if not isinstance(entry, Node))
+        return tuple(entry for entry in self.schedule if isinstance(entry, Move))
+
+    def recomputed(self) -> tuple[Node, ...]:
+        """The ops run again, once per `Recompute`."""
+        return tuple(entry.node for entry in self.schedule if isinstance(entry, Recompute))
 
 
 class PlanError(ValueError):
@@ -147,20 +165,23 @@ def check_plan(dag: Dag, plan: PlacementPlan, spaces: Sequence[Space] | None = N
     released: dict[CopyKey, int] = {}
     reads: list[tuple[CopyKey, ...]] = []
     for i, entry in enumerate(plan.schedule):
-        if isinstance(entry, Node):
-            if entry in position:
-                raise PlanError(f"entry {i}: {entry.op} runs twice")
+        if isinstance(entry, Node | Recompute):
+            node = entry if isinstance(entry, Node) else entry.node
+            if isinstance(entry, Node) and node in position:
+                raise PlanError(f"entry {i}: {node.op} runs twice")
+            if isinstance(entry, Recompute) and node not in position:
+                raise PlanError(f"entry {i}: recomputes {node.op} before it first runs")
             keys = []
-            for value in entry.inputs:
+            for value in node.inputs:
                 if value not in device:
                     raise PlanError(
-                        f"entry {i}: {entry.op} reads {_name(value)}, which has no device copy"
+                        f"entry {i}: {node.op} reads {_name(value)}, which has no device copy"
                     )
                 keys.append(device[value])
                 last_reader[device[value]] = i
             reads.append(tuple(keys))
-            position[entry] = i
-            for result in entry.results:
+            position.setdefault(node, i)
+            for result in node.results:
                 device[result] = (i, result.index)
                 value_of[(i, result.index)] = result
             continue
@@ -178,9 +199,7 @@ def check_plan(dag: Dag, plan: PlacementPlan, spaces: Sequence[Space] | None = N
         if isinstance(entry, SwapIn):
             if value not in host:
                 raise PlanError(f"entry {i}: swaps in {_name(value)}, which has no host copy")
-            if value in device:
-                raise PlanError(f"entry {i}: swaps in {_name(value)} beside its device copy")
-            device[value] = (i, 0)
+            device[value] = (i, 0)  # a copy still held dies at its last reader, before
             value_of[(i, 0)] = value
         else:
             if value not in device:
@@ -256,13 +275,15 @@ def write_placed(module: ModuleOp, dag: Dag, plan: PlacementPlan) -> None:
         (host if index in plan.host_arguments else device)[arg.out] = block_arg
     ops = []
     for entry in plan.schedule:
-        if isinstance(entry, Node):
-            op = OPS_BY_NAME[entry.op].create(
-                operands=[device[v] for v in entry.inputs],
-                result_types=[type_of(v, "device") for v in entry.results],
-                properties={name: to_attr(value) for name, value in entry.attrs},
+        if isinstance(entry, Node | Recompute):
+            node = entry if isinstance(entry, Node) else entry.node
+            op = OPS_BY_NAME[node.op].create(
+                operands=[device[v] for v in node.inputs],
+                result_types=[type_of(v, "device") for v in node.results],
+                properties={name: to_attr(value) for name, value in node.attrs},
+                attributes=recompute_mark(entry),
             )
-            device.update(zip(entry.results, op.results, strict=True))
+            device.update(zip(node.results, op.results, strict=True))
         elif isinstance(entry, SwapOut):
             op = SwapOutOp.build_on(device[entry.value])
             host[entry.value] = op.output
@@ -307,11 +328,13 @@ def write_placed_in(
     assert isinstance(returned, func.ReturnOp)
     written: list[Operation] = []
     for entry in plan.schedule:
-        if isinstance(entry, Node):
-            op = ops[entry]
-            for index, value in enumerate(entry.inputs):
+        if isinstance(entry, Node | Recompute):
+            node = entry if isinstance(entry, Node) else entry.node
+            op = ops[node] if isinstance(entry, Node) else ops[node].clone()
+            op.attributes.update(recompute_mark(entry))
+            for index, value in enumerate(node.inputs):
                 op.operands[index] = current[value]
-            current.update(zip(entry.results, op.results, strict=True))
+            current.update(zip(node.results, op.results, strict=True))
             written.append(op)
         elif isinstance(entry, SwapOut):
             written.append(moved := SwapOutOp.build_on(current[entry.value]))
@@ -337,6 +360,12 @@ def write_placed_in(
         [arg.type for arg in block.args], [value.type for value in outputs]
     )
     _set_memory_attributes(module, plan)
+
+
+def recompute_mark(entry: Entry) -> dict[str, Attribute]:
+    """The attributes that mark an op written for `entry` as run again (`Recompute`):
+    what `memory.unplaced` folds back into the op's first run."""
+    return {RECOMPUTE_ATTR: UnitAttr()} if isinstance(entry, Recompute) else {}
 
 
 def _set_memory_attributes(module: ModuleOp, plan: PlacementPlan) -> None:

@@ -6,6 +6,11 @@ moves) runs on one device with three streams, SwapAdvisor's (§4.3.1): `COMPUTE`
 the ops in the plan's order, `SWAP_OUT` and `SWAP_IN` copy tensors to and from host
 memory over the machine's host link (`Machine.host`: size / bandwidth + latency,
 FlexFlow's A2), each its own FIFO resource, so copies overlap compute and each other.
+Where the link's two directions share a capacity (`Link.duplex_bandwidth`: SwapAdvisor's
+PCIe, 12 GB/s one way, 20 GB/s both ways together), a copy is two tasks that start
+together — one on its direction's stream at the one-way bandwidth, one on the shared
+`HOST_LINK` at the duplex bandwidth — and ends when both have: alone it runs at the
+one-way rate, and swap-outs and swap-ins together never pass the duplex rate.
 Device memory is the pool `DEVICE`. One device of a sharded step (placement's device
 view) runs its collectives on a fourth stream, `NETWORK`, in the schedule's order,
 each waiting for the copies it reads, so communication overlaps compute and swaps as
@@ -13,6 +18,8 @@ on soap-shard's simulator.
 
 - An op's task follows the op before it (the schedule), and waits for the swap-ins
   that made the device copies it reads. It takes its results' bytes when it starts.
+  An op run again (`Recompute`) is an op like the others, on the compute stream, for
+  the op's time again: what recomputation costs.
 - A swap-out waits for the task that made the device copy it reads (as early as
   safe: right after its producer, Fig. 4.3); a swap-in waits for the swap-out that
   made the host copy, and for the op before it in the schedule to end — where it
@@ -48,13 +55,21 @@ from dataclasses import dataclass
 from tasoc.cost.machines import Machine
 from tasoc.ir.dag import Dag, Node, Value
 from tasoc.ir.memory import Space, tensor_bytes
-from tasoc.ir.placement_plan import CopyKey, PlacementPlan, SwapIn, SwapOut, check_plan
+from tasoc.ir.placement_plan import (
+    CopyKey,
+    PlacementPlan,
+    Recompute,
+    SwapIn,
+    SwapOut,
+    check_plan,
+)
 from tasoc.sim.core import Task, TaskGraph, Timeline, simulate
 
 COMPUTE = "compute"
 SWAP_OUT = "swap-out"
 SWAP_IN = "swap-in"
 NETWORK = "network"
+HOST_LINK = "host-link"
 DEVICE = "device"
 
 
@@ -83,6 +98,9 @@ class PlacedSimulation:
     """The most device bytes held at any instant."""
     swapped_out_bytes: int
     swapped_in_bytes: int
+    recomputed_bytes: int
+    """Bytes of the results of ops run again (`Recompute`): what recomputation brought
+    back instead of a swap-in."""
     timeline: Timeline
     graph: TaskGraph
     tasks: tuple[int | None, ...]
@@ -131,47 +149,59 @@ def placed_task_graph(
     for index, entry in enumerate(plan.schedule):
         free = ((DEVICE, frees.get(index, 0)),)
         task_id: int | None = None
-        if isinstance(entry, Node):
-            results = sum(tensor_bytes(v.sig) for v in entry.results)
-            stream = stream_of(entry)
+        if isinstance(entry, Node | Recompute):
+            node = entry if isinstance(entry, Node) else entry.node
+            results = sum(tensor_bytes(v.sig) for v in node.results)
+            stream = stream_of(node)
             deps = (last_on.get(stream, start), *(made[key] for key in copies.reads[index]))
             task_id = last_compute = last_on[stream] = graph.add(
                 Task(
                     stream,
-                    seconds[entry],
+                    seconds[node],
                     (*deps, *room.take(results)),
                     ((DEVICE, results),),
                     free,
-                    entry.op,
+                    node.op,
                 )
             )
-            made.update({(index, v.index): task_id for v in entry.results})
+            made.update({(index, v.index): task_id for v in node.results})
         elif isinstance(entry, SwapOut):
             (key,) = copies.reads[index]
             nbytes = size[key]
-            task_id = graph.add(
-                Task(SWAP_OUT, machine.host.time(nbytes), (made[key],), (), free, "swap-out")
-            )
+            task_id = _copy(graph, machine, SWAP_OUT, nbytes, (made[key],), (), free)
             host_made[entry.value] = task_id
             if copies.last_read[key] == index and copies.dies[key] is not None:
                 room.copying(task_id, nbytes)  # the replay frees it by now; the copy ends later
         elif isinstance(entry, SwapIn):
             nbytes = size[(index, 0)]
             deps = (last_compute, *((host_made[entry.value],) if entry.value in host_made else ()))
-            task_id = graph.add(
-                Task(
-                    SWAP_IN,
-                    machine.host.time(nbytes),
-                    (*deps, *room.take(nbytes)),
-                    ((DEVICE, nbytes),),
-                    free,
-                    "swap-in",
-                )
-            )
+            deps += room.take(nbytes)
+            task_id = _copy(graph, machine, SWAP_IN, nbytes, deps, ((DEVICE, nbytes),), free)
             made[(index, 0)] = task_id
         tasks.append(task_id)
         room.release(dying.get(index, 0))
     return graph, tuple(tasks)
+
+
+def _copy(
+    graph: TaskGraph,
+    machine: Machine,
+    stream: str,
+    nbytes: int,
+    deps: tuple[int, ...],
+    alloc: tuple[tuple[str, int], ...],
+    free: tuple[tuple[str, int], ...],
+) -> int:
+    """Add a copy of `nbytes` over the host link on `stream` (module docstring): its
+    task, or the task at the end of its two on a link whose directions share a
+    capacity. `alloc` is taken when it starts, `free` given back when it ends."""
+    shared = machine.host.shared_time(nbytes)
+    own = machine.host.time(nbytes)
+    if shared is None:
+        return graph.add(Task(stream, own, deps, alloc, free, stream))
+    one_way = graph.add(Task(stream, own, deps, alloc, (), stream))
+    both = graph.add(Task(HOST_LINK, shared, deps, (), (), stream))
+    return graph.add(Task(("end", one_way), 0.0, (one_way, both), (), free, stream))
 
 
 class _Room:
@@ -216,16 +246,19 @@ def simulate_plan(
     times = seconds if seconds is not None else op_seconds(dag, machine)
     graph, tasks = placed_task_graph(dag, plan, machine, times, spaces)
     timeline = simulate(graph)
-    moved = {SwapOut: 0, SwapIn: 0}
+    moved = {SwapOut: 0, SwapIn: 0, Recompute: 0}
     for entry in plan.schedule:
         if isinstance(entry, SwapOut | SwapIn):
             moved[type(entry)] += tensor_bytes(entry.value.sig)
+        elif isinstance(entry, Recompute):
+            moved[Recompute] += sum(tensor_bytes(v.sig) for v in entry.node.results)
     return PlacedSimulation(
         seconds=timeline.makespan,
         compute_seconds=sum(times[node] for node in dag.ops if stream_of(node) == COMPUTE),
         peak_bytes=timeline.peak.get(DEVICE, 0),
         swapped_out_bytes=moved[SwapOut],
         swapped_in_bytes=moved[SwapIn],
+        recomputed_bytes=moved[Recompute],
         timeline=timeline,
         graph=graph,
         tasks=tasks,

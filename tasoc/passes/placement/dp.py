@@ -1,6 +1,8 @@
-"""ROC's dynamic program (Jia thesis §4.5, Algorithm 3) on a fixed schedule: which
+"""`search=dp-fixed-order`: a caching DP on the step's own, fixed schedule — which
 tensors stay cached in device memory between ops, so that the bytes moved between host
-and device are fewest within a capacity.
+and device are fewest within a capacity. It borrows ROC's cost and memory rule (Jia
+thesis §4.5, Algorithm 3) but is not ROC's DP, which also chooses the order of the ops
+(over a graph's execution states); `search=dp` is kept for that one.
 
 ROC's DP walks the execution states of a graph and, for each, the sets of tensors
 cached on the GPU; COST(S, T) is the fewest transfers that compute S and leave T
@@ -140,14 +142,14 @@ class DpPlan:
         """One line for the report: which search ran and why."""
         if self.method == "exact":
             return (
-                f"dp: exact, {self.peak_states} states at most (max_states={self.max_states}): "
-                f"{self.transferred_bytes} bytes moved"
+                f"dp-fixed-order: exact, {self.peak_states} states at most "
+                f"(max_states={self.max_states}): {self.transferred_bytes} bytes moved"
             )
         found = "no plan" if self.dp_bytes is None else f"{self.dp_bytes} bytes"
         compared = ", ".join(f"{name} {nbytes}" for name, nbytes in self.baselines.items())
         head = (
-            f"dp: more states than max_states={self.max_states}; the bounded DP (a beam of "
-            f"{self.max_states} states) found {found}"
+            f"dp-fixed-order: more states than max_states={self.max_states}; the bounded DP "
+            f"(a beam of {self.max_states} states) found {found}"
         )
         if self.method == "bounded":
             return f"{head}, the fewest (swap planner: {compared})"
@@ -550,7 +552,7 @@ def _bits(mask: int) -> list[int]:
 def dp_search(
     problem: PlacementProblem, limits: SearchLimits, max_states: int = DEFAULT_MAX_STATES
 ) -> SearchOutcome[PlacementPlan]:
-    """`placement{search=dp}`: the DP's plan as a search outcome. The DP's cost is
+    """`placement{search=dp-fixed-order}`: the DP's plan as a search outcome. The DP's cost is
     bytes moved; the outcome's costs are simulated seconds (the belady plan's before,
     the DP's after), as every placement search reports them. The stop reason says
     whether the exact DP ran to its end or the bound cut it."""

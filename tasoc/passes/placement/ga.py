@@ -46,7 +46,8 @@ repeats come from a cache), at the deadline, or when the best has not improved f
 `patience` generations (converged).
 
 The first population: each seed schedule — the step's own (what `search=belady`
-plans) and the light graph's depth-first order (`Genome.depth_first`: each output's
+plans), the greedy least-memory order (`schedules.least_memory`, issue 32) and the
+light graph's depth-first order (`Genome.depth_first`: each output's
 computation in turn, a value made just before its first reader) — with the one-class
 allocation that fits (every tensor in an object of the largest size) and with the
 *profile* allocation (a class per size, as many objects as the step's schedule holds of
@@ -93,6 +94,7 @@ from tasoc.ir.dag import Value
 from tasoc.ir.memory import Pool, tensor_bytes
 from tasoc.ir.placement_plan import PlacementPlan, check_plan
 from tasoc.passes.placement.problem import NoPlanFound, PlacementProblem, SearchLimits
+from tasoc.passes.placement.schedules import depth_first, least_memory
 from tasoc.passes.placement.swap_planner import CapacityTooSmall, SwapSettings, plan_swaps
 from tasoc.passes.search import Deadline, SearchOutcome, StopReason
 
@@ -198,6 +200,8 @@ class Genome:
     depth_first: tuple[int, ...]
     """The light graph's own order (`Dag`: depth-first from the outputs, operands left
     to right), a seed schedule."""
+    least_memory: tuple[int, ...]
+    """The greedy least-memory order (`schedules.least_memory`), a seed schedule."""
     successors: tuple[tuple[int, ...], ...]
     """Per op (a position in the step's schedule), the ops that read its results."""
     producers: tuple[int, ...]
@@ -241,7 +245,8 @@ class Genome:
         return cls(
             sizes,
             tuple(sorted(needs)),
-            tuple(where[node] for node in dag.with_outputs(dag.outputs).ops),
+            tuple(where[node] for node in depth_first(dag)),
+            tuple(where[node] for node in least_memory(dag)),
             tuple(tuple(sorted(s)) for s in successors),
             tuple(producers),
             _live_by_size(problem, size_of, len(sizes)),
@@ -256,14 +261,15 @@ class Genome:
     @property
     def seeds(self) -> list[tuple[int, ...]]:
         """The schedules the first population starts from: the step's own, then the
-        depth-first one when it differs."""
-        return list(dict.fromkeys((self.default, self.depth_first)))
+        depth-first and least-memory ones where they differ."""
+        return list(dict.fromkeys((self.default, self.depth_first, self.least_memory)))
 
     def describe(self, schedule: Sequence[int]) -> str:
         """Which schedule this is, for the report."""
         if tuple(schedule) == self.default:
             return "the step's own"
-        return "depth-first" if tuple(schedule) == self.depth_first else "searched"
+        names = {self.depth_first: "depth-first", self.least_memory: "least-memory"}
+        return names.get(tuple(schedule), "searched")
 
     def fit(self, classes: Sequence[int], counts: Sequence[int]) -> Allocation | None:
         """The allocation repaired (module docstring): floors, then the capacity; None

@@ -45,7 +45,7 @@ from tasoc.passes.options import (
 )
 from tasoc.passes.placement.device_view import DeviceView, device_view
 from tasoc.passes.placement.dp import dp_search
-from tasoc.passes.placement.ga import GASettings, ga_search
+from tasoc.passes.placement.ga import GASettings, ga_search, random_search
 from tasoc.passes.placement.offload import offload_all
 from tasoc.passes.placement.planning import Searching, plan_within
 from tasoc.passes.placement.problem import Searcher, SearchLimits
@@ -54,7 +54,7 @@ from tasoc.passes.report import current_report
 from tasoc.passes.search import Deadline, resolve_seed
 from tasoc.passes.summary import Summary, format_seconds, format_speedup, stop_line
 
-Search = Literal["offload-all", "belady", "lru", "ga", "dp"]
+Search = Literal["offload-all", "belady", "lru", "ga", "random", "dp-fixed-order"]
 
 _METHODS = {
     "exact": "DP (optimal in bytes moved)",
@@ -101,14 +101,18 @@ class PlacementPass(ModulePass):
     between the forward and the backward pass; `belady` is SwapAdvisor's swap planner
     (Belady's eviction, swap-ins prefetched as early as memory allows) and `lru` its
     on-demand LRU baseline (ODSwap), both on the step's own schedule within `capacity`;
-    `ga` is SwapAdvisor's genetic algorithm over schedules and memory pools."""
+    `ga` is SwapAdvisor's genetic algorithm over schedules and memory pools, `random`
+    random variants of the GA's seeds for the same budget (at equal evaluations it
+    matched or beat the GA: docs/decisions.md, issue 32);
+    `dp-fixed-order` a caching DP on the step's own schedule, fewest bytes moved (not
+    ROC's DP, which also orders the ops: `dp` is kept for it)."""
     capacity: int | float | str | None = None
     """Device memory (bytes, or a size such as 16GiB) — one device's, for a sharded
     step: written as `memory.capacity`, and a plan over it fails the pass, naming the op
     and the bytes. The planners (`belady`, `lru`, `ga`, `dp`) take the machine's device
     memory when it is not given; `offload-all` then checks none."""
     machine: str | None = None
-    """What the plans are simulated on (`belady`, `lru`, `ga`, `dp`): a preset, `cpu-N`
+    """What the plans are simulated on (`belady`, `lru`, `ga`, `dp-fixed-order`): a preset, `cpu-N`
     or a machine file; its host link is what swaps cross. By default the machine
     soap-shard planned a sharded step on, else `v100-swapadvisor`."""
     params: Space = "device"
@@ -119,18 +123,24 @@ class PlacementPass(ModulePass):
     min_bytes: int | float | str = 0
     """offload-all: saved activations smaller than this stay in device memory."""
     budget: int = 1000
-    """ga: the most plans simulated (distinct schedules and allocations)."""
+    """ga, random: the most plans simulated (distinct schedules and allocations)."""
     timeout: int | float = 60
-    """ga: seconds the whole pass may take; the search returns the best found so far."""
+    """ga, random: seconds the whole pass may take; the search returns the best found so
+    far. The pricing of `recompute=on`, after the search, is not cut by it."""
     seed: int | None = None
-    """ga: the seed of its random choices; the run's `--seed` when not given."""
+    """ga, random: the seed of its random choices; the run's `--seed` when not given."""
     population: int = 16
     """ga: chromosomes that survive each generation (N_p)."""
     mutation: int | float = 0.03
     """ga: the probability of each random choice of a mutation (P; the thesis' 10 % is
     for far more evaluations than a pass makes)."""
+    recompute: Literal["on", "off"] = "off"
+    """`on`: a swapping planner (`belady`, `lru`, `ga`, `dp-fixed-order`) may also
+    release a saved activation and run its op again where the backward pass reads it,
+    instead of swapping it (Checkmate-style, beyond SwapAdvisor): the swap planner's
+    recomputing plans are priced beside the search's, and the fastest is kept."""
     max_states: int = 1000
-    """dp: states kept at a step before the exact DP becomes its bounded form (then
+    """dp-fixed-order: states kept at a step before the exact DP becomes its bounded form (then
     compared with Belady and LRU; the report's `method` says which ran)."""
 
     def __post_init__(self) -> None:
@@ -144,6 +154,11 @@ class PlacementPass(ModulePass):
         check_fraction(self, "mutation", top_included=True)
         check_byte_size(self, "capacity")
         check_byte_size(self, "min_bytes")
+        if self.recompute == "on" and self.search == "offload-all":
+            raise ValueError(
+                "recompute=on needs a swapping planner (belady, lru, ga, dp-fixed-order); "
+                "offload-all only swaps"
+            )
         if self.capacity is not None and parse_byte_size(self.capacity) < 1:
             raise ValueError(f"capacity must be at least one byte, got {self.capacity}")
 
@@ -153,7 +168,8 @@ class PlacementPass(ModulePass):
         settings = GASettings(self.population, float(self.mutation))
         return {
             "ga": partial(ga_search, settings=settings),
-            "dp": partial(dp_search, max_states=self.max_states),
+            "random": partial(random_search, settings=settings),
+            "dp-fixed-order": partial(dp_search, max_states=self.max_states),
         }
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
@@ -246,7 +262,16 @@ class PlacementPass(ModulePass):
         else:
             search = cast(Policy, self.search)  # offload-all never plans here
         try:
-            outcome = plan_within(dag, signature, capacity, unplaced_peak, search, cluster, seconds)
+            outcome = plan_within(
+                dag,
+                signature,
+                capacity,
+                unplaced_peak,
+                search,
+                cluster,
+                seconds,
+                recompute=self.recompute == "on",
+            )
         except CapacityTooSmall as err:
             raise PlacementFailed(str(err)) from None
         section.update(outcome.report())
@@ -268,6 +293,9 @@ class PlacementPass(ModulePass):
             f"moved {format_bytes(section['swapped_out_bytes'])} to host and "
             f"{format_bytes(section['swapped_in_bytes'])} back"
         )
+        recomputed = section.get("saved_bytes", {}).get("recomputation")
+        if recomputed:
+            moved += f"; recomputed {format_bytes(recomputed)} instead of swapping it"
         if "offloaded_values" in section:
             moved += (
                 f"; {section['offloaded_values']} values offloaded, "
@@ -277,11 +305,11 @@ class PlacementPass(ModulePass):
         fractions = section.get("fraction_of_ideal")
         if fractions:
             details.append(
-                f"simulated at {fractions[section['search']]:.0%} of the ideal's speed "
+                f"simulated at {fractions[section['plan']]:.0%} of the ideal's speed "
                 "(the step with infinite memory), "
                 f"{format_speedup(section['speedup_over_lru'])} over LRU"
             )
-        if "method" in section:  # dp: the plan the bounded DP or its baselines gave
+        if "method" in section:  # dp-fixed-order: the plan the bounded DP or its baselines gave
             details.append(f"plan of the {section['method']} {_METHODS[section['method']]}")
         steps = f"{section['evaluations']} evaluations" if "evaluations" in section else None
         stopped = stop_line(section, steps)
@@ -291,8 +319,9 @@ class PlacementPass(ModulePass):
 
     def _progress_of(self, dag: Dag) -> tuple[str, int, str, Callable[[float], str]]:
         """What the searching planner's progress counts, out of how many, and its
-        figure: plans simulated (ga, the best seconds), ops (dp, the least bytes moved)."""
-        if self.search == "dp":
+        figure: plans simulated (ga, the best seconds), ops (dp-fixed-order, the least
+        bytes moved)."""
+        if self.search == "dp-fixed-order":
             return "op", dag.num_ops, "moved", lambda moved: format_bytes(int(moved))
         return "plan", self.budget, "best", format_seconds
 

@@ -3,13 +3,17 @@
 `plan_within` runs what `placement{search=...}` asks for and prices it beside the
 baselines a user would otherwise run — *ideal* (infinite memory: the ops alone),
 *lru* (SwapAdvisor's on-demand ODSwap) and *belady* (the swap planner with
-prefetching), both on the step's own schedule — all on the one placed-step simulator
+prefetching, its prefetch windows tuned on the simulator: `prefetch.py`), both on the
+step's own schedule — all on the one placed-step simulator
 (`PlacementProblem.simulate`), and says how the plan's device memory moves over the
 simulated iteration, beside the step's peak without placement (`memory_figure`).
 `search=belady|lru` is that baseline's plan; a searching planner (`Searching`:
 `search=ga`, `ga.py`) runs after the baselines with what is left of the deadline, and
 its plan is kept only when it is faster than belady's — a search never makes the step
 slower than the planner it starts from (the report says when belady's plan was kept).
+With `recompute`, the swap planner's plans that recompute saved activations instead
+of swapping some of them (`recompute.py`) are priced too, as `recompute`, and the
+fastest of those and the search's plan is the plan (`PlanningOutcome.chosen` names it).
 A capacity the step's peak without placement fits in needs no swapping: the plan
 moves nothing and a note says so. One below the largest single
 op's working set cannot run at all: `CapacityTooSmall`, naming the op.
@@ -28,7 +32,10 @@ from tasoc.ir.limits import format_bytes
 from tasoc.ir.placement_plan import PlacementPlan
 from tasoc.ir.training import TrainingSignature
 from tasoc.passes.figures import MemoryFigure, MemorySeries
+from tasoc.passes.placement.prefetch import tuned_plan
 from tasoc.passes.placement.problem import NoPlanFound, PlacementProblem, Searcher, SearchLimits
+from tasoc.passes.placement.recompute import Recomputed, plan_recomputing
+from tasoc.passes.placement.schedules import seed_orders
 from tasoc.passes.placement.swap_planner import (
     CapacityTooSmall,
     Policy,
@@ -87,10 +94,18 @@ class PlanningOutcome:
     searched: SearchOutcome[PlacementPlan] | None = None
     """A searching planner's outcome: its statistics go to the report."""
     seed: int = 0
+    recomputed: Recomputed | None = None
+    """The fastest recomputing plan, when `recompute` found one."""
+    chosen: str = ""
+    """The entry of `simulated` that is the plan: the search's unless `recompute` won."""
+
+    @property
+    def plan_name(self) -> str:
+        return self.chosen or self.search
 
     def report(self) -> dict[str, Any]:
         """The report section's keys (docs/placement.md)."""
-        plan, ideal = self.simulated[self.search], self.simulated["ideal"]
+        plan, ideal = self.simulated[self.plan_name], self.simulated["ideal"]
         section = {
             "machine": self.machine.name,
             "simulated_seconds": {
@@ -108,8 +123,19 @@ class PlanningOutcome:
             "stall_seconds": plan.stall_seconds,
             "planner_seconds": self.planner_seconds,
             "host_arguments": len(self.plan.host_arguments),
+            "plan": self.plan_name,
+            "saved_bytes": {
+                "swapping": plan.swapped_out_bytes,
+                "recomputation": plan.recomputed_bytes,
+            },
             "notes": self.notes,
         }
+        if self.recomputed is not None:
+            section["recompute"] = {
+                "ratio": self.recomputed.ratio,
+                "candidates": self.recomputed.candidates,
+                "recomputed_ops": len(self.recomputed.plan.recomputed()),
+            }
         if self.searched is not None:
             self.searched.write_report(section, self.seed)
         return section
@@ -119,7 +145,7 @@ class PlanningOutcome:
         on-demand LRU baseline (the same picture for search=lru), each beside the ideal
         step's (infinite memory: what the plan gives up and how long it could take),
         below the peak without placement."""
-        shown = [self.search] + [name for name in ("lru",) if name != self.search]
+        shown = [self.plan_name] + [name for name in ("lru",) if name != self.plan_name]
         return MemoryFigure(
             title=f"placement: device memory over one simulated iteration ({self.machine.name})",
             capacity=self.plan.capacity,
@@ -137,12 +163,13 @@ def plan_within(
     search: Policy | Searching,
     machine: Machine,
     seconds: Mapping[Node, float] | None = None,
+    recompute: bool = False,
 ) -> PlanningOutcome:
     """Plan `dag` (ops in schedule order) within `capacity` with `search`, and price it
     beside the baselines (module docstring). `unplaced_peak` is the step's peak device
     memory without placement (`liveness.peak_memory`): a capacity at least that needs
     no plan. `seconds` are the ops' times when the dag knows them (a sharded step's
-    device view)."""
+    device view); `recompute` lets the plan recompute saved activations."""
     op, needed = working_set(dag)
     if capacity < needed:
         raise CapacityTooSmall.in_bytes(op, dag.ops.index(op), needed, capacity)
@@ -153,6 +180,7 @@ def plan_within(
     plans: dict[str, PlacementPlan] = {}
     spent: dict[str, float] = {}
     notes = []
+    simulated = {"ideal": problem.simulate(ideal)}
     if fits:
         notes.append(
             f"the step fits the capacity ({format_bytes(unplaced_peak)} at its peak): "
@@ -160,19 +188,56 @@ def plan_within(
         )
         plans = {policy: ideal for policy in BASELINES}
         spent = {policy: 0.0 for policy in BASELINES}
+        simulated.update({policy: simulated["ideal"] for policy in BASELINES})
     else:
-        for policy in BASELINES:
-            start = time.perf_counter()
-            plans[policy] = plan_swaps(dag, signature, settings_for(policy, capacity))
-            spent[policy] = time.perf_counter() - start
-    simulated = {"ideal": problem.simulate(ideal)}
-    simulated.update({policy: problem.simulate(plans[policy]) for policy in BASELINES})
+        start = time.perf_counter()
+        plans["lru"] = plan_swaps(dag, signature, settings_for("lru", capacity))
+        spent["lru"] = time.perf_counter() - start
+        simulated["lru"] = problem.simulate(plans["lru"])
+        start = time.perf_counter()
+        tuned = tuned_plan(problem, settings_for("belady", capacity))
+        spent["belady"] = time.perf_counter() - start
+        plans["belady"], simulated["belady"] = tuned.plan, tuned.simulated
     first = name if name in plans else "belady"  # a search starts from belady's plan
     simulated[name] = simulated[first]
     outcome = PlanningOutcome(name, plans[first], simulated, spent, machine, unplaced_peak, notes)
     if isinstance(search, Searching) and not fits:
         _run_search(problem, search, outcome)
+    if recompute and not fits:
+        _recompute(problem, outcome)
     return outcome
+
+
+def _recompute(problem: PlacementProblem, outcome: PlanningOutcome) -> None:
+    """Price the recomputing plans into `outcome` (`recompute.py`): on the schedule of
+    the plan so far (a searched one, the GA's, may order the ops otherwise) at each
+    ratio, then on each seed schedule (`schedules.seed_orders`) at the ratio that won;
+    the fastest becomes the plan when it beats the search's."""
+    start = time.perf_counter()
+    settings = settings_for("belady", problem.capacity)
+    scheduled = problem.dag.scheduled(outcome.plan.order)
+    found = plan_recomputing(replace(problem, dag=scheduled), settings)
+    for order in seed_orders(problem.dag) if found is not None else ():
+        if order == tuple(scheduled.ops):
+            continue
+        reordered = replace(problem, dag=problem.dag.scheduled(order))
+        other = plan_recomputing(reordered, settings, (found.ratio,))
+        if other is not None and other.simulated.seconds < found.simulated.seconds:
+            found = other
+    outcome.planner_seconds["recompute"] = time.perf_counter() - start
+    if found is None:
+        outcome.notes.append("recompute: no saved activation may be recomputed here")
+        return
+    outcome.recomputed = found
+    outcome.simulated["recompute"] = found.simulated
+    if found.simulated.seconds < outcome.simulated[outcome.search].seconds:
+        outcome.plan, outcome.chosen = found.plan, "recompute"
+    else:
+        outcome.notes.append(
+            f"recompute: no recomputing plan was faster than search={outcome.search}'s "
+            f"({found.simulated.seconds:.6g} s against "
+            f"{outcome.simulated[outcome.search].seconds:.6g} s simulated): that one is kept"
+        )
 
 
 def _run_search(problem: PlacementProblem, search: Searching, outcome: PlanningOutcome) -> None:

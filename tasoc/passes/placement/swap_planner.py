@@ -24,8 +24,19 @@ planner chooses the tensor from the same size-class"). Both are one rule over
 - A missing input is swapped in as early as memory allows (`prefetch`): the planner
   looks back up to `lookback` ops for the earliest point from which the replay's held
   bytes (objects of its class) plus the tensor stay within the capacity (the class's
-  count), and never before the tensor's last eviction. Without prefetching (LRU),
+  count), and never before the tensor's last eviction (a tensor may have its own
+  `lookback`: `SwapSettings.lookbacks`). Without prefetching (LRU),
   right before the op.
+
+Recomputation (beyond SwapAdvisor; Checkmate's choice of keep, swap or recompute per
+saved activation): a value of `SwapSettings.recompute` (the caller picks them: one
+result of an op without side effects) that must leave the device and has no host copy
+is released without a swap-out when every input of its op can be had where the value
+is next read — on the device or the host then, or itself recomputed there from such
+inputs, up to `RECOMPUTE_DEPTH` ops deep — and that read becomes a use of each of
+those inputs, so none dies before it. Where the value is next read, its op runs again
+(`Recompute`), after the ops its inputs need run again and after the swap-ins of those
+not resident.
 
 Params and optimizer state persist across iterations, so the plan must leave them
 where it found them. The double pass (§4.3.2): the first pass starts with every
@@ -43,7 +54,10 @@ is what the verifier checks; a plan carries its pool, so the written module has
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import bisect
+import heapq
+import itertools
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -52,6 +66,7 @@ from tasoc.ir.limits import bytes_and_size
 from tasoc.ir.memory import Pool, tensor_bytes
 from tasoc.ir.placement_plan import (
     PlacementPlan,
+    Recompute,
     Release,
     Slots,
     SwapIn,
@@ -63,6 +78,15 @@ from tasoc.ir.placement_plan import (
 from tasoc.ir.training import TrainingSignature
 
 Policy = Literal["belady", "lru"]
+
+RECOMPUTE_DEPTH = 4
+"""The most ops run again, one reading another, to bring one value back: a chain such
+as convolution, batchnorm, relu."""
+
+RECOMPUTE_SHARE = 0.5
+"""The most of the capacity a chain run again may take at once (what it rebuilds, and
+what it reads that is not resident when it is released): more, and the op it is
+rebuilt for may find no room beside it."""
 
 
 class CapacityTooSmall(ValueError):
@@ -85,6 +109,12 @@ class CapacityTooSmall(ValueError):
         )
 
 
+class NoCopyLeft(ValueError):
+    """A value to recompute from has neither a device nor a host copy: a chain of
+    recomputations the scan's bookkeeping did not keep alive (a guard: the recomputing
+    planner then drops that set of candidates, `recompute.plan_recomputing`)."""
+
+
 @dataclass(frozen=True)
 class SwapSettings:
     """How the planner evicts and prefetches (module docstring)."""
@@ -97,6 +127,11 @@ class SwapSettings:
     pool: Pool | None = None
     """Count device memory in this pool's objects (module docstring), not in bytes; its
     total is within `capacity` (the caller's to check)."""
+    recompute: frozenset[Value] = frozenset()
+    """Values recomputed rather than swapped where they can be (module docstring)."""
+    lookbacks: Mapping[Value, int] = field(default_factory=dict)
+    """A tensor's own `lookback`, where its swap-ins should start earlier than others'
+    (`prefetch.py` sets them from the simulated timeline)."""
 
 
 def plan_swaps(
@@ -194,12 +229,15 @@ class SwapScan:
     """The last op that read the current device copy."""
     gone_since: dict[Value, int] = field(default_factory=dict)
     """The first op position after each evicted tensor's device copy was released."""
+    dropped: set[Value] = field(default_factory=set)
+    """Evicted values released without a host copy, recomputed where next read."""
 
     def __post_init__(self) -> None:
         order = self.dag.ops
         self.where = positions(order)
         readers = readers_in_order(self.dag)
         self.uses = {v: [self.where[n] for n in nodes] for v, nodes in readers.items()}
+        self.last_use = {v: uses[-1] for v, uses in self.uses.items()}
         self.cursor: dict[Value, int] = {}
         """Per value, the index in `uses` of its next use (`next_use`)."""
         self.settings = self.meter.settings
@@ -208,6 +246,11 @@ class SwapScan:
         """Units held now, per class: `resident` summed."""
         self.members: list[dict[Value, None]] = [{} for _ in classes]
         """The resident values of each class, in the order they became resident."""
+        self.ranked: list[list[tuple[tuple[int, int, int], int, Value]]] = [[] for _ in classes]
+        """Per class, a heap of the resident values by eviction rank (`victim`)."""
+        self._pushes = itertools.count()
+        self.joined: dict[Value, int] = {}
+        """When each resident value became resident (ties of `_rank`)."""
         self.held_at: list[list[int]] = [[] for _ in classes]
         """Per class, the replay's held units while each op so far runs (kept right
         within `lookback`)."""
@@ -229,6 +272,7 @@ class SwapScan:
             else:
                 self._hold(arg.out, 0)
                 self.made_at[arg.out] = (-1, False)
+                self._rank_again(arg.out, 0)
 
     def _cost(self, value: Value, position: int) -> tuple[int, int]:
         """`value`'s class and units; CapacityTooSmall, at the op making or first reading
@@ -251,6 +295,7 @@ class SwapScan:
         key, units = self.resident[value] = self._cost(value, position)
         self.held[key] += units
         self.members[key][value] = None
+        self.joined[value] = next(self._pushes)
 
     def _unhold(self, value: Value) -> int:
         """Drop `value`'s device copy from the count; its units."""
@@ -269,9 +314,12 @@ class SwapScan:
         for i, node in enumerate(self.dag.ops):
             inputs = set(node.inputs)
             missing = [v for v in dict.fromkeys(node.inputs) if v not in self.resident]
+            fetched, rerun = self._gather(missing)
+            for value in rerun:  # what the ops run again read stays, or comes back
+                inputs.update((value, *value.node.inputs))
             need: dict[int, int] = {}
             made: dict[int, int] = {}
-            for value in missing:
+            for value in [*fetched, *rerun]:
                 key, units = self._cost(value, i)
                 need[key] = need.get(key, 0) + units
             for value in node.results:
@@ -284,33 +332,75 @@ class SwapScan:
                     if victim is None:
                         raise self.meter.too_small(node, i, key, self.held[key] + units)
                     self._evict(victim, i)
-            for value in missing:
+            for value in fetched:
                 self._swap_in(value, i)
+            for value in rerun:
+                self._recompute(value, i)
             for key, at in enumerate(self.held_at):
                 at.append(self.held[key] + made.get(key, 0))
             for value in node.inputs:
                 self.last_read[value] = i
+            for value in dict.fromkeys(node.inputs):
+                self._rank_again(value, i + 1)
             for value in node.results:
                 self._hold(value, i)
                 self.made_at[value] = (i, False)
+                self._rank_again(value, i + 1)
                 if value in self.leaves_on_host:
                     self.slots.after[i].append(SwapOut(value))
                     self.on_host.add(value)
-            self._drop_dead(node, i)
+            rerun_reads = [u for v in rerun for u in (v, *v.node.inputs)]
+            self._drop_dead([*node.inputs, *rerun_reads], node.results, i)
         return self
 
     def victim(self, i: int, inputs: set[Value], key: int) -> Value | None:
         """The resident tensor of class `key` to evict for op `i` (module docstring),
-        None if none can: the hook a subclass overrides."""
-        candidates = [v for v in self.members[key] if v not in inputs and v not in self.pinned]
-        if not candidates:
-            return None
-        last = {v: self.last_read.get(v, self.made_at[v][0]) for v in candidates}
-        settled = [v for v in candidates if i - last[v] >= self.settings.threshold]
-        pool = settled or candidates
+        None if none can: the hook a subclass overrides. The best by `_rank` among
+        those last used `threshold` ops ago, else among all but the op's inputs: popped
+        from the class's heap, entries made stale by a read since pushed again."""
+        heap = self.ranked[key]
+        popped: list[tuple[tuple[int, int, int], int, Value]] = []
+        fallback: Value | None = None
+        found: Value | None = None
+        while heap:
+            rank, order, value = heapq.heappop(heap)
+            if self.resident.get(value, (None,))[0] != key:
+                continue  # evicted or dead since: the entry is gone with it
+            fresh = self._rank(value, i)
+            if fresh != rank:
+                heapq.heappush(heap, (fresh, next(self._pushes), value))
+                continue
+            popped.append((rank, order, value))
+            if value in inputs:
+                continue
+            fallback = fallback or value
+            if i - self._last(value) >= self.settings.threshold:
+                found = value
+                break
+        for entry in popped:
+            heapq.heappush(heap, entry)
+        return found or fallback
+
+    def _last(self, value: Value) -> int:
+        """The last op that read `value`'s device copy, else the op that made it."""
+        return self.last_read.get(value, self.made_at[value][0])
+
+    def _rank(self, value: Value, i: int) -> tuple[int, int, int]:
+        """`value`'s place in the eviction order at op `i`, least first: `belady` the
+        furthest next use, `lru` the oldest last use, the other breaking ties, then the
+        order tensors became resident."""
+        last, upcoming = self._last(value), self.next_use(value, i)
         if self.settings.policy == "lru":
-            return min(pool, key=lambda v: (last[v], self.next_use(v, i)))
-        return max(pool, key=lambda v: (self.next_use(v, i), -last[v]))
+            return (last, upcoming, self.joined[value])
+        return (-upcoming, last, self.joined[value])
+
+    def _rank_again(self, value: Value, i: int) -> None:
+        """Push `value`'s rank at op `i` after what ranks it changed (a read, a new
+        copy): a rank only worsens that way, so the stale entry left behind is met
+        after the fresh one and dropped."""
+        if value in self.resident and value not in self.pinned:
+            entry = (self._rank(value, i), next(self._pushes), value)
+            heapq.heappush(self.ranked[self.resident[value][0]], entry)
 
     def next_use(self, value: Value, i: int) -> int:
         """The first op at or after `i` that reads `value` (past the end: none). A scan
@@ -326,7 +416,9 @@ class SwapScan:
         """Send `value`'s device copy away before op `i`: swapped out when made (unless
         its host copy exists), released after its last reader."""
         made, by_swap_in = self.made_at.pop(value)
-        if value not in self.on_host:
+        if value not in self.on_host and self._may_drop(value, i):
+            self.dropped.add(value)
+        elif value not in self.on_host:
             self.slots.after[made].append(SwapOut(value))  # made == -1: at the start
             self.on_host.add(value)
         last = self.last_read.get(value, made)
@@ -343,13 +435,95 @@ class SwapScan:
             held_at[p] -= units
         self.last_read.pop(value, None)
 
+    def _may_drop(self, value: Value, i: int) -> bool:
+        """Whether `value`, leaving before op `i`, is released to be recomputed where
+        next read (at `n`) rather than swapped out: it is one of `recompute` and its op's
+        inputs can all be had at `n` (`_reachable`). If so, `n` becomes a use of each
+        input (the op run again reads it there), so none dies before."""
+        if value not in self.settings.recompute:
+            return False
+        back = self.next_use(value, i)
+        rebuilt: list[Value] = []
+        if not all(self._reachable(u, back, RECOMPUTE_DEPTH, rebuilt) for u in value.node.inputs):
+            return False
+        sources = {u for v in (value, *rebuilt) for u in v.node.inputs}
+        held = {value, *rebuilt, *(u for u in sources if u not in self.resident)}
+        if sum(tensor_bytes(u.sig) for u in held) > self.settings.capacity * RECOMPUTE_SHARE:
+            return False  # the chain would crowd out the op it is rebuilt for
+        self.dropped.update(rebuilt)
+        for source in {u for v in (value, *rebuilt) for u in v.node.inputs}:
+            self._use_at(source, back, i)
+        return True
+
+    def _reachable(self, value: Value, at: int, depth: int, rebuilt: list[Value]) -> bool:
+        """Whether `value` can be had at op `at`: on the device or the host then (read
+        at or after `at`, resident now, with a host copy, or released to be recomputed),
+        else recomputed there from inputs that can be had (at most `depth` ops deep; it
+        joins `rebuilt`)."""
+        if (
+            value in self.resident
+            or value in self.on_host
+            or value in self.dropped
+            or value in rebuilt
+            or self.last_use.get(value, -1) >= at
+        ):
+            return True
+        if depth == 0 or value not in self.settings.recompute:
+            return False
+        rebuilt.append(value)
+        return all(self._reachable(u, at, depth - 1, rebuilt) for u in value.node.inputs)
+
+    def _use_at(self, value: Value, at: int, i: int) -> None:
+        """Count op `at` as a reader of `value` (an op run again before it reads it),
+        the scan being at op `i`."""
+        uses = self.uses.setdefault(value, [])
+        if at not in uses:
+            bisect.insort(uses, at)
+        self.last_use[value] = max(self.last_use.get(value, -1), at)
+        self._rank_again(value, i)
+
+    def _gather(self, missing: Sequence[Value]) -> tuple[list[Value], list[Value]]:
+        """What comes back for an op whose `missing` inputs these are: the values to
+        swap in and those to recompute, each recomputed one after what it reads."""
+        fetched: list[Value] = []
+        rerun: list[Value] = []
+
+        def bring(value: Value) -> None:
+            if value in self.resident or value in fetched or value in rerun:
+                return
+            if value not in self.dropped:
+                if value not in self.on_host:
+                    raise NoCopyLeft(f"{value.node.op} result #{value.index}")
+                fetched.append(value)
+                return
+            for source in value.node.inputs:
+                bring(source)
+            rerun.append(value)
+
+        for value in missing:
+            bring(value)
+        return fetched, rerun
+
+    def _recompute(self, value: Value, i: int) -> None:
+        """Run `value`'s op again right before op `i`, its inputs resident by now."""
+        self.slots.before[i].append(Recompute(value.node))
+        self.dropped.discard(value)
+        self._hold(value, i)
+        self.made_at[value] = (i, True)
+        self.last_read[value] = i - 1
+        self._rank_again(value, i)
+        for source in value.node.inputs:  # read by the run again, right before op i
+            self.last_read[source] = i
+            self._rank_again(source, i)
+
     def _swap_in(self, value: Value, i: int) -> None:
         """Bring `value` back before op `i`, as early as memory allows (module docstring)."""
         key, units = self._cost(value, i)
         held_at, limit = self.held_at[key], self.meter.limits[key]
         start = i
         if self.settings.prefetch:
-            earliest = max(self.gone_since.get(value, 0), i - self.settings.lookback, 0)
+            lookback = self.settings.lookbacks.get(value, self.settings.lookback)
+            earliest = max(self.gone_since.get(value, 0), i - lookback, 0)
             while start > earliest and held_at[start - 1] + units <= limit:
                 start -= 1
         self.slots.before[start].append(SwapIn(value))
@@ -358,11 +532,13 @@ class SwapScan:
         self._hold(value, i)
         self.made_at[value] = (start, True)
         self.last_read[value] = start - 1
+        self._rank_again(value, i)
 
-    def _drop_dead(self, node: Node, i: int) -> None:
-        """Release what op `i` read for the last time: a result implicitly (the replay
-        ends it there), an argument explicitly (the caller would hold it)."""
-        for value in dict.fromkeys(node.inputs):
+    def _drop_dead(self, read: Sequence[Value], results: Sequence[Value], i: int) -> None:
+        """Release what op `i` (and the ops run again before it) `read` for the last
+        time: a result implicitly (the replay ends it there), an argument explicitly
+        (the caller would hold it); and the op's `results` nobody reads."""
+        for value in dict.fromkeys(read):
             if value not in self.resident or value in self.pinned:
                 continue
             if self.next_use(value, i + 1) <= len(self.dag.ops):
@@ -373,7 +549,7 @@ class SwapScan:
                 self.slots.after[i].append(Release(value))
             self._unhold(value)
             self.made_at.pop(value)
-        for value in node.results:  # made and never read
+        for value in results:  # made and never read
             if (
                 value not in self.uses
                 and value not in self.pinned

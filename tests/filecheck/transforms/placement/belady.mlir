@@ -7,7 +7,7 @@
 // RUN: %tasoc opt %s --verify-each -p 'autodiff{loss=mse optimizer=sgd lr=0.1},placement{search=belady capacity=60000}' | filecheck %s
 // RUN: %tasoc opt %s -p 'autodiff{loss=mse optimizer=sgd lr=0.1},placement{search=lru capacity=60000}' | filecheck %s --check-prefix=LRU
 // RUN: %tasoc opt %s -p 'autodiff{loss=mse optimizer=sgd lr=0.1},placement{search=belady capacity=1MiB}' | filecheck %s --check-prefix=FITS
-// RUN: %tasoc opt %s -p 'autodiff{loss=mse optimizer=sgd lr=0.1},placement{search=dp capacity=60000}' | filecheck %s --check-prefix=DP
+// RUN: %tasoc opt %s -p 'autodiff{loss=mse optimizer=sgd lr=0.1},placement{search=dp-fixed-order capacity=60000}' | filecheck %s --check-prefix=DP
 // RUN: not %tasoc opt %s -p 'autodiff{loss=mse optimizer=sgd lr=0.1},placement{search=belady capacity=4KiB}' 2>&1 | filecheck %s --check-prefix=SMALL
 // RUN: %tasoc opt %s -p 'autodiff{loss=mse optimizer=sgd lr=0.1},placement{search=belady}' | filecheck %s --check-prefix=NOCAP
 
@@ -25,7 +25,7 @@ func.func @main(%x: tensor<64x32xf32>, %w1: tensor<32x64xf32> {graph.param},
 // CHECK:        func.return
 // LRU:        memory.capacity = 60000 : i64
 // LRU:        memory.swap_in
-// DP:         memory.capacity = 60000 : i64, memory.plan = {belady_seconds = {{.*}}, dp_seconds = {{.*}}, ideal_seconds
+// DP:         memory.capacity = 60000 : i64, memory.plan = {belady_seconds = {{.*}}, "dp-fixed-order_seconds" = {{.*}}, ideal_seconds
 // DP:         memory.swap_in
 // FITS:       memory.capacity = 1048576 : i64
 // FITS-NOT:   memory.swap_

@@ -1,0 +1,112 @@
+"""Recomputation beside swapping (`placement{recompute=on}`): for each saved activation,
+keep it, swap it, or release it and run its op again where the backward pass reads it.
+
+SwapAdvisor only swaps. Checkmate (Jain et al., MLSys 2020) chooses per value between
+keeping and recomputing; here the swap planner makes the third choice too. Which values
+may be recomputed is decided before the scan, by price: a saved activation is a
+candidate when its op is a `graph` op without side effects or randomness (xDSL's
+`Pure`: a second run gives the first run's values) with one result (so is a forward
+value a saved one is rebuilt from, a link of the chain), and running the op
+again costs at most `ratio` times what swapping its result costs on the host link (out
+and back in). The swap planner then recomputes a candidate instead of swapping it
+wherever its op's inputs can be had — kept, swapped, or recomputed in turn, a chain
+such as convolution, batchnorm, relu (`swap_planner` module docstring).
+
+The ratio is not guessed: `RATIOS` are tried, each plan priced on the one simulator
+(`PlacementProblem.simulate`), beside the plan without recomputation, and the fastest
+wins — so `recompute=on` never makes the step slower than the swap planner alone. Each
+plan has its prefetch windows tuned (`prefetch.py`). Cost: that tuning once per ratio.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from xdsl.traits import Pure
+
+from tasoc.ir.dag import Value
+from tasoc.ir.graph import OPS_BY_NAME
+from tasoc.ir.liveness import value_kinds
+from tasoc.ir.memory import tensor_bytes
+from tasoc.ir.placement_plan import PlacementPlan
+from tasoc.passes.placement.prefetch import tuned_plan
+from tasoc.passes.placement.problem import PlacementProblem
+from tasoc.passes.placement.swap_planner import CapacityTooSmall, NoCopyLeft, SwapSettings
+from tasoc.sim.placement import PlacedSimulation
+
+RATIOS = (0.1, 1.0)
+"""Op time ÷ swap time up to which a saved activation may be recomputed: cheap
+element-wise ops only, or ops about as dear as their swap (10, nearly everything, never
+won on issue 32's models and cost a third more)."""
+
+
+def recomputable(problem: PlacementProblem) -> list[Value]:
+    """The forward values whose op may run again (module docstring): each the one
+    result of a `Pure` graph op of the forward pass. Saved activations among them are
+    what a plan releases; the others are links of a chain run again to rebuild one."""
+    found = []
+    for value, kind in value_kinds(problem.dag, problem.signature).items():
+        node = value.node
+        if kind != "activations" or node.is_arg or len(node.results) != 1:
+            continue
+        op = OPS_BY_NAME.get(node.op)
+        if op is not None and op.has_trait(Pure):
+            found.append(value)
+    return found
+
+
+def saved_activations(problem: PlacementProblem) -> set[Value]:
+    """The forward values a backward op (one not of the forward pass) reads."""
+    kinds = value_kinds(problem.dag, problem.signature)
+    return {
+        value
+        for node in problem.dag.ops
+        if any(kinds[result] != "activations" for result in node.results)
+        for value in node.inputs
+        if kinds[value] == "activations"
+    }
+
+
+def candidates(problem: PlacementProblem, ratio: float) -> frozenset[Value]:
+    """The values that may be recomputed at `ratio` (module docstring)."""
+
+    def price(value: Value) -> float:
+        swap = 2 * problem.machine.host.time(tensor_bytes(value.sig))
+        return problem.seconds[value.node] / swap if swap else float("inf")
+
+    return frozenset(value for value in recomputable(problem) if price(value) <= ratio)
+
+
+@dataclass(frozen=True)
+class Recomputed:
+    """The fastest recomputing plan found, its simulation and the ratio that made it."""
+
+    plan: PlacementPlan
+    simulated: PlacedSimulation
+    ratio: float
+    candidates: int
+
+
+def plan_recomputing(
+    problem: PlacementProblem, settings: SwapSettings, ratios: Sequence[float] = RATIOS
+) -> Recomputed | None:
+    """The fastest of the swap planner's plans under `settings` recomputing at each of
+    `ratios` (module docstring); None when no saved activation may be recomputed or no
+    plan fits."""
+    best: Recomputed | None = None
+    if not saved_activations(problem) & set(recomputable(problem)):
+        return None
+    tried: set[frozenset[Value]] = set()
+    for ratio in ratios:
+        chosen = candidates(problem, ratio)
+        if not chosen or chosen in tried:
+            continue
+        tried.add(chosen)
+        try:
+            found = tuned_plan(problem, replace(settings, recompute=chosen))
+        except (CapacityTooSmall, NoCopyLeft):  # no room for a chain, or no copy left
+            continue
+        if best is None or found.simulated.seconds < best.simulated.seconds:
+            best = Recomputed(found.plan, found.simulated, ratio, len(chosen))
+    return best

@@ -1,0 +1,214 @@
+"""`placement{recompute=on}`: saved activations released and their ops run again
+(`memory.recompute`) beside swapping. Plans verify within their capacity, compute what
+the step computes (the placed program itself, on the numpy reference and on JAX's
+op-by-op runtime), the pass keeps the faster of recomputing and swapping alone, and
+bad input fails in one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import assert_one_line_error
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from placement_helpers import V100, placed
+from strict_cli import StrictRun, strict_runner
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+from xdsl.parser import Parser
+
+from tasoc.driver.sources import make_context
+from tasoc.ir import dag as dag_module
+from tasoc.ir.memory import RECOMPUTE_ATTR, replay, unplaced
+from tasoc.ir.placement_plan import PlacementPlan, check_plan, write_placed
+from tasoc.ir.program import entry_block, entry_function, verify_ir
+from tasoc.ir.training import training_signature
+from tasoc.passes.autodiff import AutodiffPass
+from tasoc.passes.placement import PlacementFailed, PlacementPass
+from tasoc.passes.placement.problem import PlacementProblem
+from tasoc.passes.placement.recompute import RATIOS, candidates, recomputable, saved_activations
+from tasoc.passes.placement.swap_planner import (
+    CapacityTooSmall,
+    NoCopyLeft,
+    SwapSettings,
+    plan_swaps,
+)
+from tasoc.sim.placement import simulate_plan
+from tasoc.verify.equivalence import equivalent
+
+LAYERS = 6
+_T = "tensor<8x4x16x16xf32>"
+_CONV = (
+    '{strides = array<i64: 1, 1>, padding = "same", activation = "none", groups = 1 : i64}'
+    f" : ({_T}, tensor<4x4x3x3xf32>) -> {_T}"
+)
+_WEIGHTS = ", ".join(f"%w{k}: tensor<4x4x3x3xf32> {{graph.param}}" for k in range(LAYERS))
+_BODY = "".join(
+    f"  %c{k} = graph.conv2d %r{k - 1}, %w{k} {_CONV}\n  %r{k} = graph.relu %c{k} : {_T}\n"
+    for k in range(LAYERS)
+).replace("%r-1", "%x")
+CNN = (
+    f"func.func @main(%x: {_T}, {_WEIGHTS}) -> {_T} {{\n{_BODY}"
+    f"  func.return %r{LAYERS - 1} : {_T}\n}}\n"
+)
+"""Convolutions and relus: each relu's output is saved for the backward pass, and its
+convolution's output is not (the relu's gradient reads the relu's), so a relu comes
+back by running both again — or by a swap."""
+
+NOTHING_SAVED = """\
+func.func @main(%x: tensor<64x64xf32>, %w: tensor<64x64xf32> {graph.param})
+    -> (tensor<f32> {graph.loss}, tensor<64x64xf32> {graph.replaces = 1 : i64}) {
+  %loss = graph.reduce %x {kind = "sum", axes = array<i64: 0, 1>, keepdims = false} : tensor<f32>
+  %lr = graph.constant {value = dense<-1.000000e-02> : tensor<f32>} : tensor<f32>
+  %step = graph.scale %x, %lr : tensor<64x64xf32>
+  %new = graph.add %w, %step : tensor<64x64xf32>
+  func.return %loss, %new : tensor<f32>, tensor<64x64xf32>
+}
+"""
+"""A training step whose update reads only its arguments: no saved activation."""
+
+
+def step(text: str) -> ModuleOp:
+    """`text`'s training step: autodiff's mse/sgd step of a forward program."""
+    module = Parser(make_context(), text).parse_module()
+    AutodiffPass(loss="mse", optimizer="sgd", lr=0.01).apply(Context(), module)
+    return module
+
+
+def peak(module: ModuleOp) -> int:
+    return replay(entry_function(module)).peak_bytes
+
+
+def problem_of(module: ModuleOp, capacity: int) -> PlacementProblem:
+    dag = dag_module.from_module(module, keep_order=True)
+    return PlacementProblem.of(dag, training_signature(entry_function(module)), capacity, V100)
+
+
+def recomputing_plan(module: ModuleOp, capacity: int) -> tuple[PlacementProblem, PlacementPlan]:
+    """The swap planner's plan recomputing what costs at most its swap."""
+    problem = problem_of(module, capacity)
+    settings = SwapSettings(capacity, recompute=candidates(problem, RATIOS[1]))
+    return problem, plan_swaps(problem.dag, problem.signature, settings)
+
+
+def test_a_recomputing_plan_fits_and_computes_the_step() -> None:
+    module = step(CNN)
+    capacity = int(peak(module) / 1.5)
+    problem, plan = recomputing_plan(module, capacity)
+    assert plan.recomputed(), "the relus are recomputed rather than swapped"
+    assert all(node.op == "relu" or node.op == "conv2d" for node in plan.recomputed())
+    check_plan(problem.dag, plan)
+    copy = module.clone()
+    write_placed(copy, problem.dag, plan)
+    verify_ir(copy)  # the replay within memory.capacity
+    marked = [op for op in entry_block(entry_function(copy)).ops if RECOMPUTE_ATTR in op.attributes]
+    assert len(marked) == len(plan.recomputed())
+    assert replay(entry_function(copy)).peak_bytes <= capacity
+    run = simulate_plan(problem.dag, plan, V100)
+    assert run.peak_bytes <= capacity and run.recomputed_bytes > 0
+    assert equivalent(module, unplaced(copy)).ok
+
+
+def test_the_pass_keeps_the_faster_of_recomputing_and_swapping() -> None:
+    module = step(CNN)
+    capacity = peak(module) // 2
+    copy, section = placed(module, search="belady", capacity=capacity, recompute="on")
+    verify_ir(copy)
+    assert "recompute" in section["fraction_of_ideal"]
+    chosen = section["plan"]
+    assert chosen in ("belady", "recompute")
+    seconds = section["simulated_seconds"]
+    assert seconds[f"{chosen}_seconds"] == min(
+        seconds["belady_seconds"], seconds["recompute_seconds"]
+    )
+    assert set(section["saved_bytes"]) == {"swapping", "recomputation"}
+    assert equivalent(module, unplaced(copy)).ok
+    _, without = placed(module, search="belady", capacity=capacity)
+    assert "recompute" not in without["fraction_of_ideal"]
+    assert without["saved_bytes"]["recomputation"] == 0
+
+
+def test_a_step_without_saved_activations_gets_the_plan_without_recomputation() -> None:
+    module = Parser(make_context(), NOTHING_SAVED).parse_module()
+    problem = problem_of(module, peak(module))
+    assert not saved_activations(problem) & set(recomputable(problem))
+    capacity = peak(module) - 1
+    on, section = placed(module, search="belady", capacity=capacity, recompute="on")
+    off, _ = placed(module, search="belady", capacity=capacity)
+    assert section["plan"] == "belady" and section["saved_bytes"]["recomputation"] == 0
+    assert "recompute: no saved activation may be recomputed here" in section["notes"]
+    assert str(on) == str(off)
+
+
+def test_a_capacity_below_one_ops_working_set_names_the_op() -> None:
+    module = step(CNN)
+    with pytest.raises(PlacementFailed, match=r"^placement: op \d+ \(\w+\) needs \d+ bytes"):
+        placed(module, search="belady", capacity=1024, recompute="on")
+
+
+def test_recompute_needs_a_swapping_planner() -> None:
+    with pytest.raises(ValueError, match="recompute=on needs a swapping planner"):
+        PlacementPass(search="offload-all", recompute="on")
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.floats(1.25, 3.0), st.sampled_from([0.1, 1.0, 100.0]))
+def test_any_recomputing_plan_fits_and_computes_the_step(
+    oversubscription: float, ratio: float
+) -> None:
+    """At any capacity and any price limit (1.3-1.5x recompute up to four relus and
+    convolutions on this step; some capacities leave a chain no room), the plan
+    verifies within its capacity and the placed step, its ops run again, computes the
+    step — or the planner says why there is no plan."""
+    module = step(CNN)
+    capacity = int(peak(module) / oversubscription)
+    problem = problem_of(module, capacity)
+    try:
+        plan = plan_swaps(
+            problem.dag,
+            problem.signature,
+            SwapSettings(capacity, recompute=candidates(problem, ratio)),
+        )
+    except (CapacityTooSmall, NoCopyLeft):
+        return
+    copy = module.clone()
+    write_placed(copy, problem.dag, plan)
+    verify_ir(copy)
+    assert replay(entry_function(copy)).peak_bytes <= capacity
+    assert simulate_plan(problem.dag, plan, V100).peak_bytes <= capacity
+    assert equivalent(module, unplaced(copy)).ok
+
+
+@pytest.fixture
+def run(capfd: pytest.CaptureFixture[str]) -> StrictRun:
+    return strict_runner(capfd)
+
+
+def test_runtime_mode_runs_a_recomputing_plan(run: StrictRun, tmp_path: Path) -> None:
+    module = step(CNN)
+    problem, plan = recomputing_plan(module, int(peak(module) / 1.5))
+    assert plan.recomputed()
+    write_placed(module, problem.dag, plan)
+    path = tmp_path / "recomputing.mlir"
+    path.write_text(str(module))
+    result = run("run", path, "--check", "--mode", "runtime")
+    assert result.code == 0, result
+    assert "check: equivalent to the numpy reference of the unplaced program" in result.out
+    assert "check: the measured device bytes are the replay's, op by op" in result.out
+
+
+def test_an_impure_op_marked_for_recomputation_is_refused(run: StrictRun, tmp_path: Path) -> None:
+    path = tmp_path / "impure.mlir"
+    path.write_text(
+        "module attributes {memory.capacity = 100000 : i64} {\n"
+        "  func.func @main(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {\n"
+        "    %h = memory.swap_out %x {memory.recompute} : tensor<8x8xf32, #memory.space<host>>\n"
+        "    %y = graph.relu %x : tensor<8x8xf32>\n"
+        "    func.return %y : tensor<8x8xf32>\n"
+        "  }\n"
+        "}\n"
+    )
+    assert_one_line_error(
+        run("run", path, "--check"), "memory.swap_out", "memory.recompute", "side effects"
+    )
