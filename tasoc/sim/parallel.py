@@ -300,12 +300,15 @@ class _Buffer:
     compute_readers: list[Node] = field(default_factory=list)
 
 
-Producer = Node | None
+Producer = Node
+"""What a group of communication hangs off: an op, or a source (an argument or a
+constant: a node without operands), each its own group, so an edit of an op reading
+one argument rebuilds that argument's group alone."""
 
 
 @dataclass
 class _Group:
-    """The communication hanging off one producer (None: the arguments and constants):
+    """The communication hanging off one producer (an op, an argument or a constant):
     its statistics all-reduce, and the collectives of every layout its results are
     read or leave in. Built and rebuilt as a whole, so its tasks keep one order."""
 
@@ -388,11 +391,15 @@ class ShardedStep:
         """Each task's spec: its allocs and frees by kind (the graph's tasks have them by
         pool), and what an edit compares before making a task anew."""
         self._groups: dict[Producer, _Group] = {}
+        self._sources = [*self.dag.args, *(node for node in self.order if not node.inputs)]
+        """The arguments, then the constants: the producers of no op, first in a graph
+        built afresh."""
+        self._source_index = {node: index for index, node in enumerate(self._sources)}
         for device in self._devices:
             self._add(("res", device), self._resident_spec(device))
-        for producer in (None, *(node for node in self.order if node.inputs)):
+        for producer in (*self._sources, *(node for node in self.order if node.inputs)):
             group = self._groups[producer] = self._group(producer)
-            if producer is not None:
+            if producer.inputs:
                 for device, spec in self._compute_specs(producer).items():
                     self._add(("op", producer, device), spec)
             for key, spec in group.specs.items():
@@ -599,7 +606,8 @@ class ShardedStep:
         _share_dying_operands(temps, written, read, self._elementwise)
         holes: list[tuple[int, int, int]] = []
         for argument, update in self._updated_in_place():
-            buffer = self._groups[None].ready[(argument, self.plan.values[argument])].get(device)
+            ready = self._groups[argument.node].ready
+            buffer = ready[(argument, self.plan.values[argument])].get(device)
             if buffer is None:
                 continue
             before = ancestors(update)
@@ -698,12 +706,15 @@ class ShardedStep:
     def _program_rank(self, key: Key) -> tuple[int, int, int]:
         """Where a task comes in a graph built afresh: the arguments' task, then for
         each producer in program order its compute task and its group's collectives
-        (the arguments' and constants' group first)."""
+        (the sources' groups first, in `_sources` order)."""
         kind, *rest = key  # type: ignore[misc]
+        sources = self._source_index
         if kind == "res":
-            return (-1, 0, 0)
+            return (-len(sources) - 1, 0, 0)
         producer = rest[0]
-        position = -1 if producer is None else self._position[producer]
+        position = (
+            sources[producer] - len(sources) if producer in sources else self._position[producer]
+        )
         return (position, 0, 0) if kind == "op" else (position, 1, rest[1])
 
     # ------------------------------------------------------------------ tasks
@@ -767,7 +778,7 @@ class ShardedStep:
         and where each buffer is freed."""
         plan = self.plan
         group = _Group(producer, {}, {}, {})
-        stats = self._statistics(group) if producer is not None else {}
+        stats = self._statistics(group) if producer.inputs else {}
         buffers = group.buffers
         for value in self._values_of(producer):
             here = plan.values[value]
@@ -779,7 +790,7 @@ class ShardedStep:
             for device in self._simulated(self._devices_of(here)):
                 writer: Key | None = None
                 ready: Key | None = None
-                if producer is not None:
+                if producer.inputs:
                     writer = ("op", producer, device)
                     ready = stats.get(device, writer)
                 elif value.node.is_arg:
@@ -947,13 +958,10 @@ class ShardedStep:
         return shard_bytes(value.sig, sharding, self.meshes[sharding.mesh])
 
     def _producer(self, value: Value) -> Producer:
-        return None if value.node.is_arg or not value.node.inputs else value.node
+        return value.node
 
     def _values_of(self, producer: Producer) -> list[Value]:
-        if producer is not None:
-            return list(producer.results)
-        constants = [v for node in self.order if not node.inputs for v in node.results]
-        return [arg.out for arg in self.dag.args] + constants
+        return list(producer.results)
 
     def _first_reader(self, value: Value) -> Node:
         return min((use.node for use in self._consumers[value]), key=self._position.__getitem__)
