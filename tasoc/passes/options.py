@@ -155,10 +155,8 @@ def check_choice(options: object, field_name: str, choices: tuple[str, ...]) -> 
     (a search added to soap-shard's table is a choice at once), not fixed in its type."""
     value = getattr(options, field_name)
     if value not in choices:
-        raise ValueError(
-            f"{option_name(field_name)} must be one of "
-            f"{', '.join(repr(choice) for choice in choices)}, got {value!r}"
-        )
+        expected = describe_option_type(Literal[choices])  # type: ignore[valid-type]
+        raise ValueError(f"{option_name(field_name)} must be {expected}, got {value!r}")
 
 
 def _numbers(value: object) -> list[int | float]:
