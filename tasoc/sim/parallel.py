@@ -407,18 +407,28 @@ class ShardedStep:
 
     # ------------------------------------------------------------------ editing
 
-    def set_config(self, node: Node, config: Config) -> None:
+    def set_config(
+        self, node: Node, config: Config, operands: Sequence[Sharding] | None = None
+    ) -> None:
         """Give `node` configuration `config` (on its mesh): its operands are read in
-        the layouts the configuration needs, its results lie as they follow from them
+        `operands` (by default complete, in the layouts the configuration needs; partial
+        sums where the op is linear in them), its results lie as they follow from them
         (`soap.propagate`), inputs it reads first lie as it reads them, and program
         results leave as before (a new weight as its argument lies, any other result
         completed). ShardingError, the step unchanged, when the configuration does not
-        fit the op or a reader needs partial sums its results no longer hold."""
+        fit the op, `operands` are not `config`'s, or a reader needs partial sums its
+        results no longer hold."""
         mesh = self.mesh_of(node)
         rule = self.rules[node]
         needs, _ = soap.shardings_for(rule, config, mesh.name)
+        if operands is not None:
+            if [o.dims for o in operands] != [n.dims for n in needs]:
+                raise soap.ShardingError(f"operand layouts {operands} are not those of {config}")
+            needs = list(operands)
         for value, need in zip(node.inputs, needs, strict=True):
             need.check(value.sig, mesh)
+            if need.unreduced:  # partial sums its producer must still leave
+                moves(self.plan.values[value], need, value.sig, self.meshes)
         results, _ = soap.propagate(rule, needs, mesh.name)
         relaid = {
             value: need

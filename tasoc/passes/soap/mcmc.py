@@ -7,9 +7,12 @@ Spartan's greedy tiling), every op
 replicated (one device's program on each: no communication at all, which wins on
 small steps where collectives' latency outweighs the compute they save) and a random
 strategy, one chain each, and proposes one change at a time: a random
-op takes a random other legal configuration of its rule on its mesh. The proposal is
-priced by editing the step's task graph (`ShardedStep.set_config`) and re-simulating
-only what the edit touches (`DeltaSimulator.update`), never by rebuilding IR. It is
+op takes a random other legal configuration of its rule on its mesh, reading its
+operands as completion would (partial sums where its producers leave them and it is
+linear in them: a chain prices the plans it would write, not a normalized form of
+them). The proposal is priced by editing the step's task graph
+(`SimulatedStrategy.edit`, `ShardedStep.set_config`) and re-simulating only what the
+edit touches (`DeltaSimulator.update`), never by rebuilding IR. It is
 accepted with eq. 3.1's probability min(1, exp(beta (cost_old - cost_new))), costs in
 units of the chain's starting time, so `beta` means the same on every model and
 machine: at beta=20 a proposal 5 % slower than the start is accepted with
@@ -40,9 +43,14 @@ from tasoc.ir.dag import Node
 from tasoc.ir.shard_plan import Plan
 from tasoc.ir.soap import Config, Mesh, OpRule
 from tasoc.passes.search import Deadline, Progress, SearchOutcome, StopReason
-from tasoc.passes.soap.plan import PlanError, Prescription, Problem, cheapest_config, complete
+from tasoc.passes.soap.plan import PlanError, Prescription, Problem, complete
 from tasoc.passes.soap.problem import Best, Limits, SoapProblem, configurations
-from tasoc.passes.soap.simulated import SimulatedStrategy, simulation_statistics
+from tasoc.passes.soap.simulated import (
+    Edit,
+    SimulatedStrategy,
+    copy_plan,
+    simulation_statistics,
+)
 from tasoc.sim.core import paused_gc
 
 PROPAGATING = 0.5
@@ -62,10 +70,10 @@ readers)."""
 POLISHED = 2.0
 """A start more than this factor slower than the best start runs no chain (it is a
 candidate as it is; data parallel's always runs), and a chain's best is completed
-again (`Best.polish`) when it is within this factor of the best chain's: partial sums,
-which the chains' edits cannot keep (`normalize`), halve some steps' communication
-(rnnlm's data parallel on 16 P100s: 104 ms normalized, 53 ms completed), so the
-chains are compared as the plans they write."""
+again (`Best.polish`) when it is within this factor of the best chain's: a chain
+keeps the partial sums its ops may read, but completion may find more (a reader
+whose producer changed later in the chain), so the chains are compared as the
+plans completion writes from their configurations too."""
 
 PATIENCE = 4
 """A chain runs at least this many proposals per alternative configuration (of all
@@ -107,7 +115,7 @@ def alike_ops(
 
 @dataclass
 class Chain:
-    """One Metropolis-Hastings chain from one (normalized) initial strategy."""
+    """One Metropolis-Hastings chain from one initial strategy (a completed plan)."""
 
     state: SimulatedStrategy
     choices: Mapping[Node, Sequence[Config]]
@@ -135,7 +143,7 @@ class Chain:
         self._patience = PATIENCE * sum(len(options) - 1 for options in self.choices.values())
         self._scale = self.state.time or 1.0
         self.current = self.state.cost
-        self.best, self.best_cost, self._since_best = dict(self.state.configs), self.current, 0
+        self.best, self.best_cost, self._since_best = copy_plan(self.state.plan), self.current, 0
         self.converged = not self._ops
 
     def run(self, until: int, deadline: Deadline, progress: Progress | None = None) -> StopReason:
@@ -169,13 +177,13 @@ class Chain:
         config = self.rng.choice([other for other in self.choices[node] if other != old])
         propagate = self.rng.random() < self.propagating
         group = self.alike[node] if self.rng.random() < self.grouping else (node,)
-        undo = self._move(group, config)
-        if not undo:  # a layout a reader cannot reach: the step is unchanged
+        moved, undo = self._move(group, config)
+        if not moved:  # a layout a reader cannot reach: the step is unchanged
             self.illegal += 1
             return
-        self.grouped += len(undo) > 1
-        if propagate or len(undo) > 1:  # a group moved alone reshards at every member
-            followed = self._propagate([changed for changed, _ in undo])
+        self.grouped += len(moved) > 1
+        if propagate or len(moved) > 1:  # a group moved alone reshards at every member
+            followed = self._propagate(moved)
             self.propagated += bool(followed)
             undo += followed
         self.state.resimulate()
@@ -184,32 +192,32 @@ class Chain:
             self.accepted += 1
             self.current = cost
             if cost < self.best_cost:
-                self.best, self.best_cost, self._since_best = dict(self.state.configs), cost, 0
+                self.best, self.best_cost, self._since_best = copy_plan(self.state.plan), cost, 0
         else:  # undone: the step is the one `current` priced (delta simulation is exact)
-            for changed, previous in reversed(undo):
-                self.state.set(changed, previous)
+            self.state.restore(undo)
             self.state.resimulate()
 
-    def _move(self, group: Sequence[Node], config: Config) -> list[tuple[Node, Config]]:
-        """Every op of `group` in `config` where it is not and a reader can follow; the
-        ops changed, with their old configurations."""
-        changed = []
+    def _move(self, group: Sequence[Node], config: Config) -> tuple[list[Node], list[Edit]]:
+        """Every op of `group` in `config`, reading its operands as completion would,
+        where it is not and its readers can follow; the ops moved, and every edit made
+        (the readers that had to read complete what they read partial among them)."""
+        moved: list[Node] = []
+        edits: list[Edit] = []
         for node in group:
-            old = self.state.configs[node]
-            if old == config:
+            if self.state.configs[node] == config:
                 continue
             try:
-                self.state.set(node, config)
+                edits += self.state.edit(node, *self.state.choose(node, [config]))
             except ValueError:  # a layout a reader cannot reach: this op is unchanged
                 continue
-            changed.append((node, old))
-        return changed
+            moved.append(node)
+        return moved, edits
 
-    def _propagate(self, nodes: Sequence[Node]) -> list[tuple[Node, Config]]:
+    def _propagate(self, nodes: Sequence[Node]) -> list[Edit]:
         """After `nodes` changed: their readers, and theirs in turn (in program order,
-        up to `PROPAGATION_LIMIT` of them), re-choose the configuration completion would
-        give them now (`cheapest_config`); the readers changed, with their old
-        configurations.
+        up to `PROPAGATION_LIMIT` of them), re-choose the configuration and operand
+        layouts completion would give them now (`SimulatedStrategy.choose`); the edits
+        made.
 
         One op's change alone is mostly a change *against* its neighbours, costing
         the communication between them: a dense layer split by features while the
@@ -218,7 +226,7 @@ class Chain:
         backward one configuration (its tasks are the op's, both passes); a tasoc
         training step has them as separate ops, which only move together when the
         change propagates."""
-        step, problem = self.state.step, self.state.problem
+        state = self.state
         queue = [
             (self._position[use.node], use.node)
             for node in nodes
@@ -227,27 +235,25 @@ class Chain:
         ]
         heapq.heapify(queue)
         seen: set[Node] = set(nodes)
-        changed: list[tuple[Node, Config]] = []
-        while queue and len(changed) < PROPAGATION_LIMIT:
+        edits: list[Edit] = []
+        changed = 0
+        while queue and changed < PROPAGATION_LIMIT:
             _, reader = heapq.heappop(queue)
             if reader in seen or reader not in self.choices:
                 continue
             seen.add(reader)
-            old = self.state.configs[reader]
             try:
-                chosen = cheapest_config(
-                    problem, step.plan, reader, step.mesh_of(reader), self.choices[reader]
-                )
-                if chosen == old:
+                config, operands = state.choose(reader, self.choices[reader])
+                if config == state.configs[reader] and operands == state.plan.operands[reader]:
                     continue
-                self.state.set(reader, chosen)
+                edits += state.edit(reader, config, operands)
             except ValueError:  # no reachable configuration, or a reader cannot follow
                 continue
-            changed.append((reader, old))
+            changed += 1
             for value in reader.results:
                 for use in self._consumers.get(value, ()):
                     heapq.heappush(queue, (self._position[use.node], use.node))
-        return changed
+        return edits
 
     def _accepted(self) -> tuple[bool, float]:
         """Eq. 3.1 for the proposal just simulated, and its cost: always when not worse,
@@ -337,17 +343,15 @@ def search(problem: SoapProblem, starts: Mapping[str, Plan], limits: Limits) -> 
     for origin, state in simulated.items():
         if starting[origin] > POLISHED * best.cost and origin != "data-parallel":
             continue  # hopeless: its chain would be dropped after the first round
-        if not limits.deadline.expired():
-            state.normalize()
         chains[origin] = Chain(state, problem.space(starts[origin]), rng, problem.tuning.beta)
     stops = _halving(chains, limits)
     lowest = min(chain.best_cost for chain in chains.values())
     for origin, chain in chains.items():
         if chain.best_cost > POLISHED * lowest:
             continue
-        chain.state.move_to(chain.best)
-        best.offer(chain.state, origin)
-        best.polish(chain.state.plan, origin)
+        if chain.best_cost < starting[origin]:
+            best.offer(problem.simulate(chain.best), origin)
+            best.polish(chain.best, origin)
     states = [chain.state for chain in chains.values()]
     totals = {
         key: sum(getattr(chain, key) for chain in chains.values())

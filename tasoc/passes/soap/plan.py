@@ -31,7 +31,7 @@ A strategy may place ops and arguments on device groups (`Prescription.placement
 FlexFlow's Operator dimension): each op then chooses among the configurations of its
 group's mesh, and a value read on another group is completed where it lies and copied
 over (`parallel.replicate`), priced at its whole size. Partial sums never leave their
-run of ops on one group (`_runs`).
+run of ops on one group (`runs`).
 """
 
 from __future__ import annotations
@@ -178,7 +178,7 @@ def complete(problem: Problem, prescription: Prescription) -> Plan:
     for index, value in enumerate(dag.outputs):
         exits.setdefault(value, []).append(index)
     order = prescription.order or dag.ops
-    run_of = _runs(order, prescription.placement)
+    run_of = runs(order, prescription.placement)
     configs: dict[Node, Config] = {}
     operands: dict[Node, tuple[Sharding, ...]] = {}
     for node in order:
@@ -209,23 +209,29 @@ def complete(problem: Problem, prescription: Prescription) -> Plan:
 
 
 def cheapest_config(
-    problem: Problem, plan: Plan, node: Node, mesh: Mesh, candidates: Sequence[Config]
-) -> Config:
+    problem: Problem,
+    plan: Plan,
+    node: Node,
+    mesh: Mesh,
+    candidates: Sequence[Config],
+    run_of: Mapping[Node, int],
+) -> tuple[Config, tuple[Sharding, ...]]:
     """The one of `candidates` (configurations on `mesh`) completion would give `node`
-    where `plan` lays out its operands as it does now: the fewest bytes of resharding
-    its operands and its results into the layouts they leave the program in
-    (`_cheapest`'s order of ties).
-    What a search's propagating proposal re-chooses for the readers of an op it edits."""
+    where `plan` lays out its operands as it does now, and the operand layouts it would
+    read them in: the fewest bytes of resharding its operands and its results into the
+    layouts they leave the program in (`_cheapest`'s order of ties), partial sums read
+    as they are where the op is linear in them (in its run, `run_of`: `runs`).
+    What a search's proposal gives the op it edits and, propagating, its readers."""
     meshes = {m.name: m for m in (problem.mesh, *plan.meshes)}
     exits: dict[Value, list[int]] = {}
     for index, value in enumerate(problem.dag.outputs):
         if value.node is node:
             exits.setdefault(value, []).append(index)
     rule = problem.rules[node]
-    return _cheapest(problem, meshes, mesh, rule, candidates, node, plan.values, exits, {})[0]
+    return _cheapest(problem, meshes, mesh, rule, candidates, node, plan.values, exits, run_of)
 
 
-def _runs(order: Sequence[Node], placement: Mapping[Node, Mesh]) -> dict[Node, int]:
+def runs(order: Sequence[Node], placement: Mapping[Node, Mesh]) -> dict[Node, int]:
     """Each op's run, on a program on device groups: the consecutive ops (constants
     aside, which go where they are read) on one group, which run as one computation.
     A partial sum must be completed in its run, since it cannot pass between two.
@@ -380,7 +386,7 @@ def _operand_choices(
 ) -> Iterator[tuple[Sharding, ...]]:
     """The operand shardings `config` reads: complete ones, and, for each group of
     operands the op is jointly linear in whose producers all left partial sums along
-    the same axes (not axes the configuration splits) in the op's run (`_runs`), those
+    the same axes (not axes the configuration splits) in the op's run (`runs`), those
     partial sums as they are.
 
     Partial sums pass on only into results no larger than them: completing them later

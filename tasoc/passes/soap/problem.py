@@ -160,7 +160,9 @@ class Best:
     def polish(self, plan: Plan | None = None, origin: str | None = None) -> None:
         """`plan`'s configurations (the best's by default) completed again
         (`plan.complete`), which lets linear ops read partial sums where that saves
-        bytes (the searches' edits read operands complete), offered. Plans on one mesh
+        bytes (the exhaustive walk's edits read operands complete; a chain's keep
+        those their ops could read when edited, not those a later edit made possible),
+        offered. Plans on one mesh
         only."""
         plan = self.plan if plan is None else plan
         if plan is None or plan.meshes:

@@ -4,6 +4,13 @@ cost-graph searches simulate their plans with.
 
 The step's task graph (`ShardedStep`) is built once and edited in place; the delta
 simulator (`DeltaSimulator.update`) re-times only what an edit touches.
+
+Two ways to edit. `edit` (MCMC's) gives an op a configuration as completion would,
+reading partial sums where its producers leave them and it is linear in them, and
+returns what it changed as `Edit`s that `restore` undoes exactly: a chain prices its
+proposals on the plans it would write. `set` (the exhaustive walk's, over
+configurations alone) reads operands complete, and is its own inverse once
+`normalize` has brought every op there.
 """
 
 from __future__ import annotations
@@ -15,13 +22,29 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tasoc.cost.machines import Machine
-from tasoc.ir.dag import Node
+from tasoc.ir.dag import Node, Use, Value
 from tasoc.ir.shard_plan import Plan
-from tasoc.ir.soap import Config
-from tasoc.passes.soap.plan import Problem
+from tasoc.ir.soap import Config, Sharding
+from tasoc.passes.soap.plan import (
+    Problem,
+    cheapest_config,
+    operand_layouts,
+    result_layouts,
+    runs,
+)
 from tasoc.passes.soap.swap_pricing import SwapPricing
 from tasoc.sim.core import DeltaSimulator, simulate
 from tasoc.sim.parallel import ShardedStep
+
+
+@dataclass(frozen=True, slots=True)
+class Edit:
+    """One op as it was before an edit (`SimulatedStrategy.edit`): what `restore`
+    puts back."""
+
+    node: Node
+    config: Config
+    operands: tuple[Sharding, ...]
 
 
 @dataclass
@@ -29,9 +52,10 @@ class SimulatedStrategy:
     """A strategy being edited one op at a time, and its simulated iteration time: the
     step's task graph (`ShardedStep`) and the delta simulator over it.
 
-    `ShardedStep.set_config` reads an op's operands complete, so it is its own inverse
-    only where no op reads partial sums; `normalize` first brings every op there (what
-    completion's partial sums saved is recovered at the end by `polish`)."""
+    `edit` keeps partial sums and undoes exactly (`restore`); `set` reads an op's
+    operands complete, so it is its own inverse only where no op reads partial sums:
+    `normalize` first brings every op there (what completion's partial sums saved is
+    recovered at the end by `polish`)."""
 
     problem: Problem
     step: ShardedStep
@@ -51,10 +75,20 @@ class SimulatedStrategy:
     """Whether ops were `set` since the last update (the simulation is behind them)."""
     _peak: int | None = field(default=None, init=False, repr=False)
     """`memory` as of the last `set` (a replay of every device's tasks: once per edit)."""
+    consumers: Mapping[Value, Sequence[Use]] = field(init=False, repr=False)
+    run_of: Mapping[Node, int] = field(init=False, repr=False)
+    """Each op's run on a program on device groups (`plan.runs`): partial sums stay in one."""
 
     def __post_init__(self) -> None:
         self.smallest_memory = math.inf
         self.smallest_memory = self.memory
+        self.consumers = self.step.dag.consumers()
+        order = self.step.order
+        self.run_of = (
+            runs(order, {node: self.step.mesh_of(node) for node in order})
+            if self.plan.meshes
+            else {}
+        )
 
     @classmethod
     def of(
@@ -116,16 +150,60 @@ class SimulatedStrategy:
         self.edit_seconds = 0.0
         self.edited = False
 
-    def set(self, node: Node, config: Config) -> None:
-        """`node` in `config`, without re-simulating (`update` does)."""
+    def set(self, node: Node, config: Config, operands: Sequence[Sharding] | None = None) -> None:
+        """`node` in `config` reading `operands` (complete by default), without
+        re-simulating (`update` does)."""
         start = time.perf_counter()
         self._peak = None
         try:
-            self.step.set_config(node, config)
+            self.step.set_config(node, config, operands)
         finally:
             self.edit_seconds += time.perf_counter() - start
         self.configs[node] = config
         self.edited = True
+
+    def choose(
+        self, node: Node, candidates: Sequence[Config]
+    ) -> tuple[Config, tuple[Sharding, ...]]:
+        """The configuration of `candidates` completion would give `node` in the plan as
+        it stands, and the operand layouts it would read (`plan.cheapest_config`)."""
+        return cheapest_config(
+            self.problem, self.plan, node, self.step.mesh_of(node), candidates, self.run_of
+        )
+
+    def edit(self, node: Node, config: Config, operands: Sequence[Sharding]) -> list[Edit]:
+        """`node` in `config` reading `operands` (`choose`'s), without re-simulating;
+        first, every reader that reads partial sums its new results no longer hold
+        reads them complete (and so on down its own readers). The ops changed as they
+        were, in the order changed: `restore` undoes them. A ValueError (an illegal
+        layout) leaves the step as it was."""
+        edits: list[Edit] = []
+        try:
+            self._edit(node, config, tuple(operands), edits)
+        except ValueError:
+            self.restore(edits)
+            raise
+        return edits
+
+    def _edit(
+        self, node: Node, config: Config, operands: tuple[Sharding, ...], edits: list[Edit]
+    ) -> None:
+        rules, plan = self.problem.rules, self.plan
+        results = result_layouts(rules[node], operands, self.step.mesh_of(node).name)
+        for value, result in zip(node.results, results, strict=True):
+            for use in self.consumers.get(value, ()):
+                need = plan.operands[use.node][use.operand]
+                if need.unreduced and not set(need.unreduced) <= set(result.unreduced):
+                    reader, kept = use.node, self.configs[use.node]
+                    complete = operand_layouts(rules[reader], kept, self.step.mesh_of(reader).name)
+                    self._edit(reader, kept, complete, edits)
+        edits.append(Edit(node, self.configs[node], plan.operands[node]))
+        self.set(node, config, operands)
+
+    def restore(self, edits: Sequence[Edit]) -> None:
+        """Undo `edits` (`edit`'s), last first: the step is again as it was, exactly."""
+        for undone in reversed(edits):
+            self.set(undone.node, undone.config, undone.operands)
 
     def update(self) -> float:
         """Re-simulate after `set`s (delta simulation); the new cost."""
