@@ -1,0 +1,132 @@
+"""How long soap-shard's default search needs (issue 31, item 3): the plan
+`soap-shard{timeout=SHORT}` writes against the one `soap-shard{timeout=LONG}` writes, on
+FlexFlow's models at its shapes, at 64 devices by default.
+
+    .venv/bin/python benchmarks/search_time.py [--models alexnet,rnnlm,...] \
+        [--devices 64] [--machine k80-cluster] [--short 10] [--long 600]
+
+Each model is `benchmarks/papers_shapes.py`'s FlexFlow workload (Jia thesis §3.7.1: 64
+samples per GPU, AlexNet 256, RNNs unrolled 40 steps), its training step
+(`train=sgd`), sharded by the pass with its defaults (`search=auto`, budget 2000,
+seed 0, the device's memory as the cap) and two timeouts. Per row: the whole pass's
+wall seconds for each (the step built beforehand; the pass's own setting up, search
+and simulation of the baselines after it all counted, so a wall time over the
+timeout shows), the simulated step each plan runs in (on `--machine`), their ratio,
+proposals and why each search stopped. The goal is the ratio <= 1.02 with the short
+run's wall <= 10 s; a short run that reaches the ratio only because the long one also
+stopped at its starts says so in its proposals. Wall time depends on the load
+(printed before and after).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from papers_shapes import FLEXFLOW, TRAIN
+from xdsl.context import Context
+from xdsl.dialects.builtin import ModuleOp
+
+from tasoc.driver.sources import build_zoo_model
+from tasoc.ir import dag as dag_module
+from tasoc.passes.report import RunReport, reporting
+from tasoc.passes.soap import SoapShardPass
+
+SEED = 0
+
+
+@dataclass(frozen=True)
+class Run:
+    """One pass run: its wall seconds and the report's figures."""
+
+    wall: float
+    step: float
+    """The written plan's simulated step (seconds)."""
+    proposals: int
+    stopped: str
+
+
+@dataclass(frozen=True)
+class TimeRow:
+    model: str
+    ops: int
+    short: Run
+    long: Run
+
+    @property
+    def ratio(self) -> float:
+        return self.short.step / self.long.step
+
+
+def pass_run(step: ModuleOp, devices: int, preset: str, timeout: float) -> Run:
+    copy = step.clone()
+    started = time.perf_counter()
+    with reporting(RunReport()) as report:
+        SoapShardPass(mesh=devices, machine=preset, timeout=timeout, seed=SEED).apply(
+            Context(), copy
+        )
+    wall = time.perf_counter() - started
+    section: dict[str, Any] = report.sections["soap-shard"]
+    return Run(
+        wall,
+        section["predicted_seconds"]["plan"],
+        int(section.get("proposals") or 0),
+        str(section["stopped"]),
+    )
+
+
+def time_row(name: str, args: argparse.Namespace) -> TimeRow:
+    step = build_zoo_model(FLEXFLOW[name].spec_at(args.devices) + TRAIN)
+    ops = len(dag_module.from_module(step).ops)
+    short = pass_run(step, args.devices, args.machine, args.short)
+    long = pass_run(step, args.devices, args.machine, args.long)
+    return TimeRow(name, ops, short, long)
+
+
+def table(rows: Sequence[TimeRow], args: argparse.Namespace) -> str:
+    lines = [
+        f"{args.devices} GPUs of {args.machine}, FlexFlow's shapes; simulated step ms; "
+        f"soap-shard defaults with timeout={args.short:g} and timeout={args.long:g}",
+        "",
+        "| model | ops | short ms | long ms | short / long | short wall s | long wall s "
+        "| proposals (short / long) | stopped (short / long) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
+    ]
+    for row in rows:
+        s, g = row.short, row.long
+        lines.append(
+            f"| {row.model} | {row.ops} | {s.step * 1e3:.1f} | {g.step * 1e3:.1f} "
+            f"| {row.ratio:.3f} | {s.wall:.1f} | {g.wall:.1f} | {s.proposals} / {g.proposals} "
+            f"| {s.stopped} / {g.stopped} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> list[TimeRow]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", default=",".join(FLEXFLOW))
+    parser.add_argument("--devices", type=int, default=64)
+    parser.add_argument("--machine", default="k80-cluster")
+    parser.add_argument("--short", type=float, default=10.0)
+    parser.add_argument("--long", type=float, default=600.0)
+    args = parser.parse_args(argv)
+    print(f"load before: {os.getloadavg()[0]:.2f}", file=sys.stderr)
+    rows = []
+    for name in args.models.split(","):
+        rows.append(time_row(name, args))
+        print(table(rows[-1:], args).splitlines()[-1], file=sys.stderr, flush=True)
+    print(f"load after: {os.getloadavg()[0]:.2f}", file=sys.stderr)
+    print(table(rows, args))
+    return rows
+
+
+if __name__ == "__main__":
+    main()
