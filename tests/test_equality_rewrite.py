@@ -32,7 +32,6 @@ from tasoc.models import build_model, list_models
 from tasoc.passes.report import RunReport, reporting
 from tasoc.passes.rewrite import retime as retime_module
 from tasoc.passes.rewrite.equality_rewrite import TIMEOUT_MARGIN_S, EqualityRewritePass
-from tasoc.passes.rewrite.retime import WIN_SHARE
 from tasoc.passes.search import Deadline, SearchOutcome, StopReason
 from tasoc.verify.equivalence import compare
 from tasoc.verify.strategies import graphs
@@ -129,8 +128,8 @@ def test_retime_measures_the_input_and_the_best_candidates_and_keeps_the_fastest
     assert 2 <= len(timed) <= 3 and sum(t["input"] for t in timed) == 1
     kept, *others = timed
     assert [t["measured_s"] for t in others] == sorted(t["measured_s"] for t in others)
-    assert all((t["wins"] is None) == t["input"] for t in timed)
-    assert kept["input"] or kept["wins"] >= WIN_SHARE * 9
+    assert all((t["speedup_interval"] is None) == t["input"] for t in timed)
+    assert kept["input"] or kept["speedup_interval"][0] > 1
     assert section["ops_after"] == kept["ops"]
     assert ("graph.split" in str(after)) == (not timed[0]["input"])
     assert section["predicted_speedup"] == section["cost_before"] / section["cost_after"]
@@ -194,6 +193,21 @@ def retime_against_all(graphs: list[Dag], deadline: Deadline) -> retime_module.R
 
 
 @pytest.mark.parametrize(
+    ("values", "interval"),
+    [
+        ([1.0] * 5, (0.0, math.inf)),  # too few rounds for a 95 % interval: never significant
+        ([1.0] * 6, (1.0, 1.0)),  # the 1st and 6th of 6 (96.9 %)
+        (list(range(9, 0, -1)), (2, 8)),  # the 2nd and 8th of 9 (96.1 %)
+        (list(range(20)), (5, 14)),  # the 6th and 15th of 20 (95.9 %)
+    ],
+)
+def test_the_median_interval_is_the_sign_tests(
+    values: list[float], interval: tuple[float, float]
+) -> None:
+    assert retime_module.median_interval(values) == interval
+
+
+@pytest.mark.parametrize(
     ("samples", "kept"),
     [
         (rounds_of((0.8, 9)), 1),  # faster in every round: kept
@@ -208,7 +222,7 @@ def test_retime_keeps_the_input_unless_a_candidate_is_measurably_faster(
     fake_compiles(monkeypatch, samples)
     retiming = retime_against_all(graphs, Deadline.never())
     assert retiming.timed[0].graph == graphs[kept]
-    assert [t.wins for t in retiming.timed if t.graph == graphs[0]] == [None]
+    assert [t.interval for t in retiming.timed if t.graph == graphs[0]] == [None]
     assert not retiming.cut_short
 
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -59,7 +59,7 @@ from tasoc.passes.rewrite.backtrack import BacktrackLimits, backtracking_search
 from tasoc.passes.rewrite.egraph import EGraphLimits, egraph_search
 from tasoc.passes.rewrite.library import Library, check_rule_file, library_path, load_library
 from tasoc.passes.rewrite.match import directed, find_matches
-from tasoc.passes.rewrite.retime import REPEATS, WIN_SHARE, keep_measured_fastest
+from tasoc.passes.rewrite.retime import CONFIDENCE, REPEATS, keep_measured_fastest
 from tasoc.passes.rewrite.split import optimize_in_pieces
 from tasoc.passes.search import (
     Deadline,
@@ -301,13 +301,16 @@ class EqualityRewritePass(ModulePass):
             )
             measured = section.get("measured_speedup")
             speed = f", measured {format_speedup(measured)} over the input" if measured else ""
+            interval = kept.get("speedup_interval")
+            if interval is not None:
+                speed += f" ({_interval(interval)}, {CONFIDENCE:.0%} interval)"
             best = next((entry for entry in retimed if entry["search_best"]), None)
-            if kept["input"] and best is not None and best["wins"] is not None:
-                needed = math.ceil(WIN_SHARE * REPEATS)
+            if kept["input"] and best is not None and best["speedup_interval"] is not None:
                 speed = (
                     f"; the search's best ({best['ops']} ops, predicted "
-                    f"{format_speedup(kept['predicted'] / best['predicted'])}) ran faster in "
-                    f"{best['wins']} of {REPEATS} rounds, {needed} needed"
+                    f"{format_speedup(kept['predicted'] / best['predicted'])}) measured "
+                    f"{_interval(best['speedup_interval'])} over {REPEATS} paired rounds, "
+                    "not significant"
                 )
             details.append(f"re-timed {len(retimed)} graphs: kept {which}{speed}")
         steps = next(
@@ -323,6 +326,12 @@ class EqualityRewritePass(ModulePass):
         if stopped is not None:
             details.append(stopped)
         return Summary(headline, tuple(details))
+
+
+def _interval(interval: Sequence[float]) -> str:
+    """A speedup interval as the summary words it: `0.97-1.04x`."""
+    low, high = interval
+    return f"{low:.2f}-{high:.2f}x"
 
 
 def _count(value: float) -> str:

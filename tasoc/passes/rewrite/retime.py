@@ -5,11 +5,16 @@ how it lays out tensors and which kernels it picks, so the graph a search predic
 fastest is not always the fastest compiled program. With `retime=N`, the pass
 compiles the input and the N cheapest distinct graphs the search found, times them in
 interleaved rounds on the current JAX device (`tasoc.cost.measured.end_to_end_sampler`), and
-keeps the input unless a candidate is *measurably* faster: faster than the input in
-at least `WIN_SHARE` of the rounds. Of those, it keeps the one with the lowest median.
-A candidate merely as fast as the input is not kept: a change that this backend
-cannot tell from noise may still cost on another (onnxruntime runs squeezenet's
-batched poolings about 4% slower, where JAX sees no difference).
+keeps the input unless a candidate is *measurably* faster: each round pairs the
+candidate's sample with the input's, and the candidate is kept only when the
+`CONFIDENCE` interval of the median of its per-round speedups (input / candidate)
+lies above 1 (`median_interval`: the sign test's distribution-free interval, so a
+load spike in a round or two moves neither end). Of those, it keeps the one with the
+lowest median. A candidate merely as fast as the input is not kept: a change that
+this backend cannot tell from noise may still cost on another (onnxruntime runs
+squeezenet's batched poolings about 4% slower, where JAX sees no difference). The
+report gives every candidate's interval, and the summary says why the input was
+kept (`measured 0.97-1.04x, not significant`).
 
 Re-timing runs under the pass's deadline. The input is compiled first; a candidate
 only while the time left covers another compile as long as the input's; after the
@@ -23,33 +28,57 @@ deadline is overrun by at most one sample round longer than expected.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from scipy.stats import binom
+
 from tasoc.cost.measured import end_to_end_sampler
 from tasoc.ir.dag import Dag
 from tasoc.passes.search import Deadline, SearchOutcome, StopReason, speedup
 
-WIN_SHARE = 0.85
-"""The share of rounds a candidate must beat the input in to replace it: 8 of 9. A
-candidate that is not faster wins each round with probability 1/2 or less, so 8 of 9
-by chance happens at most 2% of the time."""
+CONFIDENCE = 0.95
+"""The least coverage of the interval a candidate's median speedup must lie above 1 in.
+With `REPEATS` = 9 rounds the interval is the 2nd to the 8th of the sorted per-round
+speedups (96.1 %): a candidate not faster than the input clears it by chance at most
+2 % of the time."""
 
 REPEATS = 9
 """Interleaved rounds: each program gives one sample (≥ 20 ms of calls) per round."""
 
 
+def median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """A distribution-free interval for the median of `values`: the order statistics
+    x(k) and x(n+1-k), k the largest with P(Binomial(n, 1/2) < k) <= (1 - confidence)/2,
+    which cover the median with at least `confidence` whatever the distribution (the
+    sign test's interval). Too few values for any such k: (0, inf), never significant."""
+    n, ordered = len(values), sorted(values)
+    k = 0
+    while k < n // 2 and binom.cdf(k, n, 0.5) <= (1 - confidence) / 2:
+        k += 1
+    if k == 0:
+        return 0.0, math.inf
+    return ordered[k - 1], ordered[n - k]
+
+
 @dataclass(frozen=True)
 class Timed:
-    """One graph as timed: its predicted cost, measured median seconds per run, and in
-    how many rounds it ran faster than the input (None for the input itself)."""
+    """One graph as timed: its predicted cost, measured median seconds per run, and the
+    interval of its median per-round speedup over the input (`median_interval`; None
+    for the input itself)."""
 
     graph: Dag
     predicted: float
     measured_s: float
-    wins: int | None
+    interval: tuple[float, float] | None
+
+    @property
+    def significant(self) -> bool:
+        """Measurably faster than the input: its interval lies above 1."""
+        return self.interval is not None and self.interval[0] > 1
 
 
 @dataclass(frozen=True)
@@ -89,11 +118,13 @@ def retime(
             graph,
             cost,
             statistics.median(samples),
-            None if index == 0 else sum(s < b for s, b in zip(samples, baseline, strict=True)),
+            None
+            if index == 0
+            else median_interval([b / s for s, b in zip(samples, baseline, strict=True)]),
         )
         for index, ((graph, cost), samples) in enumerate(zip(chosen, rounds, strict=False))
     ]
-    faster = [t for t in timed[1:] if t.wins is not None and t.wins >= WIN_SHARE * repeats]
+    faster = [t for t in timed[1:] if t.significant]
     kept = min(faster, key=lambda t: t.measured_s) if faster else timed[0]
     others = sorted((t for t in timed if t is not kept), key=lambda t: t.measured_s)
     return Retiming([kept, *others], cut_short, phase.elapsed())
@@ -168,7 +199,8 @@ def keep_measured_fastest(
         **outcome.details,
         "retimed": [
             {"ops": t.graph.num_ops, "predicted": t.predicted, "measured_s": t.measured_s,
-             "wins": t.wins, "input": t.graph == original, "search_best": t.graph == outcome.best}
+             "speedup_interval": None if t.interval is None else list(t.interval),
+             "input": t.graph == original, "search_best": t.graph == outcome.best}
             for t in timed
         ],
         "retime_seconds": round(retiming.seconds, 3),
