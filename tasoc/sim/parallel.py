@@ -589,7 +589,8 @@ class ShardedStep:
             computed in, theirs in turn."""
             if node not in fused:
                 return (node,)
-            return tuple(itertools.chain.from_iterable(map(unfused, fused[node].compute_readers)))
+            readers = itertools.chain.from_iterable(map(unfused, fused[node].compute_readers))
+            return tuple(dict.fromkeys(readers))  # once each: fusions fan out and meet again
 
         temps = []
         written: dict[Node, int] = {}  # an op's result: its index in temps
