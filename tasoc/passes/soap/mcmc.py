@@ -337,6 +337,8 @@ def search(problem: SoapProblem, starts: Mapping[str, Plan], limits: Limits) -> 
     best = Best(problem)
     simulated = {origin: problem.simulate(plan) for origin, plan in starts.items()}
     starting = {origin: state.cost for origin, state in simulated.items()}
+    for origin, state in simulated.items():  # the report's figures of the starts
+        problem.remember(starts[origin], state)
     for origin, state in simulated.items():
         best.offer(state, origin)
     chains: dict[str, Chain] = {}

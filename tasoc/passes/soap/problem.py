@@ -37,7 +37,7 @@ from tasoc.ir.shard_plan import Plan
 from tasoc.ir.soap import Config, Mesh, OpRule
 from tasoc.passes.search import Deadline, Progress
 from tasoc.passes.soap.plan import PlanError, Prescription, Problem, complete
-from tasoc.passes.soap.simulated import SimulatedStrategy, copy_plan
+from tasoc.passes.soap.simulated import Priced, SimulatedStrategy, copy_plan
 from tasoc.passes.soap.swap_pricing import SwapPricing
 
 Objective = Literal["time", "frontier", "mini-time", "mini-parallelism", "profile"]
@@ -98,6 +98,29 @@ class SoapProblem:
     """How a strategy over `memory_cap` is priced by swapping (`soap-shard{place=}`);
     None: it is infeasible."""
     tuning: Tuning = field(default_factory=Tuning)
+    _priced: dict[int, tuple[Plan, Priced]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    """`price`'s figures by plan (the plan kept with them, so its id stays its own)."""
+
+    def price(self, plan: Plan) -> Priced:
+        """`plan`'s simulated figures, memory traced (what a report shows of a
+        baseline), from a search's own simulation of it where it made one
+        (`remember`): a step of thousands of ops on 64 devices takes seconds to build."""
+        if id(plan) not in self._priced:
+            self.remember(
+                plan,
+                SimulatedStrategy.of(
+                    self.program, plan, self.machine, self.memory_cap, place=self.place
+                ),
+            )
+        return self._priced[id(plan)][1]
+
+    def remember(self, plan: Plan, state: SimulatedStrategy) -> None:
+        """Keep `state`'s figures as `plan`'s before a search edits it, where it traces
+        memory (a report shows every baseline's peak)."""
+        if state.simulator.memory and id(plan) not in self._priced:
+            self._priced[id(plan)] = (plan, state.priced())
 
     @property
     def traces_memory(self) -> bool:
@@ -189,6 +212,4 @@ class Best:
 def starting_cost(problem: SoapProblem, starts: Mapping[str, Plan]) -> float:
     """The cost a search's outcome is measured against (`cost_before`): data parallel's
     simulated time, which every soap search is given as a start."""
-    return SimulatedStrategy.of(
-        problem.program, starts["data-parallel"], problem.machine, None, memory=False
-    ).time
+    return problem.price(starts["data-parallel"]).time

@@ -35,7 +35,7 @@ from tasoc.passes.soap.meshes import (
 from tasoc.passes.soap.plan import Problem, complete
 from tasoc.passes.soap.problem import Limits, MemoryCapError, SoapProblem, Tuning
 from tasoc.passes.soap.searches import SEARCHES, baseline_plans, run_search
-from tasoc.passes.soap.simulated import SimulatedStrategy
+from tasoc.passes.soap.simulated import Priced, SimulatedStrategy
 from tasoc.passes.soap.strategies import prescribe
 from tasoc.passes.soap.swap_pricing import SwapPricing
 
@@ -70,7 +70,10 @@ class Planned:
     """The baselines that do not apply, and why."""
     outcome: SearchOutcome[Plan] | None
     plan: Plan
-    simulated: dict[str, SimulatedStrategy]
+    state: SimulatedStrategy
+    """The plan simulated (its task graph and timeline: the report's pictures)."""
+    simulated: dict[str, Priced]
+    """The figures of the plan and of each baseline, by name."""
 
     @property
     def mesh(self) -> Mesh:
@@ -81,7 +84,7 @@ class Planned:
         return self.problem.machine
 
     def fits(self, cap: int | None) -> bool:
-        return cap is None or self.simulated["plan"].memory <= cap
+        return cap is None or self.state.memory <= cap
 
     @property
     def frontier(self) -> list[tuple[int, float]]:
@@ -177,17 +180,15 @@ def plan_on(
     else:
         named = baselines.get(options.search)
         plan = named if named is not None else complete(program, prescribe(program, options.search))
-    simulated: dict[str, SimulatedStrategy] = {}
-    by_plan: dict[int, SimulatedStrategy] = {}
-    for name, candidate in (("plan", plan), *baselines.items()):
-        if id(candidate) not in by_plan:
-            by_plan[id(candidate)] = SimulatedStrategy.of(
-                program, candidate, problem.machine, problem.memory_cap, place=problem.place
-            )
-        simulated[name] = by_plan[id(candidate)]
+    state = SimulatedStrategy.of(
+        program, plan, problem.machine, problem.memory_cap, place=problem.place
+    )
+    simulated = {"plan": state.priced()} | {
+        name: problem.price(candidate) for name, candidate in baselines.items()
+    }
     if mesh.size == 1:
         plan = dataclasses.replace(plan, notes=[*plan.notes, ONE_DEVICE])
-    return Planned(problem, baselines, not_applying, outcome, plan, simulated)
+    return Planned(problem, baselines, not_applying, outcome, plan, state, simulated)
 
 
 def choose(options: SoapShardPass, tried: dict[int, Planned]) -> Planned:
@@ -200,14 +201,14 @@ def choose(options: SoapShardPass, tried: dict[int, Planned]) -> Planned:
             f"memory-cap={bytes_and_size(cap)} per device"
         )
     if options.objective != "mini-parallelism":
-        return min(tried.values(), key=lambda planned: planned.simulated["plan"].cost)
+        return min(tried.values(), key=lambda planned: planned.state.cost)
     fitting = [planned for planned in tried.values() if planned.fits(cap)]
     if not fitting:
-        least = min(tried.values(), key=lambda p: p.simulated["plan"].memory)
+        least = min(tried.values(), key=lambda p: p.state.memory)
         raise FrontierError(
             f"no device count of {', '.join(map(str, tried))} fits "
             f"memory-cap={bytes_and_size(cap)} per device: the least simulated is "
-            f"{bytes_and_size(int(least.simulated['plan'].memory))} at "
+            f"{bytes_and_size(int(least.state.memory))} at "
             f"{least.mesh.size} devices"
         )
     return min(fitting, key=lambda planned: planned.mesh.size)

@@ -25,7 +25,6 @@ from tasoc.passes.soap.pictures import frontier_figure, profile_figure, sharding
 from tasoc.passes.soap.plan import Problem
 from tasoc.passes.soap.profile import Planned
 from tasoc.passes.soap.searches import BASELINES, SEARCHES
-from tasoc.passes.soap.simulated import SimulatedStrategy
 from tasoc.passes.soap.strategies import unsplit_batch
 from tasoc.passes.summary import Summary, format_seconds, format_speedup, stop_line
 from tasoc.sim.parallel import axis_groups
@@ -54,8 +53,8 @@ def write_report(
     groups = {group.name: group for group in plan.meshes} or {mesh.name: mesh}
     title = f"soap-shard {options.search}: which block of each op every device computes"
     report.figure("soap-shard-sharding-map", sharding_map(dag, plan, groups, title))
-    simulated = chosen.simulated
-    peak, capacity = simulated["plan"].memory, chosen.problem.memory_cap
+    state = chosen.state
+    peak, capacity = state.memory, chosen.problem.memory_cap
     fits = "within" if peak <= capacity else "OVER"
     title = (
         f"soap-shard {options.search}: the simulated step on {machine.name} "
@@ -64,10 +63,10 @@ def write_report(
     report.figure(
         "soap-shard-timeline",
         timeline(
-            simulated["plan"].step.graph,
-            simulated["plan"].simulator.timeline,
+            state.step.graph,
+            state.simulator.timeline,
             title,
-            simulated["plan"].step.stands_for,
+            state.step.stands_for,
         ),
     )
     section = report.section(options.name)
@@ -80,7 +79,7 @@ def write_report(
         mesh={axis: size for axis, size in mesh.axes},
         seed=resolve_seed(options.seed),
         seconds=round(time.perf_counter() - start, 3),
-        **_prediction(machine, simulated, chosen.problem.memory_cap),
+        **_prediction(machine, chosen),
         not_applying=chosen.not_applying,
         op_configs={
             problem.describe(node): _config_text(config) for node, config in plan.configs.items()
@@ -112,8 +111,8 @@ def write_report(
     if len(tried) > 1 or options.objective in ("mini-parallelism", "profile"):
         section["profile"] = {
             str(count): {
-                "simulated_seconds": planned.simulated["plan"].time,
-                "simulated_memory": planned.simulated["plan"].memory,
+                "simulated_seconds": planned.state.time,
+                "simulated_memory": planned.state.memory,
             }
             for count, planned in sorted(tried.items())
         }
@@ -121,10 +120,7 @@ def write_report(
             "soap-shard-profile",
             profile_figure(
                 f"soap-shard {options.search}: the best step per device count on {machine.name}",
-                {
-                    count: (p.simulated["plan"].time, p.simulated["plan"].memory)
-                    for count, p in tried.items()
-                },
+                {count: (p.state.time, p.state.memory) for count, p in tried.items()},
             ),
         )
     if (outcome is not None and "frontier" in outcome.details) or compared:
@@ -194,9 +190,7 @@ def summary(section: Mapping[str, Any]) -> Summary:
     return Summary(headline, tuple(details), tuple(_warnings(section, mesh)))
 
 
-def _prediction(
-    machine: Machine, simulated: dict[str, SimulatedStrategy], capacity: int
-) -> dict[str, Any]:
+def _prediction(machine: Machine, chosen: Planned) -> dict[str, Any]:
     """The report's simulated figures: the iteration time of the plan and of each
     baseline that applies (`baselines`) on `machine` (with `place=`, the stall of
     swapping added where a strategy is over the capacity, None where nothing fits it)
@@ -204,25 +198,25 @@ def _prediction(
     (`feasible`), the plan's speedups over the feasible ones (None over one that cannot
     run: never a denominator) and over the best of them, and the plan's memory per
     device (its peak, and what it holds by kind)."""
-    times = {name: strategy.cost for name, strategy in simulated.items()}
+    simulated, place = chosen.simulated, chosen.problem.place
+    times = {name: figures.cost for name, figures in simulated.items()}
     feasible = {name: cost < math.inf for name, cost in times.items()}
     baselines = [name for name in BASELINES if name in simulated]
     runnable = [name for name in baselines if feasible[name]]
     best = min(runnable, key=times.__getitem__, default=None)
-    plan = simulated["plan"]
     priced = {}
-    if plan.place is not None:
+    if place is not None:
         priced["place"] = {
-            "placer": plan.place.placer,
-            "capacity": plan.place.capacity,
-            "swaps": sorted(name for name, s in simulated.items() if s.memory > s.place.capacity),
-            "strategies_priced": plan.place.plans,
+            "placer": place.placer,
+            "capacity": place.capacity,
+            "swaps": sorted(name for name, s in simulated.items() if s.memory > place.capacity),
+            "strategies_priced": place.plans,
         }
     return priced | {
         "machine": machine.name,
         "baselines": baselines,
         "predicted_seconds": {name: t if t < math.inf else None for name, t in times.items()},
-        "simulated_seconds": {name: strategy.time for name, strategy in simulated.items()},
+        "simulated_seconds": {name: figures.time for name, figures in simulated.items()},
         "feasible": feasible,
         "speedup_over": {
             name: speedup(times[name], times["plan"]) if feasible[name] else None
@@ -230,10 +224,10 @@ def _prediction(
         },
         "best_feasible_baseline": best,
         "speedup_over_best_feasible": None if best is None else speedup(times[best], times["plan"]),
-        "peak_memory": {name: strategy.memory for name, strategy in simulated.items()},
+        "peak_memory": {name: figures.memory for name, figures in simulated.items()},
         "memory_per_device": {
             device: dataclasses.asdict(breakdown)
-            for device, breakdown in plan.step.memory().items()
+            for device, breakdown in chosen.state.step.memory().items()
         },
     }
 

@@ -38,6 +38,16 @@ from tasoc.sim.parallel import ShardedStep
 
 
 @dataclass(frozen=True, slots=True)
+class Priced:
+    """A strategy's simulated figures, kept while its state goes on being edited: what
+    a report shows of a baseline (`SoapProblem.price`)."""
+
+    time: float
+    memory: int
+    cost: float
+
+
+@dataclass(frozen=True, slots=True)
 class Edit:
     """One op as it was before an edit (`SimulatedStrategy.edit`): what `restore`
     puts back."""
@@ -133,6 +143,10 @@ class SimulatedStrategy:
         if self.place is None:
             return math.inf
         return self.time + self.place.stall(self.problem.dag, self.plan, self.problem.mesh)
+
+    def priced(self) -> Priced:
+        """The figures as they stand."""
+        return Priced(self.time, self.memory, self.cost)
 
     @property
     def plan(self) -> Plan:
