@@ -31,9 +31,10 @@ coarsened (`coarsen`): its schedule is cut into `groups` contiguous runs of ops 
 a coarse op; contiguous runs of a topological order keep the coarse graph acyclic), and
 the values that cross runs are grouped by (maker run, reader runs) into coarse tensors
 — a layer's activations, its weights. Values inside one run are the coarse op's
-`work`. `roc_search` takes the finest coarsening within the bound (every op its own
-run when the whole step fits, as on small graphs); `StateSpaceTooLarge` (one line,
-naming the bound and the count) when not even one run per step fits.
+`work`. `roc_plan` takes the finest coarsening within the bound (every op its own
+run when the whole step fits, as on small graphs) on which some order fits the
+capacity; `StateSpaceTooLarge` (one line, naming the bound and the count) when not
+even the step as one run is within the bound.
 
 **The plan.** The DP's order of coarse ops, each run's ops in their schedule order, is
 the placed program's order. Op-level swaps on that order are the fixed-order DP's
@@ -73,6 +74,13 @@ last."""
 
 class StateSpaceTooLarge(ValueError):
     """ROC's DP over its `max_states` bound (one line: the bound and the count)."""
+
+    def __init__(self, count: int, bound: int, where: str) -> None:
+        super().__init__(
+            f"search=dp: ROC's DP has at least {count} (execution state, cached tensor "
+            f"set) pairs {where}, over max-states={bound}"
+        )
+        self.count, self.bound = count, bound
 
 
 class NoOrderFits(ValueError):
@@ -186,10 +194,7 @@ def state_space(graph: CoarseGraph, bound: int) -> tuple[list[int], int]:
             states.append(state)
             total += 1 << graph.live(state).bit_count()
             if total > bound:
-                raise StateSpaceTooLarge(
-                    f"ROC's DP has at least {total} (execution state, cached tensor set) "
-                    f"pairs on {graph.num_ops} coarse ops, over max-states={bound}"
-                )
+                raise StateSpaceTooLarge(total, bound, f"on {graph.num_ops} ops")
             for o in graph.ready(state):
                 if state | 1 << o not in seen:
                     seen.add(state | 1 << o)
@@ -363,21 +368,23 @@ def coarsen(dag: Dag, groups: int) -> Coarsening:
     return Coarsening(CoarseGraph(sizes, tuple(ins), tuple(outs), tuple(work)), runs, tensors)
 
 
-def finest_within(dag: Dag, max_states: int) -> tuple[Coarsening, int]:
-    """The finest coarsening of `dag` (every op its own run, else half as many runs,
-    ...) whose state space is within `max_states`, with its count.
-    StateSpaceTooLarge when not even one run fits (`max_states` below 2)."""
-    groups = len(dag.ops)
-    while True:
+def coarsenings(dag: Dag, max_states: int) -> Iterator[Coarsening]:
+    """The coarsenings of `dag` whose state space is within `max_states`, finest first:
+    every op its own run, then half as many runs, and so on down to one.
+    StateSpaceTooLarge when none is (`max_states` below 2: one run has two states)."""
+    groups, within = len(dag.ops), False
+    while groups:
         coarse = coarsen(dag, groups)
         try:
-            return coarse, state_space(coarse.graph, max_states)[1]
+            state_space(coarse.graph, max_states)
         except StateSpaceTooLarge as err:
-            if groups == 1:
-                raise StateSpaceTooLarge(
-                    f"search=dp: {err}, even with the step as one op"
-                ) from None
-            groups //= 2
+            if groups == 1 and not within:
+                where = "even with the step as one op"
+                raise StateSpaceTooLarge(err.count, err.bound, where) from None
+        else:
+            within = True
+            yield coarse
+        groups //= 2
 
 
 @dataclass(frozen=True)
@@ -388,9 +395,11 @@ class RocPlan:
     dp_plan: DpPlan
     """The fixed-order DP's plan on the chosen order (`plan` is its)."""
     solution: RocSolution | None
-    """The DP's optimum; None where no order of the coarse ops fits ROC's model (a
-    run's `work` counts all its inner values at once), so the step's order is used."""
+    """The DP's optimum; None where no coarsening within the bound has an order that
+    fits ROC's model (a coarse op holds all its inputs and results at once), so the
+    step's order is used."""
     coarse: Coarsening
+    """The coarsening the DP ran on (the coarsest tried, when none fit)."""
     order_from: Literal["dp", "schedule"]
     """Whose order `plan` runs: the DP's, or the step's own (which moved fewer bytes
     once planned op by op)."""
@@ -406,25 +415,27 @@ def roc_plan(
     groups: int | None = None,
 ) -> RocPlan:
     """The plan of `dag` within `capacity` (module docstring): ROC's DP on the finest
-    coarsening within `max_states` (or on `groups` runs), its order planned op by op by
-    the fixed-order DP, against the step's own order planned the same way.
+    coarsening within `max_states` that has an order within the capacity (or on
+    `groups` runs), its order planned op by op by the fixed-order DP, against the
+    step's own order planned the same way.
     StateSpaceTooLarge over the bound, CapacityTooSmall when nothing fits."""
     start = time.perf_counter()
-    if groups is None:
-        coarse, _ = finest_within(dag, max_states)
-    else:
-        coarse = coarsen(dag, groups)
-    try:
-        solution: RocSolution | None = solve(coarse.graph, capacity, max_states)
-    except NoOrderFits:  # a run's `work` over-counts: the step's order may still fit
-        solution = None
-    order = coarse.order(solution.order) if solution is not None else tuple(dag.ops)
-    scheduled = dag.scheduled(order)
+    choices = coarsenings(dag, max_states) if groups is None else iter([coarsen(dag, groups)])
+    solution: RocSolution | None = None
+    for coarse in choices:
+        try:
+            solution = solve(coarse.graph, capacity, max_states)
+        except NoOrderFits:  # a run's `work` over-counts: a finer or coarser one may fit
+            continue
+        break
+    candidates: dict[Literal["dp", "schedule"], Dag] = {}
+    if solution is not None:
+        candidates["dp"] = dag.scheduled(coarse.order(solution.order))
+    if solution is None or candidates["dp"].ops != dag.ops:
+        candidates["schedule"] = dag
     tried: dict[Literal["dp", "schedule"], DpPlan] = {}
     failure: CapacityTooSmall | None = None
-    for name, candidate in (("dp", scheduled), ("schedule", dag)):
-        if name == "schedule" and tuple(scheduled.ops) == tuple(dag.ops) and tried:
-            continue
+    for name, candidate in candidates.items():
         try:
             tried[name] = plan_dp(candidate, signature, capacity, max_states=FIXED_ORDER_STATES)
         except CapacityTooSmall as err:
@@ -434,12 +445,7 @@ def roc_plan(
         raise failure
     chosen = min(tried, key=lambda name: tried[name].transferred_bytes)
     return RocPlan(
-        tried[chosen].plan,
-        tried[chosen],
-        solution,
-        coarse,
-        chosen,
-        time.perf_counter() - start,
+        tried[chosen].plan, tried[chosen], solution, coarse, chosen, time.perf_counter() - start
     )
 
 
