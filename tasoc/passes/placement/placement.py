@@ -317,6 +317,8 @@ class PlacementPass(ModulePass):
             )
         if "method" in section:  # dp-fixed-order: the plan the bounded DP or its baselines gave
             details.append(f"plan of the {section['method']} {_METHODS[section['method']]}")
+        elif "dp_note" in section:  # dp: what ROC's DP ran on and whose order was kept
+            details.append(section["dp_note"])
         steps = f"{section['evaluations']} evaluations" if "evaluations" in section else None
         stopped = stop_line(section, steps)
         if stopped is not None:
