@@ -7,10 +7,11 @@ and Belady, and the DP's run time and state count (Jia thesis §4.7.7, Fig. 4.10
 
 Two tables per run. **ROC's model** (Fig. 4.10's measure): each model's training step
 (`autodiff{loss=mse optimizer=sgd}`) coarsened as `search=dp` coarsens it (the finest
-cut of its schedule whose state space is within `--max-states`), at capacities of
+cut of its schedule the DP solves within `--max-states`), at capacities of
 `--factors` times the least any order of its coarse ops needs; the bytes loaded to
 the device by streaming (NeuGraph: nothing cached), LRU and Belady on the step's own
-order and by the DP over every order, with the DP's execution states, (S, T) pairs and
+order and by the DP over every order (the finest cut the DP solves within the bound
+at every factor), with the DP's execution states, (S, T) pairs and
 wall time here. **The placed program** (tasoc's accounting: every swap-out and
 swap-in): at `--fractions` of the step's peak without placement, the bytes moved by
 the swap planner's LRU and Belady plans, the fixed-order DP's and `search=dp`'s plans,
@@ -55,6 +56,7 @@ from tasoc.passes.placement.problem import PlacementProblem
 from tasoc.passes.placement.roc_dp import (
     DEFAULT_MAX_STATES,
     CoarseGraph,
+    StateSpaceTooLarge,
     cache_loads,
     coarsenings,
     roc_plan,
@@ -156,31 +158,39 @@ MODEL_HEADER = (
 
 
 def model_rows(name: str, dag: Dag, factors: Sequence[float], max_states: int) -> list[ModelRow]:
-    """ROC's model on the step's finest coarsening within the bound."""
-    coarse = next(coarsenings(dag, max_states))
-    graph = coarse.graph
+    """ROC's model on the step's finest coarsening (`coarsenings`) the DP solves within
+    `max_states` at every factor."""
+    for coarse in coarsenings(dag):
+        graph = coarse.graph
+        try:
+            rows = [model_row(name, len(dag.ops), graph, factor, max_states) for factor in factors]
+        except StateSpaceTooLarge:
+            continue
+        return rows
+    raise StateSpaceTooLarge(max_states + 1, max_states, "even with the step as one op")
+
+
+def model_row(
+    name: str, fine_ops: int, graph: CoarseGraph, factor: float, max_states: int
+) -> ModelRow:
+    """The baselines and the DP at `factor` times the least capacity of `graph`."""
+    capacity = int(least_capacity(graph) * factor)
     own = tuple(range(graph.num_ops))
-    rows = []
-    for factor in factors:
-        capacity = int(least_capacity(graph) * factor)
-        loaded: dict[str, int | None] = {p: cache_loads(graph, own, capacity, p) for p in POLICIES}
-        solution = solve(graph, capacity, max_states)
-        loaded["dp"] = solution.loaded
-        rows.append(
-            ModelRow(
-                name,
-                len(dag.ops),
-                graph.num_ops,
-                len(graph.sizes),
-                factor,
-                capacity,
-                loaded,
-                solution.execution_states,
-                solution.pairs,
-                solution.seconds,
-            )
-        )
-    return rows
+    loaded: dict[str, int | None] = {p: cache_loads(graph, own, capacity, p) for p in POLICIES}
+    solution = solve(graph, capacity, max_states)
+    loaded["dp"] = solution.loaded
+    return ModelRow(
+        name,
+        fine_ops,
+        graph.num_ops,
+        len(graph.sizes),
+        factor,
+        capacity,
+        loaded,
+        solution.execution_states,
+        solution.pairs,
+        solution.seconds,
+    )
 
 
 @dataclass(frozen=True)

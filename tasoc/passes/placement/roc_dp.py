@@ -9,32 +9,36 @@ the same bytes for every plan, so not counted). A state S is a set of ops alread
 that contains every predecessor of its members (a down-set of the graph: the states
 are every execution order at once); its live tensors A(S) are those an op of S made or
 read that an op outside S still reads. COST(S, T) is the fewest bytes loaded to run
-the ops of S and end with T, a subset of A(S), cached. Running op o from (S, T) loads its inputs
-not in T, must hold T | IN(o) | OUT(o) (plus its `work`) within the capacity
-(Algorithm 3's line 18), and may keep any part of (T | IN(o) | OUT(o)) ∩ A(S + o).
+the ops of S and end with T, a subset of A(S), cached. Running op o from (S, T) loads
+its inputs not in T and must hold T | IN(o) | OUT(o) (plus its `work`) within the
+capacity (Algorithm 3's line 18), evicting cached tensors it does not touch where they
+do not fit; what stays cached after it is what it held that is still live.
 
 **Departure from the pseudocode.** Read literally, Algorithm 3's recursion sets the
 cache before o to T' = (T \\ OUT(o)) ∩ A(S'): a tensor whose last reader is o is never
 in T (it is not live after o), so never in T', so always loaded again for its last
 reader, and a cached tensor still live after o can never be evicted at o. That is not
-"the globally optimal strategy" its text claims; here a state may drop any cached
-tensor at no cost (host memory has a copy), which is what the text's model allows. The
-DP runs forward over states by size, each (S, T) evaluated once (memoised): an op's
-arrivals keep everything they may, then every subset of a state's cached sets is
-reached by dropping one tensor at a time (a superset-minimum over the subsets of
-A(S)), so each (S, T) costs O(|A(S)| + ready ops) — the thesis' O(S²T) bound, less.
+"the globally optimal strategy" its text claims; here a state may evict any cached
+tensor at no cost (host memory has a copy), which is what the text's model allows.
 
-**The bound.** The pairs (S, T) are at most Σ_S 2^|A(S)|; `max_states` bounds that sum
-(default 65,536: the thesis' largest GNN had 16 states and 4,096 tensor sets). ROC's
-ops are layer-level, so a tasoc training step (tens to hundreds of fine ops) is first
-coarsened (`coarsen`): its schedule is cut into `groups` contiguous runs of ops (each
-a coarse op; contiguous runs of a topological order keep the coarse graph acyclic), and
-the values that cross runs are grouped by (maker run, reader runs) into coarse tensors
-— a layer's activations, its weights. Values inside one run are the coarse op's
-`work`. `roc_plan` takes the finest coarsening within the bound (every op its own
-run when the whole step fits, as on small graphs) on which some order fits the
-capacity; `StateSpaceTooLarge` (one line, naming the bound and the count) when not
-even the step as one run is within the bound.
+**How it runs.** Forward over the states by size, each (S, T) evaluated once
+(memoised). Evicting is free and keeping never loads more, so a tensor is evicted only
+when an op needs its room, and only minimal eviction sets are tried (`_evictions`): a
+tensor evicted beyond one could as well be evicted when room is next needed. Every
+plan keeps at least what some such plan keeps, so the optimum is among them (the
+brute-force test checks it against every subset kept before every op).
+
+**The bound.** `max_states` bounds the (S, T) pairs evaluated (default 65,536: the
+thesis' largest GNN had 16 states and 4,096 tensor sets); the execution states alone
+are counted first. ROC's ops are layer-level, so a tasoc training step (tens to
+hundreds of fine ops) is coarsened (`coarsen`): its schedule is cut into contiguous
+runs of ops (each a coarse op; contiguous runs of a topological order keep the coarse
+graph acyclic), and the values that cross runs are grouped by (maker run, reader runs)
+into coarse tensors — a layer's activations, its weights. Values inside one run are the
+coarse op's `work`. `roc_plan` takes the finest cut (every op its own run on a step of
+at most `MAX_RUNS` ops, else `MAX_RUNS` runs, then half as many, ...) the DP solves
+within the bound with an order that fits the capacity; `StateSpaceTooLarge` (one line,
+naming the bound and the count) when not even the step as one run is within it.
 
 **The plan.** The DP's order of coarse ops, each run's ops in their schedule order, is
 the placed program's order. Op-level swaps on that order are the fixed-order DP's
@@ -63,8 +67,12 @@ from tasoc.passes.placement.swap_planner import CapacityTooSmall, SwapSettings, 
 from tasoc.passes.search import SearchOutcome, StopReason
 
 DEFAULT_MAX_STATES = 16 * 4096
-"""(S, T) pairs the DP may have: the thesis' largest, 16 execution states times 4,096
-tensor sets."""
+"""(S, T) pairs the DP may evaluate: the thesis' largest, 16 execution states times
+4,096 tensor sets."""
+
+MAX_RUNS = 64
+"""The finest coarsening `roc_plan` tries: ROC's graphs had a handful of layer-level
+ops, and counting a step's execution states costs O(ops) each."""
 
 CachePolicy = Literal["stream", "lru", "belady"]
 """ROC's baselines on a fixed order (§4.7.7): `stream` caches nothing (NeuGraph's
@@ -183,53 +191,61 @@ class RocSolution:
         return tuple(step.op for step in self.steps)
 
 
-def state_space(graph: CoarseGraph, bound: int) -> tuple[list[int], int]:
-    """The execution states (down-sets) of `graph` by size, and Σ_S 2^|A(S)|: the
-    (S, T) pairs the DP may have. StateSpaceTooLarge as soon as the sum passes
-    `bound` (the count then is a lower bound)."""
-    states, seen, total, frontier = [], {0}, 0, [0]
+def execution_states(graph: CoarseGraph, bound: int) -> list[int]:
+    """The execution states (down-sets) of `graph` by size. StateSpaceTooLarge as soon
+    as they are more than `bound` (the count then is a lower bound)."""
+    states, seen, frontier = [], {0}, [0]
     while frontier:
         following = []
         for state in frontier:
             states.append(state)
-            total += 1 << graph.live(state).bit_count()
-            if total > bound:
-                raise StateSpaceTooLarge(total, bound, f"on {graph.num_ops} ops")
+            if len(states) > bound:
+                raise StateSpaceTooLarge(len(states), bound, f"on {graph.num_ops} ops")
             for o in graph.ready(state):
                 if state | 1 << o not in seen:
                     seen.add(state | 1 << o)
                     following.append(state | 1 << o)
         frontier = following
-    return states, total
+    return states
+
+
+Entry = tuple[int, int, int, int]
+"""How the DP reached (S, T): (bytes loaded, the last op, the cache before it — what
+the state before kept — and the tensors evicted before it ran)."""
 
 
 def solve(graph: CoarseGraph, capacity: int, max_states: int = DEFAULT_MAX_STATES) -> RocSolution:
     """Algorithm 3 (module docstring): the order and caching of `graph`'s ops that load
-    the fewest bytes within `capacity`. StateSpaceTooLarge over `max_states`,
-    NoOrderFits when no order runs within the capacity."""
+    the fewest bytes within `capacity`. StateSpaceTooLarge when the (S, T) pairs pass
+    `max_states`, NoOrderFits when no order runs within the capacity."""
     start = time.perf_counter()
-    states, _ = state_space(graph, max_states)
+    states = execution_states(graph, max_states)
     full = (1 << graph.num_ops) - 1
-    # best[S][T] = (cost, how): ("op", o, T_before) from S \ {o}, or ("drop", T_super).
-    best: dict[int, dict[int, tuple[int, tuple[str, int, int]]]] = {0: {0: (0, ("op", -1, 0))}}
-    pairs = 0
-    for state in states:  # by size: every predecessor state is done
-        table = best.get(state, {})
-        _drop_closure(table)
-        pairs += len(table)
-        for cached, (cost, _) in table.items():
-            held = graph.size(cached)
-            for o in graph.ready(state):
-                touched = cached | graph.ins[o] | graph.outs[o]
-                extra = graph.size(touched & ~cached)
-                if held + extra + graph.work[o] > capacity:
-                    continue
+    best: dict[int, dict[int, Entry]] = {0: {0: (0, -1, 0, 0)}}
+    pairs = 1
+    live_of: dict[int, int] = {}
+    for state in states:  # by size: every state before it is done
+        ready = list(graph.ready(state))
+        for cached, (cost, *_) in best.get(state, {}).items():
+            for o in ready:
+                touched = graph.ins[o] | graph.outs[o]
+                excess = graph.size(cached | touched) + graph.work[o] - capacity
                 after = state | 1 << o
-                kept = touched & graph.live(after)
+                table = best.setdefault(after, {})
+                if after not in live_of:
+                    live_of[after] = graph.live(after)
+                live = live_of[after]
                 loaded = cost + graph.size(graph.ins[o] & ~cached)
-                known = best.setdefault(after, {}).get(kept)
-                if known is None or loaded < known[0]:
-                    best[after][kept] = (loaded, ("op", o, cached))
+                for evicted in _evictions(graph, cached & ~touched, excess):
+                    kept = (cached & ~evicted | touched) & live
+                    known = table.get(kept)
+                    if known is None:
+                        pairs += 1
+                        if pairs > max_states:
+                            where = f"on {graph.num_ops} ops"
+                            raise StateSpaceTooLarge(pairs, max_states, where)
+                    if known is None or loaded < known[0]:
+                        table[kept] = (loaded, o, cached, evicted)
     if 0 not in best.get(full, {}):
         raise NoOrderFits(
             f"no order of the {graph.num_ops} ops runs within {capacity} bytes: "
@@ -240,36 +256,44 @@ def solve(graph: CoarseGraph, capacity: int, max_states: int = DEFAULT_MAX_STATE
     )
 
 
-def _drop_closure(table: dict[int, tuple[int, tuple[str, int, int]]]) -> None:
-    """Reach every subset of the cached sets in `table` by dropping tensors, each at
-    the least cost of a superset (host memory has every tensor: dropping is free).
-    Largest sets first, so a set's cost is final before its subsets take it."""
-    by_count: dict[int, set[int]] = {}
-    for cached in table:
-        by_count.setdefault(cached.bit_count(), set()).add(cached)
-    for count in range(max(by_count, default=0), 0, -1):
-        for cached in by_count.get(count, ()):
-            cost = table[cached][0]
-            for t in _bits(cached):
-                smaller = cached & ~(1 << t)
-                known = table.get(smaller)
-                if known is None or cost < known[0]:
-                    table[smaller] = (cost, ("drop", -1, cached))
-                    by_count.setdefault(count - 1, set()).add(smaller)
+def _evictions(graph: CoarseGraph, movable: int, excess: int) -> Iterator[int]:
+    """The sets of `movable` tensors whose eviction frees at least `excess` bytes and
+    that free less with any member kept (nothing when `excess` is not positive). Only
+    these are worth trying: evicting is free (host memory has every tensor) and keeping
+    never loads more, so a tensor is best evicted only when an op needs its room, and
+    one evicted beyond a minimal set can as well be evicted when room is next needed."""
+    if excess <= 0:
+        yield 0
+        return
+    members = sorted(_bits(movable), key=lambda t: graph.sizes[t], reverse=True)
+    rest = [0] * (len(members) + 1)
+    for j in range(len(members) - 1, -1, -1):
+        rest[j] = rest[j + 1] + graph.sizes[members[j]]
+
+    def grow(first: int, freed: int, chosen: int) -> Iterator[int]:
+        # Largest first: a set is minimal exactly when its last, smallest member
+        # is the one that reaches `excess`.
+        for j in range(first, len(members)):
+            if freed + rest[j] < excess:
+                return
+            reached = freed + graph.sizes[members[j]]
+            if reached >= excess:
+                yield chosen | 1 << members[j]
+            else:
+                yield from grow(j + 1, reached, chosen | 1 << members[j])
+
+    yield from grow(0, 0, 0)
 
 
-def _path(
-    best: dict[int, dict[int, tuple[int, tuple[str, int, int]]]], full: int
-) -> tuple[RocStep, ...]:
+def _path(best: dict[int, dict[int, Entry]], full: int) -> tuple[RocStep, ...]:
     """The optimum's steps, followed back from (all ops, nothing cached)."""
     steps: list[RocStep] = []
-    state, cached = full, 0
+    state, kept = full, 0
     while state:
-        _, (how, o, before) = best[state][cached]
-        if how == "op":
-            state &= ~(1 << o)
-            steps.append(RocStep(o, before, cached))
-        cached = before
+        _, o, cached, evicted = best[state][kept]
+        steps.append(RocStep(o, cached & ~evicted, kept))
+        state &= ~(1 << o)
+        kept = cached
     return tuple(reversed(steps))
 
 
@@ -368,22 +392,12 @@ def coarsen(dag: Dag, groups: int) -> Coarsening:
     return Coarsening(CoarseGraph(sizes, tuple(ins), tuple(outs), tuple(work)), runs, tensors)
 
 
-def coarsenings(dag: Dag, max_states: int) -> Iterator[Coarsening]:
-    """The coarsenings of `dag` whose state space is within `max_states`, finest first:
-    every op its own run, then half as many runs, and so on down to one.
-    StateSpaceTooLarge when none is (`max_states` below 2: one run has two states)."""
-    groups, within = len(dag.ops), False
+def coarsenings(dag: Dag) -> Iterator[Coarsening]:
+    """The coarsenings `roc_plan` tries, finest first: every op its own run (at most
+    `MAX_RUNS` runs), then half as many runs, and so on down to one."""
+    groups = min(len(dag.ops), MAX_RUNS)
     while groups:
-        coarse = coarsen(dag, groups)
-        try:
-            state_space(coarse.graph, max_states)
-        except StateSpaceTooLarge as err:
-            if groups == 1 and not within:
-                where = "even with the step as one op"
-                raise StateSpaceTooLarge(err.count, err.bound, where) from None
-        else:
-            within = True
-            yield coarse
+        yield coarsen(dag, groups)
         groups //= 2
 
 
@@ -415,18 +429,25 @@ def roc_plan(
     groups: int | None = None,
 ) -> RocPlan:
     """The plan of `dag` within `capacity` (module docstring): ROC's DP on the finest
-    coarsening within `max_states` that has an order within the capacity (or on
-    `groups` runs), its order planned op by op by the fixed-order DP, against the
-    step's own order planned the same way.
-    StateSpaceTooLarge over the bound, CapacityTooSmall when nothing fits."""
+    coarsening (`coarsenings`, or `groups` runs) it solves within `max_states` with an
+    order that fits, that order planned op by op by the fixed-order DP, against the
+    step's own order planned the same way. StateSpaceTooLarge when the step as one op
+    (or as `groups` runs) is over the bound, CapacityTooSmall when nothing fits."""
     start = time.perf_counter()
-    choices = coarsenings(dag, max_states) if groups is None else iter([coarsen(dag, groups)])
+    choices = coarsenings(dag) if groups is None else iter([coarsen(dag, groups)])
     solution: RocSolution | None = None
     for coarse in choices:
         try:
             solution = solve(coarse.graph, capacity, max_states)
-        except NoOrderFits:  # a run's `work` over-counts: a finer or coarser one may fit
+        except NoOrderFits:  # a coarse op holds its inputs and results at once
             continue
+        except StateSpaceTooLarge as err:
+            if groups is not None:
+                raise
+            if coarse.graph.num_ops > 1:
+                continue  # a coarser cut has fewer states
+            where = "even with the step as one op"
+            raise StateSpaceTooLarge(err.count, err.bound, where) from None
         break
     candidates: dict[Literal["dp", "schedule"], Dag] = {}
     if solution is not None:
