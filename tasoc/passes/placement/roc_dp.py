@@ -486,6 +486,7 @@ def roc_search(
         else f"ROC's DP over {solution.execution_states} execution states of "
         f"{found.coarse.graph.num_ops} coarse ops, {solution.pairs} (S, T) pairs"
     )
+    whose = "its" if found.order_from == "dp" else "the step's own"
     return SearchOutcome(
         best=found.plan,
         cost_before=problem.simulate(belady).seconds,
@@ -502,8 +503,8 @@ def roc_search(
             "order_from": found.order_from,
             "transferred_bytes": found.dp_plan.transferred_bytes,
             "dp_note": (
-                f"dp: {searched} (max_states={max_states}); the {found.order_from}'s "
-                f"order, planned op by op, moves {found.dp_plan.transferred_bytes} bytes"
+                f"dp: {searched} (max_states={max_states}); {whose} order, planned op by "
+                f"op, moves {found.dp_plan.transferred_bytes} bytes"
             ),
         },
     )
