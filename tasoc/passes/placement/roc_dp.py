@@ -113,6 +113,9 @@ class CoarseGraph:
     """Per tensor, the ops that read it (a bit set)."""
     preds: tuple[int, ...] = field(init=False)
     """Per op, the ops that make its inputs (a bit set)."""
+    chunks: tuple[tuple[int, ...], ...] = field(init=False, repr=False)
+    """Per byte of a tensor bit set, the bytes of each of its 256 values: `size` is the
+    DP's innermost step, a lookup per 8 tensors instead of a loop over the set."""
 
     def __post_init__(self) -> None:
         n = len(self.ins)
@@ -138,6 +141,15 @@ class CoarseGraph:
                     before |= 1 << maker[t]
             preds.append(before)
         object.__setattr__(self, "readers", tuple(readers))
+        chunks = []
+        for base in range(0, len(self.sizes), 8):
+            part = self.sizes[base : base + 8]
+            table = [0] * 256
+            for byte in range(1, 256):
+                low = (byte & -byte).bit_length() - 1
+                table[byte] = table[byte & (byte - 1)] + (part[low] if low < len(part) else 0)
+            chunks.append(tuple(table))
+        object.__setattr__(self, "chunks", tuple(chunks))
         object.__setattr__(self, "preds", tuple(preds))
         if not self.work:
             object.__setattr__(self, "work", (0,) * n)
@@ -148,7 +160,12 @@ class CoarseGraph:
 
     def size(self, tensors: int) -> int:
         """Bytes of a set of tensors."""
-        return sum(self.sizes[t] for t in _bits(tensors))
+        total, k = 0, 0
+        while tensors:
+            total += self.chunks[k][tensors & 255]
+            tensors >>= 8
+            k += 1
+        return total
 
     def live(self, state: int) -> int:
         """A(S): the tensors an op of `state` made or read that an op outside reads."""
@@ -236,7 +253,8 @@ def solve(graph: CoarseGraph, capacity: int, max_states: int = DEFAULT_MAX_STATE
                     live_of[after] = graph.live(after)
                 live = live_of[after]
                 loaded = cost + graph.size(graph.ins[o] & ~cached)
-                for evicted in _evictions(graph, cached & ~touched, excess):
+                fits = excess <= 0  # most transitions: nothing to evict
+                for evicted in (0,) if fits else _evictions(graph, cached & ~touched, excess):
                     kept = (cached & ~evicted | touched) & live
                     known = table.get(kept)
                     if known is None:
