@@ -275,14 +275,11 @@ def solve(graph: CoarseGraph, capacity: int, max_states: int = DEFAULT_MAX_STATE
 
 
 def _evictions(graph: CoarseGraph, movable: int, excess: int) -> Iterator[int]:
-    """The sets of `movable` tensors whose eviction frees at least `excess` bytes and
-    that free less with any member kept (nothing when `excess` is not positive). Only
-    these are worth trying: evicting is free (host memory has every tensor) and keeping
-    never loads more, so a tensor is best evicted only when an op needs its room, and
-    one evicted beyond a minimal set can as well be evicted when room is next needed."""
-    if excess <= 0:
-        yield 0
-        return
+    """The sets of `movable` tensors whose eviction frees at least `excess` (positive)
+    bytes and that free less with any member kept. Only these are worth trying:
+    evicting is free (host memory has every tensor) and keeping never loads more, so a
+    tensor is best evicted only when an op needs its room, and one evicted beyond a
+    minimal set can as well be evicted when room is next needed."""
     members = sorted(_bits(movable), key=lambda t: graph.sizes[t], reverse=True)
     rest = [0] * (len(members) + 1)
     for j in range(len(members) - 1, -1, -1):
