@@ -441,24 +441,20 @@ def roc_plan(
     capacity: int,
     *,
     max_states: int = DEFAULT_MAX_STATES,
-    groups: int | None = None,
 ) -> RocPlan:
     """The plan of `dag` within `capacity` (module docstring): ROC's DP on the finest
-    coarsening (`coarsenings`, or `groups` runs) it solves within `max_states` with an
-    order that fits, that order planned op by op by the fixed-order DP, against the
-    step's own order planned the same way. StateSpaceTooLarge when the step as one op
-    (or as `groups` runs) is over the bound, CapacityTooSmall when nothing fits."""
+    coarsening (`coarsenings`) it solves within `max_states` with an order that fits,
+    that order planned op by op by the fixed-order DP, against the step's own order
+    planned the same way. StateSpaceTooLarge when the step as one op is over the
+    bound, CapacityTooSmall when nothing fits."""
     start = time.perf_counter()
-    choices = coarsenings(dag) if groups is None else iter([coarsen(dag, groups)])
     solution: RocSolution | None = None
-    for coarse in choices:
+    for coarse in coarsenings(dag):
         try:
             solution = solve(coarse.graph, capacity, max_states)
         except NoOrderFits:  # a coarse op holds its inputs and results at once
             continue
         except StateSpaceTooLarge as err:
-            if groups is not None:
-                raise
             if coarse.graph.num_ops > 1:
                 continue  # a coarser cut has fewer states
             where = "even with the step as one op"
