@@ -143,8 +143,9 @@ class PlacementPass(ModulePass):
     max_states: int | None = None
     """dp-fixed-order: states kept at a step before the exact DP becomes its bounded form (then
     compared with Belady and LRU; the report's `method` says which ran), 1000 when not
-    given. dp: the (execution state, cached tensor set) pairs ROC's DP may have, 65,536
-    when not given; the step is coarsened to fit, and one op over it fails the pass."""
+    given. dp: the (execution state, cached tensor set) pairs ROC's DP may evaluate,
+    65,536 when not given; the step is coarsened until the DP fits, and the pass fails
+    when even the step as one op does not."""
 
     def __post_init__(self) -> None:
         check_option_types(self)
