@@ -43,10 +43,10 @@ naming the bound and the count) when not even the step as one run is within it.
 **The plan.** The DP's order of coarse ops, each run's ops in their schedule order, is
 the placed program's order. Op-level swaps on that order are the fixed-order DP's
 (`dp.py`: exact in tasoc's accounting below its own bound, where a value evicted is
-copied out once and a param may arrive on the host, which ROC's model has not); the step's own order is
-planned the same way, and the order that moves fewer bytes is kept, so `dp` never
-moves more than `dp-fixed-order`, Belady or LRU on the step's schedule. Lowering and
-JAX execution are every placed program's.
+copied out once and a param may arrive on the host, which ROC's model has not). The
+step's own order is planned the same way, and the order that moves fewer bytes is
+kept, so `dp` never moves more than `dp-fixed-order`, Belady or LRU on the step's
+schedule. Lowering and JAX execution are every placed program's.
 """
 
 from __future__ import annotations
