@@ -1,7 +1,8 @@
-"""ROC's dynamic program (placement's `dp`): the fewest bytes moved on every small
-random graph (against a brute force over every keep/evict choice), never more than the
-swap planner's Belady and LRU plans, a bounded form above `max_states` that says so,
-and plans that verify within their capacity and compute the step."""
+"""The fixed-order caching DP (placement's `dp-fixed-order`; ROC's own DP, `dp`, is
+tests/test_placement_roc_dp.py): the fewest bytes moved on every small random graph
+(against a brute force over every keep/evict choice), never more than the swap
+planner's Belady and LRU plans, a bounded form above `max_states` that says so, and
+plans that verify within their capacity and compute the step."""
 
 from __future__ import annotations
 

@@ -44,17 +44,18 @@ from tasoc.passes.options import (
     parse_byte_size,
 )
 from tasoc.passes.placement.device_view import DeviceView, device_view
-from tasoc.passes.placement.dp import dp_search
+from tasoc.passes.placement.dp import DEFAULT_MAX_STATES, dp_search
 from tasoc.passes.placement.ga import GASettings, ga_search, random_search
 from tasoc.passes.placement.offload import offload_all
 from tasoc.passes.placement.planning import Searching, plan_within
 from tasoc.passes.placement.problem import Searcher, SearchLimits
+from tasoc.passes.placement.roc_dp import StateSpaceTooLarge, roc_search
 from tasoc.passes.placement.swap_planner import CapacityTooSmall, Policy
 from tasoc.passes.report import current_report
 from tasoc.passes.search import Deadline, resolve_seed
 from tasoc.passes.summary import Summary, format_seconds, format_speedup, stop_line
 
-Search = Literal["offload-all", "belady", "lru", "ga", "random", "dp-fixed-order"]
+Search = Literal["offload-all", "belady", "lru", "ga", "random", "dp-fixed-order", "dp"]
 
 _METHODS = {
     "exact": "DP (optimal in bytes moved)",
@@ -104,8 +105,8 @@ class PlacementPass(ModulePass):
     `ga` is SwapAdvisor's genetic algorithm over schedules and memory pools, `random`
     random variants of the GA's seeds for the same budget (at equal evaluations it
     matched or beat the GA: docs/decisions.md, issue 32);
-    `dp-fixed-order` a caching DP on the step's own schedule, fewest bytes moved (not
-    ROC's DP, which also orders the ops: `dp` is kept for it)."""
+    `dp-fixed-order` a caching DP on the step's own schedule, fewest bytes moved;
+    `dp` ROC's DP (`roc_dp.py`), which also chooses the order of the ops."""
     capacity: int | float | str | None = None
     """Device memory (bytes, or a size such as 16GiB) — one device's, for a sharded
     step: written as `memory.capacity`, and a plan over it fails the pass, naming the op
@@ -139,9 +140,12 @@ class PlacementPass(ModulePass):
     release a saved activation and run its op again where the backward pass reads it,
     instead of swapping it (Checkmate-style, beyond SwapAdvisor): the swap planner's
     recomputing plans are priced beside the search's, and the fastest is kept."""
-    max_states: int = 1000
+    max_states: int | None = None
     """dp-fixed-order: states kept at a step before the exact DP becomes its bounded form (then
-    compared with Belady and LRU; the report's `method` says which ran)."""
+    compared with Belady and LRU; the report's `method` says which ran), 1000 when not
+    given. dp: the (execution state, cached tensor set) pairs ROC's DP may evaluate,
+    65,536 when not given; the step is coarsened until the DP fits, and the pass fails
+    when even the step as one op does not."""
 
     def __post_init__(self) -> None:
         check_option_types(self)
@@ -169,7 +173,10 @@ class PlacementPass(ModulePass):
         return {
             "ga": partial(ga_search, settings=settings),
             "random": partial(random_search, settings=settings),
-            "dp-fixed-order": partial(dp_search, max_states=self.max_states),
+            "dp-fixed-order": partial(dp_search, max_states=self.max_states or DEFAULT_MAX_STATES),
+            "dp": roc_search
+            if self.max_states is None
+            else partial(roc_search, max_states=self.max_states),
         }
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
@@ -272,7 +279,7 @@ class PlacementPass(ModulePass):
                 seconds,
                 recompute=self.recompute == "on",
             )
-        except CapacityTooSmall as err:
+        except (CapacityTooSmall, StateSpaceTooLarge) as err:
             raise PlacementFailed(str(err)) from None
         section.update(outcome.report())
         current_report().figure(f"{self.name}-memory", outcome.memory_figure())
@@ -311,6 +318,8 @@ class PlacementPass(ModulePass):
             )
         if "method" in section:  # dp-fixed-order: the plan the bounded DP or its baselines gave
             details.append(f"plan of the {section['method']} {_METHODS[section['method']]}")
+        elif "dp_note" in section:  # dp: what ROC's DP ran on and whose order was kept
+            details.append(section["dp_note"])
         steps = f"{section['evaluations']} evaluations" if "evaluations" in section else None
         stopped = stop_line(section, steps)
         if stopped is not None:

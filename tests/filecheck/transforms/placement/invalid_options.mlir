@@ -2,7 +2,7 @@
 // RUN: not %tasoc opt %s -p 'placement{capacity=16XB}' 2>&1 | filecheck %s --check-prefix=UNIT
 // RUN: not %tasoc opt %s -p 'placement{capacity=-3}' 2>&1 | filecheck %s --check-prefix=NEGATIVE
 // RUN: not %tasoc opt %s -p 'placement{search=belady-ish}' 2>&1 | filecheck %s --check-prefix=SEARCH
-// RUN: not %tasoc opt %s -p 'placement{search=dp}' 2>&1 | filecheck %s --check-prefix=DP
+// RUN: not %tasoc opt %s -p 'autodiff{loss=mse},placement{search=dp max-states=1 capacity=8KiB}' 2>&1 | filecheck %s --check-prefix=DP
 // RUN: not %tasoc opt %s -p 'placement{prefetch=-1}' 2>&1 | filecheck %s --check-prefix=PREFETCH
 // RUN: not %tasoc opt %s -p 'placement' 2>&1 | filecheck %s --check-prefix=FORWARD
 // RUN: not %tasoc opt %s -p 'autodiff{loss=mse},placement{capacity=1KiB}' 2>&1 | filecheck %s --check-prefix=CAPACITY
@@ -20,7 +20,7 @@ func.func @main(%x: tensor<64x8xf32>, %w: tensor<8x8xf32> {graph.param}) -> tens
 // UNIT:       {{^}}tasoc: error: {{.*}}'placement'{{.*}}capacity: unknown unit 'XB' in byte size '16XB'{{.*}}
 // NEGATIVE:   {{^}}tasoc: error: {{.*}}'placement'{{.*}}capacity: a byte size must not be negative, got -3{{$}}
 // SEARCH:     {{^}}tasoc: error: {{.*}}'placement'{{.*}}search{{.*}}'offload-all', 'belady', 'lru', {{.*}}got 'belady-ish'{{$}}
-// DP:       {{^}}tasoc: error: {{.*}}'placement'{{.*}}search{{.*}}'ga', 'random', 'dp-fixed-order', got 'dp'{{$}}
+// DP:       {{^}}tasoc: error: placement: search=dp: ROC's DP has at least 2 (execution state, cached tensor set) pairs even with the step as one op, over max-states=1{{$}}
 // DP-NOT:   {{.}}
 // PREFETCH:   {{^}}tasoc: error: {{.*}}'placement'{{.*}}prefetch{{.*}}
 // FORWARD:    {{^}}tasoc: error: placement: @main is not a training step (it computes no loss); run autodiff before placement [pipeline position 1, program kinds: graph]{{$}}

@@ -1,0 +1,37 @@
+"""benchmarks/roc.py: one quick run on the tiny GCN stand-in; the thesis' goal (1.4-5x
+less transfer) is a measurement, not a test."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import pytest
+from conftest import load_benchmark
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    return load_benchmark("roc")
+
+
+def test_quick_run_prints_both_tables(
+    bench: ModuleType, capsys: pytest.CaptureFixture[str]
+) -> None:
+    modelled, placed = bench.main(["--quick", "--models", "gcn", "--factors", "1,1.5"])
+    output = capsys.readouterr().out
+    assert [row.factor for row in modelled] == [1.0, 1.5]
+    for row in modelled:
+        baselines = [row.loaded[p] for p in bench.POLICIES if row.loaded[p] is not None]
+        assert row.loaded["dp"] <= min(baselines)  # the DP is optimal over every order
+        assert row.pairs <= bench.DEFAULT_MAX_STATES and row.states >= row.coarse_ops
+    assert placed and all(row.moved["dp"] <= row.moved["dp-fixed-order"] for row in placed)
+    lines = [line for line in output.splitlines() if line.startswith("| gcn |")]
+    assert len(lines) == len(modelled) + len(placed)
+    assert "load average before" in output and "simulated on v100-swapadvisor" in output
+
+
+def test_models_are_pluggable(bench: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(bench.MODELS, "one-layer", lambda quick: bench.gcn(quick, layers=1))
+    modelled, _ = bench.main(["--quick", "--models", "one-layer", "--factors", "1"])
+    (row,) = modelled
+    assert row.model == "one-layer" and row.fine_ops < 28
