@@ -548,6 +548,20 @@ def fits(rows: Sequence[Row]) -> list[str]:
     return lines
 
 
+CALIBRATED = ("intra: ", "inter: ", "compute: ")
+"""The `sources` of a calibrated machine that say how its links and compute scales
+were measured, with the spread of the links' rounds (`calibration.fit_rounds`)."""
+
+
+def calibration_lines(base: Machine) -> list[str]:
+    """What `base`'s calibration measured and how much its rounds varied, for the
+    reader of a run to judge whether the calibration, not the model, decides it: the
+    machine's link and compute sources, and its compute scales (none on a preset)."""
+    lines = [f"# {source}" for source in base.sources if source.startswith(CALIBRATED)]
+    scales = ", ".join(f"{setup} x{scale:.3g}" for setup, scale in base.compute_scales)
+    return [*lines, f"# compute scales: {scales or 'none'}"]
+
+
 # ------------------------------------------------------------------ driver
 
 
@@ -623,6 +637,7 @@ def main(argv: Sequence[str] | None = None) -> Results | None:
         f"# simulated on {base.name} ({args.machine}); measured on this machine, "
         f"median of {args.rounds} interleaved rounds, each a mean over ~{SAMPLE_S * 1e3:.0f} ms"
     )
+    print("\n".join(calibration_lines(base)))
     views = {name: SETUPS[name].view(base) for name in args.setups}
     first = views[args.setups[0]][0]
     plans = [c for name in args.models for c in candidates(name, first, args.budget, args.randoms)]

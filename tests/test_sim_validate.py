@@ -6,6 +6,7 @@ docs/benchmarks.md, not tests: they depend on the machine's load."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from types import ModuleType
@@ -96,3 +97,24 @@ def test_goals_miss_on_a_misranked_or_wrong_plan(bench: ModuleType, plans: list)
     assert bench.fits(slow)[0] == "- 1x2: measured = 2.00 x simulated + 0.000 ms"
     wrong = [*right[:-1], row(ordered[-1], right[-1].measured_s, {"all-gather": 99})]
     assert bench.goals_of(wrong).same_collectives < 1 and not bench.goals_of(wrong).met
+
+
+def test_a_run_shows_its_calibrations_spread_and_scales(bench: ModuleType) -> None:
+    """The reader of a run sees how the machine's links and compute were measured and
+    how much the link's rounds varied: a calibration's luck, not the model's."""
+    calibrated = dataclasses.replace(
+        machine("cpu-2"),
+        sources=(
+            "calibrated by a test",
+            "intra: ... 5 round(s) fitted alone: bandwidth IQR 2.6-4.2 GB/s, latency IQR 16-17 us",
+            "compute: a probe ... compute_scales 2x1 = 1.4",
+            "host: ...",
+        ),
+        compute_scales=(("2x1", 1.4),),
+    )
+    assert bench.calibration_lines(calibrated) == [
+        "# intra: ... 5 round(s) fitted alone: bandwidth IQR 2.6-4.2 GB/s, latency IQR 16-17 us",
+        "# compute: a probe ... compute_scales 2x1 = 1.4",
+        "# compute scales: 2x1 x1.4",
+    ]
+    assert bench.calibration_lines(machine("cpu-2")) == ["# compute scales: none"]
