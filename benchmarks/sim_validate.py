@@ -36,7 +36,10 @@ Goals (exit status 0 when all are met, else 1): Kendall's tau of simulated again
 measured >= 0.8 over all rows, per setup and per model in each setup; the median
 absolute relative error of simulated against measured <= 20 %; the simulator's
 collectives equal the IR's and the HLO's on every plan. The machine's load before and
-after is printed: the measured times are only as good as the quiet of the machine.
+after is printed: the measured times are only as good as the quiet of the machine; and
+so is the calibration's spread (`calibration_lines`: the quartiles of the links fitted
+to each of its rounds, and the compute scale of the processes' setup), since a
+calibration as lucky or unlucky as one of its rounds can decide whether a run passes.
 """
 
 from __future__ import annotations
