@@ -464,18 +464,21 @@ def test_a_link_is_fitted_to_the_rounds_median_and_their_spread_is_kept() -> Non
     assert spread.bandwidth_quartiles[0] < 3e9 < 4e9 < spread.bandwidth_quartiles[1]
 
 
-def test_the_probe_is_a_training_step_timed_once_its_processes_are_ready() -> None:
+def test_the_probe_is_a_training_step_timed_in_rounds_between_barriers() -> None:
     dag = calibration.probe_dag(8, 16)
     ops = [node.op for node in dag.ops]
     assert ops.count("matmul") == 5 and {"relu_grad", "tanh_grad", "transpose"} <= set(ops)
     assert [sig.shape for sig in dag.output_sigs] == [(16, 16), (16, 16)]  # both weights
-    compiled: list[int] = []
-
-    def ready() -> None:  # the barrier: every program compiled before it, no timing yet
-        compiled.append(len(jax.live_arrays()))
-
-    seconds = calibration.probe_seconds(op_table.cpu_devices(1, 2), calibration.QUICK, ready)
-    assert len(compiled) == 1 and 0 < seconds < 1
+    met: list[str] = []
+    devices = op_table.cpu_devices(2, 2)
+    found = calibration.compute_rounds(devices, True, calibration.QUICK, met.append)
+    rounds = calibration.QUICK.compute_rounds
+    assert met == [
+        f"tasoc calibrate: {w} {r}" for r in range(rounds) for w in ("alone", "together")
+    ]
+    assert len(found) == rounds and all(0 < a < 1 and 0 < b < 1 for a, b in found)
+    others = calibration.compute_rounds(devices, False, calibration.QUICK, met.append)
+    assert [a for a, _ in others] == [0.0] * rounds  # only process 0 times the one process
 
 
 # ------------------------------------------------------------------ the command

@@ -17,11 +17,11 @@ program without the thing measured, so JAX's dispatch of a call is not counted:
   predicts them (`fit_link`, least squares of log ratios), and each round's own fit
   gives the spread (`fit_rounds`: one calibration's 4 MiB all-reduces once fitted
   2.5 GB/s, the next 6.9);
-- **compute per setup**: a probe training step (`probe_dag`) timed the way the op
-  table times an op, by every device of a setup at once (`probe_seconds`): in P
-  processes of one device against one process of P devices (the op table's own
-  configuration), whose ratio prices the compute of a step across processes
-  (`Machine.compute_scales`);
+- **compute across processes**: a probe training step (`probe_dag`) timed the way the
+  op table times an op, by every device of a setup at once: in P processes of one
+  device against one process of P devices (the op table's own configuration), in
+  alternating rounds (`compute_rounds`), whose ratio prices the compute of a step
+  across processes (`Machine.compute_scales`);
 - **host**: `jax.device_put` of host arrays and their copy back, fitted to
   `Link.time` alike;
 - **a step's call**: what a jitted call over the devices costs besides its ops, and
@@ -75,8 +75,11 @@ class Sizes:
     """Bytes on each device of a collective's operand."""
     chain: int = 8
     """Dependent collectives in the longer chain of `collective_samples`."""
-    link_rounds: int = 5
+    rounds: int = 5
     """Rounds of `collective_samples`, each every size and kind."""
+    compute_rounds: int = 15
+    """Rounds of `compute_rounds`: a round is short (a second on our VM), and the ratio
+    of two processes' time to one's varied 0.5-1.4 between rounds at a load of 10."""
     link_samples: int = 3
     """Samples of each measurement's median in one round."""
     probe: tuple[int, int] = (128, 384)
@@ -93,7 +96,8 @@ QUICK = Sizes(
     kernels=8,
     collective_bytes=(4096, 64 * 1024),
     chain=3,
-    link_rounds=2,
+    rounds=2,
+    compute_rounds=2,
     link_samples=1,
     probe=(16, 32),
     host_bytes=(64 * 1024, MiB),
@@ -279,9 +283,9 @@ def _call_of(body: Callable[[Any], Any], mesh: Any, x: Any) -> Callable[[], obje
 
 
 PROBE_COPIES = 3
-"""Applications of the probe step in the longer program of `probe_seconds`."""
+"""Applications of the probe step in the longer program of `probe_timer`."""
 PROBE_CALLS = 3
-"""Calls per sample of `probe_seconds`: fixed, so processes measuring together do as
+"""Calls per sample of `probe_timer`: fixed, so processes measuring together do as
 much work each and stay together to the end."""
 
 
@@ -304,24 +308,45 @@ def probe_dag(batch: int, width: int) -> Dag:
     return from_module(g.build(*updated))
 
 
-def probe_seconds(
-    devices: Sequence[Any], sizes: Sizes, ready: Callable[[], object] = lambda: None
-) -> float:
-    """Seconds one more application of `probe_dag` adds to a program in which each of
-    `devices` applies it at once, as `op_table.measure` times an op (`dag_program`,
-    `median_difference`): the probe's compute in the setup whose devices these are.
-    Processes measuring together each pass their own devices (`jax.local_devices()`)
-    and a barrier as `ready`, called once the programs are compiled and warm, so that
-    they time together (compiling takes longer than timing, and one process's compile
-    finishing late would leave the other timing alone); each makes `PROBE_CALLS` calls
-    per sample."""
+def probe_timer(devices: Sequence[Any], sizes: Sizes) -> Callable[[], float]:
+    """A function timing the seconds one more application of `probe_dag` adds to a
+    program in which each of `devices` applies it at once, as `op_table.measure` times
+    an op (`dag_program`, `median_difference` with `PROBE_CALLS` calls per sample, so
+    processes timing together do as much work each); compiled and warm already, since
+    compiling takes longer than timing and a process compiling late would leave the
+    others timing alone."""
     dag = probe_dag(*sizes.probe)
     many, once = (dag_program(dag, devices, n) for n in (PROBE_COPIES, 1))
     for call in (many, once, many, once):  # compiled, warm
         call()
-    ready()
-    seconds = median_difference(many, once, sizes.samples, PROBE_CALLS)
-    return _positive(seconds / (PROBE_COPIES - 1))
+
+    def seconds() -> float:
+        difference = median_difference(many, once, sizes.samples, PROBE_CALLS)
+        return _positive(difference / (PROBE_COPIES - 1))
+
+    return seconds
+
+
+def compute_rounds(
+    local: Sequence[Any], first: bool, sizes: Sizes, barrier: Callable[[str], object]
+) -> list[tuple[float, float]]:
+    """In one of P `jax.distributed` processes of P devices each (`local`, this one's;
+    `first`: process 0), `sizes.compute_rounds` rounds of the probe step's seconds (a) in one
+    process of P devices: process 0 times it on its own devices while the others wait
+    at `barrier` (the op table's configuration), and (b) in P processes of one device,
+    all timing it on their first device at once, between barriers: (a, b) per round,
+    a only in process 0 (0 elsewhere). The two alternate, so a spell of load from
+    elsewhere hits a round's pair alike, and the ratio b / a of each round is what a
+    step across the processes pays over the table (`Machine.compute_scales`)."""
+    alone = probe_timer(local, sizes) if first else None
+    together = probe_timer(local[:1], sizes)
+    found = []
+    for round_ in range(sizes.compute_rounds):
+        barrier(f"tasoc calibrate: alone {round_}")
+        seconds = alone() if alone is not None else 0.0
+        barrier(f"tasoc calibrate: together {round_}")
+        found.append((seconds, together()))
+    return found
 
 
 def call_overheads(devices: Sequence[Any], samples: int, arrays: int = 32) -> tuple[float, float]:

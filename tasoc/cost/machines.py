@@ -134,7 +134,7 @@ class Machine:
     XLA threads of their own to the cores they share (on our 2-core VM, sim_validate's
     2x1 steps ran 1.38-1.43x the table's compute). `tasoc machine calibrate --processes
     P` times a probe step in its P workers at once and in one process of P devices
-    (`tasoc.cost.calibration.probe_seconds`) and writes their ratio for `Px1`.
+    (`tasoc.cost.calibration.compute_rounds`) and writes their ratio for `Px1`.
     Measured pricing only; a setup not listed (one process, the table's own) is
     priced by the table as it is (`compute_scale`)."""
 

@@ -7,10 +7,11 @@ on localhost, started and supervised as `tasoc run --processes` starts its worke
 (`distributed.run_workers`); each worker is `tasoc machine calibrate` itself, marked
 by `distributed.WORKER_ENV`, and process 0 prints its measurements as JSON. Each link
 is fitted to the median of several rounds of its measurements (`fit_rounds`, the
-rounds' spread cited in `sources`). Calibration's probe step is timed in the
-workers, all computing at once, and in the launcher on P devices of one process,
-right after: their ratio is the compute scale of the processes (`compute_scales`),
-since the op table times ops in one process. The machine file
+rounds' spread cited in `sources`). The workers make P devices each and time
+calibration's probe step in alternating rounds, in process 0 alone on its P devices
+(as the op table times ops, in one process) and in all P at once on one device each:
+the rounds' median ratio is the compute scale of the processes (`compute_scales`).
+The machine file
 (`nodes = P`, `devices_per_node = N`, `pricing = "measured"`, `sources` saying what
 was measured, when and how) is written to `-o` and to the cache directory's
 `local.toml` (`machine=local`), both atomically and only once everything was
@@ -25,6 +26,7 @@ import json
 import os
 import platform
 import socket
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -177,8 +179,9 @@ class _Measured:
     """Rounds of the collectives between the launcher's devices."""
     inter: list[list[CollectiveSample]] = field(default_factory=list)
     """Rounds of the collectives between the processes."""
-    probes: dict[str, float] = field(default_factory=dict)
-    """Seconds of calibration's probe step per setup (`setup_name`) it ran in."""
+    compute: list[tuple[float, float]] = field(default_factory=list)
+    """Rounds of calibration's probe step's seconds in one process of P devices and in
+    P processes of one (`calibration.compute_rounds`)."""
     overheads: tuple[float, float] = (0.0, 0.0)
     """Seconds per call and per array of a jitted call over the devices."""
 
@@ -193,8 +196,8 @@ def _calibrate(args: argparse.Namespace, sizes: Sizes, coordinator: str | None) 
     on_host = devices * processes
     got = _Measured()
 
-    def make_devices() -> None:  # the table prices the Px1 probe on P devices here
-        got.devices = cpu_devices(devices, max(devices, processes))
+    def make_devices() -> None:
+        got.devices = cpu_devices(devices, devices)
 
     def device() -> None:
         got.device = cal.measure_device(sizes, on_host)
@@ -204,26 +207,21 @@ def _calibrate(args: argparse.Namespace, sizes: Sizes, coordinator: str | None) 
 
     def intra() -> None:
         got.intra = cal.collective_samples(
-            got.devices, sizes.collective_bytes, sizes.link_samples, sizes.chain, sizes.link_rounds
+            got.devices, sizes.collective_bytes, sizes.link_samples, sizes.chain, sizes.rounds
         )
-
-    def compute() -> None:  # as the op table runs ops on as many devices as processes
-        alone = cpu_devices(processes, processes)
-        got.probes[setup_name(1, processes)] = cal.probe_seconds(alone, sizes)
 
     def overheads() -> None:
         got.overheads = cal.call_overheads(got.devices, sizes.samples)
 
     def inter() -> None:
         assert coordinator is not None
-        got.inter, got.probes[setup_name(processes, 1)] = _inter_samples(args, coordinator)
+        got.inter, got.compute = _inter_samples(args, coordinator)
 
     # The processes first: they are what most often fails (a port, a peer), and then
     # nothing else need be measured.
     steps: list[tuple[str, Callable[[], None]]] = [
         *([("inter", inter)] if coordinator is not None else []),
         ("devices", make_devices),
-        *([("compute", compute)] if coordinator is not None else []),
         ("device", device),
         ("host", host),
         ("call", overheads),
@@ -301,29 +299,36 @@ def _machine(
         call_overhead_s=got.overheads[0],
         array_overhead_s=got.overheads[1],
     )
-    scales, how = _compute_scales(got.probes, processes, sizes)
+    if not got.compute:
+        return dataclasses.replace(unscaled, sources=tuple(sources))
+    scale, how = _compute_scale(got.compute, processes, sizes)
     sources.append(how)
-    return dataclasses.replace(unscaled, sources=tuple(sources), compute_scales=scales)
+    return dataclasses.replace(unscaled, sources=tuple(sources), compute_scales=(scale,))
 
 
-def _compute_scales(
-    probes: dict[str, float], processes: int, sizes: Sizes
-) -> tuple[tuple[tuple[str, float], ...], str]:
-    """The compute scale of the processes' setup (`Machine.compute_scales`): the probe
-    step's seconds as `processes` processes of one device ran it at once over its
-    seconds as one process of as many devices ran it (the op table's configuration);
-    none with one process. And the source line saying so."""
+def _compute_scale(
+    rounds: Sequence[tuple[float, float]], processes: int, sizes: Sizes
+) -> tuple[tuple[str, float], str]:
+    """The compute scale of `processes` processes of one device (`Machine.compute_scales`):
+    the median over `rounds` of the probe step's seconds there over its seconds in one
+    process of as many devices (the op table's configuration), and the source line
+    saying so, with the rounds' quartiles."""
+    import numpy as np
+
+    ratios = [together / alone for alone, together in rounds]
+    scale = statistics.median(ratios)
+    low, high = np.percentile(ratios, [25, 75])
     batch, width = sizes.probe
-    shown = "; ".join(f"{setup} {seconds * 1e3:.3g} ms" for setup, seconds in probes.items())
+    alone, together = (statistics.median(times) for times in zip(*rounds, strict=True))
+    setup = setup_name(processes, 1)
     how = (
         f"compute: a probe SGD step of a 2-layer perceptron ({batch} x {width}) timed as "
-        f"the op table times an op, by every device of a setup at once: {shown}"
+        f"the op table times an op, in {len(rounds)} rounds each of one process of "
+        f"{processes} devices (median {alone * 1e3:.3g} ms) then {processes} processes of "
+        f"one device at once (median {together * 1e3:.3g} ms): compute_scales {setup} = "
+        f"{scale:.3g}, the rounds' median ratio; ratio IQR {low:.3g}-{high:.3g}"
     )
-    if processes == 1:
-        return (), how + " (one process: the op table's own configuration, no scale)"
-    across, alone = setup_name(processes, 1), setup_name(1, processes)
-    scale = probes[across] / probes[alone]
-    return ((across, scale),), how + f"; compute_scales {across} = {scale:.3g}"
+    return (setup, scale), how
 
 
 def _link_source(name: str, fit: LinkFit, how: str, sizes: Sizes) -> str:
@@ -348,10 +353,13 @@ def _host_source(link: Link, sizes: Sequence[int]) -> str:
 
 def _inter_samples(
     args: argparse.Namespace, coordinator: str
-) -> tuple[list[list[CollectiveSample]], float]:
-    """The rounds of collectives measured across `--processes` workers, and the
-    seconds of the probe step as they all ran it at once (process 0's report)."""
-    cluster = distributed.Cluster(coordinator, args.processes, 0, 1, args.connect_timeout)
+) -> tuple[list[list[CollectiveSample]], list[tuple[float, float]]]:
+    """The rounds of collectives measured across `--processes` workers, and the rounds
+    of the probe step (`calibration.compute_rounds`; process 0's report). Each worker
+    makes P devices, so that process 0 alone is a process of P devices, as the op table
+    runs ops."""
+    processes = args.processes
+    cluster = distributed.Cluster(coordinator, processes, 0, processes, args.connect_timeout)
     words = [
         "machine",
         "calibrate",
@@ -365,19 +373,19 @@ def _inter_samples(
     try:
         report = json.loads(out)
         rounds = [[CollectiveSample(*row) for row in rows] for rows in report["rounds"]]
-        return rounds, float(report["probe_s"])
+        return rounds, [(float(a), float(b)) for a, b in report["compute"]]
     except (ValueError, TypeError, KeyError):
         raise DriverError(f"process 0 reported no measurements: {out[-200:]!r}") from None
 
 
 def _worker(args: argparse.Namespace, sizes: Sizes) -> int:
-    """A worker: join the run, measure the collectives across all processes' devices,
-    then the probe step on its own device while every process runs it, and print them
-    (process 0's output is what the launcher reads)."""
+    """A worker: join the run, measure the collectives between the processes (the
+    first device of each), then the probe step's rounds, and print them (process 0's
+    output is what the launcher reads)."""
     import jax
     from jax.experimental import multihost_utils
 
-    from tasoc.cost.calibration import collective_samples, probe_seconds
+    from tasoc.cost.calibration import collective_samples, compute_rounds
 
     if args.coordinator is None or args.process_id is None:
         raise DriverError("a calibrate worker needs --coordinator and --process-id")
@@ -385,14 +393,19 @@ def _worker(args: argparse.Namespace, sizes: Sizes) -> int:
         args.coordinator, args.processes, args.process_id, args.devices, args.connect_timeout
     )
     distributed.join(cluster)
+    firsts = {}
+    for device in sorted(jax.devices(), key=lambda d: d.id):
+        firsts.setdefault(device.process_index, device)
     rounds = collective_samples(
-        jax.devices(), sizes.collective_bytes, sizes.link_samples, sizes.chain, sizes.link_rounds
+        list(firsts.values()),
+        sizes.collective_bytes,
+        sizes.link_samples,
+        sizes.chain,
+        sizes.rounds,
     )
-    probe = probe_seconds(  # every process timing it at once
-        jax.local_devices(),
-        sizes,
-        lambda: multihost_utils.sync_global_devices("tasoc calibrate: probe"),
+    compute = compute_rounds(
+        jax.local_devices(), args.process_id == 0, sizes, multihost_utils.sync_global_devices
     )
     rows = [[[s.kind, s.nbytes, s.devices, s.seconds] for s in found] for found in rounds]
-    print(json.dumps({"rounds": rows, "probe_s": probe}))
+    print(json.dumps({"rounds": rows, "compute": compute}))
     return 0
