@@ -79,7 +79,7 @@ class Sizes:
     """Rounds of `collective_samples`, each every size and kind."""
     compute_rounds: int = 15
     """Rounds of `compute_rounds`: a round is short (a second on our VM), and the ratio
-    of two processes' time to one's varied 0.5-1.4 between rounds at a load of 10."""
+    of two processes' time to one's varied 0.4-1.4 between rounds at a load of 10."""
     link_samples: int = 3
     """Samples of each measurement's median in one round."""
     probe: tuple[int, int] = (128, 384)
