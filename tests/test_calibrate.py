@@ -37,6 +37,7 @@ from tasoc.cost.machines import (
 )
 from tasoc.cost.op_table import MAX_COPIES, OpTable, copies_of, table_key
 from tasoc.driver import distributed
+from tasoc.driver import machine as machine_driver
 from tasoc.ir.dag import Node
 from tasoc.ir.shapes import DType, TensorSig
 from tasoc.sim.core import simulate
@@ -317,6 +318,17 @@ def test_a_step_across_processes_prices_its_ops_with_their_compute_scale(
         for graph in (planned.step(m, collapse=False).graph for m in (within, across))
     ]
     assert compute[1] == pytest.approx(1.4 * compute[0])
+
+
+def test_the_compute_scale_is_the_rounds_median_ratio_and_says_its_spread() -> None:
+    """Each round pairs one process of P devices (the table's way) with the P processes
+    at once, timed seconds apart: a round's ratio compares like with like, and a round
+    hit by a spell of load is outvoted."""
+    rounds = [(2e-3, 3e-3), (1e-3, 1.4e-3), (4e-3, 20e-3), (2e-3, 2.6e-3), (1e-3, 1.3e-3)]
+    (setup, scale), source = machine_driver._compute_scale(rounds, 2, calibration.Sizes())
+    assert (setup, scale) == ("2x1", pytest.approx(1.4))
+    assert "in 5 rounds" in source and "compute_scales 2x1 = 1.4," in source
+    assert "ratio IQR 1.3-1.5" in source
 
 
 def test_compute_scales_round_trip_and_bad_ones_are_one_line(tmp_path: Path) -> None:
