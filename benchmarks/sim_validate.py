@@ -127,21 +127,33 @@ class Setup:
     def view(self, base: Machine) -> tuple[Machine, str]:
         """`base` as this setup uses it, `processes` nodes of `devices` devices (what a
         mesh's device ids cross follows from it), and a note where `base` cannot say
-        (a link the machine does not have, stood in for by its `intra`)."""
-        note = ""
+        (a link the machine does not have, stood in for by its `intra`; a measured
+        machine with no compute scale for processes, whose steps the op table then prices
+        as one process runs them)."""
+        notes = []
         if self.devices > base.devices_per_node:
-            note = f"{base.name} has {base.devices_per_node} device(s) per node, not {self.devices}"
+            notes.append(
+                f"{base.name} has {base.devices_per_node} device(s) per node, not {self.devices}"
+            )
         inter = base.inter
         if self.processes > 1 and inter is None:
             inter = base.intra
-            note = (
+            notes.append(
                 f"{base.name} has one node: its intra link stands for the processes' link "
                 f"(calibrate with --processes {self.processes})"
             )
         shaped = dataclasses.replace(
             base, nodes=self.processes, devices_per_node=self.devices, inter=inter
         )
-        return shaped, note
+        setup = shaped.setup_of(self.processes * self.devices)
+        scaled = setup in dict(base.compute_scales)
+        if base.pricing == "measured" and self.processes > 1 and not scaled:
+            notes.append(
+                f"{base.name} has no compute scale for {setup}: its op table prices the "
+                "processes' ops as one process runs them (calibrate with --processes "
+                f"{self.processes})"
+            )
+        return shaped, "; ".join(notes)
 
 
 SETUPS = {s.name: s for s in (Setup(1, MESH), Setup(MESH, 1))}

@@ -118,3 +118,20 @@ def test_a_run_shows_its_calibrations_spread_and_scales(bench: ModuleType) -> No
         "# compute scales: 2x1 x1.4",
     ]
     assert bench.calibration_lines(machine("cpu-2")) == ["# compute scales: none"]
+
+
+def test_a_measured_machine_without_a_compute_scale_is_noted(bench: ModuleType) -> None:
+    """A machine calibrated before compute scales (or with one process) prices the 2x1
+    processes' ops as one process runs them: the run says so beside its results."""
+    measured = dataclasses.replace(
+        machine("cpu-2"), nodes=2, devices_per_node=2, inter=machine("cpu-2").intra
+    )
+    measured = dataclasses.replace(measured, pricing="measured")
+    _, note = bench.SETUPS["2x1"].view(measured)
+    assert "no compute scale for 2x1" in note and "--processes 2" in note
+    scaled = dataclasses.replace(measured, compute_scales=(("2x1", 1.3),))
+    shaped, note = bench.SETUPS["2x1"].view(scaled)
+    assert note == "" and shaped.compute_scale(2) == 1.3
+    assert bench.SETUPS["1x2"].view(measured)[1] == ""
+    _, both = bench.SETUPS["2x1"].view(dataclasses.replace(measured, nodes=1, inter=None))
+    assert "has one node" in both and "no compute scale" in both
