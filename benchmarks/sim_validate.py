@@ -36,7 +36,10 @@ Goals (exit status 0 when all are met, else 1): Kendall's tau of simulated again
 measured >= 0.8 over all rows, per setup and per model in each setup; the median
 absolute relative error of simulated against measured <= 20 %; the simulator's
 collectives equal the IR's and the HLO's on every plan. The machine's load before and
-after is printed: the measured times are only as good as the quiet of the machine.
+after is printed: the measured times are only as good as the quiet of the machine; and
+so is the calibration's spread (`calibration_lines`: the quartiles of the links fitted
+to each of its rounds, and the compute scale of the processes' setup), since a
+calibration as lucky or unlucky as one of its rounds can decide whether a run passes.
 """
 
 from __future__ import annotations
@@ -124,21 +127,33 @@ class Setup:
     def view(self, base: Machine) -> tuple[Machine, str]:
         """`base` as this setup uses it, `processes` nodes of `devices` devices (what a
         mesh's device ids cross follows from it), and a note where `base` cannot say
-        (a link the machine does not have, stood in for by its `intra`)."""
-        note = ""
+        (a link the machine does not have, stood in for by its `intra`; a measured
+        machine with no compute scale for processes, whose steps the op table then prices
+        as one process runs them)."""
+        notes = []
         if self.devices > base.devices_per_node:
-            note = f"{base.name} has {base.devices_per_node} device(s) per node, not {self.devices}"
+            notes.append(
+                f"{base.name} has {base.devices_per_node} device(s) per node, not {self.devices}"
+            )
         inter = base.inter
         if self.processes > 1 and inter is None:
             inter = base.intra
-            note = (
+            notes.append(
                 f"{base.name} has one node: its intra link stands for the processes' link "
                 f"(calibrate with --processes {self.processes})"
             )
         shaped = dataclasses.replace(
             base, nodes=self.processes, devices_per_node=self.devices, inter=inter
         )
-        return shaped, note
+        setup = shaped.setup_of(self.processes * self.devices)
+        scaled = setup in dict(base.compute_scales)
+        if base.pricing == "measured" and self.processes > 1 and not scaled:
+            notes.append(
+                f"{base.name} has no compute scale for {setup}: its op table prices the "
+                "processes' ops as one process runs them (calibrate with --processes "
+                f"{self.processes})"
+            )
+        return shaped, "; ".join(notes)
 
 
 SETUPS = {s.name: s for s in (Setup(1, MESH), Setup(MESH, 1))}
@@ -548,6 +563,20 @@ def fits(rows: Sequence[Row]) -> list[str]:
     return lines
 
 
+CALIBRATED = ("intra: ", "inter: ", "compute: ")
+"""The `sources` of a calibrated machine that say how its links and compute scales
+were measured, with the spread of the links' rounds (`calibration.fit_rounds`)."""
+
+
+def calibration_lines(base: Machine) -> list[str]:
+    """What `base`'s calibration measured and how much its rounds varied, for the
+    reader of a run to judge whether the calibration, not the model, decides it: the
+    machine's link and compute sources, and its compute scales (none on a preset)."""
+    lines = [f"# {source}" for source in base.sources if source.startswith(CALIBRATED)]
+    scales = ", ".join(f"{setup} x{scale:.3g}" for setup, scale in base.compute_scales)
+    return [*lines, f"# compute scales: {scales or 'none'}"]
+
+
 # ------------------------------------------------------------------ driver
 
 
@@ -623,6 +652,7 @@ def main(argv: Sequence[str] | None = None) -> Results | None:
         f"# simulated on {base.name} ({args.machine}); measured on this machine, "
         f"median of {args.rounds} interleaved rounds, each a mean over ~{SAMPLE_S * 1e3:.0f} ms"
     )
+    print("\n".join(calibration_lines(base)))
     views = {name: SETUPS[name].view(base) for name in args.setups}
     first = views[args.setups[0]][0]
     plans = [c for name in args.models for c in candidates(name, first, args.budget, args.randoms)]

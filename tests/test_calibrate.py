@@ -37,6 +37,7 @@ from tasoc.cost.machines import (
 )
 from tasoc.cost.op_table import MAX_COPIES, OpTable, copies_of, table_key
 from tasoc.driver import distributed
+from tasoc.driver import machine as machine_driver
 from tasoc.ir.dag import Node
 from tasoc.ir.shapes import DType, TensorSig
 from tasoc.sim.core import simulate
@@ -285,6 +286,70 @@ def test_a_measured_machine_round_trips_through_dicts_and_toml(tmp_path: Path) -
     assert machine_to_dict(cpu_machine(2))["pricing"] == "analytic"
 
 
+def test_a_step_across_processes_prices_its_ops_with_their_compute_scale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The op table times ops in one process; a step of 2 processes of one device (the
+    machine's 2 nodes of 1) is priced with the scale calibrate measured for 2x1, one of
+    2 devices in one process (1 node of 2) with the table as it is."""
+    monkeypatch.setenv("TASOC_CACHE_DIR", str(tmp_path))
+    asked = _no_measuring(monkeypatch)
+    scaled = replace(_local_like(), compute_scales=(("2x1", 1.4),))
+    across = replace(scaled, nodes=2, devices_per_node=1)
+    within = replace(scaled, nodes=1, devices_per_node=2)
+    assert (across.setup_of(2), within.setup_of(2), scaled.setup_of(4)) == ("2x1", "1x2", "2x2")
+    assert (across.compute_scale(2), within.compute_scale(2), scaled.compute_scale(4)) == (
+        1.4,
+        1.0,
+        1.0,
+    )
+    node = _matmul()
+    assert within.op_seconds(node, 2) == pytest.approx(2e-3)  # the table's entry
+    assert across.op_seconds(node, 2) == pytest.approx(1.4 * 2e-3)
+    assert asked == [table_key(node, 2)]  # measured once, read back after
+    planned = training_plan(TINY, "2", "data-parallel")
+    compute = [
+        sum(
+            graph[i].duration
+            for i in graph.ids()
+            if graph[i].resource == ("device", 0)
+            and graph[i].name.split(" of ")[0] not in COLLECTIVE_KINDS
+        )
+        for graph in (planned.step(m, collapse=False).graph for m in (within, across))
+    ]
+    assert compute[1] == pytest.approx(1.4 * compute[0])
+
+
+def test_the_compute_scale_is_the_rounds_median_ratio_and_says_its_spread() -> None:
+    """Each round pairs one process of P devices (the table's way) with the P processes
+    at once, timed seconds apart: a round's ratio compares like with like, and a round
+    hit by a spell of load is outvoted."""
+    rounds = [(2e-3, 3e-3), (1e-3, 1.4e-3), (4e-3, 20e-3), (2e-3, 2.6e-3), (1e-3, 1.3e-3)]
+    (setup, scale), source = machine_driver._compute_scale(rounds, 2, calibration.Sizes())
+    assert (setup, scale) == ("2x1", pytest.approx(1.4))
+    assert "in 5 rounds" in source and "compute_scales 2x1 = 1.4," in source
+    assert "ratio IQR 1.3-1.5" in source
+
+
+def test_compute_scales_round_trip_and_bad_ones_are_one_line(tmp_path: Path) -> None:
+    local = replace(_local_like(), compute_scales=(("2x1", 1.25),))
+    path = tmp_path / "local.toml"
+    path.write_text(machine_to_toml(local))
+    assert "[compute_scales]\n2x1 = 1.25" in path.read_text()
+    assert load_machine(path) == local
+    for scales, expected in (
+        ({"two": 1.5}, "compute_scales must be PxD, got 'two'"),
+        ({"2x1": 0}, "compute_scales.2x1 must be positive"),
+        ({"2x1": "fast"}, "compute_scales.2x1 must be a number"),
+        (1.5, "compute_scales must be a table"),
+    ):
+        data = machine_to_dict(local) | {"compute_scales": scales}
+        with pytest.raises(MachineError, match=expected):
+            machine_from_dict(data, "machine file m.toml")
+    with pytest.raises(MachineError, match="a compute scale is a setup PxD"):
+        replace(local, compute_scales=(("2x1", -1.0),))
+
+
 def test_a_bad_pricing_is_one_line() -> None:
     data = machine_to_dict(_local_like()) | {"pricing": "guessed"}
     with pytest.raises(MachineError, match="pricing must be one of analytic, measured"):
@@ -343,16 +408,89 @@ def test_chained_timings_recover_a_latency_a_single_collective_hides(
     truth = Link("loopback", 1.5e9, 3e-3)
     model = Machine("m", CPU, 2, 1, truth, truth, truth)
     sizes = (4096, 2**18, 2**22)
+    rendezvous = [1.0]  # the first pair, measured once before the rounds and dropped
     timed = iter(
-        7 * model.collective_time(kind, n, [0, 1])
-        for n in (sizes[0], *sizes)
-        for kind in calibration.COLLECTIVES
+        rendezvous
+        + [
+            7 * model.collective_time(kind, n, [0, 1])
+            for n in sizes
+            for kind in calibration.COLLECTIVES
+        ]
     )
     monkeypatch.setattr(calibration, "median_difference", lambda *_: next(timed))
-    found = calibration.collective_samples(op_table.cpu_devices(2, 2), sizes, 1, 8)
+    (found,) = calibration.collective_samples(op_table.cpu_devices(2, 2), sizes, 1, 8)
     fitted = fit_collectives("loopback", found, True, CPU)
     assert fitted.latency_s == pytest.approx(3e-3, rel=0.05)
     assert fitted.bandwidth == pytest.approx(1.5e9, rel=0.05)
+
+
+def test_every_round_measures_every_size_and_kind_in_turn(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Rounds spread over time: round r measures all sizes and kinds before round r+1
+    starts, so a spell of load lands in one round, which the median then outvotes."""
+    asked: list[object] = []
+
+    def difference(many: object, one: object, *_: object) -> float:
+        asked.append(many)
+        return 7e-3
+
+    monkeypatch.setattr(calibration, "median_difference", difference)
+    rounds = calibration.collective_samples(op_table.cpu_devices(2, 2), (4096, 2**16), 1, 8, 3)
+    assert [[(s.kind, s.nbytes) for s in found] for found in rounds] == [
+        [(k, n) for n in (4096, 2**16) for k in calibration.COLLECTIVES]
+    ] * 3
+    assert all(s.seconds == pytest.approx(1e-3) for found in rounds for s in found)
+    pairs = 2 * len(calibration.COLLECTIVES)
+    assert asked[1 : 1 + pairs] == asked[1 + pairs : 1 + 2 * pairs]  # the same programs again
+
+
+def test_a_link_is_fitted_to_the_rounds_median_and_their_spread_is_kept() -> None:
+    """One calibration's rounds disagree (gloo's mode, a spell of load): the fit follows
+    the median of each measurement over the rounds, not a lucky or unlucky round, and
+    the quartiles of the rounds' own fits say how far one round alone could be off."""
+    truth = Link("shared-memory", 5e9, 20e-6)
+
+    def measured(link: Link) -> list[CollectiveSample]:
+        model = Machine("m", CPU, 1, 2, link, None, link)
+        return [
+            CollectiveSample(kind, n, 2, model.collective_time(kind, n, [0, 1]))
+            for kind in calibration.COLLECTIVES
+            for n in (4096, 2**18, 2**22)
+        ]
+
+    rounds = [
+        measured(truth),
+        measured(Link("shared-memory", 2e9, 20e-6)),  # a slow round
+        measured(truth),
+        measured(Link("shared-memory", 9e9, 20e-6)),  # a fast one
+        measured(truth),
+    ]
+    fit = calibration.fit_rounds("shared-memory", rounds, False, CPU)
+    assert fit.link.bandwidth == pytest.approx(5e9, rel=0.05)
+    assert fit.link.latency_s == pytest.approx(20e-6, rel=0.05)
+    low, high = fit.bandwidth_quartiles
+    assert low == pytest.approx(5e9, rel=0.05) and high == pytest.approx(5e9, rel=0.05)
+    assert fit.rounds == 5 and "bandwidth IQR 5-5 GB/s" in fit.spread()
+    spread = calibration.fit_rounds("shared-memory", rounds[:2], False, CPU)
+    assert spread.bandwidth_quartiles[0] < 3e9 < 4e9 < spread.bandwidth_quartiles[1]
+
+
+def test_the_probe_is_a_training_step_timed_in_rounds_between_barriers() -> None:
+    dag = calibration.probe_dag(8, 16)
+    ops = [node.op for node in dag.ops]
+    assert ops.count("matmul") == 5 and {"relu_grad", "tanh_grad", "transpose"} <= set(ops)
+    assert [sig.shape for sig in dag.output_sigs] == [(16, 16), (16, 16)]  # both weights
+    met: list[str] = []
+    devices = op_table.cpu_devices(2, 2)
+    found = calibration.compute_rounds(devices, True, calibration.QUICK, met.append)
+    rounds = calibration.QUICK.compute_rounds
+    assert met == [
+        f"tasoc calibrate: {w} {r}" for r in range(rounds) for w in ("alone", "together")
+    ]
+    assert len(found) == rounds and all(0 < a < 1 and 0 < b < 1 for a, b in found)
+    others = calibration.compute_rounds(devices, False, calibration.QUICK, met.append)
+    assert [a for a, _ in others] == [0.0] * rounds  # only process 0 times the one process
 
 
 # ------------------------------------------------------------------ the command
@@ -372,6 +510,8 @@ def test_calibrate_writes_a_machine_soap_shard_accepts(
     assert calibrated.call_overhead_s >= 0 and calibrated.array_overhead_s >= 0
     assert calibrated.device.peak_flops > 0 and calibrated.intra.bandwidth > 0
     assert any("calibrated by 'tasoc machine calibrate --quick'" in s for s in calibrated.sources)
+    assert calibrated.compute_scales == ()  # one process: the op table's own setup
+    assert any("bandwidth IQR" in s for s in calibrated.sources if s.startswith("intra: "))
     program = tmp_path / "tiny.mlir"
     program.write_text(TINY)
     shard = f'autodiff{{optimizer=sgd}},soap-shard{{machine="{out}" mesh=2 search=data-parallel}}'
@@ -389,7 +529,11 @@ def test_calibrate_measures_the_link_between_processes(
     calibrated = machine("local")
     assert (calibrated.nodes, calibrated.devices_per_node) == (2, 1)
     assert calibrated.inter is not None and calibrated.inter.kind == "loopback"
-    assert any(s.startswith("inter: ") for s in calibrated.sources)
+    inter = next(s for s in calibrated.sources if s.startswith("inter: "))
+    assert "2 round(s) fitted alone: bandwidth IQR" in inter
+    ((setup, scale),) = calibrated.compute_scales  # the workers' probe over one process's
+    assert setup == "2x1" and 0 < scale < 100
+    assert any(s.startswith("compute: ") and "2x1" in s for s in calibrated.sources)
 
 
 def _nothing_written(folder: Path) -> None:

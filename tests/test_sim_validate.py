@@ -6,6 +6,7 @@ docs/benchmarks.md, not tests: they depend on the machine's load."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from types import ModuleType
@@ -96,3 +97,41 @@ def test_goals_miss_on_a_misranked_or_wrong_plan(bench: ModuleType, plans: list)
     assert bench.fits(slow)[0] == "- 1x2: measured = 2.00 x simulated + 0.000 ms"
     wrong = [*right[:-1], row(ordered[-1], right[-1].measured_s, {"all-gather": 99})]
     assert bench.goals_of(wrong).same_collectives < 1 and not bench.goals_of(wrong).met
+
+
+def test_a_run_shows_its_calibrations_spread_and_scales(bench: ModuleType) -> None:
+    """The reader of a run sees how the machine's links and compute were measured and
+    how much the link's rounds varied: a calibration's luck, not the model's."""
+    calibrated = dataclasses.replace(
+        machine("cpu-2"),
+        sources=(
+            "calibrated by a test",
+            "intra: ... 5 round(s) fitted alone: bandwidth IQR 2.6-4.2 GB/s, latency IQR 16-17 us",
+            "compute: a probe ... compute_scales 2x1 = 1.4",
+            "host: ...",
+        ),
+        compute_scales=(("2x1", 1.4),),
+    )
+    assert bench.calibration_lines(calibrated) == [
+        "# intra: ... 5 round(s) fitted alone: bandwidth IQR 2.6-4.2 GB/s, latency IQR 16-17 us",
+        "# compute: a probe ... compute_scales 2x1 = 1.4",
+        "# compute scales: 2x1 x1.4",
+    ]
+    assert bench.calibration_lines(machine("cpu-2")) == ["# compute scales: none"]
+
+
+def test_a_measured_machine_without_a_compute_scale_is_noted(bench: ModuleType) -> None:
+    """A machine calibrated before compute scales (or with one process) prices the 2x1
+    processes' ops as one process runs them: the run says so beside its results."""
+    measured = dataclasses.replace(
+        machine("cpu-2"), nodes=2, devices_per_node=2, inter=machine("cpu-2").intra
+    )
+    measured = dataclasses.replace(measured, pricing="measured")
+    _, note = bench.SETUPS["2x1"].view(measured)
+    assert "no compute scale for 2x1" in note and "--processes 2" in note
+    scaled = dataclasses.replace(measured, compute_scales=(("2x1", 1.3),))
+    shaped, note = bench.SETUPS["2x1"].view(scaled)
+    assert note == "" and shaped.compute_scale(2) == 1.3
+    assert bench.SETUPS["1x2"].view(measured)[1] == ""
+    _, both = bench.SETUPS["2x1"].view(dataclasses.replace(measured, nodes=1, inter=None))
+    assert "has one node" in both and "no compute scale" in both

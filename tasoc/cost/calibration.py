@@ -10,9 +10,18 @@ program without the thing measured, so JAX's dispatch of a call is not counted:
   shared by the devices on it;
 - **links**: `all_reduce` (`psum`) and `all_gather` under `shard_map` over the devices
   at several sizes, as chains of dependent collectives (what one more collective
-  adds, `collective_samples`), since a step's collectives wait on each other; the link's latency
-  and bandwidth are fitted so that `Machine.collective_time` (the model the simulator
-  prices with) best predicts them (`fit_link`, least squares of log ratios);
+  adds, `collective_samples`), since a step's collectives wait on each other, in
+  several rounds spread over the calibration, every size and kind in each; the link's
+  latency and bandwidth are fitted to the median over the rounds of each measurement,
+  so that `Machine.collective_time` (the model the simulator prices with) best
+  predicts them (`fit_link`, least squares of log ratios), and each round's own fit
+  gives the spread (`fit_rounds`: one calibration's 4 MiB all-reduces once fitted
+  2.5 GB/s, the next 6.9);
+- **compute across processes**: a probe training step (`probe_dag`) timed the way the
+  op table times an op, by every device of a setup at once: in P processes of one
+  device against one process of P devices (the op table's own configuration), in
+  alternating rounds (`compute_rounds`), whose ratio prices the compute of a step
+  across processes (`Machine.compute_scales`);
 - **host**: `jax.device_put` of host arrays and their copy back, fitted to
   `Link.time` alike;
 - **a step's call**: what a jitted call over the devices costs besides its ops, and
@@ -24,8 +33,10 @@ JAX is imported lazily; the caller makes the devices (`op_table.cpu_devices`, or
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,7 +52,9 @@ from tasoc.cost.machines import (
     LinkKind,
     Machine,
 )
-from tasoc.cost.op_table import median_call, median_difference
+from tasoc.cost.op_table import dag_program, median_call, median_difference
+from tasoc.ir.builder import GraphBuilder
+from tasoc.ir.dag import Dag, from_module
 
 MiB = 2**20
 
@@ -62,6 +75,15 @@ class Sizes:
     """Bytes on each device of a collective's operand."""
     chain: int = 8
     """Dependent collectives in the longer chain of `collective_samples`."""
+    rounds: int = 5
+    """Rounds of `collective_samples`, each every size and kind."""
+    compute_rounds: int = 15
+    """Rounds of `compute_rounds`: a round is short (a second on our VM), and the ratio
+    of two processes' time to one's varied 0.4-1.4 between rounds at a load of 10."""
+    link_samples: int = 3
+    """Samples of each measurement's median in one round."""
+    probe: tuple[int, int] = (128, 384)
+    """Batch and width of `probe_dag`'s step."""
     host_bytes: tuple[int, ...] = (64 * 1024, 4 * MiB, 32 * MiB)
     """Bytes of a host copy."""
     samples: int = 7
@@ -74,6 +96,10 @@ QUICK = Sizes(
     kernels=8,
     collective_bytes=(4096, 64 * 1024),
     chain=3,
+    rounds=2,
+    compute_rounds=2,
+    link_samples=1,
+    probe=(16, 32),
     host_bytes=(64 * 1024, MiB),
     samples=3,
 )
@@ -170,30 +196,34 @@ def measure_device(sizes: Sizes, devices_on_host: int, name: str = "local-cpu") 
 
 
 def collective_samples(
-    devices: Sequence[Any], sizes: Sequence[int], samples: int, chain: int
-) -> list[CollectiveSample]:
-    """`all_reduce` and `all_gather` over `devices` (one axis, `shard_map`) of each size
-    of operand per device, as a step pays for them: a chain of `chain` dependent
-    collectives against a chain of one, each program `chain` element-wise steps long,
-    per extra collective (`chain_program`, `median_difference`).
+    devices: Sequence[Any], sizes: Sequence[int], samples: int, chain: int, rounds: int = 1
+) -> list[list[CollectiveSample]]:
+    """`rounds` rounds of `all_reduce` and `all_gather` over `devices` (one axis,
+    `shard_map`) of each size of operand per device, as a step pays for them: a chain
+    of `chain` dependent collectives against a chain of one, each program `chain`
+    element-wise steps long, per extra collective (`chain_program`, the median over
+    `samples` of `median_difference`). Each round visits every size and kind, so a
+    spell of load or a mode of the processes' link (gloo's settled between 0.25 and
+    5 ms per collective from one run to the next, on our VM) lands in one round, not
+    in one size.
 
     A single collective less a program without it measured near nothing (0.07 us
     fitted, on our VM), while a step paid some 16 us for each one between fake devices
     and some 3 ms across gloo processes: one collective per call overlaps the call's
     own dispatch and the peers' getting in step (we think), which a step pays once; every
-    further collective of a chain waits for all devices, as in a step. The first size
-    is measured twice and the first time dropped: a process's first collectives set up
-    their rendezvous (some 250 us more on our VM). Works across `jax.distributed`
-    processes too (`devices` global; every process makes `COLLECTIVE_CALLS` calls per
-    sample)."""
+    further collective of a chain waits for all devices, as in a step. The first pair
+    of programs is measured once before the rounds, and that dropped: a process's first
+    collectives set up their rendezvous (some 250 us more on our VM). Works across
+    `jax.distributed` processes too (`devices` global; every process makes
+    `COLLECTIVE_CALLS` calls per sample)."""
     import jax
     from jax.sharding import NamedSharding, PartitionSpec
 
     mesh = jax.sharding.Mesh(np.array(devices), ("d",))
     spec = PartitionSpec("d")
     count = len(devices)
-    found = []
-    for nbytes in (sizes[0], *sizes):
+    programs = []
+    for nbytes in sizes:
         length = max(nbytes // 4, 1)
         data = np.ones((count * length,), np.float32)
         x = jax.make_array_from_callback(
@@ -201,9 +231,19 @@ def collective_samples(
         )
         for kind in COLLECTIVES:
             many, one = (_call_of(chain_program(kind, n, chain), mesh, x) for n in (chain, 1))
-            seconds = median_difference(many, one, samples, COLLECTIVE_CALLS) / (chain - 1)
-            found.append(CollectiveSample(kind, length * 4, count, _positive(seconds)))
-    return found[len(COLLECTIVES) :]
+            programs.append((kind, length * 4, many, one))
+
+    def measured(many: Callable[[], object], one: Callable[[], object]) -> float:
+        return median_difference(many, one, samples, COLLECTIVE_CALLS) / (chain - 1)
+
+    measured(*programs[0][2:])  # the rendezvous (docstring)
+    return [
+        [
+            CollectiveSample(kind, nbytes, count, _positive(measured(many, one)))
+            for kind, nbytes, many, one in programs
+        ]
+        for _ in range(rounds)
+    ]
 
 
 COLLECTIVES: tuple[CollectiveKind, ...] = ("all_reduce", "all_gather")
@@ -240,6 +280,73 @@ def _call_of(body: Callable[[Any], Any], mesh: Any, x: Any) -> Callable[[], obje
     spec = PartitionSpec("d")
     program = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=spec))
     return lambda: jax.block_until_ready(program(x))
+
+
+PROBE_COPIES = 3
+"""Applications of the probe step in the longer program of `probe_timer`."""
+PROBE_CALLS = 3
+"""Calls per sample of `probe_timer`: fixed, so processes measuring together do as
+much work each and stay together to the end."""
+
+
+def probe_dag(batch: int, width: int) -> Dag:
+    """Calibration's probe: the SGD training step of a two-layer perceptron, `batch`
+    rows of `width` features, written out (forward, backward through relu and tanh,
+    the two weights updated), as the steps a machine file prices are made of matmuls,
+    their transposes and the element-wise ops around them. It is no benchmark's model,
+    so a compute scale measured on it is not fitted to the plans it then prices."""
+    g = GraphBuilder()
+    x, target = g.input("x", (batch, width)), g.input("target", (batch, width))
+    w1, w2 = g.param("w1", (width, width)), g.param("w2", (width, width))
+    hidden = g.relu(g.matmul(x, w1))
+    out = g.tanh(g.matmul(hidden, w2))
+    d_out = g.tanh_grad(out, g.sub(out, target))
+    d_hidden = g.relu_grad(hidden, g.matmul(d_out, g.transpose(w2, (1, 0))))
+    d_w2 = g.matmul(g.transpose(hidden, (1, 0)), d_out)
+    d_w1 = g.matmul(g.transpose(x, (1, 0)), d_hidden)
+    updated = [g.sub(w, g.scale(d, 0.01)) for w, d in ((w1, d_w1), (w2, d_w2))]
+    return from_module(g.build(*updated))
+
+
+def probe_timer(devices: Sequence[Any], sizes: Sizes) -> Callable[[], float]:
+    """A function timing the seconds one more application of `probe_dag` adds to a
+    program in which each of `devices` applies it at once, as `op_table.measure` times
+    an op (`dag_program`, `median_difference` with `PROBE_CALLS` calls per sample, so
+    processes timing together do as much work each); compiled and warm already, since
+    compiling takes longer than timing and a process compiling late would leave the
+    others timing alone."""
+    dag = probe_dag(*sizes.probe)
+    many, once = (dag_program(dag, devices, n) for n in (PROBE_COPIES, 1))
+    for call in (many, once, many, once):  # compiled, warm
+        call()
+
+    def seconds() -> float:
+        difference = median_difference(many, once, sizes.samples, PROBE_CALLS)
+        return _positive(difference / (PROBE_COPIES - 1))
+
+    return seconds
+
+
+def compute_rounds(
+    local: Sequence[Any], first: bool, sizes: Sizes, barrier: Callable[[str], object]
+) -> list[tuple[float, float]]:
+    """In one of P `jax.distributed` processes of P devices each (`local`, this one's;
+    `first`: process 0), `sizes.compute_rounds` rounds of the probe step's seconds (a) in one
+    process of P devices: process 0 times it on its own devices while the others wait
+    at `barrier` (the op table's configuration), and (b) in P processes of one device,
+    all timing it on their first device at once, between barriers: (a, b) per round,
+    a only in process 0 (0 elsewhere). The two alternate, so a spell of load from
+    elsewhere hits a round's pair alike, and the ratio b / a of each round is what a
+    step across the processes pays over the table (`Machine.compute_scales`)."""
+    alone = probe_timer(local, sizes) if first else None
+    together = probe_timer(local[:1], sizes)
+    found = []
+    for round_ in range(sizes.compute_rounds):
+        barrier(f"tasoc calibrate: alone {round_}")
+        seconds = alone() if alone is not None else 0.0
+        barrier(f"tasoc calibrate: together {round_}")
+        found.append((seconds, together()))
+    return found
 
 
 def call_overheads(devices: Sequence[Any], samples: int, arrays: int = 32) -> tuple[float, float]:
@@ -325,6 +432,53 @@ def fit_link(
         latencies = latency * np.logspace(-1, 1, 21, base=step_l)
         bandwidths = bandwidth * np.logspace(-1, 1, 21, base=step_b)
     return Link(kind, best[2], best[1])
+
+
+@dataclass(frozen=True)
+class LinkFit:
+    """A link fitted to the median of several rounds of measurements, and the spread of
+    the links fitted to each round alone: the quartiles of their bandwidth and latency
+    (what one calibration of a single round could have given)."""
+
+    link: Link
+    bandwidth_quartiles: tuple[float, float]
+    latency_quartiles: tuple[float, float]
+    rounds: int
+
+    def spread(self) -> str:
+        """The rounds' spread in words, as the machine file's `sources` cite it."""
+        (b1, b3), (l1, l3) = self.bandwidth_quartiles, self.latency_quartiles
+        return (
+            f"{self.rounds} round(s) fitted alone: bandwidth IQR {b1 / 1e9:.3g}-{b3 / 1e9:.3g}"
+            f" GB/s, latency IQR {l1 * 1e6:.3g}-{l3 * 1e6:.3g} us"
+        )
+
+
+def fit_rounds(
+    kind: LinkKind,
+    rounds: Sequence[Sequence[CollectiveSample]],
+    across_nodes: bool,
+    device: Device,
+) -> LinkFit:
+    """The link fitted (`fit_collectives`) to each measurement's median over `rounds`
+    (rounds of the same measurements, `collective_samples`), with the quartiles of the
+    links fitted to each round alone."""
+    medians = [
+        dataclasses.replace(same[0], seconds=statistics.median(s.seconds for s in same))
+        for same in zip(*rounds, strict=True)
+    ]
+    alone = [fit_collectives(kind, found, across_nodes, device) for found in rounds]
+
+    def quartiles(values: Sequence[float]) -> tuple[float, float]:
+        low, high = np.percentile(values, [25, 75])
+        return float(low), float(high)
+
+    return LinkFit(
+        fit_collectives(kind, medians, across_nodes, device),
+        quartiles([link.bandwidth for link in alone]),
+        quartiles([link.latency_s for link in alone]),
+        len(rounds),
+    )
 
 
 def fit_collectives(

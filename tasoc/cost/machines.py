@@ -127,6 +127,16 @@ class Machine:
     takes or returns: `step_overhead`. Calibrated machines measure both; the presets
     leave them 0, their figures being device time per iteration."""
     array_overhead_s: float = 0.0
+    compute_scales: tuple[tuple[str, float], ...] = ()
+    """Per setup of this host's devices (`setup_name`: P processes of D devices running
+    a step at once), how much longer an op takes there than the measured op table
+    says, which times ops on as many devices of one process: two processes each bring
+    XLA threads of their own to the cores they share (on our 2-core VM, sim_validate's
+    2x1 steps ran 1.38-1.43x the table's compute). `tasoc machine calibrate --processes
+    P` times a probe step in its P workers at once and in one process of P devices
+    (`tasoc.cost.calibration.compute_rounds`) and writes their ratio for `Px1`.
+    Measured pricing only; a setup not listed (one process, the table's own) is
+    priced by the table as it is (`compute_scale`)."""
 
     def __post_init__(self) -> None:
         if self.pricing not in PRICINGS:
@@ -139,6 +149,12 @@ class Machine:
                 raise MachineError(
                     f"machine {self.name}: {field} must be non-negative, "
                     f"got {getattr(self, field)!r}"
+                )
+        for setup, scale in self.compute_scales:
+            if not re.fullmatch(SETUP_PATTERN, setup) or not 0 < scale < math.inf:
+                raise MachineError(
+                    f"machine {self.name}: a compute scale is a setup PxD and a positive "
+                    f"factor, got {setup!r} = {scale!r}"
                 )
         for field in ("nodes", "devices_per_node"):
             count = getattr(self, field)
@@ -173,6 +189,18 @@ class Machine:
         besides its ops and collectives (`call_overhead_s`)."""
         return self.call_overhead_s + arrays * self.array_overhead_s
 
+    def setup_of(self, running: int) -> str:
+        """The setup (`setup_name`) of a step on the machine's first `running` devices,
+        node-major: as many nodes (processes, on this host) as they fill, as many
+        devices of each as run."""
+        per_node = min(running, self.devices_per_node)
+        return setup_name(math.ceil(running / self.devices_per_node), per_node)
+
+    def compute_scale(self, running: int) -> float:
+        """The factor on the measured op table's prices for a step of `running` devices
+        (`compute_scales` of its setup, `setup_of`; 1 for a setup not measured)."""
+        return dict(self.compute_scales).get(self.setup_of(running), 1.0)
+
     def op_seconds(self, local: Node, running: int = 1, fused: int = -1) -> float:
         """Seconds one device takes for `local` (an op at the local shapes of the shard
         it holds) while `running` of the machine's devices run ops at once.
@@ -180,7 +208,8 @@ class Machine:
         Analytic pricing: the roofline of one kernel on `device` plus one launch
         (`running` changes nothing). Measured pricing: the measured table's entry,
         launch included (this host's devices share its cores, so `running` matters;
-        every device of a `local` machine, processes included, is on this host).
+        every device of a `local` machine, processes included, is on this host), times
+        the `compute_scale` of the step's setup.
         `fused` >= 0 says the op joins the kernel of its operand `fused`'s producer
         (`tasoc.cost.fusion`): it launches nothing and does not read that operand from
         memory, so its time is the roofline of that fused variant, or the measured
@@ -191,10 +220,10 @@ class Machine:
             from tasoc.cost.op_table import shared_table
 
             seconds = shared_table().seconds(local, running, self.size)
-            if fused < 0 or not alone:
-                return seconds
-            kernel = max(seconds - self.device.launch_overhead_s, 0.0)
-            return kernel * roofline(local, fused, False, self.device) / alone
+            if fused >= 0 and alone:
+                kernel = max(seconds - self.device.launch_overhead_s, 0.0)
+                seconds = kernel * roofline(local, fused, False, self.device) / alone
+            return seconds * self.compute_scale(running)
         if fused >= 0:
             return roofline(local, fused, False, self.device)
         return alone + self.device.launch_overhead_s
@@ -501,6 +530,16 @@ over 300 runs, 3 rounds) more than an `add` in the same program: ~150 us, the tr
 core count."""
 
 
+SETUP_PATTERN = r"[1-9][0-9]*x[1-9][0-9]*"
+"""A setup's name: processes x devices per process (`setup_name`)."""
+
+
+def setup_name(processes: int, devices: int) -> str:
+    """`PxD`: `processes` processes of `devices` devices each running a step together
+    (a key of `Machine.compute_scales`)."""
+    return f"{processes}x{devices}"
+
+
 def cpu_machine(count: int) -> Machine:
     """`cpu-N`: N fake devices of this machine (`jax_num_cpu_devices`), one node, each
     priced as `devices.CPU`, joined (and joined to the host) by `SHARED_MEMORY`."""
@@ -584,7 +623,7 @@ def machine_from_dict(data: object, where: str, default_name: str = "machine") -
         where,
         "the file",
         required=("device", "devices_per_node", "links"),
-        optional=("name", "nodes", "sources", "pricing", *_OVERHEADS),
+        optional=("name", "nodes", "sources", "pricing", "compute_scales", *_OVERHEADS),
     )
     name = table.get("name", default_name)
     _expect(isinstance(name, str), where, "name", "a string", name)
@@ -616,6 +655,12 @@ def machine_from_dict(data: object, where: str, default_name: str = "machine") -
     parsed = {
         key: _link_from(links[key], where, f"links.{key}") for key in _LINK_NAMES if key in links
     }
+    scales = table.get("compute_scales", {})
+    _expect(isinstance(scales, Mapping), where, "compute_scales", "a table", scales)
+    for setup in scales:
+        _expect(bool(re.fullmatch(SETUP_PATTERN, setup)), where, "compute_scales", "PxD", setup)
+        scale = _number(scales, setup, where, "compute_scales")
+        _expect(scale > 0, where, f"compute_scales.{setup}", "positive", scale)
     return Machine(
         name=name,
         device=_device_from(table["device"], where, name),
@@ -628,6 +673,7 @@ def machine_from_dict(data: object, where: str, default_name: str = "machine") -
         pricing=pricing,
         call_overhead_s=_us(overheads["call_overhead_us"]),
         array_overhead_s=_us(overheads["array_overhead_us"]),
+        compute_scales=tuple(scales.items()),
     )
 
 
@@ -653,6 +699,7 @@ def machine_to_dict(machine: Machine) -> dict[str, Any]:
             if seconds
         },
         "sources": list(machine.sources),
+        **({"compute_scales": dict(machine.compute_scales)} if machine.compute_scales else {}),
         "device": device,
         "links": {
             key: {

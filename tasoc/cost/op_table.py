@@ -49,7 +49,7 @@ from typing import Any
 
 from tasoc.cost.measured import TimingFile, cache_dir, one_op_dag, op_key
 from tasoc.cost.model import CostError
-from tasoc.ir.dag import Node, to_module
+from tasoc.ir.dag import Dag, Node, to_module
 from tasoc.ir.memory import tensor_bytes
 
 _MIN_SAMPLE_S = 0.01
@@ -113,7 +113,8 @@ def measure(node: Node, running: int, make: int, samples: int = DEFAULT_SAMPLES)
     (`cpu_devices`)."""
     devices = cpu_devices(running, make)
     copies = copies_of(node)
-    many, once = (_program(node, devices, n) for n in (copies, 1))
+    dag = one_op_dag(node)
+    many, once = (dag_program(dag, devices, n) for n in (copies, 1))
     return max(median_difference(many, once, samples), 0.0) / (copies - 1)
 
 
@@ -124,9 +125,10 @@ def copies_of(node: Node) -> int:
     return max(2, min(MAX_COPIES, COPIES_BYTES // max(nbytes, 1)))
 
 
-def _program(node: Node, devices: Sequence[Any], copies: int) -> Callable[[], object]:
-    """A call of the program applying `node` `copies` times, one after another, on every
-    one of `devices` at once, its arguments in place, waiting for its result."""
+def dag_program(dag: Dag, devices: Sequence[Any], copies: int) -> Callable[[], object]:
+    """A call of the program applying `dag` (one op's, or calibration's probe step)
+    `copies` times, one after another, on every one of `devices` at once, its arguments
+    in place, waiting for its result (`copies_body`)."""
     import jax
     import numpy as np
     from jax.sharding import NamedSharding, PartitionSpec
@@ -135,7 +137,7 @@ def _program(node: Node, devices: Sequence[Any], copies: int) -> Callable[[], ob
     from tasoc.backends.jax import lower
     from tasoc.backends.jax.lowering import host_argument
 
-    module = to_module(one_op_dag(node))
+    module = to_module(dag)
     one = lower(module)
     mesh = jax.sharding.Mesh(np.array(devices), ("d",))
     spec = PartitionSpec("d")

@@ -5,26 +5,34 @@ devices in its own process (`tasoc.cost.calibration`), then, with `--processes P
 above one, the `inter` link between P `jax.distributed` processes of one device each
 on localhost, started and supervised as `tasoc run --processes` starts its workers
 (`distributed.run_workers`); each worker is `tasoc machine calibrate` itself, marked
-by `distributed.WORKER_ENV`, and process 0 prints its measurements as JSON. The
-machine file (`nodes = P`, `devices_per_node = N`, `pricing = "measured"`, `sources`
-saying what was measured, when and how) is written to `-o` and to the cache
-directory's `local.toml` (`machine=local`), both atomically and only once everything
-was measured.
+by `distributed.WORKER_ENV`, and process 0 prints its measurements as JSON. Each link
+is fitted to the median of several rounds of its measurements (`fit_rounds`, the
+rounds' spread cited in `sources`). The workers make P devices each and time
+calibration's probe step in alternating rounds, in process 0 alone on its P devices
+(as the op table times ops, in one process) and in all P at once on one device each:
+the rounds' median ratio is the compute scale of the processes (`compute_scales`).
+The machine file
+(`nodes = P`, `devices_per_node = N`, `pricing = "measured"`, `sources` saying what
+was measured, when and how) is written to `-o` and to the cache directory's
+`local.toml` (`machine=local`), both atomically and only once everything was
+measured.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
 import socket
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tasoc.cost.calibration import QUICK, CollectiveSample, Sizes
+from tasoc.cost.calibration import QUICK, CollectiveSample, LinkFit, Sizes
 from tasoc.cost.devices import Device
 from tasoc.cost.machines import (
     LOCAL,
@@ -33,6 +41,7 @@ from tasoc.cost.machines import (
     Machine,
     local_machine_path,
     machine_to_toml,
+    setup_name,
 )
 from tasoc.driver import distributed
 from tasoc.driver.errors import DriverError, OneLineArgumentParser, positive_int
@@ -166,8 +175,13 @@ class _Measured:
     devices: list[Any] = field(default_factory=list)
     device: Device | None = None
     host: list[tuple[int, float]] = field(default_factory=list)
-    intra: list[CollectiveSample] = field(default_factory=list)
-    inter: list[CollectiveSample] = field(default_factory=list)
+    intra: list[list[CollectiveSample]] = field(default_factory=list)
+    """Rounds of the collectives between the launcher's devices."""
+    inter: list[list[CollectiveSample]] = field(default_factory=list)
+    """Rounds of the collectives between the processes."""
+    compute: list[tuple[float, float]] = field(default_factory=list)
+    """Rounds of calibration's probe step's seconds in one process of P devices and in
+    P processes of one (`calibration.compute_rounds`)."""
     overheads: tuple[float, float] = (0.0, 0.0)
     """Seconds per call and per array of a jitted call over the devices."""
 
@@ -193,7 +207,7 @@ def _calibrate(args: argparse.Namespace, sizes: Sizes, coordinator: str | None) 
 
     def intra() -> None:
         got.intra = cal.collective_samples(
-            got.devices, sizes.collective_bytes, sizes.samples, sizes.chain
+            got.devices, sizes.collective_bytes, sizes.link_samples, sizes.chain, sizes.rounds
         )
 
     def overheads() -> None:
@@ -201,7 +215,7 @@ def _calibrate(args: argparse.Namespace, sizes: Sizes, coordinator: str | None) 
 
     def inter() -> None:
         assert coordinator is not None
-        got.inter = _inter_samples(args, coordinator)
+        got.inter, got.compute = _inter_samples(args, coordinator)
 
     # The processes first: they are what most often fails (a port, a peer), and then
     # nothing else need be measured.
@@ -230,13 +244,13 @@ def _machine(
     was measured when and how."""
     import jax
 
-    from tasoc.cost.calibration import fit_collectives, fit_host
+    from tasoc.cost.calibration import fit_host, fit_rounds
     from tasoc.cost.op_table import device_name
 
     devices, processes = args.devices, args.processes
     host = fit_host(got.host)
-    intra = fit_collectives("shared-memory", got.intra, False, device) if got.intra else None
-    inter = fit_collectives("loopback", got.inter, True, device) if got.inter else None
+    intra = fit_rounds("shared-memory", got.intra, False, device) if got.intra else None
+    inter = fit_rounds("loopback", got.inter, True, device) if got.inter else None
     quick = " --quick" if args.quick else ""
     sources = [
         f"calibrated by 'tasoc machine calibrate{quick}' on {started} on {platform.node()} "
@@ -251,9 +265,9 @@ def _machine(
         _link_source(
             "intra",
             intra,
-            sizes.collective_bytes,
             f"chains of {sizes.chain} dependent all_reduce (all_gather) under shard_map over the "
             f"{devices} devices of one process, less chains of one, per extra collective",
+            sizes,
         )
         if intra is not None
         else "intra: not measured (one device per process): machines.SHARED_MEMORY",
@@ -264,50 +278,88 @@ def _machine(
             "jax.distributed processes of one device each on localhost (gloo), less chains "
             "of one, per extra collective"
         )
-        sources.append(_link_source("inter", inter, sizes.collective_bytes, how))
+        sources.append(_link_source("inter", inter, how, sizes))
     sources += [
-        _link_source(
-            "host",
-            host,
-            sizes.host_bytes,
-            "jax.device_put and the copy back, less the same of 4 bytes",
-            "per copy",
-        ),
+        _host_source(host, sizes.host_bytes),
         f"a step's call: a jitted call over the {devices} device(s) adding one to 1 and to "
         f"32 arrays: {got.overheads[0] * 1e6:.1f} us per call, {got.overheads[1] * 1e6:.2f} "
         "us per array in or out (call_overhead_us, array_overhead_us)",
         'ops: priced with the measured op table of this host (pricing = "measured", '
         f"ops-{device_name()}.json in the cache directory, each op measured on first use)",
     ]
-    return Machine(
+    unscaled = Machine(
         name=LOCAL,
         device=device,
         nodes=processes,
         devices_per_node=devices,
-        intra=intra or SHARED_MEMORY,
-        inter=inter,
+        intra=intra.link if intra else SHARED_MEMORY,
+        inter=inter.link if inter else None,
         host=host,
-        sources=tuple(sources),
         pricing="measured",
         call_overhead_s=got.overheads[0],
         array_overhead_s=got.overheads[1],
     )
+    if not got.compute:
+        return dataclasses.replace(unscaled, sources=tuple(sources))
+    scale, how = _compute_scale(got.compute, processes, sizes)
+    sources.append(how)
+    return dataclasses.replace(unscaled, sources=tuple(sources), compute_scales=(scale,))
 
 
-def _link_source(
-    name: str, link: Link, sizes: Sequence[int], how: str, per: str = "per device"
-) -> str:
-    shown = ", ".join(f"{n / 1024:g} KiB" for n in sizes)
+def _compute_scale(
+    rounds: Sequence[tuple[float, float]], processes: int, sizes: Sizes
+) -> tuple[tuple[str, float], str]:
+    """The compute scale of `processes` processes of one device (`Machine.compute_scales`):
+    the median over `rounds` of the probe step's seconds there over its seconds in one
+    process of as many devices (the op table's configuration), and the source line
+    saying so, with the rounds' quartiles."""
+    import numpy as np
+
+    ratios = [together / alone for alone, together in rounds]
+    scale = statistics.median(ratios)
+    low, high = np.percentile(ratios, [25, 75])
+    batch, width = sizes.probe
+    alone, together = (statistics.median(times) for times in zip(*rounds, strict=True))
+    setup = setup_name(processes, 1)
+    how = (
+        f"compute: a probe SGD step of a 2-layer perceptron ({batch} x {width}) timed as "
+        f"the op table times an op, in {len(rounds)} rounds each of one process of "
+        f"{processes} devices (median {alone * 1e3:.3g} ms) then {processes} processes of "
+        f"one device at once (median {together * 1e3:.3g} ms): compute_scales {setup} = "
+        f"{scale:.3g}, the rounds' median ratio; ratio IQR {low:.3g}-{high:.3g}"
+    )
+    return (setup, scale), how
+
+
+def _link_source(name: str, fit: LinkFit, how: str, sizes: Sizes) -> str:
+    shown = ", ".join(f"{n / 1024:g} KiB" for n in sizes.collective_bytes)
+    link = fit.link
     return (
-        f"{name}: {how}; of {shown} {per}, fitted "
-        f"to the simulator's model: {link.bandwidth / 1e9:.3g} GB/s, "
-        f"{link.latency_s * 1e6:.3g} us latency"
+        f"{name}: {how}; of {shown} per device, in {fit.rounds} rounds of medians of "
+        f"{sizes.link_samples}, fitted to the rounds' median of each to the simulator's "
+        f"model: {link.bandwidth / 1e9:.3g} GB/s, {link.latency_s * 1e6:.3g} us latency; "
+        f"{fit.spread()}"
     )
 
 
-def _inter_samples(args: argparse.Namespace, coordinator: str) -> list[CollectiveSample]:
-    """The collectives measured across `--processes` workers (process 0's report)."""
-    cluster = distributed.Cluster(coordinator, args.processes, 0, 1, args.connect_timeout)
+def _host_source(link: Link, sizes: Sequence[int]) -> str:
+    shown = ", ".join(f"{n / 1024:g} KiB" for n in sizes)
+    return (
+        "host: jax.device_put and the copy back, less the same of 4 bytes; of "
+        f"{shown} per copy, fitted to the simulator's model: {link.bandwidth / 1e9:.3g} "
+        f"GB/s, {link.latency_s * 1e6:.3g} us latency"
+    )
+
+
+def _inter_samples(
+    args: argparse.Namespace, coordinator: str
+) -> tuple[list[list[CollectiveSample]], list[tuple[float, float]]]:
+    """The rounds of collectives measured across `--processes` workers, and the rounds
+    of the probe step (`calibration.compute_rounds`; process 0's report). Each worker
+    makes P devices, so that process 0 alone is a process of P devices, as the op table
+    runs ops."""
+    processes = args.processes
+    cluster = distributed.Cluster(coordinator, processes, 0, processes, args.connect_timeout)
     words = [
         "machine",
         "calibrate",
@@ -319,18 +371,21 @@ def _inter_samples(args: argparse.Namespace, coordinator: str) -> list[Collectiv
     ]
     (out, _), *_ = distributed.run_workers(words, cluster, range(args.processes))
     try:
-        rows = json.loads(out)
-        return [CollectiveSample(*row) for row in rows]
-    except (ValueError, TypeError):
+        report = json.loads(out)
+        rounds = [[CollectiveSample(*row) for row in rows] for rows in report["rounds"]]
+        return rounds, [(float(a), float(b)) for a, b in report["compute"]]
+    except (ValueError, TypeError, KeyError):
         raise DriverError(f"process 0 reported no measurements: {out[-200:]!r}") from None
 
 
 def _worker(args: argparse.Namespace, sizes: Sizes) -> int:
-    """A worker: join the run, measure the collectives across all processes' devices,
-    and print them (process 0's output is what the launcher reads)."""
+    """A worker: join the run, measure the collectives between the processes (the
+    first device of each), then the probe step's rounds, and print them (process 0's
+    output is what the launcher reads)."""
     import jax
+    from jax.experimental import multihost_utils
 
-    from tasoc.cost.calibration import collective_samples
+    from tasoc.cost.calibration import collective_samples, compute_rounds
 
     if args.coordinator is None or args.process_id is None:
         raise DriverError("a calibrate worker needs --coordinator and --process-id")
@@ -338,6 +393,19 @@ def _worker(args: argparse.Namespace, sizes: Sizes) -> int:
         args.coordinator, args.processes, args.process_id, args.devices, args.connect_timeout
     )
     distributed.join(cluster)
-    found = collective_samples(jax.devices(), sizes.collective_bytes, sizes.samples, sizes.chain)
-    print(json.dumps([[s.kind, s.nbytes, s.devices, s.seconds] for s in found]))
+    firsts = {}
+    for device in sorted(jax.devices(), key=lambda d: d.id):
+        firsts.setdefault(device.process_index, device)
+    rounds = collective_samples(
+        list(firsts.values()),
+        sizes.collective_bytes,
+        sizes.link_samples,
+        sizes.chain,
+        sizes.rounds,
+    )
+    compute = compute_rounds(
+        jax.local_devices(), args.process_id == 0, sizes, multihost_utils.sync_global_devices
+    )
+    rows = [[[s.kind, s.nbytes, s.devices, s.seconds] for s in found] for found in rounds]
+    print(json.dumps({"rounds": rows, "compute": compute}))
     return 0
