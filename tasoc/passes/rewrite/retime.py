@@ -34,8 +34,6 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from scipy.stats import binom
-
 from tasoc.cost.measured import end_to_end_sampler
 from tasoc.ir.dag import Dag
 from tasoc.passes.search import Deadline, SearchOutcome, StopReason, speedup
@@ -56,8 +54,12 @@ def median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> 
     which cover the median with at least `confidence` whatever the distribution (the
     sign test's interval). Too few values for any such k: (0, inf), never significant."""
     n, ordered = len(values), sorted(values)
+
+    def below(k: int) -> float:  # P(Binomial(n, 1/2) <= k), summed (scipy.stats: 1 s to import)
+        return sum(math.comb(n, i) for i in range(k + 1)) / 2**n
+
     k = 0
-    while k < n // 2 and binom.cdf(k, n, 0.5) <= (1 - confidence) / 2:
+    while k < n // 2 and below(k) <= (1 - confidence) / 2:
         k += 1
     if k == 0:
         return 0.0, math.inf
