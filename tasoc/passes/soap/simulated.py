@@ -114,7 +114,9 @@ class SimulatedStrategy:
         """`plan` simulated on `machine`; without `memory` (a search without a memory
         cap) its time alone, and `memory` reads 0 (`DeltaSimulator`); over the cap,
         priced by swapping when `place` says how."""
-        step = ShardedStep(problem.dag, copy_plan(plan), machine, mesh=problem.mesh)
+        step = ShardedStep(
+            problem.dag, copy_plan(plan), machine, mesh=problem.mesh, signature=problem.signature
+        )
         simulator = DeltaSimulator(step.graph, memory=memory)
         return cls(problem, step, simulator, dict(plan.configs), memory_cap, place)
 
