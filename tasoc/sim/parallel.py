@@ -549,37 +549,40 @@ class ShardedStep:
     ) -> tuple[list[tuple[str, int]], list[tuple[int, int, int, str]]]:
         """`device`'s buffers held throughout as (kind, bytes), and its temporaries as
         (first, last position in `sequence`, bytes, kind) (`memory`), but those XLA
-        places in a copied weight's own buffer (`_outside_holes`)."""
-        position = {task_id: i for i, task_id in enumerate(self.sequence(device))}
+        places in a donated argument's buffer (`_outside_donated`)."""
+        fixed, made = self._made(device)
+        fused = self._fused_on(made)
+        position = {task_id: i for i, task_id in enumerate(self._sequence(device, fused))}
         at = {key: position[task_id] for key, task_id in self._ids.items() if task_id in position}
-        fixed = list(self._resident_spec(device).alloc)
-        made: list[_Buffer] = []
-        for group in self._groups.values():
-            for buffer in group.buffers:
-                writer = buffer.writer
-                if buffer.device != device or writer is None or writer[0] == "res":  # type: ignore[index]
-                    continue  # a constant (XLA embeds it) or an argument (held: above)
-                if buffer.kept:
-                    fixed.append((buffer.kind, buffer.nbytes))
-                else:
-                    made.append(buffer)
-        fused = {buffer.writer[1]: buffer for buffer in made if self._fused(buffer)}  # type: ignore[index]
+        copied = {  # ops also computed inside some readers' loops (`duplicated_into`)
+            buffer.writer[1]: inside  # type: ignore[index]
+            for buffer in made
+            if buffer.writer[0] == "op"
+            and buffer.writer[1] not in fused  # type: ignore[index]
+            and (
+                inside := duplicated_into(
+                    buffer.writer[1], buffer.compute_readers, self._elementwise
+                )
+            )  # type: ignore[index]
+        }
 
         @functools.cache
         def last_read(node: Node) -> int:
             """Where a reader `node` last needs its operands: its own task, or, fused
-            into its readers, theirs."""
-            if node not in fused:
-                return at[("op", node, device)]
-            return max(map(last_read, fused[node].compute_readers))
+            into its readers, theirs (and those it is duplicated into)."""
+            if node in fused:
+                return max(map(last_read, fused[node].compute_readers))
+            return max([at[("op", node, device)], *map(last_read, copied.get(node, ()))])
 
         @functools.cache
         def unfused(node: Node) -> tuple[Node, ...]:
             """`node`, or where XLA fuses it away (`fused_away`) the readers it is
-            computed in, theirs in turn."""
-            if node not in fused:
-                return (node,)
-            return tuple(itertools.chain.from_iterable(map(unfused, fused[node].compute_readers)))
+            computed in, theirs in turn; and those it is duplicated into."""
+            if node in fused:
+                return tuple(
+                    itertools.chain.from_iterable(map(unfused, fused[node].compute_readers))
+                )
+            return (node, *itertools.chain.from_iterable(map(unfused, copied.get(node, ()))))
 
         temps = []
         written: dict[Node, int] = {}  # an op's result: its index in temps
@@ -591,9 +594,11 @@ class ShardedStep:
             start = at[writer]  # type: ignore[index]
             if writer[0] == "op" and made_at_start(writer[1]):  # type: ignore[index]
                 temps.append((0, start, buffer.nbytes, buffer.kind))
+            inside = copied.get(writer[1], ()) if writer[0] == "op" else ()  # type: ignore[index]
+            compute = [node for node in buffer.compute_readers if node not in inside]
             readers = [at[key] for key in buffer.chain_readers]
-            readers += map(last_read, buffer.compute_readers)
-            for reader in itertools.chain.from_iterable(map(unfused, buffer.compute_readers)):
+            readers += map(last_read, compute)
+            for reader in itertools.chain.from_iterable(map(unfused, compute)):
                 read.setdefault(reader, []).append(len(temps))
             if writer[0] == "op" and len(writer[1].results) == 1:  # type: ignore[index]
                 written[writer[1]] = len(temps)  # type: ignore[index]
@@ -604,22 +609,29 @@ class ShardedStep:
                 nbytes = self._local_bytes(x, self.plan.operands[node][0])
                 temps.append((position, position, nbytes, self._kind[node.results[0]]))
         _share_dying_operands(temps, written, read, self._elementwise)
-        holes: list[tuple[int, int, int]] = []
-        for argument, update in self._updated_in_place():
+        donated: list[_Donated] = []
+        arguments = {arg.out: index for index, arg in enumerate(self.dag.args)}
+        for argument, update in sorted(self._updated_in_place(), key=lambda p: arguments[p[0]]):
             ready = self._groups[argument.node].ready
             buffer = ready[(argument, self.plan.values[argument])].get(device)
             if buffer is None:
                 continue
             before = ancestors(update)
-            late = [
-                last_read(reader)
-                for reader in itertools.chain.from_iterable(map(unfused, buffer.compute_readers))
-                if reader is not update and reader not in before
-            ]
+            readers = list(itertools.chain.from_iterable(map(unfused, buffer.compute_readers)))
+            late = [reader for reader in readers if reader is not update and reader not in before]
+            written_at = at[("op", update, device)]
             if late:  # XLA's copy of the old weight: see the docstring of `memory`
-                end = last_read(update)
-                temps.append((0, end, buffer.nbytes, buffer.kind))
-                holes.append((1, end, buffer.nbytes))
+                read_to = (arguments[argument] + 1) / (len(arguments) + 1)
+                temps.append((read_to, last_read(update), buffer.nbytes, buffer.kind))
+            else:
+                read_to = max(
+                    [*map(last_read, readers), *(at[key] for key in buffer.chain_readers)],
+                    default=0,
+                )
+            shared = frozenset(
+                index for index in read.get(update, ()) if temps[index][2] == buffer.nbytes
+            )
+            donated.append(_Donated(buffer.nbytes, read_to, written_at, shared))
         for arg in self.dag.args:
             relaid: dict[tuple[str, Sharding], int] = {}  # per kind and layout read: its last
             for use in self._values_read(arg.out):
@@ -631,7 +643,28 @@ class ShardedStep:
                 (1, end, self._local_bytes(arg.out, layout), self._kind[arg.out])
                 for (_, layout), end in relaid.items()
             ]
-        return fixed, _outside_holes(temps, holes)
+        return fixed, _outside_donated(temps, donated)
+
+    def _made(self, device: int) -> tuple[list[tuple[str, int]], list[_Buffer]]:
+        """`device`'s buffers held throughout as (kind, bytes), and the buffers its ops
+        and collectives make, but the arguments and constants (`_buffers_of`)."""
+        fixed = list(self._resident_spec(device).alloc)
+        made: list[_Buffer] = []
+        for group in self._groups.values():
+            for buffer in group.buffers:
+                writer = buffer.writer
+                if buffer.device != device or writer is None or writer[0] == "res":  # type: ignore[index]
+                    continue  # a constant (XLA embeds it) or an argument (held: above)
+                if buffer.kept:
+                    fixed.append((buffer.kind, buffer.nbytes))
+                else:
+                    made.append(buffer)
+        return fixed, made
+
+    def _fused_on(self, made: Iterable[_Buffer]) -> dict[Node, _Buffer]:
+        """The ops among the writers of `made` that XLA never writes (`_fused`), with
+        their buffer."""
+        return {buffer.writer[1]: buffer for buffer in made if self._fused(buffer)}  # type: ignore[index]
 
     def _updated_in_place(self) -> list[tuple[Value, Node]]:
         """Each argument written in place by the op making its new value (a donated
@@ -678,7 +711,18 @@ class ShardedStep:
         Program order is the canonical order of a graph built afresh (the arguments,
         then per op its compute task and its group's collectives), not task ids, which
         edits renumber; dependencies on other devices' tasks are XLA's collectives'
-        own, met inside the instruction, and left out."""
+        own, met inside the instruction, and left out.
+
+        An op XLA never writes (`fused_away`) is no instruction of its own: its
+        readers' fusions compute it, so it takes no place in the queue and is
+        scheduled as soon as its operands are (a chain of element-wise ops, an
+        update's scale and add, runs in one wave, not one wave per op: candle_uno's
+        ILP plan held its weight gradients three waves longer than XLA does)."""
+        return self._sequence(device, self._fused_on(self._made(device)[1]))
+
+    def _sequence(self, device: int, fused: Collection[Node]) -> list[int]:
+        """`sequence` with the ops XLA fuses away given."""
+        inside = {self._ids[("op", node, device)] for node in fused}
         rank = {task_id: self._program_rank(key) for key, task_id in self._ids.items()}
         mine = sorted(
             (i for i in self._specs if self.graph[i].resource[1] == device),  # type: ignore[index]
@@ -695,12 +739,16 @@ class ShardedStep:
         queue = collections.deque(i for i in mine if not waiting[i])
         order = []
         while queue:
-            task_id = queue.popleft()
-            order.append(task_id)
-            for user in users[task_id]:
-                waiting[user] -= 1
-                if not waiting[user]:
-                    queue.append(user)
+            now = [queue.popleft()]
+            while now:  # the task, then at once the fused ops it readies
+                task_id = now.pop()
+                order.append(task_id)
+                ready = []
+                for user in users[task_id]:
+                    waiting[user] -= 1
+                    if not waiting[user]:
+                        (ready if user in inside else queue).append(user)
+                now += reversed(ready)
         return order
 
     def _program_rank(self, key: Key) -> tuple[int, int, int]:
@@ -1121,6 +1169,60 @@ def fused_away(
     return pointwise(node) and all(map(pointwise, readers))
 
 
+CHEAP = frozenset(
+    {
+        "abs",
+        "add",
+        "broadcast",
+        "cast",
+        "compare",
+        "max",
+        "min",
+        "mul",
+        "neg",
+        "relu",
+        "relu_grad",
+        "scale",
+        "sub",
+        "where",
+        "and",
+        "or",
+        "not",
+        "xor",
+    }
+)
+"""Element-wise ops XLA's instruction fusion does not count as expensive
+(`InstructionFusion::IsExpensive`: a divide, a power, a square root and the
+transcendental functions are; adds, multiplies, comparisons and selects are not), so
+it duplicates them into every reader that can fuse them (`duplicated_into`)."""
+
+
+RELAYOUTS = frozenset({"reshape", "transpose"})
+"""Ops `fused_away` treats as views of their operand's buffer (a bitcast, a transpose
+folded into a dot), not as loops computing it."""
+
+
+def duplicated_into(
+    node: Node, readers: Collection[Node], elementwise: Callable[[Node], bool] | None = None
+) -> tuple[Node, ...]:
+    """The `readers` that compute `node` inside their own loop although another reader
+    needs its result written: XLA's instruction fusion duplicates a cheap element-wise
+    producer (`CHEAP`) into each element-wise consumer, which then reads the
+    producer's operands, not its result, and keeps the producer for the consumers that
+    cannot fuse it (a contraction, a reduction). A transformer's relu, read by the
+    next matmul and the weight gradient (written: `broadcast_maximum_fusion.1`) and by
+    its gradient (`compare_select_fusion`, which reads the matmul's result
+    `ynn_fusion.26` and computes `max(x, 0)` itself): the relu's input lives until the
+    gradient, its output until the last matmul reading it. Empty where `node` is not
+    such a producer, or `fused_away` (no reader needs it written). A reshape or a
+    transpose reading it reads its buffer (a bitcast, a dot's operand)."""
+    pointwise = elementwise or computed_elementwise
+    if len(node.results) != 1 or node.op not in CHEAP or not pointwise(node):
+        return ()
+    inside = tuple(r for r in readers if r.op not in RELAYOUTS and pointwise(r))
+    return inside if len(inside) < len(readers) else ()
+
+
 def computed_elementwise(node: Node, operands: Sequence[TensorSig] | None = None) -> bool:
     """Whether XLA computes `node` element by element, a loop its readers' loops can
     take in (`fused_away`), on operands of the shapes `operands` (its own when None):
@@ -1176,37 +1278,57 @@ def _share_dying_operands(
                 break
 
 
-def _outside_holes(
-    temps: list[tuple[int, int, int, str]], holes: Sequence[tuple[int, int, int]]
-) -> list[tuple[int, int, int, str]]:
-    """`temps` but those XLA's buffer assignment places in a donated argument's buffer
-    while it holds nothing: `holes` are (first, last position, bytes) of a weight's
-    buffer between its copy (`memory`) and the update writing the new weight there,
-    which XLA fills with temporaries (the transformer's data-parallel plan: the
-    buffer of `param.34` holds `copy.105`, an all-reduce's result and the update).
-    Placed as XLA's heap places them, largest first, each in the smallest hole it fits
-    in, over its whole life, beside those placed there before (by bytes held at
-    each position: offsets within a hole are not tracked)."""
-    if not holes:
+class _Donated(NamedTuple):
+    """A donated argument's buffer on one device (`ShardedStep._buffers_of`): its
+    bytes, the position of its old value's last read (its copy's, where XLA copies it),
+    the position of the update writing the new value there, and the temporaries (by
+    index) the update reads element by element at its size, which it may write over."""
+
+    nbytes: int
+    read_to: float
+    written_at: int
+    shared: frozenset[int]
+
+
+def _outside_donated(
+    temps: list[tuple[float, int, int, str]], donated: Sequence[_Donated]
+) -> list[tuple[float, int, int, str]]:
+    """`temps` but those XLA's buffer assignment places in a donated argument's buffer,
+    as its `BufferAssigner` does before it packs what is left into the heap of
+    temporaries: it visits buffers by decreasing size (ties in program order) and
+    gives each the smallest existing allocation (the later argument first among equal
+    sizes) that is large enough and holds no value whose life overlaps its own, at
+    offset 0 — one value at a time. A donated argument's buffer holds the old weight
+    until its last read (its copy, where XLA copies it: `memory`) and the new one from
+    its update on; in between it takes temporaries: other weights' copies, gradients,
+    all-reduces' results, activations (candle_uno's data parallel step: `param.32`'s
+    buffer holds `copy.41`, the copy of the next weight, then a gradient; the
+    transformer's: `param.34`'s holds `copy.105`, an all-reduce's result and the
+    update). A temporary the update reads for the last time at its size may end where
+    the update starts (the update writes over it)."""
+    if not donated:
         return temps
-    held = [[0] * (last - first + 1) for first, last, _ in holes]
-    order = sorted(range(len(holes)), key=lambda h: holes[h][2])  # the smallest first
+    held: list[list[tuple[float, float]]] = [
+        [(0, one.read_to), (one.written_at, math.inf)] for one in donated
+    ]
+    order = sorted(range(len(donated)), key=lambda i: (donated[i].nbytes, -i))
     outside = []
-    for temp in sorted(temps, key=lambda temp: -temp[2]):
-        start, end, nbytes, _ = temp
-        for h in order:
-            first, last, size = holes[h]
-            if first <= start and end <= last and nbytes <= size:
-                span = held[h][start - first : end - first + 1]
-                if max(span) + nbytes <= size:
-                    held[h][start - first : end - first + 1] = [n + nbytes for n in span]
-                    break
+    for index in sorted(range(len(temps)), key=lambda i: (-temps[i][2], temps[i][0])):
+        start, end, nbytes, _ = temps[index]
+        for i in order:
+            one = donated[i]
+            if nbytes > one.nbytes:
+                continue
+            last = end - 1 if end == one.written_at and index in one.shared else end
+            if all(last < first or stop < start for first, stop in held[i]):
+                held[i].append((start, last))
+                break
         else:
-            outside.append(temp)
+            outside.append(temps[index])
     return outside
 
 
-def _most_live(temps: Sequence[tuple[int, int, int, str]]) -> list[tuple[str, int]]:
+def _most_live(temps: Sequence[tuple[float, int, int, str]]) -> list[tuple[str, int]]:
     """The (kind, bytes) of the temporaries live together where the most bytes are:
     (first, last, bytes, kind) intervals of positions, both ends included."""
     events = sorted(
