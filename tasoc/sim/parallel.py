@@ -241,6 +241,24 @@ def made_at_start(node: Node) -> bool:
     return node.op == "scatter_add" or (node.op == "pool2d_grad" and node.attr("kind") == "max")
 
 
+INDEX_BYTES = 4
+"""The bytes of an s32 index (`_argmax_of`)."""
+
+
+def _argmax_of(node: Node, writer: Node | None = None) -> bool:
+    """Whether `node` is a max-pooling's gradient (reading `writer`'s result as the
+    pooled input, where given), which XLA's CPU compiler computes from an argmax it
+    finds as soon as the input exists, not from the input: a variadic reduce-window
+    over the input and one s32 index array per dimension of the input's shape, those
+    made at the start (`wrapped_iota`, `.1`, `.2` and a broadcast: alexnet's ILP plan,
+    `wrapped_iota{}:14-50`), giving one s32 index per dimension of each output
+    (`concatenate_bitcast_fusion.2{}:58-145`), held until the gradient scatters `dy`
+    there (`made_at_start`). The input is no longer read by the gradient."""
+    if node.op != "pool2d_grad" or node.attr("kind") != "max":
+        return False
+    return writer is None or node.inputs[0].node is writer
+
+
 CONVOLUTIONS = frozenset({"conv2d", "conv2d_grad_input", "conv2d_grad_weight"})
 """Ops XLA's CPU compiler runs on channels-last operands (NHWC images, HWIO kernels:
 the layout its convolution kernels take), where an argument lies row-major as the IR
@@ -595,7 +613,11 @@ class ShardedStep:
             if writer[0] == "op" and made_at_start(writer[1]):  # type: ignore[index]
                 temps.append((0, start, buffer.nbytes, buffer.kind))
             inside = copied.get(writer[1], ()) if writer[0] == "op" else ()  # type: ignore[index]
-            compute = [node for node in buffer.compute_readers if node not in inside]
+            compute = [
+                node
+                for node in buffer.compute_readers
+                if node not in inside and not (writer[0] == "op" and _argmax_of(node, writer[1]))  # type: ignore[index]
+            ]
             readers = [at[key] for key in buffer.chain_readers]
             readers += map(last_read, compute)
             for reader in itertools.chain.from_iterable(map(unfused, compute)):
@@ -608,6 +630,21 @@ class ShardedStep:
                 position, x = at[("op", node, device)], node.inputs[0]
                 nbytes = self._local_bytes(x, self.plan.operands[node][0])
                 temps.append((position, position, nbytes, self._kind[node.results[0]]))
+            elif _argmax_of(node) and ("op", node, device) in at:
+                x, dy = zip(node.inputs, self.plan.operands[node], strict=True)
+                mesh = self.mesh_of(node)
+                found = min(
+                    (
+                        last_read(use.node)
+                        for use in self._values_read(x[0])
+                        if use.node is not node
+                    ),
+                    default=at[("op", node, device)],
+                )
+                rank = len(x[0].sig.shape)
+                for first, last, value in ((0, found, x), (found, at[("op", node, device)], dy)):
+                    indices = math.prod(_local_sig(value[0].sig, value[1], mesh).shape)
+                    temps.append((first, last, rank * indices * INDEX_BYTES, "gradients"))
         _share_dying_operands(temps, written, read, self._elementwise)
         donated: list[_Donated] = []
         arguments = {arg.out: index for index, arg in enumerate(self.dag.args)}
