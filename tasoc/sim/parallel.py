@@ -1181,6 +1181,15 @@ def _device_classes(
     return {min(devices): tuple(sorted(devices)) for devices in sets}
 
 
+DIVIDED = frozenset({"softmax"})
+"""Ops whose result XLA never writes as such: it keeps a softmax's `exp(x - max x)`
+(`EXPONENTIATING`) and its sum, and each reader divides inside its own loop, so a
+transpose of the result is a loop of its own, written, which no dot can fold (the
+transformer's attention: `copy_bitcast_fusion.1`, the probabilities transposed for
+the gradient of the values, 64 KB held from the forward to the backward beside the
+exponent)."""
+
+
 def fused_away(
     node: Node, readers: Collection[Node], elementwise: Callable[[Node], bool] | None = None
 ) -> bool:
@@ -1190,7 +1199,8 @@ def fused_away(
 
     * a `reshape` of a row-major array is a bitcast: the same buffer;
     * a `transpose` read only by matmuls is folded into their dimension numbers
-      (XLA's transpose folding: `dot(x, transpose(w))` contracts w's other dim);
+      (XLA's transpose folding: `dot(x, transpose(w))` contracts w's other dim),
+      unless it transposes a softmax (`DIVIDED`), whose division it computes;
     * an op XLA computes element by element (`elementwise`, at global shapes when
       None) whose readers are all such ops is computed inside each reader's loop
       (XLA's loop fusion; a collective, a contraction or a reduction reads a
@@ -1200,8 +1210,10 @@ def fused_away(
     if len(node.results) != 1 or not readers:
         return False
     ops = {reader.op for reader in readers}
-    if node.op == "reshape" or (node.op == "transpose" and ops == {"matmul"}):
+    if node.op == "reshape":
         return True
+    if node.op == "transpose" and ops == {"matmul"}:
+        return node.inputs[0].node.op not in DIVIDED
     pointwise = elementwise or computed_elementwise
     return pointwise(node) and all(map(pointwise, readers))
 
