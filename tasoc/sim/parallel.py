@@ -245,6 +245,19 @@ INDEX_BYTES = 4
 """The bytes of an s32 index (`_argmax_of`)."""
 
 
+def gathered_minor(operand: Sharding, result: Sharding, local: TensorSig) -> bool:
+    """Whether an all-gather from `operand` to `result` (of local signature `local`)
+    gathers a dimension after one of more than one element: XLA's layout assignment
+    makes a collective gather along its result's most major dimension, so it gathers
+    in a layout with that dimension first and copies the result back into the
+    row-major layout its readers take, a second buffer of the result's size (the
+    transformer's expert plan: `all_gather.63 = f32[8,64,512]{1,0,2}`, gathered along
+    dimension 2, then `copy_bitcast_fusion.18 = f32[512,512]`, 1 MB each, live
+    together at XLA's peak)."""
+    gathered = [d for d, (a, b) in enumerate(zip(operand.dims, result.dims, strict=True)) if a != b]
+    return any(size > 1 for size in local.shape[: min(gathered, default=0)])
+
+
 def _argmax_of(node: Node, writer: Node | None = None) -> bool:
     """Whether `node` is a max-pooling's gradient (reading `writer`'s result as the
     pooled input, where given), which XLA's CPU compiler computes from an argmax it
@@ -316,6 +329,9 @@ class _Buffer:
     kept: bool
     chain_readers: list[Key] = field(default_factory=list)
     compute_readers: list[Node] = field(default_factory=list)
+    relaid: bool = False
+    """Whether XLA copies it into another layout before its readers read it
+    (`gathered_minor`)."""
 
 
 Producer = Node
@@ -624,7 +640,11 @@ class ShardedStep:
                 read.setdefault(reader, []).append(len(temps))
             if writer[0] == "op" and len(writer[1].results) == 1:  # type: ignore[index]
                 written[writer[1]] = len(temps)  # type: ignore[index]
-            temps.append((start, max(readers, default=start), buffer.nbytes, buffer.kind))
+            end = max(readers, default=start)
+            if buffer.relaid and readers:  # gathered, then copied row-major for its readers
+                temps.append((min(readers), end, buffer.nbytes, buffer.kind))
+                end = min(readers)
+            temps.append((start, end, buffer.nbytes, buffer.kind))
         for node in self.dag.ops:
             if node.op in EXPONENTIATING and ("op", node, device) in at:
                 position, x = at[("op", node, device)], node.inputs[0]
@@ -946,7 +966,9 @@ class ShardedStep:
         current = group.ready[(value, source)]
         held = self._devices_of(source)  # every device holding the value, simulated or not
         steps = moves(source, target, value.sig, self.meshes)
+        operand = source  # the layout each step reads
         for number, step in enumerate(steps):
+            operand, reads = step.result, operand
             if step.kind == "all_slice":
                 continue
             last = number == len(steps) - 1
@@ -971,8 +993,11 @@ class ShardedStep:
             )
             for device, buffer in current.items():
                 buffer.chain_readers.append(keys[device])
+            relaid = step.kind == "all_gather" and gathered_minor(
+                reads, step.result, _local_sig(value.sig, step.result, mesh)
+            )
             current = {
-                d: _Buffer(d, keys[d], keys[d], alloc, "communication", kept)
+                d: _Buffer(d, keys[d], keys[d], alloc, "communication", kept, relaid=relaid)
                 for d in self._simulated(mesh.device_ids)
             }
             held = mesh.device_ids
