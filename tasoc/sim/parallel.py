@@ -253,7 +253,8 @@ def gathered_minor(operand: Sharding, result: Sharding, local: TensorSig) -> boo
     row-major layout its readers take, a second buffer of the result's size (the
     transformer's expert plan: `all_gather.63 = f32[8,64,512]{1,0,2}`, gathered along
     dimension 2, then `copy_bitcast_fusion.18 = f32[512,512]`, 1 MB each, live
-    together at XLA's peak)."""
+    together at XLA's peak). A reader computed element by element takes the
+    gathered layout as it is (the copy is made only for a dot or a reduction)."""
     gathered = [d for d, (a, b) in enumerate(zip(operand.dims, result.dims, strict=True)) if a != b]
     return any(size > 1 for size in local.shape[: min(gathered, default=0)])
 
@@ -641,7 +642,7 @@ class ShardedStep:
             if writer[0] == "op" and len(writer[1].results) == 1:  # type: ignore[index]
                 written[writer[1]] = len(temps)  # type: ignore[index]
             end = max(readers, default=start)
-            if buffer.relaid and readers:  # gathered, then copied row-major for its readers
+            if buffer.relaid and not all(map(self._elementwise, buffer.compute_readers)):
                 temps.append((min(readers), end, buffer.nbytes, buffer.kind))
                 end = min(readers)
             temps.append((start, end, buffer.nbytes, buffer.kind))
