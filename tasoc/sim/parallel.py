@@ -235,7 +235,12 @@ def made_at_start(node: Node) -> bool:
     as an instruction of its own: a broadcast zero that depends on nothing, so XLA's
     BFS schedule (`ShardedStep.sequence`) makes it among the first instructions, and
     the op writes its result over it, in place (dlrm's `wrapped_scatter` at the offset
-    of the zeros' `copy.38` as that dies): one buffer from the step's start. A
+    of the zeros' `copy.38` as that dies): one buffer from the step's start. Zeros of
+    one shape are one broadcast (XLA's common-subexpression elimination), which copy
+    insertion copies for each op writing over it, so where several are of one size,
+    the broadcast is held beside its copies while BFS makes them (dlrm's
+    `wrapped_broadcast.9{}:37-61` beside `copy.38` ... `copy.45`, made at 54-61: nine
+    1.28 MB buffers at once, XLA's peak for the replicated plan). A
     `scatter_add` (the gradient of an embedding table, zeros with the rows added in:
     dlrm's eight tables, 10 MB of XLA's temporaries through the whole forward and
     backward) and a max-pooling's gradient (JAX's select-and-scatter, which XLA's CPU
@@ -245,7 +250,7 @@ def made_at_start(node: Node) -> bool:
 
 
 INDEX_BYTES = 4
-"""The bytes of an s32 index (`_argmax_of`)."""
+"""The bytes of an s32 index (`argmax_of`)."""
 
 
 def gathered_minor(operand: Sharding, result: Sharding, local: TensorSig) -> bool:
@@ -262,7 +267,7 @@ def gathered_minor(operand: Sharding, result: Sharding, local: TensorSig) -> boo
     return any(size > 1 for size in local.shape[: min(gathered, default=0)])
 
 
-def _argmax_of(node: Node, writer: Node | None = None) -> bool:
+def argmax_of(node: Node, writer: Node | None = None) -> bool:
     """Whether `node` is a max-pooling's gradient (reading `writer`'s result as the
     pooled input, where given), which XLA's CPU compiler computes from an argmax it
     finds as soon as the input exists, not from the input: a variadic reduce-window
@@ -629,17 +634,20 @@ class ShardedStep:
         temps = []
         written: dict[Node, int] = {}  # an op's result: its index in temps
         read: dict[Node, list[int]] = {}  # the temporaries each unfused op reads
+        zeros: dict[int, int] = {}  # `made_at_start` ops by the bytes of their result
         for buffer in made:
             writer = buffer.writer
             if writer[1] in fused and fused[writer[1]] is buffer:  # type: ignore[index]
                 continue
             start = at[writer]  # type: ignore[index]
             made_from = 0 if writer[0] == "op" and made_at_start(writer[1]) else start  # type: ignore[index]
+            if not made_from:
+                zeros[buffer.nbytes] = zeros.get(buffer.nbytes, 0) + 1
             inside = copied.get(writer[1], ()) if writer[0] == "op" else ()  # type: ignore[index]
             compute = [
                 node
                 for node in buffer.compute_readers
-                if node not in inside and not (writer[0] == "op" and _argmax_of(node, writer[1]))  # type: ignore[index]
+                if node not in inside and not (writer[0] == "op" and argmax_of(node, writer[1]))  # type: ignore[index]
             ]
             readers = [at[key] for key in buffer.chain_readers]
             readers += map(last_read, compute)
@@ -652,12 +660,15 @@ class ShardedStep:
                 temps.append((min(readers), end, buffer.nbytes, buffer.kind))
                 end = min(readers)
             temps.append((made_from, end, buffer.nbytes, buffer.kind))
+        temps += [  # one zero-filled broadcast per size, copied for each op writing in place
+            (0, 1, nbytes, "gradients") for nbytes, count in zeros.items() if count > 1
+        ]
         for node in self.dag.ops:
             if node.op in EXPONENTIATING and ("op", node, device) in at:
                 position, x = at[("op", node, device)], node.inputs[0]
                 nbytes = self._local_bytes(x, self.plan.operands[node][0])
                 temps.append((position, position, nbytes, self._kind[node.results[0]]))
-            elif _argmax_of(node) and ("op", node, device) in at:
+            elif argmax_of(node) and ("op", node, device) in at:
                 x, dy = zip(node.inputs, self.plan.operands[node], strict=True)
                 mesh = self.mesh_of(node)
                 found = min(
