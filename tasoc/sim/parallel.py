@@ -44,17 +44,21 @@ A device's peak memory, `memory()` (what soap-shard checks against a device's
 capacity and reports), is XLA's view instead: the bytes `compiled.memory_analysis()`
 gives the step compiled as one SPMD program, which come from XLA's sequential schedule
 and its buffers, not from the timeline: the device's tasks in the order XLA's CPU
-scheduler runs their HLO (`sequence`: a FIFO topological sort, independent work of
-one depth together), each temporary live from its writer to its last reader in that
-order, arguments and program results held throughout, no buffer for what XLA never
-writes (`fused_away`: reshapes, transposes folded into matmuls, fused element-wise
-chains, outer products), a `scatter_add`'s zero-filled operand from the start
+scheduler runs their HLO (`sequence`: a FIFO topological sort of the fused program,
+independent work of one depth together), each temporary live from its writer to its
+last reader in that order, arguments and program results held throughout, no buffer
+for what XLA never writes (`fused_away`: reshapes, transposes folded into matmuls,
+fused element-wise chains, outer products; cheap ops recomputed in element-wise
+readers, `duplicated_into`), a `scatter_add` written over zeros made at the start
 (`made_at_start`), a copy of each weight updated in place that an op the update does
-not wait for still reads, from the start to the update (XLA's copy insertion), with
-temporaries placed in the weight's own buffer meanwhile, an element-wise result
-written over a dying operand of its size, the copies of arguments convolutions
-read in their own layout (`CONVOLUTIONS`), and a softmax's exponent
-(`EXPONENTIATING`). It is split into
+not wait for still reads, from the start to the update (XLA's copy insertion),
+temporaries placed one at a time in donated weights' buffers as XLA's buffer
+assignment places them (`_outside_donated`), an element-wise result written over a
+dying operand of its size, the copies of arguments convolutions read in their own
+layout (`CONVOLUTIONS`), a softmax's exponent (`EXPONENTIATING`), a max-pooling's
+argmax (`argmax_of`), a minor-dimension gather's row-major copy (`gathered_minor`),
+and the rest packed into one heap as XLA's heap simulator packs it (`_packed`). It is
+split into
 liveness's kinds (`tasoc.ir.liveness`) plus communication buffers; docs/benchmarks.md
 ("Per-device memory: the simulator against XLA") has how it compares with XLA's.
 
@@ -558,26 +562,31 @@ class ShardedStep:
           a donated argument: XLA gives each output an allocation of its own;
         * every other buffer (an op's result, a collective's) is a temporary, live
           from the task making it to the last task reading it in XLA's order
-          (`sequence`), both included (an op's operands and results coexist); a
-          `made_at_start` op's constant-filled operand from the first task to it;
+          (`sequence`: a BFS over the program as XLA fuses it), both included (an
+          op's operands and results coexist); a `made_at_start` op writes over
+          zeros made at the start, one broadcast per size copied for each;
+        * XLA never writes what it fuses away (`fused_away`), and computes a cheap
+          element-wise op again inside its element-wise readers
+          (`duplicated_into`), whose operands then live until those readers;
         * a weight (or state) written in place while an op its update does not wait
           for still reads it (the backward's `dx = dy @ W^T`) is copied first: XLA's
           copy insertion keeps the old value in a copy that depends on nothing, so BFS
           makes it at the start, and every reader, the update too, reads the copy;
-          the argument's own buffer then holds nothing until the update writes it,
-          and XLA places temporaries there meanwhile (`_outside_holes`; the
-          transformer's data parallel step: 1.3 MB of copies, and as many bytes of
-          its gradients and activations in the weights' buffers);
+        * a donated argument's buffer holds temporaries between its last read (its
+          copy) and its update, one at a time, as XLA's buffer assignment gives them
+          (`_outside_donated`: other weights' copies, gradients, activations);
         * an element-wise op writes its result over an operand of its size that it
           reads for the last time (`_share_dying_operands`);
         * an argument a convolution reads is copied into the convolution's layout
           (`CONVOLUTIONS`); a softmax's exponent is a buffer while it runs
-          (`EXPONENTIATING`);
-        * the peak is where the most temporaries' bytes are live at once. XLA packs
-          them into one heap whose gaps can make its temporaries more than that (dlrm's
-          expert plan: 16.7 MB of heap for about 11.6 MB live); beyond the holes
-          above, that packing is not modelled (docs/benchmarks.md, "Per-device
-          memory: the simulator against XLA")."""
+          (`EXPONENTIATING`); a max-pooling's gradient reads an argmax found in the
+          forward (`argmax_of`); an all-gather along a minor dimension is copied
+          row-major for a dot (`gathered_minor`);
+        * the temporaries left are packed into one heap as XLA's heap simulator packs
+          them (`_packed`), whose gaps can make it more than the most bytes live at
+          once; the kinds are those live at the peak, the gaps counted as the kind at
+          the heap's top (docs/benchmarks.md, "Per-device memory: the simulator
+          against XLA")."""
         split = {}
         for device in self._devices:
             fixed, temps = self._buffers_of(device)
