@@ -306,6 +306,10 @@ so loop fusion cannot compute it inside its readers (rnnlm's loss and its gradie
 `subtract_exponential_fusion` and `.1`, 512 KB each of gathered logits, at XLA's
 peak; the transformer's attention softmax). A temporary while the op runs."""
 
+Temp = tuple[float, int, int, str]
+"""A temporary: its first and last position in `ShardedStep.sequence`, bytes, kind."""
+
+
 KINDS = tuple(MemoryBreakdown.__dataclass_fields__)
 """The kinds of bytes, in `MemoryBreakdown`'s order."""
 
@@ -600,9 +604,7 @@ class ShardedStep:
             split.update(dict.fromkeys(self.stands_for[device], MemoryBreakdown(**best)))
         return dict(sorted(split.items()))
 
-    def _buffers_of(
-        self, device: int
-    ) -> tuple[list[tuple[str, int]], list[tuple[int, int, int, str]]]:
+    def _buffers_of(self, device: int) -> tuple[list[tuple[str, int]], list[Temp]]:
         """`device`'s buffers held throughout as (kind, bytes), and its temporaries as
         (first, last position in `sequence`, bytes, kind) (`memory`), but those XLA
         places in a donated argument's buffer (`_outside_donated`)."""
@@ -1353,7 +1355,7 @@ def ancestors(node: Node) -> frozenset[Node]:
 
 
 def _share_dying_operands(
-    temps: list[tuple[int, int, int, str]],
+    temps: list[Temp],
     written: Mapping[Node, int],
     read: Mapping[Node, list[int]],
     elementwise: Callable[[Node], bool],
@@ -1391,9 +1393,7 @@ class _Donated(NamedTuple):
     shared: frozenset[int]
 
 
-def _outside_donated(
-    temps: list[tuple[float, int, int, str]], donated: Sequence[_Donated]
-) -> list[tuple[float, int, int, str]]:
+def _outside_donated(temps: list[Temp], donated: Sequence[_Donated]) -> list[Temp]:
     """`temps` but those XLA's buffer assignment places in a donated argument's buffer,
     as its `BufferAssigner` does before it packs what is left into the heap of
     temporaries: it visits buffers by decreasing size (ties in program order) and
@@ -1429,7 +1429,7 @@ def _outside_donated(
     return outside
 
 
-def _most_live(temps: Sequence[tuple[float, int, int, str]]) -> list[tuple[str, int]]:
+def _most_live(temps: Sequence[Temp]) -> list[tuple[str, int]]:
     """The (kind, bytes) of the temporaries live together where the most bytes are:
     (first, last, bytes, kind) intervals of positions, both ends included."""
     events = sorted(
@@ -1449,10 +1449,6 @@ def _most_live(temps: Sequence[tuple[float, int, int, str]]) -> list[tuple[str, 
         else:
             live[index] = None
     return [(temps[i][3], temps[i][2]) for i in live]
-
-
-Temp = tuple[float, int, int, str]
-"""A temporary: its first and last position in `ShardedStep.sequence`, bytes, kind."""
 
 
 def _packed(temps: Sequence[Temp]) -> tuple[int, str | None]:
