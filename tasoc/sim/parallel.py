@@ -44,17 +44,21 @@ A device's peak memory, `memory()` (what soap-shard checks against a device's
 capacity and reports), is XLA's view instead: the bytes `compiled.memory_analysis()`
 gives the step compiled as one SPMD program, which come from XLA's sequential schedule
 and its buffers, not from the timeline: the device's tasks in the order XLA's CPU
-scheduler runs their HLO (`sequence`: a FIFO topological sort, independent work of
-one depth together), each temporary live from its writer to its last reader in that
-order, arguments and program results held throughout, no buffer for what XLA never
-writes (`fused_away`: reshapes, transposes folded into matmuls, fused element-wise
-chains, outer products), a `scatter_add`'s zero-filled operand from the start
+scheduler runs their HLO (`sequence`: a FIFO topological sort of the fused program,
+independent work of one depth together), each temporary live from its writer to its
+last reader in that order, arguments and program results held throughout, no buffer
+for what XLA never writes (`fused_away`: reshapes, transposes folded into matmuls,
+fused element-wise chains, outer products; cheap ops recomputed in element-wise
+readers, `duplicated_into`), a `scatter_add` written over zeros made at the start
 (`made_at_start`), a copy of each weight updated in place that an op the update does
-not wait for still reads, from the start to the update (XLA's copy insertion), with
-temporaries placed in the weight's own buffer meanwhile, an element-wise result
-written over a dying operand of its size, the copies of arguments convolutions
-read in their own layout (`CONVOLUTIONS`), and a softmax's exponent
-(`EXPONENTIATING`). It is split into
+not wait for still reads, from the start to the update (XLA's copy insertion),
+temporaries placed one at a time in donated weights' buffers as XLA's buffer
+assignment places them (`_outside_donated`), an element-wise result written over a
+dying operand of its size, the copies of arguments convolutions read in their own
+layout (`CONVOLUTIONS`), a softmax's exponent (`EXPONENTIATING`), a max-pooling's
+argmax (`argmax_of`), a minor-dimension gather's row-major copy (`gathered_minor`),
+and the rest packed into one heap as XLA's heap simulator packs it (`_packed`). It is
+split into
 liveness's kinds (`tasoc.ir.liveness`) plus communication buffers; docs/benchmarks.md
 ("Per-device memory: the simulator against XLA") has how it compares with XLA's.
 
@@ -81,6 +85,8 @@ import math
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
+
+import numpy as np
 
 from tasoc.cost.devices import Device
 from tasoc.cost.fusion import plan_fusion
@@ -231,14 +237,52 @@ FUSIBLE = ops_with(Fusible)
 def made_at_start(node: Node) -> bool:
     """Whether XLA computes `node` by updating a buffer it fills with a constant, made
     as an instruction of its own: a broadcast zero that depends on nothing, so XLA's
-    BFS schedule (`ShardedStep.sequence`) makes it among the first instructions, and it
-    lives until the op, which writes its result to a buffer of its own. A
+    BFS schedule (`ShardedStep.sequence`) makes it among the first instructions, and
+    the op writes its result over it, in place (dlrm's `wrapped_scatter` at the offset
+    of the zeros' `copy.38` as that dies): one buffer from the step's start. Zeros of
+    one shape are one broadcast (XLA's common-subexpression elimination), which copy
+    insertion copies for each op writing over it, so where several are of one size,
+    the broadcast is held beside its copies while BFS makes them (dlrm's
+    `wrapped_broadcast.9{}:37-61` beside `copy.38` ... `copy.45`, made at 54-61: nine
+    1.28 MB buffers at once, XLA's peak for the replicated plan). A
     `scatter_add` (the gradient of an embedding table, zeros with the rows added in:
     dlrm's eight tables, 10 MB of XLA's temporaries through the whole forward and
     backward) and a max-pooling's gradient (JAX's select-and-scatter, which XLA's CPU
     compiler runs as a scatter of `dy` at the forward's argmax into zeros of the
     input's shape: alexnet's `wrapped_broadcast`s, live from the step's start)."""
     return node.op == "scatter_add" or (node.op == "pool2d_grad" and node.attr("kind") == "max")
+
+
+INDEX_BYTES = 4
+"""The bytes of an s32 index (`argmax_of`)."""
+
+
+def gathered_minor(operand: Sharding, result: Sharding, local: TensorSig) -> bool:
+    """Whether an all-gather from `operand` to `result` (of local signature `local`)
+    gathers a dimension after one of more than one element: XLA's layout assignment
+    makes a collective gather along its result's most major dimension, so it gathers
+    in a layout with that dimension first and copies the result back into the
+    row-major layout its readers take, a second buffer of the result's size (the
+    transformer's expert plan: `all_gather.63 = f32[8,64,512]{1,0,2}`, gathered along
+    dimension 2, then `copy_bitcast_fusion.18 = f32[512,512]`, 1 MB each, live
+    together at XLA's peak). A reader computed element by element takes the
+    gathered layout as it is (the copy is made only for a dot or a reduction)."""
+    gathered = [d for d, (a, b) in enumerate(zip(operand.dims, result.dims, strict=True)) if a != b]
+    return any(size > 1 for size in local.shape[: min(gathered, default=0)])
+
+
+def argmax_of(node: Node, writer: Node | None = None) -> bool:
+    """Whether `node` is a max-pooling's gradient (reading `writer`'s result as the
+    pooled input, where given), which XLA's CPU compiler computes from an argmax it
+    finds as soon as the input exists, not from the input: a variadic reduce-window
+    over the input and one s32 index array per dimension of the input's shape, those
+    made at the start (`wrapped_iota`, `.1`, `.2` and a broadcast: alexnet's ILP plan,
+    `wrapped_iota{}:14-50`), giving one s32 index per dimension of each output
+    (`concatenate_bitcast_fusion.2{}:58-145`), held until the gradient scatters `dy`
+    there (`made_at_start`). The input is no longer read by the gradient."""
+    if node.op != "pool2d_grad" or node.attr("kind") != "max":
+        return False
+    return writer is None or node.inputs[0].node is writer
 
 
 CONVOLUTIONS = frozenset({"conv2d", "conv2d_grad_input", "conv2d_grad_weight"})
@@ -261,6 +305,10 @@ which XLA's CPU compiler splits into a reduce-window and a reduce reading a buff
 so loop fusion cannot compute it inside its readers (rnnlm's loss and its gradient:
 `subtract_exponential_fusion` and `.1`, 512 KB each of gathered logits, at XLA's
 peak; the transformer's attention softmax). A temporary while the op runs."""
+
+Temp = tuple[float, int, int, str]
+"""A temporary: its first and last position in `ShardedStep.sequence`, bytes, kind."""
+
 
 KINDS = tuple(MemoryBreakdown.__dataclass_fields__)
 """The kinds of bytes, in `MemoryBreakdown`'s order."""
@@ -298,6 +346,9 @@ class _Buffer:
     kept: bool
     chain_readers: list[Key] = field(default_factory=list)
     compute_readers: list[Node] = field(default_factory=list)
+    relaid: bool = False
+    """Whether XLA copies it into another layout before its readers read it
+    (`gathered_minor`)."""
 
 
 Producer = Node
@@ -525,112 +576,160 @@ class ShardedStep:
           a donated argument: XLA gives each output an allocation of its own;
         * every other buffer (an op's result, a collective's) is a temporary, live
           from the task making it to the last task reading it in XLA's order
-          (`sequence`), both included (an op's operands and results coexist); a
-          `made_at_start` op's constant-filled operand from the first task to it;
+          (`sequence`: a BFS over the program as XLA fuses it), both included (an
+          op's operands and results coexist); a `made_at_start` op writes over
+          zeros made at the start, one broadcast per size copied for each;
+        * XLA never writes what it fuses away (`fused_away`), and computes a cheap
+          element-wise op again inside its element-wise readers
+          (`duplicated_into`), whose operands then live until those readers;
         * a weight (or state) written in place while an op its update does not wait
           for still reads it (the backward's `dx = dy @ W^T`) is copied first: XLA's
           copy insertion keeps the old value in a copy that depends on nothing, so BFS
           makes it at the start, and every reader, the update too, reads the copy;
-          the argument's own buffer then holds nothing until the update writes it,
-          and XLA places temporaries there meanwhile (`_outside_holes`; the
-          transformer's data parallel step: 1.3 MB of copies, and as many bytes of
-          its gradients and activations in the weights' buffers);
+        * a donated argument's buffer holds temporaries between its last read (its
+          copy) and its update, one at a time, as XLA's buffer assignment gives them
+          (`_outside_donated`: other weights' copies, gradients, activations);
         * an element-wise op writes its result over an operand of its size that it
           reads for the last time (`_share_dying_operands`);
         * an argument a convolution reads is copied into the convolution's layout
           (`CONVOLUTIONS`); a softmax's exponent is a buffer while it runs
-          (`EXPONENTIATING`);
-        * the peak is where the most temporaries' bytes are live at once. XLA packs
-          them into one heap whose gaps can make its temporaries more than that (dlrm's
-          expert plan: 16.7 MB of heap for about 11.6 MB live); beyond the holes
-          above, that packing is not modelled (docs/benchmarks.md, "Per-device
-          memory: the simulator against XLA")."""
+          (`EXPONENTIATING`); a max-pooling's gradient reads an argmax found in the
+          forward (`argmax_of`); an all-gather along a minor dimension is copied
+          row-major for a dot (`gathered_minor`);
+        * the temporaries left are packed into one heap as XLA's heap simulator packs
+          them (`_packed`), whose gaps can make it more than the most bytes live at
+          once; the kinds are those live at the peak, the gaps counted as the kind at
+          the heap's top (docs/benchmarks.md, "Per-device memory: the simulator
+          against XLA")."""
         split = {}
         for device in self._devices:
             fixed, temps = self._buffers_of(device)
             best = dict.fromkeys(KINDS, 0)
-            for kind, nbytes in (*fixed, *_most_live(temps)):
+            live = _most_live(temps)
+            for kind, nbytes in (*fixed, *live):
                 best[kind] += nbytes
+            heap, top = _packed(temps)
+            if top is not None:  # the heap's gaps, counted as what lies at its top
+                best[top] += heap - sum(nbytes for _, nbytes in live)
             split.update(dict.fromkeys(self.stands_for[device], MemoryBreakdown(**best)))
         return dict(sorted(split.items()))
 
-    def _buffers_of(
-        self, device: int
-    ) -> tuple[list[tuple[str, int]], list[tuple[int, int, int, str]]]:
+    def _buffers_of(self, device: int) -> tuple[list[tuple[str, int]], list[Temp]]:
         """`device`'s buffers held throughout as (kind, bytes), and its temporaries as
         (first, last position in `sequence`, bytes, kind) (`memory`), but those XLA
-        places in a copied weight's own buffer (`_outside_holes`)."""
-        position = {task_id: i for i, task_id in enumerate(self.sequence(device))}
+        places in a donated argument's buffer (`_outside_donated`)."""
+        fixed, made = self._made(device)
+        fused = self._fused_on(made)
+        position = {task_id: i for i, task_id in enumerate(self._sequence(device, fused))}
         at = {key: position[task_id] for key, task_id in self._ids.items() if task_id in position}
-        fixed = list(self._resident_spec(device).alloc)
-        made: list[_Buffer] = []
-        for group in self._groups.values():
-            for buffer in group.buffers:
-                writer = buffer.writer
-                if buffer.device != device or writer is None or writer[0] == "res":  # type: ignore[index]
-                    continue  # a constant (XLA embeds it) or an argument (held: above)
-                if buffer.kept:
-                    fixed.append((buffer.kind, buffer.nbytes))
-                else:
-                    made.append(buffer)
-        fused = {buffer.writer[1]: buffer for buffer in made if self._fused(buffer)}  # type: ignore[index]
+        copied = {  # ops also computed inside some readers' loops (`duplicated_into`)
+            buffer.writer[1]: inside  # type: ignore[index]
+            for buffer in made
+            if buffer.writer[0] == "op"
+            and buffer.writer[1] not in fused  # type: ignore[index]
+            and (
+                inside := duplicated_into(
+                    buffer.writer[1], buffer.compute_readers, self._elementwise
+                )
+            )  # type: ignore[index]
+        }
 
         @functools.cache
         def last_read(node: Node) -> int:
             """Where a reader `node` last needs its operands: its own task, or, fused
-            into its readers, theirs."""
-            if node not in fused:
-                return at[("op", node, device)]
-            return max(map(last_read, fused[node].compute_readers))
+            into its readers, theirs (and those it is duplicated into)."""
+            if node in fused:
+                return max(map(last_read, fused[node].compute_readers))
+            return max([at[("op", node, device)], *map(last_read, copied.get(node, ()))])
 
         @functools.cache
         def unfused(node: Node) -> tuple[Node, ...]:
             """`node`, or where XLA fuses it away (`fused_away`) the readers it is
-            computed in, theirs in turn."""
-            if node not in fused:
-                return (node,)
-            readers = itertools.chain.from_iterable(map(unfused, fused[node].compute_readers))
-            return tuple(dict.fromkeys(readers))  # once each: fusions fan out and meet again
+            computed in, theirs in turn; and those it is duplicated into. Each once:
+            fusions fan out and meet again (an LSTM's fused cell chain listed 2,582
+            readers per `split` result before)."""
+            if node in fused:
+                readers = itertools.chain.from_iterable(map(unfused, fused[node].compute_readers))
+            else:
+                readers = itertools.chain((node,), *map(unfused, copied.get(node, ())))
+            return tuple(dict.fromkeys(readers))
 
         temps = []
         written: dict[Node, int] = {}  # an op's result: its index in temps
         read: dict[Node, list[int]] = {}  # the temporaries each unfused op reads
+        zeros: dict[int, int] = {}  # `made_at_start` ops by the bytes of their result
         for buffer in made:
             writer = buffer.writer
             if writer[1] in fused and fused[writer[1]] is buffer:  # type: ignore[index]
                 continue
             start = at[writer]  # type: ignore[index]
-            if writer[0] == "op" and made_at_start(writer[1]):  # type: ignore[index]
-                temps.append((0, start, buffer.nbytes, buffer.kind))
+            made_from = 0 if writer[0] == "op" and made_at_start(writer[1]) else start  # type: ignore[index]
+            if not made_from:
+                zeros[buffer.nbytes] = zeros.get(buffer.nbytes, 0) + 1
+            inside = copied.get(writer[1], ()) if writer[0] == "op" else ()  # type: ignore[index]
+            compute = [
+                node
+                for node in buffer.compute_readers
+                if node not in inside and not (writer[0] == "op" and argmax_of(node, writer[1]))  # type: ignore[index]
+            ]
             readers = [at[key] for key in buffer.chain_readers]
-            readers += map(last_read, buffer.compute_readers)
-            for reader in itertools.chain.from_iterable(map(unfused, buffer.compute_readers)):
+            readers += map(last_read, compute)
+            for reader in itertools.chain.from_iterable(map(unfused, compute)):
                 read.setdefault(reader, []).append(len(temps))
             if writer[0] == "op" and len(writer[1].results) == 1:  # type: ignore[index]
                 written[writer[1]] = len(temps)  # type: ignore[index]
-            temps.append((start, max(readers, default=start), buffer.nbytes, buffer.kind))
+            end = max(readers, default=start)
+            if buffer.relaid and not all(map(self._elementwise, buffer.compute_readers)):
+                temps.append((min(readers), end, buffer.nbytes, buffer.kind))
+                end = min(readers)
+            temps.append((made_from, end, buffer.nbytes, buffer.kind))
+        temps += [  # one zero-filled broadcast per size, copied for each op writing in place
+            (0, 1, nbytes, "gradients") for nbytes, count in zeros.items() if count > 1
+        ]
         for node in self.dag.ops:
             if node.op in EXPONENTIATING and ("op", node, device) in at:
                 position, x = at[("op", node, device)], node.inputs[0]
                 nbytes = self._local_bytes(x, self.plan.operands[node][0])
                 temps.append((position, position, nbytes, self._kind[node.results[0]]))
+            elif argmax_of(node) and ("op", node, device) in at:
+                x, dy = zip(node.inputs, self.plan.operands[node], strict=True)
+                mesh = self.mesh_of(node)
+                found = min(
+                    (
+                        last_read(use.node)
+                        for use in self._values_read(x[0])
+                        if use.node is not node
+                    ),
+                    default=at[("op", node, device)],
+                )
+                rank = len(x[0].sig.shape)
+                for first, last, value in ((0, found, x), (found, at[("op", node, device)], dy)):
+                    indices = math.prod(_local_sig(value[0].sig, value[1], mesh).shape)
+                    temps.append((first, last, rank * indices * INDEX_BYTES, "gradients"))
         _share_dying_operands(temps, written, read, self._elementwise)
-        holes: list[tuple[int, int, int]] = []
-        for argument, update in self._updated_in_place():
+        donated: list[_Donated] = []
+        arguments = {arg.out: index for index, arg in enumerate(self.dag.args)}
+        for argument, update in sorted(self._updated_in_place(), key=lambda p: arguments[p[0]]):
             ready = self._groups[argument.node].ready
             buffer = ready[(argument, self.plan.values[argument])].get(device)
             if buffer is None:
                 continue
             before = ancestors(update)
-            late = [
-                last_read(reader)
-                for reader in itertools.chain.from_iterable(map(unfused, buffer.compute_readers))
-                if reader is not update and reader not in before
-            ]
+            readers = list(itertools.chain.from_iterable(map(unfused, buffer.compute_readers)))
+            late = [reader for reader in readers if reader is not update and reader not in before]
+            written_at = at[("op", update, device)]
             if late:  # XLA's copy of the old weight: see the docstring of `memory`
-                end = last_read(update)
-                temps.append((0, end, buffer.nbytes, buffer.kind))
-                holes.append((1, end, buffer.nbytes))
+                read_to = (arguments[argument] + 1) / (len(arguments) + 1)
+                temps.append((read_to, last_read(update), buffer.nbytes, buffer.kind))
+            else:
+                read_to = max(
+                    [*map(last_read, readers), *(at[key] for key in buffer.chain_readers)],
+                    default=0,
+                )
+            shared = frozenset(
+                index for index in read.get(update, ()) if temps[index][2] == buffer.nbytes
+            )
+            donated.append(_Donated(buffer.nbytes, read_to, written_at, shared))
         for arg in self.dag.args:
             relaid: dict[tuple[str, Sharding], int] = {}  # per kind and layout read: its last
             for use in self._values_read(arg.out):
@@ -642,7 +741,28 @@ class ShardedStep:
                 (1, end, self._local_bytes(arg.out, layout), self._kind[arg.out])
                 for (_, layout), end in relaid.items()
             ]
-        return fixed, _outside_holes(temps, holes)
+        return fixed, _outside_donated(temps, donated)
+
+    def _made(self, device: int) -> tuple[list[tuple[str, int]], list[_Buffer]]:
+        """`device`'s buffers held throughout as (kind, bytes), and the buffers its ops
+        and collectives make, but the arguments and constants (`_buffers_of`)."""
+        fixed = list(self._resident_spec(device).alloc)
+        made: list[_Buffer] = []
+        for group in self._groups.values():
+            for buffer in group.buffers:
+                writer = buffer.writer
+                if buffer.device != device or writer is None or writer[0] == "res":  # type: ignore[index]
+                    continue  # a constant (XLA embeds it) or an argument (held: above)
+                if buffer.kept:
+                    fixed.append((buffer.kind, buffer.nbytes))
+                else:
+                    made.append(buffer)
+        return fixed, made
+
+    def _fused_on(self, made: Iterable[_Buffer]) -> dict[Node, _Buffer]:
+        """The ops among the writers of `made` that XLA never writes (`_fused`), with
+        their buffer."""
+        return {buffer.writer[1]: buffer for buffer in made if self._fused(buffer)}  # type: ignore[index]
 
     def _updated_in_place(self) -> list[tuple[Value, Node]]:
         """Each argument written in place by the op making its new value (a donated
@@ -689,7 +809,18 @@ class ShardedStep:
         Program order is the canonical order of a graph built afresh (the arguments,
         then per op its compute task and its group's collectives), not task ids, which
         edits renumber; dependencies on other devices' tasks are XLA's collectives'
-        own, met inside the instruction, and left out."""
+        own, met inside the instruction, and left out.
+
+        An op XLA never writes (`fused_away`) is no instruction of its own: its
+        readers' fusions compute it, so it takes no place in the queue and is
+        scheduled as soon as its operands are (a chain of element-wise ops, an
+        update's scale and add, runs in one wave, not one wave per op: candle_uno's
+        ILP plan held its weight gradients three waves longer than XLA does)."""
+        return self._sequence(device, self._fused_on(self._made(device)[1]))
+
+    def _sequence(self, device: int, fused: Collection[Node]) -> list[int]:
+        """`sequence` with the ops XLA fuses away given."""
+        inside = {self._ids[("op", node, device)] for node in fused}
         rank = {task_id: self._program_rank(key) for key, task_id in self._ids.items()}
         mine = sorted(
             (i for i in self._specs if self.graph[i].resource[1] == device),  # type: ignore[index]
@@ -706,12 +837,16 @@ class ShardedStep:
         queue = collections.deque(i for i in mine if not waiting[i])
         order = []
         while queue:
-            task_id = queue.popleft()
-            order.append(task_id)
-            for user in users[task_id]:
-                waiting[user] -= 1
-                if not waiting[user]:
-                    queue.append(user)
+            now = [queue.popleft()]
+            while now:  # the task, then at once the fused ops it readies
+                task_id = now.pop()
+                order.append(task_id)
+                ready = []
+                for user in users[task_id]:
+                    waiting[user] -= 1
+                    if not waiting[user]:
+                        (ready if user in inside else queue).append(user)
+                now += reversed(ready)
         return order
 
     def _program_rank(self, key: Key) -> tuple[int, int, int]:
@@ -872,7 +1007,9 @@ class ShardedStep:
         current = group.ready[(value, source)]
         held = self._devices_of(source)  # every device holding the value, simulated or not
         steps = moves(source, target, value.sig, self.meshes)
+        operand = source  # the layout each step reads
         for number, step in enumerate(steps):
+            operand, reads = step.result, operand
             if step.kind == "all_slice":
                 continue
             last = number == len(steps) - 1
@@ -897,8 +1034,11 @@ class ShardedStep:
             )
             for device, buffer in current.items():
                 buffer.chain_readers.append(keys[device])
+            relaid = step.kind == "all_gather" and gathered_minor(
+                reads, step.result, _local_sig(value.sig, step.result, mesh)
+            )
             current = {
-                d: _Buffer(d, keys[d], keys[d], alloc, "communication", kept)
+                d: _Buffer(d, keys[d], keys[d], alloc, "communication", kept, relaid=relaid)
                 for d in self._simulated(mesh.device_ids)
             }
             held = mesh.device_ids
@@ -1107,6 +1247,15 @@ def _device_classes(
     return {min(devices): tuple(sorted(devices)) for devices in sets}
 
 
+DIVIDED = frozenset({"softmax"})
+"""Ops whose result XLA never writes as such: it keeps a softmax's `exp(x - max x)`
+(`EXPONENTIATING`) and its sum, and each reader divides inside its own loop, so a
+transpose of the result is a loop of its own, written, which no dot can fold (the
+transformer's attention: `copy_bitcast_fusion.1`, the probabilities transposed for
+the gradient of the values, 64 KB held from the forward to the backward beside the
+exponent)."""
+
+
 def fused_away(
     node: Node, readers: Collection[Node], elementwise: Callable[[Node], bool] | None = None
 ) -> bool:
@@ -1116,7 +1265,8 @@ def fused_away(
 
     * a `reshape` of a row-major array is a bitcast: the same buffer;
     * a `transpose` read only by matmuls is folded into their dimension numbers
-      (XLA's transpose folding: `dot(x, transpose(w))` contracts w's other dim);
+      (XLA's transpose folding: `dot(x, transpose(w))` contracts w's other dim),
+      unless it transposes a softmax (`DIVIDED`), whose division it computes;
     * an op XLA computes element by element (`elementwise`, at global shapes when
       None) whose readers are all such ops is computed inside each reader's loop
       (XLA's loop fusion; a collective, a contraction or a reduction reads a
@@ -1126,10 +1276,66 @@ def fused_away(
     if len(node.results) != 1 or not readers:
         return False
     ops = {reader.op for reader in readers}
-    if node.op == "reshape" or (node.op == "transpose" and ops == {"matmul"}):
+    if node.op == "reshape":
         return True
+    if node.op == "transpose" and ops == {"matmul"}:
+        return node.inputs[0].node.op not in DIVIDED
     pointwise = elementwise or computed_elementwise
     return pointwise(node) and all(map(pointwise, readers))
+
+
+CHEAP = frozenset(
+    {
+        "abs",
+        "add",
+        "broadcast",
+        "cast",
+        "compare",
+        "max",
+        "min",
+        "mul",
+        "neg",
+        "relu",
+        "relu_grad",
+        "scale",
+        "sub",
+        "where",
+        "and",
+        "or",
+        "not",
+        "xor",
+    }
+)
+"""Element-wise ops XLA's instruction fusion does not count as expensive
+(`InstructionFusion::IsExpensive`: a divide, a power, a square root and the
+transcendental functions are; adds, multiplies, comparisons and selects are not), so
+it duplicates them into every reader that can fuse them (`duplicated_into`)."""
+
+
+RELAYOUTS = frozenset({"reshape", "transpose"})
+"""Ops `fused_away` treats as views of their operand's buffer (a bitcast, a transpose
+folded into a dot), not as loops computing it."""
+
+
+def duplicated_into(
+    node: Node, readers: Collection[Node], elementwise: Callable[[Node], bool] | None = None
+) -> tuple[Node, ...]:
+    """The `readers` that compute `node` inside their own loop although another reader
+    needs its result written: XLA's instruction fusion duplicates a cheap element-wise
+    producer (`CHEAP`) into each element-wise consumer, which then reads the
+    producer's operands, not its result, and keeps the producer for the consumers that
+    cannot fuse it (a contraction, a reduction). A transformer's relu, read by the
+    next matmul and the weight gradient (written: `broadcast_maximum_fusion.1`) and by
+    its gradient (`compare_select_fusion`, which reads the matmul's result
+    `ynn_fusion.26` and computes `max(x, 0)` itself): the relu's input lives until the
+    gradient, its output until the last matmul reading it. Empty where `node` is not
+    such a producer, or `fused_away` (no reader needs it written). A reshape or a
+    transpose reading it reads its buffer (a bitcast, a dot's operand)."""
+    pointwise = elementwise or computed_elementwise
+    if len(node.results) != 1 or node.op not in CHEAP or not pointwise(node):
+        return ()
+    inside = tuple(r for r in readers if r.op not in RELAYOUTS and pointwise(r))
+    return inside if len(inside) < len(readers) else ()
 
 
 def computed_elementwise(node: Node, operands: Sequence[TensorSig] | None = None) -> bool:
@@ -1161,7 +1367,7 @@ def ancestors(node: Node) -> frozenset[Node]:
 
 
 def _share_dying_operands(
-    temps: list[tuple[int, int, int, str]],
+    temps: list[Temp],
     written: Mapping[Node, int],
     read: Mapping[Node, list[int]],
     elementwise: Callable[[Node], bool],
@@ -1187,37 +1393,55 @@ def _share_dying_operands(
                 break
 
 
-def _outside_holes(
-    temps: list[tuple[int, int, int, str]], holes: Sequence[tuple[int, int, int]]
-) -> list[tuple[int, int, int, str]]:
-    """`temps` but those XLA's buffer assignment places in a donated argument's buffer
-    while it holds nothing: `holes` are (first, last position, bytes) of a weight's
-    buffer between its copy (`memory`) and the update writing the new weight there,
-    which XLA fills with temporaries (the transformer's data-parallel plan: the
-    buffer of `param.34` holds `copy.105`, an all-reduce's result and the update).
-    Placed as XLA's heap places them, largest first, each in the smallest hole it fits
-    in, over its whole life, beside those placed there before (by bytes held at
-    each position: offsets within a hole are not tracked)."""
-    if not holes:
+class _Donated(NamedTuple):
+    """A donated argument's buffer on one device (`ShardedStep._buffers_of`): its
+    bytes, the position of its old value's last read (its copy's, where XLA copies it),
+    the position of the update writing the new value there, and the temporaries (by
+    index) the update reads element by element at its size, which it may write over."""
+
+    nbytes: int
+    read_to: float
+    written_at: int
+    shared: frozenset[int]
+
+
+def _outside_donated(temps: list[Temp], donated: Sequence[_Donated]) -> list[Temp]:
+    """`temps` but those XLA's buffer assignment places in a donated argument's buffer,
+    as its `BufferAssigner` does before it packs what is left into the heap of
+    temporaries: it visits buffers by decreasing size (ties in program order) and
+    gives each the smallest existing allocation (the later argument first among equal
+    sizes) that is large enough and holds no value whose life overlaps its own, at
+    offset 0 — one value at a time. A donated argument's buffer holds the old weight
+    until its last read (its copy, where XLA copies it: `memory`) and the new one from
+    its update on; in between it takes temporaries: other weights' copies, gradients,
+    all-reduces' results, activations (candle_uno's data parallel step: `param.32`'s
+    buffer holds `copy.41`, the copy of the next weight, then a gradient; the
+    transformer's: `param.34`'s holds `copy.105`, an all-reduce's result and the
+    update). A temporary the update reads for the last time at its size may end where
+    the update starts (the update writes over it)."""
+    if not donated:
         return temps
-    held = [[0] * (last - first + 1) for first, last, _ in holes]
-    order = sorted(range(len(holes)), key=lambda h: holes[h][2])  # the smallest first
+    held: list[list[tuple[float, float]]] = [
+        [(0, one.read_to), (one.written_at, math.inf)] for one in donated
+    ]
+    order = sorted(range(len(donated)), key=lambda i: (donated[i].nbytes, -i))
     outside = []
-    for temp in sorted(temps, key=lambda temp: -temp[2]):
-        start, end, nbytes, _ = temp
-        for h in order:
-            first, last, size = holes[h]
-            if first <= start and end <= last and nbytes <= size:
-                span = held[h][start - first : end - first + 1]
-                if max(span) + nbytes <= size:
-                    held[h][start - first : end - first + 1] = [n + nbytes for n in span]
-                    break
+    for index in sorted(range(len(temps)), key=lambda i: (-temps[i][2], temps[i][0])):
+        start, end, nbytes, _ = temps[index]
+        for i in order:
+            one = donated[i]
+            if nbytes > one.nbytes:
+                continue
+            last = end - 1 if end == one.written_at and index in one.shared else end
+            if all(last < first or stop < start for first, stop in held[i]):
+                held[i].append((start, last))
+                break
         else:
-            outside.append(temp)
+            outside.append(temps[index])
     return outside
 
 
-def _most_live(temps: Sequence[tuple[int, int, int, str]]) -> list[tuple[str, int]]:
+def _most_live(temps: Sequence[Temp]) -> list[tuple[str, int]]:
     """The (kind, bytes) of the temporaries live together where the most bytes are:
     (first, last, bytes, kind) intervals of positions, both ends included."""
     events = sorted(
@@ -1237,6 +1461,52 @@ def _most_live(temps: Sequence[tuple[int, int, int, str]]) -> list[tuple[str, in
         else:
             live[index] = None
     return [(temps[i][3], temps[i][2]) for i in live]
+
+
+def _packed(temps: Sequence[Temp]) -> tuple[int, str | None]:
+    """The size of the heap XLA packs `temps` into, and the kind of the temporary at
+    its top (None without temporaries). XLA's buffer assignment places the temporaries
+    left after `_outside_donated` with its heap simulator's
+    `GlobalDecreasingSizeBestFitHeap`, twice — buffers in decreasing size (then
+    decreasing life), and in decreasing life (then size) — each placed over its life
+    in the smallest gap between those placed before that fits it, or on top; and
+    keeps the smaller heap (`ChooseBestHeapAlgorithm`). Its gaps can make the heap
+    more than the most bytes ever live: dlrm's expert plan, whose eight embedding
+    gradients, their scaled copies and all-reduces end and start interleaved, takes
+    16.7 MB of heap for 11.6 MB live."""
+    if not temps:
+        return 0, None
+    spatial = sorted(temps, key=lambda t: (-t[2], t[0] - t[1], t[0]))
+    temporal = sorted(temps, key=lambda t: (t[0] - t[1], -t[2], t[0]))
+    return min(_best_fit(spatial), _best_fit(temporal), key=lambda fit: fit[0])
+
+
+def _best_fit(temps: Sequence[Temp]) -> tuple[int, str]:
+    """The heap of `temps` placed in this order, each in the smallest gap that fits it
+    among those placed before whose lives overlap its own (else on top), and the kind
+    at its top (`_packed`)."""
+    firsts, lasts = np.empty(len(temps)), np.empty(len(temps))
+    lows, highs = np.empty(len(temps), np.int64), np.empty(len(temps), np.int64)
+    top, kind = 0, temps[0][3]
+    for count, (first, last, nbytes, what) in enumerate(temps):
+        overlap = (lasts[:count] >= first) & (firsts[:count] <= last)
+        offset, gap, cursor = None, 0, 0
+        for low, high in sorted(
+            zip(lows[:count][overlap].tolist(), highs[:count][overlap].tolist(), strict=True)
+        ):
+            if low - cursor >= nbytes and (offset is None or low - cursor < gap):
+                offset, gap = cursor, low - cursor
+            cursor = max(cursor, high)
+        offset = cursor if offset is None else offset
+        firsts[count], lasts[count], lows[count], highs[count] = (
+            first,
+            last,
+            offset,
+            offset + nbytes,
+        )
+        if offset + nbytes > top:
+            top, kind = offset + nbytes, what
+    return top, kind
 
 
 def _summed(entries: Iterable[tuple[str, int]]) -> tuple[tuple[str, int], ...]:

@@ -15,9 +15,13 @@ Nodes are the choices a strategy makes on one mesh:
   forward values a backward or update op reads (activations saved for the backward;
   a reader XLA fuses away counts as its readers), but not those XLA never writes (a
   reshape, a transpose folded into a matmul, an element-wise op fused into its
-  readers: `fused_away`); the zero-filled result of a `scatter_add` or a max-pooling's gradient,
-  which XLA makes at the step's start (`made_at_start`); and program results (a new weight excepted:
-  it reuses its argument's buffer); every result of a forward program;
+  readers: `fused_away`), while a cheap element-wise op's operand counts as read by
+  the element-wise readers XLA duplicates the op into (`duplicated_into`: a relu's
+  input, read again by its gradient); the zero-filled result of a `scatter_add` or a
+  max-pooling's gradient, which XLA makes at the step's start (`made_at_start`), and
+  such a gradient's argmax, found as soon as its input exists (`argmax_of`: the
+  input itself is then not read by the gradient); and program results (a new weight
+  excepted: it reuses its argument's buffer); every result of a forward program;
 * each argument an op reads: the layouts it may lie in (replicated, and every
   complete layout a configuration of a reader reads it in), memory its local bytes
   (eq. 1's m_p: params, optimizer state, inputs), once more for a weight XLA copies
@@ -69,8 +73,11 @@ from tasoc.passes.soap.plan import Prescription, Problem, operand_layouts, resul
 from tasoc.passes.soap.problem import configurations
 from tasoc.sim.parallel import (
     CONVOLUTIONS,
+    INDEX_BYTES,
     ancestors,
+    argmax_of,
     axis_groups,
+    duplicated_into,
     fused_away,
     machine_op_cost,
     made_at_start,
@@ -234,6 +241,8 @@ class _Builder:
             for value, result in zip(node.results, results, strict=True)
             if self._saved(value) or made_at_start(node)
         ]
+        if argmax_of(node):  # its argmax, found in the forward, held until it runs
+            held.append(node.inputs[0].sig.rank * math.prod(local_in[1].shape) * INDEX_BYTES)
         return time, sum(held)
 
     # ------------------------------------------------------------------ edges
@@ -342,13 +351,20 @@ class _Builder:
         return self.fused[value]
 
     def _readers(self, value: Value) -> Iterator[Node]:
-        """The ops reading `value`, one XLA fuses away standing for its readers."""
+        """The ops reading `value`, one XLA fuses away standing for its readers, one
+        XLA duplicates into some of its readers (`duplicated_into`) together with
+        those; a max-pooling's gradient does not read its input (`argmax_of`)."""
         for use in self.consumers.get(value, ()):
             reader = use.node
+            if argmax_of(reader, value.node):
+                continue  # it reads the argmax found in the forward, not the input
             if len(reader.results) == 1 and self._fused(reader.results[0]):
                 yield from self._readers(reader.results[0])
-            else:
-                yield reader
+                continue
+            yield reader
+            if len(reader.results) == 1:  # readers computing `reader` in their own loop
+                readers = [use.node for use in self.consumers.get(reader.results[0], ())]
+                yield from duplicated_into(reader, readers)
 
     # ------------------------------------------------------------------ pricing
 
