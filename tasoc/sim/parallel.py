@@ -1489,15 +1489,20 @@ def _best_fit(temps: Sequence[Temp]) -> tuple[int, str]:
     lows, highs = np.empty(len(temps), np.int64), np.empty(len(temps), np.int64)
     top, kind = 0, temps[0][3]
     for count, (first, last, nbytes, what) in enumerate(temps):
-        overlap = (lasts[:count] >= first) & (firsts[:count] <= last)
-        offset, gap, cursor = None, 0, 0
-        for low, high in sorted(
-            zip(lows[:count][overlap].tolist(), highs[:count][overlap].tolist(), strict=True)
-        ):
-            if low - cursor >= nbytes and (offset is None or low - cursor < gap):
-                offset, gap = cursor, low - cursor
-            cursor = max(cursor, high)
-        offset = cursor if offset is None else offset
+        overlap = np.flatnonzero((lasts[:count] >= first) & (firsts[:count] <= last))
+        offset = 0
+        if overlap.size:
+            # the placed blocks by (low, high); before each, the top of those below it
+            low, high = lows[overlap], highs[overlap]
+            by_low = np.lexsort((high, low))
+            low, high = low[by_low], high[by_low]
+            below = np.concatenate(([0], np.maximum.accumulate(high)[:-1]))
+            gaps = low - below
+            fits = gaps >= nbytes
+            if fits.any():  # the smallest gap that fits, the lowest of equal ones
+                offset = int(below[np.argmin(np.where(fits, gaps, np.iinfo(np.int64).max))])
+            else:
+                offset = int(high.max())
         firsts[count], lasts[count], lows[count], highs[count] = (
             first,
             last,
