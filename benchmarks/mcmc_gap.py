@@ -19,7 +19,6 @@ proposals made, how MCMC stopped and which start its plan came from.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -28,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from papers_shapes import FLEXFLOW, TRAIN
+from papers_shapes import FLEXFLOW, TRAIN, rows_by_model
 
 from tasoc.cost.machines import machine
 from tasoc.driver.sources import build_zoo_model
@@ -113,14 +112,11 @@ def main(argv: Sequence[str] | None = None) -> list[GapRow]:
     parser.add_argument("--timeout", type=float, default=60.0)
     parser.add_argument("--ilp-timeout", type=float, default=60.0)
     args = parser.parse_args(argv)
-    print(f"load before: {os.getloadavg()[0]:.2f}", file=sys.stderr)
-    rows = []
-    for name in args.models.split(","):
-        rows.append(gap_row(name, args.devices, args.machine, args))
-        print(table(rows[-1:], args).splitlines()[-1], file=sys.stderr, flush=True)
-    print(f"load after: {os.getloadavg()[0]:.2f}", file=sys.stderr)
-    print(table(rows, args))
-    return rows
+    return rows_by_model(
+        args.models,
+        lambda name: gap_row(name, args.devices, args.machine, args),
+        lambda rows: table(rows, args),
+    )
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ import argparse
 import datetime
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -142,6 +142,22 @@ class Row:
     """soap-shard's report section (empty where the pass failed)."""
     failed: str = ""
     """Why soap-shard found no plan (e.g. none fits the device's memory)."""
+
+
+def rows_by_model[R](
+    models: str, make: Callable[[str], R], table: Callable[[Sequence[R]], str]
+) -> list[R]:
+    """One row per model of `models` (comma-separated), each row's table line on stderr
+    as it is made (a long run shows its progress), the load before and after; the whole
+    table on stdout."""
+    print(f"load before: {os.getloadavg()[0]:.2f}", file=sys.stderr)
+    rows: list[R] = []
+    for name in models.split(","):
+        rows.append(make(name))
+        print(table(rows[-1:]).splitlines()[-1], file=sys.stderr, flush=True)
+    print(f"load after: {os.getloadavg()[0]:.2f}", file=sys.stderr)
+    print(table(rows))
+    return rows
 
 
 def global_batch(spec: str) -> int:

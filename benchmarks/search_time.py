@@ -21,7 +21,6 @@ stopped at its starts says so in its proposals. Wall time depends on the load
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -31,7 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from papers_shapes import FLEXFLOW, TRAIN
+from papers_shapes import FLEXFLOW, TRAIN, rows_by_model
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 
@@ -118,14 +117,9 @@ def main(argv: Sequence[str] | None = None) -> list[TimeRow]:
     parser.add_argument("--short", type=float, default=10.0)
     parser.add_argument("--long", type=float, default=600.0)
     args = parser.parse_args(argv)
-    print(f"load before: {os.getloadavg()[0]:.2f}", file=sys.stderr)
-    rows = []
-    for name in args.models.split(","):
-        rows.append(time_row(name, args))
-        print(table(rows[-1:], args).splitlines()[-1], file=sys.stderr, flush=True)
-    print(f"load after: {os.getloadavg()[0]:.2f}", file=sys.stderr)
-    print(table(rows, args))
-    return rows
+    return rows_by_model(
+        args.models, lambda name: time_row(name, args), lambda rows: table(rows, args)
+    )
 
 
 if __name__ == "__main__":

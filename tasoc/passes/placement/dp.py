@@ -426,7 +426,7 @@ class _Model:
             return
         free = cached & ~self.in_mask[i] & (~self.fixed | flagged)
         candidates = sorted(
-            _bits(free), key=lambda v: (self.next_read(v, i), self.size[v]), reverse=True
+            set_bits(free), key=lambda v: (self.next_read(v, i), self.size[v]), reverse=True
         )
         movable = sum(self.size[v] for v in candidates)
         if movable < excess:  # over the capacity whatever is evicted: the caller counts it
@@ -478,7 +478,7 @@ class _Model:
         assert key is not None  # where the arguments arrived
         host = frozenset(a for a in range(len(self.dag.args)) if not key[0] >> a & 1)
         # What op i kept cached (besides its inputs) is what is cached after it.
-        kept = [frozenset(self.values[v] for v in _bits(step[0])) for step in steps[-2::-1]]
+        kept = [frozenset(self.values[v] for v in set_bits(step[0])) for step in steps[-2::-1]]
         return kept, host, cost
 
 
@@ -540,7 +540,8 @@ def _mask(values: Iterable[int]) -> int:
     return mask
 
 
-def _bits(mask: int) -> list[int]:
+def set_bits(mask: int) -> list[int]:
+    """The members of a set held as the bits of `mask`, lowest first."""
     found = []
     while mask:
         low = mask & -mask

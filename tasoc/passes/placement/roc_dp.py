@@ -61,7 +61,7 @@ from tasoc.ir.memory import tensor_bytes
 from tasoc.ir.placement_plan import PlacementPlan, readers_in_order
 from tasoc.ir.training import TrainingSignature
 from tasoc.passes.placement.dp import DEFAULT_MAX_STATES as FIXED_ORDER_STATES
-from tasoc.passes.placement.dp import DpPlan, plan_dp
+from tasoc.passes.placement.dp import DpPlan, plan_dp, set_bits
 from tasoc.passes.placement.problem import PlacementProblem, SearchLimits
 from tasoc.passes.placement.swap_planner import CapacityTooSmall, SwapSettings, plan_swaps
 from tasoc.passes.search import SearchOutcome, StopReason
@@ -123,7 +123,7 @@ class CoarseGraph:
             raise ValueError("ins, outs and work must have one entry per op")
         maker: dict[int, int] = {}
         for o, out in enumerate(self.outs):
-            for t in _bits(out):
+            for t in set_bits(out):
                 if t in maker:
                     raise ValueError(f"tensor {t} is made by ops {maker[t]} and {o}")
                 maker[t] = o
@@ -133,7 +133,7 @@ class CoarseGraph:
             if read & self.outs[o]:
                 raise ValueError(f"op {o} reads a tensor it makes")
             before = 0
-            for t in _bits(read):
+            for t in set_bits(read):
                 readers[t] |= 1 << o
                 if t in maker:
                     if maker[t] > o:
@@ -170,9 +170,9 @@ class CoarseGraph:
     def live(self, state: int) -> int:
         """A(S): the tensors an op of `state` made or read that an op outside reads."""
         touched = 0
-        for o in _bits(state):
+        for o in set_bits(state):
             touched |= self.ins[o] | self.outs[o]
-        return sum(1 << t for t in _bits(touched) if self.readers[t] & ~state)
+        return sum(1 << t for t in set_bits(touched) if self.readers[t] & ~state)
 
     def ready(self, state: int) -> Iterator[int]:
         """The ops outside `state` whose predecessors all ran."""
@@ -280,7 +280,7 @@ def _evictions(graph: CoarseGraph, movable: int, excess: int) -> Iterator[int]:
     evicting is free (host memory has every tensor) and keeping never loads more, so a
     tensor is best evicted only when an op needs its room, and one evicted beyond a
     minimal set can as well be evicted when room is next needed."""
-    members = sorted(_bits(movable), key=lambda t: graph.sizes[t], reverse=True)
+    members = sorted(set_bits(movable), key=lambda t: graph.sizes[t], reverse=True)
     rest = [0] * (len(members) + 1)
     for j in range(len(members) - 1, -1, -1):
         rest[j] = rest[j + 1] + graph.sizes[members[j]]
@@ -326,7 +326,7 @@ def cache_loads(
         if policy == "stream":
             cached = 0
         while graph.size(cached | touched) + graph.work[o] > capacity:
-            victims = _bits(cached & ~touched)
+            victims = set_bits(cached & ~touched)
             if not victims:
                 return None
             if policy == "lru":
@@ -335,7 +335,7 @@ def cache_loads(
                 victim = max(victims, key=lambda t: _next_read(graph, order, i, t))
             cached &= ~(1 << victim)
         loaded += graph.size(graph.ins[o] & ~cached)
-        for t in _bits(touched):
+        for t in set_bits(touched):
             used[t] = i
         state |= 1 << o
         cached = (cached | touched) & graph.live(state)
@@ -519,12 +519,3 @@ def roc_search(
             ),
         },
     )
-
-
-def _bits(mask: int) -> list[int]:
-    found = []
-    while mask:
-        low = mask & -mask
-        found.append(low.bit_length() - 1)
-        mask ^= low
-    return found
