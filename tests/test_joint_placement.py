@@ -21,10 +21,10 @@ from tasoc.ir import dag as dag_module
 from tasoc.ir.graph import sig_of
 from tasoc.ir.liveness import peak_memory
 from tasoc.ir.memory import SpaceAttr, SwapInOp, SwapOutOp, is_placed, replay, unplaced
+from tasoc.ir.opdef import op_defs
 from tasoc.ir.parallel import is_sharded, sharding_of, unsharded
 from tasoc.ir.program import entry_function, verify_ir
 from tasoc.ir.shard_plan import write_sharded
-from tasoc.ir.soap import SOAP_RULES
 from tasoc.ir.training import training_signature
 from tasoc.passes.autodiff.autodiff import AutodiffFailed
 from tasoc.passes.placement import PlacementPass
@@ -159,7 +159,7 @@ def test_place_needs_a_simulating_search() -> None:
         SoapShardPass(mesh=4, search="ilp", place="belady")
 
 
-SHARDABLE = sorted(SOAP_RULES.keys() & EMITTERS.keys())
+SHARDABLE = sorted(op_defs().keys() & EMITTERS.keys())
 
 
 @settings(max_examples=examples(15), deadline=None, suppress_health_check=[HealthCheck.too_slow])

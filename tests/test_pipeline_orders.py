@@ -16,8 +16,8 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.printer import Printer
 
 from tasoc.ir.memory import is_placed
+from tasoc.ir.opdef import op_defs
 from tasoc.ir.parallel import is_sharded
-from tasoc.ir.soap import SOAP_RULES
 from tasoc.passes.kinds import check_pipeline, kinds_of
 from tasoc.passes.registry import TASOC_PASSES, contract_of
 from tasoc.verify.strategies import EMITTERS, graphs
@@ -40,7 +40,7 @@ ORDERS = st.one_of(
     st.sets(st.sampled_from(SENSIBLE), min_size=1).map(lambda s: [p for p in SENSIBLE if p in s]),
 )
 
-SHARDABLE = sorted(SOAP_RULES.keys() & EMITTERS.keys())
+SHARDABLE = sorted(op_defs().keys() & EMITTERS.keys())
 """Ops soap-shard has a rule for: a program of others is refused by soap-shard itself."""
 
 

@@ -20,9 +20,10 @@ from tasoc.backends.jax.sharded import ShardedLoweringError, lower_sharded
 from tasoc.backends.numpy import run_reference
 from tasoc.driver.sources import make_context
 from tasoc.ir.dag import from_module
+from tasoc.ir.opdef import op_defs
 from tasoc.ir.parallel import unsharded
 from tasoc.ir.shard_plan import write_sharded
-from tasoc.ir.soap import SOAP_RULES, Mesh
+from tasoc.ir.soap import Mesh
 from tasoc.verify.equivalence import compare
 from tasoc.verify.strategies import EMITTERS, graphs, meshes, shardings
 
@@ -304,7 +305,7 @@ def test_a_program_on_two_device_groups_donates_nothing() -> None:
     assert found.alias_size_in_bytes == 8 * 8 * 4 // 4
 
 
-SHARDABLE = sorted(SOAP_RULES.keys() & EMITTERS.keys())
+SHARDABLE = sorted(op_defs().keys() & EMITTERS.keys())
 
 
 @settings(max_examples=examples(20), deadline=None)

@@ -22,11 +22,12 @@ from tasoc.ir import soap
 from tasoc.ir.builder import GraphBuilder
 from tasoc.ir.dag import Dag, from_module
 from tasoc.ir.op_sets import ops_with
+from tasoc.ir.opdef import op_defs
 from tasoc.ir.parallel import is_sharded, unsharded
 from tasoc.ir.program import arg_infos, entry_function
 from tasoc.ir.shapes import DType, TensorSig
 from tasoc.ir.shard_plan import Plan, write_sharded
-from tasoc.ir.soap import SOAP_RULES, Mesh
+from tasoc.ir.soap import Mesh
 from tasoc.ir.traits import Training
 from tasoc.passes.autodiff.rules import VJP
 from tasoc.verify.equivalence import compare, equivalent
@@ -189,7 +190,7 @@ def test_graphs_rejects_bad_arguments() -> None:
 
 # ------------------------------------------------------------ parallel programs
 
-SHARDABLE = sorted(SOAP_RULES.keys() & EMITTERS.keys())
+SHARDABLE = sorted(op_defs().keys() & EMITTERS.keys())
 """The op kinds `shardings()` can configure (every op with a SOAP rule)."""
 
 
@@ -221,7 +222,7 @@ def test_parallel_strategies_reject_bad_arguments(monkeypatch: pytest.MonkeyPatc
         meshes(max_axes=7)
     g = GraphBuilder()
     dag = from_module(g.build(g.relu(g.input("x", (4, 8)))))
-    monkeypatch.delitem(SOAP_RULES, "relu")
+    monkeypatch.delitem(op_defs(), "relu")
     with pytest.raises(ValueError, match="ops without a SOAP rule: relu"):
         shardings(dag, Mesh("mesh", (("d", 2),)))
 

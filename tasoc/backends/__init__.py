@@ -4,13 +4,16 @@
 - `tasoc.backends.jax`: lowering to a jitted JAX function (XLA on CPU or GPU).
 - `tasoc.backends.arguments`: argument values (random, from `.npz`) and their checks.
 
-This module holds the one vocabulary they share: which NumPy dtype holds each IR
-element type (bfloat16 is `ml_dtypes.bfloat16`, the type JAX itself uses).
+This module holds the vocabulary they share: which NumPy dtype holds each IR
+element type (bfloat16 is `ml_dtypes.bfloat16`, the type JAX itself uses), and the
+array namespace an op's own kernel (`OpDef.kernel`) is run on.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from types import ModuleType
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -42,3 +45,25 @@ def describe(array: np.ndarray) -> str:
     """`2x3xf32`-style text for an array's type, as `TensorSig` prints types."""
     element = _DTYPE_NAMES.get(array.dtype, str(array.dtype))
     return "x".join([*map(str, array.shape), element])
+
+
+class ArrayModule:
+    """An array namespace for the ops' own kernels (`tasoc.ir.opdef.ArrayNamespace`):
+    `module`'s functions (`numpy`, `jax.numpy`), plus `erf` and `erfc`, which NumPy
+    lacks, and `dtype_of`, the backend's dtype for an IR element type."""
+
+    def __init__(
+        self,
+        module: ModuleType,
+        *,
+        erf: Callable[[Any], Any],
+        erfc: Callable[[Any], Any],
+        dtype_of: Callable[[DType | str], Any],
+    ) -> None:
+        self._module = module
+        self.erf = erf
+        self.erfc = erfc
+        self.dtype_of = dtype_of
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._module, name)

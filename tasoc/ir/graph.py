@@ -15,10 +15,11 @@ of a large program. The older form
 with a functional type, `: (tensor<...>, tensor<...>) -> tensor<...>`, still parses;
 the generic form prints and parses as for every xDSL op.
 
-Typing rules are not written here: each op's verifier asks `shapes.infer` (the one
-place they live) and compares the answer with the op's result types. Attributes are
-converted to plain Python values (`py_attrs`) by one type-directed codec, which is
-what the builder, the light `dag` and the backends see.
+Typing rules are not written here: each op's verifier asks `shapes.infer`, which runs
+the rule in the op's definition (`tasoc/ir/ops/`, the one place they live), and
+compares the answer with the op's result types. Attributes are converted to plain
+Python values (`py_attrs`) by one type-directed codec, which is what the builder, the
+light `dag` and the backends see.
 """
 
 from __future__ import annotations

@@ -43,6 +43,7 @@ from typing import Any
 
 from tasoc.ir.dag import ATTR_NAMES, Dag, Node, Value
 from tasoc.ir.op_sets import ops_with
+from tasoc.ir.opdef import op_defs
 from tasoc.ir.shapes import DType, ShapeError, TensorSig
 from tasoc.ir.traits import Broadcasting, Elementwise
 
@@ -315,22 +316,13 @@ class Rule:
 # ------------------------------------------------------------------ parameter domains
 
 ATTR_DOMAINS: Mapping[tuple[str, str], tuple[Any, ...]] = {
-    ("conv2d", "strides"): ((1, 1), (2, 2)),
-    ("conv2d", "padding"): ("same", "valid"),
-    ("conv2d", "activation"): ("none", "relu"),
-    ("conv2d", "groups"): (1, 2),
-    ("pool2d", "kind"): ("avg", "max"),
-    ("pool2d", "kernel"): ((1, 1), (2, 2), (3, 3)),
-    ("pool2d", "strides"): ((1, 1), (2, 2)),
-    ("pool2d", "padding"): ("same", "valid"),
-    ("enlarge", "kernel"): ((3, 3), (5, 5)),
-    ("c_pool", "kernel"): ((1, 1), (3, 3)),
-    ("i_conv", "kernel"): ((1, 1), (3, 3)),
+    (op.name, key): values for op in op_defs().values() for key, values in op.domains.items()
 }
-"""The values a parameter of each op attribute ranges over when rules are enumerated,
-validated or tested numerically: small, but each covering the cases that behave
-differently (unit and non-unit strides, both paddings and activations, grouped and
-ungrouped convolution). Axes and permutations depend on rank (`param_domain`)."""
+"""Each op's `OpDef.domains` by (op, attribute): the values a parameter of each op
+attribute ranges over when rules are enumerated, validated or tested numerically:
+small, but each covering the cases that behave differently (unit and non-unit strides,
+both paddings and activations, grouped and ungrouped convolution). Axes and
+permutations depend on rank (`param_domain`)."""
 
 
 def param_domain(rule: Rule, name: str) -> tuple[Any, ...]:

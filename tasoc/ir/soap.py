@@ -4,9 +4,9 @@ FlexFlow (Jia thesis §3.3, Table 3.1) parallelizes an operator along its Sample
 Operator, Attribute and Parameter dimensions. tasoc writes each op's parallel
 dimensions the way Shardy writes sharding rules: as *factors* of the op's iteration
 space, each mapped to the tensor dims it indexes. An op's rule (`OpRule`) is
-registered by op name in `SOAP_RULES`, beside its shape rule in `shapes.INFER`
-(`soap_rules.py`), as JAX registers a primitive's sharding rule beside its shape
-rule; the verifier, the strategies, the backends and the cost model all read it.
+part of its definition (`OpDef.soap`, `opdef.py`), beside its shape rule, as JAX
+registers a primitive's sharding rule beside its shape rule; the verifier, the
+strategies, the backends and the cost model all read it.
 
 A *configuration* assigns mesh axes to factors (each axis to one factor at most).
 From it follow the shardings of every operand and result:
@@ -37,10 +37,11 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from tasoc.ir.opdef import op_def
 from tasoc.ir.shapes import ShapeError, TensorSig
 
 FactorKind = Literal["sample", "attribute", "parameter", "reduction"]
@@ -226,30 +227,17 @@ class OpRule:
 Config = Mapping[str, tuple[str, ...]]
 """A SOAP configuration: mesh axes per factor name (factors not named are unsplit)."""
 
-RuleFn = Callable[[Sequence[TensorSig], Mapping[str, Any], Sequence[TensorSig]], OpRule]
-"""(operand types, attributes, result types) -> the op's rule."""
-
-SOAP_RULES: dict[str, RuleFn] = {}
-"""SOAP rule by op short name; filled by `soap_rules.py`."""
-
-
-def soap_rule(*names: str) -> Callable[[RuleFn], RuleFn]:
-    def register(fn: RuleFn) -> RuleFn:
-        for name in names:
-            SOAP_RULES[name] = fn
-        return fn
-
-    return register
-
 
 def rule_of(
     op: str, inputs: Sequence[TensorSig], attrs: Mapping[str, Any], results: Sequence[TensorSig]
 ) -> OpRule:
+    """The SOAP rule of `op` (its `OpDef.soap`) at these types; ShardingError for an op
+    without a definition."""
     try:
-        fn = SOAP_RULES[op]
+        definition = op_def(op)
     except KeyError:
         raise ShardingError(f"op '{op}' has no SOAP rule") from None
-    return fn(inputs, attrs, results)
+    return definition.soap(inputs, attrs, results)
 
 
 # ----------------------------------------------------------------- configurations
@@ -493,7 +481,3 @@ def reshard_bytes(source: Sharding, target: Sharding, sig: TensorSig, mesh: Mesh
     """Bytes each device puts into collectives to turn `source` into `target`
     (all-slices are local: zero)."""
     return sum(s.bytes for s in reshard(source, target, sig, mesh) if s.kind != "all_slice")
-
-
-# The rules register themselves here, so whoever reads SOAP_RULES sees every op's.
-import tasoc.ir.soap_rules  # noqa: E402, F401

@@ -52,9 +52,10 @@ from tasoc.ir.builder import GraphBuilder
 from tasoc.ir.dag import Dag, Node, Value
 from tasoc.ir.graph import OPS_BY_NAME, sig_of
 from tasoc.ir.op_sets import ops_with
+from tasoc.ir.opdef import op_defs
+from tasoc.ir.ops.elementwise import COMPARISONS
+from tasoc.ir.ops.reduce import REDUCTIONS
 from tasoc.ir.shapes import (
-    COMPARISONS,
-    REDUCTIONS,
     ConstData,
     DType,
     ShapeError,
@@ -861,7 +862,7 @@ def _rules(dag: Dag) -> dict[Node, OpRule]:
     for node in dag.ops:
         if not node.inputs:
             continue
-        if node.op not in soap.SOAP_RULES:
+        if node.op not in op_defs():
             missing.add(node.op)
             continue
         sigs = [v.sig for v in node.inputs]
@@ -869,7 +870,7 @@ def _rules(dag: Dag) -> dict[Node, OpRule]:
     if missing:
         raise ValueError(
             f"shardings(): ops without a SOAP rule: {', '.join(sorted(missing))} "
-            "(draw graphs(ops=...) among tasoc.ir.soap.SOAP_RULES)"
+            "(draw graphs(ops=...) among tasoc.ir.opdef.op_defs())"
         )
     return rules
 
@@ -922,11 +923,11 @@ def shardings(dag: Dag, mesh: Mesh) -> st.SearchStrategy[Plan]:
         from hypothesis import given, strategies as st
         from tasoc.ir.dag import from_module
         from tasoc.ir.parallel import unsharded
-        from tasoc.ir.soap import SOAP_RULES
+        from tasoc.ir.opdef import op_defs
         from tasoc.ir.shard_plan import write_sharded
         from tasoc.verify.strategies import EMITTERS, graphs, meshes, shardings
 
-        shardable = sorted(SOAP_RULES.keys() & EMITTERS.keys())
+        shardable = sorted(op_defs().keys() & EMITTERS.keys())
 
         @given(st.data(), graphs(ops=shardable, max_ops=4), meshes(max_devices=4))
         def test_my_sharded_backend(data, module, mesh):

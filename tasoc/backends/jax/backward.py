@@ -5,7 +5,8 @@ same forward, so each gradient op is lowered to what JAX's own autodiff emits fo
 its forward op: `jax.linear_transpose` of the forward lowering for the linear ones
 (convolutions, average pooling, sums), `jax.vjp` of it for the others (max pooling
 becomes XLA's select-and-scatter, a normalization the same fused reductions), and
-the closed forms JAX's differentiation rules use for the activations. The forward
+the closed forms JAX's differentiation rules use for the activations (written once,
+as those ops' own kernels, in `tasoc/ir/ops/elementwise.py`). The forward
 lowerings are the ones in `lowering.py`, so precision (float32 accumulation,
 `Precision.HIGHEST`) follows theirs.
 
@@ -18,7 +19,6 @@ outside [0, classes).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -26,38 +26,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from tasoc.backends.jax.lowering import _conv2d, _kernel, _layernorm, _pool2d, _reduce
-
-# ------------------------------------------------------- activation derivatives
-# The closed forms of JAX's own jvp rules, written on the forward's saved output.
-
-
-@_kernel("relu_grad")
-def _relu_grad(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
-    y, dy = inputs
-    return [jnp.where(y > 0, dy, jnp.zeros_like(dy))]
-
-
-@_kernel("sigmoid_grad")
-def _sigmoid_grad(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
-    y, dy = inputs
-    return [dy * y * (1 - y)]
-
-
-@_kernel("tanh_grad")
-def _tanh_grad(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
-    y, dy = inputs
-    return [dy * (1 - y * y)]
-
-
-@_kernel("gelu_grad")
-def _gelu_grad(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
-    # d/dx x*Phi(x) = Phi(x) + x*phi(x), Phi through erfc as jax.nn.gelu writes it.
-    x, dy = inputs
-    cdf = 0.5 * lax.erfc(-x / math.sqrt(2))
-    pdf = jnp.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
-    return [dy * (cdf + x * pdf)]
-
+from tasoc.backends.jax.lowering import _conv2d, _kernel, _pool2d, own_kernel
 
 # ------------------------------------------------------------------ convolution
 
@@ -123,7 +92,7 @@ def _pool2d_grad(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[
 @_kernel("reduce_grad")
 def _reduce_grad(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
     x, dy = inputs
-    return _vjp_x(_reduce, attrs, x, dy)
+    return _vjp_x(own_kernel("reduce"), attrs, x, dy)
 
 
 # -------------------------------------------------------------------- embedding
@@ -143,7 +112,7 @@ def _scatter_add(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[
 def _layernorm_grad(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
     x, gamma, dy = inputs
     _, pullback = jax.vjp(
-        lambda x, gamma, beta: _layernorm(attrs, [x, gamma, beta])[0],
+        lambda x, gamma, beta: own_kernel("layernorm")(attrs, [x, gamma, beta])[0],
         x,
         gamma,
         jnp.zeros_like(gamma),
@@ -209,17 +178,3 @@ def _softmax_cross_entropy_grad(
     one_hot = jax.nn.one_hot(labels, classes, dtype=logits.dtype)
     dlogits = (jax.nn.softmax(logits, axis=-1) - one_hot) * dloss[..., None]
     return [jnp.where(_valid(labels, classes)[..., None], dlogits, jnp.nan)]
-
-
-# -------------------------------------------------------------------- optimizer
-
-
-@_kernel("adam_update")
-def _adam_update(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
-    param, grad, m, v, step = inputs
-    lr, beta1, beta2, epsilon = attrs["lr"], attrs["beta1"], attrs["beta2"], attrs["epsilon"]
-    m_next = beta1 * m + (1 - beta1) * grad
-    v_next = beta2 * v + (1 - beta2) * grad * grad
-    m_hat = m_next / (1 - jnp.power(beta1, step))
-    v_hat = v_next / (1 - jnp.power(beta2, step))
-    return [param - lr * m_hat / (jnp.sqrt(v_hat) + epsilon), m_next, v_next]

@@ -52,11 +52,12 @@ from xdsl.dialects import func
 from xdsl.dialects.builtin import ModuleOp, TensorType
 from xdsl.ir import Operation, SSAValue
 
-from tasoc.backends import numpy_dtype
+from tasoc.backends import ArrayModule, numpy_dtype
 from tasoc.backends.arguments import check_arguments
 from tasoc.backends.numpy.interpreter import KernelTypeError
-from tasoc.backends.numpy.kernels import COMPARISONS, AnyKernel, highest, in_float32, lowest
+from tasoc.backends.numpy.kernels import AnyKernel, in_float32
 from tasoc.ir.graph import GraphOp, sig_of
+from tasoc.ir.opdef import op_def, op_defs
 from tasoc.ir.program import (
     ArgInfo,
     arg_infos,
@@ -64,7 +65,7 @@ from tasoc.ir.program import (
     refuse_encodings,
     return_values,
 )
-from tasoc.ir.shapes import ConstData, DType, TensorSig, window_pads
+from tasoc.ir.shapes import DType, TensorSig, window_pads
 
 JaxKernel = Callable[[Mapping[str, Any], Sequence[jax.Array]], list[jax.Array]]
 
@@ -76,8 +77,24 @@ def jax_dtype(dtype: DType | str) -> np.dtype:
     return jax.dtypes.canonicalize_dtype(numpy_dtype(dtype))
 
 
-JAX_KERNELS: dict[str, JaxKernel] = {}
-"""JAX lowering by op short name; the same keys as the reference `KERNELS`."""
+JAX = ArrayModule(jnp, erf=lax.erf, erfc=lax.erfc, dtype_of=jax_dtype)
+"""The array namespace the ops' own kernels (`OpDef.kernel`) are lowered on."""
+
+
+def own_kernel(name: str) -> JaxKernel:
+    """Op `name`'s own kernel (`OpDef.kernel`) on JAX arrays, without the float32
+    policy: for lowerings that differentiate it (`backward.py`)."""
+    kernel = op_def(name).kernel
+    if kernel is None:
+        raise ValueError(f"op '{name}' has no kernel of its own")
+    return lambda attrs, inputs: kernel(JAX, attrs, inputs)
+
+
+JAX_KERNELS: dict[str, JaxKernel] = {
+    op.name: in_float32(own_kernel(op.name)) for op in op_defs().values() if op.kernel is not None
+}
+"""JAX lowering by op short name: each op's own kernel, replaced by the lowering's
+where it registers one (`_kernel`); the same keys as the reference `KERNELS`."""
 
 
 def _kernel(*names: str, widen: bool = True) -> Callable[[JaxKernel], JaxKernel]:
@@ -95,23 +112,10 @@ def _kernel(*names: str, widen: bool = True) -> Callable[[JaxKernel], JaxKernel]
 # ------------------------------------------------------------------ element-wise
 
 
-@_kernel("add")
-def _add(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
-    return [jnp.add(inputs[0], inputs[1])]
-
-
-@_kernel("mul")
-def _mul(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
-    return [jnp.multiply(inputs[0], inputs[1])]
-
-
-@_kernel("scale")
-def _scale(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
-    return [jnp.multiply(inputs[0], inputs[1])]
-
-
 @_kernel("relu")
 def _relu(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
+    """`jax.nn.relu`, not the op's own `maximum(x, 0)`: the same values, but a named
+    function in the HLO (`call @relu`), which the placed lowering's tests find it by."""
     return [jax.nn.relu(inputs[0])]
 
 
@@ -120,22 +124,12 @@ def _sigmoid(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.
     return [jax.nn.sigmoid(inputs[0])]
 
 
-@_kernel("tanh")
-def _tanh(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
-    return [jnp.tanh(inputs[0])]
-
-
 @_kernel("gelu")
 def _gelu(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
     return [jax.nn.gelu(inputs[0], approximate=False)]
 
 
-# ------------------------------------------------------------------------ linear
-
-
-@_kernel("transpose")
-def _transpose(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
-    return [jnp.transpose(inputs[0], attrs["perm"])]
+# ------------------------------------------------------- contractions and windows
 
 
 def _accumulator(dtype: np.dtype) -> np.dtype | None:
@@ -181,14 +175,6 @@ def _conv2d(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.A
     return [out.astype(x.dtype)]
 
 
-@_kernel("enlarge")
-def _enlarge(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
-    (w,) = inputs
-    kh, kw = attrs["kernel"]
-    dh, dw = (kh - w.shape[2]) // 2, (kw - w.shape[3]) // 2
-    return [jnp.pad(w, ((0, 0), (0, 0), (dh, dh), (dw, dw)))]
-
-
 @_kernel("pool2d")
 def _pool2d(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
     (x,) = inputs
@@ -200,66 +186,6 @@ def _pool2d(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.A
         return [lax.reduce_window(x, init, lax.max, window, strides, padding)]
     total = lax.reduce_window(x, np.array(0, x.dtype), lax.add, window, strides, padding)
     return [total / (kh * kw)]
-
-
-# --------------------------------------------------------------------- structure
-
-
-@_kernel("concat")
-def _concat(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
-    return [jnp.concatenate(inputs, axis=attrs["axis"])]
-
-
-@_kernel("split")
-def _split(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
-    cuts = np.cumsum(attrs["sizes"])[:-1].tolist()
-    return list(jnp.split(inputs[0], cuts, axis=attrs["axis"]))
-
-
-@_kernel("reshape")
-def _reshape(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
-    return [jnp.reshape(inputs[0], attrs["shape"])]
-
-
-# --------------------------------------------------------------------- constants
-
-
-@_kernel("ones")
-def _ones(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
-    return [jnp.ones(attrs["shape"], jax_dtype(attrs["dtype"]))]
-
-
-@_kernel("zeros")
-def _zeros(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
-    return [jnp.zeros(attrs["shape"], jax_dtype(attrs["dtype"]))]
-
-
-@_kernel("c_pool")
-def _c_pool(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
-    kh, kw = attrs["kernel"]
-    shape = (attrs["channels"], 1, kh, kw)
-    return [jnp.full(shape, 1.0 / (kh * kw), jax_dtype(attrs["dtype"]))]
-
-
-@_kernel("i_conv")
-def _i_conv(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
-    kh, kw = attrs["kernel"]
-    eye = jnp.eye(attrs["channels"], dtype=jax_dtype(attrs["dtype"]))[:, :, None, None]
-    return [jnp.pad(eye, ((0, 0), (0, 0), (kh // 2, kh // 2), (kw // 2, kw // 2)))]
-
-
-@_kernel("i_matmul")
-def _i_matmul(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
-    return [jnp.eye(attrs["size"], dtype=jax_dtype(attrs["dtype"]))]
-
-
-@_kernel("constant")
-def _constant(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
-    value: ConstData = attrs["value"]
-    return [jnp.asarray(value.values, jax_dtype(value.dtype)).reshape(value.shape)]
-
-
-# -------------------------------------------------------------------- model ops
 
 
 @_kernel("softmax")
@@ -278,75 +204,13 @@ def _softmax(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.
     return [jax.nn.softmax(materialized, axis=attrs["axis"])]
 
 
-@_kernel("reduce")
-def _reduce(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
-    x = inputs[0]
-    axes, keepdims = tuple(attrs["axes"]), attrs["keepdims"]
-    if attrs["kind"] == "max":
-        return [jnp.max(x, axis=axes, keepdims=keepdims, initial=lowest(x.dtype))]
-    if attrs["kind"] == "min":
-        return [jnp.min(x, axis=axes, keepdims=keepdims, initial=highest(x.dtype))]
-    if attrs["kind"] == "prod":
-        return [jnp.prod(x, axis=axes, keepdims=keepdims, dtype=x.dtype)]
-    total = jnp.sum(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
-    if attrs["kind"] == "sum":
-        return [total]
-    count = int(np.prod([x.shape[a] for a in axes]))
-    if jnp.issubdtype(x.dtype, jnp.integer):
-        return [jnp.sign(total) * (jnp.abs(total) // count)]
-    return [total / count]
-
-
-@_kernel("batchnorm")
-def _batchnorm(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
-    x, scale, bias, mean, var = inputs
-    shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)
-    normalized = (x - mean.reshape(shape)) / jnp.sqrt(var.reshape(shape) + attrs["epsilon"])
-    return [normalized * scale.reshape(shape) + bias.reshape(shape)]
-
-
-@_kernel("layernorm")
-def _layernorm(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
-    x, gamma, beta = inputs
-    axes = tuple(range(attrs["axis"] % x.ndim, x.ndim))
-    centred = x - jnp.mean(x, axis=axes, keepdims=True)
-    var = jnp.mean(centred * centred, axis=axes, keepdims=True)
-    return [centred / jnp.sqrt(var + attrs["epsilon"]) * gamma + beta]
-
-
 @_kernel("embedding")
 def _embedding(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
     ids, table = inputs
     return [jnp.take(table, ids, axis=0, mode="fill", fill_value=jnp.nan)]
 
 
-# ------------------------------------------ arithmetic, comparison, logic, indexing
-
-
-def _applying(fn: Callable[..., jax.Array]) -> JaxKernel:
-    """The lowering applying the `jnp` function `fn` to the operands."""
-    return lambda attrs, inputs: [fn(*inputs)]
-
-
-for _name, _fn in {
-    "neg": jnp.negative,
-    "exp": jnp.exp,
-    "log": jnp.log,
-    "sqrt": jnp.sqrt,
-    "reciprocal": jnp.reciprocal,
-    "erf": lax.erf,
-    "abs": jnp.abs,
-    "sub": jnp.subtract,
-    "pow": jnp.power,
-    "max": jnp.maximum,
-    "min": jnp.minimum,
-    "not": jnp.logical_not,
-    "and": jnp.logical_and,
-    "or": jnp.logical_or,
-    "xor": jnp.logical_xor,
-    "where": jnp.where,
-}.items():
-    _kernel(_name)(_applying(_fn))
+# ------------------------------------------ arithmetic, casts and indexing
 
 
 @_kernel("div")
@@ -356,12 +220,6 @@ def _div(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Arra
     if jnp.issubdtype(lhs.dtype, jnp.integer):
         return [lax.div(*jnp.broadcast_arrays(lhs, rhs))]
     return [jnp.divide(lhs, rhs)]
-
-
-@_kernel("compare")
-def _compare(attrs: Mapping[str, Any], inputs: Sequence[jax.Array]) -> list[jax.Array]:
-    predicate = getattr(jnp, COMPARISONS[attrs["predicate"]].__name__)
-    return [predicate(inputs[0], inputs[1])]
 
 
 @_kernel("cast", widen=False)

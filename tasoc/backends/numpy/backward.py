@@ -6,7 +6,9 @@ kernels in `kernels.py` rather than from a fused formula: a convolution's weight
 gradient contracts the same windows the forward contracts, its input gradient
 scatters each output position back over its window, a max pool routes each window's
 gradient to the position its forward picked. They register into the same `KERNELS`
-table under the same precision policy (`in_float64`).
+table under the same precision policy (`in_float64`). The activation gradients and the
+Adam update are not here: they are element-wise formulas, written once as their ops'
+own kernels (`tasoc/ir/ops/`).
 """
 
 from __future__ import annotations
@@ -17,39 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from tasoc.backends.numpy.kernels import _ERFC, _kernel, _windows
+from tasoc.backends.numpy.kernels import _kernel, _windows
 from tasoc.ir.shapes import window_pads
-
-# ------------------------------------------------------- activation derivatives
-
-
-@_kernel("relu_grad")
-def _relu_grad(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    y, dy = inputs
-    return [np.where(y > 0, dy, np.zeros_like(dy))]
-
-
-@_kernel("sigmoid_grad")
-def _sigmoid_grad(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    y, dy = inputs
-    return [dy * y * (1 - y)]
-
-
-@_kernel("tanh_grad")
-def _tanh_grad(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    y, dy = inputs
-    return [dy * (1 - y * y)]
-
-
-@_kernel("gelu_grad")
-def _gelu_grad(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    # d/dx x*Phi(x) = Phi(x) + x*phi(x), in float64 as the forward computes Phi.
-    x, dy = inputs
-    wide = x.astype(np.float64)
-    cdf = 0.5 * np.asarray(_ERFC(-wide / math.sqrt(2)), np.float64)
-    pdf = np.exp(-0.5 * wide * wide) / math.sqrt(2 * math.pi)
-    return [(dy * (cdf + wide * pdf)).astype(x.dtype)]
-
 
 # ------------------------------------------------------------------ convolution
 
@@ -273,18 +244,3 @@ def _softmax_cross_entropy_grad(
     one_hot = labels[..., None] == np.arange(classes)
     dlogits = (np.exp(_log_softmax(logits)) - one_hot) * dloss[..., None]
     return [dlogits.astype(logits.dtype)]
-
-
-# -------------------------------------------------------------------- optimizer
-
-
-@_kernel("adam_update")
-def _adam_update(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    param, grad, m, v, step = inputs
-    lr, beta1, beta2, epsilon = attrs["lr"], attrs["beta1"], attrs["beta2"], attrs["epsilon"]
-    m_next = beta1 * m + (1 - beta1) * grad
-    v_next = beta2 * v + (1 - beta2) * grad * grad
-    m_hat = m_next / (1 - np.power(beta1, step))
-    v_hat = v_next / (1 - np.power(beta2, step))
-    param_next = param - lr * m_hat / (np.sqrt(v_hat) + epsilon)
-    return [param_next.astype(param.dtype), m_next.astype(m.dtype), v_next.astype(v.dtype)]

@@ -5,7 +5,7 @@ xDSL interpreter does: `func.func`/`func.return` come from xDSL's `FuncFunctions
 and every `graph` op is registered to one implementation that looks its kernel up
 in `KERNELS` by short name. That implementation also checks each result against
 the op's declared type, so a kernel that drifts from the typing rules in
-`tasoc.ir.shapes` fails loudly at the op instead of somewhere downstream.
+the op's definition (`tasoc.ir.ops`) fails loudly at the op instead of somewhere downstream.
 
 `run_float64` runs the same kernels with float64 in place of every float type: the
 program as exact arithmetic would nearly compute it, which `tasoc run --check` asks

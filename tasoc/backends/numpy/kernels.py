@@ -3,7 +3,12 @@
 One function per op maps the op's Python attributes (`GraphOp.py_attrs()`) and its
 operand arrays to its result arrays. Every other backend, and every rewrite rule, is
 judged against these, so they favour being obviously right over being fast: each is
-a direct transcription of the op's docstring in `tasoc.ir.graph`.
+a direct transcription of the op's docstring in `tasoc.ir.graph`. Most are the op's
+own kernel (`OpDef.kernel`, written once in `tasoc/ir/ops/` against an array
+namespace), run here on `NUMPY`; this module and `backward.py` hold only the ones
+the reference computes its own way (windows, checked indices, saturating casts).
+Every kernel computes IEEE results (inf, NaN) at poles and outside its domain
+without NumPy's warnings: log(0) is -inf and sqrt(-1) NaN on purpose.
 
 Precision policy. Float operands are widened to float64, the kernel computes in
 float64 and its float results are rounded back to the operand's type once (bfloat16
@@ -30,8 +35,9 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from tasoc.backends import NUMPY_DTYPES, numpy_dtype
-from tasoc.ir.shapes import ConstData, DType, window_pads
+from tasoc.backends import NUMPY_DTYPES, ArrayModule, numpy_dtype
+from tasoc.ir.opdef import XpKernel, op_defs
+from tasoc.ir.shapes import DType, window_pads
 
 Kernel = Callable[[Mapping[str, Any], Sequence[np.ndarray]], list[np.ndarray]]
 AnyKernel = Callable[[Mapping[str, Any], Sequence[Any]], list[Any]]
@@ -70,77 +76,59 @@ def in_float64(kernel: AnyKernel) -> AnyKernel:
     return widened(kernel, FLOATS, np.float64)
 
 
-KERNELS: dict[str, Kernel] = {}
-"""Reference kernel by op short name (`"conv2d"`), one for every op in `GRAPH_OPS`."""
+_ERF = np.frompyfunc(math.erf, 1, 1)
+_ERFC = np.frompyfunc(math.erfc, 1, 1)
+
+NUMPY = ArrayModule(
+    np,
+    # NumPy has no erf; math's are exact to double precision.
+    erf=lambda x: np.asarray(_ERF(x), np.float64),
+    erfc=lambda x: np.asarray(_ERFC(x), np.float64),
+    dtype_of=numpy_dtype,
+)
+"""The array namespace the reference runs the ops' own kernels (`OpDef.kernel`) on."""
 
 
-def _kernel(*names: str) -> Callable[[Kernel], Kernel]:
+def _quiet(kernel: Kernel) -> Kernel:
+    """`kernel` without NumPy's floating-point warnings (module docstring)."""
+
+    @wraps(kernel)
+    def run(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return kernel(attrs, inputs)
+
+    return run
+
+
+def _on_numpy(kernel: XpKernel) -> Kernel:
+    """An op's own kernel run on NumPy arrays (a 0-d result stays an array)."""
+    return lambda attrs, inputs: [np.asarray(r) for r in kernel(NUMPY, attrs, inputs)]
+
+
+KERNELS: dict[str, Kernel] = {
+    op.name: in_float64(_quiet(_on_numpy(op.kernel)))
+    for op in op_defs().values()
+    if op.kernel is not None
+}
+"""Reference kernel by op short name (`"conv2d"`): each op's own kernel, replaced by
+the reference's where it registers one (`_kernel`); one for every op of the dialect
+(`tests/test_op_definitions.py`)."""
+
+
+def _kernel(*names: str, widen: bool = True) -> Callable[[Kernel], Kernel]:
+    """Register the reference's own kernel for `names`; `widen` applies the float64
+    policy (module docstring)."""
+
     def register(fn: Kernel) -> Kernel:
+        quiet = _quiet(fn)
         for name in names:
-            KERNELS[name] = in_float64(fn)
+            KERNELS[name] = in_float64(quiet) if widen else quiet
         return fn
 
     return register
 
 
-# ------------------------------------------------------------------ element-wise
-
-
-@_kernel("add")
-def _add(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    return [np.add(inputs[0], inputs[1])]
-
-
-@_kernel("mul")
-def _mul(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    return [np.multiply(inputs[0], inputs[1])]
-
-
-@_kernel("scale")
-def _scale(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    x, scalar = inputs
-    return [np.multiply(x, scalar)]
-
-
-@_kernel("relu")
-def _relu(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    return [np.maximum(inputs[0], 0)]
-
-
-@_kernel("sigmoid")
-def _sigmoid(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    # 1/(1+exp(-x)) rewritten through tanh: the same function, without overflow in exp.
-    return [0.5 * (1 + np.tanh(0.5 * inputs[0]))]
-
-
-@_kernel("tanh")
-def _tanh(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    return [np.tanh(inputs[0])]
-
-
-_ERFC = np.frompyfunc(math.erfc, 1, 1)
-
-
-@_kernel("gelu")
-def _gelu(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    # NumPy has no erf; math.erfc is exact to double precision, and Phi(x) written as
-    # erfc(-x/sqrt 2)/2 keeps its relative accuracy for very negative x.
-    x = inputs[0]
-    phi = 0.5 * np.asarray(_ERFC(-x.astype(np.float64) / math.sqrt(2)), np.float64)
-    return [(x * phi).astype(x.dtype)]
-
-
-# ------------------------------------------------------------------------ linear
-
-
-@_kernel("transpose")
-def _transpose(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    return [np.transpose(inputs[0], attrs["perm"])]
-
-
-@_kernel("matmul")
-def _matmul(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    return [np.matmul(inputs[0], inputs[1])]
+# ------------------------------------------------------------------ windows
 
 
 def _windows(
@@ -176,14 +164,6 @@ def _conv2d(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.n
     return [np.maximum(out, 0) if attrs["activation"] == "relu" else out]
 
 
-@_kernel("enlarge")
-def _enlarge(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    (w,) = inputs
-    kh, kw = attrs["kernel"]
-    dh, dw = (kh - w.shape[2]) // 2, (kw - w.shape[3]) // 2
-    return [np.pad(w, ((0, 0), (0, 0), (dh, dh), (dw, dw)))]
-
-
 @_kernel("pool2d")
 def _pool2d(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     (x,) = inputs
@@ -194,125 +174,6 @@ def _pool2d(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.n
     # Average pooling counts the padded zeros: divide by the full window size.
     windows = _windows(x, (kh, kw), attrs["strides"], attrs["padding"], fill=0.0)
     return [(windows.sum(axis=(4, 5)) / (kh * kw)).astype(x.dtype)]
-
-
-# --------------------------------------------------------------------- structure
-
-
-@_kernel("concat")
-def _concat(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    return [np.concatenate(inputs, axis=attrs["axis"])]
-
-
-@_kernel("split")
-def _split(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    cuts = np.cumsum(attrs["sizes"])[:-1]
-    return list(np.split(inputs[0], cuts, axis=attrs["axis"]))
-
-
-@_kernel("reshape")
-def _reshape(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    return [inputs[0].reshape(attrs["shape"])]
-
-
-# --------------------------------------------------------------------- constants
-
-
-@_kernel("ones")
-def _ones(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    return [np.ones(attrs["shape"], numpy_dtype(attrs["dtype"]))]
-
-
-@_kernel("zeros")
-def _zeros(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    return [np.zeros(attrs["shape"], numpy_dtype(attrs["dtype"]))]
-
-
-@_kernel("c_pool")
-def _c_pool(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    kh, kw = attrs["kernel"]
-    shape = (attrs["channels"], 1, kh, kw)
-    return [np.full(shape, 1.0 / (kh * kw)).astype(numpy_dtype(attrs["dtype"]))]
-
-
-@_kernel("i_conv")
-def _i_conv(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    channels = attrs["channels"]
-    kh, kw = attrs["kernel"]
-    kernel = np.zeros((channels, channels, kh, kw), numpy_dtype(attrs["dtype"]))
-    kernel[:, :, kh // 2, kw // 2] = np.eye(channels)
-    return [kernel]
-
-
-@_kernel("i_matmul")
-def _i_matmul(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    return [np.eye(attrs["size"], dtype=numpy_dtype(attrs["dtype"]))]
-
-
-@_kernel("constant")
-def _constant(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    value: ConstData = attrs["value"]
-    return [np.asarray(value.values, numpy_dtype(value.dtype)).reshape(value.shape)]
-
-
-# -------------------------------------------------------------------- model ops
-
-
-@_kernel("softmax")
-def _softmax(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    x = inputs[0]
-    axis = attrs["axis"]
-    # Subtracting the maximum changes nothing mathematically and avoids overflow.
-    exp = np.exp(x - x.max(axis=axis, keepdims=True))
-    return [exp / exp.sum(axis=axis, keepdims=True)]
-
-
-def lowest(dtype: np.dtype) -> float | int:
-    """The identity of max: the maximum of no values, -inf for floats and the least
-    value for integers (as ONNX's ReduceMax defines it)."""
-    return -math.inf if np.issubdtype(dtype, np.floating) else int(np.iinfo(dtype).min)
-
-
-def highest(dtype: np.dtype) -> float | int:
-    """The identity of min: +inf for floats and the largest value for integers."""
-    return math.inf if np.issubdtype(dtype, np.floating) else int(np.iinfo(dtype).max)
-
-
-@_kernel("reduce")
-def _reduce(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    x = inputs[0]
-    axes, keepdims = tuple(attrs["axes"]), attrs["keepdims"]
-    if attrs["kind"] == "max":
-        return [np.max(x, axis=axes, keepdims=keepdims, initial=lowest(x.dtype))]
-    if attrs["kind"] == "min":
-        return [np.min(x, axis=axes, keepdims=keepdims, initial=highest(x.dtype))]
-    if attrs["kind"] == "prod":
-        return [np.prod(x, axis=axes, keepdims=keepdims, dtype=x.dtype)]
-    # dtype=x.dtype: NumPy would otherwise widen small integer sums to int64.
-    total = np.sum(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
-    if attrs["kind"] == "sum":
-        return [total]
-    count = math.prod(x.shape[a] for a in axes)
-    if np.issubdtype(x.dtype, np.integer):
-        return [np.sign(total) * (np.abs(total) // count)]
-    return [(total / count).astype(x.dtype)]
-
-
-@_kernel("batchnorm")
-def _batchnorm(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    x, scale, bias, mean, var = inputs
-    shape = (1, x.shape[1]) + (1,) * (x.ndim - 2)  # per-channel vectors broadcast over N,C,...
-    normalized = (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + attrs["epsilon"])
-    return [normalized * scale.reshape(shape) + bias.reshape(shape)]
-
-
-@_kernel("layernorm")
-def _layernorm(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    x, gamma, beta = inputs
-    axes = tuple(range(attrs["axis"] % x.ndim, x.ndim))
-    centred = x - x.mean(axis=axes, keepdims=True)
-    var = np.mean(centred * centred, axis=axes, keepdims=True)
-    return [centred / np.sqrt(var + attrs["epsilon"]) * gamma + beta]
 
 
 @_kernel("embedding")
@@ -328,50 +189,7 @@ def _embedding(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[n
 # ------------------------------------------ arithmetic, comparison, logic, indexing
 
 
-def _ieee(*names: str) -> Callable[[Kernel], Kernel]:
-    """Register a kernel that computes IEEE results (inf, NaN) at poles and outside its
-    domain without NumPy's warnings: log(0) is -inf and sqrt(-1) NaN on purpose."""
-
-    def register(fn: Kernel) -> Kernel:
-        @wraps(fn)
-        def quiet(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-                return fn(attrs, inputs)
-
-        _kernel(*names)(quiet)
-        return fn
-
-    return register
-
-
-def _applying(fn: Callable[..., np.ndarray]) -> Kernel:
-    """The kernel applying the NumPy function `fn` to the operands."""
-    return lambda attrs, inputs: [np.asarray(fn(*inputs))]
-
-
-_ERF = np.frompyfunc(math.erf, 1, 1)
-
-for _name, _fn in {
-    "neg": np.negative,
-    "exp": np.exp,
-    "log": np.log,
-    "sqrt": np.sqrt,
-    "reciprocal": np.reciprocal,
-    "erf": lambda x: np.asarray(_ERF(x), np.float64),
-    "abs": np.abs,
-    "sub": np.subtract,
-    "max": np.maximum,
-    "min": np.minimum,
-    "not": np.logical_not,
-    "and": np.logical_and,
-    "or": np.logical_or,
-    "xor": np.logical_xor,
-    "where": np.where,
-}.items():
-    _ieee(_name)(_applying(_fn))
-
-
-@_ieee("div")
+@_kernel("div")
 def _div(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     lhs, rhs = inputs
     if not np.issubdtype(lhs.dtype, np.integer):
@@ -383,28 +201,12 @@ def _div(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndar
     return [(lhs - np.fmod(lhs, rhs)) // rhs]
 
 
-@_ieee("pow")
+@_kernel("pow")
 def _pow(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     lhs, rhs = inputs
     if np.issubdtype(rhs.dtype, np.integer) and (rhs < 0).any():
         raise ValueError(f"graph.pow: an integer raised to the negative integer {rhs.min()}")
     return [np.power(lhs, rhs)]
-
-
-COMPARISONS: Mapping[str, Callable[..., Any]] = {
-    "eq": np.equal,
-    "ne": np.not_equal,
-    "lt": np.less,
-    "le": np.less_equal,
-    "gt": np.greater,
-    "ge": np.greater_equal,
-}
-"""`graph.compare`'s predicates as NumPy functions (JAX's `jnp` has the same names)."""
-
-
-@_ieee("compare")
-def _compare(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    return [np.asarray(COMPARISONS[attrs["predicate"]](inputs[0], inputs[1]))]
 
 
 def _cast(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -427,7 +229,7 @@ def _cast(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.nda
 
 
 _EVERY_FLOAT = FLOATS | {NUMPY_DTYPES[DType.F64]}
-KERNELS["cast"] = _cast
+_kernel("cast", widen=False)(_cast)
 
 
 @_kernel("broadcast")

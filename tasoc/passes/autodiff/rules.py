@@ -21,7 +21,7 @@ import math
 from collections.abc import Callable
 
 from tasoc.ir.dag import Node, Value
-from tasoc.ir.shapes import DIFFERENTIABLE_REDUCTIONS
+from tasoc.ir.ops.reduce import DIFFERENTIABLE_REDUCTIONS
 from tasoc.passes.autodiff.writer import StepWriter
 
 Gradients = tuple[Value | None, ...]
