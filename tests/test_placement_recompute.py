@@ -6,6 +6,7 @@ bad input fails in one line."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -24,16 +25,20 @@ from tasoc.ir.memory import RECOMPUTE_ATTR, replay, unplaced
 from tasoc.ir.placement_plan import PlacementPlan, check_plan, write_placed
 from tasoc.ir.program import entry_block, entry_function, verify_ir
 from tasoc.ir.training import training_signature
+from tasoc.models.registry import get_model
 from tasoc.passes.autodiff import AutodiffPass
 from tasoc.passes.placement import PlacementFailed, PlacementPass
+from tasoc.passes.placement.prefetch import WINDOWS, tuned_plan
 from tasoc.passes.placement.problem import PlacementProblem
 from tasoc.passes.placement.recompute import RATIOS, candidates, recomputable, saved_activations
 from tasoc.passes.placement.swap_planner import (
     CapacityTooSmall,
     NoCopyLeft,
+    OutOfTime,
     SwapSettings,
     plan_swaps,
 )
+from tasoc.passes.search import Deadline
 from tasoc.sim.placement import simulate_plan
 from tasoc.verify.equivalence import equivalent
 
@@ -150,6 +155,41 @@ def test_a_capacity_below_one_ops_working_set_names_the_op() -> None:
 def test_recompute_needs_a_swapping_planner() -> None:
     with pytest.raises(ValueError, match="recompute=on needs a swapping planner"):
         PlacementPass(search="offload-all", recompute="on")
+
+
+def test_a_scan_past_its_deadline_stops_and_a_baseline_is_still_planned() -> None:
+    module = step(CNN)
+    problem = problem_of(module, peak(module) // 2)
+    settings = SwapSettings(problem.capacity)
+    with pytest.raises(OutOfTime):
+        plan_swaps(problem.dag, problem.signature, settings, Deadline.after(0))
+    with pytest.raises(OutOfTime):
+        tuned_plan(problem, settings, Deadline.after(0), required=False)
+    tuned = tuned_plan(problem, settings, Deadline.after(0))  # the first window, untuned
+    assert tuned.settings.lookback == WINDOWS[0] and not tuned.settings.lookbacks
+
+
+def test_the_timeout_bounds_the_pricing_of_recomputation() -> None:
+    """Unbounded, the recomputation pricing takes about three times the pass without it
+    on this step; with `timeout` a quarter of that pass, the whole pass may overrun the
+    timeout by at most twice the pass without recomputation (the first baseline plans,
+    which are made whatever the clock says, one scan or simulation in flight, and
+    writing the plan). Both sides are measured here, so load scales them alike."""
+    module = get_model("rnn").build(layers=2, hidden=256, seq=10, batch=16)
+    AutodiffPass(loss="mse", optimizer="sgd", lr=0.01).apply(Context(), module)
+    capacity = peak(module) // 3
+    start = time.perf_counter()
+    placed(module, search="belady", capacity=capacity)
+    alone = time.perf_counter() - start
+    timeout = alone / 4
+    start = time.perf_counter()
+    copy, section = placed(
+        module, search="belady", capacity=capacity, recompute="on", timeout=timeout
+    )
+    spent = time.perf_counter() - start
+    assert spent <= timeout + 2 * alone, (spent, timeout, alone)
+    assert any("the timeout" in note for note in section["notes"])
+    assert replay(entry_function(copy)).peak_bytes <= capacity
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -32,7 +32,13 @@ from tasoc.ir.memory import tensor_bytes
 from tasoc.ir.placement_plan import PlacementPlan
 from tasoc.passes.placement.prefetch import tuned_plan
 from tasoc.passes.placement.problem import PlacementProblem
-from tasoc.passes.placement.swap_planner import CapacityTooSmall, NoCopyLeft, SwapSettings
+from tasoc.passes.placement.swap_planner import (
+    CapacityTooSmall,
+    NoCopyLeft,
+    OutOfTime,
+    SwapSettings,
+)
+from tasoc.passes.search import Deadline
 from tasoc.sim.placement import PlacedSimulation
 
 RATIOS = (0.1, 1.0)
@@ -89,11 +95,14 @@ class Recomputed:
 
 
 def plan_recomputing(
-    problem: PlacementProblem, settings: SwapSettings, ratios: Sequence[float] = RATIOS
+    problem: PlacementProblem,
+    settings: SwapSettings,
+    ratios: Sequence[float] = RATIOS,
+    deadline: Deadline | None = None,
 ) -> Recomputed | None:
     """The fastest of the swap planner's plans under `settings` recomputing at each of
-    `ratios` (module docstring); None when no saved activation may be recomputed or no
-    plan fits."""
+    `ratios` (module docstring), those planned before `deadline`; None when no saved
+    activation may be recomputed, no plan fits or none was done in time."""
     best: Recomputed | None = None
     if not saved_activations(problem) & set(recomputable(problem)):
         return None
@@ -104,9 +113,11 @@ def plan_recomputing(
             continue
         tried.add(chosen)
         try:
-            found = tuned_plan(problem, replace(settings, recompute=chosen))
+            found = tuned_plan(problem, replace(settings, recompute=chosen), deadline, False)
         except (CapacityTooSmall, NoCopyLeft):  # no room for a chain, or no copy left
             continue
+        except OutOfTime:
+            break
         if best is None or found.simulated.seconds < best.simulated.seconds:
             best = Recomputed(found.plan, found.simulated, ratio, len(chosen))
     return best

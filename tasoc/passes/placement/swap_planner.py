@@ -76,6 +76,7 @@ from tasoc.ir.placement_plan import (
     readers_in_order,
 )
 from tasoc.ir.training import TrainingSignature
+from tasoc.passes.search import Deadline
 
 Policy = Literal["belady", "lru"]
 
@@ -109,6 +110,16 @@ class CapacityTooSmall(ValueError):
         )
 
 
+class OutOfTime(Exception):
+    """A scan given a deadline passed it: the caller keeps the plans it has (the pass's
+    `timeout` bounds the whole pass, `planning.plan_within`)."""
+
+
+CHECK_EVERY = 128
+"""Ops a scan runs between looks at its deadline: a look costs a clock read, and 128
+ops of a 10k-op step take about a millisecond."""
+
+
 class NoCopyLeft(ValueError):
     """A value to recompute from has neither a device nor a host copy: a chain of
     recomputations the scan's bookkeeping did not keep alive (a guard: the recomputing
@@ -135,16 +146,20 @@ class SwapSettings:
 
 
 def plan_swaps(
-    dag: Dag, signature: TrainingSignature | None, settings: SwapSettings
+    dag: Dag,
+    signature: TrainingSignature | None,
+    settings: SwapSettings,
+    deadline: Deadline | None = None,
 ) -> PlacementPlan:
     """The swap plan of `dag` (ops in schedule order) within `settings.capacity`, by the
-    double pass (module docstring); CapacityTooSmall when no plan fits."""
+    double pass (module docstring); CapacityTooSmall when no plan fits, OutOfTime when
+    `deadline` passes during a scan."""
     persistent = (
         frozenset((*signature.params, *signature.state)) if signature is not None else frozenset()
     )
     replaced = dict(signature.replaces) if signature is not None else {}
     meter = Meter(settings)
-    first = SwapScan(dag, meter, host=persistent, sticky=True, replaced=replaced).run()
+    first = SwapScan(dag, meter, persistent, True, replaced, deadline).run()
     residents = sorted(
         (i for i in persistent if first.resident_at_end(i)),
         key=lambda i: tensor_bytes(dag.args[i].out.sig),
@@ -152,7 +167,7 @@ def plan_swaps(
     while True:
         host = persistent - frozenset(residents)
         try:
-            return SwapScan(dag, meter, host=host, sticky=False, replaced=replaced).run().plan()
+            return SwapScan(dag, meter, host, False, replaced, deadline).run().plan()
         except CapacityTooSmall as err:
             # the largest initial resident of the class that ran out goes back to the host
             short = [
@@ -219,6 +234,8 @@ class SwapScan:
     sticky: bool
     replaced: dict[int, int]
     """Result index -> the argument it replaces."""
+    deadline: Deadline | None = None
+    """When the scan gives up (`OutOfTime`), looked at every `CHECK_EVERY` ops."""
     slots: Slots = field(default_factory=Slots)
     resident: dict[Value, tuple[int, int]] = field(default_factory=dict)
     """Device copies held now, each with its class and units (`Meter`)."""
@@ -312,6 +329,8 @@ class SwapScan:
             if held > limits[key]:
                 raise self.meter.too_small(self.dag.ops[0], 0, key, held)
         for i, node in enumerate(self.dag.ops):
+            if self.deadline is not None and i % CHECK_EVERY == 0 and self.deadline.expired():
+                raise OutOfTime(f"the scan stopped at op {i} of {len(self.dag.ops)}")
             inputs = set(node.inputs)
             missing = [v for v in dict.fromkeys(node.inputs) if v not in self.resident]
             fetched, rerun = self._gather(missing)
@@ -588,6 +607,7 @@ def working_set(dag: Dag) -> tuple[Node, int]:
 
 __all__: Sequence[str] = (
     "CapacityTooSmall",
+    "OutOfTime",
     "Policy",
     "SwapSettings",
     "ideal_plan",
