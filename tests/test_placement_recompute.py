@@ -61,6 +61,25 @@ CNN = (
 convolution's output is not (the relu's gradient reads the relu's), so a relu comes
 back by running both again — or by a swap."""
 
+_BN = "{epsilon = 1.0e-05 : f64}"
+_SHIFTS = ", ".join(
+    f"%s{k}: tensor<4xf32> {{graph.param}}, %b{k}: tensor<4xf32> {{graph.param}}"
+    for k in range(LAYERS)
+)
+BN_CNN = (
+    f"func.func @main(%x: {_T}, {_WEIGHTS}, {_SHIFTS}) -> {_T} {{\n"
+    + "".join(
+        f"  %c{k} = graph.conv2d %r{k - 1}, %w{k} {_CONV}\n"
+        f"  %n{k}, %m{k}, %v{k} = graph.batchnorm_train %c{k}, %s{k}, %b{k} {_BN}"
+        f" : {_T}, tensor<4xf32>, tensor<4xf32>\n"
+        f"  %r{k} = graph.relu %n{k} : {_T}\n"
+        for k in range(LAYERS)
+    ).replace("%r-1", "%x")
+    + f"  func.return %r{LAYERS - 1} : {_T}\n}}\n"
+)
+"""Convolution, batchnorm, relu: a relu comes back by running its batchnorm again
+(an op of three results, all made again) from a convolution's output."""
+
 NOTHING_SAVED = """\
 func.func @main(%x: tensor<64x64xf32>, %w: tensor<64x64xf32> {graph.param})
     -> (tensor<f32> {graph.loss}, tensor<64x64xf32> {graph.replaces = 1 : i64}) {
@@ -192,16 +211,29 @@ def test_the_timeout_bounds_the_pricing_of_recomputation() -> None:
     assert replay(entry_function(copy)).peak_bytes <= capacity
 
 
+def test_a_batchnorm_runs_again_to_bring_back_its_relu() -> None:
+    module = step(BN_CNN)
+    capacity = int(peak(module) / 1.5)
+    problem, plan = recomputing_plan(module, capacity)
+    assert "batchnorm_train" in {node.op for node in plan.recomputed()}
+    copy = module.clone()
+    write_placed(copy, problem.dag, plan)
+    verify_ir(copy)
+    assert replay(entry_function(copy)).peak_bytes <= capacity
+    assert simulate_plan(problem.dag, plan, V100).peak_bytes <= capacity
+    assert equivalent(module, unplaced(copy)).ok
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.floats(1.25, 3.0), st.sampled_from([0.1, 1.0, 100.0]))
+@given(st.floats(1.25, 3.0), st.sampled_from([0.1, 1.0, 100.0]), st.sampled_from([CNN, BN_CNN]))
 def test_any_recomputing_plan_fits_and_computes_the_step(
-    oversubscription: float, ratio: float
+    oversubscription: float, ratio: float, text: str
 ) -> None:
-    """At any capacity and any price limit (1.3-1.5x recompute up to four relus and
-    convolutions on this step; some capacities leave a chain no room), the plan
-    verifies within its capacity and the placed step, its ops run again, computes the
-    step — or the planner says why there is no plan."""
-    module = step(CNN)
+    """At any capacity and any price limit (1.3-1.5x recompute up to four relus,
+    batchnorms and convolutions on these steps; some capacities leave a chain no
+    room), the plan verifies within its capacity and the placed step, its ops run
+    again, computes the step — or the planner says why there is no plan."""
+    module = step(text)
     capacity = int(peak(module) / oversubscription)
     problem = problem_of(module, capacity)
     try:
@@ -225,8 +257,9 @@ def run(capfd: pytest.CaptureFixture[str]) -> StrictRun:
     return strict_runner(capfd)
 
 
-def test_runtime_mode_runs_a_recomputing_plan(run: StrictRun, tmp_path: Path) -> None:
-    module = step(CNN)
+@pytest.mark.parametrize("text", [CNN, BN_CNN], ids=["conv-relu", "conv-batchnorm-relu"])
+def test_runtime_mode_runs_a_recomputing_plan(run: StrictRun, tmp_path: Path, text: str) -> None:
+    module = step(text)
     problem, plan = recomputing_plan(module, int(peak(module) / 1.5))
     assert plan.recomputed()
     write_placed(module, problem.dag, plan)

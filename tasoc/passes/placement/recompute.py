@@ -5,8 +5,9 @@ SwapAdvisor only swaps. Checkmate (Jain et al., MLSys 2020) chooses per value be
 keeping and recomputing; here the swap planner makes the third choice too. Which values
 may be recomputed is decided before the scan, by price: a saved activation is a
 candidate when its op is a `graph` op without side effects or randomness (xDSL's
-`Pure`: a second run gives the first run's values) with one result (so is a forward
-value a saved one is rebuilt from, a link of the chain), and running the op
+`Pure`: a second run gives the first run's values) of the forward pass (so is a
+forward value a saved one is rebuilt from, a link of the chain; an op of several
+results, batchnorm's, makes them all again), and running the op
 again costs at most `ratio` times what swapping its result costs on the host link (out
 and back in). The swap planner then recomputes a candidate instead of swapping it
 wherever its op's inputs can be had — kept, swapped, or recomputed in turn, a chain
@@ -48,13 +49,13 @@ won on issue 32's models and cost a third more)."""
 
 
 def recomputable(problem: PlacementProblem) -> list[Value]:
-    """The forward values whose op may run again (module docstring): each the one
-    result of a `Pure` graph op of the forward pass. Saved activations among them are
-    what a plan releases; the others are links of a chain run again to rebuild one."""
+    """The forward values whose op may run again (module docstring): each a result of
+    a `Pure` graph op of the forward pass. Saved activations among them are what a plan
+    releases; the others are links of a chain run again to rebuild one."""
     found = []
     for value, kind in value_kinds(problem.dag, problem.signature).items():
         node = value.node
-        if kind != "activations" or node.is_arg or len(node.results) != 1:
+        if kind != "activations" or node.is_arg:
             continue
         op = OPS_BY_NAME.get(node.op)
         if op is not None and op.has_trait(Pure):

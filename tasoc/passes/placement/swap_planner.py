@@ -338,7 +338,8 @@ class SwapScan:
                 inputs.update((value, *value.node.inputs))
             need: dict[int, int] = {}
             made: dict[int, int] = {}
-            for value in [*fetched, *rerun]:
+            again = [r for v in rerun for r in v.node.results if r not in self.resident]
+            for value in [*fetched, *again]:
                 key, units = self._cost(value, i)
                 need[key] = need.get(key, 0) + units
             for value in node.results:
@@ -354,7 +355,8 @@ class SwapScan:
             for value in fetched:
                 self._swap_in(value, i)
             for value in rerun:
-                self._recompute(value, i)
+                for key, units in self._recompute(value, i).items():
+                    made[key] = made.get(key, 0) + units
             for key, at in enumerate(self.held_at):
                 at.append(self.held[key] + made.get(key, 0))
             for value in node.inputs:
@@ -466,7 +468,8 @@ class SwapScan:
         if not all(self._reachable(u, back, RECOMPUTE_DEPTH, rebuilt) for u in value.node.inputs):
             return False
         sources = {u for v in (value, *rebuilt) for u in v.node.inputs}
-        held = {value, *rebuilt, *(u for u in sources if u not in self.resident)}
+        made = {r for v in (value, *rebuilt) for r in v.node.results}
+        held = {*made, *(u for u in sources if u not in self.resident)}
         if sum(tensor_bytes(u.sig) for u in held) > self.settings.capacity * RECOMPUTE_SHARE:
             return False  # the chain would crowd out the op it is rebuilt for
         self.dropped.update(rebuilt)
@@ -476,15 +479,14 @@ class SwapScan:
 
     def _reachable(self, value: Value, at: int, depth: int, rebuilt: list[Value]) -> bool:
         """Whether `value` can be had at op `at`: on the device or the host then (read
-        at or after `at`, resident now, with a host copy, or released to be recomputed),
-        else recomputed there from inputs that can be had (at most `depth` ops deep; it
-        joins `rebuilt`)."""
-        if (
-            value in self.resident
-            or value in self.on_host
-            or value in self.dropped
-            or value in rebuilt
-            or self.last_use.get(value, -1) >= at
+        at or after `at`, resident now, or with a host copy), else recomputed there from
+        inputs that can be had (at most `depth` ops deep; it joins `rebuilt`). A value
+        released to be recomputed counts as a link of the chain, so chains through
+        batchnorm's statistics do not grow past `depth` into the whole forward pass."""
+        if value in rebuilt:
+            return True
+        if value not in self.dropped and (
+            value in self.resident or value in self.on_host or self.last_use.get(value, -1) >= at
         ):
             return True
         if depth == 0 or value not in self.settings.recompute:
@@ -510,6 +512,8 @@ class SwapScan:
         def bring(value: Value) -> None:
             if value in self.resident or value in fetched or value in rerun:
                 return
+            if any(other in rerun for other in value.node.results):
+                return  # made again with a sibling: one run of the op makes every result
             if value not in self.dropped:
                 if value not in self.on_host:
                     raise NoCopyLeft(f"{value.node.op} result #{value.index}")
@@ -523,17 +527,32 @@ class SwapScan:
             bring(value)
         return fetched, rerun
 
-    def _recompute(self, value: Value, i: int) -> None:
-        """Run `value`'s op again right before op `i`, its inputs resident by now."""
+    def _recompute(self, value: Value, i: int) -> dict[int, int]:
+        """Run `value`'s op again right before op `i`, its inputs resident by now; the
+        units, per class, of the results nobody reads again, made and dropped at once.
+
+        The op makes all its results again (batchnorm's output with its statistics): a
+        result read again (or recomputed) is held from here, its new copy replacing a
+        resident one, which the replay ends at its last reader before; the others
+        live only while the op runs (the replay frees a result nobody reads)."""
         self.slots.before[i].append(Recompute(value.node))
-        self.dropped.discard(value)
-        self._hold(value, i)
-        self.made_at[value] = (i, True)
-        self.last_read[value] = i - 1
-        self._rank_again(value, i)
+        transient: dict[int, int] = {}
+        for result in value.node.results:
+            wanted = result == value or result in self.dropped
+            if not wanted and self.next_use(result, i) > len(self.dag.ops):
+                key, units = self._cost(result, i)
+                transient[key] = transient.get(key, 0) + units
+                continue
+            self.dropped.discard(result)
+            if result not in self.resident:
+                self._hold(result, i)
+            self.made_at[result] = (i, True)
+            self.last_read[result] = i - 1
+            self._rank_again(result, i)
         for source in value.node.inputs:  # read by the run again, right before op i
             self.last_read[source] = i
             self._rank_again(source, i)
+        return transient
 
     def _swap_in(self, value: Value, i: int) -> None:
         """Bring `value` back before op `i`, as early as memory allows (module docstring)."""
