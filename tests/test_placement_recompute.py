@@ -30,7 +30,7 @@ from tasoc.passes.autodiff import AutodiffPass
 from tasoc.passes.placement import PlacementFailed, PlacementPass
 from tasoc.passes.placement.prefetch import WINDOWS, tuned_plan
 from tasoc.passes.placement.problem import PlacementProblem
-from tasoc.passes.placement.recompute import RATIOS, candidates, recomputable, saved_activations
+from tasoc.passes.placement.recompute import candidates, recomputable, saved_activations
 from tasoc.passes.placement.swap_planner import (
     CapacityTooSmall,
     NoCopyLeft,
@@ -112,7 +112,7 @@ def problem_of(module: ModuleOp, capacity: int) -> PlacementProblem:
 def recomputing_plan(module: ModuleOp, capacity: int) -> tuple[PlacementProblem, PlacementPlan]:
     """The swap planner's plan recomputing what costs at most its swap."""
     problem = problem_of(module, capacity)
-    settings = SwapSettings(capacity, recompute=candidates(problem, RATIOS[1]))
+    settings = SwapSettings(capacity, recompute=candidates(problem, 1.0))
     return problem, plan_swaps(problem.dag, problem.signature, settings)
 
 
