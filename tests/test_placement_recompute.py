@@ -19,15 +19,19 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.parser import Parser
 
-from tasoc.driver.sources import make_context
+from tasoc.cost.machines import machine
+from tasoc.driver.sources import build_zoo_model, make_context
 from tasoc.ir import dag as dag_module
+from tasoc.ir.liveness import value_kinds
 from tasoc.ir.memory import RECOMPUTE_ATTR, replay, unplaced
+from tasoc.ir.parallel import unsharded
 from tasoc.ir.placement_plan import PlacementPlan, check_plan, write_placed
 from tasoc.ir.program import entry_block, entry_function, verify_ir
 from tasoc.ir.training import training_signature
 from tasoc.models.registry import get_model
 from tasoc.passes.autodiff import AutodiffPass
 from tasoc.passes.placement import PlacementFailed, PlacementPass
+from tasoc.passes.placement.device_view import device_view
 from tasoc.passes.placement.prefetch import WINDOWS, tuned_plan
 from tasoc.passes.placement.problem import PlacementProblem
 from tasoc.passes.placement.recompute import candidates, recomputable, saved_activations
@@ -39,6 +43,7 @@ from tasoc.passes.placement.swap_planner import (
     plan_swaps,
 )
 from tasoc.passes.search import Deadline
+from tasoc.passes.soap import SoapShardPass
 from tasoc.sim.placement import simulate_plan
 from tasoc.verify.equivalence import equivalent
 
@@ -169,6 +174,35 @@ def test_a_capacity_below_one_ops_working_set_names_the_op() -> None:
     module = step(CNN)
     with pytest.raises(PlacementFailed, match=r"^placement: op \d+ \(\w+\) needs \d+ bytes"):
         placed(module, search="belady", capacity=1024, recompute="on")
+
+
+def test_a_collective_never_runs_again() -> None:
+    """Randomness and side effects are refused by the planner too: on one device's view
+    of a Megatron-sharded step, whose forward pass has collectives, none is a value the
+    plan may recompute (only `Pure` graph ops are)."""
+    module = build_zoo_model("zoo:transformer?layers=1&hidden=32&heads=2&seq=8&batch=8&train=sgd")
+    SoapShardPass(mesh=4, search="megatron").apply(Context(), module)
+    cluster = machine("cpu-4")
+    view = device_view(module, cluster)
+    signature = training_signature(entry_function(module))
+    problem = PlacementProblem.of(view.dag, signature, 10**9, cluster, view.seconds)
+    kinds = value_kinds(view.dag, signature)
+    collectives = [n for n in view.dag.ops if n.op.startswith("parallel.") and n.results]
+    assert any(kinds[n.results[0]] == "activations" for n in collectives)
+    assert not {v.node for v in recomputable(problem)} & set(collectives)
+
+
+def test_a_sharded_step_recomputes_per_device() -> None:
+    """One device's view names its ops in full (`graph.relu`): they run again all the
+    same, written back in place, and the step still computes what it did."""
+    module = build_zoo_model("zoo:transformer?layers=1&hidden=32&heads=2&seq=8&batch=8&train=sgd")
+    SoapShardPass(mesh=4, search="megatron").apply(Context(), module)
+    capacity = peak(module) // 2
+    copy, section = placed(module, search="belady", capacity=capacity, recompute="on")
+    assert section["plan"] == "recompute" and section["saved_bytes"]["recomputation"] > 0
+    verify_ir(copy)
+    assert replay(entry_function(copy)).peak_bytes <= capacity
+    assert equivalent(unsharded(module), unsharded(unplaced(copy))).ok
 
 
 def test_recompute_needs_a_swapping_planner() -> None:

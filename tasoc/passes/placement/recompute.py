@@ -58,7 +58,7 @@ def recomputable(problem: PlacementProblem) -> list[Value]:
         node = value.node
         if kind != "activations" or node.is_arg:
             continue
-        op = OPS_BY_NAME.get(node.op)
+        op = OPS_BY_NAME.get(node.op.removeprefix("graph."))  # a device view's full name
         if op is not None and op.has_trait(Pure):
             found.append(value)
     return found
