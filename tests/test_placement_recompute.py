@@ -34,7 +34,7 @@ from tasoc.passes.placement import PlacementFailed, PlacementPass
 from tasoc.passes.placement.device_view import device_view
 from tasoc.passes.placement.prefetch import WINDOWS, tuned_plan
 from tasoc.passes.placement.problem import PlacementProblem
-from tasoc.passes.placement.recompute import candidates, recomputable, saved_activations
+from tasoc.passes.placement.recompute import Rule, candidates, recomputable, saved_activations
 from tasoc.passes.placement.swap_planner import (
     CapacityTooSmall,
     NoCopyLeft,
@@ -117,7 +117,7 @@ def problem_of(module: ModuleOp, capacity: int) -> PlacementProblem:
 def recomputing_plan(module: ModuleOp, capacity: int) -> tuple[PlacementProblem, PlacementPlan]:
     """The swap planner's plan recomputing what costs at most its swap."""
     problem = problem_of(module, capacity)
-    settings = SwapSettings(capacity, recompute=candidates(problem, 1.0))
+    settings = SwapSettings(capacity, recompute=candidates(problem, Rule(1.0, several=True)))
     return problem, plan_swaps(problem.dag, problem.signature, settings)
 
 
@@ -250,6 +250,8 @@ def test_a_batchnorm_runs_again_to_bring_back_its_relu() -> None:
     capacity = int(peak(module) / 1.5)
     problem, plan = recomputing_plan(module, capacity)
     assert "batchnorm_train" in {node.op for node in plan.recomputed()}
+    one_result = candidates(problem, Rule(1.0, several=False))
+    assert one_result and all(v.node.op != "batchnorm_train" for v in one_result)
     copy = module.clone()
     write_placed(copy, problem.dag, plan)
     verify_ir(copy)
@@ -259,9 +261,13 @@ def test_a_batchnorm_runs_again_to_bring_back_its_relu() -> None:
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.floats(1.25, 3.0), st.sampled_from([0.1, 1.0, 100.0]), st.sampled_from([CNN, BN_CNN]))
+@given(
+    st.floats(1.25, 3.0),
+    st.builds(Rule, st.sampled_from([0.1, 1.0, 100.0]), st.booleans()),
+    st.sampled_from([CNN, BN_CNN]),
+)
 def test_any_recomputing_plan_fits_and_computes_the_step(
-    oversubscription: float, ratio: float, text: str
+    oversubscription: float, rule: Rule, text: str
 ) -> None:
     """At any capacity and any price limit (1.3-1.5x recompute up to four relus,
     batchnorms and convolutions on these steps; some capacities leave a chain no
@@ -274,7 +280,7 @@ def test_any_recomputing_plan_fits_and_computes_the_step(
         plan = plan_swaps(
             problem.dag,
             problem.signature,
-            SwapSettings(capacity, recompute=candidates(problem, ratio)),
+            SwapSettings(capacity, recompute=candidates(problem, rule)),
         )
     except (CapacityTooSmall, NoCopyLeft):
         return

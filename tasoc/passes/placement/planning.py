@@ -139,7 +139,8 @@ class PlanningOutcome:
         }
         if self.recomputed is not None:
             section["recompute"] = {
-                "ratio": self.recomputed.ratio,
+                "ratio": self.recomputed.rule.ratio,
+                "several_results": self.recomputed.rule.several,
                 "candidates": self.recomputed.candidates,
                 "recomputed_ops": len(self.recomputed.plan.recomputed()),
             }
@@ -223,7 +224,7 @@ def _recompute(
 ) -> None:
     """Price the recomputing plans into `outcome` (`recompute.py`): on the schedule of
     the plan so far (a searched one, the GA's, may order the ops otherwise) at each
-    ratio, then on each seed schedule (`schedules.seed_orders`) at the ratio that won,
+    rule, then on each seed schedule (`schedules.seed_orders`) by the rule that won,
     as far as `deadline` allows; the fastest becomes the plan when it beats the
     search's."""
     start = time.perf_counter()
@@ -236,7 +237,7 @@ def _recompute(
         if order == tuple(scheduled.ops):
             continue
         reordered = replace(problem, dag=problem.dag.scheduled(order))
-        other = plan_recomputing(reordered, settings, (found.ratio,), deadline)
+        other = plan_recomputing(reordered, settings, (found.rule,), deadline)
         if other is not None and other.simulated.seconds < found.simulated.seconds:
             found = other
     outcome.planner_seconds["recompute"] = time.perf_counter() - start

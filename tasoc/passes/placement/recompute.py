@@ -13,10 +13,10 @@ and back in). The swap planner then recomputes a candidate instead of swapping i
 wherever its op's inputs can be had — kept, swapped, or recomputed in turn, a chain
 such as convolution, batchnorm, relu (`swap_planner` module docstring).
 
-The ratio is not guessed: `RATIOS` are tried, each plan priced on the one simulator
+The ratio is not guessed: `RULES` are tried, each plan priced on the one simulator
 (`PlacementProblem.simulate`), beside the plan without recomputation, and the fastest
 wins — so `recompute=on` never makes the step slower than the swap planner alone. Each
-plan has its prefetch windows tuned (`prefetch.py`). Cost: that tuning once per ratio.
+plan has its prefetch windows tuned (`prefetch.py`). Cost: that tuning once per rule.
 """
 
 from __future__ import annotations
@@ -42,11 +42,22 @@ from tasoc.passes.placement.swap_planner import (
 from tasoc.passes.search import Deadline
 from tasoc.sim.placement import PlacedSimulation
 
-RATIOS = (1.0, 0.1)
-"""Op time ÷ swap time up to which a saved activation may be recomputed: ops about as
-dear as their swap, or cheap element-wise ops only (10, nearly everything, never won
-on issue 32's models and cost a third more). The likelier winner first (1 on nasnet at
-2x and 4x): the pass's timeout may leave time for only one."""
+
+@dataclass(frozen=True)
+class Rule:
+    """Which values may be recomputed: those whose op costs at most `ratio` times their
+    swap (out and back in), of ops of one result only unless `several`."""
+
+    ratio: float
+    several: bool
+
+
+RULES = (Rule(1.0, True), Rule(0.1, False), Rule(0.1, True), Rule(1.0, False))
+"""The rules priced, the likelier winner first (the pass's timeout may leave time for
+one): ops about as dear as their swap, or cheap element-wise ones only (10, nearly
+everything, never won on issue 32's models and cost a third more); with ops of several
+results (batchnorm: nasnet 2x 84 -> 92 %, 4x 63 -> 79 %) or without (their chains
+of convolution, batchnorm, relu cost compute: inception_v4 4x 98.9 against 94.3 %)."""
 
 
 def recomputable(problem: PlacementProblem) -> list[Value]:
@@ -76,41 +87,43 @@ def saved_activations(problem: PlacementProblem) -> set[Value]:
     }
 
 
-def candidates(problem: PlacementProblem, ratio: float) -> frozenset[Value]:
-    """The values that may be recomputed at `ratio` (module docstring)."""
+def candidates(problem: PlacementProblem, rule: Rule) -> frozenset[Value]:
+    """The values that may be recomputed by `rule` (module docstring)."""
 
-    def price(value: Value) -> float:
+    def allowed(value: Value) -> bool:
+        if not rule.several and len(value.node.results) > 1:
+            return False
         swap = 2 * problem.machine.host.time(tensor_bytes(value.sig))
-        return problem.seconds[value.node] / swap if swap else float("inf")
+        return swap > 0 and problem.seconds[value.node] <= rule.ratio * swap
 
-    return frozenset(value for value in recomputable(problem) if price(value) <= ratio)
+    return frozenset(value for value in recomputable(problem) if allowed(value))
 
 
 @dataclass(frozen=True)
 class Recomputed:
-    """The fastest recomputing plan found, its simulation and the ratio that made it."""
+    """The fastest recomputing plan found, its simulation and the rule that made it."""
 
     plan: PlacementPlan
     simulated: PlacedSimulation
-    ratio: float
+    rule: Rule
     candidates: int
 
 
 def plan_recomputing(
     problem: PlacementProblem,
     settings: SwapSettings,
-    ratios: Sequence[float] = RATIOS,
+    rules: Sequence[Rule] = RULES,
     deadline: Deadline | None = None,
 ) -> Recomputed | None:
-    """The fastest of the swap planner's plans under `settings` recomputing at each of
-    `ratios` (module docstring), those planned before `deadline`; None when no saved
+    """The fastest of the swap planner's plans under `settings` recomputing by each of
+    `rules` (module docstring), those planned before `deadline`; None when no saved
     activation may be recomputed, no plan fits or none was done in time."""
     best: Recomputed | None = None
     if not saved_activations(problem) & set(recomputable(problem)):
         return None
     tried: set[frozenset[Value]] = set()
-    for ratio in ratios:
-        chosen = candidates(problem, ratio)
+    for rule in rules:
+        chosen = candidates(problem, rule)
         if not chosen or chosen in tried:
             continue
         tried.add(chosen)
@@ -121,5 +134,5 @@ def plan_recomputing(
         except OutOfTime:
             break
         if best is None or found.simulated.seconds < best.simulated.seconds:
-            best = Recomputed(found.plan, found.simulated, ratio, len(chosen))
+            best = Recomputed(found.plan, found.simulated, rule, len(chosen))
     return best
