@@ -263,7 +263,7 @@ def test_a_batchnorm_runs_again_to_bring_back_its_relu() -> None:
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.floats(1.25, 3.0),
-    st.builds(Rule, st.sampled_from([0.1, 1.0, 100.0]), st.booleans()),
+    st.builds(Rule, st.sampled_from([0.1, 1.0, 100.0]), st.booleans(), st.sampled_from([1, 4, 6])),
     st.sampled_from([CNN, BN_CNN]),
 )
 def test_any_recomputing_plan_fits_and_computes_the_step(

@@ -141,6 +141,7 @@ class PlanningOutcome:
             section["recompute"] = {
                 "ratio": self.recomputed.rule.ratio,
                 "several_results": self.recomputed.rule.several,
+                "depth": self.recomputed.rule.depth,
                 "candidates": self.recomputed.candidates,
                 "recomputed_ops": len(self.recomputed.plan.recomputed()),
             }

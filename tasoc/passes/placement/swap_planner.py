@@ -81,8 +81,9 @@ from tasoc.passes.search import Deadline
 Policy = Literal["belady", "lru"]
 
 RECOMPUTE_DEPTH = 4
-"""The most ops run again, one reading another, to bring one value back: a chain such
-as convolution, batchnorm, relu."""
+"""The most ops run again, one reading another, to bring one value back, unless
+`SwapSettings.recompute_depth` says otherwise: a chain such as convolution, batchnorm,
+relu."""
 
 RECOMPUTE_SHARE = 0.5
 """The most of the capacity a chain run again may take at once (what it rebuilds, and
@@ -140,6 +141,8 @@ class SwapSettings:
     total is within `capacity` (the caller's to check)."""
     recompute: frozenset[Value] = frozenset()
     """Values recomputed rather than swapped where they can be (module docstring)."""
+    recompute_depth: int = RECOMPUTE_DEPTH
+    """The most ops run again, one reading another, to bring one value back."""
     lookbacks: Mapping[Value, int] = field(default_factory=dict)
     """A tensor's own `lookback`, where its swap-ins should start earlier than others'
     (`prefetch.py` sets them from the simulated timeline)."""
@@ -465,7 +468,8 @@ class SwapScan:
             return False
         back = self.next_use(value, i)
         rebuilt: list[Value] = []
-        if not all(self._reachable(u, back, RECOMPUTE_DEPTH, rebuilt) for u in value.node.inputs):
+        depth = self.settings.recompute_depth
+        if not all(self._reachable(u, back, depth, rebuilt) for u in value.node.inputs):
             return False
         sources = {u for v in (value, *rebuilt) for u in v.node.inputs}
         made = {r for v in (value, *rebuilt) for r in v.node.results}
