@@ -29,14 +29,14 @@ planner chooses the tensor from the same size-class"). Both are one rule over
   right before the op.
 
 Recomputation (beyond SwapAdvisor; Checkmate's choice of keep, swap or recompute per
-saved activation): a value of `SwapSettings.recompute` (the caller picks them: one
-result of an op without side effects) that must leave the device and has no host copy
+saved activation): a value of `SwapSettings.recompute` (the caller picks them:
+results of ops without side effects) that must leave the device and has no host copy
 is released without a swap-out when every input of its op can be had where the value
 is next read — on the device or the host then, or itself recomputed there from such
-inputs, up to `RECOMPUTE_DEPTH` ops deep — and that read becomes a use of each of
-those inputs, so none dies before it. Where the value is next read, its op runs again
-(`Recompute`), after the ops its inputs need run again and after the swap-ins of those
-not resident.
+inputs, up to `SwapSettings.recompute_depth` ops deep — and that read becomes a use of
+each of those inputs, so none dies before it. Where the value is next read, its op
+runs again (`Recompute`, making all its results), after the ops its inputs need run
+again and after the swap-ins of those not resident.
 
 Params and optimizer state persist across iterations, so the plan must leave them
 where it found them. The double pass (§4.3.2): the first pass starts with every
