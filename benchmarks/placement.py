@@ -195,7 +195,12 @@ def main(argv: Sequence[str] | None = None) -> list[Row]:
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated")
     parser.add_argument("--ratios", default=",".join(map(str, RATIOS)))
     parser.add_argument("--searches", default=",".join(SEARCHES))
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per GA search")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=60.0,
+        help="seconds per pass: the GA, then the recomputation pricing",
+    )
     parser.add_argument("--budget", type=int, default=GA_BUDGET, help="GA: most plans simulated")
     parser.add_argument("--quick", action="store_true", help="a tiny RNN, ratio 2 (smoke test)")
     parser.add_argument(

@@ -6,6 +6,7 @@ bad input fails in one line."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -18,22 +19,31 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.parser import Parser
 
-from tasoc.driver.sources import make_context
+from tasoc.cost.machines import machine
+from tasoc.driver.sources import build_zoo_model, make_context
 from tasoc.ir import dag as dag_module
+from tasoc.ir.liveness import value_kinds
 from tasoc.ir.memory import RECOMPUTE_ATTR, replay, unplaced
+from tasoc.ir.parallel import unsharded
 from tasoc.ir.placement_plan import PlacementPlan, check_plan, write_placed
 from tasoc.ir.program import entry_block, entry_function, verify_ir
 from tasoc.ir.training import training_signature
+from tasoc.models.registry import get_model
 from tasoc.passes.autodiff import AutodiffPass
 from tasoc.passes.placement import PlacementFailed, PlacementPass
+from tasoc.passes.placement.device_view import device_view
+from tasoc.passes.placement.prefetch import WINDOWS, tuned_plan
 from tasoc.passes.placement.problem import PlacementProblem
-from tasoc.passes.placement.recompute import RATIOS, candidates, recomputable, saved_activations
+from tasoc.passes.placement.recompute import Rule, candidates, recomputable, saved_activations
 from tasoc.passes.placement.swap_planner import (
     CapacityTooSmall,
     NoCopyLeft,
+    OutOfTime,
     SwapSettings,
     plan_swaps,
 )
+from tasoc.passes.search import Deadline
+from tasoc.passes.soap import SoapShardPass
 from tasoc.sim.placement import simulate_plan
 from tasoc.verify.equivalence import equivalent
 
@@ -55,6 +65,25 @@ CNN = (
 """Convolutions and relus: each relu's output is saved for the backward pass, and its
 convolution's output is not (the relu's gradient reads the relu's), so a relu comes
 back by running both again — or by a swap."""
+
+_BN = "{epsilon = 1.0e-05 : f64}"
+_SHIFTS = ", ".join(
+    f"%s{k}: tensor<4xf32> {{graph.param}}, %b{k}: tensor<4xf32> {{graph.param}}"
+    for k in range(LAYERS)
+)
+BN_CNN = (
+    f"func.func @main(%x: {_T}, {_WEIGHTS}, {_SHIFTS}) -> {_T} {{\n"
+    + "".join(
+        f"  %c{k} = graph.conv2d %r{k - 1}, %w{k} {_CONV}\n"
+        f"  %n{k}, %m{k}, %v{k} = graph.batchnorm_train %c{k}, %s{k}, %b{k} {_BN}"
+        f" : {_T}, tensor<4xf32>, tensor<4xf32>\n"
+        f"  %r{k} = graph.relu %n{k} : {_T}\n"
+        for k in range(LAYERS)
+    ).replace("%r-1", "%x")
+    + f"  func.return %r{LAYERS - 1} : {_T}\n}}\n"
+)
+"""Convolution, batchnorm, relu: a relu comes back by running its batchnorm again
+(an op of three results, all made again) from a convolution's output."""
 
 NOTHING_SAVED = """\
 func.func @main(%x: tensor<64x64xf32>, %w: tensor<64x64xf32> {graph.param})
@@ -88,7 +117,7 @@ def problem_of(module: ModuleOp, capacity: int) -> PlacementProblem:
 def recomputing_plan(module: ModuleOp, capacity: int) -> tuple[PlacementProblem, PlacementPlan]:
     """The swap planner's plan recomputing what costs at most its swap."""
     problem = problem_of(module, capacity)
-    settings = SwapSettings(capacity, recompute=candidates(problem, RATIOS[1]))
+    settings = SwapSettings(capacity, recompute=candidates(problem, Rule(1.0, several=True)))
     return problem, plan_swaps(problem.dag, problem.signature, settings)
 
 
@@ -147,28 +176,111 @@ def test_a_capacity_below_one_ops_working_set_names_the_op() -> None:
         placed(module, search="belady", capacity=1024, recompute="on")
 
 
+def test_a_collective_never_runs_again() -> None:
+    """Randomness and side effects are refused by the planner too: on one device's view
+    of a Megatron-sharded step, whose forward pass has collectives, none is a value the
+    plan may recompute (only `Pure` graph ops are)."""
+    module = build_zoo_model("zoo:transformer?layers=1&hidden=32&heads=2&seq=8&batch=8&train=sgd")
+    SoapShardPass(mesh=4, search="megatron").apply(Context(), module)
+    cluster = machine("cpu-4")
+    view = device_view(module, cluster)
+    signature = training_signature(entry_function(module))
+    problem = PlacementProblem.of(view.dag, signature, 10**9, cluster, view.seconds)
+    kinds = value_kinds(view.dag, signature)
+    collectives = [n for n in view.dag.ops if n.op.startswith("parallel.") and n.results]
+    assert any(kinds[n.results[0]] == "activations" for n in collectives)
+    assert not {v.node for v in recomputable(problem)} & set(collectives)
+
+
+def test_a_sharded_step_recomputes_per_device() -> None:
+    """One device's view names its ops in full (`graph.relu`): they run again all the
+    same, written back in place, and the step still computes what it did."""
+    module = build_zoo_model("zoo:transformer?layers=1&hidden=32&heads=2&seq=8&batch=8&train=sgd")
+    SoapShardPass(mesh=4, search="megatron").apply(Context(), module)
+    capacity = peak(module) // 2
+    copy, section = placed(module, search="belady", capacity=capacity, recompute="on")
+    assert section["plan"] == "recompute" and section["saved_bytes"]["recomputation"] > 0
+    verify_ir(copy)
+    assert replay(entry_function(copy)).peak_bytes <= capacity
+    assert equivalent(unsharded(module), unsharded(unplaced(copy))).ok
+
+
 def test_recompute_needs_a_swapping_planner() -> None:
     with pytest.raises(ValueError, match="recompute=on needs a swapping planner"):
         PlacementPass(search="offload-all", recompute="on")
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.floats(1.25, 3.0), st.sampled_from([0.1, 1.0, 100.0]))
-def test_any_recomputing_plan_fits_and_computes_the_step(
-    oversubscription: float, ratio: float
-) -> None:
-    """At any capacity and any price limit (1.3-1.5x recompute up to four relus and
-    convolutions on this step; some capacities leave a chain no room), the plan
-    verifies within its capacity and the placed step, its ops run again, computes the
-    step — or the planner says why there is no plan."""
+def test_a_scan_past_its_deadline_stops_and_a_baseline_is_still_planned() -> None:
     module = step(CNN)
+    problem = problem_of(module, peak(module) // 2)
+    settings = SwapSettings(problem.capacity)
+    with pytest.raises(OutOfTime):
+        plan_swaps(problem.dag, problem.signature, settings, Deadline.after(0))
+    with pytest.raises(OutOfTime):
+        tuned_plan(problem, settings, Deadline.after(0), required=False)
+    tuned = tuned_plan(problem, settings, Deadline.after(0))  # the first window, untuned
+    assert tuned.settings.lookback == WINDOWS[0] and not tuned.settings.lookbacks
+
+
+def test_the_timeout_bounds_the_pricing_of_recomputation() -> None:
+    """Unbounded, the recomputation pricing takes about three times the pass without it
+    on this step; with `timeout` a quarter of that pass, the whole pass may overrun the
+    timeout by at most twice the pass without recomputation (the first baseline plans,
+    which are made whatever the clock says, one scan or simulation in flight, and
+    writing the plan). Both sides are measured here, so load scales them alike."""
+    module = get_model("rnn").build(layers=2, hidden=256, seq=10, batch=16)
+    AutodiffPass(loss="mse", optimizer="sgd", lr=0.01).apply(Context(), module)
+    capacity = peak(module) // 3
+    start = time.perf_counter()
+    placed(module, search="belady", capacity=capacity)
+    alone = time.perf_counter() - start
+    timeout = alone / 4
+    start = time.perf_counter()
+    copy, section = placed(
+        module, search="belady", capacity=capacity, recompute="on", timeout=timeout
+    )
+    spent = time.perf_counter() - start
+    assert spent <= timeout + 2 * alone, (spent, timeout, alone)
+    assert any("the timeout" in note for note in section["notes"])
+    assert replay(entry_function(copy)).peak_bytes <= capacity
+
+
+def test_a_batchnorm_runs_again_to_bring_back_its_relu() -> None:
+    module = step(BN_CNN)
+    capacity = int(peak(module) / 1.5)
+    problem, plan = recomputing_plan(module, capacity)
+    assert "batchnorm_train" in {node.op for node in plan.recomputed()}
+    one_result = candidates(problem, Rule(1.0, several=False))
+    assert one_result and all(v.node.op != "batchnorm_train" for v in one_result)
+    copy = module.clone()
+    write_placed(copy, problem.dag, plan)
+    verify_ir(copy)
+    assert replay(entry_function(copy)).peak_bytes <= capacity
+    assert simulate_plan(problem.dag, plan, V100).peak_bytes <= capacity
+    assert equivalent(module, unplaced(copy)).ok
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.floats(1.25, 3.0),
+    st.builds(Rule, st.sampled_from([0.1, 1.0, 100.0]), st.booleans(), st.sampled_from([1, 4, 6])),
+    st.sampled_from([CNN, BN_CNN]),
+)
+def test_any_recomputing_plan_fits_and_computes_the_step(
+    oversubscription: float, rule: Rule, text: str
+) -> None:
+    """At any capacity and any price limit (1.3-1.5x recompute up to four relus,
+    batchnorms and convolutions on these steps; some capacities leave a chain no
+    room), the plan verifies within its capacity and the placed step, its ops run
+    again, computes the step — or the planner says why there is no plan."""
+    module = step(text)
     capacity = int(peak(module) / oversubscription)
     problem = problem_of(module, capacity)
     try:
         plan = plan_swaps(
             problem.dag,
             problem.signature,
-            SwapSettings(capacity, recompute=candidates(problem, ratio)),
+            SwapSettings(capacity, recompute=candidates(problem, rule)),
         )
     except (CapacityTooSmall, NoCopyLeft):
         return
@@ -185,8 +297,9 @@ def run(capfd: pytest.CaptureFixture[str]) -> StrictRun:
     return strict_runner(capfd)
 
 
-def test_runtime_mode_runs_a_recomputing_plan(run: StrictRun, tmp_path: Path) -> None:
-    module = step(CNN)
+@pytest.mark.parametrize("text", [CNN, BN_CNN], ids=["conv-relu", "conv-batchnorm-relu"])
+def test_runtime_mode_runs_a_recomputing_plan(run: StrictRun, tmp_path: Path, text: str) -> None:
+    module = step(text)
     problem, plan = recomputing_plan(module, int(peak(module) / 1.5))
     assert plan.recomputed()
     write_placed(module, problem.dag, plan)

@@ -126,8 +126,9 @@ class PlacementPass(ModulePass):
     budget: int = 1000
     """ga, random: the most plans simulated (distinct schedules and allocations)."""
     timeout: int | float = 60
-    """ga, random: seconds the whole pass may take; the search returns the best found so
-    far. The pricing of `recompute=on`, after the search, is not cut by it."""
+    """Seconds the whole pass may take (docs/placement.md): the search, belady's
+    prefetch tuning and the pricing of `recompute=on` stop there with the best plan so
+    far; only the baselines' first plans are made whatever the clock says."""
     seed: int | None = None
     """ga, random: the seed of its random choices; the run's `--seed` when not given."""
     population: int = 16
@@ -278,6 +279,7 @@ class PlacementPass(ModulePass):
                 cluster,
                 seconds,
                 recompute=self.recompute == "on",
+                deadline=deadline,
             )
         except (CapacityTooSmall, StateSpaceTooLarge) as err:
             raise PlacementFailed(str(err)) from None

@@ -14,7 +14,11 @@ slower than the planner it starts from (the report says when belady's plan was k
 With `recompute`, the swap planner's plans that recompute saved activations instead
 of swapping some of them (`recompute.py`) are priced too, as `recompute`, and the
 fastest of those and the search's plan is the plan (`PlanningOutcome.chosen` names it).
-A capacity the step's peak without placement fits in needs no swapping: the plan
+The pass's `timeout` bounds all of it (`deadline`): past it, the prefetch tuning,
+the search and the recomputation pricing stop and keep the fastest plan so far (scans
+look at the clock every `CHECK_EVERY` ops); only the baselines' first plans (LRU, and
+belady at one window) are made whatever the clock says, since a pass must return a
+plan. A capacity the step's peak without placement fits in needs no swapping: the plan
 moves nothing and a note says so. One below the largest single
 op's working set cannot run at all: `CapacityTooSmall`, naming the op.
 """
@@ -43,7 +47,7 @@ from tasoc.passes.placement.swap_planner import (
     plan_swaps,
     working_set,
 )
-from tasoc.passes.search import SearchOutcome, search_progress
+from tasoc.passes.search import Deadline, SearchOutcome, search_progress
 from tasoc.passes.summary import format_seconds
 from tasoc.sim.placement import SWAP_IN, SWAP_OUT, PlacedSimulation
 
@@ -52,6 +56,9 @@ BASELINES: tuple[Policy, ...] = ("lru", "belady")
 SEARCH_SHARE = 0.95
 """The part of what is left of the deadline a searching planner takes when it starts;
 the rest is the pass's, to price the plan found and write it."""
+SEARCH_SHARE_RECOMPUTING = 0.5
+"""`SEARCH_SHARE` with `recompute`: the recomputation pricing, after the search, takes
+about as long as a search on issue 32's models, so it gets the other half."""
 
 
 def settings_for(policy: Policy, capacity: int) -> SwapSettings:
@@ -132,7 +139,9 @@ class PlanningOutcome:
         }
         if self.recomputed is not None:
             section["recompute"] = {
-                "ratio": self.recomputed.ratio,
+                "ratio": self.recomputed.rule.ratio,
+                "several_results": self.recomputed.rule.several,
+                "depth": self.recomputed.rule.depth,
                 "candidates": self.recomputed.candidates,
                 "recomputed_ops": len(self.recomputed.plan.recomputed()),
             }
@@ -164,12 +173,14 @@ def plan_within(
     machine: Machine,
     seconds: Mapping[Node, float] | None = None,
     recompute: bool = False,
+    deadline: Deadline | None = None,
 ) -> PlanningOutcome:
     """Plan `dag` (ops in schedule order) within `capacity` with `search`, and price it
     beside the baselines (module docstring). `unplaced_peak` is the step's peak device
     memory without placement (`liveness.peak_memory`): a capacity at least that needs
     no plan. `seconds` are the ops' times when the dag knows them (a sharded step's
-    device view); `recompute` lets the plan recompute saved activations."""
+    device view); `recompute` lets the plan recompute saved activations; `deadline`
+    bounds the planning (module docstring)."""
     op, needed = working_set(dag)
     if capacity < needed:
         raise CapacityTooSmall.in_bytes(op, dag.ops.index(op), needed, capacity)
@@ -195,39 +206,55 @@ def plan_within(
         spent["lru"] = time.perf_counter() - start
         simulated["lru"] = problem.simulate(plans["lru"])
         start = time.perf_counter()
-        tuned = tuned_plan(problem, settings_for("belady", capacity))
+        tuned = tuned_plan(problem, settings_for("belady", capacity), deadline)
         spent["belady"] = time.perf_counter() - start
         plans["belady"], simulated["belady"] = tuned.plan, tuned.simulated
     first = name if name in plans else "belady"  # a search starts from belady's plan
     simulated[name] = simulated[first]
     outcome = PlanningOutcome(name, plans[first], simulated, spent, machine, unplaced_peak, notes)
     if isinstance(search, Searching) and not fits:
-        _run_search(problem, search, outcome)
+        share = SEARCH_SHARE_RECOMPUTING if recompute else SEARCH_SHARE
+        _run_search(problem, search, outcome, share)
     if recompute and not fits:
-        _recompute(problem, outcome)
+        _recompute(problem, outcome, deadline)
     return outcome
 
 
-def _recompute(problem: PlacementProblem, outcome: PlanningOutcome) -> None:
+def _recompute(
+    problem: PlacementProblem, outcome: PlanningOutcome, deadline: Deadline | None
+) -> None:
     """Price the recomputing plans into `outcome` (`recompute.py`): on the schedule of
     the plan so far (a searched one, the GA's, may order the ops otherwise) at each
-    ratio, then on each seed schedule (`schedules.seed_orders`) at the ratio that won;
-    the fastest becomes the plan when it beats the search's."""
+    rule, then on each seed schedule (`schedules.seed_orders`) by the rule that won,
+    as far as `deadline` allows; the fastest becomes the plan when it beats the
+    search's."""
     start = time.perf_counter()
     settings = settings_for("belady", problem.capacity)
     scheduled = problem.dag.scheduled(outcome.plan.order)
-    found = plan_recomputing(replace(problem, dag=scheduled), settings)
+    found = plan_recomputing(replace(problem, dag=scheduled), settings, deadline=deadline)
     for order in seed_orders(problem.dag) if found is not None else ():
+        if deadline is not None and deadline.expired():
+            break
         if order == tuple(scheduled.ops):
             continue
         reordered = replace(problem, dag=problem.dag.scheduled(order))
-        other = plan_recomputing(reordered, settings, (found.ratio,))
+        other = plan_recomputing(reordered, settings, (found.rule,), deadline)
         if other is not None and other.simulated.seconds < found.simulated.seconds:
             found = other
     outcome.planner_seconds["recompute"] = time.perf_counter() - start
+    timed_out = deadline is not None and deadline.expired()
     if found is None:
-        outcome.notes.append("recompute: no saved activation may be recomputed here")
+        outcome.notes.append(
+            "recompute: the timeout came before a recomputing plan was priced"
+            if timed_out
+            else "recompute: no saved activation may be recomputed here"
+        )
         return
+    if timed_out:
+        outcome.notes.append(
+            "recompute: the timeout stopped the pricing of recomputing plans; the fastest "
+            "priced by then is compared"
+        )
     outcome.recomputed = found
     outcome.simulated["recompute"] = found.simulated
     if found.simulated.seconds < outcome.simulated[outcome.search].seconds:
@@ -240,12 +267,14 @@ def _recompute(problem: PlacementProblem, outcome: PlanningOutcome) -> None:
         )
 
 
-def _run_search(problem: PlacementProblem, search: Searching, outcome: PlanningOutcome) -> None:
+def _run_search(
+    problem: PlacementProblem, search: Searching, outcome: PlanningOutcome, share: float
+) -> None:
     """Run a searching planner into `outcome`, whose plan is belady's until the search
-    finds a faster one (module docstring)."""
+    finds a faster one (module docstring), in `share` of what is left of its deadline."""
     belady = outcome.simulated["belady"]
     outcome.seed = search.limits.seed
-    deadline = search.limits.deadline.share(SEARCH_SHARE)
+    deadline = search.limits.deadline.share(share)
     bar = search_progress(
         f"placement {search.name}", search.unit, search.total, deadline, search.figure, search.show
     )

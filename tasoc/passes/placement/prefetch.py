@@ -16,7 +16,8 @@ and loses at four times). So the window is tuned per tensor on the one simulator
 
 Every plan it returns is one the swap planner made, so it fits the capacity; the
 simulator is the judge, so the result is never slower than SwapAdvisor's window.
-Cost: `len(WINDOWS) + ROUNDS` scans and simulations at most.
+Cost: `len(WINDOWS) + ROUNDS` scans and simulations at most; a deadline cuts them
+short (the fastest plan so far is returned).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from dataclasses import dataclass, replace
 from tasoc.ir.dag import Node, Value
 from tasoc.ir.placement_plan import PlacementPlan, SwapIn
 from tasoc.passes.placement.problem import PlacementProblem
-from tasoc.passes.placement.swap_planner import SwapSettings, plan_swaps
+from tasoc.passes.placement.swap_planner import OutOfTime, SwapSettings, plan_swaps
+from tasoc.passes.search import Deadline
 from tasoc.sim.placement import PlacedSimulation
 
 WINDOWS = (64, 256)
@@ -44,17 +46,34 @@ class Tuned:
     settings: SwapSettings
 
 
-def tuned_plan(problem: PlacementProblem, settings: SwapSettings) -> Tuned:
+def tuned_plan(
+    problem: PlacementProblem,
+    settings: SwapSettings,
+    deadline: Deadline | None = None,
+    required: bool = True,
+) -> Tuned:
     """The swap planner's plan under `settings` with prefetch windows tuned on the
-    simulator (module docstring); CapacityTooSmall as the planner raises it."""
-    best: Tuned | None = None
-    for window in WINDOWS:
-        tried = replace(settings, lookback=window)
-        plan = plan_swaps(problem.dag, problem.signature, tried)
+    simulator (module docstring), the tuning stopped where `deadline` passes;
+    CapacityTooSmall as the planner raises it. The first plan is made whatever the
+    deadline when `required` (a baseline the pass cannot do without), else OutOfTime
+    when the deadline passes before it is done."""
+    first = replace(settings, lookback=WINDOWS[0])
+    plan = plan_swaps(problem.dag, problem.signature, first, None if required else deadline)
+    best = Tuned(plan, problem.simulate(plan), first)
+
+    def better(tried: SwapSettings) -> Tuned | None:
+        """`tried`'s plan when it is faster than the best; None when not or out of time."""
+        if deadline is not None and deadline.expired():
+            return None
+        try:
+            plan = plan_swaps(problem.dag, problem.signature, tried, deadline)
+        except OutOfTime:
+            return None
         run = problem.simulate(plan)
-        if best is None or run.seconds < best.simulated.seconds:
-            best = Tuned(plan, run, tried)
-    assert best is not None
+        return Tuned(plan, run, tried) if run.seconds < best.simulated.seconds else None
+
+    for window in WINDOWS[1:]:
+        best = better(replace(settings, lookback=window)) or best
     for _ in range(ROUNDS):
         late = stalled(best.plan, best.simulated)
         if not late:
@@ -62,12 +81,10 @@ def tuned_plan(problem: PlacementProblem, settings: SwapSettings) -> Tuned:
         own = dict(best.settings.lookbacks)
         for value in late:
             own[value] = 2 * own.get(value, best.settings.lookback)
-        tried = replace(best.settings, lookbacks=own)
-        plan = plan_swaps(problem.dag, problem.signature, tried)
-        run = problem.simulate(plan)
-        if run.seconds >= best.simulated.seconds:
+        found = better(replace(best.settings, lookbacks=own))
+        if found is None:
             break
-        best = Tuned(plan, run, tried)
+        best = found
     return best
 
 

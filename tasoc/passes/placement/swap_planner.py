@@ -29,14 +29,14 @@ planner chooses the tensor from the same size-class"). Both are one rule over
   right before the op.
 
 Recomputation (beyond SwapAdvisor; Checkmate's choice of keep, swap or recompute per
-saved activation): a value of `SwapSettings.recompute` (the caller picks them: one
-result of an op without side effects) that must leave the device and has no host copy
+saved activation): a value of `SwapSettings.recompute` (the caller picks them:
+results of ops without side effects) that must leave the device and has no host copy
 is released without a swap-out when every input of its op can be had where the value
 is next read — on the device or the host then, or itself recomputed there from such
-inputs, up to `RECOMPUTE_DEPTH` ops deep — and that read becomes a use of each of
-those inputs, so none dies before it. Where the value is next read, its op runs again
-(`Recompute`), after the ops its inputs need run again and after the swap-ins of those
-not resident.
+inputs, up to `SwapSettings.recompute_depth` ops deep — and that read becomes a use of
+each of those inputs, so none dies before it. Where the value is next read, its op
+runs again (`Recompute`, making all its results), after the ops its inputs need run
+again and after the swap-ins of those not resident.
 
 Params and optimizer state persist across iterations, so the plan must leave them
 where it found them. The double pass (§4.3.2): the first pass starts with every
@@ -76,12 +76,14 @@ from tasoc.ir.placement_plan import (
     readers_in_order,
 )
 from tasoc.ir.training import TrainingSignature
+from tasoc.passes.search import Deadline
 
 Policy = Literal["belady", "lru"]
 
 RECOMPUTE_DEPTH = 4
-"""The most ops run again, one reading another, to bring one value back: a chain such
-as convolution, batchnorm, relu."""
+"""The most ops run again, one reading another, to bring one value back, unless
+`SwapSettings.recompute_depth` says otherwise: a chain such as convolution, batchnorm,
+relu."""
 
 RECOMPUTE_SHARE = 0.5
 """The most of the capacity a chain run again may take at once (what it rebuilds, and
@@ -109,6 +111,16 @@ class CapacityTooSmall(ValueError):
         )
 
 
+class OutOfTime(Exception):
+    """A scan given a deadline passed it: the caller keeps the plans it has (the pass's
+    `timeout` bounds the whole pass, `planning.plan_within`)."""
+
+
+CHECK_EVERY = 128
+"""Ops a scan runs between looks at its deadline: a look costs a clock read, and 128
+ops of a 10k-op step take about a millisecond."""
+
+
 class NoCopyLeft(ValueError):
     """A value to recompute from has neither a device nor a host copy: a chain of
     recomputations the scan's bookkeeping did not keep alive (a guard: the recomputing
@@ -129,22 +141,28 @@ class SwapSettings:
     total is within `capacity` (the caller's to check)."""
     recompute: frozenset[Value] = frozenset()
     """Values recomputed rather than swapped where they can be (module docstring)."""
+    recompute_depth: int = RECOMPUTE_DEPTH
+    """The most ops run again, one reading another, to bring one value back."""
     lookbacks: Mapping[Value, int] = field(default_factory=dict)
     """A tensor's own `lookback`, where its swap-ins should start earlier than others'
     (`prefetch.py` sets them from the simulated timeline)."""
 
 
 def plan_swaps(
-    dag: Dag, signature: TrainingSignature | None, settings: SwapSettings
+    dag: Dag,
+    signature: TrainingSignature | None,
+    settings: SwapSettings,
+    deadline: Deadline | None = None,
 ) -> PlacementPlan:
     """The swap plan of `dag` (ops in schedule order) within `settings.capacity`, by the
-    double pass (module docstring); CapacityTooSmall when no plan fits."""
+    double pass (module docstring); CapacityTooSmall when no plan fits, OutOfTime when
+    `deadline` passes during a scan."""
     persistent = (
         frozenset((*signature.params, *signature.state)) if signature is not None else frozenset()
     )
     replaced = dict(signature.replaces) if signature is not None else {}
     meter = Meter(settings)
-    first = SwapScan(dag, meter, host=persistent, sticky=True, replaced=replaced).run()
+    first = SwapScan(dag, meter, persistent, True, replaced, deadline).run()
     residents = sorted(
         (i for i in persistent if first.resident_at_end(i)),
         key=lambda i: tensor_bytes(dag.args[i].out.sig),
@@ -152,7 +170,7 @@ def plan_swaps(
     while True:
         host = persistent - frozenset(residents)
         try:
-            return SwapScan(dag, meter, host=host, sticky=False, replaced=replaced).run().plan()
+            return SwapScan(dag, meter, host, False, replaced, deadline).run().plan()
         except CapacityTooSmall as err:
             # the largest initial resident of the class that ran out goes back to the host
             short = [
@@ -219,6 +237,8 @@ class SwapScan:
     sticky: bool
     replaced: dict[int, int]
     """Result index -> the argument it replaces."""
+    deadline: Deadline | None = None
+    """When the scan gives up (`OutOfTime`), looked at every `CHECK_EVERY` ops."""
     slots: Slots = field(default_factory=Slots)
     resident: dict[Value, tuple[int, int]] = field(default_factory=dict)
     """Device copies held now, each with its class and units (`Meter`)."""
@@ -312,6 +332,8 @@ class SwapScan:
             if held > limits[key]:
                 raise self.meter.too_small(self.dag.ops[0], 0, key, held)
         for i, node in enumerate(self.dag.ops):
+            if self.deadline is not None and i % CHECK_EVERY == 0 and self.deadline.expired():
+                raise OutOfTime(f"the scan stopped at op {i} of {len(self.dag.ops)}")
             inputs = set(node.inputs)
             missing = [v for v in dict.fromkeys(node.inputs) if v not in self.resident]
             fetched, rerun = self._gather(missing)
@@ -319,7 +341,8 @@ class SwapScan:
                 inputs.update((value, *value.node.inputs))
             need: dict[int, int] = {}
             made: dict[int, int] = {}
-            for value in [*fetched, *rerun]:
+            again = [r for v in rerun for r in v.node.results if r not in self.resident]
+            for value in [*fetched, *again]:
                 key, units = self._cost(value, i)
                 need[key] = need.get(key, 0) + units
             for value in node.results:
@@ -335,7 +358,8 @@ class SwapScan:
             for value in fetched:
                 self._swap_in(value, i)
             for value in rerun:
-                self._recompute(value, i)
+                for key, units in self._recompute(value, i).items():
+                    made[key] = made.get(key, 0) + units
             for key, at in enumerate(self.held_at):
                 at.append(self.held[key] + made.get(key, 0))
             for value in node.inputs:
@@ -444,10 +468,12 @@ class SwapScan:
             return False
         back = self.next_use(value, i)
         rebuilt: list[Value] = []
-        if not all(self._reachable(u, back, RECOMPUTE_DEPTH, rebuilt) for u in value.node.inputs):
+        depth = self.settings.recompute_depth
+        if not all(self._reachable(u, back, depth, rebuilt) for u in value.node.inputs):
             return False
         sources = {u for v in (value, *rebuilt) for u in v.node.inputs}
-        held = {value, *rebuilt, *(u for u in sources if u not in self.resident)}
+        made = {r for v in (value, *rebuilt) for r in v.node.results}
+        held = {*made, *(u for u in sources if u not in self.resident)}
         if sum(tensor_bytes(u.sig) for u in held) > self.settings.capacity * RECOMPUTE_SHARE:
             return False  # the chain would crowd out the op it is rebuilt for
         self.dropped.update(rebuilt)
@@ -457,15 +483,14 @@ class SwapScan:
 
     def _reachable(self, value: Value, at: int, depth: int, rebuilt: list[Value]) -> bool:
         """Whether `value` can be had at op `at`: on the device or the host then (read
-        at or after `at`, resident now, with a host copy, or released to be recomputed),
-        else recomputed there from inputs that can be had (at most `depth` ops deep; it
-        joins `rebuilt`)."""
-        if (
-            value in self.resident
-            or value in self.on_host
-            or value in self.dropped
-            or value in rebuilt
-            or self.last_use.get(value, -1) >= at
+        at or after `at`, resident now, or with a host copy), else recomputed there from
+        inputs that can be had (at most `depth` ops deep; it joins `rebuilt`). A value
+        released to be recomputed counts as a link of the chain, so chains through
+        batchnorm's statistics do not grow past `depth` into the whole forward pass."""
+        if value in rebuilt:
+            return True
+        if value not in self.dropped and (
+            value in self.resident or value in self.on_host or self.last_use.get(value, -1) >= at
         ):
             return True
         if depth == 0 or value not in self.settings.recompute:
@@ -491,6 +516,8 @@ class SwapScan:
         def bring(value: Value) -> None:
             if value in self.resident or value in fetched or value in rerun:
                 return
+            if any(other in rerun for other in value.node.results):
+                return  # made again with a sibling: one run of the op makes every result
             if value not in self.dropped:
                 if value not in self.on_host:
                     raise NoCopyLeft(f"{value.node.op} result #{value.index}")
@@ -504,17 +531,32 @@ class SwapScan:
             bring(value)
         return fetched, rerun
 
-    def _recompute(self, value: Value, i: int) -> None:
-        """Run `value`'s op again right before op `i`, its inputs resident by now."""
+    def _recompute(self, value: Value, i: int) -> dict[int, int]:
+        """Run `value`'s op again right before op `i`, its inputs resident by now; the
+        units, per class, of the results nobody reads again, made and dropped at once.
+
+        The op makes all its results again (batchnorm's output with its statistics): a
+        result read again (or recomputed) is held from here, its new copy replacing a
+        resident one, which the replay ends at its last reader before; the others
+        live only while the op runs (the replay frees a result nobody reads)."""
         self.slots.before[i].append(Recompute(value.node))
-        self.dropped.discard(value)
-        self._hold(value, i)
-        self.made_at[value] = (i, True)
-        self.last_read[value] = i - 1
-        self._rank_again(value, i)
+        transient: dict[int, int] = {}
+        for result in value.node.results:
+            wanted = result == value or result in self.dropped
+            if not wanted and self.next_use(result, i) > len(self.dag.ops):
+                key, units = self._cost(result, i)
+                transient[key] = transient.get(key, 0) + units
+                continue
+            self.dropped.discard(result)
+            if result not in self.resident:
+                self._hold(result, i)
+            self.made_at[result] = (i, True)
+            self.last_read[result] = i - 1
+            self._rank_again(result, i)
         for source in value.node.inputs:  # read by the run again, right before op i
             self.last_read[source] = i
             self._rank_again(source, i)
+        return transient
 
     def _swap_in(self, value: Value, i: int) -> None:
         """Bring `value` back before op `i`, as early as memory allows (module docstring)."""
@@ -588,6 +630,7 @@ def working_set(dag: Dag) -> tuple[Node, int]:
 
 __all__: Sequence[str] = (
     "CapacityTooSmall",
+    "OutOfTime",
     "Policy",
     "SwapSettings",
     "ideal_plan",
