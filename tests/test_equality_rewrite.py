@@ -8,6 +8,7 @@ import math
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -426,16 +427,26 @@ def test_the_timeout_holds_with_two_busy_processes_beside_the_pass(two_cpu_hogs:
 
 
 def assert_the_timeout_bounds_the_pass() -> None:
+    """The work the pass does past its deadline is within `TIMEOUT_MARGIN_S`: the CPU
+    time of its process (every thread, XLA's included) from the moment the deadline
+    passes to its return. Wall time past the deadline is that work stretched by
+    whatever else shares the cores (a suite run by four workers on two cores once
+    stretched it to 1.3 s), which says nothing of the pass."""
     module = build_model("nasrnn?hidden=16&length=3")
     rewrite = EqualityRewritePass(timeout=3, retime=2)
     end_to_end_sampler(from_module(fusable()))  # JAX's start-up, once a process: no margin
     report = RunReport()
+    at_deadline: list[float] = []
+    timer = threading.Timer(rewrite.timeout, lambda: at_deadline.append(time.process_time()))
     start = time.monotonic()
+    timer.start()
     with reporting(report):
         rewrite.apply(Context(), module)
     seconds = time.monotonic() - start
+    timer.cancel()
+    past = time.process_time() - at_deadline[0] if at_deadline else 0.0
     section = report.sections[rewrite.name]
-    assert seconds <= rewrite.timeout + TIMEOUT_MARGIN_S, section
+    assert past <= TIMEOUT_MARGIN_S, (past, seconds, section)
     assert section["stopped"] == "timeout"
     # Re-timing runs when the search found a better graph before the deadline, which a
     # loaded machine can prevent; the bound above holds either way.
