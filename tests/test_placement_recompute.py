@@ -121,6 +121,20 @@ def recomputing_plan(module: ModuleOp, capacity: int) -> tuple[PlacementProblem,
     return problem, plan_swaps(problem.dag, problem.signature, settings)
 
 
+def assert_placed_fits_and_computes(
+    module: ModuleOp, problem: PlacementProblem, plan: PlacementPlan, capacity: int
+) -> ModuleOp:
+    """`plan` written into a copy of `module`: it verifies, its replay and its simulation
+    stay within `capacity`, and it computes what `module` does. The copy."""
+    copy = module.clone()
+    write_placed(copy, problem.dag, plan)
+    verify_ir(copy)  # the replay within memory.capacity
+    assert replay(entry_function(copy)).peak_bytes <= capacity
+    assert simulate_plan(problem.dag, plan, V100).peak_bytes <= capacity
+    assert equivalent(module, unplaced(copy)).ok
+    return copy
+
+
 def test_a_recomputing_plan_fits_and_computes_the_step() -> None:
     module = step(CNN)
     capacity = int(peak(module) / 1.5)
@@ -128,15 +142,10 @@ def test_a_recomputing_plan_fits_and_computes_the_step() -> None:
     assert plan.recomputed(), "the relus are recomputed rather than swapped"
     assert all(node.op == "relu" or node.op == "conv2d" for node in plan.recomputed())
     check_plan(problem.dag, plan)
-    copy = module.clone()
-    write_placed(copy, problem.dag, plan)
-    verify_ir(copy)  # the replay within memory.capacity
+    copy = assert_placed_fits_and_computes(module, problem, plan, capacity)
     marked = [op for op in entry_block(entry_function(copy)).ops if RECOMPUTE_ATTR in op.attributes]
     assert len(marked) == len(plan.recomputed())
-    assert replay(entry_function(copy)).peak_bytes <= capacity
-    run = simulate_plan(problem.dag, plan, V100)
-    assert run.peak_bytes <= capacity and run.recomputed_bytes > 0
-    assert equivalent(module, unplaced(copy)).ok
+    assert simulate_plan(problem.dag, plan, V100).recomputed_bytes > 0
 
 
 def test_the_pass_keeps_the_faster_of_recomputing_and_swapping() -> None:
@@ -254,12 +263,7 @@ def test_a_batchnorm_runs_again_to_bring_back_its_relu() -> None:
     assert "batchnorm_train" in {node.op for node in plan.recomputed()}
     one_result = candidates(problem, Rule(1.0, several=False))
     assert one_result and all(v.node.op != "batchnorm_train" for v in one_result)
-    copy = module.clone()
-    write_placed(copy, problem.dag, plan)
-    verify_ir(copy)
-    assert replay(entry_function(copy)).peak_bytes <= capacity
-    assert simulate_plan(problem.dag, plan, V100).peak_bytes <= capacity
-    assert equivalent(module, unplaced(copy)).ok
+    assert_placed_fits_and_computes(module, problem, plan, capacity)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -286,12 +290,7 @@ def test_any_recomputing_plan_fits_and_computes_the_step(
         )
     except (CapacityTooSmall, NoCopyLeft):
         return
-    copy = module.clone()
-    write_placed(copy, problem.dag, plan)
-    verify_ir(copy)
-    assert replay(entry_function(copy)).peak_bytes <= capacity
-    assert simulate_plan(problem.dag, plan, V100).peak_bytes <= capacity
-    assert equivalent(module, unplaced(copy)).ok
+    assert_placed_fits_and_computes(module, problem, plan, capacity)
 
 
 @pytest.fixture
