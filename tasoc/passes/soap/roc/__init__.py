@@ -1,0 +1,1 @@
+"""ROC's half of soap-shard (Jia thesis ch. 4): vertex partitions of GNN training steps."""
