@@ -11,6 +11,7 @@ Everything here works on the light `Csr` of `tasoc.ir.graph_data`, never on IR.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,6 +50,24 @@ class VertexPartition:
         return bool(np.array_equal(self.order, np.arange(len(self.order))))
 
 
+@dataclass(frozen=True, eq=False)
+class PartitionRequest:
+    """What a partitioner is asked: split `graph` for `parts` devices, for a GNN whose
+    layers map `d_in` to `d_out` features (`layers`, in order; the learned cost model
+    prices each layer), on `machine` (a preset name: where per-partition times are
+    measured or simulated), `seed` for anything random."""
+
+    graph: Csr
+    parts: int
+    layers: tuple[tuple[int, int], ...]
+    machine: str = "cpu"
+    seed: int = 0
+
+
+Partitioner = Callable[[PartitionRequest], VertexPartition]
+"""A partitioning method: `PARTITIONERS[name](request)`."""
+
+
 def check_parts(graph: Csr, parts: int) -> None:
     """Refuse a partition count a graph cannot take (every device owns a vertex)."""
     if parts < 1:
@@ -74,3 +93,9 @@ def equal_vertex(graph: Csr, parts: int) -> VertexPartition:
     """Ranges of (nearly) equal vertex counts: FlexFlow's equal partitioning."""
     check_parts(graph, parts)
     return ranges(graph, np.linspace(0, graph.vertices, parts + 1).round().astype(np.int64))
+
+
+PARTITIONERS: dict[str, Partitioner] = {
+    "equal-vertex": lambda request: equal_vertex(request.graph, request.parts),
+}
+"""The partitioning methods by name: `soap-shard{search=roc partitioner=NAME}`."""
