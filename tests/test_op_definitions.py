@@ -12,12 +12,16 @@ import math
 
 import numpy as np
 import pytest
+from xdsl.irdl import AnyAttr
+from xdsl.parser import Parser
 from xdsl.traits import ConstantLike
+from xdsl.utils.exceptions import VerifyException
 
 from tasoc.backends.jax import JAX_KERNELS
 from tasoc.backends.jax.lowering import JAX
 from tasoc.backends.numpy import KERNELS
 from tasoc.backends.numpy.kernels import NUMPY
+from tasoc.driver.sources import make_context
 from tasoc.ir.graph import OPS_BY_NAME
 from tasoc.ir.op_sets import ops_with
 from tasoc.ir.opdef import OpDef, define, op_def, op_defs
@@ -115,3 +119,59 @@ def test_data_movement_and_constants_count_no_flops() -> None:
     )
     assert counting == []
     assert op_def("matmul").count_flops([sig, sig], {}, [sig]) == 2 * 16 * 4
+
+
+def test_every_property_is_typed_by_its_kind() -> None:
+    """No property takes any attribute: each is constrained to what the codec writes."""
+    untyped = sorted(
+        f"{name}.{prop}"
+        for name, op in OPS_BY_NAME.items()
+        for prop, definition in op.get_irdl_definition().properties.items()
+        if isinstance(definition.constr, AnyAttr)
+    )
+    assert untyped == []
+
+
+@pytest.mark.parametrize(
+    ("attributes", "complaint"),
+    [
+        ('strides = "wide", padding = "same", activation = "none", groups = 1 : i64', "strides"),
+        (
+            'strides = array<i64: 1, 1>, padding = 2.0 : f64, activation = "none", '
+            "groups = 1 : i64",
+            "padding",
+        ),
+        (
+            'strides = array<i64: 1, 1>, padding = "same", activation = 1 : i64, groups = 1 : i64',
+            "activation",
+        ),
+        (
+            'strides = array<i64: 1, 1>, padding = "same", activation = "none", groups = 1.5 : f64',
+            "groups",
+        ),
+    ],
+)
+def test_a_property_of_the_wrong_kind_is_refused_by_the_verifier(
+    attributes: str, complaint: str
+) -> None:
+    text = f"""
+    func.func @main(%x: tensor<1x2x4x4xf32>, %w: tensor<3x2x3x3xf32>) -> tensor<1x3x4x4xf32> {{
+      %y = graph.conv2d %x, %w {{{attributes}}} : tensor<1x3x4x4xf32>
+      func.return %y : tensor<1x3x4x4xf32>
+    }}
+    """
+    module = Parser(make_context(), text).parse_module()
+    with pytest.raises(VerifyException, match=complaint):
+        module.verify()
+
+
+def test_an_element_type_property_takes_only_tasocs_types() -> None:
+    text = """
+    func.func @main() -> tensor<2xf32> {
+      %y = graph.zeros {shape = array<i64: 2>, dtype = complex<f32>} : tensor<2xf32>
+      func.return %y : tensor<2xf32>
+    }
+    """
+    module = Parser(make_context(), text).parse_module()
+    with pytest.raises(VerifyException, match="'dtype' must be an element type .*got complex<f32>"):
+        module.verify()

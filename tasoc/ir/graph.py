@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
-from typing import Any, Self
+from dataclasses import dataclass, replace
+from typing import Any, Self, TypeVar
 
 from xdsl.dialects.builtin import (
+    I64,
     BFloat16Type,
+    BoolAttr,
     DenseArrayBase,
     DenseIntOrFPElementsAttr,
     Float16Type,
@@ -50,6 +52,7 @@ from xdsl.dialects.builtin import (
 )
 from xdsl.ir import Attribute, Dialect, SSAValue
 from xdsl.irdl import (
+    AttrConstraint,
     IRDLOperation,
     ParsePropInAttrDict,
     irdl_op_definition,
@@ -60,6 +63,8 @@ from xdsl.irdl import (
     var_operand_def,
     var_result_def,
 )
+from xdsl.irdl.attributes import irdl_to_attr_constraint
+from xdsl.irdl.constraints import ConstraintContext
 from xdsl.parser import Parser, UnresolvedOperand
 from xdsl.printer import Printer
 from xdsl.traits import Commutative, ConstantLike, Pure
@@ -332,6 +337,21 @@ class GraphOp(IRDLOperation):
             properties={name: to_attr(attrs[name]) for name in declared if name in attrs},
         )
 
+    def verify(self, verify_nested_ops: bool = True) -> None:
+        """xDSL's checks, with a property of the wrong kind named as the typing rules
+        name a wrong value (`'graph.conv2d': attribute 'groups': ...`): xDSL's own
+        message names neither the op nor the property."""
+        for name, definition in self.get_irdl_definition().properties.items():
+            if name in self.properties:
+                try:
+                    definition.constr.verify(self.properties[name], ConstraintContext())
+                except VerifyException:
+                    raise VerifyException(
+                        f"'{self.name}': attribute '{name}' must be "
+                        f"{_KIND_NAMES[definition.constr]}, got {self.properties[name]}"
+                    ) from None
+        super().verify(verify_nested_ops)
+
     def verify_(self) -> None:
         try:
             sigs = [sig_of(v.type) for v in self.operands]
@@ -354,9 +374,61 @@ class GraphOp(IRDLOperation):
             )
 
 
+# ---------------------------------------------------------------------- properties
+# Properties are typed by kind, as the codec writes them (`to_attr`): xDSL's verifier
+# refuses `groups = 1.5` or `strides = "x"` before any rule runs. Their values (a
+# stride is positive, a pool kind is `max` or `avg`) are checked by the op's typing
+# rule in its definition (`tasoc/ir/ops/`), so that message names the rule.
+# Kinds and modes stay strings rather than `EnumAttribute`s: docs/decisions.md.
+
+IntProp = IntegerAttr[I64]
+"""An integer: `groups = 1 : i64` (the codec's `int`)."""
+FlagProp = BoolAttr
+"""A flag: `keepdims = true` (the codec's `bool`)."""
+FloatProp = FloatAttr[Float64Type]
+"""A number: `epsilon = 1.0e-05 : f64` (the codec's `float`)."""
+IntsProp = DenseArrayBase[I64]
+"""Integers: `strides = array<i64: 1, 1>` (the codec's tuples)."""
+TextProp = StringAttr
+"""A kind or mode: `kind = "max"`."""
+PaddingProp = StringAttr | DenseArrayBase[I64]
+"""A padding mode (`"same"`, `"valid"`) or four integers."""
+
+
+@dataclass(frozen=True)
+class _ElementType(AttrConstraint[Attribute]):
+    """One of the element types tasoc computes with (`DType`). xDSL's `AnyOf` takes
+    one constraint per attribute class, and `i32` and `i64` share one."""
+
+    def verify(self, attr: Attribute, constraint_context: ConstraintContext) -> None:
+        if attr not in _DTYPES_BY_ATTR:
+            raise VerifyException(f"{attr} is not an element type tasoc computes with")
+
+    def mapping_type_vars(self, type_var_mapping: Mapping[TypeVar, Any]) -> _ElementType:
+        return self
+
+
+DTypeProp = _ElementType()
+"""An element type tasoc computes with: `dtype = f32`."""
+ConstProp = DenseIntOrFPElementsAttr
+"""A dense constant: `value = dense<[1.0, 2.0]> : tensor<2xf32>`."""
+
+_KIND_NAMES: dict[AttrConstraint, str] = {
+    irdl_to_attr_constraint(kind): description
+    for kind, description in (
+        (IntProp, "an i64 integer"),
+        (FlagProp, "a boolean (true or false)"),
+        (FloatProp, "an f64 number"),
+        (IntsProp, "array<i64: ...>"),
+        (TextProp, "a string"),
+        (PaddingProp, 'a string ("same", "valid") or array<i64: ...>'),
+        (DTypeProp, "an element type (" + ", ".join(map(str, _DTYPES_BY_ATTR)) + ")"),
+        (ConstProp, "a dense constant"),
+    )
+}
+"""How a refusal names each kind of property."""
+
 # ---------------------------------------------------------------------------- ops
-# Attributes are declared as untyped properties (`prop_def(Attribute)`): their
-# kinds and values are checked by `shapes.infer`, so the message names the rule.
 
 
 @irdl_op_definition
@@ -433,7 +505,7 @@ class TransposeOp(GraphOp):
     name = "graph.transpose"
     input = operand_def(TensorType)
     result = result_def(TensorType)
-    perm = prop_def(Attribute)
+    perm = prop_def(IntsProp)
     traits = traits_def(DataMovement(), Fusible())
 
 
@@ -456,10 +528,10 @@ class Conv2dOp(GraphOp):
     input = operand_def(TensorType)
     weight = operand_def(TensorType)
     result = result_def(TensorType)
-    strides = prop_def(Attribute)
-    padding = prop_def(Attribute)
-    activation = prop_def(Attribute)
-    groups = prop_def(Attribute)
+    strides = prop_def(IntsProp)
+    padding = prop_def(PaddingProp)
+    activation = prop_def(TextProp)
+    groups = prop_def(IntProp)
     traits = traits_def(Contraction())
 
 
@@ -470,7 +542,7 @@ class EnlargeOp(GraphOp):
     name = "graph.enlarge"
     input = operand_def(TensorType)
     result = result_def(TensorType)
-    kernel = prop_def(Attribute)
+    kernel = prop_def(IntsProp)
     traits = traits_def(DataMovement(), Fusible())
 
 
@@ -481,10 +553,10 @@ class Pool2dOp(GraphOp):
     name = "graph.pool2d"
     input = operand_def(TensorType)
     result = result_def(TensorType)
-    kind = prop_def(Attribute)
-    kernel = prop_def(Attribute)
-    strides = prop_def(Attribute)
-    padding = prop_def(Attribute)
+    kind = prop_def(TextProp)
+    kernel = prop_def(IntsProp)
+    strides = prop_def(IntsProp)
+    padding = prop_def(PaddingProp)
 
 
 @irdl_op_definition
@@ -494,7 +566,7 @@ class ConcatOp(GraphOp):
     name = "graph.concat"
     inputs = var_operand_def(TensorType)
     result = result_def(TensorType)
-    axis = prop_def(Attribute)
+    axis = prop_def(IntProp)
     traits = traits_def(DataMovement(), Fusible())
 
 
@@ -505,8 +577,8 @@ class SplitOp(GraphOp):
     name = "graph.split"
     input = operand_def(TensorType)
     outputs = var_result_def(TensorType)
-    axis = prop_def(Attribute)
-    sizes = prop_def(Attribute)
+    axis = prop_def(IntProp)
+    sizes = prop_def(IntsProp)
     traits = traits_def(DataMovement(), Fusible())
 
 
@@ -520,8 +592,8 @@ class OnesOp(_ConstantOp):
     """A tensor of ones."""
 
     name = "graph.ones"
-    shape = prop_def(Attribute)
-    dtype = prop_def(Attribute)
+    shape = prop_def(IntsProp)
+    dtype = prop_def(DTypeProp)
 
 
 @irdl_op_definition
@@ -529,8 +601,8 @@ class ZerosOp(_ConstantOp):
     """A tensor of zeros."""
 
     name = "graph.zeros"
-    shape = prop_def(Attribute)
-    dtype = prop_def(Attribute)
+    shape = prop_def(IntsProp)
+    dtype = prop_def(DTypeProp)
 
 
 @irdl_op_definition
@@ -539,9 +611,9 @@ class CPoolOp(_ConstantOp):
     conv2d(x, C_pool, groups=C) equals average pooling."""
 
     name = "graph.c_pool"
-    channels = prop_def(Attribute)
-    kernel = prop_def(Attribute)
-    dtype = prop_def(Attribute)
+    channels = prop_def(IntProp)
+    kernel = prop_def(IntsProp)
+    dtype = prop_def(DTypeProp)
 
 
 @irdl_op_definition
@@ -549,9 +621,9 @@ class IConvOp(_ConstantOp):
     """TASO's I_conv: the [C,C,kh,kw] kernel whose convolution is the identity."""
 
     name = "graph.i_conv"
-    channels = prop_def(Attribute)
-    kernel = prop_def(Attribute)
-    dtype = prop_def(Attribute)
+    channels = prop_def(IntProp)
+    kernel = prop_def(IntsProp)
+    dtype = prop_def(DTypeProp)
 
 
 @irdl_op_definition
@@ -559,8 +631,8 @@ class IMatmulOp(_ConstantOp):
     """TASO's I_matmul: the identity matrix of the given size."""
 
     name = "graph.i_matmul"
-    size = prop_def(Attribute)
-    dtype = prop_def(Attribute)
+    size = prop_def(IntProp)
+    dtype = prop_def(DTypeProp)
 
 
 @irdl_op_definition
@@ -568,7 +640,7 @@ class ConstantOp(_ConstantOp):
     """A small dense constant written in the IR (weights live outside the text)."""
 
     name = "graph.constant"
-    value = prop_def(Attribute)
+    value = prop_def(ConstProp)
 
 
 @irdl_op_definition
@@ -578,7 +650,7 @@ class ReshapeOp(GraphOp):
     name = "graph.reshape"
     input = operand_def(TensorType)
     result = result_def(TensorType)
-    shape = prop_def(Attribute)
+    shape = prop_def(IntsProp)
     traits = traits_def(DataMovement(), Fusible())
 
 
@@ -589,7 +661,7 @@ class SoftmaxOp(GraphOp):
     name = "graph.softmax"
     input = operand_def(TensorType)
     result = result_def(TensorType)
-    axis = prop_def(Attribute)
+    axis = prop_def(IntProp)
 
 
 @irdl_op_definition
@@ -602,9 +674,9 @@ class ReduceOp(GraphOp):
     name = "graph.reduce"
     input = operand_def(TensorType)
     result = result_def(TensorType)
-    kind = prop_def(Attribute)
-    axes = prop_def(Attribute)
-    keepdims = prop_def(Attribute)
+    kind = prop_def(TextProp)
+    axes = prop_def(IntsProp)
+    keepdims = prop_def(FlagProp)
 
 
 @irdl_op_definition
@@ -619,7 +691,7 @@ class BatchnormOp(GraphOp):
     mean = operand_def(TensorType)
     var = operand_def(TensorType)
     result = result_def(TensorType)
-    epsilon = prop_def(Attribute)
+    epsilon = prop_def(FloatProp)
     traits = traits_def(Fusible())
 
 
@@ -632,8 +704,8 @@ class LayernormOp(GraphOp):
     gamma = operand_def(TensorType)
     beta = operand_def(TensorType)
     result = result_def(TensorType)
-    axis = prop_def(Attribute)
-    epsilon = prop_def(Attribute)
+    axis = prop_def(IntProp)
+    epsilon = prop_def(FloatProp)
 
 
 @irdl_op_definition
@@ -755,7 +827,7 @@ class CompareOp(_BinaryOp):
     unequal to everything, itself included: only `ne` holds for it)."""
 
     name = "graph.compare"
-    predicate = prop_def(Attribute)
+    predicate = prop_def(TextProp)
 
 
 @irdl_op_definition
@@ -807,7 +879,7 @@ class CastOp(GraphOp):
     name = "graph.cast"
     input = operand_def(TensorType)
     result = result_def(TensorType)
-    to = prop_def(Attribute)
+    to = prop_def(DTypeProp)
     traits = traits_def(Pure(), Elementwise(), Fusible())
 
 
@@ -819,7 +891,7 @@ class BroadcastOp(GraphOp):
     name = "graph.broadcast"
     input = operand_def(TensorType)
     result = result_def(TensorType)
-    shape = prop_def(Attribute)
+    shape = prop_def(IntsProp)
     traits = traits_def(Pure(), DataMovement(), Fusible())
 
 
@@ -833,7 +905,7 @@ class GatherOp(GraphOp):
     data = operand_def(TensorType)
     indices = operand_def(TensorType)
     result = result_def(TensorType)
-    axis = prop_def(Attribute)
+    axis = prop_def(IntProp)
     traits = traits_def(Pure(), DataMovement())
 
 
@@ -892,10 +964,10 @@ class Conv2dGradInputOp(GraphOp):
     dy = operand_def(TensorType)
     weight = operand_def(TensorType)
     dx = result_def(TensorType)
-    strides = prop_def(Attribute)
-    padding = prop_def(Attribute)
-    groups = prop_def(Attribute)
-    input_shape = prop_def(Attribute)
+    strides = prop_def(IntsProp)
+    padding = prop_def(PaddingProp)
+    groups = prop_def(IntProp)
+    input_shape = prop_def(IntsProp)
     traits = traits_def(Contraction(), Training())
 
 
@@ -908,10 +980,10 @@ class Conv2dGradWeightOp(GraphOp):
     input = operand_def(TensorType)
     dy = operand_def(TensorType)
     dw = result_def(TensorType)
-    strides = prop_def(Attribute)
-    padding = prop_def(Attribute)
-    groups = prop_def(Attribute)
-    kernel = prop_def(Attribute)
+    strides = prop_def(IntsProp)
+    padding = prop_def(PaddingProp)
+    groups = prop_def(IntProp)
+    kernel = prop_def(IntsProp)
     traits = traits_def(Contraction(), Training())
 
 
@@ -926,10 +998,10 @@ class Pool2dGradOp(GraphOp):
     input = operand_def(TensorType)
     dy = operand_def(TensorType)
     dx = result_def(TensorType)
-    kind = prop_def(Attribute)
-    kernel = prop_def(Attribute)
-    strides = prop_def(Attribute)
-    padding = prop_def(Attribute)
+    kind = prop_def(TextProp)
+    kernel = prop_def(IntsProp)
+    strides = prop_def(IntsProp)
+    padding = prop_def(PaddingProp)
     traits = traits_def(Pure(), Training())
 
 
@@ -943,9 +1015,9 @@ class ReduceGradOp(GraphOp):
     input = operand_def(TensorType)
     dy = operand_def(TensorType)
     dx = result_def(TensorType)
-    kind = prop_def(Attribute)
-    axes = prop_def(Attribute)
-    keepdims = prop_def(Attribute)
+    kind = prop_def(TextProp)
+    axes = prop_def(IntsProp)
+    keepdims = prop_def(FlagProp)
     traits = traits_def(Pure(), Training())
 
 
@@ -958,7 +1030,7 @@ class ScatterAddOp(GraphOp):
     ids = operand_def(TensorType)
     updates = operand_def(TensorType)
     result = result_def(TensorType)
-    rows = prop_def(Attribute)
+    rows = prop_def(IntProp)
     traits = traits_def(Pure(), Training())
 
 
@@ -974,8 +1046,8 @@ class LayernormGradOp(GraphOp):
     dx = result_def(TensorType)
     dgamma = result_def(TensorType)
     dbeta = result_def(TensorType)
-    axis = prop_def(Attribute)
-    epsilon = prop_def(Attribute)
+    axis = prop_def(IntProp)
+    epsilon = prop_def(FloatProp)
     traits = traits_def(Pure(), Training())
 
 
@@ -991,7 +1063,7 @@ class BatchnormTrainOp(GraphOp):
     y = result_def(TensorType)
     mean = result_def(TensorType)
     var = result_def(TensorType)
-    epsilon = prop_def(Attribute)
+    epsilon = prop_def(FloatProp)
     traits = traits_def(Pure(), Training())
 
 
@@ -1007,7 +1079,7 @@ class BatchnormGradOp(GraphOp):
     dx = result_def(TensorType)
     dscale = result_def(TensorType)
     dbias = result_def(TensorType)
-    epsilon = prop_def(Attribute)
+    epsilon = prop_def(FloatProp)
     traits = traits_def(Pure(), Training())
 
 
@@ -1052,10 +1124,10 @@ class AdamUpdateOp(GraphOp):
     new_param = result_def(TensorType)
     new_m = result_def(TensorType)
     new_v = result_def(TensorType)
-    lr = prop_def(Attribute)
-    beta1 = prop_def(Attribute)
-    beta2 = prop_def(Attribute)
-    epsilon = prop_def(Attribute)
+    lr = prop_def(FloatProp)
+    beta1 = prop_def(FloatProp)
+    beta2 = prop_def(FloatProp)
+    epsilon = prop_def(FloatProp)
     traits = traits_def(Pure(), Training())
 
 

@@ -50,7 +50,7 @@ func.func @and_of_integers(%a: tensor<3xi1>, %b: tensor<3xi8>) -> tensor<3xi1> {
 
 // -----
 
-// CHECK: {{^}}'graph.cast': to must be one of f32, f16, bf16, f64, i32, i64, i8, i16, ui8, i1, got 'float'
+// CHECK: {{^}}'graph.cast': attribute 'to' must be an element type (f32, f16, bf16, f64, i32, i64, i8, i16, ui8, i1), got "float"
 func.func @cast_target(%x: tensor<3xf32>) -> tensor<3xf32> {
   %0 = graph.cast %x {to = "float"} : tensor<3xf32>
   func.return %0 : tensor<3xf32>

@@ -212,7 +212,7 @@ func.func @embedding(%ids: tensor<2xf32>, %t: tensor<10x4xf32>) -> tensor<2x4xf3
 // -----
 
 // Attributes are checked for their kind, not converted: 1.5 is not a group count.
-// CHECK: {{^}}'graph.conv2d': groups must be an integer, got 1.5
+// CHECK: {{^}}'graph.conv2d': attribute 'groups' must be an i64 integer, got 1.500000e+00 : f64
 func.func @conv2d_groups_float(%x: tensor<1x2x4x4xf32>, %w: tensor<2x2x3x3xf32>) -> tensor<1x2x4x4xf32> {
   %0 = graph.conv2d %x, %w {strides = array<i64: 1, 1>, padding = "same", activation = "none", groups = 1.5 : f64} : tensor<1x2x4x4xf32>
   func.return %0 : tensor<1x2x4x4xf32>
@@ -221,7 +221,7 @@ func.func @conv2d_groups_float(%x: tensor<1x2x4x4xf32>, %w: tensor<2x2x3x3xf32>)
 // -----
 
 // Only the widths the codec writes decode: i64 integers, f64 numbers, array<i64: ...>.
-// CHECK: {{^}}'graph.conv2d': attribute 'groups': expected an f64 number, got 1.500000e+00 : f32
+// CHECK: {{^}}'graph.conv2d': attribute 'groups' must be an i64 integer, got 1.500000e+00 : f32
 func.func @conv2d_groups_f32(%x: tensor<1x2x4x4xf32>, %w: tensor<2x2x3x3xf32>) -> tensor<1x2x4x4xf32> {
   %0 = graph.conv2d %x, %w {strides = array<i64: 1, 1>, padding = "same", activation = "none", groups = 1.5 : f32} : tensor<1x2x4x4xf32>
   func.return %0 : tensor<1x2x4x4xf32>
@@ -229,7 +229,7 @@ func.func @conv2d_groups_f32(%x: tensor<1x2x4x4xf32>, %w: tensor<2x2x3x3xf32>) -
 
 // -----
 
-// CHECK: {{^}}'graph.conv2d': groups must be an integer, got 'a'
+// CHECK: {{^}}'graph.conv2d': attribute 'groups' must be an i64 integer, got "a"
 func.func @conv2d_groups_string(%x: tensor<1x2x4x4xf32>, %w: tensor<2x2x3x3xf32>) -> tensor<1x2x4x4xf32> {
   %0 = graph.conv2d %x, %w {strides = array<i64: 1, 1>, padding = "same", activation = "none", groups = "a"} : tensor<1x2x4x4xf32>
   func.return %0 : tensor<1x2x4x4xf32>
