@@ -329,10 +329,14 @@ def search(problem: SoapProblem, starts: Mapping[str, Plan], limits: Limits) -> 
     every op replicated and a random strategy find (see the module docstring)."""
     program = problem.program
     rng = random.Random(limits.seed)
-    made = {
-        "replicated": uniform_plan(program, lambda rule, mesh: {}),
-        "random": uniform_plan(program, lambda rule, mesh: rng.choice(configurations(rule, mesh))),
-    }
+    made = {}
+    if not limits.deadline.expired():  # out of time, the starts given are candidates enough
+        made = {
+            "replicated": uniform_plan(program, lambda rule, mesh: {}),
+            "random": uniform_plan(
+                program, lambda rule, mesh: rng.choice(configurations(rule, mesh))
+            ),
+        }
     starts = {**starts, **{name: plan for name, plan in made.items() if plan is not None}}
     best = Best(problem)
     simulated = {origin: problem.simulate(plan) for origin, plan in starts.items()}

@@ -7,6 +7,7 @@ is over the memory or slower than a baseline."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 from collections import Counter
@@ -52,7 +53,10 @@ def write_report(
     report = current_report()
     groups = {group.name: group for group in plan.meshes} or {mesh.name: mesh}
     title = f"soap-shard {options.search}: which block of each op every device computes"
-    report.figure("soap-shard-sharding-map", sharding_map(dag, plan, groups, title))
+    # described when drawn (`Figures`): a run without --plots never pays for them
+    report.figure(
+        "soap-shard-sharding-map", functools.partial(sharding_map, dag, plan, groups, title)
+    )
     state = chosen.state
     peak, capacity = state.memory, chosen.problem.memory_cap
     fits = "within" if peak <= capacity else "OVER"
@@ -62,11 +66,8 @@ def write_report(
     )
     report.figure(
         "soap-shard-timeline",
-        timeline(
-            state.step.graph,
-            state.simulator.timeline,
-            title,
-            state.step.stands_for,
+        functools.partial(
+            timeline, state.step.graph, state.simulator.timeline, title, state.step.stands_for
         ),
     )
     section = report.section(options.name)

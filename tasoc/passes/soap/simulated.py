@@ -36,6 +36,11 @@ from tasoc.passes.soap.swap_pricing import SwapPricing
 from tasoc.sim.core import DeltaSimulator, simulate
 from tasoc.sim.parallel import ShardedStep
 
+DERIVED_EDITS = 64
+"""The most op edits a step is derived with from another (`SimulatedStrategy.of`): an
+edit of an op and its neighbours' communication costs about a sixtieth of building a
+3,000-op step afresh."""
+
 
 @dataclass(frozen=True, slots=True)
 class Priced:
@@ -83,6 +88,9 @@ class SimulatedStrategy:
     """The smallest per-device peak memory this strategy has had (for `MemoryCapError`)."""
     edited: bool = field(default=False, init=False)
     """Whether ops were `set` since the last update (the simulation is behind them)."""
+    pristine: bool = field(default=True, init=False)
+    """Whether no op was ever `set`: the step is as built (or derived), with a fresh
+    build's task ids, so it simulates as one, ties and all (`SoapProblem.state_of`)."""
     _peak: int | None = field(default=None, init=False, repr=False)
     """`memory` as of the last `set` (a replay of every device's tasks: once per edit)."""
     consumers: Mapping[Value, Sequence[Use]] = field(init=False, repr=False)
@@ -110,11 +118,23 @@ class SimulatedStrategy:
         *,
         memory: bool = True,
         place: SwapPricing | None = None,
+        near: Sequence[SimulatedStrategy] = (),
     ) -> SimulatedStrategy:
         """`plan` simulated on `machine`; without `memory` (a search without a memory
         cap) its time alone, and `memory` reads 0 (`DeltaSimulator`); over the cap,
-        priced by swapping when `place` says how."""
-        step = ShardedStep(
+        priced by swapping when `place` says how. Its step is derived from the first
+        state of `near` (on the same machine) within `DERIVED_EDITS` op edits of it
+        (`ShardedStep.derived`: the same task graph as a build's), else built."""
+        step = next(
+            (
+                derived
+                for other in near
+                if other.step.machine == machine
+                and not other.edited
+                and (derived := other.step.derived(plan, DERIVED_EDITS)) is not None
+            ),
+            None,
+        ) or ShardedStep(
             problem.dag, copy_plan(plan), machine, mesh=problem.mesh, signature=problem.signature
         )
         simulator = DeltaSimulator(step.graph, memory=memory)
@@ -177,6 +197,7 @@ class SimulatedStrategy:
             self.edit_seconds += time.perf_counter() - start
         self.configs[node] = config
         self.edited = True
+        self.pristine = False
 
     def choose(
         self, node: Node, candidates: Sequence[Config]
