@@ -78,6 +78,7 @@ tasks of two groups tie only when two producers end at the same instant.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import copy
 import dataclasses
@@ -1538,13 +1539,12 @@ def _outside_donated(temps: list[Temp], donated: Sequence[_Donated]) -> list[Tem
         [(0, one.read_to), (one.written_at, math.inf)] for one in donated
     ]
     order = sorted(range(len(donated)), key=lambda i: (donated[i].nbytes, -i))
+    sizes = [donated[i].nbytes for i in order]
     outside = []
     for index in sorted(range(len(temps)), key=lambda i: (-temps[i][2], temps[i][0])):
         start, end, nbytes, _ = temps[index]
-        for i in order:
+        for i in order[bisect.bisect_left(sizes, nbytes) :]:  # those it fits in, smallest first
             one = donated[i]
-            if nbytes > one.nbytes:
-                continue
             last = end - 1 if end == one.written_at and index in one.shared else end
             if all(last < first or stop < start for first, stop in held[i]):
                 held[i].append((start, last))

@@ -347,18 +347,21 @@ def _bytes_per_link(
         names[id(machine.inter)] = "inter-node"
     everyone = sorted({d for group in groups.values() for d in group.device_ids})
     totals: Counter[str] = Counter()
+    crossing: dict[tuple[int, ...], set[str]] = {}  # by group: 64 devices are 4,096 paths
     for step in collectives:
         if step.kind == "all_slice":
             continue
         mesh = groups[step.result.mesh]
         devices = everyone if step.kind == "replicate" else axis_groups(mesh, step.axes)[0]
-        crossed = {
-            f"{names[id(link)]} {link.kind}"
-            for a in devices
-            for b in devices
-            for link in machine.path(a, b)
-        }
-        for link in crossed:
+        key = tuple(devices)
+        if key not in crossing:
+            crossing[key] = {
+                f"{names[id(link)]} {link.kind}"
+                for a in devices
+                for b in devices
+                for link in machine.path(a, b)
+            }
+        for link in crossing[key]:
             totals[link] += step.bytes
     return dict(sorted(totals.items()))
 
