@@ -99,7 +99,8 @@ def time_row(name: str, args: argparse.Namespace) -> TimeRow:
 def table(rows: Sequence[TimeRow], args: argparse.Namespace) -> str:
     lines = [
         f"{args.devices} GPUs of {args.machine}, FlexFlow's shapes; simulated step ms; "
-        f"soap-shard defaults with timeout={args.short:g} and timeout={args.long:g}",
+        f"soap-shard defaults with timeout={args.short:g}"
+        + (f" and timeout={args.long:g}" if args.long else " (no long run)"),
         "",
         "| model | ops | short ms | long ms | short / long | short wall s | short CPU s "
         "| long wall s | proposals (short / long) | stopped (short / long) |",
