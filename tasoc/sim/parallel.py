@@ -474,7 +474,11 @@ class ShardedStep:
         mine = self.plan
         if plan.meshes != mine.meshes or plan.order != mine.order:
             return None
-        relaid = [arg.out for arg in self.dag.args if plan.values[arg.out] != mine.values[arg.out]]
+        relaid = [
+            arg.out for arg in self.dag.args if plan.values.get(arg.out) != mine.values.get(arg.out)
+        ]
+        if any(value not in plan.values for value in relaid):
+            return None
         touched = {  # an argument laid out otherwise: its readers, and its update's op
             use.node for value in relaid for use in self._consumers.get(value, ())
         } | {
