@@ -14,6 +14,14 @@ def test_a_quick_row_sets_the_short_runs_plan_beside_the_long_ones(
     bench = load_benchmark("search_time")
     (row,) = bench.main(["--models", "alexnet", "--devices", "4", "--short", "1", "--long", "2"])
     assert (row.model, row.ops) == ("alexnet", 68)
-    assert row.short.step > 0 and row.long.step > 0
+    assert row.long is not None and row.short.step > 0 and row.long.step > 0
     assert row.ratio == pytest.approx(row.short.step / row.long.step)
+    assert row.short.cpu > 0
     assert f"| alexnet | 68 | {row.short.step * 1e3:.1f} |" in capsys.readouterr().out
+
+
+def test_long_zero_runs_the_short_pass_alone(capsys: pytest.CaptureFixture[str]) -> None:
+    bench = load_benchmark("search_time")
+    (row,) = bench.main(["--models", "alexnet", "--devices", "4", "--short", "1", "--long", "0"])
+    assert row.long is None and row.ratio is None
+    assert f"| alexnet | 68 | {row.short.step * 1e3:.1f} | - | - |" in capsys.readouterr().out

@@ -15,7 +15,7 @@ reads it), so that passes never import the driver:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, ItemsView, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field, fields
@@ -43,6 +43,32 @@ class PassRecord:
     run twice in one pipeline has one record per run, each with its own section."""
 
 
+class Figures(dict[str, Figure]):
+    """The pictures asked for, by file stem: each a `Figure`, or a function making it,
+    called (once) when the picture is first read. Describing a picture can cost what a
+    search's last second buys (soap-shard's sharding map and timeline of a 3,000-op
+    step on 64 devices: about a second of CPU), and a run without `--plots` never
+    reads one."""
+
+    def __getitem__(self, name: str) -> Figure:
+        figure = super().__getitem__(name)
+        if callable(figure):
+            figure = figure()
+            super().__setitem__(name, figure)
+        return figure
+
+    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+        try:
+            return self[name]
+        except KeyError:
+            return default
+
+    def items(self) -> ItemsView[str, Figure]:  # type: ignore[override]
+        for name in list(self.keys()):
+            self[name]  # made now, if it is still a function
+        return super().items()
+
+
 @dataclass
 class RunReport:
     """The record of one `tasoc opt` run; passes add their own sections.
@@ -58,7 +84,7 @@ class RunReport:
     seed: int = 0
     passes: list[PassRecord] = field(default_factory=list)
     sections: dict[str, dict[str, Any]] = field(default_factory=dict)
-    figures: dict[str, Figure] = field(default_factory=dict, repr=False)
+    figures: Figures = field(default_factory=Figures, repr=False)
     """Pictures the passes asked for, by file stem (`figure`); drawn by `--plots DIR`,
     not part of the JSON."""
 
@@ -66,9 +92,10 @@ class RunReport:
         """The dict a pass called `name` writes to, created empty on first use."""
         return self.sections.setdefault(name, {})
 
-    def figure(self, name: str, figure: Figure) -> None:
+    def figure(self, name: str, figure: Figure | Callable[[], Figure]) -> None:
         """Ask for a picture, drawn as `DIR/<name>.png` by `tasoc opt --plots DIR`
-        (the latest figure of a name wins)."""
+        (the latest figure of a name wins); a function making it is called only when
+        the picture is read (`Figures`)."""
         self.figures[name] = figure
 
     def begin_pass(self, name: str) -> None:

@@ -177,6 +177,15 @@ class TaskGraph:
         for task in tasks:
             self.add(task)
 
+    def copy(self) -> TaskGraph:
+        """The same tasks under the same ids, edited apart from now on; no simulator
+        watches the copy."""
+        twin = TaskGraph()
+        twin._tasks = dict(self._tasks)
+        twin._succ = {task_id: set(users) for task_id, users in self._succ.items()}
+        twin._next_id = self._next_id
+        return twin
+
     def add(self, task: Task) -> int:
         """Adds `task` and returns its new id (ids are never reused)."""
         self._check_deps(task)

@@ -78,7 +78,10 @@ tasks of two groups tie only when two producers end at the same instant.
 
 from __future__ import annotations
 
+import bisect
 import collections
+import copy
+import dataclasses
 import functools
 import itertools
 import math
@@ -457,6 +460,96 @@ class ShardedStep:
                 self._add(key, spec)
 
     # ------------------------------------------------------------------ editing
+
+    def derived(self, plan: Plan, most: int) -> ShardedStep | None:
+        """The step of `plan` made from this one by editing the ops whose configuration
+        or operand layouts differ (`set_config`, readers first) on a copy, its tasks then
+        numbered as a step built afresh from `plan` numbers them (`_renumbered`): the
+        same tasks, ids and so simulation as `ShardedStep(dag, plan, ...)`. A search's
+        starts differ little (rnnlm's ZeRO and DLRM plans from data parallel in 4-8 of
+        3,030 ops) and a build of thousands of ops costs what some 60 edits do. None
+        where `plan` lies on other meshes or in another order, more than `most` ops
+        differ, or the edits do not arrive at `plan` (one passes through a layout a
+        reader cannot read)."""
+        mine = self.plan
+        if plan.meshes != mine.meshes or plan.order != mine.order:
+            return None
+        relaid = [
+            arg.out for arg in self.dag.args if plan.values.get(arg.out) != mine.values.get(arg.out)
+        ]
+        if any(value not in plan.values for value in relaid):
+            return None
+        touched = {  # an argument laid out otherwise: its readers, and its update's op
+            use.node for value in relaid for use in self._consumers.get(value, ())
+        } | {
+            self.dag.outputs[index].node
+            for index, argument in self._replaces.items()
+            if self.dag.args[argument].out in relaid and self.dag.outputs[index].node.inputs
+        }
+        changed = [
+            node
+            for node in self.order
+            if node.inputs
+            and (
+                node in touched
+                or plan.configs.get(node) != mine.configs.get(node)
+                or plan.operands.get(node) != mine.operands.get(node)
+            )
+        ]
+        if len(changed) > most:
+            return None
+        twin = copy.copy(self)  # groups are replaced whole by an edit, never changed: shared
+        twin.plan = dataclasses.replace(
+            mine,
+            configs=dict(mine.configs),
+            operands=dict(mine.operands),
+            values=dict(mine.values),
+            notes=list(plan.notes),
+        )
+        twin.graph = self.graph.copy()
+        twin._ids, twin._specs, twin._groups = (
+            dict(self._ids),
+            dict(self._specs),
+            dict(self._groups),
+        )
+        twin.plan.values.update((value, plan.values[value]) for value in relaid)
+        try:
+            for node in reversed(changed):
+                twin.set_config(node, plan.configs[node], plan.operands[node])
+        except ValueError:  # a layout some reader cannot read on the way
+            return None
+        if relaid:
+            for device in twin._devices:
+                twin._update(("res", device), twin._resident_spec(device))
+        edited = twin.plan
+        if (edited.configs, edited.operands, edited.values, edited.outputs) != (
+            plan.configs,
+            plan.operands,
+            plan.values,
+            plan.outputs,
+        ):
+            return None
+        twin._renumbered()
+        return twin
+
+    def _renumbered(self) -> None:
+        """The graph made anew from the specs in the order a step built afresh adds
+        them (the arguments' tasks, then per producer its compute tasks and its group's
+        collectives), so ids, and the simulator's ties, are a fresh step's."""
+
+        def rank(key: Key) -> tuple[int, int, int, int]:
+            kind, *rest = key  # type: ignore[misc]
+            if kind == "res":
+                return (*self._program_rank(key), self._devices.index(rest[0]))
+            if kind == "op":
+                devices = self._simulated(self.mesh_of(rest[0]).device_ids)
+                return (*self._program_rank(key), devices.index(rest[1]))
+            return (*self._program_rank(key), 0)
+
+        specs = [(key, self._specs[self._ids[key]]) for key in sorted(self._ids, key=rank)]
+        self.graph, self._ids, self._specs = TaskGraph(), {}, {}
+        for key, spec in specs:
+            self._add(key, spec)
 
     def set_config(
         self, node: Node, config: Config, operands: Sequence[Sharding] | None = None
@@ -909,13 +1002,15 @@ class ShardedStep:
         return specs
 
     def _duration(self, node: Node) -> float:
-        plan, mesh = self.plan, self.mesh_of(node)
-        local_in = tuple(
-            _local_sig(v.sig, need, mesh)
-            for v, need in zip(node.inputs, plan.operands[node], strict=True)
+        plan = self.plan
+        return _shard_duration(
+            self.op_cost,
+            node,
+            tuple(plan.operands[node]),
+            tuple(plan.values[v] for v in node.results),
+            self.mesh_of(node),
+            self.machine.device,
         )
-        local_out = tuple(_local_sig(v.sig, plan.values[v], mesh) for v in node.results)
-        return _priced(self.op_cost, node, local_in, local_out, self.machine.device)
 
     def _group(self, producer: Producer) -> _Group:
         """The communication of `producer`'s values (the arguments' and constants' for
@@ -1181,6 +1276,28 @@ def _moved_values(before: _Group, after: _Group, renamed: bool) -> set[Value]:
 
 
 @functools.lru_cache(maxsize=1 << 16)
+def _shard_duration(
+    op_cost: OpCost,
+    node: Node,
+    operands: tuple[Sharding, ...],
+    results: tuple[Sharding, ...],
+    mesh: Mesh,
+    device: Device,
+) -> float:
+    """`node`'s compute task's seconds reading `operands` and making `results` on
+    `mesh` (`_priced` at the local shapes), kept across steps and edits: every start of
+    a search, and every proposal's readers re-specced, ask again for the same few
+    layouts of each op, and the local shapes cost more than the lookup."""
+    local_in = tuple(
+        _local_sig(v.sig, need, mesh) for v, need in zip(node.inputs, operands, strict=True)
+    )
+    local_out = tuple(
+        _local_sig(v.sig, layout, mesh) for v, layout in zip(node.results, results, strict=True)
+    )
+    return _priced(op_cost, node, local_in, local_out, device)
+
+
+@functools.lru_cache(maxsize=1 << 16)
 def _priced(
     op_cost: OpCost,
     node: Node,
@@ -1200,6 +1317,7 @@ def shard_bytes(sig: TensorSig, sharding: Sharding, mesh: Mesh) -> int:
     return math.prod(sharding.local_shape(sig.shape, mesh)) * sig.dtype.itemsize
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _local_sig(sig: TensorSig, sharding: Sharding, mesh: Mesh) -> TensorSig:
     return TensorSig(sharding.local_shape(sig.shape, mesh), sig.dtype)
 
@@ -1425,13 +1543,12 @@ def _outside_donated(temps: list[Temp], donated: Sequence[_Donated]) -> list[Tem
         [(0, one.read_to), (one.written_at, math.inf)] for one in donated
     ]
     order = sorted(range(len(donated)), key=lambda i: (donated[i].nbytes, -i))
+    sizes = [donated[i].nbytes for i in order]
     outside = []
     for index in sorted(range(len(temps)), key=lambda i: (-temps[i][2], temps[i][0])):
         start, end, nbytes, _ = temps[index]
-        for i in order:
+        for i in order[bisect.bisect_left(sizes, nbytes) :]:  # those it fits in, smallest first
             one = donated[i]
-            if nbytes > one.nbytes:
-                continue
             last = end - 1 if end == one.written_at and index in one.shared else end
             if all(last < first or stop < start for first, stop in held[i]):
                 held[i].append((start, last))

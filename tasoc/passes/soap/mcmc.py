@@ -6,7 +6,9 @@ A strategy is every op's configuration. The search starts from the plans it is g
 Spartan's greedy tiling), every op
 replicated (one device's program on each: no communication at all, which wins on
 small steps where collectives' latency outweighs the compute they save) and a random
-strategy, one chain each, and proposes one change at a time: a random
+strategy (these two only where the plans given leave time to simulate them: a
+3,000-op step at 64 devices may spend its whole timeout on the others), one chain
+each, and proposes one change at a time: a random
 op takes a random other legal configuration of its rule on its mesh, reading its
 operands as completion would (partial sums where its producers leave them and it is
 linear in them: a chain prices the plans it would write, not a normalized form of
@@ -329,13 +331,19 @@ def search(problem: SoapProblem, starts: Mapping[str, Plan], limits: Limits) -> 
     every op replicated and a random strategy find (see the module docstring)."""
     program = problem.program
     rng = random.Random(limits.seed)
-    made = {
-        "replicated": uniform_plan(program, lambda rule, mesh: {}),
-        "random": uniform_plan(program, lambda rule, mesh: rng.choice(configurations(rule, mesh))),
-    }
-    starts = {**starts, **{name: plan for name, plan in made.items() if plan is not None}}
-    best = Best(problem)
+    starts = dict(starts)
     simulated = {origin: problem.simulate(plan) for origin, plan in starts.items()}
+    if not limits.deadline.expired():  # out of time, the starts given are candidates enough
+        made = {
+            "replicated": uniform_plan(program, lambda rule, mesh: {}),
+            "random": uniform_plan(
+                program, lambda rule, mesh: rng.choice(configurations(rule, mesh))
+            ),
+        }
+        for origin, plan in made.items():
+            if plan is not None:
+                starts[origin], simulated[origin] = plan, problem.simulate(plan)
+    best = Best(problem)
     starting = {origin: state.cost for origin, state in simulated.items()}
     for origin, state in simulated.items():  # the report's figures of the starts
         problem.remember(starts[origin], state)

@@ -102,6 +102,10 @@ class SoapProblem:
         default_factory=dict, init=False, repr=False, compare=False
     )
     """`price`'s figures by plan (the plan kept with them, so its id stays its own)."""
+    _states: list[SimulatedStrategy] = field(
+        default_factory=list, init=False, repr=False, compare=False
+    )
+    """Every state `simulate` made, as chains have left them (`state_of`)."""
 
     def price(self, plan: Plan) -> Priced:
         """`plan`'s simulated figures, memory traced (what a report shows of a
@@ -111,7 +115,12 @@ class SoapProblem:
             self.remember(
                 plan,
                 SimulatedStrategy.of(
-                    self.program, plan, self.machine, self.memory_cap, place=self.place
+                    self.program,
+                    plan,
+                    self.machine,
+                    self.memory_cap,
+                    place=self.place,
+                    near=self._states[::-1],
                 ),
             )
         return self._priced[id(plan)][1]
@@ -130,13 +139,34 @@ class SoapProblem:
     def simulate(self, plan: Plan) -> SimulatedStrategy:
         """`plan` simulated as a search prices it: on the machine, memory traced only
         under a cap, a strategy over it priced by swapping with `place`."""
-        return SimulatedStrategy.of(
+        state = SimulatedStrategy.of(
             self.program,
             plan,
             self.machine,
             self.memory_cap,
             memory=self.traces_memory,
             place=self.place,
+            near=self._states[::-1],
+        )
+        self._states.append(state)
+        return state
+
+    def state_of(self, plan: Plan) -> SimulatedStrategy:
+        """`plan` simulated with memory traced (what the pass reports and draws): a
+        state a search simulated of `plan` and never edited (the written plan is mostly
+        a start's, or a chain's best simulated afresh: building a 3,000-op step again
+        costs what a search's last proposals would), else one derived from a state
+        near it or built (`SimulatedStrategy.of`); the same figures either way."""
+        for state in reversed(self._states):
+            if state.pristine and state.simulator.memory and state.plan == plan:
+                return state
+        return SimulatedStrategy.of(
+            self.program,
+            plan,
+            self.machine,
+            self.memory_cap,
+            place=self.place,
+            near=self._states[::-1],
         )
 
     def space(self, plan: Plan) -> dict[Node, tuple[Config, ...]]:

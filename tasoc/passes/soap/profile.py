@@ -180,9 +180,7 @@ def plan_on(
     else:
         named = baselines.get(options.search)
         plan = named if named is not None else complete(program, prescribe(program, options.search))
-    state = SimulatedStrategy.of(
-        program, plan, problem.machine, problem.memory_cap, place=problem.place
-    )
+    state = problem.state_of(plan)
     simulated = {"plan": state.priced()} | {
         name: problem.price(candidate) for name, candidate in baselines.items()
     }

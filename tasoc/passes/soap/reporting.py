@@ -7,6 +7,7 @@ is over the memory or slower than a baseline."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 from collections import Counter
@@ -52,7 +53,10 @@ def write_report(
     report = current_report()
     groups = {group.name: group for group in plan.meshes} or {mesh.name: mesh}
     title = f"soap-shard {options.search}: which block of each op every device computes"
-    report.figure("soap-shard-sharding-map", sharding_map(dag, plan, groups, title))
+    # described when drawn (`Figures`): a run without --plots never pays for them
+    report.figure(
+        "soap-shard-sharding-map", functools.partial(sharding_map, dag, plan, groups, title)
+    )
     state = chosen.state
     peak, capacity = state.memory, chosen.problem.memory_cap
     fits = "within" if peak <= capacity else "OVER"
@@ -62,11 +66,8 @@ def write_report(
     )
     report.figure(
         "soap-shard-timeline",
-        timeline(
-            state.step.graph,
-            state.simulator.timeline,
-            title,
-            state.step.stands_for,
+        functools.partial(
+            timeline, state.step.graph, state.simulator.timeline, title, state.step.stands_for
         ),
     )
     section = report.section(options.name)
@@ -346,18 +347,21 @@ def _bytes_per_link(
         names[id(machine.inter)] = "inter-node"
     everyone = sorted({d for group in groups.values() for d in group.device_ids})
     totals: Counter[str] = Counter()
+    crossing: dict[tuple[int, ...], set[str]] = {}  # by group: 64 devices are 4,096 paths
     for step in collectives:
         if step.kind == "all_slice":
             continue
         mesh = groups[step.result.mesh]
         devices = everyone if step.kind == "replicate" else axis_groups(mesh, step.axes)[0]
-        crossed = {
-            f"{names[id(link)]} {link.kind}"
-            for a in devices
-            for b in devices
-            for link in machine.path(a, b)
-        }
-        for link in crossed:
+        key = tuple(devices)
+        if key not in crossing:
+            crossing[key] = {
+                f"{names[id(link)]} {link.kind}"
+                for a in devices
+                for b in devices
+                for link in machine.path(a, b)
+            }
+        for link in crossing[key]:
             totals[link] += step.bytes
     return dict(sorted(totals.items()))
 
