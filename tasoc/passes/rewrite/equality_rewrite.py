@@ -288,7 +288,9 @@ class EqualityRewritePass(ModulePass):
         """The rewrites applied and the predicted speedup, what re-timing measured and
         kept, and how the search stopped (`summary.py`)."""
         fallback = section.get("cost_fallback")
-        fell_back = (f"cost=xla: {fallback}; priced with the analytic CPU model",) if fallback else ()
+        fell_back = (
+            (f"cost=xla: {fallback}; priced with the analytic CPU model",) if fallback else ()
+        )
         if "note" in section:
             return Summary(section["note"], fell_back)
         applied = section.get("rules_applied", {})
