@@ -20,8 +20,8 @@ distinct external operand with its type, and which results leave the region —
 value names never appear, so equal regions anywhere in any graph share one entry.
 Its time is what one more application adds to a jitted program (`measure_region`:
 a program applying it several times, each copy on operands of its own and waiting
-for the one before, against a program applying it once, timed in turns; the
-median of the rounds' differences, `tasoc.cost.op_table`'s method), so JAX's
+for the one before, against a program applying it once, timed in turns, as
+`tasoc.cost.op_table` times ops; the difference of their fastest samples), so JAX's
 per-call dispatch cancels and a region's launch inside a program stays. A graph
 costs the sum of its regions' times plus one dispatch floor (the smallest program's
 call), which all graphs pay alike.
@@ -61,17 +61,21 @@ from tasoc.cost.model import FusedSumCost, Work, _over_memory
 from tasoc.ir.dag import Dag, Node, Value
 from tasoc.ir.memory import tensor_bytes
 
-REGION_FORMAT = 1
-"""The region cache file's format (bumped when what an entry means changes)."""
+REGION_FORMAT = 2
+"""The region cache file's format (bumped when what an entry means changes): 2 since
+`measure_region` takes the fastest rounds' difference (1: the median difference,
+which a loaded machine scattered over 0-1.5 ms for one 512 x 512 GEMV region)."""
 
-REGION_SAMPLES = 5
+REGION_SAMPLES = 7
 """Rounds per region measurement (`measure_region`)."""
 
 MAX_REGION_COPIES = 16
-REGION_COPIES_BYTES = 2**22
+REGION_COPIES_BYTES = 2**25
 """`measure_region` times up to `MAX_REGION_COPIES` applications of a region in one
 program, as many as keep their operands and results within `REGION_COPIES_BYTES`:
-fewer than the op table's 64, since a region of several ops compiles slower."""
+fewer than the op table's 64, since a region of several ops compiles slower, and
+more bytes than its 1 MiB, so a region reading a 1 MiB weight is still timed 16
+times rather than twice (a difference of two copies was all noise)."""
 
 DISPATCH_KEY = "dispatch"
 """The cache entry of the dispatch floor: seconds of one call of the smallest program."""
@@ -169,15 +173,25 @@ def region_copies(region: Dag) -> int:
 
 def measure_region(region: Dag, samples: int = REGION_SAMPLES) -> float:
     """Seconds one more application of `region` adds to a jitted program on JAX's
-    default device (module docstring; `tasoc.cost.op_table.median_difference`)."""
+    default device (module docstring): the program applying it `region_copies` times
+    and the one applying it once (`tasoc.cost.op_table.dag_program`) sampled in
+    turns, `samples` rounds, and the difference of each one's fastest sample per
+    extra copy. The fastest, not the median: load from other processes only adds
+    time, and on a shared 2-core machine the median difference of two noisy times
+    scattered one GEMV region's entry from 0 to 1.5 ms."""
     import jax
 
-    from tasoc.cost.op_table import dag_program, median_difference
+    from tasoc.cost.op_table import _calls_per_sample, _sample, dag_program
 
     devices = jax.devices()[:1]
     copies = region_copies(region)
-    many, once = (dag_program(region, devices, n) for n in (copies, 1))
-    return max(median_difference(many, once, samples), 0.0) / (copies - 1)
+    programs = [dag_program(region, devices, n) for n in (copies, 1)]
+    calls = [_calls_per_sample(program) for program in programs]  # compiles, warms
+    fastest = [math.inf, math.inf]
+    for _ in range(samples):
+        for i, (program, n) in enumerate(zip(programs, calls, strict=True)):
+            fastest[i] = min(fastest[i], _sample(program, n))
+    return max(fastest[0] - fastest[1], 0.0) / (copies - 1)
 
 
 def measure_dispatch(samples: int = REGION_SAMPLES) -> float:
@@ -185,9 +199,11 @@ def measure_dispatch(samples: int = REGION_SAMPLES) -> float:
     device: the per-call cost every graph pays once."""
     import jax
 
-    from tasoc.cost.op_table import dag_program, median_call
+    from tasoc.cost.op_table import _calls_per_sample, _sample, dag_program
 
-    return median_call(dag_program(one_op_dag(floor_node()), jax.devices()[:1], 1), samples)
+    program = dag_program(one_op_dag(floor_node()), jax.devices()[:1], 1)
+    calls = _calls_per_sample(program)
+    return min(_sample(program, calls) for _ in range(samples))
 
 
 class RegionFile(TimingFile):
