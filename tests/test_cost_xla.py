@@ -22,7 +22,7 @@ from tasoc.ir.dag import Dag, Node, from_module
 from tasoc.ir.shapes import DType, TensorSig
 from tasoc.models import build_model
 from tasoc.passes.report import RunReport, reporting
-from tasoc.passes.rewrite.equality_rewrite import EqualityRewritePass
+from tasoc.passes.rewrite.equality_rewrite import DEFAULT_RETIME, EqualityRewritePass
 
 F32 = DType.F32
 
@@ -208,3 +208,11 @@ def test_cost_rank_refuses_an_unknown_model(capsys: pytest.CaptureFixture[str]) 
     bench = load_benchmark("cost_rank")
     assert bench.main(["--models", "nosuch"]) == 1
     assert capsys.readouterr().err == "cost_rank.py: error: unknown model 'nosuch'\n"
+
+
+def test_cost_xla_prices_this_machine_so_candidates_are_retimed_by_default(
+    tmp_path: Path, fake_timing: list[Dag]
+) -> None:
+    model = XlaCost(tmp_path)
+    assert EqualityRewritePass(cost="xla")._retime_count(model) == DEFAULT_RETIME
+    assert EqualityRewritePass(cost="xla", retime=1)._retime_count(model) == 1
