@@ -202,6 +202,7 @@ def test_cost_rank_prints_kendall_tau(
     pooled = rows["| all candidates"]
     assert pooled[1] == "4"
     assert all(-1 <= float(tau.strip(" |")) <= 1 for tau in pooled[3:])
+    assert "Against each candidate's fastest round instead of its median:" in out
 
 
 def test_cost_rank_refuses_an_unknown_model(capsys: pytest.CaptureFixture[str]) -> None:

@@ -178,7 +178,8 @@ def measure_region(region: Dag, samples: int = REGION_SAMPLES) -> float:
     turns, `samples` rounds, and the difference of each one's fastest sample per
     extra copy. The fastest, not the median: load from other processes only adds
     time, and on a shared 2-core machine the median difference of two noisy times
-    scattered one GEMV region's entry from 0 to 1.5 ms."""
+    scattered one GEMV region's entry from 0 to 1.5 ms. (The process's CPU time
+    scatters as much under load: XLA's worker threads wait and wake.)"""
     import jax
 
     from tasoc.cost.op_table import _calls_per_sample, _sample, dag_program
