@@ -217,3 +217,12 @@ def test_cost_xla_prices_this_machine_so_candidates_are_retimed_by_default(
     model = XlaCost(tmp_path)
     assert EqualityRewritePass(cost="xla")._retime_count(model) == DEFAULT_RETIME
     assert EqualityRewritePass(cost="xla", retime=1)._retime_count(model) == 1
+
+
+def test_the_summary_says_when_re_timing_measured_nothing_in_time() -> None:
+    section = {"rules_applied": {}, "ops_before": 9, "ops_after": 9, "retimed": [],
+               "retime_seconds": 0.4, "stopped": "timeout", "search_seconds": 30.0}  # fmt: skip
+    assert EqualityRewritePass().summary(section).details == (
+        "re-timing measured no candidate against the input in the 0.4 s left: kept the input",
+        "stopped: timeout in 30 s",
+    )

@@ -328,6 +328,11 @@ class EqualityRewritePass(ModulePass):
                     "not significant"
                 )
             details.append(f"re-timed {len(retimed)} graphs: kept {which}{speed}")
+        elif retimed is not None:
+            details.append(
+                f"re-timing measured no candidate against the input in the "
+                f"{section.get('retime_seconds', 0):.1f} s left: kept the input"
+            )
         steps = next(
             (
                 f"{section[key]} {unit}"
