@@ -275,7 +275,7 @@ class XlaCost(FusedSumCost):
         self.path = self._file.path
         self._seconds: dict[str, float] = self._file.load()
         self._new: dict[str, float] = {}
-        self._by_members: dict[tuple[Node, ...], float] = {}
+        self._by_members: dict[tuple[Node | Value, ...], float] = {}
         self.measured = 0
 
     def cost(self, dag: Dag) -> float:
@@ -296,10 +296,6 @@ class XlaCost(FusedSumCost):
             if self._new:
                 self._file.save(self._new)
                 self._new.clear()
-
-    def region_seconds(self, region: Dag) -> float:
-        """The time of one region program (cached, else measured now)."""
-        return self._time(region_key(region), region)
 
     def _time(self, key: str, region: Dag | None) -> float:
         seconds = self._seconds.get(key)
