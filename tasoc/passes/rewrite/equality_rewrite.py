@@ -43,7 +43,13 @@ from xdsl.dialects.builtin import ModuleOp
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
 
-from tasoc.cost import CostError, CostModel, make_cost_model, prices_this_machine
+from tasoc.cost import (
+    AnalyticFallback,
+    CostError,
+    CostModel,
+    make_cost_model,
+    prices_this_machine,
+)
 from tasoc.ir import dag as dag_module
 from tasoc.ir.dag import Dag
 from tasoc.ir.rules import Rule, RuleError
@@ -122,8 +128,9 @@ class EqualityRewritePass(ModulePass):
     """egraph: graphs the polishing backtracking search expands from the extracted one
     (≥ 0; 0: none). Each expansion prices every rewrite of the graph in full, so on a
     training step of hundreds of ops it is most of the search's time."""
-    cost: Literal["analytic", "analytic-h100", "analytic-h200", "measured"] = "analytic"
-    """The cost model the search minimizes (`tasoc.cost.make_cost_model`)."""
+    cost: Literal["analytic", "analytic-h100", "analytic-h200", "measured", "xla"] = "analytic"
+    """The cost model the search minimizes (`tasoc.cost.make_cost_model`); `xla` falls
+    back to `analytic` where JAX cannot time (`tasoc.cost.xla`), and says so."""
     retime: int | None = None
     """Candidates re-timed end to end (≥ 0); by default `DEFAULT_RETIME` where the cost
     model prices this machine, else 0."""
@@ -190,12 +197,14 @@ class EqualityRewritePass(ModulePass):
             raise RewriteError(str(err)) from None
 
     def _settings(self, library: Library, cost_model: CostModel) -> dict[str, Any]:
+        fallback = cost_model.reason if isinstance(cost_model, AnalyticFallback) else None
         return {
             "search": self.search,
             "alpha": self.alpha,
             "budget": self.budget,
             "timeout_s": self.timeout,
             "cost_model": cost_model.describe(),
+            **({"cost_fallback": fallback} if fallback else {}),
             **library.report(),
         }
 
@@ -216,6 +225,8 @@ class EqualityRewritePass(ModulePass):
         return outcome
 
     def _retime_count(self, cost_model: CostModel) -> int:
+        if isinstance(cost_model, AnalyticFallback):
+            return 0  # nothing can be timed here
         if self.retime is not None:
             return self.retime
         return DEFAULT_RETIME if prices_this_machine(cost_model) else 0
@@ -276,8 +287,12 @@ class EqualityRewritePass(ModulePass):
     def summary(self, section: Mapping[str, Any]) -> Summary:
         """The rewrites applied and the predicted speedup, what re-timing measured and
         kept, and how the search stopped (`summary.py`)."""
+        fallback = section.get("cost_fallback")
+        fell_back = (
+            (f"cost=xla: {fallback}; priced with the analytic CPU model",) if fallback else ()
+        )
         if "note" in section:
-            return Summary(section["note"])
+            return Summary(section["note"], fell_back)
         applied = section.get("rules_applied", {})
         rewrites = sum(applied.values())
         if rewrites:
@@ -313,6 +328,11 @@ class EqualityRewritePass(ModulePass):
                     "not significant"
                 )
             details.append(f"re-timed {len(retimed)} graphs: kept {which}{speed}")
+        elif retimed is not None:
+            details.append(
+                f"re-timing measured no candidate against the input in the "
+                f"{section.get('retime_seconds', 0):.1f} s left: kept the input"
+            )
         steps = next(
             (
                 f"{section[key]} {unit}"
@@ -325,7 +345,7 @@ class EqualityRewritePass(ModulePass):
         stopped = stop_line(section, steps)
         if stopped is not None:
             details.append(stopped)
-        return Summary(headline, tuple(details))
+        return Summary(headline, (*fell_back, *details))
 
 
 def _interval(interval: Sequence[float]) -> str:
