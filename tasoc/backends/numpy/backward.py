@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from tasoc.backends.numpy.kernels import _kernel, _windows
+from tasoc.backends.numpy.kernels import NUMPY, _kernel, _windows
+from tasoc.ir.opdef import op_def
 from tasoc.ir.shapes import window_pads
 
 # ------------------------------------------------------------------ convolution
@@ -149,6 +150,46 @@ def _scatter_add(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list
     # add.at, not table[ids] += ...: repeated ids must accumulate.
     np.add.at(table, ids.reshape(-1), updates.reshape(-1, features))
     return [table]
+
+
+# ------------------------------------------------------ graph neural networks
+# The ops' own kernels (`tasoc/ir/ops/gnn.py`), after the checks a jitted function
+# cannot make: every source a row of x, every target a row of its block or padding.
+
+
+def _check_edges(
+    op: str, attrs: Mapping[str, Any], x_rows: int | None, inputs: Sequence[np.ndarray]
+) -> None:
+    dst = inputs[1] if op in ("edge_softmax", "edge_softmax_grad") else inputs[2]
+    bad = dst[(dst < -1) | (dst >= attrs["block_rows"])]
+    if bad.size:
+        raise ValueError(
+            f"graph.{op}: target {bad.flat[0]} is out of range [0, {attrs['block_rows']}) "
+            "(-1: padding)"
+        )
+    if x_rows is not None:
+        _check_indices(op, "source", inputs[1][dst >= 0], x_rows)
+
+
+def _checked(op: str, sources: bool) -> None:
+    kernel = op_def(op).kernel
+    assert kernel is not None
+
+    def run(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        _check_edges(op, attrs, inputs[0].shape[0] if sources else None, inputs)
+        return [np.asarray(r) for r in kernel(NUMPY, attrs, inputs)]
+
+    _kernel(op)(run)
+
+
+for _op, _sources in (
+    ("aggregate", True),
+    ("aggregate_grad", True),
+    ("aggregate_weight_grad", True),
+    ("edge_softmax", False),
+    ("edge_softmax_grad", False),
+):
+    _checked(_op, _sources)
 
 
 # ---------------------------------------------------------------- normalization
