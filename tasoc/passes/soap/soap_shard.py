@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal
 
 from xdsl.context import Context
@@ -66,11 +66,14 @@ from tasoc.passes.options import (
     check_option_types,
     parse_byte_size,
 )
+from tasoc.passes.report import current_report
 from tasoc.passes.search import Deadline
 from tasoc.passes.soap import profile, reporting
-from tasoc.passes.soap.meshes import DeviceCounts, device_counts, parse_mesh
+from tasoc.passes.soap.meshes import DeviceCounts, device_counts, module_mesh, parse_mesh
 from tasoc.passes.soap.problem import Heuristic, Objective
-from tasoc.passes.soap.searches import SEARCHES, comparable_names, search_names
+from tasoc.passes.soap.vertex_layout import roc_layout
+from tasoc.passes.soap.roc.partition import PARTITIONERS
+from tasoc.passes.soap.searches import GRAPH_SEARCH, SEARCHES, comparable_names, search_names
 from tasoc.passes.soap.strategies import STRATEGIES
 from tasoc.passes.soap.swap_pricing import Placer
 from tasoc.passes.summary import Summary
@@ -153,9 +156,16 @@ class SoapShardPass(ModulePass):
     spread evenly in memory); `profile.FT_MAX_POINTS` when not given, no limit with
     `heuristic=exact`."""
 
+    partitioner: str = "equal-vertex"
+    """How `search=roc` partitions the input graph's vertices over the devices: a
+    method of `tasoc.passes.soap.roc.partition.PARTITIONERS` (docs/soap-shard.md)."""
+
     def __post_init__(self) -> None:
         check_option_types(self)
         check_choice(self, "search", search_names())
+        check_choice(self, "partitioner", tuple(PARTITIONERS))
+        if self.search == GRAPH_SEARCH and (self.objective != "time" or self.place is not None):
+            raise ValueError("search=roc plans objective=time, without place=")
         if self.search == "auto" and self.objective == "frontier":
             object.__setattr__(self, "search", "ft")  # the one search that tracks it
         if self.mesh is not None:
@@ -196,16 +206,42 @@ class SoapShardPass(ModulePass):
         require(self.contract, op, SoapShardFailed)
         start = time.perf_counter()
         deadline = Deadline.after(self.timeout)
+        planner, layout_note = self, None
         try:
             dag = dag_module.from_module(op)
-            tried = profile.plan_meshes(self, op, dag, deadline)
+            if self.search == GRAPH_SEARCH:
+                dag, layout_note = self._lay_out(op, dag)
+                planner = replace(self, search="data-parallel")
+            tried = profile.plan_meshes(planner, op, dag, deadline)
             chosen = profile.choose(self, tried)
             compared, notes = profile.compare(self, chosen, deadline)
         except ValueError as err:
             raise SoapShardFailed(str(err)) from None
+        if layout_note is not None:
+            notes = [layout_note, *notes]
         collectives = write_sharded(op, dag, chosen.plan, chosen.mesh)
         op.attributes[MACHINE_ATTR] = StringAttr(self.machine or chosen.machine.name)
         reporting.write_report(self, start, dag, chosen, tried, collectives, compared, notes)
+
+    def _lay_out(self, op: ModuleOp, dag: dag_module.Dag) -> tuple[dag_module.Dag, str]:
+        """`search=roc`'s first step: the program's graph partitioned for the mesh's
+        devices and the program laid out by it (`vertex_layout.py`), written back; the
+        step is then split over its vertices like any data-parallel program."""
+        mesh = module_mesh(op, self.mesh, self.machine)
+        laid, layout, graph = roc_layout(
+            dag, mesh.size, self.partitioner, self.machine or "cpu", self.seed or 0
+        )
+        dag_module.write_back(op, laid)
+        facts = layout.report(graph)
+        current_report().section(self.name)["roc"] = {"partitioner": self.partitioner, **facts}
+        note = (
+            f"roc: {self.partitioner} partition of {facts['vertices']} vertices, "
+            f"{facts['edges']} edges over {facts['devices']} devices: blocks of "
+            f"{facts['block_rows']} rows and {facts['block_edges']} in-edges "
+            f"(imbalance {facts['vertex_imbalance']:g} in vertices, "
+            f"{facts['edge_imbalance']:g} in edges)"
+        )
+        return dag_module.from_module(op), note
 
     def summary(self, section: Mapping[str, Any]) -> Summary:
         """The search, mesh and simulated step against the baselines, memory per device

@@ -1,0 +1,351 @@
+"""`soap-shard{search=roc}`: a GNN training step laid out by a vertex partition.
+
+ROC (Jia thesis §4.4) gives each device a set of target vertices and their in-edges.
+tasoc writes that as ordinary `parallel` IR in two steps:
+
+1. **Layout** (`lay_out`, on the light graph): the partitioner's `VertexPartition`
+   renumbers the vertices device by device, and each device's block is padded to the
+   largest block, `B` rows, so that every vertex-dimension tensor (`[V, ...]` ->
+   `[D*B, ...]`) splits evenly over `D` devices. The graph's edge arrays (constants
+   `[1, E]`) become `[D, Eb]`: block `d` holds device `d`'s in-edges, sources renumbered,
+   targets local to the block, padded with `dst = -1` entries to the largest block's
+   edge count. Padding rows have no edges in or out, so they never reach a real row;
+   a mean (or sum) over the vertices, which is how every loss reads them, becomes a sum
+   weighted by a mask that is 0 on padding and divides by the real count, and its
+   gradient likewise. The features and labels arguments take the padded shape: row
+   `order[i]`'s data goes to its new row (`VertexLayout.rows`).
+2. **Sharding**: every op split by its `sample` factor (data parallel over the
+   vertices: the GNN ops' edge blocks, the dense layers' rows), weights replicated
+   with their gradients all-reduced, the source features all-gathered before each
+   aggregation (its SOAP rule, `tasoc/ir/ops/gnn.py`); written by the pass's ordinary
+   writer and priced by the ordinary simulator. Each device's work is its padded
+   block, so the step runs at the pace of the largest block: a balanced partition
+   (smaller `B` and `Eb`) is a faster step, simulated and measured.
+
+Everything here works on the `Dag`; the partitioner sees only the `Csr`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tasoc.ir.dag import Dag, Node, Value
+from tasoc.ir.graph_data import Csr, GraphDataError, from_edges
+from tasoc.ir.shapes import ConstData, DType, ShapeError, TensorSig
+from tasoc.passes.soap.roc.partition import PARTITIONERS, PartitionRequest, VertexPartition
+
+GNN_OPS = ("aggregate", "aggregate_grad", "aggregate_weight_grad", "edge_softmax", "edge_softmax_grad")
+"""Ops with edge arrays and a `block_rows` attribute."""
+
+_EDGE_OPERANDS = {"edge_softmax": (1,), "edge_softmax_grad": (1,)}
+"""Operand positions of the edge arrays of ops other than the aggregations (1, 2 and,
+when weighted, 3)."""
+
+STATE_ATTR = "graph.state"
+
+
+class LayoutError(ValueError):
+    """A program `search=roc` cannot lay out; one line for the user."""
+
+
+@dataclass(frozen=True, eq=False)
+class VertexLayout:
+    """How a program's vertices were laid out: the partition, the padded block of rows
+    and of edges per device, and each original vertex's new row (`rows`)."""
+
+    partition: VertexPartition
+    vertices: int
+    edges: int
+    block_rows: int
+    rows: np.ndarray
+
+    @property
+    def devices(self) -> int:
+        return self.partition.parts
+
+    def edge_counts(self, graph: Csr) -> np.ndarray:
+        """In-edges each device owns."""
+        return np.bincount(self.partition.owner()[graph.targets()], minlength=self.devices)
+
+    def report(self, graph: Csr) -> dict[str, Any]:
+        sizes = self.partition.sizes()
+        edges = self.edge_counts(graph)
+        return {
+            "vertices": self.vertices,
+            "edges": graph.edges,
+            "devices": self.devices,
+            "block_rows": self.block_rows,
+            "block_edges": int(edges.max()),
+            "vertices_per_device": sizes.tolist(),
+            "edges_per_device": edges.tolist(),
+            "vertex_imbalance": round(float(sizes.max() / sizes.mean()), 4),
+            "edge_imbalance": round(float(edges.max() / max(edges.mean(), 1e-9)), 4),
+        }
+
+
+# ------------------------------------------------------------- the graph
+
+
+def _array(node: Node) -> np.ndarray:
+    data: ConstData = node.attr("value")
+    return np.asarray(data.values).reshape(data.shape)
+
+
+def _edge_positions(node: Node) -> tuple[int, ...]:
+    if node.op in _EDGE_OPERANDS:
+        return _EDGE_OPERANDS[node.op]
+    last = len(node.inputs) - (1 if node.op in ("aggregate_grad", "aggregate_weight_grad") else 0)
+    return tuple(range(1, last))
+
+
+def gnn_nodes(dag: Dag) -> list[Node]:
+    return [node for node in dag.ops if node.op in GNN_OPS]
+
+
+def graph_of(dag: Dag) -> tuple[Csr, int]:
+    """The input graph of a GNN program (the union of its edge arrays, self loops left
+    out: a layer's own term) and its vertex count; LayoutError in one line for a
+    program without one, or with edges that are not constants of one unpartitioned
+    graph."""
+    nodes = gnn_nodes(dag)
+    if not nodes:
+        raise LayoutError(
+            "search=roc partitions a graph neural network's input graph; the program has "
+            "no graph.aggregate or graph.edge_softmax"
+        )
+    vertices = {node.attr("block_rows") for node in nodes}
+    blocks = {node.inputs[_edge_positions(node)[0]].sig.shape[0] for node in nodes}
+    if len(vertices) != 1 or blocks != {1}:
+        raise LayoutError(
+            "search=roc needs one unpartitioned graph (edge arrays [1, E], one block_rows); "
+            f"found block_rows {sorted(vertices)} over {sorted(blocks)} block(s)"
+        )
+    (count,) = vertices
+    pairs = []
+    for node in nodes:
+        if node.op in _EDGE_OPERANDS:
+            continue  # dst alone; its aggregation has the sources
+        src, dst = (node.inputs[i].node for i in _edge_positions(node)[:2])
+        if src.op != "constant" or dst.op != "constant":
+            raise LayoutError(
+                f"search=roc reads the graph from constants; graph.{node.op}'s edges are computed"
+            )
+        s, t = _array(src).reshape(-1), _array(dst).reshape(-1)
+        keep = (t >= 0) & (s != t)
+        pairs.append(np.stack([s[keep], t[keep]]))
+    edges = np.unique(np.concatenate(pairs, axis=1), axis=1)
+    try:
+        return from_edges(edges[0], edges[1], count), count
+    except GraphDataError as err:
+        raise LayoutError(f"the program's graph: {err}") from None
+
+
+def layer_widths(dag: Dag) -> tuple[tuple[int, int], ...]:
+    """(features in, features out) of each forward aggregation, for the cost model."""
+    return tuple(
+        (node.inputs[0].sig.shape[1], node.out.sig.shape[1])
+        for node in dag.ops
+        if node.op == "aggregate"
+    )
+
+
+def partition(
+    dag: Dag, parts: int, partitioner: str, machine: str, seed: int
+) -> tuple[Csr, VertexPartition]:
+    """The program's graph and its partition for `parts` devices by `partitioner`."""
+    graph, _ = graph_of(dag)
+    request = PartitionRequest(graph, parts, layer_widths(dag), machine, seed)
+    try:
+        return graph, PARTITIONERS[partitioner](request)
+    except GraphDataError as err:
+        raise LayoutError(str(err)) from None
+
+
+# ------------------------------------------------------------- the layout
+
+
+def layout_of(graph: Csr, part: VertexPartition) -> VertexLayout:
+    """Block sizes and new rows of `part` (module docstring)."""
+    sizes = part.sizes()
+    block = int(sizes.max())
+    positions = np.empty(graph.vertices, dtype=np.int64)
+    positions[part.order] = np.arange(graph.vertices)
+    owner = part.owner()
+    rows = owner * block + positions - part.bounds[owner]
+    return VertexLayout(part, graph.vertices, graph.edges, block, rows)
+
+
+def _blocked(layout: VertexLayout, arrays: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+    """Edge arrays (src, dst[, weight], each [1, E]) laid out as [D, Eb]."""
+    src, dst, *rest = (a.reshape(-1) for a in arrays)
+    keep = dst >= 0
+    src, dst, rest = src[keep], dst[keep], [r[keep] for r in rest]
+    new_src, new_dst = layout.rows[src], layout.rows[dst]
+    block, local = np.divmod(new_dst, layout.block_rows)
+    order = np.lexsort((new_src, local, block))
+    counts = np.bincount(block, minlength=layout.devices)
+    width = max(int(counts.max()), 1)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    slot = np.arange(len(order)) - np.repeat(starts, counts)
+    where = (block[order], slot)
+    out_src = np.zeros((layout.devices, width), np.int64)
+    out_dst = np.full((layout.devices, width), -1, np.int64)
+    out_src[where], out_dst[where] = new_src[order], local[order]
+    blocked = [out_src, out_dst]
+    for values in rest:
+        padded = np.zeros((layout.devices, width), values.dtype)
+        padded[where] = values[order]
+        blocked.append(padded)
+    return tuple(blocked)
+
+
+def _constant(array: np.ndarray, dtype: DType) -> Value:
+    cast = float if dtype.is_float else int
+    values = tuple(cast(v) for v in array.reshape(-1).tolist())
+    return Node("constant", value=ConstData(array.shape, dtype, values)).out
+
+
+class _Rewriter:
+    """Rebuilds a dag with the vertex dimension padded and the edges blocked."""
+
+    def __init__(self, dag: Dag, layout: VertexLayout) -> None:
+        self.dag = dag
+        self.layout = layout
+        self.padded = layout.devices * layout.block_rows
+        self.real = np.zeros(self.padded, dtype=bool)
+        self.real[layout.rows] = True
+        self.values: dict[Value, Value] = {}
+        self.edge_sets: dict[tuple[Node, ...], tuple[Value, ...]] = {}
+
+    def is_vertex(self, old: Value, new: Value) -> bool:
+        return (
+            old.sig.rank > 0
+            and old.sig.shape[0] == self.layout.vertices
+            and new.sig.shape[0] == self.padded
+        )
+
+    def arg(self, node: Node) -> Node:
+        (sig,) = node.sigs
+        attributes = dict(node.attr("attributes"))
+        vertex = (
+            not node.attr("is_param")
+            and STATE_ATTR not in attributes
+            and sig.rank > 0
+            and sig.shape[0] == self.layout.vertices
+        )
+        if vertex:
+            sig = TensorSig((self.padded, *sig.shape[1:]), sig.dtype, sig.encoding)
+        return Node.arg(node.attr("index"), node.attr("name"), sig, node.attr("is_param"), attributes)
+
+    def edges(self, node: Node, inputs: list[Value]) -> None:
+        positions = _edge_positions(node)
+        old = tuple(node.inputs[i].node for i in positions)
+        if old not in self.edge_sets:
+            for source in old:
+                if source.op != "constant":
+                    raise LayoutError(f"graph.{node.op}'s edge arrays must be constants")
+            if node.op in _EDGE_OPERANDS:
+                # edge_softmax's dst alone: lay it out beside its aggregation's sources.
+                raise LayoutError("search=roc does not lay out edge_softmax programs yet")
+            arrays = _blocked(self.layout, tuple(_array(n) for n in old))
+            self.edge_sets[old] = tuple(
+                _constant(a, n.sigs[0].dtype) for a, n in zip(arrays, old, strict=True)
+            )
+        for i, value in zip(positions, self.edge_sets[old], strict=True):
+            inputs[i] = value
+
+    def mask(self, x: Value, axes: tuple[int, ...], mean: bool) -> Value:
+        """Weights over x's rows: 0 on padding, 1 (sum) or 1 / the real count (mean)."""
+        count = self.layout.vertices
+        for axis in axes:
+            if axis != 0:
+                count *= x.sig.shape[axis]
+        weight = np.where(self.real, 1.0 / count if mean else 1.0, 0.0)
+        shape = (self.padded,) + (1,) * (x.sig.rank - 1)
+        return _constant(weight.reshape(shape), x.sig.dtype)
+
+    def reduction(self, node: Node, inputs: list[Value]) -> Value | None:
+        """A sum or mean over the vertices made a masked sum; None for another op."""
+        if node.op not in ("reduce", "reduce_grad"):
+            return None
+        x_old, x = node.inputs[0], inputs[0]
+        axes = tuple(a % x_old.sig.rank for a in node.attr("axes"))
+        if not self.is_vertex(x_old, x) or 0 not in axes:
+            return None
+        kind = node.attr("kind")
+        if kind not in ("sum", "mean"):
+            raise LayoutError(f"search=roc masks sums and means over the vertices, not a {kind}")
+        mask = self.mask(x, axes, kind == "mean")
+        attrs = {**dict(node.attrs), "kind": "sum"}
+        if node.op == "reduce":
+            return Node("reduce", (Node("mul", (x, mask)).out,), **attrs).out
+        dy = Node("reduce_grad", (x, inputs[1]), **attrs).out
+        return Node("mul", (dy, mask)).out
+
+    def node(self, node: Node) -> Node | Value:
+        inputs = [self.values[v] for v in node.inputs]
+        attrs: dict[str, Any] = dict(node.attrs)
+        if node.op in GNN_OPS:
+            self.edges(node, inputs)
+            attrs["block_rows"] = self.layout.block_rows
+        masked = self.reduction(node, inputs)
+        if masked is not None:
+            return masked
+        return Node(node.op, inputs, **attrs)
+
+    def run(self) -> Dag:
+        args = [self.arg(node) for node in self.dag.args]
+        for old, new in zip(self.dag.args, args, strict=True):
+            self.values[old.out] = new.out
+        for node in self.dag.ops:
+            try:
+                made = self.node(node)
+            except ShapeError as err:
+                raise LayoutError(
+                    f"graph.{node.op} does not fit the padded vertex dimension: {err}"
+                ) from None
+            if isinstance(made, Value):
+                (self.values[node.out],) = (made,)
+            else:
+                for old, new in zip(node.results, made.results, strict=True):
+                    self.values[old] = new
+        outputs = [self.values[v] for v in self.dag.outputs]
+        for old, new in zip(self.dag.outputs, outputs, strict=True):
+            if old.sig.shape != new.sig.shape:
+                raise LayoutError(
+                    f"an output of shape {old.sig.shape} depends on the vertex count; "
+                    "search=roc shards steps whose outputs are the loss and the weights"
+                )
+        return Dag(
+            args,
+            outputs,
+            self.dag.name,
+            attributes=self.dag.attributes,
+            result_attributes=self.dag.result_attributes,
+        )
+
+
+def lay_out(dag: Dag, layout: VertexLayout) -> Dag:
+    """`dag` with its vertex dimension padded and renumbered and its edge arrays
+    blocked by `layout` (module docstring)."""
+    return _Rewriter(dag, layout).run()
+
+
+def permute_rows(array: np.ndarray, layout: VertexLayout) -> np.ndarray:
+    """A vertex-row argument (features, labels) of the original program in the laid-out
+    program's rows; padding rows are zeros."""
+    out = np.zeros((layout.devices * layout.block_rows, *array.shape[1:]), array.dtype)
+    out[layout.rows] = array
+    return out
+
+
+def roc_layout(
+    dag: Dag, parts: int, partitioner: str, machine: str, seed: int
+) -> tuple[Dag, VertexLayout, Csr]:
+    """Partition the program's graph and lay the program out by it."""
+    graph, part = partition(dag, parts, partitioner, machine, seed)
+    layout = layout_of(graph, part)
+    return lay_out(dag, layout), layout, graph
