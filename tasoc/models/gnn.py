@@ -26,6 +26,7 @@ Layers:
 from __future__ import annotations
 
 import functools
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -144,7 +145,7 @@ def _widths(layers: int, features: int, hidden: int, classes: int) -> list[tuple
     if layers < 1 or hidden < 1:
         raise ZooError(f"layers and hidden must be positive, got {layers} and {hidden}")
     sizes = [features, *([hidden] * (layers - 1)), classes]
-    return list(zip(sizes[:-1], sizes[1:], strict=True))
+    return list(itertools.pairwise(sizes))
 
 
 def _start(graph: str, scale: float, seed: int) -> tuple[GraphBuilder, GraphInput, SSAValue, int]:

@@ -234,7 +234,7 @@ def _aggregate(xp: ArrayNamespace, attrs: Attrs, inputs: Sequence[Any]) -> list[
 
 def _aggregate_grad(xp: ArrayNamespace, attrs: Attrs, inputs: Sequence[Any]) -> list[Any]:
     *forward, dy = inputs
-    x, src, dst, weight = _split_inputs(forward)
+    x, src, _, weight = _split_inputs(forward)
     out, messages, segments, counts = _aggregate_rows(xp, attrs, forward)
     valid = (segments >= 0)[:, None]
     safe = xp.where(segments >= 0, segments, 0)

@@ -71,11 +71,11 @@ from tasoc.passes.search import Deadline
 from tasoc.passes.soap import profile, reporting
 from tasoc.passes.soap.meshes import DeviceCounts, device_counts, module_mesh, parse_mesh
 from tasoc.passes.soap.problem import Heuristic, Objective
-from tasoc.passes.soap.vertex_layout import roc_layout
 from tasoc.passes.soap.roc.partition import PARTITIONERS
 from tasoc.passes.soap.searches import GRAPH_SEARCH, SEARCHES, comparable_names, search_names
 from tasoc.passes.soap.strategies import STRATEGIES
 from tasoc.passes.soap.swap_pricing import Placer
+from tasoc.passes.soap.vertex_layout import roc_layout
 from tasoc.passes.summary import Summary
 
 FRONTIER_COMPARE = ("mcmc", "ilp", "greedy")

@@ -37,7 +37,13 @@ from tasoc.ir.graph_data import Csr, GraphDataError, from_edges
 from tasoc.ir.shapes import ConstData, DType, ShapeError, TensorSig
 from tasoc.passes.soap.roc.partition import PARTITIONERS, PartitionRequest, VertexPartition
 
-GNN_OPS = ("aggregate", "aggregate_grad", "aggregate_weight_grad", "edge_softmax", "edge_softmax_grad")
+GNN_OPS = (
+    "aggregate",
+    "aggregate_grad",
+    "aggregate_weight_grad",
+    "edge_softmax",
+    "edge_softmax_grad",
+)
 """Ops with edge arrays and a `block_rows` attribute."""
 
 _EDGE_OPERANDS = {"edge_softmax": (1,), "edge_softmax_grad": (1,)}
@@ -238,7 +244,9 @@ class _Rewriter:
         )
         if vertex:
             sig = TensorSig((self.padded, *sig.shape[1:]), sig.dtype, sig.encoding)
-        return Node.arg(node.attr("index"), node.attr("name"), sig, node.attr("is_param"), attributes)
+        return Node.arg(
+            node.attr("index"), node.attr("name"), sig, node.attr("is_param"), attributes
+        )
 
     def edges(self, node: Node, inputs: list[Value]) -> None:
         positions = _edge_positions(node)
