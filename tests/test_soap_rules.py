@@ -136,6 +136,7 @@ def _gnn_cases() -> list[Case]:
         *cases,
         Case("edge_softmax", ((4, 5), (4, 5)), softmax, ints={1: 3}),
         Case("edge_softmax_grad", ((4, 5), (4, 5), (4, 5)), softmax, ints={1: 3}),
+        Case("edge_scores", ((6, 1), (12, 1), (4, 5), (4, 5)), softmax, ints={2: 6, 3: 3}),
     ]
 
 

@@ -375,6 +375,12 @@ class GraphBuilder:
     def edge_softmax(self, scores: SSAValue, dst: SSAValue, block_rows: int) -> SSAValue:
         return self._one(G.EdgeSoftmaxOp, scores, dst, block_rows=block_rows)
 
+    def edge_scores(
+        self, a: SSAValue, b: SSAValue, src: SSAValue, dst: SSAValue, block_rows: int
+    ) -> SSAValue:
+        """Every edge's a[source] + b[target]."""
+        return self._one(G.EdgeScoresOp, a, b, src, dst, block_rows=block_rows)
+
     def layernorm_grad(
         self, x: SSAValue, gamma: SSAValue, dy: SSAValue, axis: int = -1, epsilon: float = 1e-5
     ) -> tuple[SSAValue, SSAValue, SSAValue]:

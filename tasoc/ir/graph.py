@@ -674,6 +674,19 @@ class EdgeSoftmaxOp(GraphOp):
     block_rows = prop_def(Attribute)
 
 
+@irdl_op_definition
+class EdgeScoresOp(GraphOp):
+    """Every edge's a[source] + b[target] (GAT's attention logits)."""
+
+    name = "graph.edge_scores"
+    a = operand_def(TensorType)
+    b = operand_def(TensorType)
+    src = operand_def(TensorType)
+    dst = operand_def(TensorType)
+    result = result_def(TensorType)
+    block_rows = prop_def(Attribute)
+
+
 # ------------------------------------------ arithmetic, comparison, logic, indexing
 # What imported models (ONNX) compute beyond TASO's set. The binary ops broadcast
 # NumPy-style and take operands of one element type, as ONNX's do.
@@ -1177,6 +1190,7 @@ GRAPH_OPS: tuple[type[GraphOp], ...] = (
     GatherOp,
     AggregateOp,
     EdgeSoftmaxOp,
+    EdgeScoresOp,
     # backward ops, losses and optimizer updates (autodiff, docs/autodiff.md)
     ReluGradOp,
     SigmoidGradOp,

@@ -21,6 +21,9 @@ Layers:
 - `sage` (Hamilton et al.): `H' = act(H W_self + agg(H) W_neigh)`, `agg` the `mean` or
   the element-wise `max` over the in-neighbours (an isolated vertex's is 0).
 - `gin` (Xu et al., eps = 0): `H' = MLP(H + sum(H))`, a two-layer ReLU MLP.
+- `gat` (Veličković et al.), one head: `H' = act(sum_j alpha_ij W h_j)` over each
+  vertex's in-neighbours and itself, `alpha` the edge softmax of
+  `LeakyReLU_0.2(a_l . W h_j + a_r . W h_i)`.
 """
 
 from __future__ import annotations
@@ -118,19 +121,28 @@ class GraphInput:
             self._neighbours = self._edges(self.graph.indices, self.graph.targets())
         return self._neighbours
 
+    def _with_loops(self) -> tuple[np.ndarray, np.ndarray]:
+        """(sources, targets) of A + I, sorted by target."""
+        graph = self.graph
+        loops = np.arange(graph.vertices, dtype=np.int32)
+        src = np.concatenate([graph.indices, loops])
+        dst = np.concatenate([graph.targets(), loops])
+        order = np.lexsort((src, dst))
+        return src[order], dst[order]
+
     def normalised(self) -> tuple[SSAValue, SSAValue, SSAValue]:
         """(src, dst, weight) of GCN's `D^-1/2 (A + I) D^-1/2`, self loops included."""
         if self._normalised is None:
-            graph = self.graph
-            loops = np.arange(graph.vertices, dtype=np.int32)
-            src = np.concatenate([graph.indices, loops])
-            dst = np.concatenate([graph.targets(), loops])
-            order = np.lexsort((src, dst))
-            src, dst = src[order], dst[order]
-            degree = (graph.degrees() + 1).astype(np.float64)
+            src, dst = self._with_loops()
+            degree = (self.graph.degrees() + 1).astype(np.float64)
             weight = (1.0 / np.sqrt(degree[src] * degree[dst])).astype(np.float32)
             self._normalised = (*self._edges(src, dst), self.g.constant(weight.reshape(1, -1)))
         return self._normalised
+
+    def looped(self) -> tuple[SSAValue, SSAValue]:
+        """(src, dst) of A + I: the edges GAT attends over (GCN's, without weights)."""
+        src, dst, _ = self.normalised()
+        return src, dst
 
     def aggregate(self, x: SSAValue, reduce: str, normalised: bool = False) -> SSAValue:
         if normalised:
@@ -226,6 +238,36 @@ def gin(
         combined = g.add(h, edges.aggregate(h, "sum"))
         inner = g.relu(g.matmul(combined, g.param(f"w{index}a", (d_in, hidden))))
         h = g.matmul(inner, g.param(f"w{index}b", (hidden, d_out)))
+        if index < len(widths) - 1:
+            h = g.relu(h)
+    return g.build(h)
+
+
+LEAKY_SLOPE = 0.2
+"""GAT's LeakyReLU slope on the attention logits."""
+
+
+@register(
+    loss="softmax-cross-entropy",
+    source=f"Veličković et al., GAT (2018), one head. Graphs: {GRAPH_SOURCE}",
+    small={"graph": "karate_club", "hidden": 8},
+)
+def gat(
+    *, graph: str = "pubmed", scale: float = 0.0, layers: int = 2, hidden: int = 16, seed: int = 0
+) -> ModuleOp:
+    """GAT: attention over each vertex's in-neighbours and itself (edge softmax), one head."""
+    g, edges, h, classes = _start(graph, scale, seed)
+    widths = _widths(layers, shape_of(h)[1], hidden, classes)
+    src, dst = edges.looped()
+    rows = edges.vertices
+    for index, (d_in, d_out) in enumerate(widths):
+        wh = g.matmul(h, g.param(f"w{index}", (d_in, d_out)))
+        source = g.matmul(wh, g.param(f"a_src{index}", (d_out, 1)))
+        target = g.matmul(wh, g.param(f"a_dst{index}", (d_out, 1)))
+        logits = g.edge_scores(source, target, src, dst, rows)
+        logits = g.max(logits, g.scale(logits, LEAKY_SLOPE))
+        attention = g.edge_softmax(logits, dst, rows)
+        h = g.aggregate(wh, src, dst, attention, reduce="sum", block_rows=rows)
         if index < len(widths) - 1:
             h = g.relu(h)
     return g.build(h)

@@ -158,38 +158,45 @@ def _scatter_add(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list
 
 
 def _check_edges(
-    op: str, attrs: Mapping[str, Any], x_rows: int | None, inputs: Sequence[np.ndarray]
+    op: str,
+    attrs: Mapping[str, Any],
+    sources: int | None,
+    targets: int,
+    inputs: Sequence[np.ndarray],
 ) -> None:
-    dst = inputs[1] if op in ("edge_softmax", "edge_softmax_grad") else inputs[2]
+    """ValueError naming the first bad index: a target outside -1 .. block_rows-1, a
+    source (operand `sources`, read from operand 0) outside operand 0's rows."""
+    dst = inputs[targets]
     bad = dst[(dst < -1) | (dst >= attrs["block_rows"])]
     if bad.size:
         raise ValueError(
             f"graph.{op}: target {bad.flat[0]} is out of range [0, {attrs['block_rows']}) "
             "(-1: padding)"
         )
-    if x_rows is not None:
-        _check_indices(op, "source", inputs[1][dst >= 0], x_rows)
+    if sources is not None:
+        _check_indices(op, "source", inputs[sources][dst >= 0], inputs[0].shape[0])
 
 
-def _checked(op: str, sources: bool) -> None:
+def _checked(op: str, sources: int | None, targets: int) -> None:
     kernel = op_def(op).kernel
     assert kernel is not None
 
     def run(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        _check_edges(op, attrs, inputs[0].shape[0] if sources else None, inputs)
+        _check_edges(op, attrs, sources, targets, inputs)
         return [np.asarray(r) for r in kernel(NUMPY, attrs, inputs)]
 
     _kernel(op)(run)
 
 
-for _op, _sources in (
-    ("aggregate", True),
-    ("aggregate_grad", True),
-    ("aggregate_weight_grad", True),
-    ("edge_softmax", False),
-    ("edge_softmax_grad", False),
+for _op, _sources, _targets in (
+    ("aggregate", 1, 2),
+    ("aggregate_grad", 1, 2),
+    ("aggregate_weight_grad", 1, 2),
+    ("edge_softmax", None, 1),
+    ("edge_softmax_grad", None, 1),
+    ("edge_scores", 2, 3),
 ):
-    _checked(_op, _sources)
+    _checked(_op, _sources, _targets)
 
 
 # ---------------------------------------------------------------- normalization

@@ -35,6 +35,9 @@ Ops:
   scores over each target's in-edges (GAT); padding entries are 0.
 - `edge_softmax_grad(y, dst, dy) -> dscores`: `y * (dy - sum over the target's edges
   of y * dy)`.
+- `edge_scores(a [N, 1], b [P*B, 1], src, dst) {block_rows} -> [P, Eb]`: every edge's
+  `a[src] + b[target]` (0 for padding): GAT's attention logits before the LeakyReLU,
+  DGL's `u_add_v`. Its gradients are aggregations (autodiff composes them).
 
 Every kernel is written once, against an array namespace with `segment_sum` and
 `segment_max` (NumPy's sort and `reduceat`, JAX's `jax.ops` segment ops). The numpy
@@ -138,6 +141,20 @@ def _edge_softmax_grad_type(inputs: Sequence[TensorSig], attrs: Attrs) -> list[T
     return [y]
 
 
+def _edge_scores_type(inputs: Sequence[TensorSig], attrs: Attrs) -> list[TensorSig]:
+    a, b, src, dst = inputs
+    _features(a, "a")
+    _features(b, "b")
+    blocks, _ = _edges(src, dst, None)
+    rows = blocks * _block_rows(attrs)
+    if a.shape[1] != 1 or b.shape != (rows, 1) or a.dtype != b.dtype:
+        raise ShapeError(
+            f"a must be [sources, 1] and b [{rows}, 1] of one element type, got "
+            f"{fmt_shape(a.shape)} and {fmt_shape(b.shape)}"
+        )
+    return [TensorSig(src.shape, a.dtype)]
+
+
 # ---------------------------------------------------------------- SOAP rules
 # Factor `p` is the edge blocks (a vertex partition's parts): it indexes dim 0 of the
 # edge arrays and the target rows. `f` is the features.
@@ -179,6 +196,13 @@ def _edge_softmax_soap(inputs: Inputs, attrs: Attrs, results: Results) -> OpRule
     edge = ("p", None)
     linear = ((2,),) if len(inputs) == 3 else ()
     return op_rule([_blocks(inputs[1])], [edge] * len(inputs), [edge], linear)
+
+
+def _edge_scores_soap(inputs: Inputs, attrs: Attrs, results: Results) -> OpRule:
+    # a (the sources' scores) is read whole; b's rows are the blocks' targets.
+    edge = ("p", None)
+    factors = [_blocks(inputs[2])]
+    return op_rule(factors, [(None, None), edge, edge, edge], [edge], ((0, 1),))
 
 
 # ------------------------------------------------------------------ kernels
@@ -291,6 +315,13 @@ def _edge_softmax_grad(xp: ArrayNamespace, attrs: Attrs, inputs: Sequence[Any]) 
     return [xp.where(segments >= 0, grad, xp.zeros((), y.dtype)).reshape(y.shape)]
 
 
+def _edge_scores(xp: ArrayNamespace, attrs: Attrs, inputs: Sequence[Any]) -> list[Any]:
+    a, b, src, dst = inputs
+    segments = _segments(xp, dst, attrs["block_rows"])
+    scores = a[src.reshape(-1), 0] + b[xp.where(segments >= 0, segments, 0), 0]
+    return [xp.where(segments >= 0, scores, xp.zeros((), a.dtype)).reshape(src.shape)]
+
+
 # -------------------------------------------------------------- definitions
 
 
@@ -358,5 +389,14 @@ define(
         _edge_flops(4, features=False),
         _GRADIENT,
         kernel=_edge_softmax_grad,
+    ),
+    OpDef(
+        "edge_scores",
+        (4, 4),
+        _edge_scores_type,
+        _edge_scores_soap,
+        _edge_flops(1, features=False),
+        None,
+        kernel=_edge_scores,
     ),
 )

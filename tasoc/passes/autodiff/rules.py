@@ -381,6 +381,20 @@ def _edge_softmax(
     return (grad, None)
 
 
+@_rule("edge_scores")
+def _edge_scores(
+    w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ...]
+) -> Gradients:
+    """a[src] + b[target] per edge: a's gradient sums each source's edges, b's each
+    target's, both aggregations of the edges' dy (as weights) over ones."""
+    a, b, src, dst = node.inputs
+    g = _only(grads)
+    attrs = {"reduce": "sum", "block_rows": node.attr("block_rows")}
+    da = w.value("aggregate_grad", a, src, dst, g, w.ones(b.sig), **attrs) if needed[0] else None
+    db = w.value("aggregate", w.ones(a.sig), src, dst, g, **attrs) if needed[1] else None
+    return (da, db, None, None)
+
+
 @_rule("softmax_cross_entropy")
 def _softmax_cross_entropy(
     w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ...]

@@ -28,7 +28,7 @@ Everything here works on the `Dag`; the partitioner sees only the `Csr`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -43,12 +43,31 @@ GNN_OPS = (
     "aggregate_weight_grad",
     "edge_softmax",
     "edge_softmax_grad",
+    "edge_scores",
 )
 """Ops with edge arrays and a `block_rows` attribute."""
 
-_EDGE_OPERANDS = {"edge_softmax": (1,), "edge_softmax_grad": (1,)}
-"""Operand positions of the edge arrays of ops other than the aggregations (1, 2 and,
-when weighted, 3)."""
+
+class EdgeOperands(NamedTuple):
+    """Where a GNN op's edge operands are: the sources (None: it has none), the
+    targets, and other per-edge values (weights, scores)."""
+
+    src: int | None
+    dst: int
+    values: tuple[int, ...]
+
+
+def edge_operands(node: Node) -> EdgeOperands:
+    op, count = node.op, len(node.inputs)
+    if op in ("aggregate", "aggregate_grad"):
+        weighted = count == (4 if op == "aggregate" else 5)
+        return EdgeOperands(1, 2, (3,) if weighted else ())
+    if op == "aggregate_weight_grad":
+        return EdgeOperands(1, 2, ())
+    if op == "edge_scores":
+        return EdgeOperands(2, 3, ())
+    return EdgeOperands(None, 1, (0,) if op == "edge_softmax" else (0, 2))
+
 
 STATE_ATTR = "graph.state"
 
@@ -100,13 +119,6 @@ def _array(node: Node) -> np.ndarray:
     return np.asarray(data.values).reshape(data.shape)
 
 
-def _edge_positions(node: Node) -> tuple[int, ...]:
-    if node.op in _EDGE_OPERANDS:
-        return _EDGE_OPERANDS[node.op]
-    last = len(node.inputs) - (1 if node.op in ("aggregate_grad", "aggregate_weight_grad") else 0)
-    return tuple(range(1, last))
-
-
 def gnn_nodes(dag: Dag) -> list[Node]:
     return [node for node in dag.ops if node.op in GNN_OPS]
 
@@ -123,7 +135,7 @@ def graph_of(dag: Dag) -> tuple[Csr, int]:
             "no graph.aggregate or graph.edge_softmax"
         )
     vertices = {node.attr("block_rows") for node in nodes}
-    blocks = {node.inputs[_edge_positions(node)[0]].sig.shape[0] for node in nodes}
+    blocks = {node.inputs[edge_operands(node).dst].sig.shape[0] for node in nodes}
     if len(vertices) != 1 or blocks != {1}:
         raise LayoutError(
             "search=roc needs one unpartitioned graph (edge arrays [1, E], one block_rows); "
@@ -131,14 +143,7 @@ def graph_of(dag: Dag) -> tuple[Csr, int]:
         )
     (count,) = vertices
     pairs = []
-    for node in nodes:
-        if node.op in _EDGE_OPERANDS:
-            continue  # dst alone; its aggregation has the sources
-        src, dst = (node.inputs[i].node for i in _edge_positions(node)[:2])
-        if src.op != "constant" or dst.op != "constant":
-            raise LayoutError(
-                f"search=roc reads the graph from constants; graph.{node.op}'s edges are computed"
-            )
+    for src, dst in _edge_sets(nodes).items():
         s, t = _array(src).reshape(-1), _array(dst).reshape(-1)
         keep = (t >= 0) & (s != t)
         pairs.append(np.stack([s[keep], t[keep]]))
@@ -147,6 +152,31 @@ def graph_of(dag: Dag) -> tuple[Csr, int]:
         return from_edges(edges[0], edges[1], count), count
     except GraphDataError as err:
         raise LayoutError(f"the program's graph: {err}") from None
+
+
+def _edge_sets(nodes: list[Node]) -> dict[Node, Node]:
+    """Each edge set's sources constant by its targets constant; LayoutError for edges
+    that are not constants, or one targets array paired with two sources arrays (its
+    per-edge values could not be laid out in one order)."""
+    sets: dict[Node, Node] = {}
+    for node in nodes:
+        where = edge_operands(node)
+        dst = node.inputs[where.dst].node
+        src = None if where.src is None else node.inputs[where.src].node
+        for array in (dst, src):
+            if array is not None and array.op != "constant":
+                raise LayoutError(
+                    f"search=roc reads the graph from constants; graph.{node.op}'s edges "
+                    "are computed"
+                )
+        if src is None:
+            continue
+        if sets.setdefault(dst, src) is not src:
+            raise LayoutError("one targets array is paired with two sources arrays")
+    for node in nodes:
+        if node.inputs[edge_operands(node).dst].node not in sets:
+            raise LayoutError(f"graph.{node.op}'s targets belong to no aggregation's edges")
+    return sets
 
 
 def layer_widths(dag: Dag) -> tuple[tuple[int, int], ...]:
@@ -184,28 +214,37 @@ def layout_of(graph: Csr, part: VertexPartition) -> VertexLayout:
     return VertexLayout(part, graph.vertices, graph.edges, block, rows)
 
 
-def _blocked(layout: VertexLayout, arrays: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
-    """Edge arrays (src, dst[, weight], each [1, E]) laid out as [D, Eb]."""
-    src, dst, *rest = (a.reshape(-1) for a in arrays)
-    keep = dst >= 0
-    src, dst, rest = src[keep], dst[keep], [r[keep] for r in rest]
-    new_src, new_dst = layout.rows[src], layout.rows[dst]
-    block, local = np.divmod(new_dst, layout.block_rows)
-    order = np.lexsort((new_src, local, block))
-    counts = np.bincount(block, minlength=layout.devices)
-    width = max(int(counts.max()), 1)
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    slot = np.arange(len(order)) - np.repeat(starts, counts)
-    where = (block[order], slot)
-    out_src = np.zeros((layout.devices, width), np.int64)
-    out_dst = np.full((layout.devices, width), -1, np.int64)
-    out_src[where], out_dst[where] = new_src[order], local[order]
-    blocked = [out_src, out_dst]
-    for values in rest:
-        padded = np.zeros((layout.devices, width), values.dtype)
-        padded[where] = values[order]
-        blocked.append(padded)
-    return tuple(blocked)
+class _EdgeOrder:
+    """Where each edge of one edge set goes in the blocked layout: its device's block
+    (its target's owner), sorted by local target then source, padded to the widest
+    block."""
+
+    def __init__(self, layout: VertexLayout, src: np.ndarray, dst: np.ndarray) -> None:
+        src, dst = src.reshape(-1), dst.reshape(-1)
+        self.keep = dst >= 0
+        new_src, new_dst = layout.rows[src[self.keep]], layout.rows[dst[self.keep]]
+        block, local = np.divmod(new_dst, layout.block_rows)
+        self.order = np.lexsort((new_src, local, block))
+        counts = np.bincount(block, minlength=layout.devices)
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        slot = np.arange(len(self.order)) - np.repeat(starts, counts)
+        self.where = (block[self.order], slot)
+        self.shape = (layout.devices, max(int(counts.max()), 1))
+        self.src, self.dst = new_src, local
+
+    def place(self, values: np.ndarray, fill: float | int = 0) -> np.ndarray:
+        """Per-edge `values` (kept edges, in the set's old order) in the blocked layout."""
+        out = np.full(self.shape, fill, values.dtype)
+        out[self.where] = values[self.order]
+        return out
+
+    def lay(self, role: str, array: np.ndarray) -> np.ndarray:
+        """An edge array of this set (`src`, `dst` or per-edge values) laid out."""
+        if role == "src":
+            return self.place(self.src)
+        if role == "dst":
+            return self.place(self.dst, -1)
+        return self.place(array.reshape(-1)[self.keep])
 
 
 def _constant(array: np.ndarray, dtype: DType) -> Value:
@@ -224,7 +263,9 @@ class _Rewriter:
         self.real = np.zeros(self.padded, dtype=bool)
         self.real[layout.rows] = True
         self.values: dict[Value, Value] = {}
-        self.edge_sets: dict[tuple[Node, ...], tuple[Value, ...]] = {}
+        self.sets = _edge_sets(gnn_nodes(dag))
+        self.orders: dict[Node, _EdgeOrder] = {}
+        self.laid: dict[tuple[Node, Node, str], Value] = {}
 
     def is_vertex(self, old: Value, new: Value) -> bool:
         return (
@@ -249,21 +290,24 @@ class _Rewriter:
         )
 
     def edges(self, node: Node, inputs: list[Value]) -> None:
-        positions = _edge_positions(node)
-        old = tuple(node.inputs[i].node for i in positions)
-        if old not in self.edge_sets:
-            for source in old:
-                if source.op != "constant":
-                    raise LayoutError(f"graph.{node.op}'s edge arrays must be constants")
-            if node.op in _EDGE_OPERANDS:
-                # edge_softmax's dst alone: lay it out beside its aggregation's sources.
-                raise LayoutError("search=roc does not lay out edge_softmax programs yet")
-            arrays = _blocked(self.layout, tuple(_array(n) for n in old))
-            self.edge_sets[old] = tuple(
-                _constant(a, n.sigs[0].dtype) for a, n in zip(arrays, old, strict=True)
-            )
-        for i, value in zip(positions, self.edge_sets[old], strict=True):
-            inputs[i] = value
+        """Replace the node's constant edge operands by their blocked layout."""
+        where = edge_operands(node)
+        dst = node.inputs[where.dst].node
+        if dst not in self.orders:
+            src = self.sets[dst]
+            self.orders[dst] = _EdgeOrder(self.layout, _array(src), _array(dst))
+        order = self.orders[dst]
+        roles = [(where.dst, "dst"), *((i, "values") for i in where.values)]
+        if where.src is not None:
+            roles.append((where.src, "src"))
+        for position, role in roles:
+            array = node.inputs[position].node
+            if array.op != "constant":
+                continue  # computed per-edge values: laid out by what computed them
+            key = (array, dst, role)
+            if key not in self.laid:
+                self.laid[key] = _constant(order.lay(role, _array(array)), array.sigs[0].dtype)
+            inputs[position] = self.laid[key]
 
     def mask(self, x: Value, axes: tuple[int, ...], mean: bool) -> Value:
         """Weights over x's rows: 0 on padding, 1 (sum) or 1 / the real count (mean)."""
@@ -299,6 +343,9 @@ class _Rewriter:
         if node.op in GNN_OPS:
             self.edges(node, inputs)
             attrs["block_rows"] = self.layout.block_rows
+        shape = attrs.get("shape")
+        if node.op in ("ones", "zeros") and shape and shape[0] == self.layout.vertices:
+            attrs["shape"] = (self.padded, *shape[1:])  # a filled vertex tensor (seeds)
         masked = self.reduction(node, inputs)
         if masked is not None:
             return masked
