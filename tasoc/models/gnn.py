@@ -186,7 +186,7 @@ def layer_widths(
 def gcn(
     *, graph: str = "pubmed", scale: float = 0.0, layers: int = 2, hidden: int = 16, seed: int = 0
 ) -> ModuleOp:
-    """GCN: layers of normalised sum aggregation (A + I, D^-1/2 both sides) and a dense layer."""
+    """GCN: layers of a dense projection, then the normalised sum over D^-1/2 (A + I) D^-1/2."""
     g, edges, h, classes = _start(graph, scale, seed)
     widths = _widths(layers, shape_of(h)[1], hidden, classes)
     for index, (d_in, d_out) in enumerate(widths):

@@ -650,8 +650,7 @@ def _scatter_add(m: _GraphMaker) -> None:
     m.emit("scatter_add", ids, updates, rows=m.draw(st.integers(1, 6)))
 
 
-# Graph neural networks: edge arrays are i32 constants [blocks, edges], sources below
-# the feature rows, targets below block_rows or -1 (padding).
+# Graph neural networks: edge arrays [blocks, edges], arguments drawn in range.
 
 
 @dataclass(frozen=True)
@@ -663,17 +662,11 @@ class _Edges:
     block_rows: int
 
 
-def _edges(m: _GraphMaker, sources: int) -> _Edges:
+def _edges(m: _GraphMaker) -> _Edges:
+    """Fresh edge arguments (`random_inputs` draws them in range: `ir/indices.py`)."""
     blocks, width, rows = (m.draw(st.integers(1, high)) for high in (3, 5, 4))
-    size = blocks * width
-    src = m.draw(st.lists(st.integers(0, sources - 1), min_size=size, max_size=size))
-    dst = m.draw(st.lists(st.integers(-1, rows - 1), min_size=size, max_size=size))
-    shape = (blocks, width)
-    arrays = [
-        m.emit("constant", value=ConstData(shape, DType.I32, tuple(values)))[0]
-        for values in (src, dst)
-    ]
-    return _Edges(*arrays, blocks, width, rows)
+    src, dst = (_indices(m, (blocks, width)) for _ in range(2))
+    return _Edges(src, dst, blocks, width, rows)
 
 
 def _features(m: _GraphMaker) -> SSAValue:
@@ -689,8 +682,8 @@ def _aggregation(name: str) -> Emitter:
 
     def emit(m: _GraphMaker) -> None:
         x = _features(m)
-        rows, features = m.sig(x).shape
-        e = _edges(m, rows)
+        features = m.sig(x).shape[1]
+        e = _edges(m)
         kinds = ["sum", "mean"] + ([] if name == "aggregate_weight_grad" else ["max"])
         attrs = {"reduce": m.draw(st.sampled_from(kinds)), "block_rows": e.block_rows}
         # A max's weights have no gradient: a program drawn for autodiff has none.
@@ -709,7 +702,7 @@ def _edge_softmax(name: str) -> Emitter:
     """`edge_softmax` or `edge_softmax_grad`."""
 
     def emit(m: _GraphMaker) -> None:
-        e = _edges(m, 1)
+        e = _edges(m)
         shape = (e.blocks, e.width)
         dy = [_exactly(m, shape, False)] if name == "edge_softmax_grad" else []
         m.emit(name, _exactly(m, shape, False), e.dst, *dy, block_rows=e.block_rows)
@@ -718,9 +711,8 @@ def _edge_softmax(name: str) -> Emitter:
 
 
 def _edge_scores(m: _GraphMaker) -> None:
-    sources = m.draw(st.integers(1, 6))
-    e = _edges(m, sources)
-    a = _exactly(m, (sources, 1), False)
+    e = _edges(m)
+    a = _exactly(m, (m.draw(st.integers(1, 6)), 1), False)
     b = _exactly(m, (e.blocks * e.block_rows, 1), False)
     m.emit("edge_scores", a, b, e.src, e.dst, block_rows=e.block_rows)
 

@@ -35,6 +35,7 @@ import numpy as np
 from tasoc.ir.dag import Dag, Node, Value
 from tasoc.ir.graph_data import Csr, GraphDataError, from_edges
 from tasoc.ir.shapes import ConstData, DType, ShapeError, TensorSig
+from tasoc.ir.training import STATE_ATTR
 from tasoc.passes.soap.roc.partition import PARTITIONERS, PartitionRequest, VertexPartition
 
 GNN_OPS = (
@@ -58,6 +59,7 @@ class EdgeOperands(NamedTuple):
 
 
 def edge_operands(node: Node) -> EdgeOperands:
+    """The edge operands of GNN op `node` (`tasoc/ir/ops/gnn.py`)."""
     op, count = node.op, len(node.inputs)
     if op in ("aggregate", "aggregate_grad"):
         weighted = count == (4 if op == "aggregate" else 5)
@@ -69,9 +71,6 @@ def edge_operands(node: Node) -> EdgeOperands:
     return EdgeOperands(None, 1, (0,) if op == "edge_softmax" else (0, 2))
 
 
-STATE_ATTR = "graph.state"
-
-
 class LayoutError(ValueError):
     """A program `search=roc` cannot lay out; one line for the user."""
 
@@ -79,11 +78,10 @@ class LayoutError(ValueError):
 @dataclass(frozen=True, eq=False)
 class VertexLayout:
     """How a program's vertices were laid out: the partition, the padded block of rows
-    and of edges per device, and each original vertex's new row (`rows`)."""
+    per device, and each original vertex's new row (`rows`)."""
 
     partition: VertexPartition
     vertices: int
-    edges: int
     block_rows: int
     rows: np.ndarray
 
@@ -211,7 +209,7 @@ def layout_of(graph: Csr, part: VertexPartition) -> VertexLayout:
     positions[part.order] = np.arange(graph.vertices)
     owner = part.owner()
     rows = owner * block + positions - part.bounds[owner]
-    return VertexLayout(part, graph.vertices, graph.edges, block, rows)
+    return VertexLayout(part, graph.vertices, block, rows)
 
 
 class _EdgeOrder:
