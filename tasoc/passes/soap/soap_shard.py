@@ -210,7 +210,7 @@ class SoapShardPass(ModulePass):
         try:
             dag = dag_module.from_module(op)
             if self.search == GRAPH_SEARCH:
-                dag, layout_note = self._lay_out(op, dag)
+                dag, layout_note = self._lay_out(op)
                 planner = replace(self, search="data-parallel")
             tried = profile.plan_meshes(planner, op, dag, deadline)
             chosen = profile.choose(self, tried)
@@ -223,16 +223,25 @@ class SoapShardPass(ModulePass):
         op.attributes[MACHINE_ATTR] = StringAttr(self.machine or chosen.machine.name)
         reporting.write_report(self, start, dag, chosen, tried, collectives, compared, notes)
 
-    def _lay_out(self, op: ModuleOp, dag: dag_module.Dag) -> tuple[dag_module.Dag, str]:
+    def _laid_out(self, op: ModuleOp) -> dict[str, Any]:
         """`search=roc`'s first step: the program's graph partitioned for the mesh's
-        devices and the program laid out by it (`vertex_layout.py`), written back; the
-        step is then split over its vertices like any data-parallel program."""
+        devices and the program laid out by it (`vertex_layout.py`), written back into
+        `op`; the step is then split over its vertices like any data-parallel program.
+        Returns the partition's figures (`VertexLayout.report`)."""
         mesh = module_mesh(op, self.mesh, self.machine)
         laid, layout, graph = roc_layout(
-            dag, mesh.size, self.partitioner, self.machine or "cpu", self.seed or 0
+            dag_module.from_module(op),
+            mesh.size,
+            self.partitioner,
+            self.machine or "cpu",
+            self.seed or 0,
         )
         dag_module.write_back(op, laid)
-        facts = layout.report(graph)
+        return layout.report(graph)
+
+    def _lay_out(self, op: ModuleOp) -> tuple[dag_module.Dag, str]:
+        """`_laid_out`, its figures in the report and in one note."""
+        facts = self._laid_out(op)
         current_report().section(self.name)["roc"] = {"partitioner": self.partitioner, **facts}
         note = (
             f"roc: {self.partitioner} partition of {facts['vertices']} vertices, "
@@ -280,5 +289,10 @@ class SoapShardPass(ModulePass):
 
     def verification_pair(self, before: ModuleOp, after: ModuleOp) -> tuple[ModuleOp, ModuleOp]:
         """The two programs `tasoc opt --verify-each` compares: the sharded program's
-        one-device equal (collectives dropped, layouts removed) against the input."""
+        one-device equal (collectives dropped, layouts removed) against the input, laid
+        out as `search=roc` laid it out (the same partition: the layout's own
+        equivalence with the input on permuted data is `tests/test_gnn.py`'s)."""
+        if self.search == GRAPH_SEARCH:
+            before = before.clone()
+            self._laid_out(before)
         return unsharded(before), unsharded(after)
