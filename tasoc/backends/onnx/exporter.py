@@ -262,7 +262,13 @@ class _Exporter:
                 for k, result in enumerate(op.results)
             ]
             self.names.update(zip(op.results, outs, strict=True))
-            EXPORTERS[op.op_name()](self, op, [self.names[v] for v in op.operands], outs)
+            exporter = EXPORTERS.get(op.op_name())
+            if exporter is None:
+                raise OnnxExportError(
+                    f"cannot export '{op.name}': ONNX has no operator for it (the graph "
+                    "neural network ops run on tasoc's backends only)"
+                )
+            exporter(self, op, [self.names[v] for v in op.operands], outs)
         outputs = []
         arguments = set(block.args)
         for index, value in enumerate(return_values(self.function)):
