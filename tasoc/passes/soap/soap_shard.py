@@ -206,19 +206,17 @@ class SoapShardPass(ModulePass):
         require(self.contract, op, SoapShardFailed)
         start = time.perf_counter()
         deadline = Deadline.after(self.timeout)
-        planner, layout_note = self, None
+        planner = self
         try:
             dag = dag_module.from_module(op)
             if self.search == GRAPH_SEARCH:
-                dag, layout_note = self._lay_out(op)
+                dag = self._lay_out(op)
                 planner = replace(self, search="data-parallel")
             tried = profile.plan_meshes(planner, op, dag, deadline)
             chosen = profile.choose(self, tried)
             compared, notes = profile.compare(self, chosen, deadline)
         except ValueError as err:
             raise SoapShardFailed(str(err)) from None
-        if layout_note is not None:
-            notes = [layout_note, *notes]
         collectives = write_sharded(op, dag, chosen.plan, chosen.mesh)
         op.attributes[MACHINE_ATTR] = StringAttr(self.machine or chosen.machine.name)
         reporting.write_report(self, start, dag, chosen, tried, collectives, compared, notes)
@@ -239,18 +237,11 @@ class SoapShardPass(ModulePass):
         dag_module.write_back(op, laid)
         return layout.report(graph)
 
-    def _lay_out(self, op: ModuleOp) -> tuple[dag_module.Dag, str]:
-        """`_laid_out`, its figures in the report and in one note."""
+    def _lay_out(self, op: ModuleOp) -> dag_module.Dag:
+        """`_laid_out`, its figures in the report (the summary's partition line)."""
         facts = self._laid_out(op)
         current_report().section(self.name)["roc"] = {"partitioner": self.partitioner, **facts}
-        note = (
-            f"roc: {self.partitioner} partition of {facts['vertices']} vertices, "
-            f"{facts['edges']} edges over {facts['devices']} devices: blocks of "
-            f"{facts['block_rows']} rows and {facts['block_edges']} in-edges "
-            f"(imbalance {facts['vertex_imbalance']:g} in vertices, "
-            f"{facts['edge_imbalance']:g} in edges)"
-        )
-        return dag_module.from_module(op), note
+        return dag_module.from_module(op)
 
     def summary(self, section: Mapping[str, Any]) -> Summary:
         """The search, mesh and simulated step against the baselines, memory per device
