@@ -262,13 +262,7 @@ class _Exporter:
                 for k, result in enumerate(op.results)
             ]
             self.names.update(zip(op.results, outs, strict=True))
-            exporter = EXPORTERS.get(op.op_name())
-            if exporter is None:
-                raise OnnxExportError(
-                    f"cannot export '{op.name}': ONNX has no operator for it (the graph "
-                    "neural network ops run on tasoc's backends only)"
-                )
-            exporter(self, op, [self.names[v] for v in op.operands], outs)
+            EXPORTERS[op.op_name()](self, op, [self.names[v] for v in op.operands], outs)
         outputs = []
         arguments = set(block.args)
         for index, value in enumerate(return_values(self.function)):
@@ -782,6 +776,14 @@ _NO_OPERATOR = {
     "batchnorm_grad": "batch normalization's gradient",
     "softmax_cross_entropy_grad": "the cross-entropy loss's gradient",
     "adam_update": "an Adam update",
+    # ScatterND's reductions could compute some of these, but would import back as
+    # other ops than the aggregation (docs/decisions.md).
+    "aggregate": "a neighbour aggregation over edge blocks",
+    "aggregate_grad": "a neighbour aggregation's gradient",
+    "aggregate_weight_grad": "a neighbour aggregation's weight gradient",
+    "edge_softmax": "a softmax over each target's edges",
+    "edge_softmax_grad": "an edge softmax's gradient",
+    "edge_scores": "per-edge scores of sources and targets",
 }
 
 
