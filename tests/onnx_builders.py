@@ -172,7 +172,7 @@ def external_model(
     return path
 
 
-# ------------------------------------------------------------------ backward ops
+# ------------------------------------------------------ backward ops and GNN ops
 
 EXPORTED = (
     "relu_grad",
@@ -192,4 +192,10 @@ REFUSED = (
     "batchnorm_grad",
     "softmax_cross_entropy_grad",
     "adam_update",
+    "aggregate",
+    "aggregate_grad",
+    "aggregate_weight_grad",
+    "edge_softmax",
+    "edge_softmax_grad",
+    "edge_scores",
 )

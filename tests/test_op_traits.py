@@ -52,6 +52,7 @@ EXPECTED: dict[type[OpTrait], set[str]] = {
     Training: {
         "relu_grad", "sigmoid_grad", "tanh_grad", "gelu_grad", "conv2d_grad_input",
         "conv2d_grad_weight", "pool2d_grad", "reduce_grad", "scatter_add", "layernorm_grad",
+        "aggregate_grad", "aggregate_weight_grad", "edge_softmax_grad",
         "batchnorm_train", "batchnorm_grad", "softmax_cross_entropy",
         "softmax_cross_entropy_grad", "adam_update",
     },

@@ -116,6 +116,30 @@ def _reduce_cases(x: tuple[int, ...], **attrs: Any) -> list[Case]:
     return [Case("reduce", (x,), attrs), Case("reduce_grad", (x, out.shape), attrs)]
 
 
+def _gnn_cases() -> list[Case]:
+    """The GNN ops over 4 edge blocks of 5 entries, 3 target rows a block, 6 sources."""
+    edges = {1: 6, 2: 3}
+    cases = []
+    for reduce in ("sum", "mean", "max"):
+        attrs = {"reduce": reduce, "block_rows": 3}
+        for weight in ((), ((4, 5),)):
+            forward = ((6, 4), (4, 5), (4, 5), *weight)
+            cases += [
+                Case("aggregate", forward, attrs, ints=edges),
+                Case("aggregate_grad", (*forward, (12, 4)), attrs, ints=edges),
+            ]
+        if reduce != "max":
+            grad = ((6, 4), (4, 5), (4, 5), (12, 4))
+            cases.append(Case("aggregate_weight_grad", grad, attrs, ints=edges))
+    softmax = {"block_rows": 3}
+    return [
+        *cases,
+        Case("edge_softmax", ((4, 5), (4, 5)), softmax, ints={1: 3}),
+        Case("edge_softmax_grad", ((4, 5), (4, 5), (4, 5)), softmax, ints={1: 3}),
+        Case("edge_scores", ((6, 1), (12, 1), (4, 5), (4, 5)), softmax, ints={2: 6, 3: 3}),
+    ]
+
+
 ADAM = {"lr": 0.1, "beta1": 0.9, "beta2": 0.99, "epsilon": 1e-8}
 EPS = {"epsilon": 1e-5}
 
@@ -201,6 +225,7 @@ CASES: list[Case] = [
     Case("layernorm_grad", ((4, 4, 8), (4, 8), (4, 4, 8)), {"axis": 1, **EPS}),
     Case("embedding", ((4, 2), (10, 4)), ints={0: 10}),
     Case("scatter_add", ((4, 2), (4, 2, 4)), {"rows": 10}, ints={0: 10}),
+    *_gnn_cases(),
     Case("softmax_cross_entropy", ((4, 8), (4,)), ints={1: 8}),
     Case("softmax_cross_entropy", ((4, 2, 8), (4, 2)), ints={1: 8}),
     Case("softmax_cross_entropy_grad", ((4, 8), (4,), (4,)), ints={1: 8}),

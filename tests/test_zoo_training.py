@@ -52,8 +52,13 @@ CLASSIFIERS = {
     "rnntc",
     "rnnlm",
     "nmt",
+    "gcn",
+    "sage",
+    "gin",
+    "gat",
 }
-"""The models whose output is a batch of class scores on the last axis."""
+"""The models whose output is a batch of class scores on the last axis (a GNN's batch
+is its vertices)."""
 
 CHECKED_SMALL = [
     "alexnet",

@@ -50,7 +50,10 @@ def describe(array: np.ndarray) -> str:
 class ArrayModule:
     """An array namespace for the ops' own kernels (`tasoc.ir.opdef.ArrayNamespace`):
     `module`'s functions (`numpy`, `jax.numpy`), plus `erf` and `erfc`, which NumPy
-    lacks, and `dtype_of`, the backend's dtype for an IR element type."""
+    lacks, `dtype_of`, the backend's dtype for an IR element type, and the segment
+    reductions of the GNN ops, `segment_sum(data, ids, segments)` and `segment_max`
+    (rows of `data` added / maxed into `segments` rows by `ids`; ids outside
+    `0 .. segments-1` dropped; an empty segment is 0 for a sum, -inf for a max)."""
 
     def __init__(
         self,
@@ -59,11 +62,15 @@ class ArrayModule:
         erf: Callable[[Any], Any],
         erfc: Callable[[Any], Any],
         dtype_of: Callable[[DType | str], Any],
+        segment_sum: Callable[[Any, Any, int], Any],
+        segment_max: Callable[[Any, Any, int], Any],
     ) -> None:
         self._module = module
         self.erf = erf
         self.erfc = erfc
         self.dtype_of = dtype_of
+        self.segment_sum = segment_sum
+        self.segment_max = segment_max
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._module, name)

@@ -513,8 +513,9 @@ def _run(args: argparse.Namespace, found: WeightsFile | None) -> dict[str, objec
         print(f"{args.input}: {steps} on {args.backend} (seed {args.seed}{values_from})")
         _print_memory(memory)
         if args.check:
-            first = prepare(module, args.backend).run(inputs)
-            _check_first_step(module, training, inputs, first, args.backend)
+            first = _first_step(module, inputs, args.backend, sharded)
+            reference = unsharded(module) if sharded else module
+            _check_first_step(reference, training, inputs, first, args.backend)
         run = _train(module, training, inputs, args)
         report |= run_report(run)
         return report
@@ -918,6 +919,23 @@ def _train_placed(
 
 def _print_memory(memory: PeakMemory) -> None:
     print(f"memory: {memory.describe()}")
+
+
+def _first_step(
+    module: ModuleOp, inputs: Sequence[np.ndarray], backend: str, sharded: bool
+) -> list[np.ndarray]:
+    """One step's results for `--check`: a sharded step on its mesh (compared with the
+    reference of the equal one-device program), any other on `backend`."""
+    if not sharded:
+        return prepare(module, backend).run(inputs)
+    from tasoc.backends.jax.sharded import lower_sharded
+
+    try:
+        program = lower_sharded(module)
+    except ValueError as err:  # too few devices, partial sums returned, no lowering
+        raise DriverError(f"cannot run on jax: {err}") from None
+    with status(_compiling(program.device_count, "compiled")):
+        return _on_local_devices(program, inputs)
 
 
 def _check_first_step(

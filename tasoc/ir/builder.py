@@ -357,6 +357,30 @@ class GraphBuilder:
         """The gradient of an embedding table of `rows` rows."""
         return self._one(G.ScatterAddOp, ids, updates, rows=rows)
 
+    # ------------------------------------------------- graph neural networks
+    def aggregate(
+        self,
+        x: SSAValue,
+        src: SSAValue,
+        dst: SSAValue,
+        weight: SSAValue | None = None,
+        *,
+        reduce: str = "sum",
+        block_rows: int,
+    ) -> SSAValue:
+        """Neighbour aggregation over the edge arrays `src`, `dst` ([blocks, edges])."""
+        edges = (src, dst) if weight is None else (src, dst, weight)
+        return self._one(G.AggregateOp, x, *edges, reduce=reduce, block_rows=block_rows)
+
+    def edge_softmax(self, scores: SSAValue, dst: SSAValue, block_rows: int) -> SSAValue:
+        return self._one(G.EdgeSoftmaxOp, scores, dst, block_rows=block_rows)
+
+    def edge_scores(
+        self, a: SSAValue, b: SSAValue, src: SSAValue, dst: SSAValue, block_rows: int
+    ) -> SSAValue:
+        """Every edge's a[source] + b[target]."""
+        return self._one(G.EdgeScoresOp, a, b, src, dst, block_rows=block_rows)
+
     def layernorm_grad(
         self, x: SSAValue, gamma: SSAValue, dy: SSAValue, axis: int = -1, epsilon: float = 1e-5
     ) -> tuple[SSAValue, SSAValue, SSAValue]:

@@ -719,6 +719,46 @@ class EmbeddingOp(GraphOp):
     traits = traits_def(DataMovement())
 
 
+# ------------------------------------------------------ graph neural networks
+# Edge arrays are [blocks, edges] (`tasoc/ir/ops/gnn.py`, docs/ir.md).
+
+
+@irdl_op_definition
+class AggregateOp(GraphOp):
+    """Neighbour aggregation: every target row the sum, mean or max over its in-edges
+    of weight[e] * x[src[e]]; operands x, src, dst and an optional weight."""
+
+    name = "graph.aggregate"
+    inputs = var_operand_def(TensorType)
+    result = result_def(TensorType)
+    reduce = prop_def(TextProp)
+    block_rows = prop_def(IntProp)
+
+
+@irdl_op_definition
+class EdgeSoftmaxOp(GraphOp):
+    """Softmax of per-edge scores over each target's in-edges (GAT)."""
+
+    name = "graph.edge_softmax"
+    scores = operand_def(TensorType)
+    dst = operand_def(TensorType)
+    result = result_def(TensorType)
+    block_rows = prop_def(IntProp)
+
+
+@irdl_op_definition
+class EdgeScoresOp(GraphOp):
+    """Every edge's a[source] + b[target] (GAT's attention logits)."""
+
+    name = "graph.edge_scores"
+    a = operand_def(TensorType)
+    b = operand_def(TensorType)
+    src = operand_def(TensorType)
+    dst = operand_def(TensorType)
+    result = result_def(TensorType)
+    block_rows = prop_def(IntProp)
+
+
 # ------------------------------------------ arithmetic, comparison, logic, indexing
 # What imported models (ONNX) compute beyond TASO's set. The binary ops broadcast
 # NumPy-style and take operands of one element type, as ONNX's do.
@@ -1035,6 +1075,47 @@ class ScatterAddOp(GraphOp):
 
 
 @irdl_op_definition
+class AggregateGradOp(GraphOp):
+    """The gradient of an aggregation w.r.t. x: operands x, src, dst, the optional
+    weight and dy; each edge's share of dy added into its source's row."""
+
+    name = "graph.aggregate_grad"
+    inputs = var_operand_def(TensorType)
+    dx = result_def(TensorType)
+    reduce = prop_def(TextProp)
+    block_rows = prop_def(IntProp)
+    traits = traits_def(Pure(), Training())
+
+
+@irdl_op_definition
+class AggregateWeightGradOp(GraphOp):
+    """The gradient of a sum or mean aggregation w.r.t. its per-edge weights."""
+
+    name = "graph.aggregate_weight_grad"
+    input = operand_def(TensorType)
+    src = operand_def(TensorType)
+    dst = operand_def(TensorType)
+    dy = operand_def(TensorType)
+    dweight = result_def(TensorType)
+    reduce = prop_def(TextProp)
+    block_rows = prop_def(IntProp)
+    traits = traits_def(Pure(), Training())
+
+
+@irdl_op_definition
+class EdgeSoftmaxGradOp(GraphOp):
+    """The gradient of an edge softmax w.r.t. its scores, from its result y and dy."""
+
+    name = "graph.edge_softmax_grad"
+    y = operand_def(TensorType)
+    dst = operand_def(TensorType)
+    dy = operand_def(TensorType)
+    dscores = result_def(TensorType)
+    block_rows = prop_def(IntProp)
+    traits = traits_def(Pure(), Training())
+
+
+@irdl_op_definition
 class LayernormGradOp(GraphOp):
     """Gradients of sum(layernorm(x, gamma, beta) * dy) w.r.t. x, gamma and beta
     (beta's value does not enter them, so it is no operand)."""
@@ -1179,6 +1260,9 @@ GRAPH_OPS: tuple[type[GraphOp], ...] = (
     CastOp,
     BroadcastOp,
     GatherOp,
+    AggregateOp,
+    EdgeSoftmaxOp,
+    EdgeScoresOp,
     # backward ops, losses and optimizer updates (autodiff, docs/autodiff.md)
     ReluGradOp,
     SigmoidGradOp,
@@ -1189,6 +1273,9 @@ GRAPH_OPS: tuple[type[GraphOp], ...] = (
     Pool2dGradOp,
     ReduceGradOp,
     ScatterAddOp,
+    AggregateGradOp,
+    AggregateWeightGradOp,
+    EdgeSoftmaxGradOp,
     LayernormGradOp,
     BatchnormTrainOp,
     BatchnormGradOp,

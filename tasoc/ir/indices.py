@@ -3,7 +3,8 @@
 Class labels (`graph.softmax_cross_entropy` and its gradient: classes are the logits'
 last dimension) and ids (`graph.embedding`: rows of the table, `graph.scatter_add`:
 rows of its result) must lie in [0, bound); `graph.gather`'s indices in [-bound,
-bound), the size of the gathered axis. Two places need that fact: drawing valid
+bound), the size of the gathered axis; a GNN op's sources rows of its features and its
+targets rows of a block. Two places need that fact: drawing valid
 random arguments (`backends.arguments`) and refusing out-of-range ones before a JAX
 run, which cannot raise on data (`driver.index_ranges`). It is written once, here.
 """
@@ -52,21 +53,45 @@ def _gathered_axis(op: Operation) -> int:
     return data.shape[op.py_attrs()["axis"] % data.rank]
 
 
+def _source_rows(op: Operation) -> int:
+    return sig_of(op.operands[0].type).shape[0]
+
+
+def _block_rows(op: Operation) -> int:
+    return int(op.py_attrs()["block_rows"])
+
+
+def _edges(src: int | None, dst: int) -> tuple[IndexOperand, ...]:
+    """A GNN op's edge arrays: sources are rows of operand 0, targets rows of a block
+    (an argument never holds -1 padding, which only constants written by a pass do)."""
+    target = IndexOperand(dst, "dst", "rows of a block (block_rows)", _block_rows)
+    if src is None:
+        return (target,)
+    return (IndexOperand(src, "src", "rows of the sources", _source_rows), target)
+
+
 _LABELS = IndexOperand(1, "labels", "classes, the logits' last dimension", _logits_classes)
 
-INDEX_OPERANDS: Mapping[str, IndexOperand] = {
-    "graph.softmax_cross_entropy": _LABELS,
-    "graph.softmax_cross_entropy_grad": _LABELS,
-    "graph.embedding": IndexOperand(0, "ids", "rows of the table", _table_rows),
-    "graph.scatter_add": IndexOperand(0, "ids", "rows of the result", _result_rows),
-    "graph.gather": IndexOperand(
-        1, "indices", "entries along the gathered axis", _gathered_axis, from_end=True
+INDEX_OPERANDS: Mapping[str, tuple[IndexOperand, ...]] = {
+    "graph.softmax_cross_entropy": (_LABELS,),
+    "graph.softmax_cross_entropy_grad": (_LABELS,),
+    "graph.embedding": (IndexOperand(0, "ids", "rows of the table", _table_rows),),
+    "graph.scatter_add": (IndexOperand(0, "ids", "rows of the result", _result_rows),),
+    "graph.gather": (
+        IndexOperand(
+            1, "indices", "entries along the gathered axis", _gathered_axis, from_end=True
+        ),
     ),
+    "graph.aggregate": _edges(1, 2),
+    "graph.aggregate_grad": _edges(1, 2),
+    "graph.aggregate_weight_grad": _edges(1, 2),
+    "graph.edge_softmax": _edges(None, 1),
+    "graph.edge_softmax_grad": _edges(None, 1),
+    "graph.edge_scores": _edges(2, 3),
 }
-"""The ops with an index operand, by name (so this works whichever ops are loaded)."""
+"""The ops' index operands, by op name (so this works whichever ops are loaded)."""
 
 
 def index_operand(op: Operation, operand: int) -> IndexOperand | None:
     """What operand `operand` of `op` indexes, or None when it is no index."""
-    found = INDEX_OPERANDS.get(op.name)
-    return found if found is not None and found.operand == operand else None
+    return next((i for i in INDEX_OPERANDS.get(op.name, ()) if i.operand == operand), None)

@@ -8,6 +8,7 @@ from tasoc.models import (  # noqa: F401  (importing registers the models)
     bert,
     candle_uno,
     dlrm,
+    gnn,
     inception,
     nasnet,
     nasrnn,

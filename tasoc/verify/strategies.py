@@ -40,6 +40,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from hypothesis import strategies as st
@@ -649,6 +650,73 @@ def _scatter_add(m: _GraphMaker) -> None:
     m.emit("scatter_add", ids, updates, rows=m.draw(st.integers(1, 6)))
 
 
+# Graph neural networks: edge arrays [blocks, edges], arguments drawn in range.
+
+
+@dataclass(frozen=True)
+class _Edges:
+    src: SSAValue
+    dst: SSAValue
+    blocks: int
+    width: int
+    block_rows: int
+
+
+def _edges(m: _GraphMaker) -> _Edges:
+    """Fresh edge arguments (`random_inputs` draws them in range: `ir/indices.py`)."""
+    blocks, width, rows = (m.draw(st.integers(1, high)) for high in (3, 5, 4))
+    src, dst = (_indices(m, (blocks, width)) for _ in range(2))
+    return _Edges(src, dst, blocks, width, rows)
+
+
+def _features(m: _GraphMaker) -> SSAValue:
+    """A [rows, features] float value with a row to read."""
+    shape = st.tuples(st.integers(1, 6), st.integers(1, 4))
+    return m.operand(
+        lambda s: s.rank == 2 and s.shape[0] > 0, lambda: TensorSig(m.draw(shape), m.dtype)
+    )
+
+
+def _aggregation(name: str) -> Emitter:
+    """`aggregate`, `aggregate_grad` or `aggregate_weight_grad`."""
+
+    def emit(m: _GraphMaker) -> None:
+        x = _features(m)
+        features = m.sig(x).shape[1]
+        e = _edges(m)
+        kinds = ["sum", "mean"] + ([] if name == "aggregate_weight_grad" else ["max"])
+        attrs = {"reduce": m.draw(st.sampled_from(kinds)), "block_rows": e.block_rows}
+        # A max's weights have no gradient: a program drawn for autodiff has none.
+        weightless = name == "aggregate_weight_grad" or (m.trainable and attrs["reduce"] == "max")
+        weighted = not weightless and m.draw(st.booleans())
+        weight = [_exactly(m, (e.blocks, e.width), False)] if weighted else []
+        dy = (
+            [] if name == "aggregate" else [_exactly(m, (e.blocks * e.block_rows, features), False)]
+        )
+        m.emit(name, x, e.src, e.dst, *weight, *dy, **attrs)
+
+    return emit
+
+
+def _edge_softmax(name: str) -> Emitter:
+    """`edge_softmax` or `edge_softmax_grad`."""
+
+    def emit(m: _GraphMaker) -> None:
+        e = _edges(m)
+        shape = (e.blocks, e.width)
+        dy = [_exactly(m, shape, False)] if name == "edge_softmax_grad" else []
+        m.emit(name, _exactly(m, shape, False), e.dst, *dy, block_rows=e.block_rows)
+
+    return emit
+
+
+def _edge_scores(m: _GraphMaker) -> None:
+    e = _edges(m)
+    a = _exactly(m, (m.draw(st.integers(1, 6)), 1), False)
+    b = _exactly(m, (e.blocks * e.block_rows, 1), False)
+    m.emit("edge_scores", a, b, e.src, e.dst, block_rows=e.block_rows)
+
+
 def _softmax_cross_entropy(m: _GraphMaker) -> None:
     logits = m.any_float(min_rank=1)
     m.emit("softmax_cross_entropy", logits, _indices(m, m.sig(logits).shape[:-1]))
@@ -754,6 +822,12 @@ EMITTERS: dict[str, Emitter] = {
     "pool2d_grad": _pool2d_grad,
     "reduce_grad": _reduce_grad,
     "scatter_add": _scatter_add,
+    "aggregate": _aggregation("aggregate"),
+    "aggregate_grad": _aggregation("aggregate_grad"),
+    "aggregate_weight_grad": _aggregation("aggregate_weight_grad"),
+    "edge_softmax": _edge_softmax("edge_softmax"),
+    "edge_softmax_grad": _edge_softmax("edge_softmax_grad"),
+    "edge_scores": _edge_scores,
     "layernorm_grad": _layernorm_grad,
     "batchnorm_train": _batchnorm_train,
     "batchnorm_grad": _batchnorm_grad,

@@ -77,7 +77,14 @@ def jax_dtype(dtype: DType | str) -> np.dtype:
     return jax.dtypes.canonicalize_dtype(numpy_dtype(dtype))
 
 
-JAX = ArrayModule(jnp, erf=lax.erf, erfc=lax.erfc, dtype_of=jax_dtype)
+JAX = ArrayModule(
+    jnp,
+    erf=lax.erf,
+    erfc=lax.erfc,
+    dtype_of=jax_dtype,
+    segment_sum=lambda data, ids, segments: jax.ops.segment_sum(data, ids, segments),
+    segment_max=lambda data, ids, segments: jax.ops.segment_max(data, ids, segments),
+)
 """The array namespace the ops' own kernels (`OpDef.kernel`) are lowered on."""
 
 

@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from tasoc.backends.numpy.kernels import _kernel, _windows
+from tasoc.backends.numpy.kernels import NUMPY, _kernel, _windows
+from tasoc.ir.opdef import op_def
 from tasoc.ir.shapes import window_pads
 
 # ------------------------------------------------------------------ convolution
@@ -149,6 +150,53 @@ def _scatter_add(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list
     # add.at, not table[ids] += ...: repeated ids must accumulate.
     np.add.at(table, ids.reshape(-1), updates.reshape(-1, features))
     return [table]
+
+
+# ------------------------------------------------------ graph neural networks
+# The ops' own kernels (`tasoc/ir/ops/gnn.py`), after the checks a jitted function
+# cannot make: every source a row of x, every target a row of its block or padding.
+
+
+def _check_edges(
+    op: str,
+    attrs: Mapping[str, Any],
+    sources: int | None,
+    targets: int,
+    inputs: Sequence[np.ndarray],
+) -> None:
+    """ValueError naming the first bad index: a target outside -1 .. block_rows-1, a
+    source (operand `sources`, read from operand 0) outside operand 0's rows."""
+    dst = inputs[targets]
+    bad = dst[(dst < -1) | (dst >= attrs["block_rows"])]
+    if bad.size:
+        raise ValueError(
+            f"graph.{op}: target {bad.flat[0]} is out of range [0, {attrs['block_rows']}) "
+            "(-1: padding)"
+        )
+    if sources is not None:
+        _check_indices(op, "source", inputs[sources][dst >= 0], inputs[0].shape[0])
+
+
+def _checked(op: str, sources: int | None, targets: int) -> None:
+    kernel = op_def(op).kernel
+    assert kernel is not None
+
+    def run(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        _check_edges(op, attrs, sources, targets, inputs)
+        return [np.asarray(r) for r in kernel(NUMPY, attrs, inputs)]
+
+    _kernel(op)(run)
+
+
+for _op, _sources, _targets in (
+    ("aggregate", 1, 2),
+    ("aggregate_grad", 1, 2),
+    ("aggregate_weight_grad", 1, 2),
+    ("edge_softmax", None, 1),
+    ("edge_softmax_grad", None, 1),
+    ("edge_scores", 2, 3),
+):
+    _checked(_op, _sources, _targets)
 
 
 # ---------------------------------------------------------------- normalization

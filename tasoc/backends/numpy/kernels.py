@@ -79,12 +79,35 @@ def in_float64(kernel: AnyKernel) -> AnyKernel:
 _ERF = np.frompyfunc(math.erf, 1, 1)
 _ERFC = np.frompyfunc(math.erfc, 1, 1)
 
+
+def _segment_reduce(
+    ufunc: np.ufunc, fill: float
+) -> Callable[[np.ndarray, np.ndarray, int], np.ndarray]:
+    """A segment reduction by `ufunc`: rows sorted by id, then `ufunc.reduceat` over
+    each run of one id (vectorised, no Python loop over edges)."""
+
+    def reduce(data: np.ndarray, ids: np.ndarray, segments: int) -> np.ndarray:
+        keep = (ids >= 0) & (ids < segments)
+        data, ids = data[keep], ids[keep]
+        order = np.argsort(ids, kind="stable")
+        ids, data = ids[order], data[order]
+        out = np.full((segments, *data.shape[1:]), fill, data.dtype)
+        if ids.size:
+            starts = np.flatnonzero(np.concatenate([[True], ids[1:] != ids[:-1]]))
+            out[ids[starts]] = ufunc.reduceat(data, starts, axis=0)
+        return out
+
+    return reduce
+
+
 NUMPY = ArrayModule(
     np,
     # NumPy has no erf; math's are exact to double precision.
     erf=lambda x: np.asarray(_ERF(x), np.float64),
     erfc=lambda x: np.asarray(_ERFC(x), np.float64),
     dtype_of=numpy_dtype,
+    segment_sum=_segment_reduce(np.add, 0.0),
+    segment_max=_segment_reduce(np.maximum, -np.inf),
 )
 """The array namespace the reference runs the ops' own kernels (`OpDef.kernel`) on."""
 

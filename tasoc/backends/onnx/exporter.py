@@ -776,6 +776,14 @@ _NO_OPERATOR = {
     "batchnorm_grad": "batch normalization's gradient",
     "softmax_cross_entropy_grad": "the cross-entropy loss's gradient",
     "adam_update": "an Adam update",
+    # ScatterND's reductions could compute some of these, but would import back as
+    # other ops than the aggregation (docs/decisions.md).
+    "aggregate": "a neighbour aggregation over edge blocks",
+    "aggregate_grad": "a neighbour aggregation's gradient",
+    "aggregate_weight_grad": "a neighbour aggregation's weight gradient",
+    "edge_softmax": "a softmax over each target's edges",
+    "edge_softmax_grad": "an edge softmax's gradient",
+    "edge_scores": "per-edge scores of sources and targets",
 }
 
 

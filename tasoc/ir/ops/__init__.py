@@ -7,6 +7,7 @@ from tasoc.ir.ops import (  # noqa: F401  (each module registers its definitions
     constants,
     conv,
     elementwise,
+    gnn,
     indexing,
     loss,
     matmul,

@@ -353,6 +353,48 @@ def _embedding(w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, 
     return (None, w.value("scatter_add", ids, _only(grads), rows=table.sig.shape[0]))
 
 
+@_rule("aggregate")
+def _aggregate(w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ...]) -> Gradients:
+    """x's gradient scattered back to the sources (`aggregate_grad`); the per-edge
+    weights' by `aggregate_weight_grad` (sum and mean; a max's weights are refused);
+    the integer edge arrays get none."""
+    g = _only(grads)
+    x, src, dst, *weight = node.inputs
+    attrs = {"reduce": node.attr("reduce"), "block_rows": node.attr("block_rows")}
+    dx = w.value("aggregate_grad", *node.inputs, g, **attrs) if needed[0] else None
+    dweight = None
+    if weight and needed[3]:
+        if attrs["reduce"] == "max":
+            raise ValueError("the per-edge weights of a max aggregation are not differentiated")
+        # d/dw[e] of w[e] * x[src[e]]: the unweighted product with dy.
+        dweight = w.value("aggregate_weight_grad", x, src, dst, g, **attrs)
+    return (dx, None, None, *([dweight] if weight else []))
+
+
+@_rule("edge_softmax")
+def _edge_softmax(
+    w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ...]
+) -> Gradients:
+    _, dst = node.inputs
+    y = node.results[0]
+    grad = w.value("edge_softmax_grad", y, dst, _only(grads), block_rows=node.attr("block_rows"))
+    return (grad, None)
+
+
+@_rule("edge_scores")
+def _edge_scores(
+    w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ...]
+) -> Gradients:
+    """a[src] + b[target] per edge: a's gradient sums each source's edges, b's each
+    target's, both aggregations of the edges' dy (as weights) over ones."""
+    a, b, src, dst = node.inputs
+    g = _only(grads)
+    attrs = {"reduce": "sum", "block_rows": node.attr("block_rows")}
+    da = w.value("aggregate_grad", a, src, dst, g, w.ones(b.sig), **attrs) if needed[0] else None
+    db = w.value("aggregate", w.ones(a.sig), src, dst, g, **attrs) if needed[1] else None
+    return (da, db, None, None)
+
+
 @_rule("softmax_cross_entropy")
 def _softmax_cross_entropy(
     w: StepWriter, node: Node, grads: Gradients, needed: tuple[bool, ...]

@@ -172,6 +172,9 @@ def summary(section: Mapping[str, Any]) -> Summary:
         f"({section['capacity_from']}): {fits}",
         _baselines_line(section),
     ]
+    roc = section.get("roc")
+    if roc is not None:
+        details.insert(0, _partition_line(roc))
     collectives = section["collectives"]
     if collectives:
         kinds = ", ".join(f"{entry['count']} {kind}" for kind, entry in collectives.items())
@@ -189,6 +192,16 @@ def summary(section: Mapping[str, Any]) -> Summary:
     if stopped is not None:
         details.append(stopped)
     return Summary(headline, tuple(details), tuple(_warnings(section, mesh)))
+
+
+def _partition_line(roc: Mapping[str, Any]) -> str:
+    """`search=roc`'s vertex partition in one line (`vertex_layout.VertexLayout.report`)."""
+    return (
+        f"partition ({roc['partitioner']}): {roc['vertices']} vertices, {roc['edges']} edges "
+        f"over {roc['devices']} devices, padded blocks of {roc['block_rows']} rows; "
+        f"at most {roc['block_edges']} in-edges a device (largest over mean: "
+        f"{roc['vertex_imbalance']:g} in vertices, {roc['edge_imbalance']:g} in edges)"
+    )
 
 
 def _prediction(machine: Machine, chosen: Planned) -> dict[str, Any]:

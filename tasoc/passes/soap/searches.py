@@ -81,10 +81,16 @@ BASELINES = ("data-parallel", "owt", "dlrm-hybrid", "megatron", "layer-wise", "z
 they apply (`Prescription.inapplicable`): the plans a practitioner would pick."""
 
 
+GRAPH_SEARCH = "roc"
+"""ROC's vertex partitioning of a GNN step (`vertex_layout.py`): its own path in the
+pass, since it changes the program (padded vertices, blocked edges) before a plan is
+made, which no search of `SEARCHES` may do."""
+
+
 def search_names() -> tuple[str, ...]:
     """Every `search=` choice: `auto` (the default), the named strategies (the baselines
-    first), the rest of the searches."""
-    return tuple(dict.fromkeys(("auto", *BASELINES, *STRATEGIES, *SEARCHES)))
+    first), the rest of the searches, then `roc`."""
+    return tuple(dict.fromkeys(("auto", *BASELINES, *STRATEGIES, *SEARCHES, GRAPH_SEARCH)))
 
 
 def comparable_names() -> tuple[str, ...]:

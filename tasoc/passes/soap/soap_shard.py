@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal
 
 from xdsl.context import Context
@@ -66,13 +66,16 @@ from tasoc.passes.options import (
     check_option_types,
     parse_byte_size,
 )
+from tasoc.passes.report import current_report
 from tasoc.passes.search import Deadline
 from tasoc.passes.soap import profile, reporting
-from tasoc.passes.soap.meshes import DeviceCounts, device_counts, parse_mesh
+from tasoc.passes.soap.meshes import DeviceCounts, device_counts, module_mesh, parse_mesh
 from tasoc.passes.soap.problem import Heuristic, Objective
-from tasoc.passes.soap.searches import SEARCHES, comparable_names, search_names
+from tasoc.passes.soap.roc.partition import PARTITIONERS
+from tasoc.passes.soap.searches import GRAPH_SEARCH, SEARCHES, comparable_names, search_names
 from tasoc.passes.soap.strategies import STRATEGIES
 from tasoc.passes.soap.swap_pricing import Placer
+from tasoc.passes.soap.vertex_layout import roc_layout
 from tasoc.passes.summary import Summary
 
 FRONTIER_COMPARE = ("mcmc", "ilp", "greedy")
@@ -153,9 +156,16 @@ class SoapShardPass(ModulePass):
     spread evenly in memory); `profile.FT_MAX_POINTS` when not given, no limit with
     `heuristic=exact`."""
 
+    partitioner: str = "equal-vertex"
+    """How `search=roc` partitions the input graph's vertices over the devices: a
+    method of `tasoc.passes.soap.roc.partition.PARTITIONERS` (docs/soap-shard.md)."""
+
     def __post_init__(self) -> None:
         check_option_types(self)
         check_choice(self, "search", search_names())
+        check_choice(self, "partitioner", tuple(PARTITIONERS))
+        if self.search == GRAPH_SEARCH and (self.objective != "time" or self.place is not None):
+            raise ValueError("search=roc plans objective=time, without place=")
         if self.search == "auto" and self.objective == "frontier":
             object.__setattr__(self, "search", "ft")  # the one search that tracks it
         if self.mesh is not None:
@@ -196,9 +206,13 @@ class SoapShardPass(ModulePass):
         require(self.contract, op, SoapShardFailed)
         start = time.perf_counter()
         deadline = Deadline.after(self.timeout)
+        planner = self
         try:
             dag = dag_module.from_module(op)
-            tried = profile.plan_meshes(self, op, dag, deadline)
+            if self.search == GRAPH_SEARCH:
+                dag = self._lay_out(op)
+                planner = replace(self, search="data-parallel")
+            tried = profile.plan_meshes(planner, op, dag, deadline)
             chosen = profile.choose(self, tried)
             compared, notes = profile.compare(self, chosen, deadline)
         except ValueError as err:
@@ -206,6 +220,28 @@ class SoapShardPass(ModulePass):
         collectives = write_sharded(op, dag, chosen.plan, chosen.mesh)
         op.attributes[MACHINE_ATTR] = StringAttr(self.machine or chosen.machine.name)
         reporting.write_report(self, start, dag, chosen, tried, collectives, compared, notes)
+
+    def _laid_out(self, op: ModuleOp) -> dict[str, Any]:
+        """`search=roc`'s first step: the program's graph partitioned for the mesh's
+        devices and the program laid out by it (`vertex_layout.py`), written back into
+        `op`; the step is then split over its vertices like any data-parallel program.
+        Returns the partition's figures (`VertexLayout.report`)."""
+        mesh = module_mesh(op, self.mesh, self.machine)
+        laid, layout, graph = roc_layout(
+            dag_module.from_module(op),
+            mesh.size,
+            self.partitioner,
+            self.machine or "cpu",
+            self.seed or 0,
+        )
+        dag_module.write_back(op, laid)
+        return layout.report(graph)
+
+    def _lay_out(self, op: ModuleOp) -> dag_module.Dag:
+        """`_laid_out`, its figures in the report (the summary's partition line)."""
+        facts = self._laid_out(op)
+        current_report().section(self.name)["roc"] = {"partitioner": self.partitioner, **facts}
+        return dag_module.from_module(op)
 
     def summary(self, section: Mapping[str, Any]) -> Summary:
         """The search, mesh and simulated step against the baselines, memory per device
@@ -244,5 +280,10 @@ class SoapShardPass(ModulePass):
 
     def verification_pair(self, before: ModuleOp, after: ModuleOp) -> tuple[ModuleOp, ModuleOp]:
         """The two programs `tasoc opt --verify-each` compares: the sharded program's
-        one-device equal (collectives dropped, layouts removed) against the input."""
+        one-device equal (collectives dropped, layouts removed) against the input, laid
+        out as `search=roc` laid it out (the same partition: the layout's own
+        equivalence with the input on permuted data is `tests/test_gnn.py`'s)."""
+        if self.search == GRAPH_SEARCH:
+            before = before.clone()
+            self._laid_out(before)
         return unsharded(before), unsharded(after)
