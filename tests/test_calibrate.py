@@ -338,7 +338,7 @@ def test_compute_scales_round_trip_and_bad_ones_are_one_line(tmp_path: Path) -> 
     assert "[compute_scales]\n2x1 = 1.25" in path.read_text()
     assert load_machine(path) == local
     for scales, expected in (
-        ({"two": 1.5}, "compute_scales must be PxD, got 'two'"),
+        ({"two": 1.5}, "compute_scales must be PxD[-CLASS], got 'two'"),
         ({"2x1": 0}, "compute_scales.2x1 must be positive"),
         ({"2x1": "fast"}, "compute_scales.2x1 must be a number"),
         (1.5, "compute_scales must be a table"),
