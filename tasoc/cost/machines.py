@@ -688,7 +688,11 @@ def machine_from_dict(data: object, where: str, default_name: str = "machine") -
     _expect(isinstance(scales, Mapping), where, "compute_scales", "a table", scales)
     for setup in scales:
         _expect(
-            bool(re.fullmatch(SCALE_PATTERN, setup)), where, "compute_scales", "PxD[-CLASS]", setup
+            bool(re.fullmatch(SCALE_PATTERN, setup)),
+            where,
+            "compute_scales",
+            "PxD or PxD-CLASS",
+            setup,
         )
         scale = _number(scales, setup, where, "compute_scales")
         _expect(scale > 0, where, f"compute_scales.{setup}", "positive", scale)
