@@ -57,8 +57,9 @@ assignment places them (`_outside_donated`), an element-wise result written over
 dying operand of its size, the copies of arguments convolutions read in their own
 layout (`CONVOLUTIONS`), a softmax's exponent (`EXPONENTIATING`), a max-pooling's
 argmax (`argmax_of`), a minor-dimension gather's row-major copy (`gathered_minor`),
-and the rest packed into one heap as XLA's heap simulator packs it (`_packed`). It is
-split into
+an all-to-all's slices of its operand and its tuple of received blocks (`sequence`,
+`TUPLE_ENTRY_BYTES`), and the rest packed into one heap as XLA's heap simulator packs
+it, lives timed on its clock of allocations and frees (`_packed`). It is split into
 liveness's kinds (`tasoc.ir.liveness`) plus communication buffers; docs/benchmarks.md
 ("Per-device memory: the simulator against XLA") has how it compares with XLA's.
 
