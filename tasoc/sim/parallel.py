@@ -611,8 +611,13 @@ class ShardedStep:
           (`EXPONENTIATING`); a max-pooling's gradient reads an argmax found in the
           forward (`argmax_of`); an all-gather along a minor dimension is copied
           row-major for a dot (`gathered_minor`);
+        * an all-to-all reads its operand as one slice per device of its group, made a
+          wave before it (an element-wise producer read by it alone computed inside
+          them, `_fused`), and returns a tuple of one buffer per block
+          (`TUPLE_ENTRY_BYTES`);
         * the temporaries left are packed into one heap as XLA's heap simulator packs
-          them (`_packed`), whose gaps can make it more than the most bytes live at
+          them (`_packed`, lives timed on its clock of allocations and frees,
+          `_event_times`), whose gaps can make it more than the most bytes live at
           once; the kinds are those live at the peak, the gaps counted as the kind at
           the heap's top (docs/benchmarks.md, "Per-device memory: the simulator
           against XLA")."""
