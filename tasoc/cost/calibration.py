@@ -53,7 +53,13 @@ from tasoc.cost.machines import (
     LinkKind,
     Machine,
 )
-from tasoc.cost.op_table import copies_of, dag_program, median_call, median_difference
+from tasoc.cost.op_table import (
+    MAX_COPIES,
+    copies_of,
+    dag_program,
+    median_call,
+    median_difference,
+)
 from tasoc.ir.builder import GraphBuilder
 from tasoc.ir.dag import Dag, from_module
 
@@ -85,6 +91,9 @@ class Sizes:
     """Samples of each measurement's median in one round."""
     probe: tuple[int, int] = (128, 384)
     """Batch and width of `probe_dag`'s step."""
+    op_copies: int = MAX_COPIES
+    """At most this many applications of a class probe op timed together
+    (`class_probes`; the op table's `copies_of`)."""
     host_bytes: tuple[int, ...] = (64 * 1024, 4 * MiB, 32 * MiB)
     """Bytes of a host copy."""
     samples: int = 7
@@ -101,6 +110,7 @@ QUICK = Sizes(
     compute_rounds=2,
     link_samples=1,
     probe=(16, 32),
+    op_copies=4,
     host_bytes=(64 * 1024, MiB),
     samples=3,
 )
@@ -346,15 +356,15 @@ def probe_timer(
     `probe_dag`) adds to a program in which each of `devices` applies it at once, as
     `op_table.measure` times an op (`dag_program`, `median_difference` with
     `PROBE_CALLS` calls per sample, so processes timing together do as much work
-    each): `op_table.copies_of` applications of a one-op dag, as the table takes,
-    `PROBE_COPIES` of the step; compiled and warm already, since compiling takes
-    longer than timing and a process compiling late would leave the others timing
-    alone."""
+    each): `op_table.copies_of` applications of a one-op dag, as the table takes (at
+    most `sizes.op_copies`), `PROBE_COPIES` of the step; compiled and warm already,
+    since compiling takes longer than timing and a process compiling late would leave
+    the others timing alone."""
     if dag is None:
         dag, copies = probe_dag(*sizes.probe), PROBE_COPIES
     else:
         (node,) = (value.node for value in dag.outputs)
-        copies = copies_of(node)
+        copies = min(copies_of(node), sizes.op_copies)
     many, once = (dag_program(dag, devices, n) for n in (copies, 1))
     for call in (many, once, many, once):  # compiled, warm
         call()
