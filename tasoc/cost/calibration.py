@@ -450,6 +450,12 @@ def host_samples(sizes: Sequence[int], samples: int) -> list[tuple[int, float]]:
 _FLOOR_SECONDS = 1e-7
 
 
+def above_noise(seconds: float) -> bool:
+    """Whether a difference of medians was measured above `_positive`'s floor (below
+    it, noise: a probe op of `QUICK`'s sizes can come out there)."""
+    return seconds > _FLOOR_SECONDS
+
+
 def _positive(seconds: float) -> float:
     """A difference of medians as a time: never below 0.1 us (noise can make a small
     one negative, and a fit works on logarithms; `fit_link` leaves such ones out)."""

@@ -324,6 +324,11 @@ def _compute_scale(
     the rounds' quartiles."""
     import numpy as np
 
+    from tasoc.cost.calibration import above_noise
+
+    # a round with a side lost in noise (at the floor) says nothing of the ratio
+    kept = [pair for pair in rounds if all(map(above_noise, pair))]
+    rounds = kept if len(kept) >= 2 else rounds
     ratios = [together / alone for alone, together in rounds]
     scale = statistics.median(ratios)
     low, high = np.percentile(ratios, [25, 75])
