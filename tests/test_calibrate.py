@@ -8,6 +8,7 @@ shared and loaded. The table's pricing is checked with hand-written cache files 
 from __future__ import annotations
 
 import json
+import math
 import socket
 import sys
 from collections.abc import Callable
@@ -20,9 +21,9 @@ from conftest import Result, assert_one_line_error
 from test_sim_parallel import TINY, training_plan
 
 from tasoc.cost import calibration, op_table
-from tasoc.cost.analytic import roofline
+from tasoc.cost.analytic import op_class, roofline
 from tasoc.cost.calibration import CollectiveSample, fit_collectives, fit_host
-from tasoc.cost.devices import CPU
+from tasoc.cost.devices import CPU, OP_CLASSES
 from tasoc.cost.machines import (
     COLLECTIVE_KINDS,
     Link,
@@ -320,6 +321,34 @@ def test_a_step_across_processes_prices_its_ops_with_their_compute_scale(
     assert compute[1] == pytest.approx(1.4 * compute[0])
 
 
+def test_an_ops_class_has_a_compute_scale_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Calibration scales each op class by its own probe (`PxD-CLASS`): a matmul of a
+    2x1 step is priced with the gemm scale, an add with the setup's (no elementwise
+    scale measured here), and one process's step with neither."""
+    monkeypatch.setenv("TASOC_CACHE_DIR", str(tmp_path))
+    _no_measuring(monkeypatch)
+    scales = (("2x1", 1.4), ("2x1-gemm", 2.0))
+    across = replace(_local_like(), nodes=2, devices_per_node=1, compute_scales=scales)
+    within = replace(across, nodes=1, devices_per_node=2)
+    matmul = _matmul()
+    add = Node("add", [Node.arg(0, "x", X).out, Node.arg(1, "y", X).out])
+    assert (across.compute_scale(2, "matmul"), across.compute_scale(2, "add")) == (2.0, 1.4)
+    assert within.compute_scale(2, "matmul") == 1.0
+    assert across.op_seconds(matmul, 2) == pytest.approx(2.0 * within.op_seconds(matmul, 2))
+    assert across.op_seconds(add, 2) == pytest.approx(1.4 * within.op_seconds(add, 2))
+
+
+def test_every_op_class_has_a_probe_op() -> None:
+    """`class_probes` gives one op of each `OpClass`, classed as the pricing classes
+    the ops it scales (`analytic.op_class`)."""
+    probes = calibration.class_probes(16, 32)
+    assert {name: op_class(dag.ops[-1].op) for name, dag in probes.items()} == {
+        name: name for name in OP_CLASSES
+    }
+
+
 def test_the_compute_scale_is_the_rounds_median_ratio_and_says_its_spread() -> None:
     """Each round pairs one process of P devices (the table's way) with the P processes
     at once, timed seconds apart: a round's ratio compares like with like, and a round
@@ -329,16 +358,21 @@ def test_the_compute_scale_is_the_rounds_median_ratio_and_says_its_spread() -> N
     assert (setup, scale) == ("2x1", pytest.approx(1.4))
     assert "in 5 rounds" in source and "compute_scales 2x1 = 1.4," in source
     assert "ratio IQR 1.3-1.5" in source
+    (key, _), source = machine_driver._compute_scale(rounds, 2, calibration.Sizes(), "gemm")
+    assert key == "2x1-gemm" and "the gemm probe op" in source
+    noisy = [*rounds, (1e-7, 5e-3), (1e-7, 9e-3)]  # one side at the floor: noise
+    assert machine_driver._compute_scale(noisy, 2, calibration.Sizes())[0][1] == 1.4
 
 
 def test_compute_scales_round_trip_and_bad_ones_are_one_line(tmp_path: Path) -> None:
-    local = replace(_local_like(), compute_scales=(("2x1", 1.25),))
+    local = replace(_local_like(), compute_scales=(("2x1", 1.25), ("2x1-elementwise", 1.5)))
     path = tmp_path / "local.toml"
     path.write_text(machine_to_toml(local))
-    assert "[compute_scales]\n2x1 = 1.25" in path.read_text()
+    assert "[compute_scales]\n2x1 = 1.25\n2x1-elementwise = 1.5" in path.read_text()
     assert load_machine(path) == local
     for scales, expected in (
-        ({"two": 1.5}, "compute_scales must be PxD, got 'two'"),
+        ({"two": 1.5}, "compute_scales must be PxD or PxD-CLASS, got 'two'"),
+        ({"2x1-fast": 1.5}, "compute_scales must be PxD or PxD-CLASS, got '2x1-fast'"),
         ({"2x1": 0}, "compute_scales.2x1 must be positive"),
         ({"2x1": "fast"}, "compute_scales.2x1 must be a number"),
         (1.5, "compute_scales must be a table"),
@@ -484,13 +518,19 @@ def test_the_probe_is_a_training_step_timed_in_rounds_between_barriers() -> None
     met: list[str] = []
     devices = op_table.cpu_devices(2, 2)
     found = calibration.compute_rounds(devices, True, calibration.QUICK, met.append)
-    rounds = calibration.QUICK.compute_rounds
+    rounds, probes = calibration.QUICK.compute_rounds, [calibration.STEP, *OP_CLASSES]
+    assert list(found) == probes  # the step's, then each op class's probe op
     assert met == [
-        f"tasoc calibrate: {w} {r}" for r in range(rounds) for w in ("alone", "together")
+        f"tasoc calibrate: {name} {w} {r}"
+        for r in range(rounds)
+        for name in probes
+        for w in ("alone", "together")
     ]
-    assert len(found) == rounds and all(0 < a < 1 and 0 < b < 1 for a, b in found)
+    pairs = [pair for timed in found.values() for pair in timed]
+    assert all(len(timed) == rounds for timed in found.values())
+    assert all(0 < a < 1 and 0 < b < 1 for a, b in pairs)
     others = calibration.compute_rounds(devices, False, calibration.QUICK, met.append)
-    assert [a for a, _ in others] == [0.0] * rounds  # only process 0 times the one process
+    assert {a for timed in others.values() for a, _ in timed} == {0.0}  # process 0 alone
 
 
 # ------------------------------------------------------------------ the command
@@ -531,8 +571,10 @@ def test_calibrate_measures_the_link_between_processes(
     assert calibrated.inter is not None and calibrated.inter.kind == "loopback"
     inter = next(s for s in calibrated.sources if s.startswith("inter: "))
     assert "2 round(s) fitted alone: bandwidth IQR" in inter
-    ((setup, scale),) = calibrated.compute_scales  # the workers' probe over one process's
-    assert setup == "2x1" and 0 < scale < 100
+    scales = dict(calibrated.compute_scales)  # the workers' probes over one process's
+    assert set(scales) == {"2x1", *(f"2x1-{name}" for name in OP_CLASSES)}
+    assert 0 < scales["2x1"] < 100  # a class probe op at --quick sizes may be noise
+    assert all(0 < scale < math.inf for scale in scales.values())
     assert any(s.startswith("compute: ") and "2x1" in s for s in calibrated.sources)
 
 

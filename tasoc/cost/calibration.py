@@ -17,11 +17,12 @@ program without the thing measured, so JAX's dispatch of a call is not counted:
   predicts them (`fit_link`, least squares of log ratios), and each round's own fit
   gives the spread (`fit_rounds`: one calibration's 4 MiB all-reduces once fitted
   2.5 GB/s, the next 6.9);
-- **compute across processes**: a probe training step (`probe_dag`) timed the way the
-  op table times an op, by every device of a setup at once: in P processes of one
-  device against one process of P devices (the op table's own configuration), in
-  alternating rounds (`compute_rounds`), whose ratio prices the compute of a step
-  across processes (`Machine.compute_scales`);
+- **compute across processes**: a probe training step (`probe_dag`) and one op of
+  each op class (`class_probes`) timed the way the op table times an op, by every
+  device of a setup at once: in P processes of one device against one process of P
+  devices (the op table's own configuration), in alternating rounds
+  (`compute_rounds`), whose ratios price the compute of a step across processes, per
+  op class (`Machine.compute_scales`);
 - **host**: `jax.device_put` of host arrays and their copy back, fitted to
   `Link.time` alike;
 - **a step's call**: what a jitted call over the devices costs besides its ops, and
@@ -43,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from tasoc.cost.devices import Device
+from tasoc.cost.devices import Device, OpClass
 from tasoc.cost.machines import (
     MAX_DEVICE_MEMORY,
     MIN_DEVICE_MEMORY,
@@ -52,7 +53,13 @@ from tasoc.cost.machines import (
     LinkKind,
     Machine,
 )
-from tasoc.cost.op_table import dag_program, median_call, median_difference
+from tasoc.cost.op_table import (
+    MAX_COPIES,
+    copies_of,
+    dag_program,
+    median_call,
+    median_difference,
+)
 from tasoc.ir.builder import GraphBuilder
 from tasoc.ir.dag import Dag, from_module
 
@@ -84,6 +91,9 @@ class Sizes:
     """Samples of each measurement's median in one round."""
     probe: tuple[int, int] = (128, 384)
     """Batch and width of `probe_dag`'s step."""
+    op_copies: int = MAX_COPIES
+    """At most this many applications of a class probe op timed together
+    (`class_probes`; the op table's `copies_of`)."""
     host_bytes: tuple[int, ...] = (64 * 1024, 4 * MiB, 32 * MiB)
     """Bytes of a host copy."""
     samples: int = 7
@@ -100,6 +110,7 @@ QUICK = Sizes(
     compute_rounds=2,
     link_samples=1,
     probe=(16, 32),
+    op_copies=4,
     host_bytes=(64 * 1024, MiB),
     samples=3,
 )
@@ -308,44 +319,86 @@ def probe_dag(batch: int, width: int) -> Dag:
     return from_module(g.build(*updated))
 
 
-def probe_timer(devices: Sequence[Any], sizes: Sizes) -> Callable[[], float]:
-    """A function timing the seconds one more application of `probe_dag` adds to a
-    program in which each of `devices` applies it at once, as `op_table.measure` times
-    an op (`dag_program`, `median_difference` with `PROBE_CALLS` calls per sample, so
-    processes timing together do as much work each); compiled and warm already, since
-    compiling takes longer than timing and a process compiling late would leave the
-    others timing alone."""
-    dag = probe_dag(*sizes.probe)
-    many, once = (dag_program(dag, devices, n) for n in (PROBE_COPIES, 1))
+STEP = "step"
+"""The key of `probe_dag`'s rounds in `compute_rounds`' result (the others are op
+classes, `class_probes`)."""
+
+
+def class_probes(batch: int, width: int) -> dict[OpClass, Dag]:
+    """One op of each `OpClass` (`analytic.op_class`), at the sizes of the probe step:
+    a `batch` x `width` by `width` x `width` matmul (gemm), a 3 x 3 convolution of
+    `batch` / 16 images of 16 channels of 16 x 16 (conv), an add of two `batch` x
+    `width` arrays (elementwise), their sum along rows (reduction) and their transpose
+    (data_movement). Each is timed as the op table times an op (`probe_timer`), alone
+    and in the processes at once (`compute_rounds`), for the compute scale of its class
+    (`Machine.compute_scale`): the processes' XLA threads contend for the cores
+    unlike for a GEMM, whose threads split the work, than for a memory-bound op."""
+
+    def one(make: Callable[[GraphBuilder, Any], Any], shape: tuple[int, ...]) -> Dag:
+        g = GraphBuilder()
+        return from_module(g.build(make(g, g.input("x", shape))))
+
+    rows = (batch, width)
+    images = (max(batch // 16, 1), 16, 16, 16)
+    return {
+        "gemm": one(lambda g, x: g.matmul(x, g.param("w", (width, width))), rows),
+        "conv": one(lambda g, x: g.conv2d(x, g.param("w", (16, 16, 3, 3))), images),
+        "elementwise": one(lambda g, x: g.add(x, g.input("y", rows)), rows),
+        "reduction": one(lambda g, x: g.reduce(x, "sum", (1,)), rows),
+        "data_movement": one(lambda g, x: g.transpose(x, (1, 0)), rows),
+    }
+
+
+def probe_timer(
+    devices: Sequence[Any], sizes: Sizes, dag: Dag | None = None
+) -> Callable[[], float]:
+    """A function timing the seconds one more application of `dag` (default
+    `probe_dag`) adds to a program in which each of `devices` applies it at once, as
+    `op_table.measure` times an op (`dag_program`, `median_difference` with
+    `PROBE_CALLS` calls per sample, so processes timing together do as much work
+    each): `op_table.copies_of` applications of a one-op dag, as the table takes (at
+    most `sizes.op_copies`), `PROBE_COPIES` of the step; compiled and warm already,
+    since compiling takes longer than timing and a process compiling late would leave
+    the others timing alone."""
+    if dag is None:
+        dag, copies = probe_dag(*sizes.probe), PROBE_COPIES
+    else:
+        (node,) = (value.node for value in dag.outputs)
+        copies = min(copies_of(node), sizes.op_copies)
+    many, once = (dag_program(dag, devices, n) for n in (copies, 1))
     for call in (many, once, many, once):  # compiled, warm
         call()
 
     def seconds() -> float:
         difference = median_difference(many, once, sizes.samples, PROBE_CALLS)
-        return _positive(difference / (PROBE_COPIES - 1))
+        return _positive(difference / (copies - 1))
 
     return seconds
 
 
 def compute_rounds(
     local: Sequence[Any], first: bool, sizes: Sizes, barrier: Callable[[str], object]
-) -> list[tuple[float, float]]:
+) -> dict[str, list[tuple[float, float]]]:
     """In one of P `jax.distributed` processes of P devices each (`local`, this one's;
-    `first`: process 0), `sizes.compute_rounds` rounds of the probe step's seconds (a) in one
+    `first`: process 0), `sizes.compute_rounds` rounds of the probe step's seconds
+    (`STEP`) and of each op class's probe op (`class_probes`, by class) (a) in one
     process of P devices: process 0 times it on its own devices while the others wait
     at `barrier` (the op table's configuration), and (b) in P processes of one device,
     all timing it on their first device at once, between barriers: (a, b) per round,
     a only in process 0 (0 elsewhere). The two alternate, so a spell of load from
     elsewhere hits a round's pair alike, and the ratio b / a of each round is what a
-    step across the processes pays over the table (`Machine.compute_scales`)."""
-    alone = probe_timer(local, sizes) if first else None
-    together = probe_timer(local[:1], sizes)
-    found = []
+    step (an op of the class) across the processes pays over the table
+    (`Machine.compute_scales`)."""
+    dags: dict[str, Dag | None] = {STEP: None, **class_probes(*sizes.probe)}
+    alone = {name: probe_timer(local, sizes, dag) for name, dag in dags.items()} if first else {}
+    together = {name: probe_timer(local[:1], sizes, dag) for name, dag in dags.items()}
+    found: dict[str, list[tuple[float, float]]] = {name: [] for name in dags}
     for round_ in range(sizes.compute_rounds):
-        barrier(f"tasoc calibrate: alone {round_}")
-        seconds = alone() if alone is not None else 0.0
-        barrier(f"tasoc calibrate: together {round_}")
-        found.append((seconds, together()))
+        for name in dags:
+            barrier(f"tasoc calibrate: {name} alone {round_}")
+            seconds = alone[name]() if first else 0.0
+            barrier(f"tasoc calibrate: {name} together {round_}")
+            found[name].append((seconds, together[name]()))
     return found
 
 
@@ -395,6 +448,12 @@ def host_samples(sizes: Sequence[int], samples: int) -> list[tuple[int, float]]:
 
 
 _FLOOR_SECONDS = 1e-7
+
+
+def above_noise(seconds: float) -> bool:
+    """Whether a difference of medians was measured above `_positive`'s floor (below
+    it, noise: a probe op of `QUICK`'s sizes can come out there)."""
+    return seconds > _FLOOR_SECONDS
 
 
 def _positive(seconds: float) -> float:

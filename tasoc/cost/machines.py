@@ -33,8 +33,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from tasoc.cost.analytic import roofline
-from tasoc.cost.devices import CPU, DEVICES, H100, K80, OP_CLASSES, P100, V100, Device, Efficiency
+from tasoc.cost.analytic import op_class, roofline
+from tasoc.cost.devices import (
+    CPU,
+    DEVICES,
+    H100,
+    K80,
+    OP_CLASSES,
+    P100,
+    V100,
+    Device,
+    Efficiency,
+    OpClass,
+)
 from tasoc.cost.measured import cache_dir
 from tasoc.ir import soap
 from tasoc.ir.dag import Node
@@ -134,9 +145,13 @@ class Machine:
     XLA threads of their own to the cores they share (on our 2-core VM, sim_validate's
     2x1 steps ran 1.38-1.43x the table's compute). `tasoc machine calibrate --processes
     P` times a probe step in its P workers at once and in one process of P devices
-    (`tasoc.cost.calibration.compute_rounds`) and writes their ratio for `Px1`.
-    Measured pricing only; a setup not listed (one process, the table's own) is
-    priced by the table as it is (`compute_scale`)."""
+    (`tasoc.cost.calibration.compute_rounds`) and writes their ratio for `Px1`;
+    and it times one op of each `OpClass` alike (`calibration.class_probes`: a
+    matmul, a convolution, an add, a sum, a transpose, each timed as the op table
+    times an op) and writes their ratios for `Px1-CLASS` (`scale_key`), which price
+    the ops of that class (`compute_scale`): the processes' threads contend for the
+    cores unlike for a GEMM than for a memory-bound op. Measured pricing only; a
+    setup not listed (one process, the table's own) is priced by the table as it is."""
 
     def __post_init__(self) -> None:
         if self.pricing not in PRICINGS:
@@ -151,10 +166,10 @@ class Machine:
                     f"got {getattr(self, field)!r}"
                 )
         for setup, scale in self.compute_scales:
-            if not re.fullmatch(SETUP_PATTERN, setup) or not 0 < scale < math.inf:
+            if not re.fullmatch(SCALE_PATTERN, setup) or not 0 < scale < math.inf:
                 raise MachineError(
-                    f"machine {self.name}: a compute scale is a setup PxD and a positive "
-                    f"factor, got {setup!r} = {scale!r}"
+                    f"machine {self.name}: a compute scale is a setup PxD (or PxD-CLASS) "
+                    f"and a positive factor, got {setup!r} = {scale!r}"
                 )
         for field in ("nodes", "devices_per_node"):
             count = getattr(self, field)
@@ -196,10 +211,15 @@ class Machine:
         per_node = min(running, self.devices_per_node)
         return setup_name(math.ceil(running / self.devices_per_node), per_node)
 
-    def compute_scale(self, running: int) -> float:
+    def compute_scale(self, running: int, op: str | None = None) -> float:
         """The factor on the measured op table's prices for a step of `running` devices
-        (`compute_scales` of its setup, `setup_of`; 1 for a setup not measured)."""
-        return dict(self.compute_scales).get(self.setup_of(running), 1.0)
+        (`compute_scales` of its setup, `setup_of`; 1 for a setup not measured); for
+        the op named `op`, its class's factor in that setup where one was measured
+        (`scale_key`), else the setup's."""
+        scales, setup = dict(self.compute_scales), self.setup_of(running)
+        if op is not None and (key := scale_key(setup, op_class(op))) in scales:
+            return scales[key]
+        return scales.get(setup, 1.0)
 
     def op_seconds(self, local: Node, running: int = 1, fused: int = -1) -> float:
         """Seconds one device takes for `local` (an op at the local shapes of the shard
@@ -209,7 +229,7 @@ class Machine:
         (`running` changes nothing). Measured pricing: the measured table's entry,
         launch included (this host's devices share its cores, so `running` matters;
         every device of a `local` machine, processes included, is on this host), times
-        the `compute_scale` of the step's setup.
+        the `compute_scale` of the step's setup for the op's class.
         `fused` >= 0 says the op joins the kernel of its operand `fused`'s producer
         (`tasoc.cost.fusion`): it launches nothing and does not read that operand from
         memory, so its time is the roofline of that fused variant, or the measured
@@ -223,7 +243,7 @@ class Machine:
             if fused >= 0 and alone:
                 kernel = max(seconds - self.device.launch_overhead_s, 0.0)
                 seconds = kernel * roofline(local, fused, False, self.device) / alone
-            return seconds * self.compute_scale(running)
+            return seconds * self.compute_scale(running, local.op)
         if fused >= 0:
             return roofline(local, fused, False, self.device)
         return alone + self.device.launch_overhead_s
@@ -532,6 +552,15 @@ core count."""
 
 SETUP_PATTERN = r"[1-9][0-9]*x[1-9][0-9]*"
 """A setup's name: processes x devices per process (`setup_name`)."""
+SCALE_PATTERN = rf"{SETUP_PATTERN}(-({'|'.join(OP_CLASSES)}))?"
+"""A key of `Machine.compute_scales`: a setup, or a setup and an op class
+(`scale_key`)."""
+
+
+def scale_key(setup: str, op_class: OpClass) -> str:
+    """`PxD-CLASS`: the key of the compute scale of `op_class`'s ops in `setup` (a TOML
+    bare key, as the machine file writes it)."""
+    return f"{setup}-{op_class}"
 
 
 def setup_name(processes: int, devices: int) -> str:
@@ -658,7 +687,13 @@ def machine_from_dict(data: object, where: str, default_name: str = "machine") -
     scales = table.get("compute_scales", {})
     _expect(isinstance(scales, Mapping), where, "compute_scales", "a table", scales)
     for setup in scales:
-        _expect(bool(re.fullmatch(SETUP_PATTERN, setup)), where, "compute_scales", "PxD", setup)
+        _expect(
+            bool(re.fullmatch(SCALE_PATTERN, setup)),
+            where,
+            "compute_scales",
+            "PxD or PxD-CLASS",
+            setup,
+        )
         scale = _number(scales, setup, where, "compute_scales")
         _expect(scale > 0, where, f"compute_scales.{setup}", "positive", scale)
     return Machine(

@@ -32,8 +32,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tasoc.cost.calibration import QUICK, CollectiveSample, LinkFit, Sizes
-from tasoc.cost.devices import Device
+from tasoc.cost.calibration import QUICK, STEP, CollectiveSample, LinkFit, Sizes
+from tasoc.cost.devices import Device, OpClass
 from tasoc.cost.machines import (
     LOCAL,
     SHARED_MEMORY,
@@ -41,6 +41,7 @@ from tasoc.cost.machines import (
     Machine,
     local_machine_path,
     machine_to_toml,
+    scale_key,
     setup_name,
 )
 from tasoc.driver import distributed
@@ -179,9 +180,10 @@ class _Measured:
     """Rounds of the collectives between the launcher's devices."""
     inter: list[list[CollectiveSample]] = field(default_factory=list)
     """Rounds of the collectives between the processes."""
-    compute: list[tuple[float, float]] = field(default_factory=list)
-    """Rounds of calibration's probe step's seconds in one process of P devices and in
-    P processes of one (`calibration.compute_rounds`)."""
+    compute: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    """Rounds of calibration's probe step's seconds, and of each op class's probe op,
+    in one process of P devices and in P processes of one
+    (`calibration.compute_rounds`)."""
     overheads: tuple[float, float] = (0.0, 0.0)
     """Seconds per call and per array of a jitted call over the devices."""
 
@@ -301,28 +303,43 @@ def _machine(
     )
     if not got.compute:
         return dataclasses.replace(unscaled, sources=tuple(sources))
-    scale, how = _compute_scale(got.compute, processes, sizes)
-    sources.append(how)
-    return dataclasses.replace(unscaled, sources=tuple(sources), compute_scales=(scale,))
+    scales = []
+    for name, rounds in got.compute.items():
+        scale, how = _compute_scale(rounds, processes, sizes, None if name == STEP else name)
+        scales.append(scale)
+        sources.append(how)
+    return dataclasses.replace(unscaled, sources=tuple(sources), compute_scales=tuple(scales))
 
 
 def _compute_scale(
-    rounds: Sequence[tuple[float, float]], processes: int, sizes: Sizes
+    rounds: Sequence[tuple[float, float]],
+    processes: int,
+    sizes: Sizes,
+    op_class: OpClass | None = None,
 ) -> tuple[tuple[str, float], str]:
     """The compute scale of `processes` processes of one device (`Machine.compute_scales`):
-    the median over `rounds` of the probe step's seconds there over its seconds in one
-    process of as many devices (the op table's configuration), and the source line
-    saying so, with the rounds' quartiles."""
+    the median over `rounds` of the probe step's (or `op_class`'s probe op's,
+    `calibration.class_probes`) seconds there over its seconds in one process of as
+    many devices (the op table's configuration), and the source line saying so, with
+    the rounds' quartiles."""
     import numpy as np
 
+    from tasoc.cost.calibration import above_noise
+
+    # a round with a side lost in noise (at the floor) says nothing of the ratio
+    kept = [pair for pair in rounds if all(map(above_noise, pair))]
+    rounds = kept if len(kept) >= 2 else rounds
     ratios = [together / alone for alone, together in rounds]
     scale = statistics.median(ratios)
     low, high = np.percentile(ratios, [25, 75])
     batch, width = sizes.probe
     alone, together = (statistics.median(times) for times in zip(*rounds, strict=True))
     setup = setup_name(processes, 1)
+    probe = f"a probe SGD step of a 2-layer perceptron ({batch} x {width})"
+    if op_class is not None:
+        setup, probe = scale_key(setup, op_class), f"the {op_class} probe op"
     how = (
-        f"compute: a probe SGD step of a 2-layer perceptron ({batch} x {width}) timed as "
+        f"compute: {probe} timed as "
         f"the op table times an op, in {len(rounds)} rounds each of one process of "
         f"{processes} devices (median {alone * 1e3:.3g} ms) then {processes} processes of "
         f"one device at once (median {together * 1e3:.3g} ms): compute_scales {setup} = "
@@ -353,7 +370,7 @@ def _host_source(link: Link, sizes: Sequence[int]) -> str:
 
 def _inter_samples(
     args: argparse.Namespace, coordinator: str
-) -> tuple[list[list[CollectiveSample]], list[tuple[float, float]]]:
+) -> tuple[list[list[CollectiveSample]], dict[str, list[tuple[float, float]]]]:
     """The rounds of collectives measured across `--processes` workers, and the rounds
     of the probe step (`calibration.compute_rounds`; process 0's report). Each worker
     makes P devices, so that process 0 alone is a process of P devices, as the op table
@@ -373,7 +390,11 @@ def _inter_samples(
     try:
         report = json.loads(out)
         rounds = [[CollectiveSample(*row) for row in rows] for rows in report["rounds"]]
-        return rounds, [(float(a), float(b)) for a, b in report["compute"]]
+        compute = {
+            str(name): [(float(a), float(b)) for a, b in pairs]
+            for name, pairs in report["compute"].items()
+        }
+        return rounds, compute
     except (ValueError, TypeError, KeyError):
         raise DriverError(f"process 0 reported no measurements: {out[-200:]!r}") from None
 

@@ -57,8 +57,9 @@ assignment places them (`_outside_donated`), an element-wise result written over
 dying operand of its size, the copies of arguments convolutions read in their own
 layout (`CONVOLUTIONS`), a softmax's exponent (`EXPONENTIATING`), a max-pooling's
 argmax (`argmax_of`), a minor-dimension gather's row-major copy (`gathered_minor`),
-and the rest packed into one heap as XLA's heap simulator packs it (`_packed`). It is
-split into
+an all-to-all's slices of its operand and its tuple of received blocks (`sequence`,
+`TUPLE_ENTRY_BYTES`), and the rest packed into one heap as XLA's heap simulator packs
+it, lives timed on its clock of allocations and frees (`_packed`). It is split into
 liveness's kinds (`tasoc.ir.liveness`) plus communication buffers; docs/benchmarks.md
 ("Per-device memory: the simulator against XLA") has how it compares with XLA's.
 
@@ -259,6 +260,13 @@ def made_at_start(node: Node) -> bool:
 INDEX_BYTES = 4
 """The bytes of an s32 index (`argmax_of`)."""
 
+TUPLE_ENTRY_BYTES = 8
+"""The bytes of an entry of a tuple's table: XLA's all-to-all returns a tuple of one
+buffer per device of its group (dlrm's expert plan: `all-to-all.6{0}`..`{7}`, 256 bytes
+each, and `all-to-all.6{}`, the table of 8 pointers, 64 bytes), so a received block is
+a buffer of its own, and the tuple's buffers come and go together on the heap
+simulator's clock (`_event_times`)."""
+
 
 def gathered_minor(operand: Sharding, result: Sharding, local: TensorSig) -> bool:
     """Whether an all-gather from `operand` to `result` (of local signature `local`)
@@ -334,6 +342,10 @@ class _Spec(NamedTuple):
     alloc: Bytes
     free: Bytes
     name: str
+    parts: int = 1
+    """An all-to-all's blocks, one per device of its group: XLA slices its operand into
+    that many buffers and returns a tuple of as many (`ShardedStep._sequence`,
+    `TUPLE_ENTRY_BYTES`)."""
 
 
 @dataclass
@@ -352,6 +364,9 @@ class _Buffer:
     relaid: bool = False
     """Whether XLA copies it into another layout before its readers read it
     (`gathered_minor`)."""
+    parts: int = 1
+    """How many buffers XLA makes of it: an all-to-all's result is a tuple of one
+    block per device of its group, each a buffer of its own (`TUPLE_ENTRY_BYTES`)."""
 
 
 Producer = Node
@@ -689,8 +704,13 @@ class ShardedStep:
           (`EXPONENTIATING`); a max-pooling's gradient reads an argmax found in the
           forward (`argmax_of`); an all-gather along a minor dimension is copied
           row-major for a dot (`gathered_minor`);
+        * an all-to-all reads its operand as one slice per device of its group, made a
+          wave before it (an element-wise producer read by it alone computed inside
+          them, `_fused`), and returns a tuple of one buffer per block
+          (`TUPLE_ENTRY_BYTES`);
         * the temporaries left are packed into one heap as XLA's heap simulator packs
-          them (`_packed`), whose gaps can make it more than the most bytes live at
+          them (`_packed`, lives timed on its clock of allocations and frees,
+          `_event_times`), whose gaps can make it more than the most bytes live at
           once; the kinds are those live at the peak, the gaps counted as the kind at
           the heap's top (docs/benchmarks.md, "Per-device memory: the simulator
           against XLA")."""
@@ -714,6 +734,7 @@ class ShardedStep:
         fixed, made = self._made(device)
         fused = self._fused_on(made)
         position = {task_id: i for i, task_id in enumerate(self._sequence(device, fused))}
+        sliced = {~task_id: i for task_id, i in position.items() if task_id < 0}
         at = {key: position[task_id] for key, task_id in self._ids.items() if task_id in position}
         copied = {  # ops also computed inside some readers' loops (`duplicated_into`)
             buffer.writer[1]: inside  # type: ignore[index]
@@ -732,7 +753,9 @@ class ShardedStep:
             """Where a reader `node` last needs its operands: its own task, or, fused
             into its readers, theirs (and those it is duplicated into)."""
             if node in fused:
-                return max(map(last_read, fused[node].compute_readers))
+                buffer = fused[node]
+                slices = (sliced[self._ids[key]] for key in buffer.chain_readers)
+                return max([*map(last_read, buffer.compute_readers), *slices])
             return max([at[("op", node, device)], *map(last_read, copied.get(node, ()))])
 
         @functools.cache
@@ -751,6 +774,7 @@ class ShardedStep:
         written: dict[Node, int] = {}  # an op's result: its index in temps
         read: dict[Node, list[int]] = {}  # the temporaries each unfused op reads
         zeros: dict[int, int] = {}  # `made_at_start` ops by the bytes of their result
+        aliased: set[int] = set()  # temporaries written in place over a copy of zeros
         for buffer in made:
             writer = buffer.writer
             if writer[1] in fused and fused[writer[1]] is buffer:  # type: ignore[index]
@@ -759,13 +783,15 @@ class ShardedStep:
             made_from = 0 if writer[0] == "op" and made_at_start(writer[1]) else start  # type: ignore[index]
             if not made_from:
                 zeros[buffer.nbytes] = zeros.get(buffer.nbytes, 0) + 1
+                aliased.add(len(temps))
             inside = copied.get(writer[1], ()) if writer[0] == "op" else ()  # type: ignore[index]
             compute = [
                 node
                 for node in buffer.compute_readers
                 if node not in inside and not (writer[0] == "op" and argmax_of(node, writer[1]))  # type: ignore[index]
             ]
-            readers = [at[key] for key in buffer.chain_readers]
+            # an all-to-all reads its operand in the slices made for it (`sequence`)
+            readers = [sliced.get(self._ids[key], at[key]) for key in buffer.chain_readers]
             readers += map(last_read, compute)
             for reader in itertools.chain.from_iterable(map(unfused, compute)):
                 read.setdefault(reader, []).append(len(temps))
@@ -775,7 +801,14 @@ class ShardedStep:
             if buffer.relaid and not all(map(self._elementwise, buffer.compute_readers)):
                 temps.append((min(readers), end, buffer.nbytes, buffer.kind))
                 end = min(readers)
-            temps.append((made_from, end, buffer.nbytes, buffer.kind))
+            if buffer.parts > 1:  # a tuple: a buffer per block, and the tuple's table
+                block = (made_from, end, buffer.nbytes // buffer.parts, buffer.kind)
+                temps += [block] * buffer.parts
+                cut = (sliced[self._ids[writer]], start, block[2], buffer.kind)
+                temps += [cut] * buffer.parts  # the operand's slices (`sequence`)
+                temps.append((made_from, end, TUPLE_ENTRY_BYTES * buffer.parts, buffer.kind))
+            else:
+                temps.append((made_from, end, buffer.nbytes, buffer.kind))
         temps += [  # one zero-filled broadcast per size, copied for each op writing in place
             (0, 1, nbytes, "gradients") for nbytes, count in zeros.items() if count > 1
         ]
@@ -799,7 +832,7 @@ class ShardedStep:
                 for first, last, value in ((0, found, x), (found, at[("op", node, device)], dy)):
                     indices = math.prod(_local_sig(value[0].sig, value[1], mesh).shape)
                     temps.append((first, last, rank * indices * INDEX_BYTES, "gradients"))
-        _share_dying_operands(temps, written, read, self._elementwise)
+        _share_dying_operands(temps, written, read, self._elementwise, aliased)
         donated: list[_Donated] = []
         arguments = {arg.out: index for index, arg in enumerate(self.dag.args)}
         for argument, update in sorted(self._updated_in_place(), key=lambda p: arguments[p[0]]):
@@ -870,11 +903,23 @@ class ShardedStep:
     def _fused(self, buffer: _Buffer) -> bool:
         """Whether the op making `buffer` never writes it (`fused_away`, its readers'
         and its own element-wise kind at their local shapes): read by compute on this
-        device alone (a collective needs the buffer)."""
+        device alone (a collective needs the buffer), or, element-wise, by all-to-alls
+        alone, whose slices of their operand compute it (XLA fuses a producer into
+        those slices, which are loops: alexnet's expert plan scales a gradient inside
+        `multiply_slice_fusion`..`.7`, the all-to-all's operands, and never writes
+        it; `sequence`)."""
         writer = buffer.writer
-        if writer is None or writer[0] != "op" or buffer.chain_readers:  # type: ignore[index]
+        if writer is None or writer[0] != "op":  # type: ignore[index]
             return False
-        return fused_away(writer[1], buffer.compute_readers, self._elementwise)  # type: ignore[index]
+        node = writer[1]  # type: ignore[index]
+        if buffer.chain_readers:
+            return (
+                not buffer.compute_readers
+                and len(node.results) == 1
+                and self._elementwise(node)
+                and all(self._specs[self._ids[key]].parts > 1 for key in buffer.chain_readers)
+            )
+        return fused_away(node, buffer.compute_readers, self._elementwise)
 
     def _elementwise(self, node: Node) -> bool:
         """`computed_elementwise` on the local shapes `node` reads on a device (only a
@@ -908,11 +953,19 @@ class ShardedStep:
         readers' fusions compute it, so it takes no place in the queue and is
         scheduled as soon as its operands are (a chain of element-wise ops, an
         update's scale and add, runs in one wave, not one wave per op: candle_uno's
-        ILP plan held its weight gradients three waves longer than XLA does)."""
-        return self._sequence(device, self._fused_on(self._made(device)[1]))
+        ILP plan held its weight gradients three waves longer than XLA does).
+
+        An all-to-all runs one wave after its operand is ready: XLA feeds it the
+        operand's blocks as slices, one instruction each (dlrm's expert plan:
+        `multiply_slice_fusion.16`..`.23` in the wave of the scaled embedding
+        gradients, `all-to-all.6` after their all-reduces). The slices' place in the
+        order is left out here; `_buffers_of` reads it (`_sequence`)."""
+        order = self._sequence(device, self._fused_on(self._made(device)[1]))
+        return [task_id for task_id in order if task_id >= 0]
 
     def _sequence(self, device: int, fused: Collection[Node]) -> list[int]:
-        """`sequence` with the ops XLA fuses away given."""
+        """`sequence` with the ops XLA fuses away given, and each all-to-all's slices
+        of its operand in their place, as `~task_id` of the all-to-all (negative)."""
         inside = {self._ids[("op", node, device)] for node in fused}
         rank = {task_id: self._program_rank(key) for key, task_id in self._ids.items()}
         mine = sorted(
@@ -927,6 +980,7 @@ class ShardedStep:
             waiting[task_id] = len(deps)
             for dep in deps:
                 users[dep].append(task_id)
+        sliced = {i for i in mine if self._specs[i].parts > 1}
         queue = collections.deque(i for i in mine if not waiting[i])
         order = []
         while queue:
@@ -934,11 +988,17 @@ class ShardedStep:
             while now:  # the task, then at once the fused ops it readies
                 task_id = now.pop()
                 order.append(task_id)
+                if task_id < 0:  # an all-to-all's slices: the all-to-all a wave later
+                    queue.append(~task_id)
+                    continue
                 ready = []
                 for user in users[task_id]:
                     waiting[user] -= 1
                     if not waiting[user]:
-                        (ready if user in inside else queue).append(user)
+                        if user in sliced:
+                            queue.append(~user)
+                        else:
+                            (ready if user in inside else queue).append(user)
                 now += reversed(ready)
         return order
 
@@ -1133,7 +1193,16 @@ class ShardedStep:
                 reads, step.result, _local_sig(value.sig, step.result, mesh)
             )
             current = {
-                d: _Buffer(d, keys[d], keys[d], alloc, "communication", kept, relaid=relaid)
+                d: _Buffer(
+                    d,
+                    keys[d],
+                    keys[d],
+                    alloc,
+                    "communication",
+                    kept,
+                    relaid=relaid,
+                    parts=group.specs[keys[d]].parts,
+                )
                 for d in self._simulated(mesh.device_ids)
             }
             held = mesh.device_ids
@@ -1163,12 +1232,13 @@ class ShardedStep:
             duration = self._collective_time(kind, nbytes, tuple(devices))
             waits = devices if kind != "replicate" else list(ready_on)
             deps = tuple(k for k in (ready_on.get(d) for d in waits) if k is not None)
+            parts = len(devices) if kind == "all_to_all" else 1
             for device in simulated:
                 key = ("grp", group.producer, len(group.specs))
                 held = alloc.get(device, 0)
                 allocated = (("communication", held),) if held else ()
                 group.specs[key] = _Spec(
-                    (self._collective_stream, device), duration, deps, allocated, (), name
+                    (self._collective_stream, device), duration, deps, allocated, (), name, parts
                 )
                 keys[device] = key
         return keys
@@ -1489,6 +1559,7 @@ def _share_dying_operands(
     written: Mapping[Node, int],
     read: Mapping[Node, list[int]],
     elementwise: Callable[[Node], bool],
+    aliased: Collection[int] = (),
 ) -> None:
     """Hand an element-wise op's result the buffer of an operand it reads for the last
     time, of its size, as XLA's buffer assignment does (a loop fusion may write its
@@ -1497,8 +1568,15 @@ def _share_dying_operands(
     takes over its bytes (candle_uno's expert plan: the scaled 1.3 MB gradient of the
     largest weight written over the matmul's result). The operands are those
     `read` says the op's kernel reads (through the ops fused into it); `written` is
-    each op's result in `temps`."""
-    taken: set[int] = set()
+    each op's result in `temps`.
+
+    An operand in `aliased` is never handed on: its buffer holds two values already
+    (a `made_at_start` op's copy of the zeros, then its result written in place), and
+    XLA's heap simulator shares no buffer of several values with a user
+    (`HeapSimulator::RunComputation`: "We don't support sharing an aliased buffer"):
+    dlrm's scaled embedding gradients (`broadcast_multiply_fusion.1 =
+    fusion(wrapped_scatter.7)`) each take a buffer of their own."""
+    taken: set[int] = set(aliased)
     for node, index in written.items():
         start, _, nbytes, _ = temps[index]
         if not elementwise(node):
@@ -1590,12 +1668,39 @@ def _packed(temps: Sequence[Temp]) -> tuple[int, str | None]:
     keeps the smaller heap (`ChooseBestHeapAlgorithm`). Its gaps can make the heap
     more than the most bytes ever live: dlrm's expert plan, whose eight embedding
     gradients, their scaled copies and all-reduces end and start interleaved, takes
-    16.7 MB of heap for 11.6 MB live."""
+    16.7 MB of heap for 11.6 MB live.
+
+    A life is measured on the heap simulator's own clock (`_event_times`), which
+    ticks once per allocation and once per free, not once per instruction: that
+    decides which of two buffers of one size is placed first."""
     if not temps:
         return 0, None
-    spatial = sorted(temps, key=lambda t: (-t[2], t[0] - t[1], t[0]))
-    temporal = sorted(temps, key=lambda t: (t[0] - t[1], -t[2], t[0]))
+    timed = _event_times(temps)
+    spatial = sorted(timed, key=lambda t: (-t[2], t[0] - t[1], t[0]))
+    temporal = sorted(timed, key=lambda t: (t[0] - t[1], -t[2], t[0]))
     return min(_best_fit(spatial), _best_fit(temporal), key=lambda fit: fit[0])
+
+
+def _event_times(temps: Sequence[Temp]) -> list[Temp]:
+    """`temps` with their positions replaced by the heap simulator's clock: XLA's
+    `HeapSimulator` replays the schedule position by position, allocating the buffers
+    defined there (by first, then last position, then id: here the order in `temps`)
+    and then freeing those whose life ends there, and its best-fit heap stamps each
+    allocation and free with a counter that ticks once per event
+    (`GlobalDecreasingSizeBestFitHeap::Alloc`, `Free`). The order of lives — which of
+    two buffers of one size it places first — is in those ticks: a span of the
+    schedule where many small buffers come and go is long, one of few large
+    instructions is short. In dlrm's expert plan the eight all-reduces of the
+    embedding gradients span 10 instructions and 40 ticks, the scaled gradients
+    feeding them 24 instructions and 26 ticks, so XLA places the all-reduces first
+    and the scaled gradients find no slot but on top (XLA's dump replayed this way
+    gives its heap within 0.01 %; on instruction positions, 23 % less). Overlap is
+    unchanged: a free at a position comes after every allocation there, as both ends
+    of a position interval are included."""
+    order = sorted(range(len(temps)), key=lambda i: (temps[i][0], temps[i][1], i))
+    events = sorted((temps[i][end], end, rank, i) for rank, i in enumerate(order) for end in (0, 1))
+    ticks = {(i, end): tick for tick, (_, end, _, i) in enumerate(events)}
+    return [(ticks[i, 0], ticks[i, 1], size, kind) for i, (_, _, size, kind) in enumerate(temps)]
 
 
 def _best_fit(temps: Sequence[Temp]) -> tuple[int, str]:
