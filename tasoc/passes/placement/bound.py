@@ -99,7 +99,10 @@ class LowerBound:
         """The report's `lower_bound` keys (docs/placement.md)."""
         return {
             "seconds": self.seconds,
-            "best_possible_fraction": ideal_seconds / self.seconds if self.seconds else 1.0,
+            # at most 1: the compute floor is ideal's time, summed in another order
+            "best_possible_fraction": min(1.0, ideal_seconds / self.seconds)
+            if self.seconds
+            else 1.0,
             "binds": self.binds,
             "crossing_bytes": self.crossing_bytes,
             "cut_op": None if self.cut_op is None else self.cut_op.op,
