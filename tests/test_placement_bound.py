@@ -88,6 +88,11 @@ def test_the_bound_is_ideal_when_the_step_fits(module: object) -> None:
     assert bound.seconds == pytest.approx(problem.simulate(_ideal(problem)).seconds)
     assert bound.binds == "compute"
     assert bound.cut_op is None and bound.chain_cuts == 0
+    # no schedule holds less at its peak than the floor of the least peak
+    assert 0 < bound.least_peak_bytes <= peak(built)
+    for order in seed_orders(problem.dag):
+        ideal = PlacementPlan(order)
+        assert bound.least_peak_bytes <= problem.simulate(ideal).peak_bytes
 
 
 def test_the_bound_rises_above_ideal_where_the_link_binds() -> None:
@@ -116,4 +121,5 @@ def test_the_report_gives_the_best_possible_fraction() -> None:
 
 
 def _ideal(problem: PlacementProblem) -> PlacementPlan:
+    """The step's own schedule with nothing moved."""
     return ideal_plan(problem.dag)

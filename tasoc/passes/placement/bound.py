@@ -83,6 +83,10 @@ class LowerBound:
     """The fewest bytes swapped in over the chain's windows at that floor."""
     chain_cuts: int
     """The cuts of the chain that needed bytes off the device."""
+    least_peak_bytes: int
+    """The most bytes alive while one op runs in every schedule (its inputs, results
+    and the values cut 3 counts): no schedule's peak without placement is below it,
+    so what a schedule holds above it is the schedule's, not the step's."""
 
     @property
     def binds(self) -> str:
@@ -109,6 +113,7 @@ class LowerBound:
             "cut_excess_bytes": self.cut_excess_bytes,
             "chain_swapped_in_bytes": self.chain_bytes,
             "chain_cuts": self.chain_cuts,
+            "least_peak_bytes": self.least_peak_bytes,
         }
 
 
@@ -128,8 +133,11 @@ def lower_bound(problem: PlacementProblem) -> LowerBound:
     persistent = max(compute, persistent_bytes * per_byte)
     cut = _Cuts(problem, per_byte, compute)
     best = (compute, 0, None, 0)
+    least_peak = 0.0
     for o in range(len(dag.ops)):
-        found = cut.bound(o)
+        alive, excess = cut.alive(o)
+        least_peak = max(least_peak, excess + problem.capacity)
+        found = cut.bound(o, alive, excess)
         if found is not None and found[0] > best[0]:
             best = found
     chained, chain_bytes, chain_cuts = cut.chain()
@@ -146,6 +154,7 @@ def lower_bound(problem: PlacementProblem) -> LowerBound:
         chained,
         int(chain_bytes),
         chain_cuts,
+        int(least_peak),
     )
 
 
@@ -224,10 +233,11 @@ class _Cuts:
             self.edge_value, weights=ops[self.edge_reader], minlength=len(self.values)
         )
 
-    def bound(self, o: int) -> tuple[float, float, Node, int] | None:
-        """(floor, crossing bytes, the op, excess bytes) of op `o`'s cut; None when what
-        must be alive while it runs fits beside it."""
-        alive, excess = self.alive(o)
+    def bound(
+        self, o: int, alive: np.ndarray, excess: float
+    ) -> tuple[float, float, Node, int] | None:
+        """(floor, crossing bytes, the op, excess bytes) of op `o`'s cut, whose `alive`
+        values put `excess` bytes over the capacity (`alive`); None when they fit."""
         if excess <= 0:
             return None
         once = float(self.size[alive & (self.crossings == 1)].sum())
