@@ -13,7 +13,7 @@ from test_placement_recompute import BN_CNN, CNN, peak, problem_of, step
 from xdsl.dialects.builtin import ModuleOp
 
 from tasoc.ir.placement_plan import PlacementPlan
-from tasoc.passes.placement.bound import lower_bound
+from tasoc.passes.placement.bound import _Cuts, link_seconds_per_byte, lower_bound
 from tasoc.passes.placement.problem import PlacementProblem
 from tasoc.passes.placement.recompute import RULES, plan_recomputing
 from tasoc.passes.placement.schedules import seed_orders
@@ -107,6 +107,19 @@ def test_the_bound_rises_above_ideal_where_the_link_binds() -> None:
     assert bound.seconds <= min(plans_found(problem))
     # more capacity never raises the floor
     assert lower_bound(replace(problem, capacity=peak(module) // 2)).seconds <= bound.seconds
+
+
+@pytest.mark.parametrize("module", [rnn_step, lambda: step(BN_CNN)])
+def test_every_cut_at_once_is_each_cut_in_turn(module: object) -> None:
+    """The excess of every op's cut summed from the values' bit sets (what the bound
+    ranks cuts by) is the excess each cut gives on its own."""
+    built: ModuleOp = module()  # type: ignore[operator]
+    problem = problem_of(built, peak(built) // 3)
+    cuts = _Cuts(problem, link_seconds_per_byte(problem), 0.0)
+    at_once = cuts.excesses()
+    assert (at_once > 0).any()
+    for o in range(len(problem.dag.ops)):
+        assert at_once[o] == pytest.approx(cuts.alive(o)[1])
 
 
 def test_the_report_gives_the_best_possible_fraction() -> None:

@@ -53,7 +53,11 @@ from tasoc.ir.memory import tensor_bytes
 from tasoc.passes.placement.problem import PlacementProblem
 from tasoc.passes.placement.recompute import recomputable
 
-CHAIN_CUTS = 96
+CUTS_PRICED = 32
+"""The cuts (module docstring, 3) whose floor is priced: those with the most bytes off
+the device. A floor over some cuts is a floor; the rest cost time on a 10k-op step
+(the pass's speed goal) and, with fewer bytes to move, rarely bind."""
+CHAIN_CUTS = 48
 """The most ops of the longest path the chain bound (module docstring, 4) takes as
 cuts: its DP is quadratic in them."""
 
@@ -133,11 +137,11 @@ def lower_bound(problem: PlacementProblem) -> LowerBound:
     persistent = max(compute, persistent_bytes * per_byte)
     cut = _Cuts(problem, per_byte, compute)
     best = (compute, 0, None, 0)
-    least_peak = 0.0
-    for o in range(len(dag.ops)):
-        alive, excess = cut.alive(o)
-        least_peak = max(least_peak, excess + problem.capacity)
-        found = cut.bound(o, alive, excess)
+    excesses = cut.excesses()
+    least_peak = float(excesses.max()) + problem.capacity
+    over = np.nonzero(excesses > 0)[0]
+    for o in over[np.argsort(-excesses[over], kind="stable")][:CUTS_PRICED]:
+        found = cut.bound(int(o), *cut.alive(int(o)))
         if found is not None and found[0] > best[0]:
             best = found
     chained, chain_bytes, chain_cuts = cut.chain()
@@ -207,6 +211,7 @@ class _Cuts:
         edges = [(index[v], where[node]) for node in ops for v in dict.fromkeys(node.inputs)]
         self.edge_value = np.array([e[0] for e in edges], dtype=np.int64)
         self.edge_reader = np.array([e[1] for e in edges], dtype=np.int64)
+        self.results = [np.array([index[v] for v in node.results], dtype=np.int64) for node in ops]
         self.touched = [
             np.array(sorted({index[v] for v in (*node.inputs, *node.results)}), dtype=np.int64)
             for node in ops
@@ -226,6 +231,26 @@ class _Cuts:
         alive[self.touched[o]] = False
         working = self.size[self.touched[o]].sum()
         return alive, float(self.size[alive].sum() - (self.capacity - working))
+
+    def excesses(self) -> np.ndarray:
+        """Per op, the bytes that must be off the device while it runs (`alive`'s
+        second figure for every op at once): each value's cuts as a bit set, the ops
+        after its maker and at or before one of its readers (every op after its maker
+        for a returned value), summed over the values. O(values x ops / 8) bytes of
+        work, a fraction of `alive` op by op."""
+        count = self.count
+        every = (1 << count) - 1
+        reach = [0] * len(self.values)
+        for value, reader in zip(self.edge_value.tolist(), self.edge_reader.tolist(), strict=True):
+            reach[value] |= self.ancestors[reader] | (1 << reader)
+        total = np.zeros(count)
+        for i, producer in enumerate(self.producer.tolist()):
+            made = every if producer < 0 else self.descendants[producer]
+            cuts = made & (every if self.returned[i] else reach[i])
+            if cuts:
+                total += self.size[i] * _bits(cuts, count)
+        results = np.array([self.size[t].sum() for t in self.results], dtype=np.float64)
+        return total + results - self.capacity
 
     def _read_in(self, ops: np.ndarray) -> np.ndarray:
         """Per value, how many of the ops marked in `ops` read it."""
