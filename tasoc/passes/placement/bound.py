@@ -164,11 +164,12 @@ def lower_bound(problem: PlacementProblem) -> LowerBound:
 
 def _persistent_crossings(problem: PlacementProblem) -> float:
     """The fewest bytes the arguments that cannot start on the device cost on the link:
-    a param or state tensor two crossings a byte (in, and its new value out), an input
-    one (in), where read; the device keeps the dearest per byte first, at most the
-    capacity in all."""
+    a param or state tensor a new value replaces two crossings a byte (in, and its new
+    value out), any other argument one (in), where read; the device keeps the dearest
+    per byte first, at most the capacity in all."""
     dag, signature = problem.dag, problem.signature
-    persistent = set((*signature.params, *signature.state)) if signature is not None else set()
+    replaced = {argument for _, argument in signature.replaces} if signature is not None else set()
+    persistent = replaced & set((*signature.params, *signature.state)) if signature else set()
     read = {value for node in dag.ops for value in node.inputs}
     items = []  # (crossings a byte, bytes)
     for i, arg in enumerate(dag.args):
