@@ -5,7 +5,7 @@ do not say how good a plan *could* be under the capacity. `lower_bound` does, fo
 every plan the placement pass can write — any topological schedule of the step's ops,
 any swaps, any recomputation of the values `recompute.recomputable` admits — priced
 on the placed-step simulator (`tasoc.sim.placement`) with the machine's host link.
-It is the largest of three times, each a floor of every such plan's makespan:
+It is the largest of four times, each a floor of every such plan's makespan:
 
 1. **Compute.** The compute stream runs every op of the step at least once, one at a
    time (an op run again only adds): the ops' own time, the ideal step's.
@@ -24,21 +24,32 @@ It is the largest of three times, each a floor of every such plan's makespan:
    again, a returned value swapped out), two (any other value: out, then in), or,
    for a value the pass may recompute, its op run again on the compute stream. The
    cheapest mix of link time and extra compute (fractional, solved exactly) is a
-   floor; the bound takes the largest over every op's cut.
+   floor; the bound takes the largest over the `CUTS_PRICED` cuts with the most
+   bytes off (every op's excess is summed at once, `_Cuts.excesses`). The largest
+   `excess + capacity` is also a floor of any schedule's peak (`least_peak_bytes`).
+4. **A chain of cuts.** Cuts on one path (the longest) run in its order in every
+   schedule. A value off the device at cut `a` that an op between `a` and the next
+   cut `b` reads in every schedule (a descendant of `a`, an ancestor of `b` or `b`)
+   comes back inside that window, by a swap-in or a recomputation distinct from any
+   other window's. So each cut of the chain needs its excess, less the bytes of its
+   values no op in the window reads, swapped in anew (or recomputed); a DP over
+   (cut, next cut) pairs picks the chain that needs the most, and the swap-ins take
+   their bytes over the one-way bandwidth (one swap-in stream), less what
+   recomputation brings back in the added compute.
 
 Link time is bytes over the link's shared (duplex) bandwidth where its directions
 share one, else over twice its one-way bandwidth: every copy holds the shared link
 for its bytes over the duplex rate in the simulator (and its direction's stream at
 the one-way rate), and latencies only add. The relaxations (fractional choices, a
-recomputation costed without what it reads, cuts taken one at a time, not combined)
+recomputation costed without what it reads, cuts one at a time or on one path)
 make it a floor, not a plan: a row whose best plan sits above it may still be at the
 optimum. Assumptions (docs/placement.md): plans verify within the capacity by the
 replay's count (`memory.replay`, which the verifier checks); ops read device copies
 only; recomputation only re-runs the forward ops `recomputable` admits.
 
-Cost: ancestor and descendant bit sets for every op (O(ops^2 / 64) words) and, per
-cut, a few vector operations over the values and their reads: seconds on a
-6.5k-op step.
+Cost: ancestor and descendant bit sets for every op (O(ops^2 / 64) words), a bit set
+of cuts per value, and a few vector operations per priced cut and per chain pair:
+half a second of CPU on an 11.9k-op step.
 """
 
 from __future__ import annotations
