@@ -14,9 +14,11 @@ alone), and the fraction of ideal (ideal's time ÷ the plan's) of each search an
 the baselines the pass prices beside it, the bytes swapped in, and the wall time on
 this machine of each pass asked for with `--searches` (the whole pass: the search, the
 baselines it prices beside its plan, the simulations; "-" for a baseline priced inside
-another search's pass). The goals (issue 18): at least SwapAdvisor's 53-99 % of
-ideal on every model (Fig. 5.1), and beyond it >= 95 % at 2x and >= 85 % at 4x for the
-CNNs, never below LRU. Results are recorded in docs/benchmarks.md.
+another search's pass), and the best possible fraction under the capacity (the pass's
+lower bound on any plan's time, issue 32: no plan's fraction is above it). The goals
+(issue 18): at least SwapAdvisor's 53-99 % of ideal on every model (Fig. 5.1), and
+beyond it >= 95 % at 2x and >= 85 % at 4x for the CNNs, never below LRU. Results are
+recorded in docs/benchmarks.md.
 
 `recompute` among `--searches` is `placement{search=ga recompute=on}` (issue 32): the
 GA, then Belady's swap planner recomputing saved activations on the GA's schedule; its
@@ -107,6 +109,9 @@ class Row:
     swapped_in: dict[str, int]
     planner_s: dict[str, float]
     failed: str = ""
+    bound: float | None = None
+    """The best possible fraction of ideal under the capacity (the pass's lower bound,
+    `placement/bound.py`): no plan's fraction is above it."""
 
     def markdown(self, searches: Sequence[str], papers: bool = False) -> str:
         if self.failed:
@@ -114,6 +119,7 @@ class Row:
         cells = [f"{100 * self.fractions.get(s, float('nan')):.1f}%" for s in searches]
         if papers:
             cells.append(f"{SWAPADVISOR.get(self.model, float('nan')):g}%")
+        cells.append("-" if self.bound is None else f"{100 * self.bound:.1f}%")
         moved = [f"{self.swapped_in.get(s, 0) / 1e9:.2f}" for s in searches]
         spent = [f"{self.planner_s[s]:.2f}" if s in self.planner_s else "-" for s in searches]
         return (
@@ -125,6 +131,7 @@ class Row:
 def header(searches: Sequence[str], papers: bool = False) -> str:
     names = [f"{s} % of ideal" for s in searches]
     names += ["SwapAdvisor % (Fig. 5.1)"] if papers else []
+    names += ["bound: best possible %"]
     names += [f"{s} GB in" for s in searches] + [f"{s} planner s" for s in searches]
     return (
         "| model | step ops | ratio | capacity GB | ideal ms | "
@@ -163,6 +170,7 @@ def measure(
     swapped: dict[str, int] = {}
     spent: dict[str, float] = {}
     ideal_ms = 0.0
+    bound = None
     for search in searches:
         options = {"search": search, "capacity": capacity, "machine": MACHINE}
         if search in RECOMPUTING:
@@ -187,7 +195,8 @@ def measure(
             fractions[search] = section["fraction_of_ideal"][section["plan"]]
             swapped[search] = section["swapped_bytes"][section["plan"]]["in"]
         ideal_ms = section["simulated_seconds"]["ideal_seconds"] * 1e3
-    return Row(name, ops, ratio, capacity, ideal_ms, fractions, swapped, spent)
+        bound = section["lower_bound"]["best_possible_fraction"]
+    return Row(name, ops, ratio, capacity, ideal_ms, fractions, swapped, spent, bound=bound)
 
 
 def main(argv: Sequence[str] | None = None) -> list[Row]:

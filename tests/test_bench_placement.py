@@ -22,7 +22,8 @@ def test_quick_run_prints_a_row(bench: ModuleType, capsys: pytest.CaptureFixture
     assert 0 < row.fractions["lru"] <= row.fractions["belady"] <= 1.0
     assert row.fractions["ideal"] == 1.0
     (line,) = [line for line in output.splitlines() if line.startswith("| rnn |")]
-    assert line.count("%") == 2 and "simulated on v100-swapadvisor" in output
+    assert line.count("%") == 3 and "simulated on v100-swapadvisor" in output
+    assert row.fractions["belady"] <= row.bound <= 1.0  # the best possible fraction
 
 
 def test_recompute_is_a_column_no_slower_than_belady(

@@ -19,7 +19,7 @@ from tasoc.driver.plots import render
 from tasoc.ir import dag as dag_module
 from tasoc.ir.liveness import peak_memory
 from tasoc.ir.memory import CAPACITY_ATTR, SwapInOp, SwapOutOp, capacity_of, replay, unplaced
-from tasoc.ir.placement_plan import output_spaces, write_placed
+from tasoc.ir.placement_plan import PlacementPlan, SwapIn, output_spaces, write_placed
 from tasoc.ir.program import entry_function, verify_ir
 from tasoc.ir.training import training_signature
 from tasoc.passes.figures import MemoryFigure
@@ -160,3 +160,39 @@ def test_search_dp_fixed_order_plans_the_fewest_bytes_and_says_how() -> None:
     assert "dp-fixed-order" in section["fraction_of_ideal"]
     assert section["dp_note"].startswith("dp-fixed-order: ")
     assert equivalent(module, unplaced(copy)).ok
+
+
+def _reads_after(plan: PlacementPlan) -> list[int]:
+    """Per swap-in of `plan`, the schedule entries until the first op reading it."""
+    schedule = plan.schedule
+    leads = []
+    for k, entry in enumerate(schedule):
+        if isinstance(entry, SwapIn):
+            readers = (
+                j
+                for j in range(k + 1, len(schedule))
+                if isinstance(schedule[j], dag_module.Node) and entry.value in schedule[j].inputs  # type: ignore[union-attr]
+            )
+            leads.append(next(readers) - k)
+    return leads
+
+
+def test_headroom_lets_swap_ins_start_earlier_within_the_capacity() -> None:
+    """Evictions that keep 5 % of the capacity free (`SwapSettings.headroom`) leave room
+    for prefetches: on the RNN step at half its peak the swap-ins start further ahead
+    of their readers, the plan is no slower, and it still verifies within the capacity
+    and computes the step."""
+    module = rnn_step()
+    capacity = peak_memory(entry_function(module)).peak_bytes // 2
+    dag = dag_module.from_module(module, keep_order=True)
+    signature = training_signature(entry_function(module))
+    plans = [plan_swaps(dag, signature, SwapSettings(capacity, headroom=h)) for h in (0.0, 0.05)]
+    (before, after) = (_reads_after(plan) for plan in plans)
+    assert sum(after) / len(after) > sum(before) / len(before)
+    seconds = [simulate_plan(dag, plan, V100).seconds for plan in plans]
+    assert seconds[1] <= seconds[0]
+    placed_module = module.clone()
+    write_placed(placed_module, dag, plans[1])
+    verify_ir(placed_module)  # the replay within memory.capacity
+    assert replay(entry_function(placed_module)).peak_bytes <= capacity
+    assert equivalent(module, unplaced(placed_module)).ok

@@ -36,6 +36,7 @@ from tasoc.ir.limits import format_bytes
 from tasoc.ir.placement_plan import PlacementPlan
 from tasoc.ir.training import TrainingSignature
 from tasoc.passes.figures import MemoryFigure, MemorySeries
+from tasoc.passes.placement.bound import LowerBound, lower_bound
 from tasoc.passes.placement.prefetch import tuned_plan
 from tasoc.passes.placement.problem import NoPlanFound, PlacementProblem, Searcher, SearchLimits
 from tasoc.passes.placement.recompute import Recomputed, plan_recomputing
@@ -105,6 +106,8 @@ class PlanningOutcome:
     """The fastest recomputing plan, when `recompute` found one."""
     chosen: str = ""
     """The entry of `simulated` that is the plan: the search's unless `recompute` won."""
+    bound: LowerBound | None = None
+    """A floor on any plan's simulated time under the capacity (`bound.py`)."""
 
     @property
     def plan_name(self) -> str:
@@ -137,6 +140,8 @@ class PlanningOutcome:
             },
             "notes": self.notes,
         }
+        if self.bound is not None:
+            section["lower_bound"] = self.bound.report(ideal.seconds)
         if self.recomputed is not None:
             section["recompute"] = {
                 "ratio": self.recomputed.rule.ratio,
@@ -212,6 +217,7 @@ def plan_within(
     first = name if name in plans else "belady"  # a search starts from belady's plan
     simulated[name] = simulated[first]
     outcome = PlanningOutcome(name, plans[first], simulated, spent, machine, unplaced_peak, notes)
+    outcome.bound = lower_bound(problem)
     if isinstance(search, Searching) and not fits:
         share = SEARCH_SHARE_RECOMPUTING if recompute else SEARCH_SHARE
         _run_search(problem, search, outcome, share)

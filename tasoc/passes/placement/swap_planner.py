@@ -146,6 +146,12 @@ class SwapSettings:
     lookbacks: Mapping[Value, int] = field(default_factory=dict)
     """A tensor's own `lookback`, where its swap-ins should start earlier than others'
     (`prefetch.py` sets them from the simulated timeline)."""
+    headroom: float = 0.0
+    """The part of the capacity evictions keep free for prefetches (bytes, not a pool's
+    objects): an op that does not fit within the capacity less it evicts until it does
+    (where anything but its inputs can go), and swap-ins may still take the whole
+    capacity, so they start earlier instead of waiting for room an eviction on demand
+    makes only at their reader."""
 
 
 def plan_swaps(
@@ -261,6 +267,10 @@ class SwapScan:
         self.cursor: dict[Value, int] = {}
         """Per value, the index in `uses` of its next use (`next_use`)."""
         self.settings = self.meter.settings
+        pooled = self.meter.pool is not None
+        free = 0 if pooled else int(self.settings.headroom * self.settings.capacity)
+        self.target = [limit - free for limit in self.meter.limits]
+        """Per class, what evictions keep the held units within (`SwapSettings.headroom`)."""
         classes = range(len(self.meter.limits))
         self.held = [0 for _ in classes]
         """Units held now, per class: `resident` summed."""
@@ -350,9 +360,11 @@ class SwapScan:
                 need[key] = need.get(key, 0) + units
                 made[key] = made.get(key, 0) + units
             for key, units in need.items():
-                while self.held[key] + units > limits[key]:
+                while self.held[key] + units > self.target[key]:
                     victim = self.victim(i, inputs, key)
                     if victim is None:
+                        if self.held[key] + units <= limits[key]:
+                            break  # within the capacity: the headroom is given up here
                         raise self.meter.too_small(node, i, key, self.held[key] + units)
                     self._evict(victim, i)
             for value in fetched:
