@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from tasoc.cost.devices import CPU, P100, V100
 from tasoc.cost.gnn import layer_timer, simulated_layer_seconds, subgraph
+from tasoc.cost.machines import MachineError, machine, machine_from_dict, machine_to_dict
 from tasoc.ir.graph_data import SMALL_GRAPHS, from_edges, small, stand_in
 from tasoc.passes.soap.roc.balance import balanced_bounds, bottleneck, metis
 from tasoc.passes.soap.roc.cost_model import LayerCostModel
@@ -191,3 +192,12 @@ def test_machines_time_layers_where_they_can() -> None:
     assert simulated_layer_seconds(whole, 64, 16, P100) < simulated_layer_seconds(
         whole, 500, 16, P100
     )
+
+
+def test_machine_files_carry_the_access_granularity() -> None:
+    data = machine_to_dict(machine("p100-cluster"))
+    assert data["device"]["access_granularity"] == 32
+    assert machine_from_dict(data, "test").device.access_granularity == 32
+    data["device"]["access_granularity"] = 0
+    with pytest.raises(MachineError, match=r"device\.access_granularity must be float32"):
+        machine_from_dict(data, "test")
