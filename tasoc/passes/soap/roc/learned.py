@@ -20,7 +20,7 @@ graphs reuses the model learned in training).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -43,9 +43,12 @@ Measure = Callable[[PartitionRequest, VertexPartition], np.ndarray]
 """Seconds of every layer on every part of a partition: (layers, parts)."""
 
 
-def machine_measure(request: PartitionRequest, partition: VertexPartition) -> np.ndarray:
-    """Each layer's time on each part, from the request's machine (`layer_timer`)."""
-    timer = layer_timer(request.machine)
+def machine_measure(
+    request: PartitionRequest, partition: VertexPartition, repeats: int = 5
+) -> np.ndarray:
+    """Each layer's time on each part, from the request's machine (`layer_timer`;
+    `repeats` runs of each measured one)."""
+    timer = replace(layer_timer(request.machine), repeats=repeats)
     return np.array(
         [
             [
