@@ -35,3 +35,25 @@ def test_models_are_pluggable(bench: ModuleType, monkeypatch: pytest.MonkeyPatch
     modelled, _ = bench.main(["--quick", "--models", "one-layer", "--factors", "1"])
     (row,) = modelled
     assert row.model == "one-layer" and row.fine_ops < 28
+
+
+def test_quick_partitioning_run(bench: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = bench.main(
+        [
+            "--partitioning",
+            "--quick",
+            "--where",
+            "simulated",
+            "--datasets",
+            "pubmed",
+            "--devices",
+            "4",
+        ]
+    )
+    (row,) = rows
+    assert set(row.epochs) == set(bench.METHODS) and len(row.roc_history) == 4
+    # simulated times are deterministic and ROC's first iteration is equal-vertex's,
+    # so the partition it keeps is never slower than equal-vertex
+    assert row.epochs["roc"] <= row.epochs["equal-vertex"] == row.roc_history[0]
+    assert all(row.with_halo[m] > row.epochs[m] for m in bench.METHODS)
+    assert "simulated on p100-cluster" in capsys.readouterr().out

@@ -69,6 +69,14 @@ class Efficiency:
         return {name: self.of(name) for name in OP_CLASSES}
 
 
+CACHE_LINE_FLOATS = 16
+"""float32 elements in a 64-byte cache line: a CPU's (and an unspecified device's)
+memory-access granularity."""
+
+WARP_FLOATS = 32
+"""float32 elements a GPU warp of 32 threads loads in one coalesced access (Jia thesis
+Table 4.2's WS, 32 on NVIDIA GPUs)."""
+
 PEAK = Efficiency()
 """Every class at 100 % of the roofline: for a device whose numbers are already
 achieved rates (the measured `CPU`), or for comparing with the plain roofline."""
@@ -85,6 +93,9 @@ class Device:
     is main-memory bandwidth (bytes/s), `launch_overhead_s` what one more kernel
     costs inside a compiled program, and `memory_bytes` the device's memory.
     `efficiency` is the fraction of that roofline each class of kernel reaches.
+    `access_granularity` is how many float32 elements one memory access moves (ROC's
+    cost model counts accesses in these units, Jia thesis Table 4.2): a GPU warp's
+    coalesced load of 32 threads, a CPU's 64-byte cache line of 16 floats.
     """
 
     name: str
@@ -94,6 +105,7 @@ class Device:
     memory_bytes: float
     peak_flops_half: float | None = None
     efficiency: Efficiency = PEAK
+    access_granularity: int = CACHE_LINE_FLOATS
 
     def __post_init__(self) -> None:
         for field in ("peak_flops", "mem_bandwidth", "memory_bytes"):
@@ -101,6 +113,12 @@ class Device:
                 raise ValueError(f"device {self.name}: {field} must be positive")
         if self.launch_overhead_s < 0:
             raise ValueError(f"device {self.name}: launch_overhead_s must be non-negative")
+        granularity = self.access_granularity
+        if isinstance(granularity, bool) or not isinstance(granularity, int) or granularity < 1:
+            raise ValueError(
+                f"device {self.name}: access_granularity must be an integer >= 1, "
+                f"got {granularity!r}"
+            )
 
     def flops_rate(self, dtype: DType, contraction: bool) -> float:
         """FLOP/s for an op of this element type; only contractions use tensor cores."""
@@ -187,6 +205,7 @@ H100 = Device(
     memory_bytes=80e9,
     peak_flops_half=989.4e12,
     efficiency=GPU_EFFICIENCY_VOLTA,
+    access_granularity=WARP_FLOATS,
 )
 """NVIDIA H100 SXM5 80 GB, from NVIDIA's H100 datasheet: 67 TFLOP/s FP32, 989.4
 TFLOP/s dense FP16/BF16 tensor core (1,979 with sparsity), 3.35 TB/s HBM3. The
@@ -203,6 +222,7 @@ H200 = Device(
     memory_bytes=141e9,
     peak_flops_half=989.4e12,
     efficiency=GPU_EFFICIENCY_VOLTA,
+    access_granularity=WARP_FLOATS,
 )
 """NVIDIA H200 SXM 141 GB, from NVIDIA's H200 datasheet: the H100's compute (67
 TFLOP/s FP32, 989.4 TFLOP/s dense FP16/BF16) with 141 GB of HBM3e at 4.8 TB/s.
@@ -216,6 +236,7 @@ V100 = Device(
     memory_bytes=16e9,
     peak_flops_half=125e12,
     efficiency=GPU_EFFICIENCY_VOLTA,
+    access_granularity=WARP_FLOATS,
 )
 """NVIDIA Tesla V100 SXM2 16 GB, from NVIDIA's V100 datasheet: 15.7 TFLOP/s FP32,
 125 TFLOP/s FP16 tensor core, 900 GB/s HBM2, 16 GB (the GPU of TensorOpt's cluster
@@ -232,6 +253,7 @@ P100 = Device(
     memory_bytes=16e9,
     peak_flops_half=21.2e12,
     efficiency=GPU_EFFICIENCY_PASCAL,
+    access_granularity=WARP_FLOATS,
 )
 """NVIDIA Tesla P100 SXM2 16 GB, from NVIDIA's P100 datasheet: 10.6 TFLOP/s FP32,
 21.2 TFLOP/s FP16 (packed half2 on the ordinary units: Pascal has no tensor cores),
@@ -247,6 +269,7 @@ K80 = Device(
     launch_overhead_s=2e-6,
     memory_bytes=12e9,
     efficiency=GPU_EFFICIENCY_PASCAL,
+    access_granularity=WARP_FLOATS,
 )
 """One of the two GK210 GPUs of an NVIDIA Tesla K80 board, from NVIDIA's K80
 datasheet halved (the board: 8.73 TFLOP/s FP32 with GPU Boost, 480 GB/s GDDR5,

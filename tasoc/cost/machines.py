@@ -35,6 +35,7 @@ from typing import Any, Literal, get_args
 
 from tasoc.cost.analytic import op_class, roofline
 from tasoc.cost.devices import (
+    CACHE_LINE_FLOATS,
     CPU,
     DEVICES,
     H100,
@@ -720,6 +721,7 @@ def machine_to_dict(machine: Machine) -> dict[str, Any]:
     if machine.device.peak_flops_half is not None:
         device["peak_flops_half"] = machine.device.peak_flops_half
     device["efficiency"] = machine.device.efficiency.as_dict()
+    device["access_granularity"] = machine.device.access_granularity
     links = {"intra": machine.intra, "inter": machine.inter, "host": machine.host}
     return {
         "name": machine.name,
@@ -803,7 +805,7 @@ def _device_from(value: object, where: str, machine_name: str) -> Device:
         where,
         "device",
         required=_DEVICE_NUMBERS,
-        optional=("name", "peak_flops_half", "efficiency"),
+        optional=("name", "peak_flops_half", "efficiency", "access_granularity"),
     )
     name = table.get("name", f"{machine_name}-device")
     _expect(isinstance(name, str), where, "device.name", "a string", name)
@@ -831,7 +833,21 @@ def _device_from(value: object, where: str, machine_name: str) -> Device:
     )
     _expect(half is None or half > 0, where, "device.peak_flops_half", "positive", half)
     efficiency = _efficiency_from(table.get("efficiency", {}), where)
-    return Device(name=name, peak_flops_half=half, efficiency=efficiency, **numbers)
+    granularity = table.get("access_granularity", CACHE_LINE_FLOATS)
+    _expect(
+        isinstance(granularity, int) and not isinstance(granularity, bool) and granularity >= 1,
+        where,
+        "device.access_granularity",
+        "float32 elements per memory access, an integer >= 1",
+        granularity,
+    )
+    return Device(
+        name=name,
+        peak_flops_half=half,
+        efficiency=efficiency,
+        access_granularity=granularity,
+        **numbers,
+    )
 
 
 def _efficiency_from(value: object, where: str) -> Efficiency:

@@ -95,7 +95,30 @@ def equal_vertex(graph: Csr, parts: int) -> VertexPartition:
     return ranges(graph, np.linspace(0, graph.vertices, parts + 1).round().astype(np.int64))
 
 
+def _equal_edge(request: PartitionRequest) -> VertexPartition:
+    from tasoc.passes.soap.roc.balance import equal_edge
+
+    return equal_edge(request.graph, request.parts)
+
+
+def _metis(request: PartitionRequest) -> VertexPartition:
+    from tasoc.passes.soap.roc.balance import metis
+
+    return metis(request.graph, request.parts, request.seed)
+
+
+def _roc(request: PartitionRequest) -> VertexPartition:
+    from tasoc.passes.soap.roc.learned import roc_partition
+
+    return roc_partition(request).partition
+
+
 PARTITIONERS: dict[str, Partitioner] = {
     "equal-vertex": lambda request: equal_vertex(request.graph, request.parts),
+    "equal-edge": _equal_edge,
+    "metis": _metis,
+    "roc": _roc,
 }
-"""The partitioning methods by name: `soap-shard{search=roc partitioner=NAME}`."""
+"""The partitioning methods by name: `soap-shard{search=roc partitioner=NAME}`. The
+others live in `balance` (equal-edge, METIS) and `learned` (ROC's learned
+partitioner), which build on this module, so they are imported when first asked for."""
