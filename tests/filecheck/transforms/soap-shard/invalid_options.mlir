@@ -16,7 +16,7 @@ func.func @main(%x: tensor<2x8xf32>) -> tensor<2x8xf32> {
 // ZERO:       {{^}}tasoc: error: {{.*}}'soap-shard'{{.*}}: mesh must be a device count or up to three axis sizes such as 8 or 2x4, got 0{{$}}
 // ZERO-NOT:   {{.}}
 // AXES:       {{^}}tasoc: error: {{.*}}'soap-shard'{{.*}}: mesh must be {{.*}}got '2x2x2x2'{{$}}
-// SEARCH:     {{^}}tasoc: error: {{.*}}'soap-shard'{{.*}}search{{.*}}'auto', 'data-parallel', 'owt', 'dlrm-hybrid', 'megatron', 'layer-wise', 'zero', 'expert', 'mcmc', 'exhaustive', 'ft', 'greedy', 'ilp', got 'annealing'{{$}}
+// SEARCH:     {{^}}tasoc: error: {{.*}}'soap-shard'{{.*}}search{{.*}}'auto', 'data-parallel', 'owt', 'dlrm-hybrid', 'megatron', 'layer-wise', 'zero', 'expert', 'mcmc', 'exhaustive', 'ft', 'greedy', 'ilp', 'roc', got 'annealing'{{$}}
 // SEARCH-NOT: {{.}}
 // NOMESH:     {{^}}tasoc: error: soap-shard: give mesh=N or mesh=AxB (or machine=, whose devices it then uses): the module has no parallel.mesh{{$}}
 // NOMESH-NOT: {{.}}
