@@ -291,6 +291,12 @@ def every_backward_op() -> ModuleOp:
     outputs.append(g.softmax_cross_entropy_grad(rows, ids, losses))
     step = g.input("step", ())
     outputs.extend(g.adam_update(rows, rows, rows, rows, step, lr=0.5, beta1=0.0, epsilon=0.0))
+    src, dst = g.input("src", (1, 4), "i32"), g.input("dst", (1, 4), "i32")
+    weight, dy = g.input("weight", (1, 4)), g.input("dy", (3, 5))
+    edges = {"reduce": "sum", "block_rows": 3}
+    outputs.append(g.emit(G.AggregateGradOp, rows, src, dst, weight, dy, **edges).results[0])
+    outputs.append(g.emit(G.AggregateWeightGradOp, rows, src, dst, dy, **edges).results[0])
+    outputs.append(g.emit(G.EdgeSoftmaxGradOp, weight, dst, weight, block_rows=3).results[0])
     return g.build(*outputs)
 
 
@@ -434,9 +440,32 @@ def _example(op: str) -> Node:
             "softmax_cross_entropy_grad", [m.out, arg(8, 3, dtype="i64").out, arg(9, 3).out]
         ),
         "adam_update": lambda: Node("adam_update", [m.out, m.out, m.out, m.out, s.out], **ADAM),
+        **_gnn_makers(m),
     }
     assert set(makers) == set(G.OPS_BY_NAME), "every op needs an example here"
     return makers[op]()
+
+
+def _gnn_makers(x: Node) -> dict[str, Callable[[], Node]]:
+    """The GNN ops over `x` ([3, 5]: three vertices) and one block of four edges."""
+    src, dst = arg(20, 1, 4, dtype="i32"), arg(21, 1, 4, dtype="i32")
+    weight, scores = arg(22, 1, 4), arg(23, 1, 4)
+    column = arg(24, 3, 1)
+    edges = {"reduce": "mean", "block_rows": 3}
+    return {
+        "aggregate": lambda: Node("aggregate", [x.out, src.out, dst.out, weight.out], **edges),
+        "aggregate_grad": lambda: Node("aggregate_grad", [x.out, src.out, dst.out, x.out], **edges),
+        "aggregate_weight_grad": lambda: Node(
+            "aggregate_weight_grad", [x.out, src.out, dst.out, x.out], **edges
+        ),
+        "edge_softmax": lambda: Node("edge_softmax", [scores.out, dst.out], block_rows=3),
+        "edge_softmax_grad": lambda: Node(
+            "edge_softmax_grad", [scores.out, dst.out, weight.out], block_rows=3
+        ),
+        "edge_scores": lambda: Node(
+            "edge_scores", [column.out, column.out, src.out, dst.out], block_rows=3
+        ),
+    }
 
 
 @pytest.mark.parametrize("op", sorted(G.OPS_BY_NAME))

@@ -148,7 +148,7 @@ def test_graphs_draw_programs_that_cost_nothing_and_ops_that_cancel() -> None:
         lambda module: (
             from_module(module).num_ops > 0 and AnalyticCost().cost(from_module(module)) == 0.0
         ),
-        settings=settings(max_examples=300, database=None, phases=[Phase.generate]),
+        settings=settings(max_examples=1000, database=None, phases=[Phase.generate]),
     )
     findable(
         lambda ops, _: any(op.name == "transpose" and "graph.transpose" in op.consumers

@@ -64,7 +64,7 @@ from xdsl.irdl import (
     var_result_def,
 )
 from xdsl.irdl.attributes import irdl_to_attr_constraint
-from xdsl.irdl.constraints import ConstraintContext
+from xdsl.irdl.constraints import VerificationContext
 from xdsl.parser import Parser, UnresolvedOperand
 from xdsl.printer import Printer
 from xdsl.traits import Commutative, ConstantLike, Pure
@@ -344,7 +344,7 @@ class GraphOp(IRDLOperation):
         for name, definition in self.get_irdl_definition().properties.items():
             if name in self.properties:
                 try:
-                    definition.constr.verify(self.properties[name], ConstraintContext())
+                    definition.constr.verify(self.properties[name], VerificationContext())
                 except VerifyException:
                     raise VerifyException(
                         f"'{self.name}': attribute '{name}' must be "
@@ -400,7 +400,7 @@ class _ElementType(AttrConstraint[Attribute]):
     """One of the element types tasoc computes with (`DType`). xDSL's `AnyOf` takes
     one constraint per attribute class, and `i32` and `i64` share one."""
 
-    def verify(self, attr: Attribute, constraint_context: ConstraintContext) -> None:
+    def verify(self, attr: Attribute, constraint_context: VerificationContext) -> None:
         if attr not in _DTYPES_BY_ATTR:
             raise VerifyException(f"{attr} is not an element type tasoc computes with")
 

@@ -261,11 +261,13 @@ def _broadcast(attrs: Mapping[str, Any], inputs: Sequence[np.ndarray]) -> list[n
 
 WITHOUT_SEMANTICS = frozenset(
     {"embedding", "gather", "compare", "not", "and", "or", "xor", "where", "cast"}
+    | {"aggregate", "edge_softmax", "edge_scores"}
     | {"div", "reciprocal", "pow", "log", "sqrt", "erf"}
 )
 """Forward ops with no symbolic semantics, which no axiom or rule mentions (`run_op`
 raises SymbolicError for them): those with integer or boolean operands or results
-(ids and indices, comparisons, logic, selection, casts), which real arithmetic does not
+(ids and indices, comparisons, logic, selection, casts, and the GNN ops that
+read a graph's integer edge arrays), which real arithmetic does not
 model, and the partial real functions the ONNX importer brought (division, powers,
 logarithms, roots, erf), whose axioms would need their domains."""
 
