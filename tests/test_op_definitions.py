@@ -173,5 +173,7 @@ def test_an_element_type_property_takes_only_tasocs_types() -> None:
     }
     """
     module = Parser(make_context(), text).parse_module()
-    with pytest.raises(VerifyException, match="'dtype' must be an element type .*got complex<f32>"):
+    with pytest.raises(
+        VerifyException, match=r"'dtype' must be an element type .*got complex<f32>"
+    ):
         module.verify()
