@@ -126,13 +126,16 @@ exported models")."""
 
 SHRUNK: dict[str, dict[str, int]] = {
     **{name: {"image": 112} for name in ONNX_MODELS if name not in ("bert", "gpt2")},
+    "vgg16": {"image": 112, "pool": 3},
     "bert": {"layers": 2},
     "gpt2": {"layers": 2},
 }
-"""`--shrink`'s sizes: half the images' side, two of the transformers' twelve layers."""
+"""`--shrink`'s sizes: half the images' side (VGG's adaptive pooling then to 3x3, which
+divides its 3x3 features), two of the transformers' twelve layers."""
 
 SMALL_ONNX: dict[str, dict[str, int]] = {
     **{name: {"image": 64, "classes": 10} for name in ONNX_MODELS if name not in ("bert", "gpt2")},
+    "vgg16": {"image": 64, "classes": 10, "pool": 1},
     "bert": {"layers": 1, "hidden": 64, "heads": 2, "intermediate": 128, "vocab": 100},
     "gpt2": {"layers": 1, "hidden": 64, "heads": 2, "vocab": 100},
 }
