@@ -2,9 +2,9 @@
 and what JAX and onnxruntime then measure.
 
     .venv/bin/python benchmarks/rewrite.py [--models a,b] [--searches backtrack,egraph] \
-        [--timeout 30] [--cost analytic] [--alpha A] [--budget N] [--retime N] [--repeats 20] \
-        [--measure-seconds 20] [--memory-limit 8] [--timeout-per-model 600] [--small] \
-        [--markdown]
+        [--timeout 30] [--cost analytic] [--rules LIB] [--alpha A] [--budget N] [--retime N] \
+        [--repeats 20] [--measure-seconds 20] [--memory-limit 8] [--timeout-per-model 600] \
+        [--small] [--markdown]
     .venv/bin/python benchmarks/rewrite.py --suite [--shrink] [--models a,onnx:b] ...
 
 `--suite` (issue 34) runs the whole suite with the e-graph search: the eight zoo models
@@ -462,6 +462,7 @@ def pass_pipeline(args: argparse.Namespace, search: str) -> str:
         "alpha": args.alpha,
         "budget": args.budget,
         "retime": args.retime,
+        "rules": None if args.rules is None else f'"{args.rules}"',  # quoted: `+`, `/`
     }
     text = " ".join(f"{key}={value}" for key, value in options.items() if value is not None)
     return f"{PASS}{{{text}}}"
@@ -709,6 +710,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--retime",
         type=int,
         help="candidates the pass re-times end to end (default: the pass's; 0: none)",
+    )
+    parser.add_argument(
+        "--rules", help="the pass's rule library (default: the pass's; e.g. default+layout)"
     )
     parser.add_argument("--repeats", type=int, default=20, help="A/B pairs per backend at most")
     parser.add_argument(
