@@ -16,7 +16,11 @@ as a rule file, ready for `tasoc rules verify` (what item 3 of issue 34 needed: 
 4-operator library, only the rules that can fire on the suite are worth proving).
 
 A match here is one in the input graph: a rule that fires only after others have
-rewritten the graph is not counted (the e-graph search's `rules_applied` is).
+rewritten the graph is not counted. `--predict T` asks the search instead: for each
+model and each library (shipped names only: a pass proves a file on load), the pass
+runs as `equality-rewrite{rules=LIB timeout=T retime=0}` (the e-graph search, the
+analytic CPU model, no re-timing) and the table gives its predicted speedup (simulated)
+and the rules on the way to its result.
 """
 
 from __future__ import annotations
@@ -34,9 +38,12 @@ from rewrite import (
     MODELS,
     ONNX_MODELS,
     ONNX_SCHEME,
+    PASS,
+    SHRUNK,
     SMALL_ONNX,
     load_original,
     onnx_spec,
+    optimize,
     top_rules,
 )
 
@@ -64,14 +71,16 @@ def is_new(rule: Rule, known: set[str]) -> bool:
     return not any(rule_digest(_canonical(d)) in known for d in directed([rule]))
 
 
-def suite_specs(names: list[str] | None, small: bool) -> list[str]:
-    """Model specs: zoo names (their small variants with `small`) and `onnx:NAME`."""
+def suite_specs(names: list[str] | None, small: bool, shrink: bool = False) -> list[str]:
+    """Model specs: zoo names (their small variants with `small`) and `onnx:NAME` (at
+    `rewrite.SHRUNK` sizes with `shrink`)."""
     chosen = names or [*MODELS, *(ONNX_SCHEME + name for name in ONNX_MODELS)]
     specs = []
     for name in chosen:
         if name.startswith(ONNX_SCHEME):
             exported = name.removeprefix(ONNX_SCHEME)
-            specs.append(onnx_spec(exported, SMALL_ONNX[exported] if small else {}))
+            sizes = SMALL_ONNX if small else SHRUNK if shrink else {}
+            specs.append(onnx_spec(exported, sizes.get(exported, {})))
         else:
             model = get_model(name)
             specs.append(model.spec(dict(model.small)) if small else model.spec())
@@ -98,14 +107,38 @@ def match_counts(spec: str, rules: list[Rule], folder: Path) -> Counter[str]:
     return +counts  # only the rules that matched
 
 
+def predict(specs: list[str], libraries: list[str], timeout: float) -> None:
+    """The `--predict` table (module docstring)."""
+    titles = [f"{name}: predicted | {name}: rules applied" for name in libraries]
+    print("| model | " + " | ".join(titles) + " |")
+    print("| --- |" + " ---: | --- |" * len(libraries))
+    for spec in specs:
+        cells = []
+        for name in libraries:
+            pipeline = f'{PASS}{{rules="{name}" timeout={timeout:g} retime=0}}'
+            _, _, section = optimize(spec, pipeline)
+            speedup = section.get("predicted_speedup")
+            cells.append("—" if speedup is None else f"{speedup:.3f}")
+            cells.append(top_rules(section.get("rules_applied")))
+        print(f"| `{spec}` | " + " | ".join(cells) + " |", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rules", default="default", help="comma-separated libraries or files")
     parser.add_argument("--models", help="comma-separated (default: the suite)")
     parser.add_argument("--baseline", help="a library whose rules are not new")
     parser.add_argument("--small", action="store_true", help="the models' small variants")
+    parser.add_argument("--shrink", action="store_true", help="ONNX models at SHRUNK sizes")
     parser.add_argument("--keep", type=Path, help="write the new rules that match to FILE")
+    parser.add_argument("--predict", type=float, help="run the search for T seconds instead")
     args = parser.parse_args()
+    if args.predict is not None:
+        specs = suite_specs(
+            args.models.split(",") if args.models else None, args.small, args.shrink
+        )
+        predict(specs, args.rules.split(","), args.predict)
+        return
     libraries = {name: library_rules(name) for name in args.rules.split(",")}
     known = digests(library_rules(args.baseline)) if args.baseline else set()
     specs = suite_specs(args.models.split(",") if args.models else None, args.small)
