@@ -55,7 +55,9 @@ this script only measures.
 The HLO columns (`--suite`): XLA compiles for the machine it runs on, and this jaxlib
 has only a CPU backend, so fusions are counted in the CPU compile (`fusion`
 instructions, and kernels: the entry computation's instructions other than
-parameters, constants, tuples and bitcasts). For CUDA the program is cross-lowered
+parameters, constants, tuples and bitcasts; and param-only: the fusions that read only
+parameters, i.e. work on the weights that XLA redoes on every call, mostly convolution
+weights relaid out). For CUDA the program is cross-lowered
 (`lower(lowering_platforms=("cuda",))`), which gives the StableHLO a GPU compile
 would start from, not its fusions (`Lowered.compile()` of that lowering compiles for
 the CPU here): its op count and its dots and convolutions are shown.
@@ -337,16 +339,29 @@ HLO_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?\S+\s*=\s*.*?\s([a-z][a-z0-9_-]*)
 """An HLO instruction line; group 1 is its opcode (the first `word(` after `=`: a
 result type holds no such word)."""
 
+HLO_OPERAND = re.compile(r"%[\w.\-]+")
+
 STABLEHLO_OP = re.compile(r"\bstablehlo\.([a-z_]+)")
 
 
 def cpu_hlo_counts(hlo: str) -> dict[str, int]:
-    """`fusions` and `kernels` of the entry computation of compiled HLO text."""
+    """`fusions` and `kernels` of the entry computation of compiled HLO text, and
+    `param_only`: the fusions that read nothing but parameters, which XLA runs on every
+    call although their inputs are the weights (on a CPU, mostly a convolution weight's
+    relayout from OIHW to the layout its kernel wants)."""
     entry = hlo[hlo.index("\nENTRY") :].split("\n}", 1)[0].splitlines()[1:]
-    opcodes = [match[1] for line in entry if (match := HLO_INSTRUCTION.match(line))]
+    instructions = [(line, match[1]) for line in entry if (match := HLO_INSTRUCTION.match(line))]
+    params = {line.split("=", 1)[0].split()[-1] for line, op in instructions if op == "parameter"}
+
+    def reads_params_only(line: str) -> bool:
+        operands = HLO_OPERAND.findall(line.split(" fusion(", 1)[1].split(")", 1)[0])
+        return bool(operands) and all(operand in params for operand in operands)
+
+    fusions = [line for line, op in instructions if op == "fusion"]
     return {
-        "fusions": sum(op == "fusion" for op in opcodes),
-        "kernels": sum(op not in HLO_NOT_KERNELS for op in opcodes),
+        "fusions": len(fusions),
+        "kernels": sum(op not in HLO_NOT_KERNELS for _, op in instructions),
+        "param_only": sum(reads_params_only(line) for line in fusions),
     }
 
 
@@ -604,7 +619,7 @@ def suite_header(cost: str) -> list[str]:
         f"predicted ({cost}, simulated)",
         "jax.jit speedup (IQR, pairs)",
         "ORT speedup (IQR, pairs)",
-        "CPU HLO fusions/kernels",
+        "CPU HLO fusions/kernels/param-only",
         "CUDA StableHLO ops/dots+convs",
         "max abs err",
         "search s",
@@ -623,7 +638,7 @@ def suite_cells(row: Row, markdown: bool) -> list[str]:
         predicted,
         jax,
         ort,
-        before_after(r.hlo, "fusions", "kernels"),
+        before_after(r.hlo, "fusions", "kernels", "param_only"),
         before_after(r.hlo, "cuda_ops", "cuda_dots_convs"),
         error,
         search_s,

@@ -110,15 +110,17 @@ def test_suite_smoke_on_a_tiny_exported_model() -> None:
     assert done.returncode == 0, done.stderr
     assert "shapes: small variants (a smoke test); load average before: " in done.stdout
     header = next(line for line in done.stdout.splitlines() if line.startswith("| model"))
-    assert "CPU HLO fusions/kernels" in header and "CUDA StableHLO ops/dots+convs" in header
+    assert (
+        "CPU HLO fusions/kernels/param-only" in header and "CUDA StableHLO ops/dots+convs" in header
+    )
     (row,) = [line for line in done.stdout.splitlines() if line.startswith("| `onnx:")]
     cells = [cell.strip() for cell in row.strip("|").split(" | ")]
     assert cells[0] == "`onnx:squeezenet1_1?image=64&classes=10`"
     assert cells[1].startswith("117 → ")
-    for hlo in cells[6:8]:  # counts before → after, each a/b
-        assert re.fullmatch(r"\d+/\d+ → \d+/\d+", hlo), hlo
-    fusions, kernels = map(int, cells[6].split(" → ")[0].split("/"))
-    assert 0 < fusions <= kernels
+    assert re.fullmatch(r"\d+/\d+/\d+ → \d+/\d+/\d+", cells[6]), cells[6]
+    assert re.fullmatch(r"\d+/\d+ → \d+/\d+", cells[7]), cells[7]
+    fusions, kernels, param_only = map(int, cells[6].split(" → ")[0].split("/"))
+    assert 0 < param_only < fusions <= kernels  # squeezenet's 26 conv weights relaid out
     assert float(cells[8]) < 1e-4
     assert "- geomean over jax.jit (1 models): " in done.stdout
     assert "- geomean over onnxruntime (1 models): " in done.stdout
@@ -154,7 +156,10 @@ ENTRY %main.4 (Arg_0.1: f32[2]) -> (f32[2], f32[2]) {
 
 def test_hlo_counts_read_the_entry_computation(bench: ModuleType) -> None:
     # The fused computation's add is inside the fusion; the entry launches two kernels.
-    assert bench.cpu_hlo_counts(HLO) == {"fusions": 1, "kernels": 2}
+    # The fusion reads only a parameter: work on an argument redone on every call.
+    assert bench.cpu_hlo_counts(HLO) == {"fusions": 1, "kernels": 2, "param_only": 1}
+    reads_a_result = HLO.replace("fusion(f32[2]{0} %Arg_0.1)", "fusion(f32[2]{0} %dot.3)")
+    assert bench.cpu_hlo_counts(reads_a_result)["param_only"] == 0
     stablehlo = "\n".join(
         [
             "%0 = stablehlo.constant dense<1.0> : tensor<f32>",
