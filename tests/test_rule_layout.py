@@ -5,10 +5,12 @@ generated library as `default+layout`, and firing on a transformer's attention."
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import assert_one_line_error
 from rewrite_helpers import assert_equal
 
 from tasoc.backends.numpy import run_reference
@@ -105,3 +107,23 @@ def test_attention_scaling_moves_off_the_scores_and_stays_equal() -> None:
         rewritten = apply(bert, match)
         assert rewritten is not None
         assert_equal(bert, rewritten)
+
+
+def test_the_command_line_takes_a_combination(tasoc, tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    pipeline = 'equality-rewrite{rules="default+layout" retime=0 timeout=5}'
+    done = tasoc("opt", "zoo:bert?layers=1&hidden=32&heads=2&seq=8", "-p", pipeline)
+    assert done.code == 0, done
+    done = tasoc("opt", "zoo:nasrnn?hidden=8&length=2", "-p", pipeline, "--report", report)
+    assert done.code == 0, done
+    section = json.loads(report.read_text())["passes"][0]["section"]
+    assert section["rules"] == "default+layout" and section["rules_trust"] == "shipped"
+    assert section["rules_loaded"] == len(load_library("default").rules) + len(LAYOUT)
+    listed = tasoc("rules", "list", "default+layout")
+    assert listed.code == 0 and "default+layout: 381 proven rules applied" in listed.out
+    bad = 'equality-rewrite{rules="default+nosuch"}'
+    assert_one_line_error(
+        tasoc("opt", "zoo:nasrnn?hidden=8&length=2", "-p", bad),
+        "pass 'equality-rewrite'",
+        "unknown rule library 'nosuch'",
+    )
