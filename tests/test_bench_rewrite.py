@@ -194,3 +194,21 @@ def test_rules_fired_are_listed_most_first(bench: ModuleType) -> None:
     assert bench.top_rules({"b": 2, "a": 2, "c": 5, "d": 1}) == "c x5, a x2, b x2 (+1 more)"
     assert bench.top_rules({}) == "none"
     assert bench.top_rules(None) == "—"
+
+
+def test_conv_layout_compares_the_same_chain_in_two_layouts() -> None:
+    """benchmarks/conv_layout.py: both layouts compute the same thing, and only NCHW
+    relays out each convolution weight inside the compiled program."""
+    command = [sys.executable, str(BENCHMARKS / "conv_layout.py"), "--channels", "8"]
+    command += ["--size", "6", "--layers", "3", "--repeats", "2", "--measure-seconds", "0.1"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = {line.split(":")[0]: line for line in done.stdout.splitlines()}
+    assert float(lines["- max abs difference NHWC vs NCHW"].split()[-1]) < 1e-4
+    counts = {
+        layout: json.loads(lines[f"- {layout}"].split("CPU HLO ")[1].replace("'", '"'))
+        for layout in ("nchw", "nhwc")
+    }
+    assert counts["nchw"]["param_only"] >= counts["nhwc"]["param_only"] + 3  # 3 weights
+    assert counts["nchw"]["kernels"] > counts["nhwc"]["kernels"]
+    assert lines["- NHWC speedup (NCHW time / NHWC time, IQR, pairs)"].endswith("n=2)")
