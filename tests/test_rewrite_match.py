@@ -25,9 +25,9 @@ from tasoc.backends.arguments import random_inputs
 from tasoc.backends.numpy import run_reference
 from tasoc.ir import dag
 from tasoc.ir.dag import Dag, Node
+from tasoc.ir.rule_text import parse_rules
 from tasoc.ir.rules import check_rule
 from tasoc.passes.rewrite.apply import apply
-from tasoc.ir.rule_text import parse_rules
 from tasoc.passes.rewrite.match import directed, find_matches
 from tasoc.verify.equivalence import compare, equivalent
 from tasoc.verify.instances import instances
