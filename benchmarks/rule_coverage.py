@@ -5,7 +5,7 @@
 
 For each model of `benchmarks/rewrite.py --suite` (the zoo's eight and the eleven
 exported ONNX models, at their `--small` sizes with `--small`), the rules of each
-library (a shipped name, `default+xla`, or a rule file, read as it is: matching does not
+library (a shipped name, `default+layout`, or a rule file, read as it is: matching does not
 need a proof, so a file is not proven here) are matched against the model's graph in
 both directions (`match.directed`), and the table gives each library's matches,
 distinct rules and most matched rules per model. With `--baseline`, a rule counts as

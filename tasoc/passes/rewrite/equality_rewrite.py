@@ -130,7 +130,7 @@ class EqualityRewritePass(ModulePass):
     split_size: int | None = None
     """Search graphs of more ops than this in pieces of at most this many (> 0)."""
     rules: str = "default"
-    """A shipped rule library's name (names joined by `+`: `default+xla`), or a rule
+    """A shipped rule library's name (names joined by `+`: `default+layout`), or a rule
     file's path."""
     memory_limit: int | float | str | None = None
     """Bytes (`16GiB`, `1.5e9`, `1024`): a graph whose peak memory exceeds it costs

@@ -25,7 +25,7 @@ the pass's `timeout` (`Library.proved_now`); each proof has its own hard limit
 (`prover.hard_limit`). Reading and parsing a library is charged: it is parsed once a
 process (`_parsed`).
 
-Shipped libraries combine with `+` (`default+xla`): the rules of each, loaded as above
+Shipped libraries combine with `+` (`default+layout`): the rules of each, loaded as above
 (`load_library`), applied together; a rule both hold is applied once (`match.directed`
 drops duplicates up to renaming).
 
@@ -59,7 +59,7 @@ REGENERATE = "make rules"
 """The command that regenerates the shipped library (see the Makefile)."""
 
 COMBINE = "+"
-"""Joins shipped library names into one library (`default+xla`)."""
+"""Joins shipped library names into one library (`default+layout`)."""
 
 DIGEST_SUFFIX = ".sha256"
 """A shipped library's recorded SHA-256 is in the file of its name plus this suffix, in
@@ -89,7 +89,7 @@ def library_path(name_or_path: str | PathLike[str] = DEFAULT_LIBRARY) -> Path:
 
 
 def library_paths(spec: str | PathLike[str] = DEFAULT_LIBRARY) -> list[Path]:
-    """The files of `spec`: shipped library names joined by `COMBINE` (`default+xla`),
+    """The files of `spec`: shipped library names joined by `COMBINE` (`default+layout`),
     one name, or one path (a path is never split: a file may have `+` in its name)."""
     text = str(spec)
     names = text.split(COMBINE)
