@@ -782,6 +782,7 @@ def main() -> None:
     if args.child:
         run_child(args.child, args.pipeline, args.repeats, args.measure_seconds, args.hlo)
         return
+    load_before = load_average()
     rows: list[Row] = []
     for model in args.models:
         if isinstance(model, str):
@@ -792,7 +793,8 @@ def main() -> None:
             rows.append(Row(spec, search, skipped) if skipped else run_row(spec, search, args))
     lines = environment(argv)
     if args.suite:
-        lines.append(f"shapes: {shapes_title(args)}; load average before: {load_average()}")
+        loads = f"load average before: {load_before}, after: {load_average()}"
+        lines.append(f"shapes: {shapes_title(args)}; {loads}")
     print("\n".join(f"- {line}" if args.markdown else line for line in lines))
     print()
     if args.suite:

@@ -109,6 +109,7 @@ def test_suite_smoke_on_a_tiny_exported_model() -> None:
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "shapes: small variants (a smoke test); load average before: " in done.stdout
+    assert ", after: " in done.stdout
     header = next(line for line in done.stdout.splitlines() if line.startswith("| model"))
     assert (
         "CPU HLO fusions/kernels/param-only" in header and "CUDA StableHLO ops/dots+convs" in header
