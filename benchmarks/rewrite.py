@@ -2,9 +2,19 @@
 and what JAX and onnxruntime then measure.
 
     .venv/bin/python benchmarks/rewrite.py [--models a,b] [--searches backtrack,egraph] \
-        [--timeout 30] [--cost analytic] [--alpha A] [--budget N] [--retime N] [--repeats 20] \
-        [--measure-seconds 20] [--memory-limit 8] [--timeout-per-model 600] [--small] \
-        [--markdown]
+        [--timeout 30] [--cost analytic] [--rules LIB] [--alpha A] [--budget N] [--retime N] \
+        [--repeats 20] [--measure-seconds 20] [--memory-limit 8] [--timeout-per-model 600] \
+        [--small] [--markdown]
+    .venv/bin/python benchmarks/rewrite.py --suite [--shrink] [--models a,onnx:b] ...
+
+`--suite` (issue 34) runs the whole suite with the e-graph search: the eight zoo models
+below and the eleven exported ONNX models of `tasoc.models.exported` (`onnx:NAME`,
+written as `torch.onnx.export` writes them and imported as a user's file is), and adds
+per row the rules that fired, the compiled HLO's fusion and kernel counts before and
+after, and a summary of the issue's goals (geometric means, the slowest row, nasrnn).
+`--shrink` runs the ONNX models at `SHRUNK` sizes (2 cores: a full-size BERT or GPT-2
+compiles and runs for minutes); the table is then titled as such. A model is named
+`onnx:NAME?k=v&...` with the builder's size parameters.
 
 For each model (`MODELS`, built at its paper's shapes) and each search, a child process
 runs the pass as `tasoc opt -p 'equality-rewrite{search=S timeout=T cost=C ...}'` does,
@@ -36,11 +46,21 @@ command line, the result is verified, and the pass writes its section of the dri
 Each (model, search) runs in its own child with `--timeout-per-model`, so a crash, an
 out-of-memory kill or a timeout is a row (with what the child finished before it), and
 a search the pass does not know is a row `error: ...`. A run is first estimated at
-`RUN_COPIES` times `benchmarks/zoo.py`'s estimate (two programs, each through both
+`RUN_COPIES` times `benchmarks/zoo.py`'s estimate (zoo models only) (two programs, each through both
 backends); a model over `--memory-limit` runs at batch 1 instead when it has a larger
 batch (the model column shows the spec that ran), or is skipped. `--small` runs each
 model's small variant instead (a smoke test). Results are recorded in docs/benchmarks.md;
 this script only measures.
+
+The HLO columns (`--suite`): XLA compiles for the machine it runs on, and this jaxlib
+has only a CPU backend, so fusions are counted in the CPU compile (`fusion`
+instructions, and kernels: the entry computation's instructions other than
+parameters, constants, tuples and bitcasts; and param-only: the fusions that read only
+parameters, i.e. work on the weights that XLA redoes on every call, mostly convolution
+weights relaid out). For CUDA the program is cross-lowered
+(`lower(lowering_platforms=("cuda",))`), which gives the StableHLO a GPU compile
+would start from, not its fusions (`Lowered.compile()` of that lowering compiles for
+the CPU here): its op count and its dots and convolutions are shown.
 """
 
 from __future__ import annotations
@@ -51,6 +71,7 @@ import json
 import math
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -85,6 +106,45 @@ MODELS = (
     "vgg19",
 )
 """The models of TASO's (Jia's thesis §2.9) and Tensat's evaluations, by zoo name."""
+
+ONNX_SCHEME = "onnx:"
+"""Prefix of an exported ONNX model's name (`tasoc.models.exported.EXPORTED_MODELS`)."""
+
+ONNX_MODELS = (
+    "alexnet",
+    "zfnet",
+    "vgg16",
+    "resnet18",
+    "resnet50",
+    "squeezenet1_1",
+    "googlenet",
+    "densenet121",
+    "shufflenet_v2",
+    "bert",
+    "gpt2",
+)
+"""The eleven exported models docs/benchmarks.md checks at full size ("Full-size
+exported models")."""
+
+SHRUNK: dict[str, dict[str, int]] = {
+    **{name: {"image": 112} for name in ONNX_MODELS if name not in ("bert", "gpt2")},
+    "vgg16": {"image": 112, "pool": 3},
+    "bert": {"layers": 2},
+    "gpt2": {"layers": 2},
+}
+"""`--shrink`'s sizes: half the images' side (VGG's adaptive pooling then to 3x3, which
+divides its 3x3 features), two of the transformers' twelve layers."""
+
+SMALL_ONNX: dict[str, dict[str, int]] = {
+    **{name: {"image": 64, "classes": 10} for name in ONNX_MODELS if name not in ("bert", "gpt2")},
+    "vgg16": {"image": 64, "classes": 10, "pool": 1},
+    "bert": {"layers": 1, "hidden": 64, "heads": 2, "intermediate": 128, "vocab": 100},
+    "gpt2": {"layers": 1, "hidden": 64, "heads": 2, "vocab": 100},
+}
+"""`--small`'s sizes for the exported models (a smoke test)."""
+
+SUITE_GOALS = {"geomean_jax": 1.10, "slowest_jax": 0.99, "nasrnn_jax": 1.5, "geomean_ort": 1.2}
+"""Issue 34's goals: geomean over `jax.jit`, no row below, nasrnn, geomean over onnxruntime."""
 
 PASS = "equality-rewrite"
 SEED = 0
@@ -121,6 +181,10 @@ class Result:
     agree: bool | None = None
     jax: PairedRatio | None = None
     ort: PairedRatio | None = None
+    rules: dict[str, int] | None = None
+    """The pass's `rules_applied`: how often each rule fired on the way to its result."""
+    hlo: dict[str, list[int]] | None = None
+    """With `--suite`: `hlo_counts` of the original and the optimized program."""
     error: str | None = None
 
     @classmethod
@@ -131,15 +195,50 @@ class Result:
         return result
 
 
+def onnx_sizes(spec: str) -> tuple[str, dict[str, int | float]]:
+    """The exported model's name and builder sizes of `onnx:NAME?k=v&...`."""
+    name, _, query = spec.removeprefix(ONNX_SCHEME).partition("?")
+    sizes: dict[str, int | float] = {}
+    for item in filter(None, query.split("&")):
+        key, _, value = item.partition("=")
+        sizes[key] = int(value) if value.lstrip("-").isdigit() else float(value)
+    return name, sizes
+
+
+def onnx_spec(name: str, sizes: dict[str, int]) -> str:
+    query = "&".join(f"{key}={value}" for key, value in sizes.items())
+    return f"{ONNX_SCHEME}{name}{'?' + query if query else ''}"
+
+
+def load_original(spec: str, folder: Path) -> tuple[str, ModuleOp]:
+    """The driver's INPUT for `spec` and the program it reads: a zoo model, or an
+    exported ONNX model written to a file in `folder` and imported as a user's is."""
+    if not spec.startswith(ONNX_SCHEME):
+        from tasoc.driver.sources import build_zoo_model
+
+        return f"{SCHEME}{spec}", build_zoo_model(spec)
+    import onnx
+
+    from tasoc.backends.onnx.importer import import_onnx
+    from tasoc.models.exported import EXPORTED_MODELS
+
+    name, sizes = onnx_sizes(spec)
+    path = folder / f"{name}.onnx"
+    onnx.save(EXPORTED_MODELS[name](**sizes), path)
+    return str(path), import_onnx(path)[0]
+
+
 def optimize(spec: str, pipeline: str) -> tuple[ModuleOp, ModuleOp, dict[str, Any]]:
     """The model, the model after `pipeline`, and the pass's report section (with
     `seconds`, the pass's wall time as the driver measured it)."""
+    import tempfile
+
     from tasoc.driver.opt import TasocOptMain
-    from tasoc.driver.sources import build_zoo_model
     from tasoc.passes.report import reporting
 
-    driver = TasocOptMain([f"{SCHEME}{spec}", "-p", pipeline])
-    original = build_zoo_model(spec)
+    with tempfile.TemporaryDirectory() as folder:
+        source, original = load_original(spec, Path(folder))
+        driver = TasocOptMain([source, "-p", pipeline])
     optimized = original.clone()
     with reporting(driver.report):
         driver.pipeline.apply(driver.ctx, optimized)
@@ -233,6 +332,65 @@ def ort_speedup(original: ModuleOp, optimized: ModuleOp, pairs: int, seconds: fl
     return interleaved_speedup(*samplers, pairs, seconds)
 
 
+HLO_NOT_KERNELS = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast"})
+"""Instructions of an entry computation that launch no kernel."""
+
+HLO_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?\S+\s*=\s*.*?\s([a-z][a-z0-9_-]*)\(")
+"""An HLO instruction line; group 1 is its opcode (the first `word(` after `=`: a
+result type holds no such word)."""
+
+HLO_OPERAND = re.compile(r"%[\w.\-]+")
+
+STABLEHLO_OP = re.compile(r"\bstablehlo\.([a-z_]+)")
+
+
+def cpu_hlo_counts(hlo: str) -> dict[str, int]:
+    """`fusions` and `kernels` of the entry computation of compiled HLO text, and
+    `param_only`: the fusions that read nothing but parameters, which XLA runs on every
+    call although their inputs are the weights (on a CPU, mostly a convolution weight's
+    relayout from OIHW to the layout its kernel wants)."""
+    entry = hlo[hlo.index("\nENTRY") :].split("\n}", 1)[0].splitlines()[1:]
+    instructions = [(line, match[1]) for line in entry if (match := HLO_INSTRUCTION.match(line))]
+    params = {line.split("=", 1)[0].split()[-1] for line, op in instructions if op == "parameter"}
+
+    def reads_params_only(line: str) -> bool:
+        operands = HLO_OPERAND.findall(line.split(" fusion(", 1)[1].split(")", 1)[0])
+        return bool(operands) and all(operand in params for operand in operands)
+
+    fusions = [line for line, op in instructions if op == "fusion"]
+    return {
+        "fusions": len(fusions),
+        "kernels": sum(op not in HLO_NOT_KERNELS for _, op in instructions),
+        "param_only": sum(reads_params_only(line) for line in fusions),
+    }
+
+
+def stablehlo_counts(text: str) -> dict[str, int]:
+    """`ops` (constants and returns left out) and `dots_convs` of StableHLO text."""
+    ops = [match[1] for line in text.splitlines() if (match := STABLEHLO_OP.search(line))]
+    return {
+        "cuda_ops": sum(op not in ("constant", "return") for op in ops),
+        "cuda_dots_convs": sum(op in ("dot_general", "dot", "convolution") for op in ops),
+    }
+
+
+def hlo_counts(module: ModuleOp) -> dict[str, int]:
+    """What XLA makes of `module` (module docstring): the CPU compile's fusions and
+    kernels, and the StableHLO cross-lowered for CUDA."""
+    import jax
+
+    from tasoc.backends.jax import lower
+    from tasoc.backends.jax.lowering import jax_dtype
+
+    program = lower(module)
+    abstract = [
+        jax.ShapeDtypeStruct(i.sig.shape, jax_dtype(i.sig.dtype)) for i in program.arg_infos
+    ]
+    traced = program.fn.trace(*abstract)  # type: ignore[attr-defined]
+    cpu = cpu_hlo_counts(traced.lower().compile().as_text())
+    return {**cpu, **stablehlo_counts(traced.lower(lowering_platforms=("cuda",)).as_text())}
+
+
 def error_line(error: Exception) -> str:
     from tasoc.driver.errors import describe, one_line
 
@@ -256,8 +414,9 @@ def retime_note(section: dict[str, Any]) -> str:
     return note
 
 
-def run_child(spec: str, pipeline: str, pairs: int, seconds: float) -> None:
-    """Search, check and measure `spec`, printing a `Result` line at each phase."""
+def run_child(spec: str, pipeline: str, pairs: int, seconds: float, hlo: bool = False) -> None:
+    """Search, check and measure `spec`, printing a `Result` line at each phase; with
+    `hlo`, count both programs' HLO (`hlo_counts`) first."""
     from tasoc.verify.equivalence import equivalent
 
     result = Result()
@@ -276,6 +435,11 @@ def run_child(spec: str, pipeline: str, pairs: int, seconds: float) -> None:
         stopped = section.get("stopped")
         result.stopped = f"stopped: {stopped}" if stopped else section.get("note", "")
         result.kept = retime_note(section)
+        result.rules = section.get("rules_applied") or {}
+        if hlo:
+            start("hlo")
+            counts = [hlo_counts(module) for module in (original, optimized)]
+            result.hlo = {key: [c[key] for c in counts] for key in counts[0]}
         start("check")
         check = equivalent(original, optimized, seed=SEED, backend="jax")
         result.max_abs_error = max((o.max_abs_error for o in check.outputs), default=0.0)
@@ -313,6 +477,7 @@ def pass_pipeline(args: argparse.Namespace, search: str) -> str:
         "alpha": args.alpha,
         "budget": args.budget,
         "retime": args.retime,
+        "rules": None if args.rules is None else f'"{args.rules}"',  # quoted: `+`, `/`
     }
     text = " ".join(f"{key}={value}" for key, value in options.items() if value is not None)
     return f"{PASS}{{{text}}}"
@@ -344,6 +509,7 @@ def run_row(spec: str, search: str, args: argparse.Namespace) -> Row:
     """One child for (spec, search), stopped after `--timeout-per-model` seconds."""
     command = [sys.executable, __file__, "--child", spec, "--pipeline", pass_pipeline(args, search)]
     command += ["--repeats", str(args.repeats), "--measure-seconds", str(args.measure_seconds)]
+    command += ["--hlo"] if args.suite else []
     print(f"{spec} {search} ...", file=sys.stderr, flush=True)
     start = time.perf_counter()
     try:
@@ -409,10 +575,112 @@ def header(cost: str) -> list[str]:
     ]
 
 
+def exported_spec(name: str, args: argparse.Namespace) -> str:
+    """The spec of exported model `name` at the sizes `--small` or `--shrink` asks for."""
+    if args.small:
+        return onnx_spec(name, SMALL_ONNX[name])
+    return onnx_spec(name, SHRUNK[name] if args.shrink else {})
+
+
+def shapes_title(args: argparse.Namespace) -> str:
+    if args.small:
+        return "small variants (a smoke test)"
+    if args.shrink:
+        return "zoo models at their papers' shapes; ONNX models shrunk (`SHRUNK`)"
+    return "papers' shapes; ONNX models full size"
+
+
+def load_average() -> str:
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+def top_rules(rules: dict[str, int] | None, count: int = 3) -> str:
+    """The rules that fired most, `name x n`, and how many others did."""
+    if not rules:
+        return "—" if rules is None else "none"
+    ranked = sorted(rules.items(), key=lambda item: (-item[1], item[0]))
+    shown = ", ".join(f"{name} x{n}" for name, n in ranked[:count])
+    return shown + (f" (+{len(ranked) - count} more)" if len(ranked) > count else "")
+
+
+def before_after(hlo: dict[str, list[int]] | None, *keys: str) -> str:
+    """`a/b → c/d` for the counts `keys` of the original and the optimized program."""
+    if hlo is None:
+        return "—"
+    old, new = ("/".join(str(hlo[key][side]) for key in keys) for side in (0, 1))
+    return f"{old} → {new}"
+
+
+def suite_header(cost: str) -> list[str]:
+    return [
+        "model",
+        "ops",
+        "rules fired",
+        f"predicted ({cost}, simulated)",
+        "jax.jit speedup (IQR, pairs)",
+        "ORT speedup (IQR, pairs)",
+        "CPU HLO fusions/kernels/param-only",
+        "CUDA StableHLO ops/dots+convs",
+        "max abs err",
+        "search s",
+        "notes",
+    ]
+
+
+def suite_cells(row: Row, markdown: bool) -> list[str]:
+    """A `--suite` row: `cells`' columns with the rules fired and the HLO counts."""
+    model, _, ops, predicted, jax, ort, error, search_s, notes = cells(row, markdown)
+    r = row.result or Result()
+    return [
+        model,
+        ops,
+        top_rules(r.rules),
+        predicted,
+        jax,
+        ort,
+        before_after(r.hlo, "fusions", "kernels", "param_only"),
+        before_after(r.hlo, "cuda_ops", "cuda_dots_convs"),
+        error,
+        search_s,
+        notes,
+    ]
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(statistics.fmean(math.log(v) for v in values))
+
+
+def verdict(value: float | None, goal: float) -> str:
+    if value is None:
+        return "not measured"
+    return f"{value:.3f} ({'met' if value >= goal else 'missed'}, goal ≥ {goal})"
+
+
+def suite_summary(rows: list[Row]) -> list[str]:
+    """The issue's goals against the medians measured (`SUITE_GOALS`)."""
+    jax = {row.spec: row.result.jax.median for row in rows if row.result and row.result.jax}
+    ort = [row.result.ort.median for row in rows if row.result and row.result.ort]
+    slowest = min(jax, key=jax.__getitem__) if jax else None
+    nasrnn = next((value for spec, value in jax.items() if spec.split("?")[0] == "nasrnn"), None)
+    lines = [
+        f"geomean over jax.jit ({len(jax)} models): "
+        + verdict(geomean(list(jax.values())) if jax else None, SUITE_GOALS["geomean_jax"]),
+        f"slowest over jax.jit: {slowest or '—'} "
+        + verdict(jax[slowest] if slowest else None, SUITE_GOALS["slowest_jax"]),
+        "nasrnn over jax.jit: " + verdict(nasrnn, SUITE_GOALS["nasrnn_jax"]),
+        f"geomean over onnxruntime ({len(ort)} models): "
+        + verdict(geomean(ort) if ort else None, SUITE_GOALS["geomean_ort"]),
+    ]
+    return lines
+
+
 def table(rows: list[list[str]], markdown: bool) -> str:
     """Markdown (ready to paste) or plain aligned columns."""
     if markdown:
-        separator = ["---", "---", "---:", "---:", "---:", "---:", "---:", "---:", "---"]
+        separator = [
+            "---" if cell in ("model", "search", "rules fired", "notes") else "---:"
+            for cell in rows[0]
+        ]
         return "\n".join(f"| {' | '.join(row)} |" for row in [rows[0], separator, *rows[1:]])
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join(
@@ -458,6 +726,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         type=int,
         help="candidates the pass re-times end to end (default: the pass's; 0: none)",
     )
+    parser.add_argument(
+        "--rules", help="the pass's rule library (default: the pass's; e.g. default+layout)"
+    )
     parser.add_argument("--repeats", type=int, default=20, help="A/B pairs per backend at most")
     parser.add_argument(
         "--measure-seconds", type=float, default=20.0, help="measuring time per backend"
@@ -466,34 +737,74 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--timeout-per-model", type=float, default=600.0, help="seconds")
     parser.add_argument("--small", action="store_true", help="run the small variants")
     parser.add_argument("--markdown", action="store_true", help="a markdown table")
+    parser.add_argument(
+        "--suite",
+        action="store_true",
+        help="the zoo models and the exported ONNX models, e-graph search, HLO counts",
+    )
+    parser.add_argument("--shrink", action="store_true", help="ONNX models at `SHRUNK` sizes")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--pipeline", help=argparse.SUPPRESS)
+    parser.add_argument("--hlo", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be positive")
-    args.models = args.models.split(",") if args.models else list(MODELS)
+    if args.child:
+        return args
+    default = [*MODELS, *(ONNX_SCHEME + name for name in ONNX_MODELS)] if args.suite else MODELS
+    names = args.models.split(",") if args.models else list(default)
+    if args.suite and "--searches" not in argv:
+        args.searches = "egraph"
     try:
-        args.models = [get_model(name) for name in args.models]
+        args.models = [model_or_exported(name) for name in names]
     except ValueError as err:
         parser.error(str(err))
     return args
+
+
+def model_or_exported(name: str) -> ZooModel | str:
+    """A zoo model, or the name of an exported ONNX model (`onnx:NAME`); ValueError
+    for neither."""
+    if not name.startswith(ONNX_SCHEME):
+        return get_model(name)
+    from tasoc.models.exported import EXPORTED_MODELS
+
+    exported = name.removeprefix(ONNX_SCHEME)
+    if exported not in EXPORTED_MODELS:
+        known = ", ".join(sorted(EXPORTED_MODELS))
+        raise ValueError(f"unknown exported model '{exported}' (known: {known})")
+    return exported
 
 
 def main() -> None:
     argv = sys.argv[1:]
     args = parse_args(argv)
     if args.child:
-        run_child(args.child, args.pipeline, args.repeats, args.measure_seconds)
+        run_child(args.child, args.pipeline, args.repeats, args.measure_seconds, args.hlo)
         return
+    load_before = load_average()
     rows: list[Row] = []
     for model in args.models:
-        spec, skipped = fitting_spec(model, args.small, args.memory_limit)
+        if isinstance(model, str):
+            spec, skipped = exported_spec(model, args), ""
+        else:
+            spec, skipped = fitting_spec(model, args.small, args.memory_limit)
         for search in args.searches.split(","):
             rows.append(Row(spec, search, skipped) if skipped else run_row(spec, search, args))
     lines = environment(argv)
+    if args.suite:
+        loads = f"load average before: {load_before}, after: {load_average()}"
+        lines.append(f"shapes: {shapes_title(args)}; {loads}")
     print("\n".join(f"- {line}" if args.markdown else line for line in lines))
     print()
-    print(table([header(args.cost), *(cells(row, args.markdown) for row in rows)], args.markdown))
+    if args.suite:
+        body = [suite_cells(row, args.markdown) for row in rows]
+        print(table([suite_header(args.cost), *body], args.markdown))
+        print()
+        print("\n".join(f"- {line}" for line in suite_summary(rows)))
+    else:
+        body = [cells(row, args.markdown) for row in rows]
+        print(table([header(args.cost), *body], args.markdown))
     if any(row.result and row.result.agree is False for row in rows):
         sys.exit(1)
 

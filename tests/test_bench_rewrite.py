@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import re
 import subprocess
 import sys
 from dataclasses import asdict
@@ -93,3 +95,121 @@ def test_the_notes_say_what_retiming_kept(bench: ModuleType) -> None:
     timed.reverse()
     assert bench.retime_note(section).startswith("retime kept the search's best of 2")
     assert bench.retime_note({"cost_before": 4.0}) == ""
+
+
+# ------------------------------------------------------------------ --suite (issue 34)
+
+
+def test_suite_smoke_on_a_tiny_exported_model() -> None:
+    """One exported ONNX model, imported as a user's file is, through the whole suite row:
+    rules, prediction, both backends, the HLO counts, and the goals' summary."""
+    command = [sys.executable, str(SCRIPT), "--suite", "--small", "--models"]
+    command += ["onnx:squeezenet1_1", "--rules", "default+layout", "--timeout", "1"]
+    command += ["--repeats", "2", "--measure-seconds", "0.2", "--markdown"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "shapes: small variants (a smoke test); load average before: " in done.stdout
+    assert ", after: " in done.stdout
+    header = next(line for line in done.stdout.splitlines() if line.startswith("| model"))
+    assert (
+        "CPU HLO fusions/kernels/param-only" in header and "CUDA StableHLO ops/dots+convs" in header
+    )
+    (row,) = [line for line in done.stdout.splitlines() if line.startswith("| `onnx:")]
+    cells = [cell.strip() for cell in row.strip("|").split(" | ")]
+    assert cells[0] == "`onnx:squeezenet1_1?image=64&classes=10`"
+    assert cells[1].startswith("117 → ")
+    assert re.fullmatch(r"\d+/\d+/\d+ → \d+/\d+/\d+", cells[6]), cells[6]
+    assert re.fullmatch(r"\d+/\d+ → \d+/\d+", cells[7]), cells[7]
+    fusions, kernels, param_only = map(int, cells[6].split(" → ")[0].split("/"))
+    assert 0 < param_only < fusions <= kernels  # squeezenet's 26 conv weights relaid out
+    assert float(cells[8]) < 1e-4
+    assert "- geomean over jax.jit (1 models): " in done.stdout
+    assert "- geomean over onnxruntime (1 models): " in done.stdout
+
+
+def test_an_unknown_exported_model_is_a_usage_error() -> None:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--suite", "--models", "onnx:nosuchnet"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2
+    assert "unknown exported model 'nosuchnet' (known: " in done.stderr
+
+
+HLO = """HloModule jit_program, entry_computation_layout={(f32[2]{0})->f32[2]{0}}
+
+%fused_computation (param_0: f32[2]) -> f32[2] {
+  %param_0 = f32[2]{0} parameter(0)
+  ROOT %add.1 = f32[2]{0} add(f32[2]{0} %param_0, f32[2]{0} %param_0)
+}
+
+ENTRY %main.4 (Arg_0.1: f32[2]) -> (f32[2], f32[2]) {
+  %Arg_0.1 = f32[2]{0} parameter(0)
+  %constant.2 = f32[] constant(1)
+  %fusion = f32[2]{0} fusion(f32[2]{0} %Arg_0.1), kind=kLoop, calls=%fused_computation
+  %dot.3 = f32[2]{0} dot(f32[2]{0} %fusion, f32[2]{0} %Arg_0.1), lhs_contracting_dims={}
+  %bitcast.5 = f32[2]{0} bitcast(f32[2]{0} %dot.3)
+  ROOT %tuple.6 = (f32[2]{0}, f32[2]{0}) tuple(f32[2]{0} %fusion, f32[2]{0} %bitcast.5)
+}
+"""
+
+
+def test_hlo_counts_read_the_entry_computation(bench: ModuleType) -> None:
+    # The fused computation's add is inside the fusion; the entry launches two kernels.
+    # The fusion reads only a parameter: work on an argument redone on every call.
+    assert bench.cpu_hlo_counts(HLO) == {"fusions": 1, "kernels": 2, "param_only": 1}
+    reads_a_result = HLO.replace("fusion(f32[2]{0} %Arg_0.1)", "fusion(f32[2]{0} %dot.3)")
+    assert bench.cpu_hlo_counts(reads_a_result)["param_only"] == 0
+    stablehlo = "\n".join(
+        [
+            "%0 = stablehlo.constant dense<1.0> : tensor<f32>",
+            "%1 = stablehlo.dot_general %arg0, %arg1, contracting_dims = [1] x [0]",
+            "%2 = stablehlo.convolution(%1, %arg2) dim_numbers = [b, f, 0, 1]",
+            "%3 = stablehlo.maximum %2, %0 : tensor<2xf32>",
+            "return %3 : tensor<2xf32>",
+        ]
+    )
+    assert bench.stablehlo_counts(stablehlo) == {"cuda_ops": 3, "cuda_dots_convs": 2}
+
+
+def test_the_suite_summary_says_which_goals_were_met(bench: ModuleType) -> None:
+    def row(spec: str, jax: float, ort: float | None) -> object:
+        result = bench.Result(jax=bench.PairedRatio(jax, jax, jax, 9))
+        result.ort = None if ort is None else bench.PairedRatio(ort, ort, ort, 9)
+        return bench.Row(spec, "egraph", result=result)
+
+    rows = [row("nasrnn", 1.6, 2.0), row("onnx:bert?layers=2", 0.98, 1.0), bench.Row("x", "e")]
+    lines = bench.suite_summary(rows)
+    geomean = math.sqrt(1.6 * 0.98)
+    assert lines[0] == f"geomean over jax.jit (2 models): {geomean:.3f} (met, goal ≥ 1.1)"
+    assert lines[1] == "slowest over jax.jit: onnx:bert?layers=2 0.980 (missed, goal ≥ 0.99)"
+    assert lines[2] == "nasrnn over jax.jit: 1.600 (met, goal ≥ 1.5)"
+    assert (
+        lines[3] == f"geomean over onnxruntime (2 models): {math.sqrt(2.0):.3f} (met, goal ≥ 1.2)"
+    )
+    assert bench.suite_summary([])[2] == "nasrnn over jax.jit: not measured"
+
+
+def test_rules_fired_are_listed_most_first(bench: ModuleType) -> None:
+    assert bench.top_rules({"b": 2, "a": 2, "c": 5, "d": 1}) == "c x5, a x2, b x2 (+1 more)"
+    assert bench.top_rules({}) == "none"
+    assert bench.top_rules(None) == "—"
+
+
+def test_conv_layout_compares_the_same_chain_in_two_layouts() -> None:
+    """benchmarks/conv_layout.py: both layouts compute the same thing, and only NCHW
+    relays out each convolution weight inside the compiled program."""
+    command = [sys.executable, str(BENCHMARKS / "conv_layout.py"), "--channels", "8"]
+    command += ["--size", "6", "--layers", "3", "--repeats", "2", "--measure-seconds", "0.1"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = {line.split(":")[0]: line for line in done.stdout.splitlines()}
+    assert float(lines["- max abs difference NHWC vs NCHW"].split()[-1]) < 1e-4
+    counts = {
+        layout: json.loads(lines[f"- {layout}"].split("CPU HLO ")[1].replace("'", '"'))
+        for layout in ("nchw", "nhwc")
+    }
+    assert counts["nchw"]["param_only"] >= counts["nhwc"]["param_only"] + 3  # 3 weights
+    assert counts["nchw"]["kernels"] > counts["nhwc"]["kernels"]
+    assert lines["- NHWC speedup (NCHW time / NHWC time, IQR, pairs)"].endswith("n=2)")

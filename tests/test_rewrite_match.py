@@ -25,9 +25,10 @@ from tasoc.backends.arguments import random_inputs
 from tasoc.backends.numpy import run_reference
 from tasoc.ir import dag
 from tasoc.ir.dag import Dag, Node
+from tasoc.ir.rule_text import parse_rules
 from tasoc.ir.rules import check_rule
 from tasoc.passes.rewrite.apply import apply
-from tasoc.passes.rewrite.match import find_matches
+from tasoc.passes.rewrite.match import directed, find_matches
 from tasoc.verify.equivalence import compare, equivalent
 from tasoc.verify.instances import instances
 from tasoc.verify.strategies import graphs
@@ -306,3 +307,39 @@ def test_applying_any_match_in_a_rule_instance_preserves_its_results(data: st.Da
     instance = data.draw(st.sampled_from(list(itertools.islice(instances(rule, 3), 40))))
     src, _ = rule.instantiate(dict(instance.shapes), dict(instance.params))
     assert_every_application_preserves_results(src, module_of(src))
+
+
+RETURNS_AN_INPUT = """
+rule returns-x(x: 2, y: 2) {
+  src {
+    s1 = transpose{perm = [1, 0]}(x)
+    s2 = concat{axis = 0}(s1, y)
+    s3 = transpose{perm = [1, 0]}(s2)
+    s4, s5 = split{axis = 1, sizes = [dim(s1, 0), dim(y, 0)]}(s3)
+    return s4, s5
+  }
+  tgt {
+    t1 = transpose{perm = [1, 0]}(y)
+    return x, t1
+  }
+}
+"""
+
+
+def test_a_direction_whose_source_only_returns_an_input_is_not_applied() -> None:
+    """A 4-op generated rule (g4-2343) whose target returns input `x` untouched: read
+    backwards, no op binds `x`, and matching it raised a KeyError; that direction is
+    left out, and the forward one still matches."""
+    (rule,) = parse_rules(RETURNS_AN_INPUT)
+    assert [r.name for r in directed([rule])] == ["returns-x"]
+    # The reverse direction's source: x returned as it is, beside transpose(y).
+    x, y = arg(0, "x", 2, 3), arg(1, "y", 4, 2)
+    graph = Dag([x, y], [x.out, Node("transpose", [y.out], perm=(1, 0)).out])
+    assert list(find_matches(graph, directed([rule]))) == []
+    # The forward direction matches its own source.
+    s1 = Node("transpose", [x.out], perm=(1, 0))
+    s2 = Node("concat", [s1.out, y.out], axis=0)
+    s3 = Node("transpose", [s2.out], perm=(1, 0))
+    s4 = Node("split", [s3.out], axis=1, sizes=(3, 4))
+    forward = Dag([x, y], list(s4.results))
+    assert [m.rule.name for m in find_matches(forward, directed([rule]))] == ["returns-x"]

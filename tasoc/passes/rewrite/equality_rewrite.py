@@ -63,7 +63,7 @@ from tasoc.passes.options import (
 from tasoc.passes.report import current_report
 from tasoc.passes.rewrite.backtrack import BacktrackLimits, backtracking_search
 from tasoc.passes.rewrite.egraph import EGraphLimits, egraph_search
-from tasoc.passes.rewrite.library import Library, check_rule_file, library_path, load_library
+from tasoc.passes.rewrite.library import Library, check_library, load_library
 from tasoc.passes.rewrite.match import directed, find_matches
 from tasoc.passes.rewrite.retime import CONFIDENCE, REPEATS, keep_measured_fastest
 from tasoc.passes.rewrite.split import optimize_in_pieces
@@ -137,7 +137,8 @@ class EqualityRewritePass(ModulePass):
     split_size: int | None = None
     """Search graphs of more ops than this in pieces of at most this many (> 0)."""
     rules: str = "default"
-    """A shipped rule library's name, or a rule file's path."""
+    """A shipped rule library's name (names joined by `+`: `default+layout`), or a rule
+    file's path."""
     memory_limit: int | float | str | None = None
     """Bytes (`16GiB`, `1.5e9`, `1024`): a graph whose peak memory exceeds it costs
     infinity."""
@@ -155,7 +156,7 @@ class EqualityRewritePass(ModulePass):
         check_at_least(self, "seed", 0)
         check_byte_size(self, "memory_limit")
         try:
-            check_rule_file(library_path(self.rules))
+            check_library(self.rules)
         except RuleError as err:
             raise ValueError(f"rules: {err}") from None
 

@@ -25,6 +25,10 @@ the pass's `timeout` (`Library.proved_now`); each proof has its own hard limit
 (`prover.hard_limit`). Reading and parsing a library is charged: it is parsed once a
 process (`_parsed`).
 
+Shipped libraries combine with `+` (`default+layout`): the rules of each, loaded as above
+(`load_library`), applied together; a rule both hold is applied once (`match.directed`
+drops duplicates up to renaming).
+
 A rule file is read only if it is a regular file of at most `max_rule_file_bytes()`
 (64 MiB unless `TASOC_MAX_RULE_FILE_BYTES` says otherwise): `rules=/dev/zero` would
 otherwise read until memory runs out, and a FIFO would block.
@@ -54,6 +58,9 @@ DEFAULT_LIBRARY = "default"
 REGENERATE = "make rules"
 """The command that regenerates the shipped library (see the Makefile)."""
 
+COMBINE = "+"
+"""Joins shipped library names into one library (`default+layout`)."""
+
 DIGEST_SUFFIX = ".sha256"
 """A shipped library's recorded SHA-256 is in the file of its name plus this suffix, in
 `sha256sum`'s format (`make rules` writes it)."""
@@ -79,6 +86,24 @@ def library_path(name_or_path: str | PathLike[str] = DEFAULT_LIBRARY) -> Path:
             )
         return shipped
     return Path(text)
+
+
+def library_paths(spec: str | PathLike[str] = DEFAULT_LIBRARY) -> list[Path]:
+    """The files of `spec`: shipped library names joined by `COMBINE` (`default+layout`),
+    one name, or one path (a path is never split: a file may have `+` in its name)."""
+    text = str(spec)
+    names = text.split(COMBINE)
+    if len(names) > 1 and all(
+        name and "/" not in name and not name.endswith(".rules") for name in names
+    ):
+        return [library_path(name) for name in names]
+    return [library_path(text)]
+
+
+def check_library(spec: str | PathLike[str]) -> None:
+    """RuleError unless every file of `spec` (`library_paths`) passes `check_rule_file`."""
+    for path in library_paths(spec):
+        check_rule_file(path)
 
 
 def shipped_libraries() -> list[str]:
@@ -244,8 +269,13 @@ def load_library(
 ) -> Library:
     """The applicable rules of a library (see the module docstring); proofs of a file
     that is not the shipped library are cached in `cache_dir` (default:
-    `proof_cache.default_directory()`) and run on `jobs` processes."""
-    path = library_path(name_or_path)
+    `proof_cache.default_directory()`) and run on `jobs` processes. Shipped libraries
+    joined by `COMBINE` load one by one and are `combined`."""
+    paths = library_paths(name_or_path)
+    if len(paths) > 1:
+        parts = [load_library(path, cache_dir=cache_dir, jobs=jobs) for path in paths]
+        return combined(Path(str(name_or_path)), parts)
+    path = paths[0]
     content = _read_bytes(path)
     rules = _parse(path, content)
     if is_shipped(path, content):
@@ -257,6 +287,25 @@ def load_library(
             "shipped",
         )
     return _prove_on_load(path, rules, cache_dir, jobs)
+
+
+def combined(name: Path, parts: list[Library]) -> Library:
+    """One library of `parts`' rules, named `name`: shipped when every part is, its
+    drops and cache hits summed."""
+    dropped: Counter[str] = Counter()
+    for part in parts:
+        dropped.update(part.dropped)
+    shipped = all(part.trust == "shipped" for part in parts)
+    return Library(
+        name,
+        tuple(rule for part in parts for rule in part.rules),
+        tuple(rule for part in parts for rule in part.unproven),
+        "shipped" if shipped else "proven on load",
+        dict(dropped),
+        sum(part.from_cache for part in parts),
+        next((part.proof_cache for part in parts if part.proof_cache), None),
+        next((part.cache_problem for part in parts if part.cache_problem), None),
+    )
 
 
 def _prove_on_load(

@@ -75,7 +75,8 @@ def directed(rules: Sequence[Rule]) -> list[Rule]:
 
     A rule is an equality, so the search may rewrite either way; a direction is left
     out when it cannot be applied: its source has no ops (a bare input matches
-    anything), it does not bind every rule input, or its target needs a parameter or
+    anything), no op of it reads some rule input (returning an input binds nothing:
+    matching raised a KeyError on such 4-op rules), or its target needs a parameter or
     names a value in a precondition that its source does not bind (`check_rule`).
     """
     result: list[Rule] = []
@@ -134,7 +135,8 @@ def _number(rule_input: RuleInput) -> int:
 def _applicable(rule: Rule) -> bool:
     if not rule.src.ops:
         return False
-    read = {name for op in rule.src.ops for name in op.operands} | set(rule.src.outputs)
+    # An input the source only returns (no op reads it) cannot be bound by matching.
+    read = {name for op in rule.src.ops for name in op.operands}
     if any(rule_input.name not in read for rule_input in rule.inputs):
         return False
     try:
