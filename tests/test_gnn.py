@@ -333,9 +333,9 @@ def test_roc_trains_on_four_devices_equal_to_the_unsharded_step(
     spec = "zoo:gcn?graph=karate_club&layers=2"
     made = tasoc("opt", spec, "-p", pipeline, "--verify-each", "-o", out)
     assert made.code == 0, made
-    assert "partition (equal-vertex): 34 vertices, 156 edges over 4 devices" in made.out + made.err
+    assert "partition (roc): 34 vertices, 156 edges over 4 devices" in made.out + made.err
     text = out.read_text()
-    assert "parallel.all_gather" in text and "block_rows = 9" in text
+    assert "parallel.all_gather" in text and "block_rows = " in text
     result = tasoc("run", out, "--devices", "4", "--steps", "4", "--check")
     assert result.code == 0, result
     assert "check: equivalent to the numpy reference (first step)" in result.out

@@ -156,7 +156,7 @@ class SoapShardPass(ModulePass):
     spread evenly in memory); `profile.FT_MAX_POINTS` when not given, no limit with
     `heuristic=exact`."""
 
-    partitioner: str = "equal-vertex"
+    partitioner: str = "roc"
     """How `search=roc` partitions the input graph's vertices over the devices: a
     method of `tasoc.passes.soap.roc.partition.PARTITIONERS` (docs/soap-shard.md)."""
 
