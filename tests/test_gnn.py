@@ -25,6 +25,7 @@ from tasoc.ir.program import arg_infos, entry_function
 from tasoc.ir.shapes import DType, ShapeError, TensorSig, infer
 from tasoc.models import build_model
 from tasoc.passes.soap.roc import partition as roc_partition
+from tasoc.passes.soap.soap_shard import SoapShardPass
 from tasoc.passes.soap.vertex_layout import (
     LayoutError,
     graph_of,
@@ -32,6 +33,7 @@ from tasoc.passes.soap.vertex_layout import (
     layout_of,
     permute_rows,
 )
+from tasoc.passes.summary import format_seconds
 from tests.conftest import Result, assert_one_line_error
 from tests.soap_helpers import shard, step
 
@@ -392,6 +394,29 @@ def test_a_balanced_partition_simulates_faster(monkeypatch: pytest.MonkeyPatch) 
         found[name] = (section["roc"]["block_rows"], section["predicted_seconds"]["plan"])
     assert found["equal-vertex"][0] < found["test-skewed"][0]
     assert found["equal-vertex"][1] < found["test-skewed"][1]
+
+
+def test_the_summary_measures_a_partition_against_equal_vertex_ranges(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The baselines run on the laid-out step, so the headline compares the partition
+    with equal vertex ranges laid out alike, and warns when it is slower."""
+
+    def skewed(request: roc_partition.PartitionRequest) -> roc_partition.VertexPartition:
+        shares = np.array([0.0, 0.7, 0.8, 0.9, 1.0])
+        return roc_partition.ranges(request.graph, np.round(shares * request.graph.vertices))
+
+    monkeypatch.setitem(roc_partition.PARTITIONERS, "test-skewed", skewed)
+    module = _trained("gcn?graph=pubmed&scale=0.1&hidden=16")
+    _, section = shard(module, mesh=4, search="roc", partitioner="test-skewed")
+    even, plan = section["roc"]["equal_vertex_seconds"], section["predicted_seconds"]["plan"]
+    assert even < plan
+    summary = SoapShardPass(mesh="4", search="roc", partitioner="test-skewed").summary(section)
+    assert f"x over equal vertex ranges ({format_seconds(even)})" in summary.headline
+    assert "over data parallel" not in summary.headline
+    assert any("simulates slower than equal vertex ranges" in w for w in summary.warnings)
+    _, even_section = shard(module, mesh=4, search="roc", partitioner="equal-vertex")
+    assert "equal_vertex_seconds" not in even_section["roc"]
 
 
 def test_layout_refuses_a_program_without_a_graph() -> None:

@@ -145,6 +145,7 @@ def summary(section: Mapping[str, Any]) -> Summary:
     seconds = section["predicted_seconds"]
     speedups = section["speedup_over"]
     best = section["best_feasible_baseline"]
+    roc = section.get("roc")
     against = "".join(
         f", {format_speedup(speedups[name])} over {name.replace('-', ' ')}"
         + (" (the fastest baseline)" if name == best != "data-parallel" else "")
@@ -152,8 +153,8 @@ def summary(section: Mapping[str, Any]) -> Summary:
         else f", {name.replace('-', ' ')} infeasible "
         f"(peak {format_bytes(section['peak_memory'][name])})"
         for name in dict.fromkeys(("data-parallel", best))
-        if name not in (search, None)
-    )
+        if name not in (search, None) and roc is None
+    ) + _against_equal_vertex(roc, seconds["plan"])
     step = (
         f"infeasible: {format_seconds(section['simulated_seconds']['plan'])} per step "
         "simulated, over each device's memory"
@@ -172,7 +173,6 @@ def summary(section: Mapping[str, Any]) -> Summary:
         f"({section['capacity_from']}): {fits}",
         _baselines_line(section),
     ]
-    roc = section.get("roc")
     if roc is not None:
         details.insert(0, _partition_line(roc))
     collectives = section["collectives"]
@@ -192,6 +192,17 @@ def summary(section: Mapping[str, Any]) -> Summary:
     if stopped is not None:
         details.append(stopped)
     return Summary(headline, tuple(details), tuple(_warnings(section, mesh)))
+
+
+def _against_equal_vertex(roc: Mapping[str, Any] | None, seconds: float | None) -> str:
+    """`search=roc`'s headline comparison: its partition against equal vertex ranges
+    laid out alike (the baselines run on the laid-out step, so they would compare the
+    partition with itself)."""
+    if roc is None or seconds is None or "equal_vertex_seconds" not in roc:
+        return ""
+    even = roc["equal_vertex_seconds"]
+    ratio = format_speedup(speedup(even, seconds))
+    return f", {ratio} over equal vertex ranges ({format_seconds(even)})"
 
 
 def _partition_line(roc: Mapping[str, Any]) -> str:
@@ -249,8 +260,9 @@ def _prediction(machine: Machine, chosen: Planned) -> dict[str, Any]:
 def _warnings(section: Mapping[str, Any], mesh: str) -> list[str]:
     """What the summary warns of: a written plan over each device's memory, one
     simulated slower than the fastest feasible baseline (`search=data-parallel` where
-    megatron is faster), a named strategy that does not apply (data parallel written),
-    ops whose batch the mesh cannot split left replicated."""
+    megatron is faster), a vertex partition simulated slower than equal vertex ranges
+    (`search=roc`), a named strategy that does not apply (data parallel written), ops
+    whose batch the mesh cannot split left replicated."""
     warnings = []
     if section["capacity"] > section["device_memory"]:
         warnings.append(
@@ -273,6 +285,15 @@ def _warnings(section: Mapping[str, Any], mesh: str) -> list[str]:
             f"against {format_seconds(seconds[best])} simulated ({format_speedup(ratio)}); "
             f"search={best} writes the faster one"
         )
+    roc = section.get("roc")
+    if roc is not None and seconds["plan"] is not None:
+        even = roc.get("equal_vertex_seconds", seconds["plan"])
+        if even < seconds["plan"] * (1 - 1e-9):
+            warnings.append(
+                f"the {roc['partitioner']} partition simulates slower than equal vertex ranges: "
+                f"{format_seconds(seconds['plan'])} against {format_seconds(even)} (every device "
+                "runs the largest padded block); partitioner=equal-vertex writes those"
+            )
     if search in section["not_applying"]:
         warnings.append(
             f"search={search} does not apply ({section['not_applying'][search]}): the plan "

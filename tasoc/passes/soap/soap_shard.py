@@ -57,7 +57,9 @@ from xdsl.utils.exceptions import PassFailedException
 from tasoc.cost.machines import Machine
 from tasoc.ir import dag as dag_module
 from tasoc.ir.parallel import MACHINE_ATTR, unsharded
+from tasoc.ir.program import entry_function
 from tasoc.ir.shard_plan import write_sharded
+from tasoc.ir.training import training_signature
 from tasoc.passes.kinds import Kind, PassContract, require
 from tasoc.passes.options import (
     check_at_least,
@@ -68,14 +70,13 @@ from tasoc.passes.options import (
 )
 from tasoc.passes.report import current_report
 from tasoc.passes.search import Deadline
-from tasoc.passes.soap import profile, reporting
+from tasoc.passes.soap import profile, reporting, vertex_layout
 from tasoc.passes.soap.meshes import DeviceCounts, device_counts, module_mesh, parse_mesh
 from tasoc.passes.soap.problem import Heuristic, Objective
 from tasoc.passes.soap.roc.partition import PARTITIONERS
 from tasoc.passes.soap.searches import GRAPH_SEARCH, SEARCHES, comparable_names, search_names
 from tasoc.passes.soap.strategies import STRATEGIES
 from tasoc.passes.soap.swap_pricing import Placer
-from tasoc.passes.soap.vertex_layout import roc_layout
 from tasoc.passes.summary import Summary
 
 FRONTIER_COMPARE = ("mcmc", "ilp", "greedy")
@@ -210,7 +211,7 @@ class SoapShardPass(ModulePass):
         try:
             dag = dag_module.from_module(op)
             if self.search == GRAPH_SEARCH:
-                dag = self._lay_out(op)
+                dag = self._lay_out(op, deadline)
                 planner = replace(self, search="data-parallel")
             tried = profile.plan_meshes(planner, op, dag, deadline)
             chosen = profile.choose(self, tried)
@@ -221,25 +222,37 @@ class SoapShardPass(ModulePass):
         op.attributes[MACHINE_ATTR] = StringAttr(self.machine or chosen.machine.name)
         reporting.write_report(self, start, dag, chosen, tried, collectives, compared, notes)
 
-    def _laid_out(self, op: ModuleOp) -> dict[str, Any]:
+    def _laid_out(self, op: ModuleOp, deadline: Deadline) -> dict[str, Any]:
         """`search=roc`'s first step: the program's graph partitioned for the mesh's
         devices and the program laid out by it (`vertex_layout.py`), written back into
         `op`; the step is then split over its vertices like any data-parallel program.
-        Returns the partition's figures (`VertexLayout.report`)."""
+        Returns the partition's figures (`VertexLayout.report`) and, for a partitioner
+        other than `equal-vertex`, the simulated step of equal vertex ranges laid out
+        alike: what the partition is measured against, since every baseline the pass
+        simulates runs on the laid-out step."""
         mesh = module_mesh(op, self.mesh, self.machine)
-        laid, layout, graph = roc_layout(
-            dag_module.from_module(op),
-            mesh.size,
-            self.partitioner,
-            self.machine or "cpu",
-            self.seed or 0,
-        )
+        dag = dag_module.from_module(op)
+        machine, seed = self.machine or "cpu", self.seed or 0
+        graph, part = vertex_layout.partition(dag, mesh.size, self.partitioner, machine, seed)
+        layout = vertex_layout.layout_of(graph, part)
+        # A learned partition differs from run to run (it is timed): `--verify-each`
+        # lays the input out by this one (`verification_pair`).
+        object.__setattr__(self, "_layout", layout)
+        laid = vertex_layout.lay_out(dag, layout)
+        facts = layout.report(graph)
+        if self.partitioner != "equal-vertex":
+            even, _, _ = vertex_layout.roc_layout(dag, mesh.size, "equal-vertex", machine, seed)
+            signature = training_signature(entry_function(op))
+            planned = profile.plan_on(
+                replace(self, search="data-parallel"), even, mesh, signature, deadline
+            )
+            facts["equal_vertex_seconds"] = planned.simulated["plan"].cost
         dag_module.write_back(op, laid)
-        return layout.report(graph)
+        return facts
 
-    def _lay_out(self, op: ModuleOp) -> dag_module.Dag:
+    def _lay_out(self, op: ModuleOp, deadline: Deadline) -> dag_module.Dag:
         """`_laid_out`, its figures in the report (the summary's partition line)."""
-        facts = self._laid_out(op)
+        facts = self._laid_out(op, deadline)
         current_report().section(self.name)["roc"] = {"partitioner": self.partitioner, **facts}
         return dag_module.from_module(op)
 
@@ -285,5 +298,6 @@ class SoapShardPass(ModulePass):
         equivalence with the input on permuted data is `tests/test_gnn.py`'s)."""
         if self.search == GRAPH_SEARCH:
             before = before.clone()
-            self._laid_out(before)
+            laid = vertex_layout.lay_out(dag_module.from_module(before), self._layout)
+            dag_module.write_back(before, laid)
         return unsharded(before), unsharded(after)
