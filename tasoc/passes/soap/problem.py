@@ -112,17 +112,7 @@ class SoapProblem:
         baseline), from a search's own simulation of it where it made one
         (`remember`): a step of thousands of ops on 64 devices takes seconds to build."""
         if id(plan) not in self._priced:
-            self.remember(
-                plan,
-                SimulatedStrategy.of(
-                    self.program,
-                    plan,
-                    self.machine,
-                    self.memory_cap,
-                    place=self.place,
-                    near=self._states[::-1],
-                ),
-            )
+            self.remember(plan, self._built(plan))
         return self._priced[id(plan)][1]
 
     def remember(self, plan: Plan, state: SimulatedStrategy) -> None:
@@ -160,6 +150,11 @@ class SoapProblem:
         for state in reversed(self._states):
             if state.pristine and state.simulator.memory and state.plan == plan:
                 return state
+        return self._built(plan)
+
+    def _built(self, plan: Plan) -> SimulatedStrategy:
+        """`plan` simulated with memory traced, derived from the nearest state this
+        problem simulated where one is near enough (`ShardedStep.derived`)."""
         return SimulatedStrategy.of(
             self.program,
             plan,
