@@ -13,6 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import Result, assert_one_line_error
+from soap_helpers import shard, step
 from xdsl.dialects.builtin import ModuleOp
 
 from tasoc.backends.jax.lowering import JAX_KERNELS
@@ -34,8 +36,6 @@ from tasoc.passes.soap.vertex_layout import (
     permute_rows,
 )
 from tasoc.passes.summary import format_seconds
-from tests.conftest import Result, assert_one_line_error
-from tests.soap_helpers import shard, step
 
 RNG = np.random.default_rng(0)
 
