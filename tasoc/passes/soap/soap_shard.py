@@ -50,7 +50,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ModuleOp, StringAttr
+from xdsl.dialects.builtin import DenseArrayBase, ModuleOp, StringAttr, i64
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
 
@@ -248,6 +248,9 @@ class SoapShardPass(ModulePass):
             )
             facts["equal_vertex_seconds"] = planned.simulated["plan"].cost
         dag_module.write_back(op, laid)
+        op.attributes[vertex_layout.BLOCKS_ATTR] = DenseArrayBase.from_list(
+            i64, [int(size) for size in part.sizes()]
+        )
         return facts
 
     def _lay_out(self, op: ModuleOp, deadline: Deadline) -> dag_module.Dag:

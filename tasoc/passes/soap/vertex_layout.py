@@ -127,27 +127,60 @@ def graph_of(dag: Dag) -> tuple[Csr, int]:
     program without one, or with edges that are not constants of one unpartitioned
     graph."""
     nodes = gnn_nodes(dag)
+    count = _block_rows(nodes)
+    blocks = {node.inputs[edge_operands(node).dst].sig.shape[0] for node in nodes}
+    if blocks != {1}:
+        raise LayoutError(
+            "search=roc needs one unpartitioned graph (edge arrays [1, E], one block_rows); "
+            f"found block_rows {count} over {sorted(blocks)} block(s)"
+        )
+    return _graph(nodes, np.arange(count)), count
+
+
+def _block_rows(nodes: list[Node]) -> int:
+    """The one `block_rows` of a GNN program's ops; LayoutError for a program without
+    GNN ops or with several."""
     if not nodes:
         raise LayoutError(
             "search=roc partitions a graph neural network's input graph; the program has "
             "no graph.aggregate or graph.edge_softmax"
         )
-    vertices = {node.attr("block_rows") for node in nodes}
-    blocks = {node.inputs[edge_operands(node).dst].sig.shape[0] for node in nodes}
-    if len(vertices) != 1 or blocks != {1}:
-        raise LayoutError(
-            "search=roc needs one unpartitioned graph (edge arrays [1, E], one block_rows); "
-            f"found block_rows {sorted(vertices)} over {sorted(blocks)} block(s)"
-        )
-    (count,) = vertices
+    rows = {node.attr("block_rows") for node in nodes}
+    if len(rows) != 1:
+        raise LayoutError(f"search=roc needs one graph (one block_rows), found {sorted(rows)}")
+    (count,) = rows
+    return int(count)
+
+
+def _global_edges(src: np.ndarray, dst: np.ndarray, block_rows: int) -> tuple[np.ndarray, ...]:
+    """An edge set's (sources, targets) as rows of the whole vertex dimension, flattened
+    in the arrays' order, targets -1 on padding: block `d`'s local target `t` is row
+    `d * block_rows + t` (an unpartitioned graph is one block of every row)."""
+    block = np.arange(dst.shape[0]).reshape(-1, *([1] * (dst.ndim - 1)))
+    rows = np.where(dst >= 0, block * block_rows + dst, -1)
+    return src.reshape(-1).astype(np.int64), rows.reshape(-1).astype(np.int64)
+
+
+def _graph(nodes: list[Node], vertex_of_row: np.ndarray) -> Csr:
+    """The union of the nodes' edge sets, self loops left out, over the vertices
+    `vertex_of_row` numbers (-1: a padding row, which no edge touches)."""
+    vertices = int(vertex_of_row.max()) + 1
+    block_rows = _block_rows(nodes)
     pairs = []
-    for src, dst in _edge_sets(nodes).items():
-        s, t = _array(src).reshape(-1), _array(dst).reshape(-1)
-        keep = (t >= 0) & (s != t)
-        pairs.append(np.stack([s[keep], t[keep]]))
+    for dst, src in _edge_sets(nodes).items():
+        s, t = _global_edges(_array(src), _array(dst), block_rows)
+        s, t = s[t >= 0], t[t >= 0]
+        if np.any((s < 0) | (s >= len(vertex_of_row)) | (t >= len(vertex_of_row))):
+            raise LayoutError(
+                f"the program's graph: an edge index is outside its {len(vertex_of_row)} rows"
+            )
+        s, t = vertex_of_row[s], vertex_of_row[t]
+        if np.any(s < 0) or np.any(t < 0):
+            raise LayoutError("the program's graph: an edge reaches a padding row of its layout")
+        pairs.append(np.stack([s[s != t], t[s != t]]))
     edges = np.unique(np.concatenate(pairs, axis=1), axis=1)
     try:
-        return from_edges(edges[0], edges[1], count), count
+        return from_edges(edges[0], edges[1], vertices)
     except GraphDataError as err:
         raise LayoutError(f"the program's graph: {err}") from None
 
@@ -215,12 +248,14 @@ def layout_of(graph: Csr, part: VertexPartition) -> VertexLayout:
 class _EdgeOrder:
     """Where each edge of one edge set goes in the blocked layout: its device's block
     (its target's owner), sorted by local target then source, padded to the widest
-    block."""
+    block. `src` and `dst` are the set's rows of the input program (`_global_edges`),
+    `new_row` the laid-out row of each."""
 
-    def __init__(self, layout: VertexLayout, src: np.ndarray, dst: np.ndarray) -> None:
-        src, dst = src.reshape(-1), dst.reshape(-1)
+    def __init__(
+        self, layout: VertexLayout, new_row: np.ndarray, src: np.ndarray, dst: np.ndarray
+    ) -> None:
         self.keep = dst >= 0
-        new_src, new_dst = layout.rows[src[self.keep]], layout.rows[dst[self.keep]]
+        new_src, new_dst = new_row[src[self.keep]], new_row[dst[self.keep]]
         block, local = np.divmod(new_dst, layout.block_rows)
         self.order = np.lexsort((new_src, local, block))
         counts = np.bincount(block, minlength=layout.devices)
@@ -252,11 +287,24 @@ def _constant(array: np.ndarray, dtype: DType) -> Value:
 
 
 class _Rewriter:
-    """Rebuilds a dag with the vertex dimension padded and the edges blocked."""
+    """Rebuilds a dag with the vertex dimension padded and the edges blocked.
 
-    def __init__(self, dag: Dag, layout: VertexLayout) -> None:
+    The input's vertex dimension has `len(vertex_of_row)` rows, row `r` holding vertex
+    `vertex_of_row[r]` of the layout's partition (-1: padding). A program not laid out
+    yet has one row per vertex (the identity); one laid out already (`relaying`) has
+    its blocks, its reductions over the vertices masked, and its one kind of
+    vertex-row constant, those masks (0 on padding: `lay_out` makes no other, and
+    refuses a program that has one), which are moved row by row like the data."""
+
+    def __init__(
+        self, dag: Dag, layout: VertexLayout, vertex_of_row: np.ndarray, relaying: bool
+    ) -> None:
         self.dag = dag
         self.layout = layout
+        self.input_rows = len(vertex_of_row)
+        self.vertex_of_row = vertex_of_row
+        self.new_row = np.where(vertex_of_row >= 0, layout.rows[vertex_of_row], -1)
+        self.relaying = relaying
         self.padded = layout.devices * layout.block_rows
         self.real = np.zeros(self.padded, dtype=bool)
         self.real[layout.rows] = True
@@ -265,10 +313,14 @@ class _Rewriter:
         self.orders: dict[Node, _EdgeOrder] = {}
         self.laid: dict[tuple[Node, Node, str], Value] = {}
 
+    def rows(self, array: np.ndarray) -> np.ndarray:
+        """A vertex-row array of the input in the new rows, padding zeros."""
+        return permute_rows(array, self.layout, self.vertex_of_row)
+
     def is_vertex(self, old: Value, new: Value) -> bool:
         return (
             old.sig.rank > 0
-            and old.sig.shape[0] == self.layout.vertices
+            and old.sig.shape[0] == self.input_rows
             and new.sig.shape[0] == self.padded
         )
 
@@ -279,7 +331,7 @@ class _Rewriter:
             not node.attr("is_param")
             and STATE_ATTR not in attributes
             and sig.rank > 0
-            and sig.shape[0] == self.layout.vertices
+            and sig.shape[0] == self.input_rows
         )
         if vertex:
             sig = TensorSig((self.padded, *sig.shape[1:]), sig.dtype, sig.encoding)
@@ -292,8 +344,8 @@ class _Rewriter:
         where = edge_operands(node)
         dst = node.inputs[where.dst].node
         if dst not in self.orders:
-            src = self.sets[dst]
-            self.orders[dst] = _EdgeOrder(self.layout, _array(src), _array(dst))
+            rows = _global_edges(_array(self.sets[dst]), _array(dst), node.attr("block_rows"))
+            self.orders[dst] = _EdgeOrder(self.layout, self.new_row, *rows)
         order = self.orders[dst]
         roles = [(where.dst, "dst"), *((i, "values") for i in where.values)]
         if where.src is not None:
@@ -318,8 +370,9 @@ class _Rewriter:
         return _constant(weight.reshape(shape), x.sig.dtype)
 
     def reduction(self, node: Node, inputs: list[Value]) -> Value | None:
-        """A sum or mean over the vertices made a masked sum; None for another op."""
-        if node.op not in ("reduce", "reduce_grad"):
+        """A sum or mean over the vertices made a masked sum; None for another op, and
+        for every op of a program laid out already (its reductions are masked)."""
+        if self.relaying or node.op not in ("reduce", "reduce_grad"):
             return None
         x_old, x = node.inputs[0], inputs[0]
         axes = tuple(a % x_old.sig.rank for a in node.attr("axes"))
@@ -342,8 +395,11 @@ class _Rewriter:
             self.edges(node, inputs)
             attrs["block_rows"] = self.layout.block_rows
         shape = attrs.get("shape")
-        if node.op in ("ones", "zeros") and shape and shape[0] == self.layout.vertices:
+        if node.op in ("ones", "zeros") and shape and shape[0] == self.input_rows:
             attrs["shape"] = (self.padded, *shape[1:])  # a filled vertex tensor (seeds)
+        if self.relaying and node.op == "constant" and node.sigs[0].shape[:1] == (self.input_rows,):
+            mask = self.rows(_array(node))  # a mask: 0 on the new padding too
+            return _constant(mask, node.sigs[0].dtype)
         masked = self.reduction(node, inputs)
         if masked is not None:
             return masked
@@ -384,15 +440,66 @@ class _Rewriter:
 def lay_out(dag: Dag, layout: VertexLayout) -> Dag:
     """`dag` with its vertex dimension padded and renumbered and its edge arrays
     blocked by `layout` (module docstring)."""
-    return _Rewriter(dag, layout).run()
+    return _Rewriter(dag, layout, np.arange(layout.vertices), relaying=False).run()
 
 
-def permute_rows(array: np.ndarray, layout: VertexLayout) -> np.ndarray:
-    """A vertex-row argument (features, labels) of the original program in the laid-out
-    program's rows; padding rows are zeros."""
+def relay_out(dag: Dag, blocks: np.ndarray, layout: VertexLayout) -> Dag:
+    """`dag`, laid out already with `blocks` real rows in each block
+    (`BLOCKS_ATTR`), laid out anew by `layout`, a partition of those real rows
+    numbered in row order (`vertex_of_row`): what `tasoc run --repartition-every`
+    does when the learned cost model moves the partition. Equal to `lay_out` of the
+    program before its first layout by the composed partition."""
+    vertex_of_row = vertex_rows(dag, blocks)
+    return _Rewriter(dag, layout, vertex_of_row, relaying=True).run()
+
+
+def permute_rows(
+    array: np.ndarray, layout: VertexLayout, vertex_of_row: np.ndarray | None = None
+) -> np.ndarray:
+    """A vertex-row argument (features, labels) in the laid-out program's rows, padding
+    rows zeros: of the original program (one row per vertex), or of a program laid out
+    already whose row `r` holds vertex `vertex_of_row[r]` (-1: padding)."""
     out = np.zeros((layout.devices * layout.block_rows, *array.shape[1:]), array.dtype)
-    out[layout.rows] = array
+    if vertex_of_row is None:
+        out[layout.rows] = array
+    else:
+        real = vertex_of_row >= 0
+        out[layout.rows[vertex_of_row[real]]] = array[real]
     return out
+
+
+# ------------------------------------------------------------- a laid-out program
+
+BLOCKS_ATTR = "graph.vertex_blocks"
+"""The module attribute `search=roc` records: the real vertex rows of each device's
+block (`array<i64: ...>`, one per device), the rest of each block's `block_rows` being
+padding. With the edge blocks and `block_rows` of the GNN ops it is all a laid-out
+program needs to be laid out anew (`relay_out`): which rows are vertices, and their
+graph (`blocked_graph`). Not a `parallel.` attribute: the one-device program
+(`parallel.unsharded`) keeps its padding, and the record."""
+
+
+def vertex_rows(dag: Dag, blocks: np.ndarray) -> np.ndarray:
+    """The vertex of each row of a laid-out program whose block `d` holds `blocks[d]`
+    real rows first (`layout_of` puts them there), numbered in row order; -1 for
+    padding. LayoutError when the record does not fit the program's blocks."""
+    block_rows = _block_rows(gnn_nodes(dag))
+    blocks = np.asarray(blocks, dtype=np.int64)
+    if np.any(blocks < 1) or np.any(blocks > block_rows):
+        raise LayoutError(
+            f"{BLOCKS_ATTR} {blocks.tolist()} does not fit blocks of {block_rows} rows"
+        )
+    local = np.arange(block_rows)
+    real = (local[None, :] < blocks[:, None]).reshape(-1)
+    out = np.full(real.size, -1, dtype=np.int64)
+    out[real] = np.arange(int(real.sum()))
+    return out
+
+
+def blocked_graph(dag: Dag, blocks: np.ndarray) -> Csr:
+    """The graph of a laid-out program (`BLOCKS_ATTR` `blocks`), its vertices numbered
+    as `vertex_rows` numbers its real rows."""
+    return _graph(gnn_nodes(dag), vertex_rows(dag, blocks))
 
 
 def roc_layout(
