@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from tasoc.cost.gnn import layer_timer
+from tasoc.ir.graph_data import Csr
 from tasoc.passes.soap.roc.balance import balanced_bounds
 from tasoc.passes.soap.roc.cost_model import LayerCostModel
 from tasoc.passes.soap.roc.features import PrefixFeatures
@@ -94,6 +95,58 @@ class RocResult:
     history: list[Iteration] = field(default_factory=list)
 
 
+@dataclass
+class OnlineBalancer:
+    """The learning half of the loop on one graph: every measured partition's (layers,
+    parts) times become points of the cost model (`learn`), and the model's balanced
+    ranges are the next partition (`balance`). `roc_partition` runs it for a few
+    iterations inside `soap-shard`; `tasoc run --repartition-every` runs it as the
+    model trains (`tasoc/driver/repartition.py`)."""
+
+    graph: Csr
+    parts: int
+    prefix: PrefixFeatures
+    model: LayerCostModel
+
+    @classmethod
+    def of(
+        cls,
+        request: PartitionRequest,
+        model: LayerCostModel | None = None,
+        granularity: int | None = None,
+    ) -> OnlineBalancer:
+        """A balancer for `request`'s graph, layers and machine (its granularity,
+        unless given), learning into `model` (a new one when None)."""
+        check_parts(request.graph, request.parts)
+        granularity = granularity or granularity_of(request.machine)
+        d_ins = tuple(d_in for d_in, _ in request.layers)
+        prefix = PrefixFeatures.of(request.graph, d_ins, granularity)
+        model = model if model is not None else LayerCostModel()
+        return cls(request.graph, request.parts, prefix, model)
+
+    def learn(self, bounds: np.ndarray, times: np.ndarray) -> None:
+        """Add the (layers, parts) `times` measured on the ranges `bounds` as points of
+        the cost model, and refit it (eq. 4.7)."""
+        features = self.prefix.parts(bounds)
+        for layer, part in np.ndindex(times.shape):
+            self.model.observe(layer, features[layer, part], float(times[layer, part]))
+        self.model.fit()
+
+    def predict(self, bounds: np.ndarray) -> np.ndarray:
+        """The fitted model's (layers, parts) seconds of the ranges `bounds`."""
+        return np.stack(
+            [self.model.predict(layer, f) for layer, f in enumerate(self.prefix.parts(bounds))]
+        )
+
+    def balance(self) -> VertexPartition:
+        """The ranges whose largest predicted cost, summed over the layers, is least
+        (`balanced_bounds` over the predicted per-vertex costs, §4.4.2)."""
+        layers = self.prefix.sums.shape[0]
+        per_layer = [np.diff(self.prefix.sums[layer], axis=0) for layer in range(layers)]
+        costs = np.maximum(self.model.vertex_costs(per_layer), 0.0)
+        return ranges(self.graph, balanced_bounds(costs, self.parts))
+
+
 def roc_partition(
     request: PartitionRequest,
     iterations: int = DEFAULT_ITERATIONS,
@@ -102,31 +155,18 @@ def roc_partition(
     granularity: int | None = None,
 ) -> RocResult:
     """Run ROC's online-learning loop for `iterations` measured partitions."""
-    graph, parts = request.graph, request.parts
-    check_parts(graph, parts)
     if iterations < 1:
         raise ValueError(f"the partitioner needs at least one iteration, got {iterations}")
     measure = measure or machine_measure
-    model = model if model is not None else LayerCostModel()
-    granularity = granularity or granularity_of(request.machine)
-    d_ins = tuple(d_in for d_in, _ in request.layers)
-    prefix = PrefixFeatures.of(graph, d_ins, granularity)
-    per_layer = [np.diff(prefix.sums[layer], axis=0) for layer in range(len(d_ins))]
-    partition = equal_vertex(graph, parts)
+    balancer = OnlineBalancer.of(request, model, granularity)
+    partition = equal_vertex(request.graph, request.parts)
     history: list[Iteration] = []
     predicted = None
     for _ in range(iterations):
         times = measure(request, partition)
         history.append(Iteration(partition, times, predicted))
-        features = prefix.parts(partition.bounds)
-        for layer in range(len(d_ins)):
-            for part in range(parts):
-                model.observe(layer, features[layer, part], float(times[layer, part]))
-        model.fit()
-        bounds = balanced_bounds(np.maximum(model.vertex_costs(per_layer), 0.0), parts)
-        partition = ranges(graph, bounds)
-        predicted = np.stack(
-            [model.predict(layer, f) for layer, f in enumerate(prefix.parts(bounds))]
-        )
+        balancer.learn(partition.bounds, times)
+        partition = balancer.balance()
+        predicted = balancer.predict(partition.bounds)
     best = min(history, key=lambda step: step.epoch)
-    return RocResult(best.partition, model, history)
+    return RocResult(best.partition, balancer.model, history)
