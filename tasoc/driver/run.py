@@ -181,6 +181,14 @@ def _parser() -> OneLineArgumentParser:
         "barriers; runtime, op by op, measuring the live device bytes after each op "
         "against the schedule's replay",
     )
+    parser.add_argument(
+        "--repartition-every",
+        type=positive_int,
+        metavar="K",
+        help="with --steps, on a GNN step laid out by soap-shard{search=roc}: every K "
+        "steps, time each device's block, teach ROC's cost model those times and lay the "
+        "step out by its new balanced partition (default: never)",
+    )
     distributed.add_arguments(parser)
     return parser
 
@@ -410,10 +418,30 @@ def _refuse_combinations(args: argparse.Namespace) -> None:
             "--mode says how a memory-placed program runs on jax: it needs --backend jax "
             "(the numpy reference ignores memory spaces)"
         )
+    if args.repartition_every is not None:
+        _refuse_repartition_combinations(args)
     if args.mode == "runtime" and args.bench:
         raise UsageError(
             "--bench times the compiled mode; --mode runtime runs op by op from Python "
             "to measure memory, which says nothing of the program's speed"
+        )
+
+
+def _refuse_repartition_combinations(args: argparse.Namespace) -> None:
+    """UsageError for `--repartition-every` where re-partitioning means nothing."""
+    if args.steps is None:
+        raise UsageError("--repartition-every re-partitions between training steps: give --steps N")
+    if args.backend != "jax":
+        raise UsageError(
+            "--repartition-every balances the blocks a sharded step runs on its devices: it "
+            "needs --backend jax (the numpy reference runs the one-device program)"
+        )
+    if args.processes is not None:
+        raise UsageError("--repartition-every runs on this process's devices, not --processes")
+    if args.devices is not None and args.devices < 2:
+        raise UsageError(
+            f"--repartition-every balances a partition over several devices; --devices "
+            f"{args.devices} makes {args.devices}"
         )
 
 
@@ -497,6 +525,16 @@ def _run(args: argparse.Namespace, found: WeightsFile | None) -> dict[str, objec
             "compares it with the numpy reference"
         )
     training = steppable(signature, args.input) if args.steps is not None else None
+    if args.repartition_every is not None:
+        if placed:
+            raise UsageError(
+                "--repartition-every re-lays out a sharded GNN step; a memory-placed "
+                "program's schedule would not follow"
+            )
+        # Imported when asked for: it brings the soap-shard pass, which a run never needs.
+        from tasoc.driver.repartition import recorded_blocks
+
+        blocks = recorded_blocks(module, args.input)
 
     values_from = f", values from {weights.path}" if weights is not None else ""
     report: dict[str, object] = {
@@ -512,6 +550,8 @@ def _run(args: argparse.Namespace, found: WeightsFile | None) -> dict[str, objec
         steps = f"{args.steps} training step{'s' if args.steps > 1 else ''}"
         print(f"{args.input}: {steps} on {args.backend} (seed {args.seed}{values_from})")
         _print_memory(memory)
+        if args.repartition_every is not None:
+            return report | _train_repartitioning(module, blocks, training, inputs, args)
         if args.check:
             first = _first_step(module, inputs, args.backend, sharded)
             reference = unsharded(module) if sharded else module
@@ -971,6 +1011,49 @@ def _train(
     run = train(module, signature, inputs, args.steps, args.backend, show)
     print(_timing_line(run))
     return run
+
+
+def _train_repartitioning(
+    module: ModuleOp,
+    blocks: np.ndarray,
+    signature: TrainingSignature,
+    inputs: list[np.ndarray],
+    args: argparse.Namespace,
+) -> dict[str, object]:
+    """`--steps` with `--repartition-every` (`repartition.py`); with `--check`, the first
+    step of every layout against the numpy reference of the program as written (its
+    one-device equal) on the same params and state. Returns the report's training
+    figures and `repartitions`."""
+    from tasoc.driver.repartition import train_repartitioning
+
+    width = len(str(args.steps))
+    reference = unsharded(module)
+
+    def show(step: int, loss: float) -> None:
+        print(f"step {step:>{width}}/{args.steps}  loss {loss:.7g}")
+
+    def check(step: int, arguments: Sequence[np.ndarray], results: Sequence[np.ndarray]) -> None:
+        _check_against(
+            f"the numpy reference (step {step})",
+            run_reference(reference, arguments),
+            results,
+            "jax",
+            _gradient_outputs(signature),
+            _witnesses(reference, arguments, "jax"),
+        )
+
+    run, history = train_repartitioning(
+        module,
+        blocks,
+        signature,
+        inputs,
+        args.steps,
+        args.repartition_every,
+        show,
+        check if args.check else None,
+    )
+    print(_timing_line(run))
+    return run_report(run) | {"repartitions": [done.to_json() for done in history]}
 
 
 def _timing_line(run: TrainingRun) -> str:

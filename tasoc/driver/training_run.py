@@ -111,34 +111,53 @@ def _reference_step(
 def _jax_step(
     module: ModuleOp, signature: TrainingSignature, arguments: Sequence[np.ndarray]
 ) -> Step:
-    # JAX takes a second to import: only when used.
-    from tasoc.backends.jax import lower
-    from tasoc.backends.jax.sharded import lower_sharded
+    return JaxSteps(module, signature, arguments).step
 
-    replaced = [argument for _, argument in signature.replaces]
-    try:
-        if is_sharded(module):
-            # On its mesh; each new weight leaves laid out as the argument it replaces,
-            # in its buffer (the simulator's memory assumes so) unless the program runs
-            # on device groups, whose segments cannot donate.
-            one_mesh = len(meshes(module)) == 1
-            program: JaxProgram | ShardedProgram = lower_sharded(
-                module, replaced if one_mesh else ()
-            )
-        else:
-            program = lower(module, donate=replaced)
-    except ValueError as err:  # an op without a JAX lowering, too few devices
-        raise DriverError(f"cannot run on jax: {err}") from None
-    current = list(program.device_args(arguments))
 
-    def step() -> float:
+class JaxSteps:
+    """A training step lowered for JAX (on its mesh when sharded), its arguments kept
+    on the devices between steps and its params and state fed back (the module
+    docstring). `results` holds the last step's results; `host_arguments` the current
+    arguments as NumPy arrays (what a re-partitioned run carries over to a new layout:
+    `repartition.py`)."""
+
+    def __init__(
+        self, module: ModuleOp, signature: TrainingSignature, arguments: Sequence[np.ndarray]
+    ) -> None:
+        # JAX takes a second to import: only when used.
+        from tasoc.backends.jax import lower
+        from tasoc.backends.jax.sharded import lower_sharded
+
+        replaced = [argument for _, argument in signature.replaces]
+        try:
+            if is_sharded(module):
+                # On its mesh; each new weight leaves laid out as the argument it
+                # replaces, in its buffer (the simulator's memory assumes so) unless the
+                # program runs on device groups, whose segments cannot donate.
+                one_mesh = len(meshes(module)) == 1
+                program: JaxProgram | ShardedProgram = lower_sharded(
+                    module, replaced if one_mesh else ()
+                )
+            else:
+                program = lower(module, donate=replaced)
+        except ValueError as err:  # an op without a JAX lowering, too few devices
+            raise DriverError(f"cannot run on jax: {err}") from None
+        self.program = program
+        self.signature = signature
+        self.current = list(program.device_args(arguments))
+        self.results: Sequence[object] = ()
+
+    def step(self) -> float:
+        """One step on the current arguments; returns its loss."""
         with warnings.catch_warnings():
             # A backend that cannot reuse a donated buffer says so on every call; the
             # step is still right, only not in place.
             warnings.filterwarnings("ignore", message="Some donated buffers were not usable")
-            results = program.fn(*current)
-        for result, argument in signature.replaces:
-            current[argument] = results[result]
-        return float(results[signature.loss])  # type: ignore[index]
+            self.results = self.program.fn(*self.current)
+        for result, argument in self.signature.replaces:
+            self.current[argument] = self.results[result]
+        return float(self.results[self.signature.loss])  # type: ignore[index, arg-type]
 
-    return step
+    def host_arguments(self) -> list[np.ndarray]:
+        """The current arguments (params and state as the last step left them)."""
+        return [np.asarray(value) for value in self.current]
