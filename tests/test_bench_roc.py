@@ -57,3 +57,23 @@ def test_quick_partitioning_run(bench: ModuleType, capsys: pytest.CaptureFixture
     assert row.epochs["roc"] <= row.epochs["equal-vertex"] == row.roc_history[0]
     assert all(row.with_halo[m] > row.epochs[m] for m in bench.METHODS)
     assert "simulated on p100-cluster" in capsys.readouterr().out
+
+
+def test_repartition_pairs_compare_the_same_steady_steps() -> None:
+    """benchmarks/roc_repartition.py: each segment's first step (a compile) is left out
+    of both runs, and B after its first re-partition is compared with A on the same
+    steps (the runs themselves are the measurement, too slow for a test)."""
+    bench = load_benchmark("roc_repartition")
+    assert bench.steady_steps([9.0, 1.0, 1.0, 8.0, 2.0, 2.0], 3) == [1.0, 1.0, 2.0, 2.0]
+    moved = {"step": 3, "moved_vertices": 7, "block_rows_before": 10, "block_rows_after": 9}
+    plain = {"seconds_per_step": [9.0, 1.0, 1.0, 1.0, 4.0, 4.0]}
+    repartitioned = {
+        "seconds_per_step": [9.0, 1.0, 1.0, 8.0, 2.0, 2.0],
+        "repartitions": [moved],
+    }
+    pair = bench.pair_of(plain, repartitioned, 3)
+    assert (pair.plain, pair.before, pair.after, pair.after_plain) == (2.5, 1.0, 2.0, 4.0)
+    assert pair.ratio == 0.5
+    lines = bench.table([pair])
+    assert "| 1 | 2500.0 | 1000.0 | 2000.0 | 4000.0 | step 3: 7, 10->9 |" in lines
+    assert lines[-1].endswith("over A, same steps: 0.500 (0.500-0.500, n=1)")
