@@ -38,6 +38,7 @@ param and state argument keeps its type across a re-layout.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -92,6 +93,10 @@ class Repartitioning:
     rows_before: int
     rows_after: int
     vertices: tuple[int, ...]
+    seconds: float
+    """Wall-clock seconds of the re-partition: timing the blocks, refitting, and (when
+    the partition changed) laying out and re-sharding; the new layout's compile falls
+    in its first step."""
 
     @property
     def changed(self) -> bool:
@@ -109,7 +114,7 @@ class Repartitioning:
             f"repartition after step {self.step}: block time measured max "
             f"{_ms(measured.max())} mean {_ms(measured.mean())}; model predicts max "
             f"{_ms(predicted.max())} mean {_ms(predicted.mean())} for the new partition; "
-            f"{moved}"
+            f"{moved} ({self.seconds:.1f} s)"
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -127,6 +132,7 @@ class Repartitioning:
             "block_rows_before": self.rows_before,
             "block_rows_after": self.rows_after,
             "vertices_per_device": list(self.vertices),
+            "seconds": self.seconds,
         }
 
 
@@ -275,6 +281,7 @@ def train_repartitioning(
         seconds += run.seconds
         if len(losses) >= steps:
             break
+        start = time.perf_counter()
         current = layout.partition(graph)
         times = np.asarray(MEASURE(request, current), dtype=np.float64)
         balancer.learn(current.bounds, times)
@@ -299,6 +306,7 @@ def train_repartitioning(
             int(current.sizes().max()),
             int(chosen.sizes().max()),
             tuple(int(size) for size in chosen.sizes()),
+            time.perf_counter() - start,
         )
         print(done.line())
         history.append(done)
