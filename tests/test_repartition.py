@@ -17,9 +17,11 @@ from soap_helpers import step
 
 from tasoc.backends.numpy import run_reference
 from tasoc.driver import repartition
+from tasoc.driver.sources import load_program
 from tasoc.ir import dag as dag_module
 from tasoc.ir.graph_data import small
 from tasoc.models import build_model
+from tasoc.passes.soap.roc.cost_model import LayerCostModel
 from tasoc.passes.soap.roc.partition import PartitionRequest, VertexPartition, ranges
 from tasoc.passes.soap.vertex_layout import (
     blocked_graph,
@@ -197,3 +199,23 @@ def test_repartitioning_a_program_not_laid_out_by_search_roc_is_one_line(
         assert tasoc("opt", SPEC, "-p", pipeline, "-o", out, "--quiet").code == 0
         run = tasoc("run", out, "--devices", "2", "--steps", "2", "--repartition-every", "1")
         assert_one_line_error(run, "soap-shard{search=roc}", "graph.vertex_blocks")
+
+
+def test_the_pass_records_its_cost_model_and_a_run_starts_from_it(
+    tasoc: Callable[..., Result], tmp_path: Path
+) -> None:
+    """`partitioner=roc` records its learned points (4 iterations x 2 layers x 2
+    devices); a run whose blocks are timed as the pass timed them (the plan's machine
+    is `cpu-2`, measured here) refits the same model from them, and one planned on a
+    simulated preset starts empty."""
+    out = tmp_path / "g.mlir"
+    pipeline = f"{PIPELINE},soap-shard{{mesh=2 search=roc}}"
+    assert tasoc("opt", SPEC, "-p", pipeline, "-o", out, "--quiet").code == 0
+    module = load_program(str(out), {}).module
+    model = repartition.recorded_model(module, "cpu-2", 2)
+    assert model.count() == 4 * 2 * 2 and set(model.weights) == {0, 1}
+    again = LayerCostModel.from_arrays(model.to_arrays())
+    for layer in (0, 1):
+        np.testing.assert_array_equal(again.weights[layer], model.weights[layer])
+    assert repartition.recorded_model(module, "v100", 2).count() == 0
+    assert repartition.recorded_model(module, "cpu-2", 3).count() == 0  # not its layers

@@ -25,9 +25,11 @@ each block, which the pass records. Those give the graph (`blocked_graph`, its
 vertices numbered in row order) and the un-padded rows; the original vertex numbering
 is not needed (a range partition of the row order is a partition of the graph, and
 the pass's `roc` partitions are ranges of the original order, so the two agree), nor
-the program before its layout (`relay_out` lays out the laid-out one). The cost
-model's points from the pass's own loop are not in the program: the run's model starts
-from its first measurement.
+the program before its layout (`relay_out` lays out the laid-out one). With
+`partitioner=roc` the pass also records its cost model's points
+(`vertex_layout.POINTS_ATTR`), and the run's model starts from them when they were
+measured as the run measures (the plan's machine timed here, not simulated on a GPU
+preset); otherwise it starts from its first measurement.
 
 Params and optimizer state carry over because none has a vertex dimension: the layout
 pads only arguments that are neither `graph.param` nor `graph.state` (the features and
@@ -44,8 +46,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from xdsl.dialects.builtin import DenseArrayBase, ModuleOp, i64
+from xdsl.dialects.builtin import ArrayAttr, DenseArrayBase, ModuleOp, i64
 
+from tasoc.cost.gnn import layer_timer
 from tasoc.driver.errors import DriverError
 from tasoc.driver.training_run import JaxSteps, TrainingRun, loop
 from tasoc.ir import dag as dag_module
@@ -53,10 +56,12 @@ from tasoc.ir.dag import Node
 from tasoc.ir.graph_data import Csr
 from tasoc.ir.parallel import machine_of, meshes, unsharded
 from tasoc.ir.training import STATE_ATTR, TrainingSignature
+from tasoc.passes.soap.roc.cost_model import CostModelError, LayerCostModel
 from tasoc.passes.soap.roc.learned import Measure, OnlineBalancer, machine_measure
 from tasoc.passes.soap.roc.partition import PartitionRequest, VertexPartition, ranges
 from tasoc.passes.soap.vertex_layout import (
     BLOCKS_ATTR,
+    POINTS_ATTR,
     LayoutError,
     blocked_graph,
     layer_widths,
@@ -164,6 +169,26 @@ def recorded_blocks(module: ModuleOp, input_name: str) -> np.ndarray:
     return blocks
 
 
+def recorded_model(module: ModuleOp, machine: str, layers: int) -> LayerCostModel:
+    """The cost model of the points `search=roc` recorded (`POINTS_ATTR`), when they
+    were measured where the run measures (the plan's machine is timed here, not
+    simulated: `layer_timer`) and are one per layer; an empty model otherwise."""
+    attr = module.attributes.get(POINTS_ATTR)
+    if not isinstance(attr, ArrayAttr) or len(attr) != layers:
+        return LayerCostModel()
+    if not layer_timer(machine).measured:
+        return LayerCostModel()  # simulated seconds of another device: not this one's
+    arrays = [
+        np.asarray(points.get_values(), dtype=np.float64)
+        for points in attr
+        if isinstance(points, DenseArrayBase)
+    ]
+    try:
+        return LayerCostModel.from_arrays(arrays)
+    except CostModelError as err:
+        raise DriverError(f"{POINTS_ATTR}: {err}") from None
+
+
 class Layout:
     """The current laid-out step: its sharded module, one-device dag, blocks and the
     graph over its real rows (the same graph for every layout: `relay_out` keeps the
@@ -251,7 +276,12 @@ def train_repartitioning(
     graph = blocked_graph(layout.dag, layout.blocks)
     machine = machine_of(module) or f"cpu-{len(layout.blocks)}"
     request = PartitionRequest(graph, len(layout.blocks), layer_widths(layout.dag), MEASURED_ON)
-    balancer = OnlineBalancer.of(request)
+    model = recorded_model(module, machine, len(request.layers))
+    balancer = OnlineBalancer.of(request, model)
+    print(
+        f"repartition: every {every} steps; the cost model starts from "
+        + (f"the pass's {model.count()} measured points" if model.count() else "no points")
+    )
     arguments = list(inputs)
     stepper = JaxSteps(layout.module, signature, arguments)
     first_vertex = layout.vertex_args()

@@ -50,7 +50,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import DenseArrayBase, ModuleOp, StringAttr, i64
+from xdsl.dialects.builtin import ArrayAttr, DenseArrayBase, ModuleOp, StringAttr, f64, i64
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
 
@@ -233,7 +233,9 @@ class SoapShardPass(ModulePass):
         mesh = module_mesh(op, self.mesh, self.machine)
         dag = dag_module.from_module(op)
         machine, seed = self.machine or "cpu", self.seed or 0
-        graph, part = vertex_layout.partition(dag, mesh.size, self.partitioner, machine, seed)
+        graph, part, model = vertex_layout.partition(
+            dag, mesh.size, self.partitioner, machine, seed
+        )
         layout = vertex_layout.layout_of(graph, part)
         # A learned partition differs from run to run (it is timed): `--verify-each`
         # lays the input out by this one (`verification_pair`).
@@ -251,6 +253,11 @@ class SoapShardPass(ModulePass):
         op.attributes[vertex_layout.BLOCKS_ATTR] = DenseArrayBase.from_list(
             i64, [int(size) for size in part.sizes()]
         )
+        if model is not None:
+            op.attributes[vertex_layout.POINTS_ATTR] = ArrayAttr(
+                DenseArrayBase.from_list(f64, points.reshape(-1).tolist())
+                for points in model.to_arrays()
+            )
         return facts
 
     def _lay_out(self, op: ModuleOp, deadline: Deadline) -> dag_module.Dag:

@@ -36,6 +36,8 @@ from tasoc.ir.dag import Dag, Node, Value
 from tasoc.ir.graph_data import Csr, GraphDataError, from_edges
 from tasoc.ir.shapes import ConstData, DType, ShapeError, TensorSig
 from tasoc.ir.training import STATE_ATTR
+from tasoc.passes.soap.roc.cost_model import LayerCostModel
+from tasoc.passes.soap.roc.learned import roc_partition
 from tasoc.passes.soap.roc.partition import PARTITIONERS, PartitionRequest, VertexPartition
 
 GNN_OPS = (
@@ -221,12 +223,16 @@ def layer_widths(dag: Dag) -> tuple[tuple[int, int], ...]:
 
 def partition(
     dag: Dag, parts: int, partitioner: str, machine: str, seed: int
-) -> tuple[Csr, VertexPartition]:
-    """The program's graph and its partition for `parts` devices by `partitioner`."""
+) -> tuple[Csr, VertexPartition, LayerCostModel | None]:
+    """The program's graph, its partition for `parts` devices by `partitioner`, and
+    for `roc` the cost model it learned (None for the others)."""
     graph, _ = graph_of(dag)
     request = PartitionRequest(graph, parts, layer_widths(dag), machine, seed)
     try:
-        return graph, PARTITIONERS[partitioner](request)
+        if partitioner == "roc":
+            learned = roc_partition(request)
+            return graph, learned.partition, learned.model
+        return graph, PARTITIONERS[partitioner](request), None
     except GraphDataError as err:
         raise LayoutError(str(err)) from None
 
@@ -479,6 +485,13 @@ graph (`blocked_graph`). Not a `parallel.` attribute: the one-device program
 (`parallel.unsharded`) keeps its padding, and the record."""
 
 
+POINTS_ATTR = "graph.roc_cost_points"
+"""The module attribute `search=roc partitioner=roc` records beside `BLOCKS_ATTR`: the
+learned cost model's points, one `array<f64: ...>` per layer of rows of 5 features
+and the seconds (`LayerCostModel.to_arrays`), for `tasoc run --repartition-every` to
+go on learning from."""
+
+
 def vertex_rows(dag: Dag, blocks: np.ndarray) -> np.ndarray:
     """The vertex of each row of a laid-out program whose block `d` holds `blocks[d]`
     real rows first (`layout_of` puts them there), numbered in row order; -1 for
@@ -506,6 +519,6 @@ def roc_layout(
     dag: Dag, parts: int, partitioner: str, machine: str, seed: int
 ) -> tuple[Dag, VertexLayout, Csr]:
     """Partition the program's graph and lay the program out by it."""
-    graph, part = partition(dag, parts, partitioner, machine, seed)
+    graph, part, _ = partition(dag, parts, partitioner, machine, seed)
     layout = layout_of(graph, part)
     return lay_out(dag, layout), layout, graph

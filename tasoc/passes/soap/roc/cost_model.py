@@ -72,6 +72,26 @@ class LayerCostModel:
             raise CostModelError(f"the cost model has no fitted weights for layer {layer}")
         return np.asarray(features) @ self.weights[layer]
 
+    def to_arrays(self) -> list[np.ndarray]:
+        """Every layer's points, layer 0 first, as (points, 6) arrays: the 5 features,
+        then the seconds. What `soap-shard{search=roc}` records for a run to go on
+        learning from (`from_arrays`)."""
+        return [
+            np.array([[*features, seconds] for features, seconds in self.points.get(layer, [])])
+            for layer in range(max(self.points, default=-1) + 1)
+        ]
+
+    @classmethod
+    def from_arrays(cls, arrays: list[np.ndarray]) -> LayerCostModel:
+        """The model of `to_arrays`' points, fitted; CostModelError for a bad point."""
+        model = cls()
+        for layer, array in enumerate(arrays):
+            for row in np.asarray(array, dtype=np.float64).reshape(-1, len(FEATURES) + 1):
+                model.observe(layer, row[:-1], float(row[-1]))
+        if model.points:
+            model.fit()
+        return model
+
     def vertex_costs(self, per_layer_features: list[np.ndarray]) -> np.ndarray:
         """Predicted seconds of each vertex summed over the layers (eq. 4.4 per layer),
         given each layer's (V, 5) vertex features: what a balanced partition splits."""
