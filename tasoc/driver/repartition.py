@@ -265,13 +265,13 @@ def train_repartitioning(
     on_step: Callable[[int, float], None],
     check: Check | None,
 ) -> tuple[TrainingRun, list[Repartitioning]]:
-    """Train `steps` steps of the laid-out step `module` (its blocks' real rows `blocks`:
-    `recorded_blocks`) from `inputs`, re-partitioning
-    after every `every` steps (the module docstring); `check` is called on the first
-    step and on the first step of every new layout, with the arguments of the original
-    layout (its features and labels, the current params and state), against whose
-    one-device program it compares the step. Returns the run (its seconds are
-    the steps', re-partitioning left out) and every re-partition."""
+    """Train `steps` steps of the laid-out step `module` (its blocks' real rows
+    `blocks`: `recorded_blocks`) from `inputs`, re-partitioning after every `every`
+    steps (the module docstring); `check` is called on the first step of every layout
+    (the first included), with the arguments of the original layout (its features and
+    labels, the current params and state), against whose one-device program it
+    compares the step. Returns the run (its seconds are the steps', re-partitioning
+    and checks left out) and every re-partition."""
     layout = Layout(module, blocks)
     graph = blocked_graph(layout.dag, layout.blocks)
     machine = machine_of(module) or f"cpu-{len(layout.blocks)}"
@@ -282,31 +282,31 @@ def train_repartitioning(
         f"repartition: every {every} steps; the cost model starts from "
         + (f"the pass's {model.count()} measured points" if model.count() else "no points")
     )
-    arguments = list(inputs)
-    stepper = JaxSteps(layout.module, signature, arguments)
+    stepper = JaxSteps(layout.module, signature, inputs)
     first_vertex = layout.vertex_args()
-    checking = check is not None
+    fresh = True  # a layout not stepped yet: --check checks its first step
     losses: list[float] = []
     seconds: list[float] = []
     history: list[Repartitioning] = []
 
-    def step() -> float:
-        nonlocal checking
-        if not checking:
-            return stepper.step()
-        before = stepper.host_arguments()
-        loss = stepper.step()
-        results = [np.asarray(value) for value in stepper.results]  # type: ignore[arg-type]
-        reference = [inputs[i] if i in first_vertex else v for i, v in enumerate(before)]
-        check(len(losses) + 1, reference, results)  # type: ignore[misc]
-        checking = False
-        return loss
+    def segment(count: int) -> TrainingRun:
+        """`count` steps of the current layout; the check (of a fresh layout's first
+        step) runs after the step's timing, in the loop's callback."""
+        offset = len(losses)
+        before = stepper.host_arguments() if fresh and check is not None else None
 
-    def numbered(offset: int) -> Callable[[int, float], None]:
-        return lambda number, loss: on_step(offset + number, loss)
+        def show(number: int, loss: float) -> None:
+            if number == 1 and before is not None and check is not None:
+                results = [np.asarray(value) for value in stepper.results]  # type: ignore[arg-type]
+                reference = [inputs[i] if i in first_vertex else v for i, v in enumerate(before)]
+                check(offset + 1, reference, results)
+            on_step(offset + number, loss)
+
+        return loop(stepper.step, count, show)
 
     while True:
-        run = loop(step, min(every, steps - len(losses)), numbered(len(losses)))
+        run = segment(min(every, steps - len(losses)))
+        fresh = False
         losses += run.losses
         seconds += run.seconds
         if len(losses) >= steps:
@@ -327,7 +327,7 @@ def train_repartitioning(
             for index in layout.vertex_args():
                 arguments[index] = move(arguments[index])
             stepper = JaxSteps(layout.module, signature, arguments)
-            checking = check is not None
+            fresh = True
         done = Repartitioning(
             len(losses),
             times,
