@@ -22,6 +22,12 @@ tasoc writes that as ordinary `parallel` IR in two steps:
    block, so the step runs at the pace of the largest block: a balanced partition
    (smaller `B` and `Eb`) is a faster step, simulated and measured.
 
+The pass records each block's real rows (`BLOCKS_ATTR`) and, for the learned
+partitioner, its cost model's points (`POINTS_ATTR`). From those and the edge blocks
+`tasoc run --repartition-every` reads the graph back (`blocked_graph`) and lays the
+laid-out step out anew by another partition (`relay_out`), without the program before
+its layout.
+
 Everything here works on the `Dag`; the partitioner sees only the `Csr`.
 """
 
