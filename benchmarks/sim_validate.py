@@ -2,7 +2,9 @@
 step times and collectives set beside measured step times and the compiled HLO's.
 
     .venv/bin/python benchmarks/sim_validate.py [--machine local.toml] [--models a,b] \
-        [--setups 1x2,2x1] [--randoms 2] [--rounds 10] [--budget 200] [--quick]
+        [--setups 1x2,2x1] [--randoms 2] [--rounds 10] [--budget 200] [--quick] \
+        [--json rows.json]
+    .venv/bin/python benchmarks/sim_validate.py --reprice rows.json [--machine M] [--json out]
 
 Two setups of two JAX devices, each priced on its view of `--machine` (default
 `local`: this host as `tasoc machine calibrate --processes 2 --devices 2` measured it,
@@ -31,6 +33,17 @@ interleaved rounds over all plans of the setup, each sample the mean of as many 
 as take `SAMPLE_S`; `timing.py`); the collectives per kind of the written IR, the
 compiled HLO (`audit()`, in the setup's own processes) and the simulator's task graph
 (`shard_checks.predicted_collectives`), and the IR's bytes beside the HLO's.
+
+`--json` writes every row with its plan (`plan_to_json`: the step's node positions and
+the step's fingerprint) and the model's shapes; `--reprice` measures nothing and
+simulates the saved plans again with this code on `--machine` (its op table: the one
+in `TASOC_CACHE_DIR`) against their saved measurements, and says how far each setup's
+simulated times moved from the saved ones (`then_and_now`). So a change of tau between
+two runs can be put on the simulator, the machine file, the op table or the
+measurements, one at a time: run this script (copied) in a worktree at an older commit
+to price with older code. A row saved without its plan (before plans were saved) is
+priced on the plan its strategy makes again here, the same plan only with the
+measuring run's code and machine, which the unmoved simulated times confirm.
 
 Goals (exit status 0 when all are met, else 1): Kendall's tau of simulated against
 measured >= 0.8 over all rows, per setup and per model in each setup; the median
