@@ -2,7 +2,9 @@
 step times and collectives set beside measured step times and the compiled HLO's.
 
     .venv/bin/python benchmarks/sim_validate.py [--machine local.toml] [--models a,b] \
-        [--setups 1x2,2x1] [--randoms 2] [--rounds 10] [--budget 200] [--quick]
+        [--setups 1x2,2x1] [--randoms 2] [--rounds 10] [--budget 200] [--quick] \
+        [--json rows.json]
+    .venv/bin/python benchmarks/sim_validate.py --reprice rows.json [--machine M] [--json out]
 
 Two setups of two JAX devices, each priced on its view of `--machine` (default
 `local`: this host as `tasoc machine calibrate --processes 2 --devices 2` measured it,
@@ -32,6 +34,17 @@ as take `SAMPLE_S`; `timing.py`); the collectives per kind of the written IR, th
 compiled HLO (`audit()`, in the setup's own processes) and the simulator's task graph
 (`shard_checks.predicted_collectives`), and the IR's bytes beside the HLO's.
 
+`--json` writes every row with its plan (`plan_to_json`: the step's node positions and
+the step's fingerprint) and the model's shapes; `--reprice` measures nothing and
+simulates the saved plans again with this code on `--machine` (its op table: the one
+in `TASOC_CACHE_DIR`) against their saved measurements, and says how far each setup's
+simulated times moved from the saved ones (`then_and_now`). So a change of tau between
+two runs can be put on the simulator, the machine file, the op table or the
+measurements, one at a time: run this script (copied) in a worktree at an older commit
+to price with older code. A row saved without its plan (before plans were saved) is
+priced on the plan its strategy makes again here, the same plan only with the
+measuring run's code and machine, which the unmoved simulated times confirm.
+
 Goals (exit status 0 when all are met, else 1): Kendall's tau of simulated against
 measured >= 0.8 over all rows, per setup and per model in each setup; the median
 absolute relative error of simulated against measured <= 20 %; the simulator's
@@ -48,6 +61,7 @@ import argparse
 import contextlib
 import dataclasses
 import datetime
+import hashlib
 import json
 import math
 import os
@@ -58,6 +72,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -84,9 +99,12 @@ from tasoc.cost.machines import Machine, machine
 from tasoc.driver import distributed
 from tasoc.driver.sources import make_context
 from tasoc.ir import dag as dag_module
+from tasoc.ir.dag import Dag, Node, Value
 from tasoc.ir.program import entry_function
 from tasoc.ir.shard_plan import Plan, write_sharded
+from tasoc.ir.soap import Mesh, Sharding
 from tasoc.ir.training import training_signature
+from tasoc.models.registry import OptionValue
 from tasoc.passes.search import Deadline
 from tasoc.passes.soap import mcmc
 from tasoc.passes.soap.meshes import parse_mesh
@@ -169,6 +187,8 @@ class Candidate:
     """The unsharded step's problem, which the plan's ops are nodes of."""
     plan: Plan
     module: ModuleOp
+    shapes: dict[str, OptionValue] = dataclasses.field(default_factory=dict)
+    """The options the model's step was built with (`--reprice` builds it again so)."""
 
 
 @dataclass
@@ -222,11 +242,15 @@ class Row:
         return abs(self.simulated_s - self.measured_s) / self.measured_s
 
     def to_json(self) -> dict[str, object]:
-        """The row without its plan and program, for `--json`."""
+        """The row for `--json`: what was measured and simulated, and the plan (by the
+        step's node positions, `plan_to_json`), so that `--reprice` can price the same
+        plan again with other code or another machine without measuring it again."""
         return {
             "setup": self.setup,
             "model": self.candidate.model,
             "strategy": self.candidate.strategy,
+            "shapes": self.candidate.shapes,
+            "plan": plan_to_json(self.candidate.problem.dag, self.candidate.plan),
             "simulated_s": self.simulated_s,
             "compute_s": self.compute_s,
             "communication_s": self.communication_s,
@@ -296,24 +320,118 @@ def _same_plan(a: Plan, b: Plan) -> bool:
     return all(getattr(a, f) == getattr(b, f) for f in fields)
 
 
+# ------------------------------------------------------------------ saved plans
+
+
+class SavedError(Exception):
+    """A `--reprice` file that cannot be priced again (one line: what and where)."""
+
+
+PLAN_FORMAT = 1
+"""`plan_to_json`'s format: a node is its position among the dag's arguments then ops."""
+
+
+def _nodes(dag: Dag) -> tuple[Node, ...]:
+    return (*dag.args, *dag.ops)
+
+
+def dag_fingerprint(dag: Dag) -> str:
+    """What a saved plan's node positions mean: each node's op, operand positions and
+    result types, hashed. A step built otherwise (other shapes, another model or
+    autodiff) has another, and its saved plans are refused rather than misread."""
+    index = {node: i for i, node in enumerate(_nodes(dag))}
+    lines = (
+        f"{node.op} {[(index[v.node], v.index) for v in node.inputs]} {node.sigs}"
+        for node in _nodes(dag)
+    )
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+
+
+def _sharding_to_json(sharding: Sharding) -> list[object]:
+    return [sharding.mesh, [list(dim) for dim in sharding.dims], list(sharding.unreduced)]
+
+
+def _sharding_of(data: list[object]) -> Sharding:
+    mesh, dims, unreduced = data
+    return Sharding(str(mesh), tuple(tuple(dim) for dim in dims), tuple(unreduced))  # type: ignore[union-attr]
+
+
+def plan_to_json(dag: Dag, plan: Plan) -> dict[str, object]:
+    """`plan` (of `dag`) as JSON: nodes by position (`_nodes`), values as [node,
+    result], shardings as [mesh, dims, unreduced], the dag's fingerprint beside them."""
+    index = {node: i for i, node in enumerate(_nodes(dag))}
+    return {
+        "format": PLAN_FORMAT,
+        "dag": dag_fingerprint(dag),
+        "configs": [
+            [index[node], {factor: list(axes) for factor, axes in config.items()}]
+            for node, config in plan.configs.items()
+        ],
+        "operands": [
+            [index[node], [_sharding_to_json(s) for s in shardings]]
+            for node, shardings in plan.operands.items()
+        ],
+        "values": [
+            [index[value.node], value.index, _sharding_to_json(s)]
+            for value, s in plan.values.items()
+        ],
+        "outputs": [_sharding_to_json(s) for s in plan.outputs],
+        "notes": list(plan.notes),
+        "meshes": [
+            [mesh.name, [list(axis) for axis in mesh.axes], mesh.devices and list(mesh.devices)]
+            for mesh in plan.meshes
+        ],
+        "order": None if plan.order is None else [index[node] for node in plan.order],
+    }
+
+
+def plan_from_json(dag: Dag, data: dict[str, object]) -> Plan:
+    """The plan `plan_to_json` wrote for `dag` (SavedError: another format or dag)."""
+    if data.get("format") != PLAN_FORMAT:
+        raise SavedError(f"plan format {data.get('format')!r}, not {PLAN_FORMAT}")
+    if data.get("dag") != (found := dag_fingerprint(dag)):
+        raise SavedError(f"plan of another step (dag {data.get('dag')}, this one {found})")
+    nodes = _nodes(dag)
+    meshes = tuple(
+        Mesh(name, tuple((axis, size) for axis, size in axes), None if ids is None else tuple(ids))
+        for name, axes, ids in data["meshes"]  # type: ignore[attr-defined]
+    )
+    order = data["order"]
+    return Plan(
+        {nodes[i]: {f: tuple(axes) for f, axes in c.items()} for i, c in data["configs"]},  # type: ignore[attr-defined]
+        {nodes[i]: tuple(map(_sharding_of, s)) for i, s in data["operands"]},  # type: ignore[attr-defined]
+        {Value(nodes[i], r): _sharding_of(s) for i, r, s in data["values"]},  # type: ignore[attr-defined]
+        tuple(map(_sharding_of, data["outputs"])),  # type: ignore[arg-type]
+        list(data["notes"]),  # type: ignore[call-overload]
+        meshes,
+        None if order is None else tuple(nodes[i] for i in order),  # type: ignore[attr-defined]
+    )
+
+
 def written(
-    name: str, step: ModuleOp, problem: Problem, planned: Iterable[tuple[str, Plan]]
+    name: str,
+    step: ModuleOp,
+    problem: Problem,
+    planned: Iterable[tuple[str, Plan]],
+    shapes: dict[str, OptionValue] | None = None,
 ) -> list[Candidate]:
-    """Each plan of `planned` (of `step`'s `problem`) written as a sharded step."""
+    """Each plan of `planned` (of `step`'s `problem`, `step` built with `shapes`)
+    written as a sharded step."""
     found = []
     for strategy, plan in planned:
         module = step.clone()
         write_sharded(module, problem.dag, plan, problem.mesh)
-        found.append(Candidate(name, strategy, problem, plan, module))
+        found.append(Candidate(name, strategy, problem, plan, module, dict(shapes or {})))
         print(f"  {name} {strategy}: planned", file=sys.stderr, flush=True)
     return found
 
 
 def candidates(name: str, cluster: Machine, budget: int, randoms: int) -> list[Candidate]:
     """The plans of `name`'s training step (`plans_of`), written."""
-    step = step_of(name, MODELS[name][0])
+    shapes = MODELS[name][0]
+    step = step_of(name, shapes)
     problem = problem_of(step)
-    return written(name, step, problem, plans_of(problem, cluster, budget, randoms))
+    return written(name, step, problem, plans_of(problem, cluster, budget, randoms), shapes)
 
 
 def row_of(setup: Setup, cluster: Machine, candidate: Candidate, measured: Measured) -> Row:
@@ -335,6 +453,103 @@ def row_of(setup: Setup, cluster: Machine, candidate: Candidate, measured: Measu
         predicted_collectives(simulated),
         measured,
     )
+
+
+# ------------------------------------------------------------------ pricing saved rows
+
+ROW_FIELDS = ("setup", "model", "strategy", "simulated_s", "ir", "hlo", "ir_bytes", "hlo_bytes")
+
+
+def saved_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows `--json` wrote to `path`, checked for what `repriced` reads (SavedError:
+    unreadable, not rows, or a row without its measurement, setup or model)."""
+    try:
+        data = json.loads(path.read_text())
+    except OSError as err:
+        raise SavedError(f"cannot read {path}: {err.strerror}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise SavedError(f"{path} is not JSON ({err})") from None
+    if not isinstance(data, list) or not data:
+        raise SavedError(f"{path} holds no rows (a list of what --json writes)")
+    for number, row in enumerate(data, 1):
+        if not isinstance(row, dict):
+            raise SavedError(f"{path}: row {number} is not an object")
+        missing = [name for name in (*ROW_FIELDS, "samples") if name not in row]
+        if missing:
+            raise SavedError(f"{path}: row {number} lacks {', '.join(missing)}")
+        if row["setup"] not in SETUPS:
+            raise SavedError(f"{path}: row {number}: unknown setup {row['setup']!r}")
+        if row["model"] not in MODELS:
+            raise SavedError(f"{path}: row {number}: unknown model {row['model']!r}")
+        if not row["samples"] or not all(
+            isinstance(t, int | float) and t > 0 for t in row["samples"]
+        ):
+            raise SavedError(f"{path}: row {number}: samples must be positive seconds")
+    return data
+
+
+def repriced(
+    saved: Sequence[dict[str, Any]], base: Machine, budget: int, randoms: int
+) -> list[tuple[dict[str, Any], Row]]:
+    """Each saved row (`saved_rows`) beside its plan simulated again on its setup's
+    view of `base` with this code, its measurement as it was: what separates a change
+    of the simulator, the machine file or the op table (`TASOC_CACHE_DIR`) from one of
+    the measurements. A row saved with its plan is priced on that plan; one without
+    (a file written before plans were saved) on the plan its strategy makes again
+    here (`plans_of` on the first setup's view, as the measured run searched): the
+    same plan only with the measured run's code and machine, which `then_and_now`
+    tells by the simulated times. A row whose strategy makes no plan again is left
+    out, and said so."""
+    views = {name: SETUPS[name].view(base) for name in dict.fromkeys(r["setup"] for r in saved)}
+    found: dict[tuple[str, str], Candidate] = {}
+    for model in dict.fromkeys(row["model"] for row in saved):
+        mine = [row for row in saved if row["model"] == model]
+        shapes = mine[0].get("shapes") or MODELS[model][0]
+        step = step_of(model, shapes)
+        problem = problem_of(step)
+        planned = {}
+        for row in mine:
+            if "plan" in row:
+                try:
+                    planned[row["strategy"]] = plan_from_json(problem.dag, row["plan"])
+                except (KeyError, IndexError, TypeError, ValueError) as err:
+                    raise SavedError(f"{model} {row['strategy']}: bad plan ({err!r})") from None
+        if missing := {row["strategy"] for row in mine} - set(planned):
+            print(f"  {model}: planning {', '.join(sorted(missing))} again", file=sys.stderr)
+            cluster = next(iter(views.values()))[0]
+            for strategy, plan in plans_of(problem, cluster, budget, randoms):
+                if strategy in missing:
+                    planned[strategy] = plan
+                    missing.discard(strategy)
+                if not missing:  # no search runs that no row asks for
+                    break
+        for candidate in written(model, step, problem, planned.items(), shapes):
+            found[model, candidate.strategy] = candidate
+    pairs = []
+    for row in saved:
+        candidate = found.get((row["model"], row["strategy"]))
+        if candidate is None:
+            print(f"  {row['model']} {row['strategy']}: no plan again, left out", file=sys.stderr)
+            continue
+        measured = Measured(*(row[name] for name in ROW_FIELDS[-4:]), list(row["samples"]))
+        setup = SETUPS[row["setup"]]
+        pairs.append((row, row_of(setup, views[setup.name][0], candidate, measured)))
+    return pairs
+
+
+def then_and_now(pairs: Sequence[tuple[dict[str, Any], Row]]) -> list[str]:
+    """Per setup, how the re-priced simulated times compare with the saved ones: how
+    many are the same (to 1e-9: the same plan, code and machine) and the ratios'
+    median and range."""
+    lines = []
+    for name in dict.fromkeys(row.setup for _, row in pairs):
+        ratios = [row.simulated_s / then["simulated_s"] for then, row in pairs if row.setup == name]
+        same = sum(abs(r - 1) < 1e-9 for r in ratios)
+        lines.append(
+            f"- {name}: {same} of {len(ratios)} simulated as saved; now / saved: median "
+            f"{statistics.median(ratios):.3f}, {min(ratios):.3f}-{max(ratios):.3f}"
+        )
+    return lines
 
 
 # ------------------------------------------------------------------ running them
@@ -596,7 +811,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=None, help=f"timed rounds ({ROUNDS})")
     parser.add_argument("--budget", type=int, default=None, help=f"mcmc proposals ({BUDGET})")
     parser.add_argument("--quick", action="store_true", help="one model, few rounds")
-    parser.add_argument("--json", type=Path, help="also write every row here")
+    parser.add_argument("--json", type=Path, help="also write every row (and its plan) here")
+    parser.add_argument(
+        "--reprice",
+        type=Path,
+        metavar="ROWS",
+        help="measure nothing: simulate the plans of the rows a --json run wrote again, "
+        "with this code on --machine, against their saved measurements",
+    )
     worker_options = parser.add_argument_group("worker (set by the launcher)")
     worker_options.add_argument("--worker", help=argparse.SUPPRESS)
     worker_options.add_argument("--processes", type=int, help=argparse.SUPPRESS)
@@ -636,41 +858,27 @@ class Results:
     notes: dict[str, str]
 
 
-def main(argv: Sequence[str] | None = None) -> Results | None:
-    args = parse_args(argv)
-    if args.worker:
-        worker(args)
-        return None
-    use_devices(MESH)
-    base = machine(args.machine)
+def header(args: argparse.Namespace, base: Machine) -> None:
+    """The run's first lines: date, load, versions, the machine and its calibration."""
     load = os.getloadavg()
     print(
         f"# {datetime.date.today()}, {os.cpu_count()} cores, load {load[0]:.2f} {load[1]:.2f} "
         f"{load[2]:.2f} before, {versions()}"
     )
-    print(
-        f"# simulated on {base.name} ({args.machine}); measured on this machine, "
-        f"median of {args.rounds} interleaved rounds, each a mean over ~{SAMPLE_S * 1e3:.0f} ms"
-    )
+    if args.reprice:
+        measured_how = f"measured as saved in {args.reprice} (re-priced, nothing measured now)"
+    else:
+        measured_how = (
+            f"measured on this machine, median of {args.rounds} interleaved rounds, "
+            f"each a mean over ~{SAMPLE_S * 1e3:.0f} ms"
+        )
+    print(f"# simulated on {base.name} ({args.machine}); {measured_how}")
     print("\n".join(calibration_lines(base)))
-    views = {name: SETUPS[name].view(base) for name in args.setups}
-    first = views[args.setups[0]][0]
-    plans = [c for name in args.models for c in candidates(name, first, args.budget, args.randoms)]
-    rows, notes = [], {}
-    for name, (cluster, note) in views.items():
-        setup = SETUPS[name]
-        modules = [c.module for c in plans]
-        if setup.processes == 1:
-            runs = measured_here(modules, args.rounds)
-        else:
-            runs = measured_in_processes(setup, modules, args.rounds)
-        rows += [row_of(setup, cluster, c, m) for c, m in zip(plans, runs, strict=True)]
-        if note:
-            notes[name] = note
-        print(f"  {name}: measured", file=sys.stderr, flush=True)
+
+
+def report(rows: Sequence[Row], notes: dict[str, str]) -> Goals:
+    """The table, notes, goals, misordered pairs, fits and load after, printed."""
     goals = goals_of(rows)
-    if args.json:
-        args.json.write_text(json.dumps([row.to_json() for row in rows], indent=1))
     print(table(rows))
     for name, note in notes.items():
         print(f"\nnote: {name}: {note}")
@@ -686,6 +894,57 @@ def main(argv: Sequence[str] | None = None) -> Results | None:
         f"\n# load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} after; "
         f"goals {'met' if goals.met else 'MISSED'}"
     )
+    return goals
+
+
+def measured_rows(args: argparse.Namespace, base: Machine) -> tuple[list[Row], dict[str, str]]:
+    """The plans of `args.models`, measured in each setup of `args.setups` and
+    simulated on its view of `base`."""
+    views = {name: SETUPS[name].view(base) for name in args.setups}
+    first = views[args.setups[0]][0]
+    plans = [c for name in args.models for c in candidates(name, first, args.budget, args.randoms)]
+    rows, notes = [], {}
+    for name, (cluster, note) in views.items():
+        setup = SETUPS[name]
+        modules = [c.module for c in plans]
+        if setup.processes == 1:
+            runs = measured_here(modules, args.rounds)
+        else:
+            runs = measured_in_processes(setup, modules, args.rounds)
+        rows += [row_of(setup, cluster, c, m) for c, m in zip(plans, runs, strict=True)]
+        if note:
+            notes[name] = note
+        print(f"  {name}: measured", file=sys.stderr, flush=True)
+    return rows, notes
+
+
+def repriced_rows(args: argparse.Namespace, base: Machine) -> tuple[list[Row], dict[str, str]]:
+    """`args.reprice`'s rows simulated again (`repriced`), with how they moved."""
+    pairs = repriced(saved_rows(args.reprice), base, args.budget, args.randoms)
+    if not pairs:
+        raise SavedError(f"no row of {args.reprice} could be planned again")
+    print("# the simulated times against the saved ones:")
+    print("\n".join(f"# {line[2:]}" for line in then_and_now(pairs)))
+    rows = [row for _, row in pairs]
+    views = {row.setup: SETUPS[row.setup].view(base) for row in rows}
+    return rows, {name: note for name, (_, note) in views.items() if note}
+
+
+def main(argv: Sequence[str] | None = None) -> Results | None:
+    args = parse_args(argv)
+    if args.worker:
+        worker(args)
+        return None
+    use_devices(MESH)
+    base = machine(args.machine)
+    header(args, base)
+    try:
+        rows, notes = (repriced_rows if args.reprice else measured_rows)(args, base)
+    except SavedError as err:
+        raise SystemExit(f"sim_validate: error: {err}") from None
+    if args.json:
+        args.json.write_text(json.dumps([row.to_json() for row in rows], indent=1))
+    goals = report(rows, notes)
     return Results(rows, goals, notes)
 
 

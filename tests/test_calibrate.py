@@ -130,6 +130,30 @@ def test_a_table_from_another_jax_version_is_measured_again(
     assert asked == [table_key(_matmul(), 1)]
 
 
+def test_an_entry_is_the_fastest_rounds_difference_however_loaded_the_rounds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Load from elsewhere only adds time, to either side of a round: an entry is the
+    difference of each side's fastest sample, the quiet machine's as soon as each side
+    met one quiet round, where the median of the rounds' differences (format 2) was
+    the load's. The samples come from a fake timer: no JAX, no dependence on load."""
+    quiet, load = {"many": 5e-3, "once": 1e-3}, 4e-3
+    loaded = {"many": [1, 1, 1, 1, 0, 0, 1], "once": [0, 0, 0, 0, 1, 0, 0]}  # per round
+    timed = {side: iter([quiet[side] + load * hit for hit in loaded[side]]) for side in quiet}
+    monkeypatch.setattr(op_table, "cpu_devices", lambda running, make: [])
+    monkeypatch.setattr(
+        op_table, "dag_program", lambda dag, devices, n: "many" if n > 1 else "once"
+    )
+    monkeypatch.setattr(op_table, "_calls_per_sample", lambda call: 1)
+    monkeypatch.setattr(op_table, "_sample", lambda call, calls: next(timed[call]))
+    node = _matmul()
+    per_copy = op_table.measure(node, 2, 2, samples=7)
+    assert per_copy == pytest.approx(4e-3 / (copies_of(node) - 1))
+    # the rounds' differences: 8 ms in five, 0 and 4 ms in one each; their median, 8 ms
+    timed = {side: iter([quiet[side] + load * hit for hit in loaded[side]]) for side in quiet}
+    assert op_table.median_difference("many", "once", 7) == pytest.approx(8e-3)  # type: ignore[arg-type]
+
+
 def test_a_real_measurement_is_cached_and_sane(tmp_path: Path) -> None:
     table = OpTable(tmp_path, samples=1)
     seconds = table.seconds(_matmul(), 2)

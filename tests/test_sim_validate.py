@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import math
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -40,7 +42,7 @@ def plans(bench: ModuleType) -> list:
     step = bench.step_of("candle_uno", TINY)
     problem = bench.problem_of(step)
     planned = bench.plans_of(problem, machine("cpu-2"), budget=1, randoms=0)
-    return bench.written("candle_uno", step, problem, itertools.islice(planned, 3))
+    return bench.written("candle_uno", step, problem, itertools.islice(planned, 3), TINY)
 
 
 def rows_of(bench: ModuleType, name: str, plans: list, runs: list) -> list:
@@ -135,3 +137,80 @@ def test_a_measured_machine_without_a_compute_scale_is_noted(bench: ModuleType) 
     assert bench.SETUPS["1x2"].view(measured)[1] == ""
     _, both = bench.SETUPS["2x1"].view(dataclasses.replace(measured, nodes=1, inter=None))
     assert "has one node" in both and "no compute scale" in both
+
+
+# ------------------------------------------------------------------ saved rows
+
+
+def _saved(bench: ModuleType, plans: list, path: Path) -> list[dict]:
+    """The rows of `plans` on both setups of cpu-2, with made-up measurements (none is
+    timed: re-pricing reads them as saved), written as `--json` writes them."""
+    runs = [bench.Measured({}, {}, 0, 0, [1e-3 * (i + 1), 2e-3]) for i in range(len(plans))]
+    rows = [row for name in bench.SETUPS for row in rows_of(bench, name, plans, runs)]
+    saved = [row.to_json() for row in rows]
+    path.write_text(json.dumps(saved))
+    return saved
+
+
+def test_a_saved_plan_reads_back_as_the_same_plan(bench: ModuleType, plans: list) -> None:
+    for candidate in plans:
+        data = json.loads(json.dumps(bench.plan_to_json(candidate.problem.dag, candidate.plan)))
+        back = bench.plan_from_json(candidate.problem.dag, data)
+        assert bench._same_plan(back, candidate.plan) and back.order == candidate.plan.order
+
+
+def test_reprice_simulates_the_saved_plans_again_against_the_saved_times(
+    bench: ModuleType, plans: list, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Same code, same machine: every row simulated as saved, beside its saved
+    measurement; a row saved without its plan is priced on the one its strategy makes
+    again. Another machine moves the simulated times, not the measured ones."""
+    path = tmp_path / "rows.json"
+    saved = _saved(bench, plans, path)
+    del saved[0]["plan"]  # as a file written before plans were saved
+    path.write_text(json.dumps(saved))
+    results = bench.main(["--reprice", str(path), "--machine", "cpu-2"])
+    out = capsys.readouterr().out
+    assert f"# 1x2: {len(plans)} of {len(plans)} simulated as saved" in out
+    assert f"# 2x1: {len(plans)} of {len(plans)} simulated as saved" in out
+    assert [r.measured.samples for r in results.rows] == [r["samples"] for r in saved]
+    assert [r.simulated_s for r in results.rows] == [r["simulated_s"] for r in saved]
+    slower = dataclasses.replace(machine("cpu-2"), name="slower")
+    slower = dataclasses.replace(slower, device=dataclasses.replace(slower.device, peak_flops=1e6))
+    pairs = bench.repriced(saved, slower, 1, 0)
+    assert all(row.simulated_s > then["simulated_s"] for then, row in pairs)
+    assert [row.measured_s for _, row in pairs] == [r["measured_s"] for r in saved]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("not json", "is not JSON"),
+        ("{}", "holds no rows"),
+        ('[{"setup": "1x2"}]', "row 1 lacks model"),
+        ("WRONG_SETUP", "unknown setup '3x3'"),
+        ("OTHER_STEP", "plan of another step"),
+        ("NO_SAMPLES", "samples must be positive seconds"),
+    ],
+)
+def test_a_bad_saved_file_is_one_line(
+    bench: ModuleType, plans: list, tmp_path: Path, content: str, message: str
+) -> None:
+    path = tmp_path / "rows.json"
+    if content.isupper():
+        saved = _saved(bench, plans, path)[:1]
+        if content == "WRONG_SETUP":
+            saved[0]["setup"] = "3x3"
+        elif content == "OTHER_STEP":
+            saved[0]["plan"]["dag"] = "0" * 16
+        else:
+            saved[0]["samples"] = []
+        content = json.dumps(saved)
+    path.write_text(content)
+    with pytest.raises(SystemExit) as raised:
+        bench.main(["--reprice", str(path), "--machine", "cpu-2"])
+    text = str(raised.value.code)
+    assert text.startswith("sim_validate: error: ") and message in text and "\n" not in text
+    with pytest.raises(SystemExit) as raised:
+        bench.main(["--reprice", str(tmp_path / "absent.json"), "--machine", "cpu-2"])
+    assert "cannot read" in str(raised.value.code)

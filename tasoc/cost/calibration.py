@@ -57,6 +57,7 @@ from tasoc.cost.op_table import (
     MAX_COPIES,
     copies_of,
     dag_program,
+    fastest_difference,
     median_call,
     median_difference,
 )
@@ -354,7 +355,7 @@ def probe_timer(
 ) -> Callable[[], float]:
     """A function timing the seconds one more application of `dag` (default
     `probe_dag`) adds to a program in which each of `devices` applies it at once, as
-    `op_table.measure` times an op (`dag_program`, `median_difference` with
+    `op_table.measure` times an op (`dag_program`, `fastest_difference` with
     `PROBE_CALLS` calls per sample, so processes timing together do as much work
     each): `op_table.copies_of` applications of a one-op dag, as the table takes (at
     most `sizes.op_copies`), `PROBE_COPIES` of the step; compiled and warm already,
@@ -370,7 +371,7 @@ def probe_timer(
         call()
 
     def seconds() -> float:
-        difference = median_difference(many, once, sizes.samples, PROBE_CALLS)
+        difference = fastest_difference(many, once, sizes.samples, PROBE_CALLS)
         return _positive(difference / (copies - 1))
 
     return seconds

@@ -22,8 +22,13 @@ barrier), as a step's ops mostly wait on each other; and only the last result le
 the program (each array a call returns costs it microseconds of its own, which made a
 5 KB add measure 28 us per copy over two devices instead of 2 us). The two programs
 are timed in turns, a sample of each per round (the mean of enough blocked calls to
-last `_MIN_SAMPLE_S`), and an entry is the median over `samples` rounds of their
-difference (`median_difference`), so a spell of load from elsewhere hits both sides.
+last `_MIN_SAMPLE_S`), and an entry is the difference of each one's fastest sample
+over `samples` rounds (`fastest_difference`): load from other processes only ever adds
+time, so the fastest sample is the one it touched least, where the median of the
+rounds' differences (the table's format 2) followed the load. On our shared 2-core VM
+a table measured at a load average of 1-3 priced the same ops 1.3x a table measured
+in the quiet (docs/benchmarks.md, issue 30), and a search or benchmark reading it
+inherited that for as long as the cache file lived.
 
 The table is lazy, measuring an entry on first use, and caches on disk in
 `ops-<device>.json` under `cache_dir()` (`measured.TimingFile`: per JAX version,
@@ -58,9 +63,11 @@ small against it; short, since a search may meet a hundred new entries."""
 
 DEFAULT_SAMPLES = 7
 
-TABLE_FORMAT = 2
-"""The cache file's format: 2 since `measure` stopped summing each copy's results (1
-charged a memory-bound op a second read of them)."""
+TABLE_FORMAT = 3
+"""The cache file's format: 3 since an entry is the fastest rounds' difference
+(`fastest_difference`; 2, the median difference, followed the machine's load); 2 since
+`measure` stopped summing each copy's results (1 charged a memory-bound op a second
+read of them)."""
 
 MAX_COPIES = 64
 COPIES_BYTES = 2**20
@@ -108,14 +115,14 @@ def measure(node: Node, running: int, make: int, samples: int = DEFAULT_SAMPLES)
     """Seconds one more application of `node`'s op adds to a jitted program in which
     each of `running` CPU devices applies it at once (`shard_map`): a program applying
     it to `copies_of(node)` sets of operands of its types against one applying it once,
-    timed in turns (so a spell of load hits both), the median of the rounds'
-    differences per extra application; `make` devices are made when JAX has not started
+    timed in turns, the difference of their fastest rounds (`fastest_difference`) per
+    extra application; `make` devices are made when JAX has not started
     (`cpu_devices`)."""
     devices = cpu_devices(running, make)
     copies = copies_of(node)
     dag = one_op_dag(node)
     many, once = (dag_program(dag, devices, n) for n in (copies, 1))
-    return max(median_difference(many, once, samples), 0.0) / (copies - 1)
+    return max(fastest_difference(many, once, samples), 0.0) / (copies - 1)
 
 
 def copies_of(node: Node) -> int:
@@ -218,6 +225,30 @@ def median_difference(
         seconds = [_sample(call, n) for call, n in zip((first, second), counts, strict=True)]
         differences.append(seconds[0] - seconds[1])
     return statistics.median(differences)
+
+
+def fastest_difference(
+    first: Callable[[], object],
+    second: Callable[[], object],
+    samples: int,
+    calls: int | None = None,
+) -> float:
+    """How many seconds a call of `first` takes longer than one of `second`: the two
+    sampled in turns over `samples` rounds (each sample `calls` calls, default enough to
+    last `_MIN_SAMPLE_S`, as `median_difference`), the fastest sample of each less the
+    fastest of the other. Load from elsewhere only adds time, to one side of a round or
+    both, so each side's fastest sample is the one it touched least, and the difference
+    of the two is the quiet machine's as soon as each side met one quiet spell; the
+    median of the rounds' differences is the load's once most rounds are loaded on one
+    side. (Process CPU time is no cure: XLA's worker threads spin and wait under load,
+    `cost.xla`.)"""
+    counted = [_calls_per_sample(call) for call in (first, second)]  # compiles, warms
+    counts = counted if calls is None else [calls, calls]
+    fastest = [math.inf, math.inf]
+    for _ in range(samples):
+        for side, (call, count) in enumerate(zip((first, second), counts, strict=True)):
+            fastest[side] = min(fastest[side], _sample(call, count))
+    return fastest[0] - fastest[1]
 
 
 def _calls_per_sample(call: Callable[[], object]) -> int:

@@ -182,17 +182,12 @@ def measure_region(region: Dag, samples: int = REGION_SAMPLES) -> float:
     scatters as much under load: XLA's worker threads wait and wake.)"""
     import jax
 
-    from tasoc.cost.op_table import _calls_per_sample, _sample, dag_program
+    from tasoc.cost.op_table import dag_program, fastest_difference
 
     devices = jax.devices()[:1]
     copies = region_copies(region)
-    programs = [dag_program(region, devices, n) for n in (copies, 1)]
-    calls = [_calls_per_sample(program) for program in programs]  # compiles, warms
-    fastest = [math.inf, math.inf]
-    for _ in range(samples):
-        for i, (program, n) in enumerate(zip(programs, calls, strict=True)):
-            fastest[i] = min(fastest[i], _sample(program, n))
-    return max(fastest[0] - fastest[1], 0.0) / (copies - 1)
+    many, once = (dag_program(region, devices, n) for n in (copies, 1))
+    return max(fastest_difference(many, once, samples), 0.0) / (copies - 1)
 
 
 def measure_dispatch(samples: int = REGION_SAMPLES) -> float:
