@@ -317,6 +317,24 @@ so loop fusion cannot compute it inside its readers (rnnlm's loss and its gradie
 `subtract_exponential_fusion` and `.1`, 512 KB each of gathered logits, at XLA's
 peak; the transformer's attention softmax). A temporary while the op runs."""
 
+@dataclass(frozen=True)
+class PeakBounds:
+    """The largest device's peak bytes lies in [`low`, `high`] (`ShardedStep.peak_bounds`);
+    `high` is infinite where a device is known over the cap asked about."""
+
+    low: int
+    high: float
+
+    def over(self, cap: int) -> bool:
+        """Whether the peak exceeds `cap` (the bounds were made to tell it for `cap`)."""
+        return self.low > cap
+
+    @property
+    def exact(self) -> int | None:
+        """The peak where the bounds meet, else None."""
+        return self.low if self.low == self.high else None
+
+
 Temp = tuple[float, int, int, str]
 """A temporary: its first and last position in `ShardedStep.sequence`, bytes, kind."""
 
@@ -726,6 +744,23 @@ class ShardedStep:
                 best[top] += heap - sum(nbytes for _, nbytes in live)
             split.update(dict.fromkeys(self.stands_for[device], MemoryBreakdown(**best)))
         return dict(sorted(split.items()))
+
+    def peak_bounds(self, cap: int) -> PeakBounds:
+        """Bounds on `peak_memory` just tight enough to tell whether it exceeds `cap`
+        (what a search's memory check asks, `SimulatedStrategy.cost`), exact where
+        they meet: per device its held bytes plus bounds on its heap (`_heap_bounds`),
+        stopping at the first device over `cap`. About half a memory replay's work on
+        a step near its cap, none of its figures changed
+        (`tests/test_sim_memory_check.py`)."""
+        low, high = 0, 0.0
+        for device in self._devices:
+            fixed, temps = self._buffers_of(device)
+            held = sum(nbytes for _, nbytes in fixed)
+            heap_low, heap_high = _heap_bounds(temps, cap - held)
+            low, high = max(low, held + heap_low), max(high, held + heap_high)
+            if low > cap:
+                return PeakBounds(low, math.inf)
+        return PeakBounds(low, high)
 
     def _buffers_of(self, device: int) -> tuple[list[tuple[str, int]], list[Temp]]:
         """`device`'s buffers held throughout as (kind, bytes), and its temporaries as
@@ -1676,9 +1711,38 @@ def _packed(temps: Sequence[Temp]) -> tuple[int, str | None]:
     if not temps:
         return 0, None
     timed = _event_times(temps)
-    spatial = sorted(timed, key=lambda t: (-t[2], t[0] - t[1], t[0]))
-    temporal = sorted(timed, key=lambda t: (t[0] - t[1], -t[2], t[0]))
+    spatial, temporal = sorted(timed, key=_spatial), sorted(timed, key=_temporal)
     return min(_best_fit(spatial), _best_fit(temporal), key=lambda fit: fit[0])
+
+
+def _spatial(temp: Temp) -> tuple[float, float, float]:
+    """`_packed`'s first order: decreasing size, then decreasing life, then first."""
+    return (-temp[2], temp[0] - temp[1], temp[0])
+
+
+def _temporal(temp: Temp) -> tuple[float, float, float]:
+    """`_packed`'s second order: decreasing life, then decreasing size, then first."""
+    return (temp[0] - temp[1], -temp[2], temp[0])
+
+
+def _heap_bounds(temps: Sequence[Temp], room: int) -> tuple[int, float]:
+    """Bounds (low, high) on the heap `_packed` packs `temps` into that tell whether it
+    exceeds `room`, exact where they meet, at the least cost: the heap is the smaller
+    of two best-fit packings, so at least the most bytes live at once (`_most_live`,
+    a sort: over `room`, no packing is done) and at most either packing (the first
+    within `room`: the second is not done); else both, the heap itself. Over `room`,
+    `high` is infinite."""
+    if not temps:
+        return 0, 0 if room >= 0 else math.inf
+    live = sum(nbytes for _, nbytes in _most_live(temps))
+    if live > room:
+        return live, math.inf
+    timed = _event_times(temps)
+    first = _best_fit(sorted(timed, key=_spatial))[0]
+    if first <= room:
+        return live, first
+    heap = min(first, _best_fit(sorted(timed, key=_temporal))[0])
+    return heap, heap if heap <= room else math.inf
 
 
 def _event_times(temps: Sequence[Temp]) -> list[Temp]:
@@ -1706,34 +1770,37 @@ def _event_times(temps: Sequence[Temp]) -> list[Temp]:
 def _best_fit(temps: Sequence[Temp]) -> tuple[int, str]:
     """The heap of `temps` placed in this order, each in the smallest gap that fits it
     among those placed before whose lives overlap its own (else on top), and the kind
-    at its top (`_packed`)."""
-    firsts, lasts = np.empty(len(temps)), np.empty(len(temps))
+    at its top (`_packed`). Blocks placed at one offset are sorted by offset alone:
+    of several starting at one offset only the first can open a gap (the others'
+    start under its top), and its gap is the same whichever comes first."""
+    firsts = np.fromiter((temp[0] for temp in temps), float, len(temps))
+    lasts = np.fromiter((temp[1] for temp in temps), float, len(temps))
     lows, highs = np.empty(len(temps), np.int64), np.empty(len(temps), np.int64)
     top, kind = 0, temps[0][3]
     for count, (first, last, nbytes, what) in enumerate(temps):
         overlap = np.flatnonzero((lasts[:count] >= first) & (firsts[:count] <= last))
         offset = 0
         if overlap.size:
-            # the placed blocks by (low, high); before each, the top of those below it
-            low, high = lows[overlap], highs[overlap]
-            by_low = np.lexsort((high, low))
-            low, high = low[by_low], high[by_low]
-            below = np.concatenate(([0], np.maximum.accumulate(high)[:-1]))
-            gaps = low - below
-            fits = gaps >= nbytes
-            if fits.any():  # the smallest gap that fits, the lowest of equal ones
-                offset = int(below[np.argmin(np.where(fits, gaps, np.iinfo(np.int64).max))])
+            # the placed blocks by offset; before each, the top of those below it
+            low = lows[overlap]
+            by_low = low.argsort(kind="stable")
+            low, high = low[by_low], highs[overlap][by_low]
+            tops = np.maximum.accumulate(high)
+            gaps = low - np.concatenate((_ZERO, tops[:-1]))
+            fits = np.flatnonzero(gaps >= nbytes)
+            if fits.size:  # the smallest gap that fits, the lowest of equal ones
+                smallest = fits[gaps[fits].argmin()]
+                offset = int(tops[smallest - 1]) if smallest else 0
             else:
-                offset = int(high.max())
-        firsts[count], lasts[count], lows[count], highs[count] = (
-            first,
-            last,
-            offset,
-            offset + nbytes,
-        )
+                offset = int(tops[-1])
+        lows[count], highs[count] = offset, offset + nbytes
         if offset + nbytes > top:
             top, kind = offset + nbytes, what
     return top, kind
+
+
+_ZERO = np.zeros(1, np.int64)
+"""The top below the lowest block (`_best_fit`)."""
 
 
 def _summed(entries: Iterable[tuple[str, int]]) -> tuple[tuple[str, int], ...]:

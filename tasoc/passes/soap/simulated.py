@@ -169,19 +169,45 @@ class SimulatedStrategy:
         if not self.simulator.memory:
             return 0
         if self._peak is None:
-            self._peak = self.step.peak_memory()
-            self.smallest_memory = min(self.smallest_memory, self._peak)
-        return self._peak
+            self._known(self.step.peak_memory())
+        return self._peak  # type: ignore[return-value]
+
+    def _known(self, peak: int) -> None:
+        """The peak memory as of the last `set`, found."""
+        self._peak = peak
+        self.smallest_memory = min(self.smallest_memory, peak)
 
     @property
     def cost(self) -> float:
         """The time; over the memory cap, the time with the stall of swapping to fit it
         (`place`), else infinity."""
-        if self.memory_cap is None or self.memory <= self.memory_cap:
+        if self.memory_cap is None or not self.over_cap():
             return self.time
         if self.place is None:
             return math.inf
         return self.time + self.place.stall(self.problem.dag, self.plan, self.problem.mesh)
+
+    def over_cap(self) -> bool:
+        """Whether the peak memory exceeds the cap, told by bounds on it
+        (`ShardedStep.peak_bounds`) where the peak itself is not known: a proposal's
+        memory check without the full replay's second heap packing, or any packing
+        when the bytes live at once are already over. The peak is kept where the
+        bounds give it (or where it is below `smallest_memory` and over the cap: the
+        error's figure); a plan under the cap leaves `smallest_memory` at most its
+        upper bound, a figure read only when nothing fits (`Best.result`)."""
+        cap = self.memory_cap
+        if cap is None or not self.simulator.memory:
+            return False
+        if self._peak is None:
+            bounds = self.step.peak_bounds(cap)
+            if bounds.exact is not None:
+                self._known(bounds.exact)
+            elif not bounds.over(cap):
+                self.smallest_memory = min(self.smallest_memory, int(bounds.high))
+                return False
+            elif bounds.low >= self.smallest_memory:
+                return True
+        return self.memory > cap
 
     def priced(self) -> Priced:
         """The figures as they stand."""
