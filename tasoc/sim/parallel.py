@@ -471,6 +471,8 @@ class ShardedStep:
         when the step is not collapsed; `_device_classes`)."""
         self._devices = sorted(self.stands_for)
         self._collective_times: dict[tuple[object, ...], float] = {}
+        self._ranks: dict[Key, tuple[int, int, int]] = {}
+        """`_program_rank` by key, which only the program fixes (`_sequence`)."""
 
         self.graph = TaskGraph()
         self._ids: dict[Key, int] = {}
@@ -1002,7 +1004,11 @@ class ShardedStep:
         """`sequence` with the ops XLA fuses away given, and each all-to-all's slices
         of its operand in their place, as `~task_id` of the all-to-all (negative)."""
         inside = {self._ids[("op", node, device)] for node in fused}
-        rank = {task_id: self._program_rank(key) for key, task_id in self._ids.items()}
+        ranks = self._ranks
+        rank = {
+            task_id: ranks[key] if key in ranks else ranks.setdefault(key, self._program_rank(key))
+            for key, task_id in self._ids.items()
+        }
         mine = sorted(
             (i for i in self._specs if self.graph[i].resource[1] == device),  # type: ignore[index]
             key=rank.__getitem__,
@@ -1663,6 +1669,8 @@ def _outside_donated(temps: list[Temp], donated: Sequence[_Donated]) -> list[Tem
         for i in order[bisect.bisect_left(sizes, nbytes) :]:  # those it fits in, smallest first
             one = donated[i]
             last = end - 1 if end == one.written_at and index in one.shared else end
+            if last >= one.written_at or (one.read_to >= start and last >= 0):
+                continue  # it overlaps the old value or the new (`held`'s first two lives)
             if all(last < first or stop < start for first, stop in held[i]):
                 held[i].append((start, last))
                 break
@@ -1778,7 +1786,7 @@ def _best_fit(temps: Sequence[Temp]) -> tuple[int, str]:
     lows, highs = np.empty(len(temps), np.int64), np.empty(len(temps), np.int64)
     top, kind = 0, temps[0][3]
     for count, (first, last, nbytes, what) in enumerate(temps):
-        overlap = np.flatnonzero((lasts[:count] >= first) & (firsts[:count] <= last))
+        overlap = ((lasts[:count] >= first) & (firsts[:count] <= last)).nonzero()[0]
         offset = 0
         if overlap.size:
             # the placed blocks by offset; before each, the top of those below it
@@ -1787,9 +1795,8 @@ def _best_fit(temps: Sequence[Temp]) -> tuple[int, str]:
             low, high = low[by_low], highs[overlap][by_low]
             tops = np.maximum.accumulate(high)
             gaps = low - np.concatenate((_ZERO, tops[:-1]))
-            fits = np.flatnonzero(gaps >= nbytes)
-            if fits.size:  # the smallest gap that fits, the lowest of equal ones
-                smallest = fits[gaps[fits].argmin()]
+            smallest = np.where(gaps >= nbytes, gaps, _NO_GAP).argmin()
+            if gaps[smallest] >= nbytes:  # the smallest gap that fits, the lowest of equals
                 offset = int(tops[smallest - 1]) if smallest else 0
             else:
                 offset = int(tops[-1])
@@ -1801,6 +1808,9 @@ def _best_fit(temps: Sequence[Temp]) -> tuple[int, str]:
 
 _ZERO = np.zeros(1, np.int64)
 """The top below the lowest block (`_best_fit`)."""
+
+_NO_GAP = np.iinfo(np.int64).max
+"""A gap too small, in `_best_fit`'s search for the smallest that fits."""
 
 
 def _summed(entries: Iterable[tuple[str, int]]) -> tuple[tuple[str, int], ...]:
