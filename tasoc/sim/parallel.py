@@ -317,6 +317,7 @@ so loop fusion cannot compute it inside its readers (rnnlm's loss and its gradie
 `subtract_exponential_fusion` and `.1`, 512 KB each of gathered logits, at XLA's
 peak; the transformer's attention softmax). A temporary while the op runs."""
 
+
 @dataclass(frozen=True)
 class PeakBounds:
     """The largest device's peak bytes lies in [`low`, `high`] (`ShardedStep.peak_bounds`);
@@ -1658,9 +1659,7 @@ def _outside_donated(temps: list[Temp], donated: Sequence[_Donated]) -> list[Tem
     the update starts (the update writes over it)."""
     if not donated:
         return temps
-    held: list[list[tuple[float, float]]] = [
-        [(0, one.read_to), (one.written_at, math.inf)] for one in donated
-    ]
+    held = [_Lives() for _ in donated]  # what each holds besides its old and new value
     order = sorted(range(len(donated)), key=lambda i: (donated[i].nbytes, -i))
     sizes = [donated[i].nbytes for i in order]
     outside = []
@@ -1670,13 +1669,42 @@ def _outside_donated(temps: list[Temp], donated: Sequence[_Donated]) -> list[Tem
             one = donated[i]
             last = end - 1 if end == one.written_at and index in one.shared else end
             if last >= one.written_at or (one.read_to >= start and last >= 0):
-                continue  # it overlaps the old value or the new (`held`'s first two lives)
-            if all(last < first or stop < start for first, stop in held[i]):
-                held[i].append((start, last))
+                continue  # it overlaps the old value (until `read_to`) or the new
+            if not held[i].overlaps(start, last):
+                held[i].add(start, last)
                 break
         else:
             outside.append(temps[index])
     return outside
+
+
+class _Lives:
+    """Lives (first, last position, both included) of values one buffer holds, none
+    overlapping another: kept sorted by first, so their lasts are sorted too and
+    an overlap test is one bisection (`_outside_donated`). A life ending before it
+    starts (a temporary the update writes over, ending where it starts) is kept
+    aside and tested one by one."""
+
+    def __init__(self) -> None:
+        self.firsts: list[float] = []
+        self.lasts: list[float] = []
+        self.odd: list[tuple[float, float]] = []
+
+    def overlaps(self, first: float, last: float) -> bool:
+        """Whether [first, last] overlaps a life held: the latest starting by `last`
+        is the one ending latest among those."""
+        at = bisect.bisect_right(self.firsts, last) - 1
+        if at >= 0 and self.lasts[at] >= first:
+            return True
+        return any(not (last < start or end < first) for start, end in self.odd)
+
+    def add(self, first: float, last: float) -> None:
+        if last < first:
+            self.odd.append((first, last))
+            return
+        at = bisect.bisect_right(self.firsts, first)
+        self.firsts.insert(at, first)
+        self.lasts.insert(at, last)
 
 
 def _most_live(temps: Sequence[Temp]) -> list[tuple[str, int]]:
