@@ -49,8 +49,8 @@ def caps_around(step: parallel.ShardedStep, peak: int, rng: random.Random) -> li
     return [*(edge + shift for edge in edges for shift in (-1, 0, 1)), *near]
 
 
-@settings(max_examples=examples(12), deadline=None)
-@given(st.integers(0, 2**32 - 1), st.integers(1, 6))
+@settings(max_examples=examples(8), deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 5))
 def test_the_memory_check_is_the_full_replays_on_random_edits(seed: int, edits: int) -> None:
     program, baselines = lstm()
     rng = random.Random(seed)
