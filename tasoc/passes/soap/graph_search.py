@@ -52,7 +52,7 @@ def laid_out(options: SoapShardPass, op: ModuleOp, deadline: Deadline) -> dict[s
 
 def lay_out(options: SoapShardPass, op: ModuleOp, deadline: Deadline) -> dag_module.Dag:
     """`laid_out`, its figures in the report (the summary's partition line)."""
-    facts = laid_out(op, deadline)
+    facts = laid_out(options, op, deadline)
     current_report().section(options.name)["roc"] = {"partitioner": options.partitioner, **facts}
     return dag_module.from_module(op)
 
