@@ -473,6 +473,8 @@ class ShardedStep:
         self._devices = sorted(self.stands_for)
         self._collective_times: dict[tuple[object, ...], float] = {}
         self._ranks: dict[Key, tuple[int, int, int]] = {}
+        self._heaps: dict[int, tuple[list[tuple[str, int]], _Heap]] = {}
+        """`_heap` by device, as of the last edit (`set_config` and `derived` drop it)."""
         """`_program_rank` by key, which only the program fixes (`_sequence`)."""
 
         self.graph = TaskGraph()
@@ -543,6 +545,7 @@ class ShardedStep:
             notes=list(plan.notes),
         )
         twin.graph = self.graph.copy()
+        twin._heaps = {}
         twin._ids, twin._specs, twin._groups = (
             dict(self._ids),
             dict(self._specs),
@@ -555,6 +558,7 @@ class ShardedStep:
         except ValueError:  # a layout some reader cannot read on the way
             return None
         if relaid:
+            twin._heaps = {}
             for device in twin._devices:
                 twin._update(("res", device), twin._resident_spec(device))
         edited = twin.plan
@@ -572,6 +576,7 @@ class ShardedStep:
         """The graph made anew from the specs in the order a step built afresh adds
         them (the arguments' tasks, then per producer its compute tasks and its group's
         collectives), so ids, and the simulator's ties, are a fresh step's."""
+        self._heaps = {}
 
         def rank(key: Key) -> tuple[int, int, int, int]:
             kind, *rest = key  # type: ignore[misc]
@@ -598,6 +603,7 @@ class ShardedStep:
         completed). ShardingError, the step unchanged, when the configuration does not
         fit the op, `operands` are not `config`'s, or a reader needs partial sums its
         results no longer hold."""
+        self._heaps = {}
         mesh = self.mesh_of(node)
         rule = self.rules[node]
         needs, _ = soap.shardings_for(rule, config, mesh.name)
@@ -737,12 +743,12 @@ class ShardedStep:
           against XLA")."""
         split = {}
         for device in self._devices:
-            fixed, temps = self._buffers_of(device)
+            fixed, temporaries = self._heap(device)
             best = dict.fromkeys(KINDS, 0)
-            live = _most_live(temps)
+            live = temporaries.live
             for kind, nbytes in (*fixed, *live):
                 best[kind] += nbytes
-            heap, top = _packed(temps)
+            heap, top = temporaries.packed()
             if top is not None:  # the heap's gaps, counted as what lies at its top
                 best[top] += heap - sum(nbytes for _, nbytes in live)
             split.update(dict.fromkeys(self.stands_for[device], MemoryBreakdown(**best)))
@@ -757,13 +763,21 @@ class ShardedStep:
         (`tests/test_sim_memory_check.py`)."""
         low, high = 0, 0.0
         for device in self._devices:
-            fixed, temps = self._buffers_of(device)
+            fixed, temporaries = self._heap(device)
             held = sum(nbytes for _, nbytes in fixed)
-            heap_low, heap_high = _heap_bounds(temps, cap - held)
+            heap_low, heap_high = temporaries.bounds(cap - held)
             low, high = max(low, held + heap_low), max(high, held + heap_high)
             if low > cap:
                 return PeakBounds(low, math.inf)
         return PeakBounds(low, high)
+
+    def _heap(self, device: int) -> tuple[list[tuple[str, int]], _Heap]:
+        """`_buffers_of(device)`, its temporaries as a `_Heap`, kept until the next edit:
+        a check by bounds and a full replay of one step share what each found."""
+        if device not in self._heaps:
+            fixed, temps = self._buffers_of(device)
+            self._heaps[device] = (fixed, _Heap(temps))
+        return self._heaps[device]
 
     def _buffers_of(self, device: int) -> tuple[list[tuple[str, int]], list[Temp]]:
         """`device`'s buffers held throughout as (kind, bytes), and its temporaries as
@@ -1744,11 +1758,7 @@ def _packed(temps: Sequence[Temp]) -> tuple[int, str | None]:
     A life is measured on the heap simulator's own clock (`_event_times`), which
     ticks once per allocation and once per free, not once per instruction: that
     decides which of two buffers of one size is placed first."""
-    if not temps:
-        return 0, None
-    timed = _event_times(temps)
-    spatial, temporal = sorted(timed, key=_spatial), sorted(timed, key=_temporal)
-    return min(_best_fit(spatial), _best_fit(temporal), key=lambda fit: fit[0])
+    return _Heap(temps).packed()
 
 
 def _spatial(temp: Temp) -> tuple[float, float, float]:
@@ -1761,24 +1771,61 @@ def _temporal(temp: Temp) -> tuple[float, float, float]:
     return (temp[0] - temp[1], -temp[2], temp[0])
 
 
+class _Heap:
+    """A device's temporaries and what is found of the heap XLA packs them into
+    (`_packed`), each part once: the bytes live at once, each of the two packings."""
+
+    def __init__(self, temps: Sequence[Temp]) -> None:
+        self.temps = temps
+        self._live: list[tuple[str, int]] | None = None
+        self._timed: list[Temp] | None = None
+        self._fits: dict[Callable[[Temp], tuple[float, float, float]], tuple[int, str]] = {}
+
+    @property
+    def live(self) -> list[tuple[str, int]]:
+        """`_most_live` of the temporaries."""
+        if self._live is None:
+            self._live = _most_live(self.temps)
+        return self._live
+
+    def fit(self, order: Callable[[Temp], tuple[float, float, float]]) -> tuple[int, str]:
+        """The best-fit packing in `order` (`_spatial`, `_temporal`), lives on the heap
+        simulator's clock (`_event_times`)."""
+        if order not in self._fits:
+            if self._timed is None:
+                self._timed = _event_times(self.temps)
+            self._fits[order] = _best_fit(sorted(self._timed, key=order))
+        return self._fits[order]
+
+    def packed(self) -> tuple[int, str | None]:
+        """`_packed`: the smaller packing (the first of equal ones), None without
+        temporaries."""
+        if not self.temps:
+            return 0, None
+        return min(self.fit(_spatial), self.fit(_temporal), key=lambda fit: fit[0])
+
+    def bounds(self, room: int) -> tuple[int, float]:
+        """Bounds (low, high) on the heap that tell whether it exceeds `room`, exact
+        where they meet, at the least cost: the heap is the smaller of two best-fit
+        packings, so at least the most bytes live at once (a sort: over `room`, no
+        packing is done) and at most either packing (the first within `room`: the
+        second is not done); else both, the heap itself. Over `room`, `high` is
+        infinite."""
+        if not self.temps:
+            return 0, 0 if room >= 0 else math.inf
+        live = sum(nbytes for _, nbytes in self.live)
+        if live > room:
+            return live, math.inf
+        first = self.fit(_spatial)[0]
+        if first <= room:
+            return live, first
+        heap = self.packed()[0]
+        return heap, heap if heap <= room else math.inf
+
+
 def _heap_bounds(temps: Sequence[Temp], room: int) -> tuple[int, float]:
-    """Bounds (low, high) on the heap `_packed` packs `temps` into that tell whether it
-    exceeds `room`, exact where they meet, at the least cost: the heap is the smaller
-    of two best-fit packings, so at least the most bytes live at once (`_most_live`,
-    a sort: over `room`, no packing is done) and at most either packing (the first
-    within `room`: the second is not done); else both, the heap itself. Over `room`,
-    `high` is infinite."""
-    if not temps:
-        return 0, 0 if room >= 0 else math.inf
-    live = sum(nbytes for _, nbytes in _most_live(temps))
-    if live > room:
-        return live, math.inf
-    timed = _event_times(temps)
-    first = _best_fit(sorted(timed, key=_spatial))[0]
-    if first <= room:
-        return live, first
-    heap = min(first, _best_fit(sorted(timed, key=_temporal))[0])
-    return heap, heap if heap <= room else math.inf
+    """`_Heap.bounds` of `temps`."""
+    return _Heap(temps).bounds(room)
 
 
 def _event_times(temps: Sequence[Temp]) -> list[Temp]:

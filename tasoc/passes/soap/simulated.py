@@ -88,8 +88,9 @@ class SimulatedStrategy:
     """Seconds its task graph took to build and to simulate in full, where it was built
     (not derived): the thesis' full simulation, which `simulation_statistics` compares
     a delta update with."""
-    smallest_memory: int = field(init=False)
-    """The smallest per-device peak memory this strategy has had (for `MemoryCapError`)."""
+    smallest_memory: float = field(init=False)
+    """The smallest per-device peak memory this strategy has had over the cap, once its
+    memory was checked or read (for `MemoryCapError`; at most the cap once under it)."""
     edited: bool = field(default=False, init=False)
     """Whether ops were `set` since the last update (the simulation is behind them)."""
     pristine: bool = field(default=True, init=False)
@@ -102,8 +103,7 @@ class SimulatedStrategy:
     """Each op's run on a program on device groups (`plan.runs`): partial sums stay in one."""
 
     def __post_init__(self) -> None:
-        self.smallest_memory = math.inf
-        self.smallest_memory = self.memory
+        self.smallest_memory = math.inf  # found when the cap is first checked (`over_cap`)
         self.consumers = self.step.dag.consumers()
         order = self.step.order
         self.run_of = (
