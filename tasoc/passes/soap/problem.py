@@ -203,7 +203,7 @@ class Best:
     def offer(self, state: SimulatedStrategy, origin: str) -> None:
         """`state` as it stands, kept when it costs less than the best."""
         cost = state.cost  # checks the cap, which finds the memory the error names
-        self.smallest_memory = min(self.smallest_memory, state.smallest_memory)
+        self.smallest_memory = min(self.smallest_memory, state.smallest_below(self.smallest_memory))
         if cost < self.cost:
             self.cost, self.plan, self.origin = cost, copy_plan(state.plan), origin
 

@@ -96,6 +96,8 @@ class SimulatedStrategy:
     pristine: bool = field(default=True, init=False)
     """Whether no op was ever `set`: the step is as built (or derived), with a fresh
     build's task ids, so it simulates as one, ties and all (`SoapProblem.state_of`)."""
+    _low: float | None = field(default=None, init=False, repr=False)
+    """The memory check's lower bound of the peak, where it told "over" alone (`over_cap`)."""
     _peak: int | None = field(default=None, init=False, repr=False)
     """`memory` as of the last `set` (a replay of every device's tasks: once per edit)."""
     consumers: Mapping[Value, Sequence[Use]] = field(init=False, repr=False)
@@ -192,9 +194,12 @@ class SimulatedStrategy:
         (`ShardedStep.peak_bounds`) where the peak itself is not known: a proposal's
         memory check without the full replay's second heap packing, or any packing
         when the bytes live at once are already over. The peak is kept where the
-        bounds give it (or where it is below `smallest_memory` and over the cap: the
-        error's figure); a plan under the cap leaves `smallest_memory` at most its
-        upper bound, a figure read only when nothing fits (`Best.result`)."""
+        bounds give it, or where it is over the cap and below `smallest_memory` (the
+        error's figure), but for a state never edited: there the lower bound waits
+        for `smallest_below` (a start every op replicated on 64 devices is over the
+        cap many times, and replaying it costs seconds). A plan under the cap leaves
+        `smallest_memory` at most its upper bound, a figure read only when nothing
+        fits (`Best.result`)."""
         cap = self.memory_cap
         if cap is None or not self.simulator.memory:
             return False
@@ -205,9 +210,18 @@ class SimulatedStrategy:
             elif not bounds.over(cap):
                 self.smallest_memory = min(self.smallest_memory, int(bounds.high))
                 return False
-            elif bounds.low >= self.smallest_memory:
+            elif self.pristine or bounds.low >= self.smallest_memory:
+                self._low = bounds.low
                 return True
         return self.memory > cap
+
+    def smallest_below(self, bound: float) -> float:
+        """`smallest_memory`, made exact where the peak as it stands, over the cap, may
+        be below `bound` (`Best.offer`'s smallest so far): any figure at least `bound`
+        serves the same."""
+        if self._peak is None and self._low is not None and self._low < bound:
+            self._known(self.step.peak_memory())
+        return self.smallest_memory
 
     def priced(self) -> Priced:
         """The figures as they stand."""
@@ -233,7 +247,7 @@ class SimulatedStrategy:
         """`node` in `config` reading `operands` (complete by default), without
         re-simulating (`update` does)."""
         start = time.perf_counter()
-        self._peak = None
+        self._peak = self._low = None
         try:
             self.step.set_config(node, config, operands)
         finally:
