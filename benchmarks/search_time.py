@@ -22,6 +22,7 @@ and after). `--long 0` runs the short pass alone.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from collections.abc import Sequence
@@ -38,7 +39,7 @@ from xdsl.dialects.builtin import ModuleOp
 from tasoc.driver.sources import build_zoo_model
 from tasoc.ir import dag as dag_module
 from tasoc.passes.report import RunReport, reporting
-from tasoc.passes.soap import SoapShardPass
+from tasoc.passes.soap import SoapShardFailed, SoapShardPass
 
 SEED = 0
 
@@ -67,16 +68,27 @@ class TimeRow:
 
     @property
     def ratio(self) -> float | None:
-        return None if self.long is None else self.short.step / self.long.step
+        """Short over long step; None without a long run or where neither found a plan."""
+        if self.long is None or (math.isinf(self.long.step) and math.isinf(self.short.step)):
+            return None
+        return self.short.step / self.long.step
 
 
 def pass_run(step: ModuleOp, devices: int, preset: str, timeout: float) -> Run:
+    """The pass with its defaults and `timeout`; a run that finds no plan under the
+    device's memory (the pass's one-line error) is a row with no step, its error on
+    stderr."""
     copy = step.clone()
     started, cpu = time.perf_counter(), time.process_time()
     with reporting(RunReport()) as report:
-        SoapShardPass(mesh=devices, machine=preset, timeout=timeout, seed=SEED).apply(
-            Context(), copy
-        )
+        try:
+            SoapShardPass(mesh=devices, machine=preset, timeout=timeout, seed=SEED).apply(
+                Context(), copy
+            )
+        except SoapShardFailed as err:
+            print(f"timeout={timeout:g}: {err}", file=sys.stderr)
+            wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+            return Run(wall, cpu, math.inf, 0, "no plan fits")
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu
     section: dict[str, Any] = report.sections["soap-shard"]
     return Run(
@@ -111,7 +123,11 @@ def table(rows: Sequence[TimeRow], args: argparse.Namespace) -> str:
         long_ms, long_wall, ratio = (
             ("-", "-", "-")
             if g is None
-            else (f"{g.step * 1e3:.1f}", f"{g.wall:.1f}", f"{row.ratio:.3f}")
+            else (
+                f"{g.step * 1e3:.1f}",
+                f"{g.wall:.1f}",
+                "-" if row.ratio is None else f"{row.ratio:.3f}",
+            )
         )
         lines.append(
             f"| {row.model} | {row.ops} | {s.step * 1e3:.1f} | {long_ms} | {ratio} "

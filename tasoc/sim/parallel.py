@@ -317,6 +317,25 @@ so loop fusion cannot compute it inside its readers (rnnlm's loss and its gradie
 `subtract_exponential_fusion` and `.1`, 512 KB each of gathered logits, at XLA's
 peak; the transformer's attention softmax). A temporary while the op runs."""
 
+
+@dataclass(frozen=True)
+class PeakBounds:
+    """The largest device's peak bytes lies in [`low`, `high`] (`ShardedStep.peak_bounds`);
+    `high` is infinite where a device is known over the cap asked about."""
+
+    low: int
+    high: float
+
+    def over(self, cap: int) -> bool:
+        """Whether the peak exceeds `cap` (the bounds were made to tell it for `cap`)."""
+        return self.low > cap
+
+    @property
+    def exact(self) -> int | None:
+        """The peak where the bounds meet, else None."""
+        return self.low if self.low == self.high else None
+
+
 Temp = tuple[float, int, int, str]
 """A temporary: its first and last position in `ShardedStep.sequence`, bytes, kind."""
 
@@ -453,6 +472,10 @@ class ShardedStep:
         when the step is not collapsed; `_device_classes`)."""
         self._devices = sorted(self.stands_for)
         self._collective_times: dict[tuple[object, ...], float] = {}
+        self._ranks: dict[Key, tuple[int, int, int]] = {}
+        self._heaps: dict[int, tuple[list[tuple[str, int]], _Heap]] = {}
+        """`_heap` by device, as of the last edit (`set_config` and `derived` drop it)."""
+        """`_program_rank` by key, which only the program fixes (`_sequence`)."""
 
         self.graph = TaskGraph()
         self._ids: dict[Key, int] = {}
@@ -522,6 +545,7 @@ class ShardedStep:
             notes=list(plan.notes),
         )
         twin.graph = self.graph.copy()
+        twin._heaps = {}
         twin._ids, twin._specs, twin._groups = (
             dict(self._ids),
             dict(self._specs),
@@ -534,6 +558,7 @@ class ShardedStep:
         except ValueError:  # a layout some reader cannot read on the way
             return None
         if relaid:
+            twin._heaps = {}
             for device in twin._devices:
                 twin._update(("res", device), twin._resident_spec(device))
         edited = twin.plan
@@ -551,6 +576,7 @@ class ShardedStep:
         """The graph made anew from the specs in the order a step built afresh adds
         them (the arguments' tasks, then per producer its compute tasks and its group's
         collectives), so ids, and the simulator's ties, are a fresh step's."""
+        self._heaps = {}
 
         def rank(key: Key) -> tuple[int, int, int, int]:
             kind, *rest = key  # type: ignore[misc]
@@ -577,6 +603,7 @@ class ShardedStep:
         completed). ShardingError, the step unchanged, when the configuration does not
         fit the op, `operands` are not `config`'s, or a reader needs partial sums its
         results no longer hold."""
+        self._heaps = {}
         mesh = self.mesh_of(node)
         rule = self.rules[node]
         needs, _ = soap.shardings_for(rule, config, mesh.name)
@@ -716,16 +743,41 @@ class ShardedStep:
           against XLA")."""
         split = {}
         for device in self._devices:
-            fixed, temps = self._buffers_of(device)
+            fixed, temporaries = self._heap(device)
             best = dict.fromkeys(KINDS, 0)
-            live = _most_live(temps)
+            live = temporaries.live
             for kind, nbytes in (*fixed, *live):
                 best[kind] += nbytes
-            heap, top = _packed(temps)
+            heap, top = temporaries.packed()
             if top is not None:  # the heap's gaps, counted as what lies at its top
                 best[top] += heap - sum(nbytes for _, nbytes in live)
             split.update(dict.fromkeys(self.stands_for[device], MemoryBreakdown(**best)))
         return dict(sorted(split.items()))
+
+    def peak_bounds(self, cap: int) -> PeakBounds:
+        """Bounds on `peak_memory` just tight enough to tell whether it exceeds `cap`
+        (what a search's memory check asks, `SimulatedStrategy.cost`), exact where
+        they meet: per device its held bytes plus bounds on its heap (`_heap_bounds`),
+        stopping at the first device over `cap`. About half a memory replay's work on
+        a step near its cap, none of its figures changed
+        (`tests/test_sim_memory_check.py`)."""
+        low, high = 0, 0.0
+        for device in self._devices:
+            fixed, temporaries = self._heap(device)
+            held = sum(nbytes for _, nbytes in fixed)
+            heap_low, heap_high = temporaries.bounds(cap - held)
+            low, high = max(low, held + heap_low), max(high, held + heap_high)
+            if low > cap:
+                return PeakBounds(low, math.inf)
+        return PeakBounds(low, high)
+
+    def _heap(self, device: int) -> tuple[list[tuple[str, int]], _Heap]:
+        """`_buffers_of(device)`, its temporaries as a `_Heap`, kept until the next edit:
+        a check by bounds and a full replay of one step share what each found."""
+        if device not in self._heaps:
+            fixed, temps = self._buffers_of(device)
+            self._heaps[device] = (fixed, _Heap(temps))
+        return self._heaps[device]
 
     def _buffers_of(self, device: int) -> tuple[list[tuple[str, int]], list[Temp]]:
         """`device`'s buffers held throughout as (kind, bytes), and its temporaries as
@@ -967,7 +1019,11 @@ class ShardedStep:
         """`sequence` with the ops XLA fuses away given, and each all-to-all's slices
         of its operand in their place, as `~task_id` of the all-to-all (negative)."""
         inside = {self._ids[("op", node, device)] for node in fused}
-        rank = {task_id: self._program_rank(key) for key, task_id in self._ids.items()}
+        ranks = self._ranks
+        rank = {
+            task_id: ranks[key] if key in ranks else ranks.setdefault(key, self._program_rank(key))
+            for key, task_id in self._ids.items()
+        }
         mine = sorted(
             (i for i in self._specs if self.graph[i].resource[1] == device),  # type: ignore[index]
             key=rank.__getitem__,
@@ -1617,9 +1673,7 @@ def _outside_donated(temps: list[Temp], donated: Sequence[_Donated]) -> list[Tem
     the update starts (the update writes over it)."""
     if not donated:
         return temps
-    held: list[list[tuple[float, float]]] = [
-        [(0, one.read_to), (one.written_at, math.inf)] for one in donated
-    ]
+    held = [_Lives() for _ in donated]  # what each holds besides its old and new value
     order = sorted(range(len(donated)), key=lambda i: (donated[i].nbytes, -i))
     sizes = [donated[i].nbytes for i in order]
     outside = []
@@ -1628,12 +1682,43 @@ def _outside_donated(temps: list[Temp], donated: Sequence[_Donated]) -> list[Tem
         for i in order[bisect.bisect_left(sizes, nbytes) :]:  # those it fits in, smallest first
             one = donated[i]
             last = end - 1 if end == one.written_at and index in one.shared else end
-            if all(last < first or stop < start for first, stop in held[i]):
-                held[i].append((start, last))
+            if last >= one.written_at or (one.read_to >= start and last >= 0):
+                continue  # it overlaps the old value (until `read_to`) or the new
+            if not held[i].overlaps(start, last):
+                held[i].add(start, last)
                 break
         else:
             outside.append(temps[index])
     return outside
+
+
+class _Lives:
+    """Lives (first, last position, both included) of values one buffer holds, none
+    overlapping another: kept sorted by first, so their lasts are sorted too and
+    an overlap test is one bisection (`_outside_donated`). A life ending before it
+    starts (a temporary the update writes over, ending where it starts) is kept
+    aside and tested one by one."""
+
+    def __init__(self) -> None:
+        self.firsts: list[float] = []
+        self.lasts: list[float] = []
+        self.odd: list[tuple[float, float]] = []
+
+    def overlaps(self, first: float, last: float) -> bool:
+        """Whether [first, last] overlaps a life held: the latest starting by `last`
+        is the one ending latest among those."""
+        at = bisect.bisect_right(self.firsts, last) - 1
+        if at >= 0 and self.lasts[at] >= first:
+            return True
+        return any(not (last < start or end < first) for start, end in self.odd)
+
+    def add(self, first: float, last: float) -> None:
+        if last < first:
+            self.odd.append((first, last))
+            return
+        at = bisect.bisect_right(self.firsts, first)
+        self.firsts.insert(at, first)
+        self.lasts.insert(at, last)
 
 
 def _most_live(temps: Sequence[Temp]) -> list[tuple[str, int]]:
@@ -1673,12 +1758,74 @@ def _packed(temps: Sequence[Temp]) -> tuple[int, str | None]:
     A life is measured on the heap simulator's own clock (`_event_times`), which
     ticks once per allocation and once per free, not once per instruction: that
     decides which of two buffers of one size is placed first."""
-    if not temps:
-        return 0, None
-    timed = _event_times(temps)
-    spatial = sorted(timed, key=lambda t: (-t[2], t[0] - t[1], t[0]))
-    temporal = sorted(timed, key=lambda t: (t[0] - t[1], -t[2], t[0]))
-    return min(_best_fit(spatial), _best_fit(temporal), key=lambda fit: fit[0])
+    return _Heap(temps).packed()
+
+
+def _spatial(temp: Temp) -> tuple[float, float, float]:
+    """`_packed`'s first order: decreasing size, then decreasing life, then first."""
+    return (-temp[2], temp[0] - temp[1], temp[0])
+
+
+def _temporal(temp: Temp) -> tuple[float, float, float]:
+    """`_packed`'s second order: decreasing life, then decreasing size, then first."""
+    return (temp[0] - temp[1], -temp[2], temp[0])
+
+
+class _Heap:
+    """A device's temporaries and what is found of the heap XLA packs them into
+    (`_packed`), each part once: the bytes live at once, each of the two packings."""
+
+    def __init__(self, temps: Sequence[Temp]) -> None:
+        self.temps = temps
+        self._live: list[tuple[str, int]] | None = None
+        self._timed: list[Temp] | None = None
+        self._fits: dict[Callable[[Temp], tuple[float, float, float]], tuple[int, str]] = {}
+
+    @property
+    def live(self) -> list[tuple[str, int]]:
+        """`_most_live` of the temporaries."""
+        if self._live is None:
+            self._live = _most_live(self.temps)
+        return self._live
+
+    def fit(self, order: Callable[[Temp], tuple[float, float, float]]) -> tuple[int, str]:
+        """The best-fit packing in `order` (`_spatial`, `_temporal`), lives on the heap
+        simulator's clock (`_event_times`)."""
+        if order not in self._fits:
+            if self._timed is None:
+                self._timed = _event_times(self.temps)
+            self._fits[order] = _best_fit(sorted(self._timed, key=order))
+        return self._fits[order]
+
+    def packed(self) -> tuple[int, str | None]:
+        """`_packed`: the smaller packing (the first of equal ones), None without
+        temporaries."""
+        if not self.temps:
+            return 0, None
+        return min(self.fit(_spatial), self.fit(_temporal), key=lambda fit: fit[0])
+
+    def bounds(self, room: int) -> tuple[int, float]:
+        """Bounds (low, high) on the heap that tell whether it exceeds `room`, exact
+        where they meet, at the least cost: the heap is the smaller of two best-fit
+        packings, so at least the most bytes live at once (a sort: over `room`, no
+        packing is done) and at most either packing (the first within `room`: the
+        second is not done); else both, the heap itself. Over `room`, `high` is
+        infinite."""
+        if not self.temps:
+            return 0, 0 if room >= 0 else math.inf
+        live = sum(nbytes for _, nbytes in self.live)
+        if live > room:
+            return live, math.inf
+        first = self.fit(_spatial)[0]
+        if first <= room:
+            return live, first
+        heap = self.packed()[0]
+        return heap, heap if heap <= room else math.inf
+
+
+def _heap_bounds(temps: Sequence[Temp], room: int) -> tuple[int, float]:
+    """`_Heap.bounds` of `temps`."""
+    return _Heap(temps).bounds(room)
 
 
 def _event_times(temps: Sequence[Temp]) -> list[Temp]:
@@ -1706,34 +1853,39 @@ def _event_times(temps: Sequence[Temp]) -> list[Temp]:
 def _best_fit(temps: Sequence[Temp]) -> tuple[int, str]:
     """The heap of `temps` placed in this order, each in the smallest gap that fits it
     among those placed before whose lives overlap its own (else on top), and the kind
-    at its top (`_packed`)."""
-    firsts, lasts = np.empty(len(temps)), np.empty(len(temps))
+    at its top (`_packed`). Blocks placed at one offset are sorted by offset alone:
+    of several starting at one offset only the first can open a gap (the others'
+    start under its top), and its gap is the same whichever comes first."""
+    firsts = np.fromiter((temp[0] for temp in temps), float, len(temps))
+    lasts = np.fromiter((temp[1] for temp in temps), float, len(temps))
     lows, highs = np.empty(len(temps), np.int64), np.empty(len(temps), np.int64)
     top, kind = 0, temps[0][3]
     for count, (first, last, nbytes, what) in enumerate(temps):
-        overlap = np.flatnonzero((lasts[:count] >= first) & (firsts[:count] <= last))
+        overlap = ((lasts[:count] >= first) & (firsts[:count] <= last)).nonzero()[0]
         offset = 0
         if overlap.size:
-            # the placed blocks by (low, high); before each, the top of those below it
-            low, high = lows[overlap], highs[overlap]
-            by_low = np.lexsort((high, low))
-            low, high = low[by_low], high[by_low]
-            below = np.concatenate(([0], np.maximum.accumulate(high)[:-1]))
-            gaps = low - below
-            fits = gaps >= nbytes
-            if fits.any():  # the smallest gap that fits, the lowest of equal ones
-                offset = int(below[np.argmin(np.where(fits, gaps, np.iinfo(np.int64).max))])
+            # the placed blocks by offset; before each, the top of those below it
+            low = lows[overlap]
+            by_low = low.argsort(kind="stable")
+            low, high = low[by_low], highs[overlap][by_low]
+            tops = np.maximum.accumulate(high)
+            gaps = low - np.concatenate((_ZERO, tops[:-1]))
+            smallest = np.where(gaps >= nbytes, gaps, _NO_GAP).argmin()
+            if gaps[smallest] >= nbytes:  # the smallest gap that fits, the lowest of equals
+                offset = int(tops[smallest - 1]) if smallest else 0
             else:
-                offset = int(high.max())
-        firsts[count], lasts[count], lows[count], highs[count] = (
-            first,
-            last,
-            offset,
-            offset + nbytes,
-        )
+                offset = int(tops[-1])
+        lows[count], highs[count] = offset, offset + nbytes
         if offset + nbytes > top:
             top, kind = offset + nbytes, what
     return top, kind
+
+
+_ZERO = np.zeros(1, np.int64)
+"""The top below the lowest block (`_best_fit`)."""
+
+_NO_GAP = np.iinfo(np.int64).max
+"""A gap too small, in `_best_fit`'s search for the smallest that fits."""
 
 
 def _summed(entries: Iterable[tuple[str, int]]) -> tuple[tuple[str, int], ...]:

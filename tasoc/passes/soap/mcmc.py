@@ -345,14 +345,15 @@ def search(problem: SoapProblem, starts: Mapping[str, Plan], limits: Limits) -> 
                 starts[origin], simulated[origin] = plan, problem.simulate(plan)
     best = Best(problem)
     starting = {origin: state.cost for origin, state in simulated.items()}
-    for origin, state in simulated.items():  # the report's figures of the starts
-        problem.remember(starts[origin], state)
     for origin, state in simulated.items():
         best.offer(state, origin)
     chains: dict[str, Chain] = {}
     for origin, state in simulated.items():
         if starting[origin] > POLISHED * best.cost and origin != "data-parallel":
             continue  # hopeless: its chain would be dropped after the first round
+        # the report's figures of a start, before its chain edits it (a start without
+        # a chain stays as built: the report prices it from there, after the search)
+        problem.remember(starts[origin], state)
         chains[origin] = Chain(state, problem.space(starts[origin]), rng, problem.tuning.beta)
     stops = _halving(chains, limits)
     lowest = min(chain.best_cost for chain in chains.values())

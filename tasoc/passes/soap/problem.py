@@ -110,9 +110,10 @@ class SoapProblem:
     def price(self, plan: Plan) -> Priced:
         """`plan`'s simulated figures, memory traced (what a report shows of a
         baseline), from a search's own simulation of it where it made one
-        (`remember`): a step of thousands of ops on 64 devices takes seconds to build."""
+        (`remember`, or a state of it never edited, `state_of`): a step of thousands of
+        ops on 64 devices takes seconds to build."""
         if id(plan) not in self._priced:
-            self.remember(plan, self._built(plan))
+            self.remember(plan, self.state_of(plan))
         return self._priced[id(plan)][1]
 
     def remember(self, plan: Plan, state: SimulatedStrategy) -> None:
@@ -201,9 +202,10 @@ class Best:
 
     def offer(self, state: SimulatedStrategy, origin: str) -> None:
         """`state` as it stands, kept when it costs less than the best."""
-        self.smallest_memory = min(self.smallest_memory, state.smallest_memory)
-        if state.cost < self.cost:
-            self.cost, self.plan, self.origin = state.cost, copy_plan(state.plan), origin
+        cost = state.cost  # checks the cap, which finds the memory the error names
+        self.smallest_memory = min(self.smallest_memory, state.smallest_below(self.smallest_memory))
+        if cost < self.cost:
+            self.cost, self.plan, self.origin = cost, copy_plan(state.plan), origin
 
     def polish(self, plan: Plan | None = None, origin: str | None = None) -> None:
         """`plan`'s configurations (the best's by default) completed again

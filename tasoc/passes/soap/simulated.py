@@ -88,13 +88,16 @@ class SimulatedStrategy:
     """Seconds its task graph took to build and to simulate in full, where it was built
     (not derived): the thesis' full simulation, which `simulation_statistics` compares
     a delta update with."""
-    smallest_memory: int = field(init=False)
-    """The smallest per-device peak memory this strategy has had (for `MemoryCapError`)."""
+    smallest_memory: float = field(init=False)
+    """The smallest per-device peak memory this strategy has had over the cap, once its
+    memory was checked or read (for `MemoryCapError`; at most the cap once under it)."""
     edited: bool = field(default=False, init=False)
     """Whether ops were `set` since the last update (the simulation is behind them)."""
     pristine: bool = field(default=True, init=False)
     """Whether no op was ever `set`: the step is as built (or derived), with a fresh
     build's task ids, so it simulates as one, ties and all (`SoapProblem.state_of`)."""
+    _low: float | None = field(default=None, init=False, repr=False)
+    """The memory check's lower bound of the peak, where it told "over" alone (`over_cap`)."""
     _peak: int | None = field(default=None, init=False, repr=False)
     """`memory` as of the last `set` (a replay of every device's tasks: once per edit)."""
     consumers: Mapping[Value, Sequence[Use]] = field(init=False, repr=False)
@@ -102,8 +105,7 @@ class SimulatedStrategy:
     """Each op's run on a program on device groups (`plan.runs`): partial sums stay in one."""
 
     def __post_init__(self) -> None:
-        self.smallest_memory = math.inf
-        self.smallest_memory = self.memory
+        self.smallest_memory = math.inf  # found when the cap is first checked (`over_cap`)
         self.consumers = self.step.dag.consumers()
         order = self.step.order
         self.run_of = (
@@ -169,19 +171,57 @@ class SimulatedStrategy:
         if not self.simulator.memory:
             return 0
         if self._peak is None:
-            self._peak = self.step.peak_memory()
-            self.smallest_memory = min(self.smallest_memory, self._peak)
-        return self._peak
+            self._known(self.step.peak_memory())
+        return self._peak  # type: ignore[return-value]
+
+    def _known(self, peak: int) -> None:
+        """The peak memory as of the last `set`, found."""
+        self._peak = peak
+        self.smallest_memory = min(self.smallest_memory, peak)
 
     @property
     def cost(self) -> float:
         """The time; over the memory cap, the time with the stall of swapping to fit it
         (`place`), else infinity."""
-        if self.memory_cap is None or self.memory <= self.memory_cap:
+        if self.memory_cap is None or not self.over_cap():
             return self.time
         if self.place is None:
             return math.inf
         return self.time + self.place.stall(self.problem.dag, self.plan, self.problem.mesh)
+
+    def over_cap(self) -> bool:
+        """Whether the peak memory exceeds the cap, told by bounds on it
+        (`ShardedStep.peak_bounds`) where the peak itself is not known: a proposal's
+        memory check without the full replay's second heap packing, or any packing
+        when the bytes live at once are already over. The peak is kept where the
+        bounds give it, or where it is over the cap and below `smallest_memory` (the
+        error's figure), but for a state never edited: there the lower bound waits
+        for `smallest_below` (a start every op replicated on 64 devices is over the
+        cap many times, and replaying it costs seconds). A plan under the cap leaves
+        `smallest_memory` at most its upper bound, a figure read only when nothing
+        fits (`Best.result`)."""
+        cap = self.memory_cap
+        if cap is None or not self.simulator.memory:
+            return False
+        if self._peak is None:
+            bounds = self.step.peak_bounds(cap)
+            if bounds.exact is not None:
+                self._known(bounds.exact)
+            elif not bounds.over(cap):
+                self.smallest_memory = min(self.smallest_memory, int(bounds.high))
+                return False
+            elif self.pristine or bounds.low >= self.smallest_memory:
+                self._low = bounds.low
+                return True
+        return self.memory > cap
+
+    def smallest_below(self, bound: float) -> float:
+        """`smallest_memory`, made exact where the peak as it stands, over the cap, may
+        be below `bound` (`Best.offer`'s smallest so far): any figure at least `bound`
+        serves the same."""
+        if self._peak is None and self._low is not None and self._low < bound:
+            self._known(self.step.peak_memory())
+        return self.smallest_memory
 
     def priced(self) -> Priced:
         """The figures as they stand."""
@@ -207,7 +247,7 @@ class SimulatedStrategy:
         """`node` in `config` reading `operands` (complete by default), without
         re-simulating (`update` does)."""
         start = time.perf_counter()
-        self._peak = None
+        self._peak = self._low = None
         try:
             self.step.set_config(node, config, operands)
         finally:

@@ -15,7 +15,8 @@ or a search of the table in `searches.py` chooses every op's configuration (`mcm
 strategies' plans; by default `auto.py`: MCMC from the ILP's plan too); writes the
 sharded program back (`tasoc.ir.shard_plan`): a `parallel.mesh`, sharded types, and
 explicit collectives wherever a value lies otherwise than its consumer reads it; and
-reports (`reporting.py`).
+reports (`reporting.py`). Its options are checked when it is built (`option_checks.py`);
+`search=roc` first lays the program out by a partition of its graph (`graph_search.py`).
 
 The searches on TensorOpt's cost graph (`cost_searches.py`: `ft`, `greedy`, `ilp`)
 choose by `objective`: the fastest (`time`), a point of the time/memory frontier
@@ -50,32 +51,22 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal
 
 from xdsl.context import Context
-from xdsl.dialects.builtin import ArrayAttr, DenseArrayBase, ModuleOp, StringAttr, f64, i64
+from xdsl.dialects.builtin import ModuleOp, StringAttr
 from xdsl.passes import ModulePass
 from xdsl.utils.exceptions import PassFailedException
 
 from tasoc.cost.machines import Machine
 from tasoc.ir import dag as dag_module
 from tasoc.ir.parallel import MACHINE_ATTR, unsharded
-from tasoc.ir.program import entry_function
 from tasoc.ir.shard_plan import write_sharded
-from tasoc.ir.training import training_signature
 from tasoc.passes.kinds import Kind, PassContract, require
-from tasoc.passes.options import (
-    check_at_least,
-    check_byte_size,
-    check_choice,
-    check_option_types,
-    parse_byte_size,
-)
-from tasoc.passes.report import current_report
+from tasoc.passes.options import parse_byte_size
 from tasoc.passes.search import Deadline
-from tasoc.passes.soap import profile, reporting, vertex_layout
-from tasoc.passes.soap.meshes import DeviceCounts, device_counts, module_mesh, parse_mesh
+from tasoc.passes.soap import graph_search, profile, reporting
+from tasoc.passes.soap.meshes import DeviceCounts
+from tasoc.passes.soap.option_checks import check_options
 from tasoc.passes.soap.problem import Heuristic, Objective
-from tasoc.passes.soap.roc.partition import PARTITIONERS
-from tasoc.passes.soap.searches import GRAPH_SEARCH, SEARCHES, comparable_names, search_names
-from tasoc.passes.soap.strategies import STRATEGIES
+from tasoc.passes.soap.searches import GRAPH_SEARCH, comparable_names
 from tasoc.passes.soap.swap_pricing import Placer
 from tasoc.passes.summary import Summary
 
@@ -162,46 +153,7 @@ class SoapShardPass(ModulePass):
     method of `tasoc.passes.soap.roc.partition.PARTITIONERS` (docs/soap-shard.md)."""
 
     def __post_init__(self) -> None:
-        check_option_types(self)
-        check_choice(self, "search", search_names())
-        check_choice(self, "partitioner", tuple(PARTITIONERS))
-        if self.search == GRAPH_SEARCH and (self.objective != "time" or self.place is not None):
-            raise ValueError("search=roc plans objective=time, without place=")
-        if self.search == "auto" and self.objective == "frontier":
-            object.__setattr__(self, "search", "ft")  # the one search that tracks it
-        if self.mesh is not None:
-            parse_mesh(self.mesh)
-        check_at_least(self, "budget", 1)
-        check_at_least(self, "timeout", 0, exclusive=True)
-        check_at_least(self, "beta", 0, exclusive=True)
-        check_at_least(self, "seed", 0)
-        check_byte_size(self, "memory_cap")
-        check_at_least(self, "max_points", 2)
-        pick, picks = self.pick, "pick must be fastest, smallest or a point's number"
-        if isinstance(pick, int) and pick < 1:
-            raise ValueError(f"{picks} from 1, got {pick}")
-        if isinstance(pick, str) and pick not in ("fastest", "smallest"):
-            raise ValueError(f"{picks}, got {pick!r}")
-        if pick is not None and self.objective != "frontier":
-            raise ValueError("pick= chooses a frontier point: give objective=frontier")
-        if self.objective == "frontier" and self.search != "ft":
-            raise ValueError("objective=frontier needs search=ft (the search that tracks it)")
-        if self.objective in ("mini-time", "mini-parallelism") and self.memory_cap is None:
-            raise ValueError(f"objective={self.objective} needs memory-cap=BYTES")
-        if self.devices is not None:
-            if self.objective not in ("mini-parallelism", "profile"):
-                raise ValueError("devices= is for objective=mini-parallelism or profile")
-            device_counts(self.devices)
-        if self.place is not None:
-            simulating = [name for name, entry in SEARCHES.items() if entry.simulates]
-            if self.search not in (*simulating, *STRATEGIES):
-                raise ValueError(
-                    f"place= prices strategies by simulating them: search={', '.join(simulating)}"
-                    f", or a named strategy ({', '.join(STRATEGIES)}), not {self.search}"
-                )
-            if self.objective != "time":
-                raise ValueError("place= is for objective=time (the fastest plan, swaps priced)")
-        self.compared()
+        check_options(self)
 
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         require(self.contract, op, SoapShardFailed)
@@ -211,7 +163,7 @@ class SoapShardPass(ModulePass):
         try:
             dag = dag_module.from_module(op)
             if self.search == GRAPH_SEARCH:
-                dag = self._lay_out(op, deadline)
+                dag = graph_search.lay_out(self, op, deadline)
                 planner = replace(self, search="data-parallel")
             tried = profile.plan_meshes(planner, op, dag, deadline)
             chosen = profile.choose(self, tried)
@@ -221,50 +173,6 @@ class SoapShardPass(ModulePass):
         collectives = write_sharded(op, dag, chosen.plan, chosen.mesh)
         op.attributes[MACHINE_ATTR] = StringAttr(self.machine or chosen.machine.name)
         reporting.write_report(self, start, dag, chosen, tried, collectives, compared, notes)
-
-    def _laid_out(self, op: ModuleOp, deadline: Deadline) -> dict[str, Any]:
-        """`search=roc`'s first step: the program's graph partitioned for the mesh's
-        devices and the program laid out by it (`vertex_layout.py`), written back into
-        `op`; the step is then split over its vertices like any data-parallel program.
-        Returns the partition's figures (`VertexLayout.report`) and, for a partitioner
-        other than `equal-vertex`, the simulated step of equal vertex ranges laid out
-        alike: what the partition is measured against, since every baseline the pass
-        simulates runs on the laid-out step."""
-        mesh = module_mesh(op, self.mesh, self.machine)
-        dag = dag_module.from_module(op)
-        machine, seed = self.machine or "cpu", self.seed or 0
-        graph, part, model = vertex_layout.partition(
-            dag, mesh.size, self.partitioner, machine, seed
-        )
-        layout = vertex_layout.layout_of(graph, part)
-        # A learned partition differs from run to run (it is timed): `--verify-each`
-        # lays the input out by this one (`verification_pair`).
-        object.__setattr__(self, "_layout", layout)
-        laid = vertex_layout.lay_out(dag, layout)
-        facts = layout.report(graph)
-        if self.partitioner != "equal-vertex":
-            even, _, _ = vertex_layout.roc_layout(dag, mesh.size, "equal-vertex", machine, seed)
-            signature = training_signature(entry_function(op))
-            planned = profile.plan_on(
-                replace(self, search="data-parallel"), even, mesh, signature, deadline
-            )
-            facts["equal_vertex_seconds"] = planned.simulated["plan"].cost
-        dag_module.write_back(op, laid)
-        op.attributes[vertex_layout.BLOCKS_ATTR] = DenseArrayBase.from_list(
-            i64, [int(size) for size in part.sizes()]
-        )
-        if model is not None:
-            op.attributes[vertex_layout.POINTS_ATTR] = ArrayAttr(
-                DenseArrayBase.from_list(f64, points.reshape(-1).tolist())
-                for points in model.to_arrays()
-            )
-        return facts
-
-    def _lay_out(self, op: ModuleOp, deadline: Deadline) -> dag_module.Dag:
-        """`_laid_out`, its figures in the report (the summary's partition line)."""
-        facts = self._laid_out(op, deadline)
-        current_report().section(self.name)["roc"] = {"partitioner": self.partitioner, **facts}
-        return dag_module.from_module(op)
 
     def summary(self, section: Mapping[str, Any]) -> Summary:
         """The search, mesh and simulated step against the baselines, memory per device
@@ -307,7 +215,5 @@ class SoapShardPass(ModulePass):
         out as `search=roc` laid it out (the same partition: the layout's own
         equivalence with the input on permuted data is `tests/test_gnn.py`'s)."""
         if self.search == GRAPH_SEARCH:
-            before = before.clone()
-            laid = vertex_layout.lay_out(dag_module.from_module(before), self._layout)
-            dag_module.write_back(before, laid)
+            before = graph_search.laid_out_input(self, before)
         return unsharded(before), unsharded(after)
