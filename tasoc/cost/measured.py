@@ -235,7 +235,9 @@ class MeasuredCost(FusedSumCost):
         key = op_key(node)
         seconds = self._seconds.get(key)
         if seconds is None:
+            self.check_budget()
             seconds = self._seconds[key] = self._new[key] = time_op(node, self.repeats)
+            self.check_budget()
         return seconds
 
     def _dispatch_floor(self) -> float:

@@ -19,9 +19,13 @@ are timed end to end under JAX before one is chosen (`retime.py`). The cost is a
 rule file's rules with z3 on its first load is not charged: `Library.proved_now`): the
 search gets `SEARCH_SHARE` of it when candidates are re-timed, re-timing the rest
 (`tasoc.passes.search.Deadline`).
-The pass returns within `timeout` + `TIMEOUT_MARGIN_S`: what can overrun is one JAX
-compile of a candidate, or of the input when the search leaves re-timing less time
-than that compile takes, and HiGHS's last step past its time limit.
+Measuring with `cost=measured` or `cost=xla` (an op or region not in the cache file)
+is charged to the search's share too (`tasoc.passes.search.charging`): past it the
+search stops, keeps the best graph it priced, and says `stopped: timeout while
+measuring`. The pass returns within `timeout` + `TIMEOUT_MARGIN_S`: what can overrun
+is one JAX compile of a candidate, or of the input when the search leaves re-timing
+less time than that compile takes, one measurement of an op or region begun before
+the deadline, and HiGHS's last step past its time limit.
 
 What it decided goes to the run report (`tasoc opt --report r.json`, section
 `equality-rewrite`): the keys every search pass writes (`SearchOutcome.write_report`:
@@ -47,6 +51,7 @@ from tasoc.cost import (
     AnalyticFallback,
     CostError,
     CostModel,
+    OutOfTime,
     make_cost_model,
     prices_this_machine,
 )
@@ -71,8 +76,10 @@ from tasoc.passes.search import (
     Deadline,
     SearchOutcome,
     StopReason,
+    charging,
     resolve_seed,
     search_progress,
+    unpriced,
 )
 from tasoc.passes.summary import Summary, format_speedup, stop_line
 
@@ -244,26 +251,41 @@ class EqualityRewritePass(ModulePass):
         searches_left = 2 * 2 ** math.ceil(math.log2(graph.num_ops / self.split_size))
         applied: Counter[str] = Counter()
         skipped = 0
+        stops: set[StopReason] = set()
 
         def optimize(piece: Dag) -> Dag:
             nonlocal searches_left, skipped
-            if deadline.expired():
+            if deadline.expired() or StopReason.MEASURING in stops:
                 skipped += 1
                 return piece
             share = deadline.share(1 / searches_left)
             searches_left = max(searches_left - 1, 1)
             outcome = self._search(piece, rules, cost_model, share)
+            stops.add(outcome.stopped)
             applied.update(outcome.applied)
             return outcome.best
 
-        split = optimize_in_pieces(graph, rules, self.split_size, optimize, cost=cost_model.cost)
-        cost_before, cost_after = cost_model.cost(graph), cost_model.cost(split.dag)
+        with charging(cost_model, deadline):
+            try:
+                split = optimize_in_pieces(
+                    graph, rules, self.split_size, optimize, cost=cost_model.cost
+                )
+                cost_before, cost_after = cost_model.cost(graph), cost_model.cost(split.dag)
+            except OutOfTime:
+                return unpriced(graph, deadline)
+        stopped = (
+            StopReason.MEASURING
+            if StopReason.MEASURING in stops
+            else StopReason.TIMEOUT
+            if skipped
+            else StopReason.PIECES
+        )
         return SearchOutcome(
             best=split.dag,
             cost_before=cost_before,
             cost_after=cost_after,
             seconds=deadline.elapsed(),
-            stopped=StopReason.TIMEOUT if skipped else StopReason.PIECES,
+            stopped=stopped,
             applied=applied if split.dag != graph else Counter(),
             candidates=sorted({graph: cost_before, split.dag: cost_after}.items(), key=_cost),
             details={
