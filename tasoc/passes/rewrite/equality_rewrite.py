@@ -18,7 +18,10 @@ are timed end to end under JAX before one is chosen (`retime.py`). The cost is a
 `timeout` bounds the whole pass, loading the rules and re-timing included (proving a
 rule file's rules with z3 on its first load is not charged: `Library.proved_now`): the
 search gets `SEARCH_SHARE` of it when candidates are re-timed, re-timing the rest
-(`tasoc.passes.search.Deadline`).
+(`tasoc.passes.search.Deadline`). After the search, its best graph with the
+convolution weights laid out once (`weight_layout.py`: HWIO, preprocessed, not
+relaid out by XLA on every call) is priced with `LAYOUT_SHARE` of the time left and
+taken when the cost model prices it cheaper (`offer_weight_layout`).
 Measuring with `cost=measured` or `cost=xla` (an op or region not in the cache file)
 is charged to the search's share too (`tasoc.passes.search.charging`): past it the
 search stops, keeps the best graph it priced, and says `stopped: timeout while
@@ -39,7 +42,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal
 
 from xdsl.context import Context
@@ -72,6 +75,8 @@ from tasoc.passes.rewrite.library import Library, check_library, load_library
 from tasoc.passes.rewrite.match import directed, find_matches
 from tasoc.passes.rewrite.retime import CONFIDENCE, REPEATS, keep_measured_fastest
 from tasoc.passes.rewrite.split import optimize_in_pieces
+from tasoc.passes.rewrite.weight_layout import NAME as WEIGHT_LAYOUT
+from tasoc.passes.rewrite.weight_layout import lay_out_conv_weights
 from tasoc.passes.search import (
     Deadline,
     SearchOutcome,
@@ -79,6 +84,7 @@ from tasoc.passes.search import (
     charging,
     resolve_seed,
     search_progress,
+    speedup,
     unpriced,
 )
 from tasoc.passes.summary import Summary, format_speedup, stop_line
@@ -95,6 +101,18 @@ gets the rest, and whatever the search leaves unused."""
 
 TIMEOUT_MARGIN_S = 1.0
 """How far past `timeout` the pass may return (module docstring)."""
+
+
+LAYOUT_SHARE = 0.5
+"""The share of the time the search leaves that pricing the laid-out weights may use
+(`offer_weight_layout`) when candidates are re-timed: with `cost=xla` each laid-out
+convolution is a region not yet measured, and a search that spent its share
+measuring would otherwise leave none for it. Re-timing gets the rest."""
+
+LAYOUT_MARGIN = 1e-9
+"""How much cheaper laid-out weights must be predicted to be taken: a model that
+prices the layout alike (`cost=analytic`: the view's read of the weight replaces
+the convolution's) differs only by rounding, which must not decide."""
 
 
 class RewriteError(PassFailedException):
@@ -226,6 +244,8 @@ class EqualityRewritePass(ModulePass):
                 outcome = self._search_in_pieces(graph, rules, cost_model, search_deadline)
             else:
                 outcome = self._search(graph, rules, cost_model, search_deadline)
+            offer_deadline = deadline.share(LAYOUT_SHARE if retime > 0 else 1.0)
+            outcome = offer_weight_layout(outcome, cost_model, offer_deadline)
         except CostError as err:
             raise RewriteError(str(err)) from None
         if retime > 0 and outcome.best != graph:
@@ -356,6 +376,13 @@ class EqualityRewritePass(ModulePass):
                 f"re-timing measured no candidate against the input in the "
                 f"{section.get('retime_seconds', 0):.1f} s left: kept the input"
             )
+        layout = section.get("weight_layout")
+        if layout is not None:
+            verdict = "taken" if layout["taken"] else "not taken"
+            details.append(
+                f"convolution weights laid out once (HWIO, {layout['convolutions']} "
+                f"convolutions): predicted {format_speedup(layout['predicted_speedup'])}, {verdict}"
+            )
         steps = next(
             (
                 f"{section[key]} {unit}"
@@ -369,6 +396,41 @@ class EqualityRewritePass(ModulePass):
         if stopped is not None:
             details.append(stopped)
         return Summary(headline, (*fell_back, *details))
+
+
+def offer_weight_layout(
+    outcome: SearchOutcome[Dag], cost_model: CostModel, deadline: Deadline
+) -> SearchOutcome[Dag]:
+    """`outcome` with its best graph's convolution weights laid out once
+    (`weight_layout.lay_out_conv_weights`) when the cost model prices that cheaper,
+    counted in `applied` as `conv-weight-layout` and reported as `weight_layout`
+    (convolutions, predicted speedup, taken or not). Priced under the search's
+    deadline: where measuring it runs out of time, the outcome stays, stopped
+    `timeout while measuring`."""
+    laid_out, convolutions = lay_out_conv_weights(outcome.best)
+    if not convolutions or math.isnan(outcome.cost_after):
+        return outcome
+    with charging(cost_model, deadline):
+        try:
+            cost = cost_model.cost(laid_out)
+        except OutOfTime:
+            return replace(outcome, stopped=StopReason.MEASURING)
+    gain = speedup(outcome.cost_after, cost)
+    taken = gain is not None and gain > 1 + LAYOUT_MARGIN
+    offered = {"convolutions": convolutions, "predicted_speedup": gain, "taken": taken}
+    details = {**outcome.details, "weight_layout": offered}
+    if not taken:
+        return replace(outcome, details=details, seconds=outcome.seconds + deadline.elapsed())
+    candidates = sorted([(laid_out, cost), *outcome.candidates], key=_cost)
+    return replace(
+        outcome,
+        best=laid_out,
+        cost_after=cost,
+        applied=outcome.applied + Counter({WEIGHT_LAYOUT: convolutions}),
+        candidates=candidates,
+        details=details,
+        seconds=outcome.seconds + deadline.elapsed(),
+    )
 
 
 def _interval(interval: Sequence[float]) -> str:
