@@ -7,6 +7,7 @@ cost model."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -19,7 +20,11 @@ from tasoc.cost import CPU, AnalyticCost
 from tasoc.cost.fusion import layout_views, plan_fusion
 from tasoc.cost.measured import _preprocess_weights, preprocessed
 from tasoc.ir.dag import Dag, Node, to_module
-from tasoc.passes.rewrite.equality_rewrite import EqualityRewritePass, offer_weight_layout
+from tasoc.passes.rewrite.equality_rewrite import (
+    EqualityRewritePass,
+    _layout_kept,
+    offer_weight_layout,
+)
 from tasoc.passes.rewrite.weight_layout import HWIO, NAME, OIHW, lay_out_conv_weights
 from tasoc.passes.search import Deadline, SearchOutcome, StopReason
 from tasoc.verify.equivalence import compare
@@ -99,8 +104,10 @@ def outcome_of(dag: Dag, cost: float) -> SearchOutcome[Dag]:
 
 def test_the_layout_is_taken_where_the_cost_model_prices_it_cheaper() -> None:
     dag, model = small_cnn(), _LayoutPays(CPU)
-    offered = offer_weight_layout(outcome_of(dag, model.cost(dag)), model, Deadline.never())
-    assert offered.best == lay_out_conv_weights(dag)[0]
+    offered, laid_out = offer_weight_layout(
+        outcome_of(dag, model.cost(dag)), model, Deadline.never()
+    )
+    assert offered.best == laid_out == lay_out_conv_weights(dag)[0]
     assert offered.applied == Counter({"r": 1, NAME: 3})
     assert offered.details["weight_layout"]["taken"]
     assert offered.candidates[0] == (offered.best, offered.cost_after)
@@ -108,11 +115,33 @@ def test_the_layout_is_taken_where_the_cost_model_prices_it_cheaper() -> None:
 
 def test_a_model_that_prices_the_layout_alike_does_not_take_it() -> None:
     dag, model = small_cnn(), AnalyticCost(CPU)
-    offered = offer_weight_layout(outcome_of(dag, model.cost(dag)), model, Deadline.never())
+    offered, laid_out = offer_weight_layout(
+        outcome_of(dag, model.cost(dag)), model, Deadline.never()
+    )
     assert offered.best == dag and offered.applied == Counter({"r": 1})
     layout = offered.details["weight_layout"]
     assert layout["convolutions"] == 3 and not layout["taken"]
     assert layout["predicted_speedup"] == pytest.approx(1.0)
+    assert laid_out in dict(offered.candidates)  # for re-timing to measure
+
+
+@pytest.mark.parametrize("kept", [True, False])
+def test_re_timing_decides_whether_the_layout_is_kept(kept: bool) -> None:
+    dag, model = small_cnn(), AnalyticCost(CPU)
+    offered, laid_out = offer_weight_layout(
+        outcome_of(dag, model.cost(dag)), model, Deadline.never()
+    )
+    assert laid_out is not None
+    retimed = _layout_kept(replace(offered, best=laid_out if kept else dag), laid_out)
+    assert retimed.details["weight_layout"]["kept"] is kept
+    assert (NAME in retimed.applied) is kept
+
+
+def test_a_graph_without_a_convolution_weight_to_lay_out_is_offered_nothing() -> None:
+    x, w = arg(0, "x", 4, 4), arg(1, "w", 4, 4, param=True)
+    dag = Dag([x, w], [Node("matmul", [x.out, w.out]).out])
+    outcome = outcome_of(dag, 1.0)
+    assert offer_weight_layout(outcome, AnalyticCost(CPU), Deadline.never()) == (outcome, None)
 
 
 def test_the_summary_says_whether_the_layout_was_taken() -> None:
@@ -121,6 +150,11 @@ def test_the_summary_says_whether_the_layout_was_taken() -> None:
                "predicted_speedup": 1.2, "weight_layout": layout}  # fmt: skip
     assert EqualityRewritePass().summary(section).details == (
         "convolution weights laid out once (HWIO, 53 convolutions): predicted 1.20x, taken",
+    )
+    layout.update(taken=False, kept=True)
+    assert EqualityRewritePass().summary(section).details == (
+        "convolution weights laid out once (HWIO, 53 convolutions): predicted 1.20x, "
+        "not taken, re-timing kept it",
     )
 
 

@@ -245,11 +245,13 @@ class EqualityRewritePass(ModulePass):
             else:
                 outcome = self._search(graph, rules, cost_model, search_deadline)
             offer_deadline = deadline.share(LAYOUT_SHARE if retime > 0 else 1.0)
-            outcome = offer_weight_layout(outcome, cost_model, offer_deadline)
+            outcome, laid_out = offer_weight_layout(outcome, cost_model, offer_deadline)
         except CostError as err:
             raise RewriteError(str(err)) from None
-        if retime > 0 and outcome.best != graph:
+        if retime > 0 and (outcome.best != graph or laid_out is not None):
             outcome = keep_measured_fastest(outcome, graph, retime, deadline, seed)
+            if laid_out is not None:
+                outcome = _layout_kept(outcome, laid_out)
         return outcome
 
     def _retime_count(self, cost_model: CostModel) -> int:
@@ -379,6 +381,8 @@ class EqualityRewritePass(ModulePass):
         layout = section.get("weight_layout")
         if layout is not None:
             verdict = "taken" if layout["taken"] else "not taken"
+            if "kept" in layout:
+                verdict += f", re-timing {'kept' if layout['kept'] else 'did not keep'} it"
             details.append(
                 f"convolution weights laid out once (HWIO, {layout['convolutions']} "
                 f"convolutions): predicted {format_speedup(layout['predicted_speedup'])}, {verdict}"
@@ -400,37 +404,50 @@ class EqualityRewritePass(ModulePass):
 
 def offer_weight_layout(
     outcome: SearchOutcome[Dag], cost_model: CostModel, deadline: Deadline
-) -> SearchOutcome[Dag]:
+) -> tuple[SearchOutcome[Dag], Dag | None]:
     """`outcome` with its best graph's convolution weights laid out once
-    (`weight_layout.lay_out_conv_weights`) when the cost model prices that cheaper,
-    counted in `applied` as `conv-weight-layout` and reported as `weight_layout`
-    (convolutions, predicted speedup, taken or not). Priced under the search's
-    deadline: where measuring it runs out of time, the outcome stays, stopped
-    `timeout while measuring`."""
+    (`weight_layout.lay_out_conv_weights`) among its candidates, and that graph (None
+    where there is none, or it could not be priced in time). It becomes the best when
+    the cost model prices it cheaper, counted in `applied` as `conv-weight-layout`;
+    either way re-timing may measure it, since a model may not see the relayout
+    (`cost=analytic` prices both alike). Reported as `weight_layout` (convolutions,
+    predicted speedup, taken by the model). Priced under `deadline`: where measuring
+    it runs out of time, the outcome stays, stopped `timeout while measuring`."""
     laid_out, convolutions = lay_out_conv_weights(outcome.best)
     if not convolutions or math.isnan(outcome.cost_after):
-        return outcome
+        return outcome, None
     with charging(cost_model, deadline):
         try:
             cost = cost_model.cost(laid_out)
         except OutOfTime:
-            return replace(outcome, stopped=StopReason.MEASURING)
+            return replace(outcome, stopped=StopReason.MEASURING), None
     gain = speedup(outcome.cost_after, cost)
     taken = gain is not None and gain > 1 + LAYOUT_MARGIN
     offered = {"convolutions": convolutions, "predicted_speedup": gain, "taken": taken}
-    details = {**outcome.details, "weight_layout": offered}
-    if not taken:
-        return replace(outcome, details=details, seconds=outcome.seconds + deadline.elapsed())
-    candidates = sorted([(laid_out, cost), *outcome.candidates], key=_cost)
-    return replace(
-        outcome,
-        best=laid_out,
-        cost_after=cost,
-        applied=outcome.applied + Counter({WEIGHT_LAYOUT: convolutions}),
-        candidates=candidates,
-        details=details,
-        seconds=outcome.seconds + deadline.elapsed(),
-    )
+    changes: dict[str, Any] = {
+        "candidates": sorted([(laid_out, cost), *outcome.candidates], key=_cost),
+        "details": {**outcome.details, "weight_layout": offered},
+        "seconds": outcome.seconds + deadline.elapsed(),
+    }
+    if taken:
+        changes.update(best=laid_out, cost_after=cost, applied=_with_layout(outcome, convolutions))
+    return replace(outcome, **changes), laid_out
+
+
+def _with_layout(outcome: SearchOutcome[Dag], convolutions: int) -> Counter[str]:
+    """`outcome.applied` with the convolutions laid out counted."""
+    return outcome.applied + Counter({WEIGHT_LAYOUT: convolutions})
+
+
+def _layout_kept(outcome: SearchOutcome[Dag], laid_out: Dag) -> SearchOutcome[Dag]:
+    """After re-timing: whether it kept the laid-out graph (`weight_layout.kept`), and
+    the layout counted in `applied` where it did although the model had not taken it."""
+    layout = {**outcome.details["weight_layout"], "kept": outcome.best == laid_out}
+    details = {**outcome.details, "weight_layout": layout}
+    applied = outcome.applied
+    if layout["kept"] and WEIGHT_LAYOUT not in applied:
+        applied = _with_layout(outcome, layout["convolutions"])
+    return replace(outcome, details=details, applied=applied)
 
 
 def _interval(interval: Sequence[float]) -> str:
