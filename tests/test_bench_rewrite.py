@@ -198,18 +198,37 @@ def test_rules_fired_are_listed_most_first(bench: ModuleType) -> None:
 
 
 def test_conv_layout_compares_the_same_chain_in_two_layouts() -> None:
-    """benchmarks/conv_layout.py: both layouts compute the same thing, and only NCHW
-    relays out each convolution weight inside the compiled program."""
+    """benchmarks/conv_layout.py: the three layouts compute the same thing, and only
+    OIHW weights are relaid out inside the compiled program."""
     command = [sys.executable, str(BENCHMARKS / "conv_layout.py"), "--channels", "8"]
     command += ["--size", "6", "--layers", "3", "--repeats", "2", "--measure-seconds", "0.1"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     lines = {line.split(":")[0]: line for line in done.stdout.splitlines()}
-    assert float(lines["- max abs difference NHWC vs NCHW"].split()[-1]) < 1e-4
+    differences = lines["- max abs difference NHWC vs NCHW"].split(": ", 1)[1].split(", ")
+    assert [float(d.split()[-1]) < 1e-4 for d in differences] == [True, True]
     counts = {
         layout: json.loads(lines[f"- {layout}"].split("CPU HLO ")[1].replace("'", '"'))
-        for layout in ("nchw", "nhwc")
+        for layout in ("nchw", "nchw-hwio", "nhwc")
     }
-    assert counts["nchw"]["param_only"] >= counts["nhwc"]["param_only"] + 3  # 3 weights
-    assert counts["nchw"]["kernels"] > counts["nhwc"]["kernels"]
-    assert lines["- NHWC speedup (NCHW time / NHWC time, IQR, pairs)"].endswith("n=2)")
+    for laid_out in ("nchw-hwio", "nhwc"):  # the weights' relayouts are gone
+        assert counts["nchw"]["param_only"] >= counts[laid_out]["param_only"] + 3  # 3 weights
+        assert counts["nchw"]["kernels"] > counts[laid_out]["kernels"]
+        speedup = f"- {laid_out} speedup (NCHW/OIHW time / its time, IQR, pairs)"
+        assert lines[speedup].endswith("n=2)")
+
+
+def test_conv_layout_times_a_model_against_itself_with_weights_laid_out() -> None:
+    """benchmarks/conv_layout.py --models: one row per model, the same outputs, and the
+    laid-out step reading no weight that XLA relays out."""
+    command = [sys.executable, str(BENCHMARKS / "conv_layout.py"), "--repeats", "2"]
+    command += ["--models", "squeezenet?image=32&width=0.25", "--measure-seconds", "0.1"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    (row,) = [line for line in done.stdout.splitlines() if line.startswith("| `squeezenet")]
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert cells[1] == "26"  # every convolution's weight is a parameter
+    before, after = (tuple(map(int, c.split("/"))) for c in cells[2].split(" → "))
+    assert after[2] < before[2] and after[1] < before[1]  # param-only relayouts, kernels
+    assert cells[3] == "1.000" and cells[4] == "-"  # analytic prices both alike; no xla
+    assert float(cells[5]) < 1e-4 and cells[6].endswith("n=2)")

@@ -1,5 +1,6 @@
 """`cost=xla`: regions and their canonical form, the region cache file, the fallback
-where no timing can be taken, and benchmarks/cost_rank.py's smoke run.
+where no timing can be taken, measuring charged to the pass's timeout (on a fake
+clock), and benchmarks/cost_rank.py's smoke run.
 
 Region times are faked (`fake_timing`) except where the measurement itself is the
 subject, so the tests are quick and independent of the machine's load."""
@@ -9,11 +10,13 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import load_benchmark
+from search_helpers import FakeClock
 
-from tasoc.cost import AnalyticFallback, XlaCost, make_cost_model
+from tasoc.cost import AnalyticFallback, MeasuredCost, OutOfTime, XlaCost, make_cost_model
 from tasoc.cost import measured as measured_module
 from tasoc.cost import xla as xla_module
 from tasoc.cost.fusion import plan_fusion
@@ -22,7 +25,9 @@ from tasoc.ir.dag import Dag, Node, from_module
 from tasoc.ir.shapes import DType, TensorSig
 from tasoc.models import build_model
 from tasoc.passes.report import RunReport, reporting
+from tasoc.passes.rewrite import equality_rewrite as rewrite_module
 from tasoc.passes.rewrite.equality_rewrite import DEFAULT_RETIME, EqualityRewritePass
+from tasoc.passes.search import Clock, Deadline
 
 F32 = DType.F32
 
@@ -226,3 +231,118 @@ def test_the_summary_says_when_re_timing_measured_nothing_in_time() -> None:
         "re-timing measured no candidate against the input in the 0.4 s left: kept the input",
         "stopped: timeout in 30 s",
     )
+
+
+# --------------------------------------------------------------- measuring is charged
+
+
+@pytest.fixture
+def slow_timing(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    """Region and op measurements that each take one second of a fake clock (the
+    dispatch floor none), so a test decides when a budget runs out, whatever the
+    machine's load."""
+    clock = FakeClock()
+
+    def one_second(*_: object, **__: object) -> float:
+        clock.now += 1.0
+        return 1e-6
+
+    monkeypatch.setattr(xla_module, "measure_region", one_second)
+    monkeypatch.setattr(xla_module, "measure_dispatch", lambda samples=5: 5e-6)
+    monkeypatch.setattr(measured_module, "time_op", one_second)
+    return clock
+
+
+def test_a_measurement_past_the_budget_is_refused_and_the_ones_before_are_kept(
+    tmp_path: Path, slow_timing: FakeClock
+) -> None:
+    model = XlaCost(tmp_path)
+    model.budget = Deadline.after(0.5, slow_timing)
+    with pytest.raises(OutOfTime):
+        model.cost(two_layers(second_padding="valid"))  # the first region ends past it
+    assert model.measured == 2 and slow_timing.now == 1.0  # the dispatch and one region
+    assert len(json.loads(model.path.read_text())["seconds"]) == 2  # saved all the same
+    model.budget = Deadline.after(0.5, slow_timing)
+    with pytest.raises(OutOfTime):  # the second ends past the budget: measured, not used
+        model.cost(two_layers(second_padding="valid"))
+    assert model.measured == 3 and slow_timing.now == 2.0
+    model.budget = None
+    assert model.cost(two_layers(second_padding="valid")) > 0 and model.measured == 3
+
+
+def test_measured_ops_are_charged_to_the_budget_too(tmp_path: Path, slow_timing: FakeClock) -> None:
+    model = MeasuredCost(tmp_path)
+    model.budget = Deadline.after(1.5, slow_timing)
+    with pytest.raises(OutOfTime):
+        model.cost(two_layers())  # the floor, conv2d, relu: time for two
+    assert slow_timing.now == 2.0
+
+
+def rewrite_under_fake_clock(
+    monkeypatch: pytest.MonkeyPatch, clock: FakeClock, timeout: float, **options: Any
+) -> dict[str, Any]:
+    """The report section of equality-rewrite{cost=xla} run on a small nasrnn, every
+    deadline of the pass on `clock`."""
+
+    class FakeDeadline(Deadline):
+        @classmethod
+        def after(cls, seconds: float, clock_: Clock = clock) -> Deadline:
+            return Deadline.after(seconds, clock)
+
+    monkeypatch.setattr(rewrite_module, "Deadline", FakeDeadline)
+    monkeypatch.setenv("TASOC_CACHE_DIR", str(options.pop("cache_dir")))
+    module = build_model("zoo:nasrnn?hidden=32&length=2")
+    rewrite = EqualityRewritePass(cost="xla", retime=0, timeout=timeout, **options)
+    report = RunReport()
+    with reporting(report):
+        rewrite.apply(None, module)  # type: ignore[arg-type]
+    return report.sections[rewrite.name]
+
+
+SEARCHES = [{"search": "backtrack", "budget": 50}, {"search": "egraph", "node_limit": 400}]
+
+
+@pytest.mark.parametrize("options", SEARCHES, ids=["backtrack", "egraph"])
+def test_the_search_stops_when_measuring_runs_past_its_timeout_and_says_so(
+    tmp_path: Path,
+    slow_timing: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+    options: dict[str, Any],
+) -> None:
+    graph = from_module(build_model("zoo:nasrnn?hidden=32&length=2"))
+    forms = len({region_key(region) for region in regions(graph)})
+    # time to price the input (one second a region form) and half a candidate's region
+    timeout = forms + 0.5
+    section = rewrite_under_fake_clock(
+        monkeypatch, slow_timing, timeout, cache_dir=tmp_path, **options
+    )
+    assert section["stopped"] == "timeout while measuring"
+    assert section["cost_before"] > 0  # the input was priced in time
+    assert slow_timing.now == forms + 1  # stopped by the candidate's first new region
+    summary = EqualityRewritePass().summary(section)
+    assert any(line.startswith("stopped: timeout while measuring") for line in summary.details)
+
+
+@pytest.mark.parametrize("split_size", [None, 20], ids=["whole", "in pieces"])
+def test_a_search_that_cannot_price_its_input_in_time_returns_it_unchanged(
+    tmp_path: Path,
+    slow_timing: FakeClock,
+    monkeypatch: pytest.MonkeyPatch,
+    split_size: int | None,
+) -> None:
+    section = rewrite_under_fake_clock(
+        monkeypatch, slow_timing, 2.5, cache_dir=tmp_path, search="backtrack", split_size=split_size
+    )
+    assert section["stopped"] == "timeout while measuring"
+    assert math.isnan(section["cost_before"]) and section["ops_after"] == section["ops_before"]
+    assert slow_timing.now == 3.0
+    assert EqualityRewritePass().summary(section).headline.startswith("the graph is unchanged")
+
+
+def test_with_time_to_measure_the_search_stops_for_its_own_reasons(
+    tmp_path: Path, slow_timing: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    section = rewrite_under_fake_clock(
+        monkeypatch, slow_timing, 1e6, cache_dir=tmp_path, search="backtrack", budget=3
+    )
+    assert section["stopped"] == "budget"

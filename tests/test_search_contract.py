@@ -21,7 +21,7 @@ from tasoc.passes.search import Deadline, SearchOutcome, StopReason, resolve_see
 def test_stop_reasons_read_as_the_report_writes_them() -> None:
     assert [str(reason) for reason in StopReason] == [
         "saturated", "exhausted", "budget", "node limit", "rounds", "timeout", "pieces searched",
-        "converged",
+        "converged", "timeout while measuring",
     ]  # fmt: skip
     assert StopReason("node limit") is StopReason.NODE_LIMIT
 

@@ -17,7 +17,7 @@ from tasoc.cost.analytic import AnalyticCost, roofline, roofline_work
 from tasoc.cost.devices import CPU, DEVICES, H100, H200, Device
 from tasoc.cost.fusion import FusionPlan, peak_bytes, plan_fusion, weight_bytes
 from tasoc.cost.measured import MeasuredCost, prices_this_machine, time_end_to_end, time_rounds
-from tasoc.cost.model import CostError, CostModel, FusedSumCost, Work
+from tasoc.cost.model import Budget, CostError, CostModel, FusedSumCost, OutOfTime, Work
 from tasoc.cost.stats import OpStats, node_stats
 from tasoc.cost.xla import AnalyticFallback, XlaCost, make_xla_cost
 
@@ -49,6 +49,7 @@ __all__ = [
     "H200",
     "AnalyticCost",
     "AnalyticFallback",
+    "Budget",
     "CostError",
     "CostModel",
     "Device",
@@ -56,6 +57,7 @@ __all__ = [
     "FusionPlan",
     "MeasuredCost",
     "OpStats",
+    "OutOfTime",
     "Work",
     "XlaCost",
     "make_cost_model",

@@ -14,9 +14,13 @@ The model here is deliberately simple and local, so one pass over a graph applie
   launches nothing; the producer writes nothing.
 
 Chains fuse transitively (conv -> batchnorm -> relu -> add is one kernel when each
-link has a single consumer). Not modelled: multi-output fusion of siblings,
-duplicating a cheap producer into several consumers, and folding transposes into
-a contraction's dimension numbers.
+link has a single consumer). One transpose is folded into its consumer: a weight-only
+`transpose` read only as convolutions' weights (a *layout view*, `layout_views`) runs
+inside their kernel, since XLA folds it into the convolution's dimension numbers;
+its operand is what is preprocessed, so a weight laid out once beforehand (HWIO, the
+layout XLA's CPU convolution reads) is not relaid out on every run. Not modelled:
+multi-output fusion of siblings, duplicating a cheap producer into several
+consumers, and folding other transposes into a contraction's dimension numbers.
 
 Memory follows the op order `dag.ops`: weights (with `fold_weights`, the
 preprocessed ones the running ops read) stay resident, program inputs are live
@@ -137,13 +141,38 @@ class FusionPlan:
         return resident + peak
 
 
+CONVOLUTION_WEIGHT = ("conv2d", 1)
+"""The operand a layout view may feed: `conv2d`'s weight."""
+
+
+def layout_views(dag: Dag) -> set[Node]:
+    """The weight-only `transpose`s of `dag` that only convolutions read, and only as
+    their weight (`CONVOLUTION_WEIGHT`), and that the program does not return: XLA
+    folds each into its convolutions' dimension numbers, so it costs nothing where it
+    runs, and what it reads is what weight preprocessing hands over (module
+    docstring)."""
+    views = {
+        node
+        for node in dag.ops
+        if node.op == "transpose" and node_info(node).weight and node_info(node).computed
+    }
+    if not views:
+        return views
+    for node in dag.ops:
+        for position, value in enumerate(node.inputs):
+            if value.node in views and (node.op, position) != CONVOLUTION_WEIGHT:
+                views.discard(value.node)
+    return views - {value.node for value in dag.outputs}
+
+
 def plan_fusion(dag: Dag, fuse: bool = True, fold_weights: bool = True) -> FusionPlan:
     """Which ops of `dag` run and which kernel each joins (see the module docstring);
-    with `fuse=False` every running op is a kernel of its own."""
+    with `fuse=False` every running op is a kernel of its own (a layout view too)."""
+    views = layout_views(dag)
     running = {}
     for node in dag.ops:
         info = node_info(node)
-        if info.computed and not (fold_weights and info.weight):
+        if node in views or (info.computed and not (fold_weights and info.weight)):
             running[node] = info
     if not fuse:
         return FusionPlan(dag, running, (-1,) * len(running), (False,) * len(running))
@@ -154,7 +183,10 @@ def plan_fusion(dag: Dag, fuse: bool = True, fold_weights: bool = True) -> Fusio
     returned = {v.node for v in dag.outputs}
     fused_at: dict[Node, int] = {}
     for node, info in running.items():
-        if info.fusible:
+        weight = node.inputs[1].node if node.op == CONVOLUTION_WEIGHT[0] else None
+        if weight in views:  # the convolution joins its layout view's kernel
+            fused_at[node] = CONVOLUTION_WEIGHT[1]
+        elif info.fusible and node not in views:
             for position, value in enumerate(node.inputs):
                 producer = value.node
                 alone = consumers.get(producer) == 1 and producer not in returned

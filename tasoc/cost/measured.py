@@ -235,7 +235,9 @@ class MeasuredCost(FusedSumCost):
         key = op_key(node)
         seconds = self._seconds.get(key)
         if seconds is None:
+            self.check_budget()
             seconds = self._seconds[key] = self._new[key] = time_op(node, self.repeats)
+            self.check_budget()
         return seconds
 
     def _dispatch_floor(self) -> float:
@@ -286,9 +288,7 @@ def end_to_end_sampler(dag: Dag, fold_weights: bool = True, seed: int = 0) -> Ca
 
     values = random_inputs(to_module(dag), seed)
     if fold_weights:
-        dag, weights = _preprocess_weights(dag)
-        if weights is not None:
-            values = [*values, *lower(to_module(weights))(*values)]
+        dag, values = preprocessed(dag, values)
     program = lower(to_module(dag))
     args = program.device_args(values)
     jax.block_until_ready(program.fn(*args))  # compiles
@@ -304,6 +304,18 @@ def end_to_end_sampler(dag: Dag, fold_weights: bool = True, seed: int = 0) -> Ca
         return (time.perf_counter() - start) / calls
 
     return run
+
+
+def preprocessed(dag: Dag, values: Sequence[Any]) -> tuple[Dag, list[Any]]:
+    """The step of `dag` that runs on every call, with its arguments: `values` and
+    the weight-only values computed from them once, under JAX (`_preprocess_weights`:
+    what TASO preprocesses for inference, a laid-out convolution weight among them)."""
+    from tasoc.backends.jax import lower
+
+    step, weights = _preprocess_weights(dag)
+    if weights is None:
+        return dag, list(values)
+    return step, [*values, *lower(to_module(weights))(*values)]
 
 
 def _preprocess_weights(dag: Dag) -> tuple[Dag, Dag | None]:

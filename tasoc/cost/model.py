@@ -24,6 +24,18 @@ class CostError(ValueError):
     """A cost that cannot be computed (an impossible memory limit, for one)."""
 
 
+class OutOfTime(CostError):
+    """A price needed a measurement (an op, a region) after the model's `budget` ran
+    out: the search that asked stops there and returns the best graph it priced."""
+
+
+class Budget(Protocol):
+    """When a cost model must stop measuring: `tasoc.passes.search.Deadline` is one
+    (a protocol, since `cost/` imports no pass)."""
+
+    def expired(self) -> bool: ...
+
+
 @runtime_checkable
 class CostModel(Protocol):
     """Predicted run time of a graph in seconds; `math.inf` when it cannot run
@@ -69,6 +81,10 @@ class FusedSumCost:
         self.fusion = fusion
         self.fold_weights = fold_weights
         self.misses = 0
+        self.budget: Budget | None = None
+        """The time a model that measures (`MeasuredCost`, `XlaCost`) may spend on it:
+        set by the search pricing with it (`tasoc.passes.search.charging`), so that
+        measuring is charged to the pass's `timeout`; None: no limit."""
         self._works: weakref.WeakKeyDictionary[Node, dict[_Variant, Work]] = (
             weakref.WeakKeyDictionary()
         )
@@ -103,6 +119,14 @@ class FusedSumCost:
     def op_work(self, node: Node, fused: int, internal: bool) -> Work:
         """What `node` adds to its kernel in this fusion variant (`fusion.FusionPlan`)."""
         raise NotImplementedError
+
+    def check_budget(self) -> None:
+        """Called before and after each new measurement: OutOfTime once `budget` has
+        expired. A measurement already running is let finish (a compile cannot be
+        interrupted) and its time is cached, but a price it ends past the budget is
+        not used: the search stops there, at most one measurement late."""
+        if self.budget is not None and self.budget.expired():
+            raise OutOfTime("the time ran out measuring an uncached op or region")
 
     def _options(self) -> str:
         """The shared part of `describe()`."""

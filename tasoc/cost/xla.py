@@ -295,10 +295,12 @@ class XlaCost(FusedSumCost):
     def _time(self, key: str, region: Dag | None) -> float:
         seconds = self._seconds.get(key)
         if seconds is None:
+            self.check_budget()
             seconds = measure_dispatch(self.samples) if region is None else (
                 measure_region(region, self.samples))  # fmt: skip
             self._seconds[key] = self._new[key] = seconds
             self.measured += 1
+            self.check_budget()
         return seconds
 
     def op_work(self, node: Node, fused: int, internal: bool) -> Work:

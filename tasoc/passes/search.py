@@ -17,6 +17,18 @@ result and writes the report keys every search pass's section has; other tools
 (`tasoc opt --pass-statistics`, the passes' summaries) read those keys by name. A
 search reports its progress to a `Progress` callback, which `search_progress` draws as
 one bar for every search alike (steps done of the budget, best so far, time left).
+
+A cost model that measures (`cost=measured`, `cost=xla`) spends the search's time too:
+a search prices `with charging(cost_model, deadline)`, the model checks the deadline
+before each measurement it has not cached and raises `OutOfTime` once it has passed,
+and the search stops there with `StopReason.MEASURING`, returning the best graph it
+priced (`unpriced`: the input, when not even the input could be priced).
+
+    with charging(cost_model, deadline):
+        try:
+            cost_before = cost_model.cost(start)
+        except OutOfTime:
+            return unpriced(start, deadline)
 """
 
 from __future__ import annotations
@@ -31,6 +43,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from tasoc.cost.model import FusedSumCost
 from tasoc.passes.progress import progress_bar, shown
 from tasoc.passes.report import current_report
 from tasoc.passes.summary import format_seconds
@@ -55,6 +68,9 @@ class StopReason(StrEnum):
     """A split graph: every piece and every cut was searched in time."""
     CONVERGED = "converged"
     """MCMC: the best strategy did not improve for the last half of the search (§3.5.2)."""
+    MEASURING = "timeout while measuring"
+    """The deadline passed while the cost model measured what it had not cached (ops,
+    regions: `charging`): the best graph priced so far was returned."""
 
 
 Progress = Callable[[int, float], None]
@@ -187,6 +203,37 @@ class SearchOutcome[T]:
         if self.measured_speedup is not None:
             section["measured_speedup"] = self.measured_speedup
         section.update(self.details)
+
+
+@contextmanager
+def charging(cost_model: object, deadline: Deadline) -> Iterator[None]:
+    """Charge the measurements `cost_model` takes inside the block to `deadline` (its
+    `budget`, `FusedSumCost.check_budget`): past the deadline, a price that needs a
+    new measurement raises `OutOfTime` instead of measuring. The budget before is put
+    back on leaving, so a nested phase (polishing, one piece of a split graph) charges
+    its own share and its caller's deadline holds again after it. A model that never
+    measures (`AnalyticCost`) ignores its budget."""
+    if not isinstance(cost_model, FusedSumCost):
+        yield
+        return
+    saved = cost_model.budget
+    cost_model.budget = deadline
+    try:
+        yield
+    finally:
+        cost_model.budget = saved
+
+
+def unpriced[T](start: T, deadline: Deadline) -> SearchOutcome[T]:
+    """The outcome of a search whose time ran out measuring the input's own cost: the
+    input, its cost unknown (NaN: no speedup is predicted), `StopReason.MEASURING`."""
+    return SearchOutcome(
+        best=start,
+        cost_before=math.nan,
+        cost_after=math.nan,
+        seconds=deadline.elapsed(),
+        stopped=StopReason.MEASURING,
+    )
 
 
 def speedup(before: float, after: float) -> float | None:

@@ -5,7 +5,8 @@ every match of every rule is applied to it, and each new graph is kept when it c
 less than `alpha` times the best graph found so far: `alpha > 1` lets the search pass
 through slightly worse graphs to reach much better ones (TASO's relaxed search,
 default 1.05). The search stops when the queue is empty (`exhausted`), when `budget`
-graphs have been expanded, or at its deadline (`timeout`), and returns the best graph
+graphs have been expanded, or at its deadline (`timeout`; `timeout while measuring`
+when a measuring cost model needed a measurement past it), and returns the best graph
 found (`tasoc.passes.search`: the stop reasons, the deadline and the outcome are those
 of every search pass).
 
@@ -22,12 +23,19 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tasoc.cost import CostModel
+from tasoc.cost import CostModel, OutOfTime
 from tasoc.ir.dag import Dag
 from tasoc.ir.rules import Rule
 from tasoc.passes.rewrite.apply import apply
 from tasoc.passes.rewrite.match import find_matches
-from tasoc.passes.search import Deadline, Progress, SearchOutcome, StopReason
+from tasoc.passes.search import (
+    Deadline,
+    Progress,
+    SearchOutcome,
+    StopReason,
+    charging,
+    unpriced,
+)
 
 
 @dataclass(frozen=True)
@@ -60,8 +68,24 @@ def backtracking_search(
 
     `rules` are applied as given: pass both directions (`match.directed`)."""
     deadline = Deadline.never() if deadline is None else deadline
+    with charging(cost_model, deadline):
+        return _search(dag, rules, cost_model, limits, deadline, progress)
+
+
+def _search(
+    dag: Dag,
+    rules: Sequence[Rule],
+    cost_model: CostModel,
+    limits: BacktrackLimits,
+    deadline: Deadline,
+    progress: Progress | None,
+) -> SearchOutcome[Dag]:
+    """`backtracking_search` with the cost model's measurements charged to `deadline`."""
     size_cap = max(dag.num_ops * limits.max_ops_growth, dag.num_ops + 4)
-    cost_before = cost_model.cost(dag)
+    try:
+        cost_before = cost_model.cost(dag)
+    except OutOfTime:
+        return unpriced(dag, deadline)
     best, best_cost = dag, cost_before
     history: dict[Dag, tuple[str, ...]] = {dag: ()}
     costs: dict[Dag, float] = {dag: cost_before}
@@ -69,7 +93,7 @@ def backtracking_search(
     queue: list[tuple[float, int, Dag]] = [(cost_before, next(order), dag)]
     expanded = generated = 0
     stopped = StopReason.EXHAUSTED
-    while queue:
+    while queue and stopped is not StopReason.MEASURING:
         if expanded >= limits.budget:
             stopped = StopReason.BUDGET
             break
@@ -83,7 +107,11 @@ def backtracking_search(
             if new is None or new in history or new.num_ops > size_cap:
                 continue
             generated += 1
-            new_cost = cost_model.cost(new)
+            try:
+                new_cost = cost_model.cost(new)
+            except OutOfTime:
+                stopped = StopReason.MEASURING
+                break
             if new_cost < best_cost:
                 best, best_cost = new, new_cost
             if new_cost < limits.alpha * best_cost or new is best:

@@ -18,10 +18,17 @@ are timed end to end under JAX before one is chosen (`retime.py`). The cost is a
 `timeout` bounds the whole pass, loading the rules and re-timing included (proving a
 rule file's rules with z3 on its first load is not charged: `Library.proved_now`): the
 search gets `SEARCH_SHARE` of it when candidates are re-timed, re-timing the rest
-(`tasoc.passes.search.Deadline`).
-The pass returns within `timeout` + `TIMEOUT_MARGIN_S`: what can overrun is one JAX
-compile of a candidate, or of the input when the search leaves re-timing less time
-than that compile takes, and HiGHS's last step past its time limit.
+(`tasoc.passes.search.Deadline`). After the search, its best graph with the
+convolution weights laid out once (`weight_layout.py`: HWIO, preprocessed, not
+relaid out by XLA on every call) is priced with `LAYOUT_SHARE` of the time left and
+taken when the cost model prices it cheaper (`offer_weight_layout`).
+Measuring with `cost=measured` or `cost=xla` (an op or region not in the cache file)
+is charged to the search's share too (`tasoc.passes.search.charging`): past it the
+search stops, keeps the best graph it priced, and says `stopped: timeout while
+measuring`. The pass returns within `timeout` + `TIMEOUT_MARGIN_S`: what can overrun
+is one JAX compile of a candidate, or of the input when the search leaves re-timing
+less time than that compile takes, one measurement of an op or region begun before
+the deadline, and HiGHS's last step past its time limit.
 
 What it decided goes to the run report (`tasoc opt --report r.json`, section
 `equality-rewrite`): the keys every search pass writes (`SearchOutcome.write_report`:
@@ -35,7 +42,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Literal
 
 from xdsl.context import Context
@@ -47,6 +54,7 @@ from tasoc.cost import (
     AnalyticFallback,
     CostError,
     CostModel,
+    OutOfTime,
     make_cost_model,
     prices_this_machine,
 )
@@ -67,12 +75,17 @@ from tasoc.passes.rewrite.library import Library, check_library, load_library
 from tasoc.passes.rewrite.match import directed, find_matches
 from tasoc.passes.rewrite.retime import CONFIDENCE, REPEATS, keep_measured_fastest
 from tasoc.passes.rewrite.split import optimize_in_pieces
+from tasoc.passes.rewrite.weight_layout import NAME as WEIGHT_LAYOUT
+from tasoc.passes.rewrite.weight_layout import lay_out_conv_weights
 from tasoc.passes.search import (
     Deadline,
     SearchOutcome,
     StopReason,
+    charging,
     resolve_seed,
     search_progress,
+    speedup,
+    unpriced,
 )
 from tasoc.passes.summary import Summary, format_speedup, stop_line
 
@@ -88,6 +101,18 @@ gets the rest, and whatever the search leaves unused."""
 
 TIMEOUT_MARGIN_S = 1.0
 """How far past `timeout` the pass may return (module docstring)."""
+
+
+LAYOUT_SHARE = 0.5
+"""The share of the time the search leaves that pricing the laid-out weights may use
+(`offer_weight_layout`) when candidates are re-timed: with `cost=xla` each laid-out
+convolution is a region not yet measured, and a search that spent its share
+measuring would otherwise leave none for it. Re-timing gets the rest."""
+
+LAYOUT_MARGIN = 1e-9
+"""How much cheaper laid-out weights must be predicted to be taken: a model that
+prices the layout alike (`cost=analytic`: the view's read of the weight replaces
+the convolution's) differs only by rounding, which must not decide."""
 
 
 class RewriteError(PassFailedException):
@@ -219,10 +244,14 @@ class EqualityRewritePass(ModulePass):
                 outcome = self._search_in_pieces(graph, rules, cost_model, search_deadline)
             else:
                 outcome = self._search(graph, rules, cost_model, search_deadline)
+            offer_deadline = deadline.share(LAYOUT_SHARE if retime > 0 else 1.0)
+            outcome, laid_out = offer_weight_layout(outcome, cost_model, offer_deadline)
         except CostError as err:
             raise RewriteError(str(err)) from None
-        if retime > 0 and outcome.best != graph:
+        if retime > 0 and (outcome.best != graph or laid_out is not None):
             outcome = keep_measured_fastest(outcome, graph, retime, deadline, seed)
+            if laid_out is not None:
+                outcome = _layout_kept(outcome, laid_out)
         return outcome
 
     def _retime_count(self, cost_model: CostModel) -> int:
@@ -244,26 +273,41 @@ class EqualityRewritePass(ModulePass):
         searches_left = 2 * 2 ** math.ceil(math.log2(graph.num_ops / self.split_size))
         applied: Counter[str] = Counter()
         skipped = 0
+        stops: set[StopReason] = set()
 
         def optimize(piece: Dag) -> Dag:
             nonlocal searches_left, skipped
-            if deadline.expired():
+            if deadline.expired() or StopReason.MEASURING in stops:
                 skipped += 1
                 return piece
             share = deadline.share(1 / searches_left)
             searches_left = max(searches_left - 1, 1)
             outcome = self._search(piece, rules, cost_model, share)
+            stops.add(outcome.stopped)
             applied.update(outcome.applied)
             return outcome.best
 
-        split = optimize_in_pieces(graph, rules, self.split_size, optimize, cost=cost_model.cost)
-        cost_before, cost_after = cost_model.cost(graph), cost_model.cost(split.dag)
+        with charging(cost_model, deadline):
+            try:
+                split = optimize_in_pieces(
+                    graph, rules, self.split_size, optimize, cost=cost_model.cost
+                )
+                cost_before, cost_after = cost_model.cost(graph), cost_model.cost(split.dag)
+            except OutOfTime:
+                return unpriced(graph, deadline)
+        stopped = (
+            StopReason.MEASURING
+            if StopReason.MEASURING in stops
+            else StopReason.TIMEOUT
+            if skipped
+            else StopReason.PIECES
+        )
         return SearchOutcome(
             best=split.dag,
             cost_before=cost_before,
             cost_after=cost_after,
             seconds=deadline.elapsed(),
-            stopped=StopReason.TIMEOUT if skipped else StopReason.PIECES,
+            stopped=stopped,
             applied=applied if split.dag != graph else Counter(),
             candidates=sorted({graph: cost_before, split.dag: cost_after}.items(), key=_cost),
             details={
@@ -334,6 +378,15 @@ class EqualityRewritePass(ModulePass):
                 f"re-timing measured no candidate against the input in the "
                 f"{section.get('retime_seconds', 0):.1f} s left: kept the input"
             )
+        layout = section.get("weight_layout")
+        if layout is not None:
+            verdict = "taken" if layout["taken"] else "not taken"
+            if "kept" in layout:
+                verdict += f", re-timing {'kept' if layout['kept'] else 'did not keep'} it"
+            details.append(
+                f"convolution weights laid out once (HWIO, {layout['convolutions']} "
+                f"convolutions): predicted {format_speedup(layout['predicted_speedup'])}, {verdict}"
+            )
         steps = next(
             (
                 f"{section[key]} {unit}"
@@ -347,6 +400,54 @@ class EqualityRewritePass(ModulePass):
         if stopped is not None:
             details.append(stopped)
         return Summary(headline, (*fell_back, *details))
+
+
+def offer_weight_layout(
+    outcome: SearchOutcome[Dag], cost_model: CostModel, deadline: Deadline
+) -> tuple[SearchOutcome[Dag], Dag | None]:
+    """`outcome` with its best graph's convolution weights laid out once
+    (`weight_layout.lay_out_conv_weights`) among its candidates, and that graph (None
+    where there is none, or it could not be priced in time). It becomes the best when
+    the cost model prices it cheaper, counted in `applied` as `conv-weight-layout`;
+    either way re-timing may measure it, since a model may not see the relayout
+    (`cost=analytic` prices both alike). Reported as `weight_layout` (convolutions,
+    predicted speedup, taken by the model). Priced under `deadline`: where measuring
+    it runs out of time, the outcome stays, stopped `timeout while measuring`."""
+    laid_out, convolutions = lay_out_conv_weights(outcome.best)
+    if not convolutions or math.isnan(outcome.cost_after):
+        return outcome, None
+    with charging(cost_model, deadline):
+        try:
+            cost = cost_model.cost(laid_out)
+        except OutOfTime:
+            return replace(outcome, stopped=StopReason.MEASURING), None
+    gain = speedup(outcome.cost_after, cost)
+    taken = gain is not None and gain > 1 + LAYOUT_MARGIN
+    offered = {"convolutions": convolutions, "predicted_speedup": gain, "taken": taken}
+    changes: dict[str, Any] = {
+        "candidates": sorted([(laid_out, cost), *outcome.candidates], key=_cost),
+        "details": {**outcome.details, "weight_layout": offered},
+        "seconds": outcome.seconds + deadline.elapsed(),
+    }
+    if taken:
+        changes.update(best=laid_out, cost_after=cost, applied=_with_layout(outcome, convolutions))
+    return replace(outcome, **changes), laid_out
+
+
+def _with_layout(outcome: SearchOutcome[Dag], convolutions: int) -> Counter[str]:
+    """`outcome.applied` with the convolutions laid out counted."""
+    return outcome.applied + Counter({WEIGHT_LAYOUT: convolutions})
+
+
+def _layout_kept(outcome: SearchOutcome[Dag], laid_out: Dag) -> SearchOutcome[Dag]:
+    """After re-timing: whether it kept the laid-out graph (`weight_layout.kept`), and
+    the layout counted in `applied` where it did although the model had not taken it."""
+    layout = {**outcome.details["weight_layout"], "kept": outcome.best == laid_out}
+    details = {**outcome.details, "weight_layout": layout}
+    applied = outcome.applied
+    if layout["kept"] and WEIGHT_LAYOUT not in applied:
+        applied = _with_layout(outcome, layout["convolutions"])
+    return replace(outcome, details=details, applied=applied)
 
 
 def _interval(interval: Sequence[float]) -> str:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from xdsl.traits import ConstantLike
 
-from tasoc.cost import CostError, CostModel, FusedSumCost
+from tasoc.cost import CostError, CostModel, FusedSumCost, OutOfTime
 from tasoc.ir.dag import Dag, Node
 from tasoc.ir.op_sets import ops_with
 from tasoc.ir.rules import Rule
@@ -36,7 +36,15 @@ from tasoc.passes.rewrite.backtrack import BacktrackLimits, backtracking_search
 from tasoc.passes.rewrite.egraph.egraph import ARGUMENT, PROJECT, ClassId, EGraph, ENode
 from tasoc.passes.rewrite.egraph.extract import Pricing, extract, to_dag
 from tasoc.passes.rewrite.egraph.saturate import SaturationLimits, saturate
-from tasoc.passes.search import Deadline, Progress, SearchOutcome, speedup
+from tasoc.passes.search import (
+    Deadline,
+    Progress,
+    SearchOutcome,
+    StopReason,
+    charging,
+    speedup,
+    unpriced,
+)
 
 MIN_NODE_COST = 1e-12
 """Every e-node costs at least this (seconds), so greedy extraction has no cycles."""
@@ -73,19 +81,41 @@ def egraph_search(
     if not isinstance(cost_model, FusedSumCost):
         raise CostError("search=egraph needs a cost model that prices single ops")
     deadline = Deadline.never() if deadline is None else deadline
-    cost_before = cost_model.cost(dag)
+    with charging(cost_model, deadline):
+        return _search(dag, rules, cost_model, limits, deadline, progress)
+
+
+def _search(
+    dag: Dag,
+    rules: list[Rule],
+    cost_model: FusedSumCost,
+    limits: EGraphLimits,
+    deadline: Deadline,
+    progress: Progress | None,
+) -> SearchOutcome[Dag]:
+    """`egraph_search` with the cost model's measurements charged to `deadline`: where
+    its time runs out measuring, the search stops with `StopReason.MEASURING` and
+    keeps the candidates priced so far."""
+    try:
+        cost_before = cost_model.cost(dag)
+    except OutOfTime:
+        return unpriced(dag, deadline)
     egraph = EGraph()
     roots, _ = egraph.add_dag(dag)
     saturation = saturate(egraph, rules, limits, deadline.share(limits.saturation_share), progress)
+    stopped = saturation.stopped
     node_cost = _NodeCosts(egraph, cost_model)
     extraction_deadline = deadline.share(limits.extraction_share)
-    extractions = extract(egraph, roots, node_cost.pricing(), extraction_deadline)
     priced: dict[Dag, float] = {dag: cost_before}
     methods: dict[Dag, str] = {}
-    for extraction in extractions:
-        candidate = to_dag(egraph, roots, extraction.choice, dag)
-        priced.setdefault(candidate, cost_model.cost(candidate))
-        methods.setdefault(candidate, extraction.method)
+    try:
+        extractions = extract(egraph, roots, node_cost.pricing(), extraction_deadline)
+        for extraction in extractions:
+            candidate = to_dag(egraph, roots, extraction.choice, dag)
+            methods.setdefault(candidate, extraction.method)
+            priced.setdefault(candidate, cost_model.cost(candidate))
+    except OutOfTime:
+        stopped = StopReason.MEASURING
     extracted = min(priced, key=priced.__getitem__)
     applied = Counter(saturation.applied)
     details: dict[str, object] = {
@@ -95,11 +125,9 @@ def egraph_search(
         "matches": saturation.matches,
         "enodes": egraph.num_nodes,
         "eclasses": egraph.num_classes,
-        "extraction": methods.get(
-            extracted, f"none cheaper than the input ({extractions[0].method})"
-        ),
+        "extraction": methods.get(extracted, _none_cheaper(methods)),
     }
-    if limits.polish_budget > 0 and not deadline.expired():
+    if limits.polish_budget > 0 and not deadline.expired() and stopped is not StopReason.MEASURING:
         polish = backtracking_search(
             extracted,
             rules,
@@ -107,9 +135,11 @@ def egraph_search(
             BacktrackLimits(limits.polish_alpha, limits.polish_budget),
             deadline.share(limits.polish_share),
         )
+        if polish.stopped is StopReason.MEASURING:
+            stopped = StopReason.MEASURING
         priced.update((g, c) for g, c in polish.candidates if g not in priced)
         applied.update(polish.applied)
-        details["polish_expanded"] = polish.details["graphs_expanded"]
+        details["polish_expanded"] = polish.details.get("graphs_expanded", 0)
         details["polish_gain"] = speedup(priced[extracted], polish.cost_after)
     candidates = sorted(priced.items(), key=lambda item: item[1])
     best, best_cost = candidates[0]
@@ -118,11 +148,18 @@ def egraph_search(
         cost_before=cost_before,
         cost_after=best_cost,
         seconds=deadline.elapsed(),
-        stopped=saturation.stopped,
+        stopped=stopped,
         applied=applied if best != dag else Counter(),
         candidates=candidates,
         details=details,
     )
+
+
+def _none_cheaper(methods: dict[Dag, str]) -> str:
+    """The `extraction` detail when the input stays cheapest: the first method tried,
+    or that none was priced in time."""
+    first = next(iter(methods.values()), None)
+    return f"none cheaper than the input ({first})" if first else "none priced in time"
 
 
 _FUSIBLE = ops_with(Fusible)

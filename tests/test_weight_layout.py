@@ -1,0 +1,169 @@
+"""Convolution weights laid out once (`tasoc.passes.rewrite.weight_layout`): the graph
+computes the same (the NumPy reference of the input against JAX running the laid-out
+graph with its weights preprocessed), what is preprocessed and what the step reads,
+the fusion model's layout views, and equality-rewrite offering the layout to its
+cost model."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from rewrite_helpers import arg, module_of
+
+from tasoc.backends.arguments import random_inputs
+from tasoc.backends.jax import lower
+from tasoc.backends.numpy import run_reference
+from tasoc.cost import CPU, AnalyticCost
+from tasoc.cost.fusion import layout_views, plan_fusion
+from tasoc.cost.measured import _preprocess_weights, preprocessed
+from tasoc.ir.dag import Dag, Node, to_module
+from tasoc.passes.rewrite.equality_rewrite import (
+    EqualityRewritePass,
+    _layout_kept,
+    offer_weight_layout,
+)
+from tasoc.passes.rewrite.weight_layout import HWIO, NAME, OIHW, lay_out_conv_weights
+from tasoc.passes.search import Deadline, SearchOutcome, StopReason
+from tasoc.verify.equivalence import compare
+
+CONV = {"strides": (1, 1), "padding": "same", "activation": "none"}
+
+
+def small_cnn() -> Dag:
+    """Three convolutions: a parameter weight also read by an op of the step, a grouped one,
+    and one whose weight is computed from a parameter (`enlarge`); then one whose
+    weight is an activation, which stays as it is."""
+    x = arg(0, "x", 1, 4, 6, 6)
+    w = arg(1, "w", 4, 4, 3, 3, param=True)
+    g = arg(2, "g", 4, 2, 3, 3, param=True)
+    small = arg(3, "s", 4, 4, 1, 1, param=True)
+    h = Node("conv2d", [x.out, w.out], groups=1, **CONV)
+    h = Node("conv2d", [Node("relu", [h.out]).out, g.out], groups=2, **CONV)
+    wide = Node("enlarge", [small.out], kernel=(3, 3))
+    h = Node("conv2d", [h.out, wide.out], groups=1, **CONV)
+    kernel = Node("reshape", [h.out], shape=(4, 4, 3, 3))  # an activation as a weight
+    y = Node("conv2d", [x.out, kernel.out], groups=1, **CONV)
+    return Dag([x, w, g, small], [y.out, Node("mul", [w.out, kernel.out]).out])
+
+
+def test_laid_out_weights_compute_what_the_input_does_under_numpy_and_jax() -> None:
+    dag = small_cnn()
+    laid_out, changed = lay_out_conv_weights(dag)
+    assert changed == 3  # not the convolution reading an activation
+    values = random_inputs(module_of(dag), seed=0)
+    expected = run_reference(module_of(dag), values)
+    assert compare(expected, run_reference(module_of(laid_out), values)).ok
+    step, step_values = preprocessed(laid_out, values)
+    check = compare(expected, lower(to_module(step))(*step_values))
+    assert check.ok, check.summary()
+
+
+def test_the_step_reads_each_weight_in_hwio_and_transposes_it_only_as_a_view() -> None:
+    laid_out, _ = lay_out_conv_weights(small_cnn())
+    step, weights = _preprocess_weights(laid_out)
+    assert weights is not None
+    folded = [a.sigs[0].shape for a in step.args[len(laid_out.args) :]]
+    assert folded == [(3, 3, 4, 4), (3, 3, 2, 4), (3, 3, 4, 4)]  # HWIO, laid out once
+    transposes = [node for node in step.ops if node.op == "transpose"]
+    assert [node.attr("perm") for node in transposes] == [OIHW] * 3
+    assert all(node.inputs[0].node.is_arg for node in transposes)
+    assert {node.attr("perm") for node in weights.ops if node.op == "transpose"} == {HWIO}
+    # the parameter another op reads is still read as it was
+    assert any(node.op == "mul" and node.inputs[0].node.is_arg for node in step.ops)
+
+
+def test_a_view_runs_in_its_convolutions_kernel_and_costs_what_the_weight_did() -> None:
+    dag = small_cnn()
+    laid_out, _ = lay_out_conv_weights(dag)
+    assert len(layout_views(laid_out)) == 3 and not layout_views(dag)
+    before, after = plan_fusion(dag), plan_fusion(laid_out)
+    assert before.fused.count(-1) == after.fused.count(-1)  # no kernel more or less
+    model = AnalyticCost(CPU)
+    assert model.cost(laid_out) == pytest.approx(model.cost(dag), rel=1e-9)
+
+
+def test_laying_out_twice_changes_nothing_more() -> None:
+    laid_out, _ = lay_out_conv_weights(small_cnn())
+    assert lay_out_conv_weights(laid_out) == (laid_out, 0)
+
+
+class _LayoutPays(AnalyticCost):
+    """The analytic model with each layout view 1 us cheaper than the weight's relayout
+    it saves: what `cost=xla` measures where XLA relays out OIHW weights per call."""
+
+    def cost(self, dag: Dag) -> float:
+        return super().cost(dag) - 1e-6 * len(layout_views(dag))
+
+
+def outcome_of(dag: Dag, cost: float) -> SearchOutcome[Dag]:
+    return SearchOutcome(dag, cost, cost, 0.0, StopReason.SATURATED, Counter({"r": 1}))
+
+
+def test_the_layout_is_taken_where_the_cost_model_prices_it_cheaper() -> None:
+    dag, model = small_cnn(), _LayoutPays(CPU)
+    offered, laid_out = offer_weight_layout(
+        outcome_of(dag, model.cost(dag)), model, Deadline.never()
+    )
+    assert offered.best == laid_out == lay_out_conv_weights(dag)[0]
+    assert offered.applied == Counter({"r": 1, NAME: 3})
+    assert offered.details["weight_layout"]["taken"]
+    assert offered.candidates[0] == (offered.best, offered.cost_after)
+
+
+def test_a_model_that_prices_the_layout_alike_does_not_take_it() -> None:
+    dag, model = small_cnn(), AnalyticCost(CPU)
+    offered, laid_out = offer_weight_layout(
+        outcome_of(dag, model.cost(dag)), model, Deadline.never()
+    )
+    assert offered.best == dag and offered.applied == Counter({"r": 1})
+    layout = offered.details["weight_layout"]
+    assert layout["convolutions"] == 3 and not layout["taken"]
+    assert layout["predicted_speedup"] == pytest.approx(1.0)
+    assert laid_out in dict(offered.candidates)  # for re-timing to measure
+
+
+@pytest.mark.parametrize("kept", [True, False])
+def test_re_timing_decides_whether_the_layout_is_kept(kept: bool) -> None:
+    dag, model = small_cnn(), AnalyticCost(CPU)
+    offered, laid_out = offer_weight_layout(
+        outcome_of(dag, model.cost(dag)), model, Deadline.never()
+    )
+    assert laid_out is not None
+    retimed = _layout_kept(replace(offered, best=laid_out if kept else dag), laid_out)
+    assert retimed.details["weight_layout"]["kept"] is kept
+    assert (NAME in retimed.applied) is kept
+
+
+def test_a_graph_without_a_convolution_weight_to_lay_out_is_offered_nothing() -> None:
+    x, w = arg(0, "x", 4, 4), arg(1, "w", 4, 4, param=True)
+    dag = Dag([x, w], [Node("matmul", [x.out, w.out]).out])
+    outcome = outcome_of(dag, 1.0)
+    assert offer_weight_layout(outcome, AnalyticCost(CPU), Deadline.never()) == (outcome, None)
+
+
+def test_the_summary_says_whether_the_layout_was_taken() -> None:
+    layout = {"convolutions": 53, "predicted_speedup": 1.2, "taken": True}
+    section = {"rules_applied": {NAME: 53}, "ops_before": 9, "ops_after": 115,
+               "predicted_speedup": 1.2, "weight_layout": layout}  # fmt: skip
+    assert EqualityRewritePass().summary(section).details == (
+        "convolution weights laid out once (HWIO, 53 convolutions): predicted 1.20x, taken",
+    )
+    layout.update(taken=False, kept=True)
+    assert EqualityRewritePass().summary(section).details == (
+        "convolution weights laid out once (HWIO, 53 convolutions): predicted 1.20x, "
+        "not taken, re-timing kept it",
+    )
+
+
+def test_the_reference_and_jax_agree_on_a_grouped_convolution_read_in_hwio() -> None:
+    """The view XLA folds is a plain transpose: JAX on the step equals JAX on the input."""
+    dag = small_cnn()
+    values = random_inputs(module_of(dag), seed=1)
+    laid_out, _ = lay_out_conv_weights(dag)
+    step, step_values = preprocessed(laid_out, values)
+    direct = lower(module_of(dag))(*values)
+    for want, got in zip(direct, lower(to_module(step))(*step_values), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
