@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ from tasoc.backends.jax import lower
 from tasoc.backends.numpy import run_reference
 from tasoc.cost import CPU, AnalyticCost
 from tasoc.cost.fusion import layout_views, plan_fusion
-from tasoc.cost.measured import _preprocess_weights, preprocessed
+from tasoc.cost.measured import preprocessed, weight_preprocessing
 from tasoc.ir.dag import Dag, Node, to_module
 from tasoc.passes.rewrite.equality_rewrite import (
     EqualityRewritePass,
@@ -61,9 +62,23 @@ def test_laid_out_weights_compute_what_the_input_does_under_numpy_and_jax() -> N
     assert check.ok, check.summary()
 
 
+def test_run_bench_times_the_step_with_weights_laid_out_once(tasoc, tmp_path: Path) -> None:
+    """`tasoc run --bench` computes the weight-only values once before its runs (what
+    the rewrite's measured gain assumes), and only where there are some."""
+    laid_out, _ = lay_out_conv_weights(small_cnn())
+    for dag, note in ((small_cnn(), "(1 weight-only value"), (laid_out, "(3 weight-only values")):
+        path = tmp_path / "cnn.mlir"
+        path.write_text(str(module_of(dag)))
+        result = tasoc("run", str(path), "--check", "--bench", "2")
+        assert result.code == 0, result.err
+        assert "check: equivalent to the numpy reference" in result.out
+        bench = next(line for line in result.out.splitlines() if line.startswith("bench:"))
+        assert bench.endswith(f"{note} computed once)"), bench
+
+
 def test_the_step_reads_each_weight_in_hwio_and_transposes_it_only_as_a_view() -> None:
     laid_out, _ = lay_out_conv_weights(small_cnn())
-    step, weights = _preprocess_weights(laid_out)
+    step, weights = weight_preprocessing(laid_out)
     assert weights is not None
     folded = [a.sigs[0].shape for a in step.args[len(laid_out.args) :]]
     assert folded == [(3, 3, 4, 4), (3, 3, 2, 4), (3, 3, 4, 4)]  # HWIO, laid out once

@@ -308,17 +308,17 @@ def end_to_end_sampler(dag: Dag, fold_weights: bool = True, seed: int = 0) -> Ca
 
 def preprocessed(dag: Dag, values: Sequence[Any]) -> tuple[Dag, list[Any]]:
     """The step of `dag` that runs on every call, with its arguments: `values` and
-    the weight-only values computed from them once, under JAX (`_preprocess_weights`:
+    the weight-only values computed from them once, under JAX (`weight_preprocessing`:
     what TASO preprocesses for inference, a laid-out convolution weight among them)."""
     from tasoc.backends.jax import lower
 
-    step, weights = _preprocess_weights(dag)
+    step, weights = weight_preprocessing(dag)
     if weights is None:
         return dag, list(values)
     return step, [*values, *lower(to_module(weights))(*values)]
 
 
-def _preprocess_weights(dag: Dag) -> tuple[Dag, Dag | None]:
+def weight_preprocessing(dag: Dag) -> tuple[Dag, Dag | None]:
     """`dag` with every weight-only value that a running op reads (or the program
     returns) turned into a new weight argument, and the dag computing those values
     from the original arguments (None when there are none)."""
