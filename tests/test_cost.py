@@ -34,7 +34,7 @@ from tasoc.cost import (
 from tasoc.cost import measured as measured_module
 from tasoc.cost.analytic import op_class, roofline, roofline_work
 from tasoc.cost.devices import OP_CLASSES, V100, Efficiency
-from tasoc.cost.measured import _preprocess_weights, cache_dir, op_key
+from tasoc.cost.measured import cache_dir, op_key, weight_preprocessing
 from tasoc.ir.dag import ATTR_NAMES, Dag, Node, from_module
 from tasoc.ir.op_sets import ops_with
 from tasoc.ir.shapes import ConstData, DType, TensorSig
@@ -442,7 +442,7 @@ def test_measured_cost_prices_fusion_from_the_measurement(
 
 def test_time_end_to_end_runs_preprocessed_weights() -> None:
     separate, merged = two_matmuls(8, 16, 16, False), two_matmuls(8, 16, 16, True)
-    runtime, weights = _preprocess_weights(merged)
+    runtime, weights = weight_preprocessing(merged)
     assert weights is not None and [n.op for n in runtime.ops] == ["matmul", "split"]
     assert len(runtime.args) == 4 and runtime.output_sigs == merged.output_sigs
     times = time_end_to_end([separate, merged], repeats=2)
