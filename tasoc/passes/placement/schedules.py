@@ -171,7 +171,6 @@ class _Lives:
         index = {v: k for k, v in enumerate(values)}
         returned = set(dag.outputs)
         self.count = len(ops)
-        self.arguments = len(arguments)
         self.maker = np.array([where.get(v.node, -1) for v in values], dtype=np.int64)
         self.size = np.array([tensor_bytes(v.sig) for v in values], dtype=np.int64)
         self.returned = np.array([v in returned for v in values], dtype=bool)
@@ -240,9 +239,10 @@ def _lower_the_peak(
         across = np.nonzero((start < busiest) & (end > busiest))[0]
         candidates = []
         for k in across[np.argsort(-lives.size[across], kind="stable")]:
-            maker = int(lives.maker[k])
-            first = min((int(position[r]) for r in readers[maker]), default=lives.count)
-            if maker >= 0 and first > busiest:  # sinks to just before its results' first reader
+            maker = int(lives.maker[k])  # -1 for an argument: nothing to sink
+            readers_at = (int(position[r]) for r in readers[maker]) if maker >= 0 else ()
+            first = min(readers_at, default=lives.count)
+            if maker >= 0 and first > busiest:  # sinks to just before its first reader
                 candidates.append((maker, first - 1))
             last = int(end[k])
             reader = sequence[last]
