@@ -43,6 +43,16 @@ def depth_first(dag: Dag) -> tuple[Node, ...]:
     return tuple(dag.with_outputs(dag.outputs).ops)
 
 
+def depth_first_reversed(dag: Dag) -> tuple[Node, ...]:
+    """Depth-first from the outputs taken last to first. A training step returns its
+    new params in the forward's order, so the last layer's update comes first: the
+    backward runs a layer at a time from the top, each weight's gradient summed and
+    applied before the next layer's starts, and a weight's backward reads fall close
+    together (issue 32: rnn at 4x, swapping alone, 95.0 % of ideal against the
+    least-memory order's 52.3)."""
+    return tuple(dag.with_outputs(dag.outputs[::-1]).ops)
+
+
 class _Ready:
     """What a greedy list schedule over `dag`'s ops knows: each op's readers and
     makers, which values have readers left, the ready ops."""
@@ -209,7 +219,12 @@ def _positions(dag: Dag, order: Sequence[Node]) -> np.ndarray:
 def least_peak(dag: Dag, moves: int = LOWERING_MOVES) -> tuple[Node, ...]:
     """The least-peak order (module docstring): the lowest-peak start, lowered."""
     lives = _Lives(dag)
-    starts: list[Callable[[Dag], tuple[Node, ...]]] = [depth_first, least_memory, waiting_aware]
+    starts: list[Callable[[Dag], tuple[Node, ...]]] = [
+        depth_first,
+        depth_first_reversed,
+        least_memory,
+        waiting_aware,
+    ]
     orders = [start(dag) for start in starts]
     best = min(orders, key=lambda order: lives.profile(_positions(dag, order)).max(initial=0))
     return _lower_the_peak(dag, lives, best, moves)
@@ -278,8 +293,13 @@ def _height(profile: np.ndarray) -> tuple[int, int]:
 
 
 def seed_orders(dag: Dag) -> list[tuple[Node, ...]]:
-    """The step's own order, the depth-first, least-memory and least-peak ones,
-    distinct."""
-    return list(
-        dict.fromkeys((tuple(dag.ops), depth_first(dag), least_memory(dag), least_peak(dag)))
+    """The step's own order, the reversed depth-first, depth-first, least-memory and
+    least-peak ones, distinct."""
+    seeds = (
+        tuple(dag.ops),
+        depth_first_reversed(dag),
+        depth_first(dag),
+        least_memory(dag),
+        least_peak(dag),
     )
+    return list(dict.fromkeys(seeds))
