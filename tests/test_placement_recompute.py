@@ -25,12 +25,13 @@ from tasoc.ir import dag as dag_module
 from tasoc.ir.liveness import value_kinds
 from tasoc.ir.memory import RECOMPUTE_ATTR, replay, unplaced
 from tasoc.ir.parallel import unsharded
-from tasoc.ir.placement_plan import PlacementPlan, check_plan, write_placed
+from tasoc.ir.placement_plan import PlacementPlan, PlanError, check_plan, write_placed
 from tasoc.ir.program import entry_block, entry_function, verify_ir
 from tasoc.ir.training import training_signature
 from tasoc.models.registry import get_model
 from tasoc.passes.autodiff import AutodiffPass
 from tasoc.passes.placement import PlacementFailed, PlacementPass
+from tasoc.passes.placement import recompute as recompute_module
 from tasoc.passes.placement.device_view import device_view
 from tasoc.passes.placement.prefetch import WINDOWS, tuned_plan
 from tasoc.passes.placement.problem import PlacementProblem
@@ -328,3 +329,25 @@ def test_an_impure_op_marked_for_recomputation_is_refused(run: StrictRun, tmp_pa
     assert_one_line_error(
         run("run", path, "--check"), "memory.swap_out", "memory.recompute", "side effects"
     )
+
+
+def test_a_rule_whose_plan_the_check_refuses_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A recomputing plan the simulator's check refuses (PlanError) drops that rule
+    only: the others are still priced (the guard of `plan_recomputing`)."""
+    module = step(CNN)
+    capacity = int(peak(module) / 1.5)
+    problem = problem_of(module, capacity)
+    real = recompute_module.tuned_plan
+    calls: list[int] = []
+
+    def refusing_first(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        if len(calls) == 1:
+            raise PlanError("entry 0: add reads argument b, which has no device copy")
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(recompute_module, "tuned_plan", refusing_first)
+    rules = (Rule(1.0, several=True), Rule(1.0, several=True, depth=3))
+    found = recompute_module.plan_recomputing(problem, SwapSettings(capacity), rules)
+    assert len(calls) == 2
+    assert found is not None and found.rule == rules[1]
