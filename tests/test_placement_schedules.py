@@ -16,6 +16,7 @@ from tasoc.models.registry import get_model
 from tasoc.passes.autodiff import AutodiffPass
 from tasoc.passes.placement.schedules import (
     depth_first,
+    depth_first_reversed,
     held_peak,
     least_memory,
     least_peak,
@@ -47,7 +48,7 @@ def test_the_least_peak_order_holds_at_most_every_other_seed(module: ModuleOp) -
     only when the peak falls."""
     dag = dag_module.from_module(module, keep_order=True)
     lowest = held_peak(dag, least_peak(dag))
-    for other in (depth_first, least_memory, waiting_aware):
+    for other in (depth_first, depth_first_reversed, least_memory, waiting_aware):
         assert lowest <= held_peak(dag, other(dag))
 
 
