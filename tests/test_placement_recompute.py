@@ -7,6 +7,7 @@ bad input fails in one line."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,7 @@ from tasoc.passes.placement.device_view import device_view
 from tasoc.passes.placement.prefetch import WINDOWS, tuned_plan
 from tasoc.passes.placement.problem import PlacementProblem
 from tasoc.passes.placement.recompute import Rule, candidates, recomputable, saved_activations
+from tasoc.passes.placement.schedules import seed_orders
 from tasoc.passes.placement.swap_planner import (
     CapacityTooSmall,
     NoCopyLeft,
@@ -156,11 +158,14 @@ def test_the_pass_keeps_the_faster_of_recomputing_and_swapping() -> None:
     verify_ir(copy)
     assert "recompute" in section["fraction_of_ideal"]
     chosen = section["plan"]
-    assert chosen in ("belady", "recompute")
+    assert chosen in ("belady", "recompute", "seeds")
     seconds = section["simulated_seconds"]
-    assert seconds[f"{chosen}_seconds"] == min(
-        seconds["belady_seconds"], seconds["recompute_seconds"]
-    )
+    priced = [
+        seconds[f"{name}_seconds"]
+        for name in ("belady", "recompute", "seeds")
+        if f"{name}_seconds" in seconds
+    ]
+    assert seconds[f"{chosen}_seconds"] == min(priced)
     assert set(section["saved_bytes"]) == {"swapping", "recomputation"}
     assert equivalent(module, unplaced(copy)).ok
     _, without = placed(module, search="belady", capacity=capacity)
@@ -351,3 +356,23 @@ def test_a_rule_whose_plan_the_check_refuses_is_dropped(monkeypatch: pytest.Monk
     found = recompute_module.plan_recomputing(problem, SwapSettings(capacity), rules)
     assert len(calls) == 2
     assert found is not None and found.rule == rules[1]
+
+
+def test_the_pass_is_never_slower_than_a_seed_schedule_swapping_alone() -> None:
+    """With recompute=on the seed schedules are also planned by the tuned swap planner
+    without recomputation (`planning._recompute`: the GA plans them with one window),
+    so the plan kept is at least as fast as each of them, given the time (before, a
+    brnn step at 3x kept a plan 0.2 % slower than its best seed's)."""
+    module = get_model("brnn").build(layers=2, hidden=64, seq=6, batch=4)
+    AutodiffPass(loss="mse", optimizer="sgd", lr=0.01).apply(Context(), module)
+    capacity = peak(module) // 3
+    _, section = placed(
+        module, search="belady", capacity=capacity, recompute="on", timeout=600
+    )
+    kept = section["simulated_seconds"][f"{section['plan']}_seconds"]
+    problem = problem_of(module, capacity)
+    for order in seed_orders(problem.dag):
+        alone = tuned_plan(
+            replace(problem, dag=problem.dag.scheduled(order)), SwapSettings(capacity)
+        )
+        assert kept <= alone.simulated.seconds * (1 + 1e-9)
