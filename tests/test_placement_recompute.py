@@ -366,9 +366,7 @@ def test_the_pass_is_never_slower_than_a_seed_schedule_swapping_alone() -> None:
     module = get_model("brnn").build(layers=2, hidden=64, seq=6, batch=4)
     AutodiffPass(loss="mse", optimizer="sgd", lr=0.01).apply(Context(), module)
     capacity = peak(module) // 3
-    _, section = placed(
-        module, search="belady", capacity=capacity, recompute="on", timeout=600
-    )
+    _, section = placed(module, search="belady", capacity=capacity, recompute="on", timeout=600)
     kept = section["simulated_seconds"][f"{section['plan']}_seconds"]
     problem = problem_of(module, capacity)
     for order in seed_orders(problem.dag):
