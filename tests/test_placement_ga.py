@@ -129,7 +129,7 @@ def test_figure_4_6_crossover_repairs() -> None:
     assert monotone((0, 1, 0, 0)) == (0, 1, 1, 1)
     assert monotone((0, 0, 2, 3)) == (0, 0, 1, 2)
     assert regroup((0, 1, 1, 1), (8, 1, 4, 4)) == (8, 3)
-    genome = Genome((MB, 2 * MB, 3 * MB, 4 * MB), (), (), (), (), (), (1, 1, 1, 1), 12 * MB)
+    genome = Genome((MB, 2 * MB, 3 * MB, 4 * MB), (), (), (), (), (), (), (), (1, 1, 1, 1), 12 * MB)
     assert genome.fit((0, 1, 1, 1), (8, 3)) == Allocation((0, 1, 1, 1), (4, 2))
     assert genome.fit((0, 0, 0, 0), (4,)) == Allocation((0, 0, 0, 0), (3,))
 
@@ -186,7 +186,7 @@ def test_schedule_crossover_is_figure_4_5() -> None:
     """Five independent ops, CR = 3: a child takes SCH_2[:3] = [1, 2, 3], then ops 0 and
     4 in SCH_1's order; the other SCH_1[:3], then the rest in SCH_2's order."""
     seed = next(s for s in range(100) if random.Random(s).randrange(1, 5) == 3)
-    genome = Genome((4,), (), (), (), ((),) * 5, (0,) * 5, (1,), 4)
+    genome = Genome((4,), (), (), (), (), (), ((),) * 5, (0,) * 5, (1,), 4)
     first, second = (0, 1, 2, 3, 4), (1, 2, 3, 4, 0)
     assert genome.cross_schedules(first, second, random.Random(seed)) == (
         (1, 2, 3, 0, 4),

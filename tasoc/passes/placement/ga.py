@@ -46,7 +46,10 @@ repeats come from a cache), at the deadline, or when the best has not improved f
 `patience` generations (converged).
 
 The first population: each seed schedule — the step's own (what `search=belady`
-plans), the greedy least-memory order (`schedules.least_memory`, issue 32) and the
+plans), the greedy least-memory order (`schedules.least_memory`, issue 32), the
+least-peak order (`schedules.least_peak`: the fewest bytes at the busiest op), the
+depth-first order from the outputs last to first (`schedules.depth_first_reversed`:
+a training step's backward a layer at a time from the top) and the
 light graph's depth-first order (`Genome.depth_first`: each output's
 computation in turn, a value made just before its first reader) — with the one-class
 allocation that fits (every tensor in an object of the largest size) and with the
@@ -94,7 +97,12 @@ from tasoc.ir.dag import Value
 from tasoc.ir.memory import Pool, tensor_bytes
 from tasoc.ir.placement_plan import PlacementPlan, check_plan
 from tasoc.passes.placement.problem import NoPlanFound, PlacementProblem, SearchLimits
-from tasoc.passes.placement.schedules import depth_first, least_memory
+from tasoc.passes.placement.schedules import (
+    depth_first,
+    depth_first_reversed,
+    least_memory,
+    least_peak,
+)
 from tasoc.passes.placement.swap_planner import CapacityTooSmall, SwapSettings, plan_swaps
 from tasoc.passes.search import Deadline, SearchOutcome, StopReason
 
@@ -202,6 +210,11 @@ class Genome:
     to right), a seed schedule."""
     least_memory: tuple[int, ...]
     """The greedy least-memory order (`schedules.least_memory`), a seed schedule."""
+    least_peak: tuple[int, ...]
+    """The least-peak order (`schedules.least_peak`), a seed schedule."""
+    depth_first_reversed: tuple[int, ...]
+    """Depth-first from the outputs last to first (`schedules.depth_first_reversed`),
+    a seed schedule."""
     successors: tuple[tuple[int, ...], ...]
     """Per op (a position in the step's schedule), the ops that read its results."""
     producers: tuple[int, ...]
@@ -247,6 +260,8 @@ class Genome:
             tuple(sorted(needs)),
             tuple(where[node] for node in depth_first(dag)),
             tuple(where[node] for node in least_memory(dag)),
+            tuple(where[node] for node in least_peak(dag)),
+            tuple(where[node] for node in depth_first_reversed(dag)),
             tuple(tuple(sorted(s)) for s in successors),
             tuple(producers),
             _live_by_size(problem, size_of, len(sizes)),
@@ -261,14 +276,27 @@ class Genome:
     @property
     def seeds(self) -> list[tuple[int, ...]]:
         """The schedules the first population starts from: the step's own, then the
-        depth-first and least-memory ones where they differ."""
-        return list(dict.fromkeys((self.default, self.depth_first, self.least_memory)))
+        reversed depth-first, depth-first, least-memory and least-peak ones where they
+        differ."""
+        seeds = (
+            self.default,
+            self.depth_first_reversed,
+            self.depth_first,
+            self.least_memory,
+            self.least_peak,
+        )
+        return list(dict.fromkeys(seeds))
 
     def describe(self, schedule: Sequence[int]) -> str:
         """Which schedule this is, for the report."""
         if tuple(schedule) == self.default:
             return "the step's own"
-        names = {self.depth_first: "depth-first", self.least_memory: "least-memory"}
+        names = {
+            self.least_peak: "least-peak",
+            self.depth_first_reversed: "reversed depth-first",
+            self.least_memory: "least-memory",
+            self.depth_first: "depth-first",
+        }
         return names.get(tuple(schedule), "searched")
 
     def fit(self, classes: Sequence[int], counts: Sequence[int]) -> Allocation | None:

@@ -12,7 +12,9 @@ simulated iteration, beside the step's peak without placement (`memory_figure`).
 its plan is kept only when it is faster than belady's — a search never makes the step
 slower than the planner it starts from (the report says when belady's plan was kept).
 With `recompute`, the swap planner's plans that recompute saved activations instead
-of swapping some of them (`recompute.py`) are priced too, as `recompute`, and the
+of swapping some of them (`recompute.py`) are priced too, as `recompute` (and each
+seed schedule's plan without recomputation, as `seeds`: the GA plans seeds with one
+window, the tuned planner per tensor), and the
 fastest of those and the search's plan is the plan (`PlanningOutcome.chosen` names it).
 The pass's `timeout` bounds all of it (`deadline`): past it, the prefetch tuning,
 the search and the recomputation pricing stop and keep the fastest plan so far (scans
@@ -37,12 +39,13 @@ from tasoc.ir.placement_plan import PlacementPlan
 from tasoc.ir.training import TrainingSignature
 from tasoc.passes.figures import MemoryFigure, MemorySeries
 from tasoc.passes.placement.bound import LowerBound, lower_bound
-from tasoc.passes.placement.prefetch import tuned_plan
+from tasoc.passes.placement.prefetch import Tuned, tuned_plan
 from tasoc.passes.placement.problem import NoPlanFound, PlacementProblem, Searcher, SearchLimits
 from tasoc.passes.placement.recompute import Recomputed, plan_recomputing
 from tasoc.passes.placement.schedules import seed_orders
 from tasoc.passes.placement.swap_planner import (
     CapacityTooSmall,
+    OutOfTime,
     Policy,
     SwapSettings,
     plan_swaps,
@@ -232,21 +235,29 @@ def _recompute(
     """Price the recomputing plans into `outcome` (`recompute.py`): on the schedule of
     the plan so far (a searched one, the GA's, may order the ops otherwise) at each
     rule, then on each seed schedule (`schedules.seed_orders`) by the rule that won,
-    as far as `deadline` allows; the fastest becomes the plan when it beats the
-    search's."""
+    and each seed schedule's plan without recomputation (the tuned swap planner alone:
+    the GA plans seeds with one window), as far as `deadline` allows; the fastest
+    recomputing plan becomes the plan when it beats the search's, and the fastest seed
+    plan without recomputation (`seeds`) when it beats both."""
     start = time.perf_counter()
     settings = settings_for("belady", problem.capacity)
     scheduled = problem.dag.scheduled(outcome.plan.order)
     found = plan_recomputing(replace(problem, dag=scheduled), settings, deadline=deadline)
+    alone: Tuned | None = None
     for order in seed_orders(problem.dag) if found is not None else ():
         if deadline is not None and deadline.expired():
             break
-        if order == tuple(scheduled.ops):
-            continue
         reordered = replace(problem, dag=problem.dag.scheduled(order))
-        other = plan_recomputing(reordered, settings, (found.rule,), deadline)
-        if other is not None and other.simulated.seconds < found.simulated.seconds:
-            found = other
+        if order != tuple(scheduled.ops):
+            other = plan_recomputing(reordered, settings, (found.rule,), deadline)
+            if other is not None and other.simulated.seconds < found.simulated.seconds:
+                found = other
+        own = order == tuple(problem.dag.ops)  # belady's plan already
+        plain = None if own else _swapping_alone(reordered, settings, deadline)
+        if plain is not None and (
+            alone is None or plain.simulated.seconds < alone.simulated.seconds
+        ):
+            alone = plain
     outcome.planner_seconds["recompute"] = time.perf_counter() - start
     timed_out = deadline is not None and deadline.expired()
     if found is None:
@@ -271,6 +282,25 @@ def _recompute(
             f"({found.simulated.seconds:.6g} s against "
             f"{outcome.simulated[outcome.search].seconds:.6g} s simulated): that one is kept"
         )
+    if alone is not None:
+        outcome.simulated["seeds"] = alone.simulated
+        if alone.simulated.seconds < outcome.simulated[outcome.plan_name].seconds:
+            outcome.plan, outcome.chosen = alone.plan, "seeds"
+            outcome.notes.append(
+                "recompute: a seed schedule planned by the tuned swap planner alone was "
+                "the fastest plan: that one is kept"
+            )
+
+
+def _swapping_alone(
+    problem: PlacementProblem, settings: SwapSettings, deadline: Deadline | None
+) -> Tuned | None:
+    """The tuned swap planner's plan of `problem`'s schedule without recomputation;
+    None when it does not fit or the deadline passes first."""
+    try:
+        return tuned_plan(problem, settings, deadline, False)
+    except (CapacityTooSmall, OutOfTime):
+        return None
 
 
 def _run_search(
