@@ -30,7 +30,7 @@ from tasoc.ir.dag import Value
 from tasoc.ir.graph import OPS_BY_NAME
 from tasoc.ir.liveness import value_kinds
 from tasoc.ir.memory import tensor_bytes
-from tasoc.ir.placement_plan import PlacementPlan, PlanError
+from tasoc.ir.placement_plan import PlacementPlan
 from tasoc.passes.placement.prefetch import tuned_plan
 from tasoc.passes.placement.problem import PlacementProblem
 from tasoc.passes.placement.swap_planner import (
@@ -146,10 +146,6 @@ def plan_recomputing(
             tried_settings = replace(settings, recompute=chosen, recompute_depth=rule.depth)
             found = tuned_plan(problem, tried_settings, deadline, False)
         except (CapacityTooSmall, NoCopyLeft):  # no room for a chain, or no copy left
-            continue
-        except PlanError:  # a plan the simulator's check refuses: that rule is dropped
-            # (a guard: on brnn at 4x, one schedule the GA found gave a recomputing plan
-            # that reads a param with no device copy, issue 32's fourth round; unfixed)
             continue
         except OutOfTime:
             break

@@ -24,8 +24,11 @@ planner chooses the tensor from the same size-class"). Both are one rule over
 - A missing input is swapped in as early as memory allows (`prefetch`): the planner
   looks back up to `lookback` ops for the earliest point from which the replay's held
   bytes (objects of its class) plus the tensor stay within the capacity (the class's
-  count), and never before the tensor's last eviction (a tensor may have its own
-  `lookback`: `SwapSettings.lookbacks`). Without prefetching (LRU),
+  count), and never before the tensor's previous device copy is released: evicted,
+  or dead after what was its last reader until an op run again read it later (an
+  argument's copy is released there explicitly, so a swap-in placed before would be
+  released with it and the op run again would find no device copy). A tensor may
+  have its own `lookback` (`SwapSettings.lookbacks`). Without prefetching (LRU),
   right before the op.
 
 Recomputation (beyond SwapAdvisor; Checkmate's choice of keep, swap or recompute per
@@ -254,7 +257,8 @@ class SwapScan:
     last_read: dict[Value, int] = field(default_factory=dict)
     """The last op that read the current device copy."""
     gone_since: dict[Value, int] = field(default_factory=dict)
-    """The first op position after each evicted tensor's device copy was released."""
+    """The first op position after each tensor's device copy was released (evicted or
+    dead), where a swap-in bringing it back may start at the earliest."""
     dropped: set[Value] = field(default_factory=set)
     """Evicted values released without a host copy, recomputed where next read."""
 
@@ -601,6 +605,9 @@ class SwapScan:
                 continue
             if value.node.is_arg:
                 self.slots.after[i].append(Release(value))
+            # an op run again may read it later (`_may_drop`): its swap-in starts after
+            # this release, which would otherwise end the copy it brings (an argument's)
+            self.gone_since[value] = i + 1
             self._unhold(value)
             self.made_at.pop(value)
         for value in results:  # made and never read
