@@ -786,8 +786,20 @@ were measured, with the spread of the links' rounds (`calibration.fit_rounds`)."
 def calibration_lines(base: Machine) -> list[str]:
     """What `base`'s calibration measured and how much its rounds varied, for the
     reader of a run to judge whether the calibration, not the model, decides it: the
-    machine's link and compute sources, and its compute scales (none on a preset)."""
+    machine's link and compute sources, its links' per-kind collective prices (as the
+    machine holds them, which a hand-edited file may have changed since calibration),
+    and its compute scales (none on a preset)."""
     lines = [f"# {source}" for source in base.sources if source.startswith(CALIBRATED)]
+    links = (("intra", base.intra), ("inter", base.inter))
+    lines += [
+        f"# {name} per collective kind: "
+        + "; ".join(
+            f"{kind} {price.bandwidth / 1e9:.3g} GB/s, {price.latency_s * 1e6:.3g} us"
+            for kind, price in link.collectives
+        )
+        for name, link in links
+        if link is not None and link.collectives
+    ]
     scales = ", ".join(f"{setup} x{scale:.3g}" for setup, scale in base.compute_scales)
     return [*lines, f"# compute scales: {scales or 'none'}"]
 

@@ -26,6 +26,7 @@ from tasoc.cost.calibration import CollectiveSample, fit_collectives, fit_host
 from tasoc.cost.devices import CPU, OP_CLASSES
 from tasoc.cost.machines import (
     COLLECTIVE_KINDS,
+    CollectivePrice,
     Link,
     Machine,
     MachineError,
@@ -428,6 +429,18 @@ def test_machine_local_needs_a_calibration(
     assert machine("local") == _local_like()
 
 
+def test_a_malformed_collective_price_is_one_line(
+    tmp_path: Path, tasoc: Callable[..., Result]
+) -> None:
+    data = machine_to_dict(_local_like())
+    data["links"]["intra"]["collectives"] = {"all_reduce": {"bandwidth_bytes": "fast"}}
+    (tmp_path / "m.json").write_text(json.dumps(data))
+    program = tmp_path / "tiny.mlir"
+    program.write_text(TINY)
+    result = tasoc("opt", program, "-p", f'soap-shard{{machine="{tmp_path / "m.json"}" mesh=2}}')
+    assert_one_line_error(result, "missing key 'latency_us' in links.intra.collectives.all_reduce")
+
+
 def test_fits_recover_the_links_they_were_made_from() -> None:
     truth = Link("shared-memory", 8e9, 60e-6)
     model = Machine("m", CPU, 1, 4, truth, None, truth)
@@ -450,7 +463,15 @@ def test_a_chain_has_as_many_collectives_as_asked() -> None:
     mesh = jax.sharding.Mesh(devices, ("d",))
     spec = jax.sharding.PartitionSpec("d")
     x = jax.numpy.ones((8,), jax.numpy.float32)
-    for kind, op in (("all_reduce", "all-reduce("), ("all_gather", "all-gather(")):
+    hlo = {
+        "all_reduce": "all-reduce(",
+        "all_gather": "all-gather(",
+        "reduce_scatter": "reduce-scatter(",
+        "all_to_all": "all-to-all(",
+        "replicate": "collective-permute(",
+    }
+    assert set(hlo) == set(calibration.COLLECTIVES)  # every kind the simulator prices
+    for kind, op in hlo.items():
         for collectives in (1, 3):
             body = calibration.chain_program(kind, collectives, 3)
             program = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=spec))
@@ -534,6 +555,44 @@ def test_a_link_is_fitted_to_the_rounds_median_and_their_spread_is_kept() -> Non
     assert spread.bandwidth_quartiles[0] < 3e9 < 4e9 < spread.bandwidth_quartiles[1]
 
 
+def test_each_kind_is_fitted_alone_to_its_fastest_round() -> None:
+    """Gloo's all-reduces cost more than its all-gathers (issue 30): each kind's price
+    is its own measurements' fit, each measurement the fastest of the rounds (load only
+    adds time), while the link's own figures still follow all-reduces and all-gathers'
+    medians, the other kinds left out."""
+    truths = {
+        "all_reduce": CollectivePrice(0.6e9, 900e-6),
+        "all_gather": CollectivePrice(2.0e9, 300e-6),
+        "reduce_scatter": CollectivePrice(1.0e9, 500e-6),
+        "all_to_all": CollectivePrice(1.5e9, 400e-6),
+        "replicate": CollectivePrice(3.0e9, 200e-6),
+    }
+    priced = Link("loopback", 1e9, 1e-4, collectives=tuple((k, v) for k, v in truths.items()))
+    model = Machine("m", CPU, 2, 1, priced, priced, priced)
+
+    def measured(load: float) -> list[CollectiveSample]:
+        return [
+            CollectiveSample(kind, n, 2, load * model.collective_time(kind, n, [0, 1]))
+            for n in (4096, 2**18, 2**22)
+            for kind in calibration.COLLECTIVES
+        ]
+
+    rounds = [measured(2.5), measured(1.0), measured(1.8), measured(3.0)]  # one quiet
+    prices = dict(calibration.fit_kinds("loopback", rounds, True, CPU))
+    assert set(prices) == set(truths)
+    for kind, truth in truths.items():
+        assert prices[kind].bandwidth == pytest.approx(truth.bandwidth, rel=0.05), kind
+        assert prices[kind].latency_s == pytest.approx(truth.latency_s, rel=0.05), kind
+    link = calibration.fit_rounds("loopback", rounds, True, CPU).link
+    alone = calibration.fit_rounds(
+        "loopback",
+        [[s for s in found if s.kind in ("all_reduce", "all_gather")] for found in rounds],
+        True,
+        CPU,
+    ).link
+    assert (link.bandwidth, link.latency_s) == (alone.bandwidth, alone.latency_s)
+
+
 def test_the_probe_is_a_training_step_timed_in_rounds_between_barriers() -> None:
     dag = calibration.probe_dag(8, 16)
     ops = [node.op for node in dag.ops]
@@ -576,6 +635,8 @@ def test_calibrate_writes_a_machine_soap_shard_accepts(
     assert any("calibrated by 'tasoc machine calibrate --quick'" in s for s in calibrated.sources)
     assert calibrated.compute_scales == ()  # one process: the op table's own setup
     assert any("bandwidth IQR" in s for s in calibrated.sources if s.startswith("intra: "))
+    assert {kind for kind, _ in calibrated.intra.collectives} == set(calibration.COLLECTIVES)
+    assert any(s.startswith("intra per collective kind") for s in calibrated.sources)
     program = tmp_path / "tiny.mlir"
     program.write_text(TINY)
     shard = f'autodiff{{optimizer=sgd}},soap-shard{{machine="{out}" mesh=2 search=data-parallel}}'
@@ -595,6 +656,7 @@ def test_calibrate_measures_the_link_between_processes(
     assert calibrated.inter is not None and calibrated.inter.kind == "loopback"
     inter = next(s for s in calibrated.sources if s.startswith("inter: "))
     assert "2 round(s) fitted alone: bandwidth IQR" in inter
+    assert {kind for kind, _ in calibrated.inter.collectives} == set(calibration.COLLECTIVES)
     scales = dict(calibrated.compute_scales)  # the workers' probes over one process's
     assert set(scales) == {"2x1", *(f"2x1-{name}" for name in OP_CLASSES)}
     assert 0 < scales["2x1"] < 100  # a class probe op at --quick sizes may be noise

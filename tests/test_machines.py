@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +18,13 @@ from tasoc.cost.machines import (
     PRESETS,
     SHARED_MEMORY,
     CollectiveKind,
+    CollectivePrice,
     Link,
     Machine,
     MachineError,
     machine,
     machine_to_dict,
+    machine_to_toml,
 )
 
 MOVING_KINDS: list[CollectiveKind] = [kind for kind in COLLECTIVE_KINDS if kind != "all_slice"]
@@ -268,6 +271,32 @@ BAD_FILES = [
         {"tensor": 0.5},
         "unknown key 'tensor' in device.efficiency (expected gemm, conv, elementwise,",
     ),
+    (
+        ("links", "inter", "collectives"),
+        {"all_reduce": {"bandwidth_gbps": 8}},
+        "missing key 'latency_us' in links.inter.collectives.all_reduce",
+    ),
+    (
+        ("links", "inter", "collectives"),
+        {"all_slice": {"bandwidth_gbps": 8, "latency_us": 1}},
+        "unknown key 'all_slice' in links.inter.collectives (expected all_gather, all_reduce,",
+    ),
+    (
+        ("links", "intra", "collectives"),
+        {"all_gather": {"bandwidth_gbps": 0, "latency_us": 1}},
+        "links.intra.collectives.all_gather.bandwidth_gbps must be positive, got 0",
+    ),
+    (
+        ("links", "intra", "collectives"),
+        {"all_to_all": {"bandwidth_gbps": 8, "latency_us": 1, "bandwidth_bytes": 1e9}},
+        "links.intra.collectives.all_to_all needs exactly one of bandwidth_gbps,",
+    ),
+    (
+        ("links", "intra", "collectives"),
+        {"all_to_all": 3},
+        "links.intra.collectives.all_to_all must be a table, got 3",
+    ),
+    (("links", "intra", "collectives"), [1], "links.intra.collectives must be a table, got [1]"),
 ]
 
 
@@ -396,6 +425,55 @@ def test_the_other_collectives_by_hand() -> None:
     assert node.collective_time("replicate", n, [0, 5]) == pytest.approx(n / b + a)
     # six devices: the tree takes ceil(log2 6) = 3 steps
     assert node.collective_time("all_reduce", 1, range(6)) == pytest.approx(3 * (a + 1 / b))
+
+
+def test_a_kind_priced_alone_moves_only_that_kind(tmp_path: Path) -> None:
+    """A link's per-kind price (`Link.collectives`) replaces its bandwidth and latency
+    in the same formulas for that kind only; a file without one prices as before, and
+    one with it round-trips through TOML."""
+    base = PRESETS["p100-cluster"]
+    inter = network(base)
+    price = CollectivePrice(inter.bandwidth / 2, 3 * inter.latency_s)
+    priced = replace(base, inter=replace(inter, collectives=(("all_reduce", price),)))
+    group, n = [0, base.devices_per_node], 1 << 20  # two nodes, one device each
+    a, b = price.latency_s, price.bandwidth
+    assert priced.collective_time("all_reduce", n, group) == pytest.approx(
+        min(2 * (a + n / 2 / b), a + n / b)
+    )
+    assert priced.collective_time("all_reduce", n, group) > base.collective_time(
+        "all_reduce", n, group
+    )
+    for kind in MOVING_KINDS:
+        if kind != "all_reduce":
+            assert priced.collective_time(kind, n, group) == base.collective_time(kind, n, group)
+    inside = list(range(base.devices_per_node))  # intra carries no prices of its own
+    assert priced.collective_time("all_reduce", n, inside) == base.collective_time(
+        "all_reduce", n, inside
+    )
+    file = tmp_path / "priced.toml"
+    file.write_text(machine_to_toml(priced))
+    assert "[links.inter.collectives.all_reduce]" in file.read_text()
+    assert machine(str(file)) == priced
+
+
+def test_an_all_to_all_exchange_uses_its_own_bandwidth() -> None:
+    base = PRESETS["h100-node"]
+    price = CollectivePrice(base.intra.bandwidth / 4, base.intra.latency_s)
+    priced = replace(base, intra=replace(base.intra, collectives=(("all_to_all", price),)))
+    a, b, n = price.latency_s, price.bandwidth, 1 << 26
+    assert priced.collective_time("all_to_all", n, range(8)) == pytest.approx(
+        min(7 * a + 7 / 8 * n / b, 3 * (a + n / 2 / b))
+    )
+    assert priced.collective_time("all_to_all", n, range(8)) > 3 * base.collective_time(
+        "all_to_all", n, range(8)
+    )
+
+
+def test_a_bad_collective_price_is_refused() -> None:
+    with pytest.raises(MachineError, match="positive bandwidth and a non-negative latency"):
+        CollectivePrice(0.0, 1e-6)
+    with pytest.raises(MachineError, match="a collective's price is one of all_gather,"):
+        Link("pcie", 1e9, 1e-6, collectives=(("all_slice", CollectivePrice(1e9, 0.0)),))
 
 
 def test_a_ring_across_nodes_runs_at_the_network_of_its_devices() -> None:

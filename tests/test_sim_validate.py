@@ -16,7 +16,7 @@ from types import ModuleType
 import pytest
 from conftest import load_benchmark
 
-from tasoc.cost.machines import machine
+from tasoc.cost.machines import CollectivePrice, machine
 
 TINY = {
     "feature_width": 16,
@@ -120,6 +120,13 @@ def test_a_run_shows_its_calibrations_spread_and_scales(bench: ModuleType) -> No
         "# compute scales: 2x1 x1.4",
     ]
     assert bench.calibration_lines(machine("cpu-2")) == ["# compute scales: none"]
+    by_kind = dataclasses.replace(
+        calibrated.intra, collectives=(("all_reduce", CollectivePrice(2e9, 30e-6)),)
+    )
+    assert bench.calibration_lines(dataclasses.replace(calibrated, intra=by_kind))[-2:] == [
+        "# intra per collective kind: all_reduce 2 GB/s, 30 us",
+        "# compute scales: 2x1 x1.4",
+    ]
 
 
 def test_a_measured_machine_without_a_compute_scale_is_noted(bench: ModuleType) -> None:

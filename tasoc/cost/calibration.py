@@ -8,15 +8,18 @@ program without the thing measured, so JAX's dispatch of a call is not counted:
   sum over a large array (memory bandwidth), a chain of tiny dot+tanh kernels in one
   program against a chain of one (what one more kernel costs), and the host's memory
   shared by the devices on it;
-- **links**: `all_reduce` (`psum`) and `all_gather` under `shard_map` over the devices
-  at several sizes, as chains of dependent collectives (what one more collective
-  adds, `collective_samples`), since a step's collectives wait on each other, in
-  several rounds spread over the calibration, every size and kind in each; the link's
-  latency and bandwidth are fitted to the median over the rounds of each measurement,
-  so that `Machine.collective_time` (the model the simulator prices with) best
-  predicts them (`fit_link`, least squares of log ratios), and each round's own fit
-  gives the spread (`fit_rounds`: one calibration's 4 MiB all-reduces once fitted
-  2.5 GB/s, the next 6.9);
+- **links**: every collective kind the simulator prices (`all_reduce`, `all_gather`,
+  `reduce_scatter`, `all_to_all`, and `replicate` as a collective-permute) under
+  `shard_map` over the devices at several sizes, as chains of dependent collectives
+  (what one more collective adds, `collective_samples`), since a step's collectives
+  wait on each other, in several rounds spread over the calibration, every size and
+  kind in each; the link's latency and bandwidth are fitted to the median over the
+  rounds of each all-reduce and all-gather measurement, so that
+  `Machine.collective_time` (the model the simulator prices with) best predicts them
+  (`fit_link`, least squares of log ratios), and each round's own fit gives the
+  spread (`fit_rounds`: one calibration's 4 MiB all-reduces once fitted 2.5 GB/s, the
+  next 6.9); each kind's own price is fitted to its measurements alone, each the
+  fastest of the rounds (`fit_kinds`, `Link.collectives`);
 - **compute across processes**: a probe training step (`probe_dag`) and one op of
   each op class (`class_probes`) timed the way the op table times an op, by every
   device of a setup at once: in P processes of one device against one process of P
@@ -48,7 +51,9 @@ from tasoc.cost.devices import Device, OpClass
 from tasoc.cost.machines import (
     MAX_DEVICE_MEMORY,
     MIN_DEVICE_MEMORY,
+    PRICED_KINDS,
     CollectiveKind,
+    CollectivePrice,
     Link,
     LinkKind,
     Machine,
@@ -210,7 +215,7 @@ def measure_device(sizes: Sizes, devices_on_host: int, name: str = "local-cpu") 
 def collective_samples(
     devices: Sequence[Any], sizes: Sequence[int], samples: int, chain: int, rounds: int = 1
 ) -> list[list[CollectiveSample]]:
-    """`rounds` rounds of `all_reduce` and `all_gather` over `devices` (one axis,
+    """`rounds` rounds of each collective of `COLLECTIVES` over `devices` (one axis,
     `shard_map`) of each size of operand per device, as a step pays for them: a chain
     of `chain` dependent collectives against a chain of one, each program `chain`
     element-wise steps long, per extra collective (`chain_program`, the median over
@@ -236,7 +241,7 @@ def collective_samples(
     count = len(devices)
     programs = []
     for nbytes in sizes:
-        length = max(nbytes // 4, 1)
+        length = max(nbytes // 4 // count, 1) * count  # reduce_scatter, all_to_all split it
         data = np.ones((count * length,), np.float32)
         x = jax.make_array_from_callback(
             data.shape, NamedSharding(mesh, spec), lambda index, d=data: d[index]
@@ -258,20 +263,35 @@ def collective_samples(
     ]
 
 
-COLLECTIVES: tuple[CollectiveKind, ...] = ("all_reduce", "all_gather")
-"""The collectives calibration measures (those a sharded step mostly makes)."""
+COLLECTIVES: tuple[CollectiveKind, ...] = PRICED_KINDS
+"""The collectives calibration measures: every kind the simulator prices
+(`Machine.collective_time`), so that each can be fitted alone (`fit_kinds`); `replicate`
+is timed as XLA's collective-permute of the block to the next device."""
+LINK_KINDS_FITTED: tuple[CollectiveKind, ...] = ("all_reduce", "all_gather")
+"""The collectives the link's own latency and bandwidth are fitted to (`fit_rounds`),
+as before kinds were priced alone: those a sharded step mostly makes, so a machine
+file read without its per-kind prices prices as it did."""
 
 
 def chain_program(kind: CollectiveKind, collectives: int, steps: int) -> Callable[[Any], Any]:
     """A `shard_map` body of `steps` element-wise steps on a block, the first
     `collectives` of them after a collective `kind` over axis "d" on its input, so each
     collective waits for the one before; a block in, a block out (an `all_gather`'s
-    result sliced back to the block)."""
+    result sliced back to the block, a `reduce_scatter`'s tiled back to it; the block's
+    length a multiple of the devices)."""
     import jax
+    import jax.numpy as jnp
 
     def collective(block: Any) -> Any:
+        count = jax.lax.axis_size("d")
         if kind == "all_reduce":
             return jax.lax.psum(block, "d")
+        if kind == "reduce_scatter":
+            return jnp.tile(jax.lax.psum_scatter(block, "d", tiled=True), count)
+        if kind == "all_to_all":
+            return jax.lax.all_to_all(block, "d", 0, 0, tiled=True)
+        if kind == "replicate":
+            return jax.lax.ppermute(block, "d", [(i, (i + 1) % count) for i in range(count)])
         return jax.lax.all_gather(block, "d", tiled=True)[: block.shape[0]]
 
     def body(block: Any) -> Any:
@@ -521,8 +541,9 @@ def fit_rounds(
     device: Device,
 ) -> LinkFit:
     """The link fitted (`fit_collectives`) to each measurement's median over `rounds`
-    (rounds of the same measurements, `collective_samples`), with the quartiles of the
-    links fitted to each round alone."""
+    (rounds of the same measurements, `collective_samples`) of the kinds
+    `LINK_KINDS_FITTED`, with the quartiles of the links fitted to each round alone."""
+    rounds = [[s for s in found if s.kind in LINK_KINDS_FITTED] for found in rounds]
     medians = [
         dataclasses.replace(same[0], seconds=statistics.median(s.seconds for s in same))
         for same in zip(*rounds, strict=True)
@@ -538,6 +559,30 @@ def fit_rounds(
         quartiles([link.bandwidth for link in alone]),
         quartiles([link.latency_s for link in alone]),
         len(rounds),
+    )
+
+
+def fit_kinds(
+    kind: LinkKind,
+    rounds: Sequence[Sequence[CollectiveSample]],
+    across_nodes: bool,
+    device: Device,
+) -> tuple[tuple[CollectiveKind, CollectivePrice], ...]:
+    """Each collective kind's own price on the link (`Link.collectives`): the latency
+    and bandwidth `fit_collectives` finds for that kind's measurements alone, each
+    measurement the fastest over `rounds`. Load only adds time, so the fastest round
+    of a measurement is the one it touched least, as the op table takes each side's
+    fastest sample (`op_table.fastest_difference`); the link's own figures
+    (`fit_rounds`) keep the median over rounds, their spread cited."""
+    fastest = [
+        dataclasses.replace(same[0], seconds=min(s.seconds for s in same))
+        for same in zip(*rounds, strict=True)
+    ]
+    return tuple(
+        (collective, CollectivePrice(fitted.bandwidth, fitted.latency_s))
+        for collective in PRICED_KINDS
+        if (found := [s for s in fastest if s.kind == collective])
+        for fitted in [fit_collectives(kind, found, across_nodes, device)]
     )
 
 

@@ -54,6 +54,9 @@ from tasoc.ir.limits import format_bytes
 
 CollectiveKind = soap.CollectiveKind
 COLLECTIVE_KINDS: tuple[CollectiveKind, ...] = get_args(CollectiveKind)
+PRICED_KINDS: tuple[CollectiveKind, ...] = tuple(k for k in COLLECTIVE_KINDS if k != "all_slice")
+"""The collectives that move bytes, so a link can price each (`Link.collectives`):
+every kind but `all_slice`, which each device does alone."""
 
 LinkKind = Literal["nvlink", "pcie", "infiniband", "ethernet", "host", "shared-memory", "loopback"]
 LINK_KINDS: tuple[LinkKind, ...] = get_args(LinkKind)
@@ -76,17 +79,41 @@ class MachineError(ValueError):
 
 
 @dataclass(frozen=True)
+class CollectivePrice:
+    """What one collective kind delivers over a link, where it differs from the link's
+    own figures: `bandwidth` in bytes/s and `latency_s` per step, read by
+    `Machine.collective_time` in the same formulas. One library's collectives are
+    not one link: on our VM, gloo's all-reduces between two processes cost ~1.7x what
+    a link fitted to all-reduces and all-gathers together prices, its all-gathers less
+    (issue 30, docs/benchmarks.md, "Round 4"), so calibration fits each kind alone."""
+
+    bandwidth: float
+    latency_s: float
+
+    def __post_init__(self) -> None:
+        if not 0 < self.bandwidth < math.inf or not 0 <= self.latency_s < math.inf:
+            raise MachineError(
+                "a collective's price needs a positive bandwidth and a non-negative "
+                f"latency, got {self.bandwidth!r} B/s and {self.latency_s!r} s"
+            )
+
+
+@dataclass(frozen=True)
 class Link:
     """One kind of connection: `bandwidth` in bytes/s one direction, `latency_s` the
     fixed cost of one transfer (or one step of a collective) over it, and
     `duplex_bandwidth` what both directions carry together when that is less than twice
     `bandwidth` (a PCIe link measured at 12 GB/s one way and 20 GB/s both ways), None
-    when each direction runs at `bandwidth` whatever the other does."""
+    when each direction runs at `bandwidth` whatever the other does. `collectives`
+    prices some collective kinds on figures of their own (`CollectivePrice`,
+    `for_collective`); a kind not listed, and every kind of a link without them (the
+    presets', older machine files'), is priced on `bandwidth` and `latency_s`."""
 
     kind: LinkKind
     bandwidth: float
     latency_s: float
     duplex_bandwidth: float | None = None
+    collectives: tuple[tuple[CollectiveKind, CollectivePrice], ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in LINK_KINDS:
@@ -99,12 +126,27 @@ class Link:
             raise MachineError(
                 f"{self.kind} link: latency must be non-negative, got {self.latency_s}"
             )
+        for collective, price in self.collectives:
+            if collective not in PRICED_KINDS or not isinstance(price, CollectivePrice):
+                raise MachineError(
+                    f"{self.kind} link: a collective's price is one of "
+                    f"{', '.join(PRICED_KINDS)} and a CollectivePrice, got "
+                    f"{collective!r} = {price!r}"
+                )
         duplex = self.duplex_bandwidth
         if duplex is not None and not self.bandwidth <= duplex <= 2 * self.bandwidth:
             raise MachineError(
                 f"{self.kind} link: duplex bandwidth must be between the bandwidth and "
                 f"twice it, got {duplex} for {self.bandwidth}"
             )
+
+    def for_collective(self, kind: CollectiveKind) -> Link:
+        """This link as collective `kind` sees it: its `CollectivePrice`'s bandwidth and
+        latency where it has one, else the link itself."""
+        price = dict(self.collectives).get(kind)
+        if price is None:
+            return self
+        return Link(self.kind, price.bandwidth, price.latency_s, self.duplex_bandwidth)
 
     def time(self, nbytes: float) -> float:
         """Seconds to send `nbytes` over this link (FlexFlow A2: size / bandwidth, plus
@@ -308,7 +350,9 @@ class Machine:
 
         `all_slice` moves nothing (0); `replicate` is one copy of n bytes over the
         slowest link between the devices of `group` (pass the union of both groups).
-        One device, or no bytes, costs 0.
+        One device, or no bytes, costs 0. Each link is taken as `kind` sees it
+        (`Link.for_collective`): a calibrated link may price each kind on its own
+        bandwidth and latency, the same formulas otherwise.
         """
         if kind not in COLLECTIVE_KINDS:
             raise MachineError(
@@ -319,7 +363,9 @@ class Machine:
         p = sum(per_node.values())
         if kind == "all_slice" or p == 1 or nbytes == 0:
             return 0.0
-        used = self._links_used(per_node)
+        used = [
+            (link.for_collective(kind), channels) for link, channels in self._links_used(per_node)
+        ]
         latency = max(link.latency_s for link, _ in used)
         bandwidth = min(link.bandwidth for link, _ in used)
         if kind == "replicate":
@@ -336,7 +382,7 @@ class Machine:
             ring = 2 * (p - 1) * (latency + nbytes / p / ring_bandwidth)
             tree = steps * (latency + nbytes / bandwidth)
         else:
-            ring = (p - 1) * latency + self._exchange_time(per_node, nbytes)
+            ring = (p - 1) * latency + self._exchange_time(per_node, nbytes, kind)
             tree = steps * (latency + nbytes / 2 / bandwidth)
         return min(ring, tree)
 
@@ -365,16 +411,18 @@ class Machine:
             used.append((self.inter, min(per_node.values())))
         return used
 
-    def _exchange_time(self, per_node: Counter[int], nbytes: int) -> float:
+    def _exchange_time(self, per_node: Counter[int], nbytes: int, kind: CollectiveKind) -> float:
         """The transfer time of a pairwise all-to-all (n/p to every other device, all at
         once): the busiest device's bytes off its node over `inter`, or within its node
-        over `intra`, whichever takes longer."""
+        over `intra`, whichever takes longer, each link as `kind` sees it."""
         p = sum(per_node.values())
+        intra = self.intra.for_collective(kind)
+        inter = self.inter.for_collective(kind) if self.inter is not None else None
         worst = 0.0
         for count in per_node.values():
-            worst = max(worst, (count - 1) * nbytes / p / self.intra.bandwidth)
-            if self.inter is not None and count < p:
-                worst = max(worst, (p - count) * nbytes / p / self.inter.bandwidth)
+            worst = max(worst, (count - 1) * nbytes / p / intra.bandwidth)
+            if inter is not None and count < p:
+                worst = max(worst, (p - count) * nbytes / p / inter.bandwidth)
         return worst
 
 
@@ -748,6 +796,19 @@ def machine_to_dict(machine: Machine) -> dict[str, Any]:
                     if link.duplex_bandwidth is not None
                     else {}
                 ),
+                **(
+                    {
+                        "collectives": {
+                            collective: {
+                                "bandwidth_bytes": price.bandwidth,
+                                "latency_us": price.latency_s * 1e6,
+                            }
+                            for collective, price in link.collectives
+                        }
+                    }
+                    if link.collectives
+                    else {}
+                ),
             }
             for key, link in links.items()
             if link is not None
@@ -862,16 +923,28 @@ def _efficiency_from(value: object, where: str) -> Efficiency:
 
 def _link_from(value: object, where: str, key: str) -> Link:
     """A link table: kind, bandwidth_gbps (Gb/s) or bandwidth_bytes (bytes/s), latency_us,
-    and optionally duplex_bandwidth_bytes (both directions together, `Link`)."""
+    optionally duplex_bandwidth_bytes (both directions together, `Link`) and a table
+    `collectives` of per-kind prices (`_prices_from`)."""
     table = _table(
         value,
         where,
         key,
         required=("kind", "latency_us"),
-        optional=("bandwidth_gbps", "bandwidth_bytes", "duplex_bandwidth_bytes"),
+        optional=("bandwidth_gbps", "bandwidth_bytes", "duplex_bandwidth_bytes", "collectives"),
     )
     kind = table["kind"]
     _expect(kind in LINK_KINDS, where, f"{key}.kind", f"one of {', '.join(LINK_KINDS)}", kind)
+    bandwidth, latency = _bandwidth_latency(table, where, key)
+    duplex = table.get("duplex_bandwidth_bytes")
+    if duplex is not None:
+        duplex = float(_number(table, "duplex_bandwidth_bytes", where, key))
+    prices = _prices_from(table.get("collectives", {}), where, f"{key}.collectives")
+    return Link(kind, bandwidth, latency, duplex, prices)
+
+
+def _bandwidth_latency(table: Mapping[str, Any], where: str, key: str) -> tuple[float, float]:
+    """(bytes/s, seconds) of a table giving latency_us and exactly one of bandwidth_gbps
+    (Gb/s) or bandwidth_bytes (bytes/s): a link's, or a collective kind's on it."""
     given = [unit for unit in ("bandwidth_gbps", "bandwidth_bytes") if unit in table]
     if len(given) != 1:
         raise MachineError(f"{where}: {key} needs exactly one of bandwidth_gbps, bandwidth_bytes")
@@ -879,14 +952,35 @@ def _link_from(value: object, where: str, key: str) -> Link:
     _expect(bandwidth > 0, where, f"{key}.{given[0]}", "positive", bandwidth)
     latency = _number(table, "latency_us", where, key)
     _expect(latency >= 0, where, f"{key}.latency_us", "non-negative", latency)
-    duplex = table.get("duplex_bandwidth_bytes")
-    if duplex is not None:
-        duplex = float(_number(table, "duplex_bandwidth_bytes", where, key))
-    return Link(
-        kind,
-        _gbit(bandwidth) if given[0] == "bandwidth_gbps" else float(bandwidth),
-        _us(latency),
-        duplex,
+    return _gbit(bandwidth) if given[0] == "bandwidth_gbps" else float(bandwidth), _us(latency)
+
+
+def _prices_from(
+    value: object, where: str, key: str
+) -> tuple[tuple[CollectiveKind, CollectivePrice], ...]:
+    """A link's `collectives` table: for each collective kind it names (one of
+    `PRICED_KINDS`), a table of latency_us and bandwidth_bytes or bandwidth_gbps
+    (`Link.collectives`)."""
+    table = _table(value, where, key, required=(), optional=PRICED_KINDS)
+    return tuple(
+        (
+            kind,
+            CollectivePrice(
+                *_bandwidth_latency(
+                    _table(
+                        table[kind],
+                        where,
+                        f"{key}.{kind}",
+                        required=("latency_us",),
+                        optional=("bandwidth_gbps", "bandwidth_bytes"),
+                    ),
+                    where,
+                    f"{key}.{kind}",
+                )
+            ),
+        )
+        for kind in PRICED_KINDS
+        if kind in table
     )
 
 

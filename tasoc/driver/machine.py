@@ -1,22 +1,20 @@
 """`tasoc machine calibrate`: measure this host and write the machine file `local`.
 
 The launcher measures the device and the `intra` link between `--devices N` fake CPU
-devices in its own process (`tasoc.cost.calibration`), then, with `--processes P`
-above one, the `inter` link between P `jax.distributed` processes of one device each
-on localhost, started and supervised as `tasoc run --processes` starts its workers
-(`distributed.run_workers`); each worker is `tasoc machine calibrate` itself, marked
-by `distributed.WORKER_ENV`, and process 0 prints its measurements as JSON. Each link
-is fitted to the median of several rounds of its measurements (`fit_rounds`, the
-rounds' spread cited in `sources`). The workers make P devices each and time
-calibration's probe step in alternating rounds, in process 0 alone on its P devices
-(as the op table times ops, in one process) and in all P at once on one device each:
-the rounds' median ratio is the compute scale of the processes (`compute_scales`).
-The machine file
-(`nodes = P`, `devices_per_node = N`, `pricing = "measured"`, `sources` saying what
-was measured, when and how) is written to `-o` and to the cache directory's
-`local.toml` (`machine=local`), both atomically and only once everything was
-measured.
-"""
+devices in its own process (`tasoc.cost.calibration`), then, with `--processes P` above
+one, the `inter` link between P `jax.distributed` processes of one device each on
+localhost, started and supervised as `tasoc run --processes` starts its workers
+(`distributed.run_workers`); each worker is `tasoc machine calibrate` itself, marked by
+`distributed.WORKER_ENV`, and process 0 prints its measurements as JSON. Each link is
+fitted to the median of several rounds of its measurements (`fit_rounds`, the rounds'
+spread cited in `sources`), and each collective kind on it to the fastest of the rounds
+of its own (`fit_kinds`: `links.NAME.collectives`). The workers make P devices each and
+time calibration's probe step in alternating rounds, in process 0 alone on its P devices
+(as the op table times ops, in one process) and in all P at once on one device each: the
+rounds' median ratio is the compute scale of the processes (`compute_scales`). The
+machine file (`nodes = P`, `devices_per_node = N`, `pricing = "measured"`, `sources`
+saying what was measured, when and how) is written to `-o` and to the cache directory's
+`local.toml` (`machine=local`), both atomically and only once everything was measured."""
 
 from __future__ import annotations
 
@@ -37,6 +35,8 @@ from tasoc.cost.devices import Device, OpClass
 from tasoc.cost.machines import (
     LOCAL,
     SHARED_MEMORY,
+    CollectiveKind,
+    CollectivePrice,
     Link,
     Machine,
     local_machine_path,
@@ -246,13 +246,15 @@ def _machine(
     was measured when and how."""
     import jax
 
-    from tasoc.cost.calibration import fit_host, fit_rounds
+    from tasoc.cost.calibration import fit_host, fit_kinds, fit_rounds
     from tasoc.cost.op_table import device_name
 
     devices, processes = args.devices, args.processes
     host = fit_host(got.host)
     intra = fit_rounds("shared-memory", got.intra, False, device) if got.intra else None
     inter = fit_rounds("loopback", got.inter, True, device) if got.inter else None
+    intra_kinds = fit_kinds("shared-memory", got.intra, False, device) if got.intra else ()
+    inter_kinds = fit_kinds("loopback", got.inter, True, device) if got.inter else ()
     quick = " --quick" if args.quick else ""
     sources = [
         f"calibrated by 'tasoc machine calibrate{quick}' on {started} on {platform.node()} "
@@ -273,6 +275,7 @@ def _machine(
         )
         if intra is not None
         else "intra: not measured (one device per process): machines.SHARED_MEMORY",
+        *([_kinds_source("intra", intra_kinds, sizes)] if intra_kinds else []),
     ]
     if inter is not None:
         how = (
@@ -281,6 +284,7 @@ def _machine(
             "of one, per extra collective"
         )
         sources.append(_link_source("inter", inter, how, sizes))
+        sources.append(_kinds_source("inter", inter_kinds, sizes))
     sources += [
         _host_source(host, sizes.host_bytes),
         f"a step's call: a jitted call over the {devices} device(s) adding one to 1 and to "
@@ -294,8 +298,8 @@ def _machine(
         device=device,
         nodes=processes,
         devices_per_node=devices,
-        intra=intra.link if intra else SHARED_MEMORY,
-        inter=inter.link if inter else None,
+        intra=dataclasses.replace(intra.link, collectives=intra_kinds) if intra else SHARED_MEMORY,
+        inter=dataclasses.replace(inter.link, collectives=inter_kinds) if inter else None,
         host=host,
         pricing="measured",
         call_overhead_s=got.overheads[0],
@@ -356,6 +360,21 @@ def _link_source(name: str, fit: LinkFit, how: str, sizes: Sizes) -> str:
         f"{sizes.link_samples}, fitted to the rounds' median of each to the simulator's "
         f"model: {link.bandwidth / 1e9:.3g} GB/s, {link.latency_s * 1e6:.3g} us latency; "
         f"{fit.spread()}"
+    )
+
+
+def _kinds_source(
+    name: str, prices: Sequence[tuple[CollectiveKind, CollectivePrice]], sizes: Sizes
+) -> str:
+    """The source line of a link's per-kind prices (`calibration.fit_kinds`)."""
+    shown = "; ".join(
+        f"{kind} {price.bandwidth / 1e9:.3g} GB/s, {price.latency_s * 1e6:.3g} us"
+        for kind, price in prices
+    )
+    return (
+        f"{name} per collective kind (links.{name}.collectives; replicate timed as a "
+        f"collective-permute): the same chains, each kind fitted alone to the fastest of "
+        f"the {sizes.rounds} rounds of each measurement: {shown}"
     )
 
 
