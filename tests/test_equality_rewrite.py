@@ -154,7 +154,7 @@ def fake_compiles(
     `sample_s` per sample. Returns how many samples each program gave."""
     taken: list[int] = []
 
-    def sampler(dag: Dag, seed: int = 0) -> Callable[[], float]:
+    def sampler(dag: Dag, fold_weights: bool = True, seed: int = 0) -> Callable[[], float]:
         index = len(taken)
         taken.append(0)
         if clock is not None:

@@ -6,6 +6,7 @@ cost model."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -74,6 +75,39 @@ def test_run_bench_times_the_step_with_weights_laid_out_once(tasoc, tmp_path: Pa
         assert "check: equivalent to the numpy reference" in result.out
         bench = next(line for line in result.out.splitlines() if line.startswith("bench:"))
         assert bench.endswith(f"{note} computed once)"), bench
+
+
+NAME_OF_PASS = EqualityRewritePass.name
+
+
+def conv_relu() -> Dag:
+    """One convolution of a parameter weight and its relu: a step a rule matches."""
+    x = arg(0, "x", 2, 4, 6, 6)
+    w = arg(1, "w", 4, 4, 3, 3, param=True)
+    return Dag([x, w], [Node("relu", [Node("conv2d", [x.out, w.out], groups=1, **CONV).out]).out])
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_a_training_step_is_priced_with_its_weights_changing(
+    tasoc, tmp_path: Path, training: bool
+) -> None:
+    """A training step's weights change every step: the cost model charges what is
+    computed from them at every step and no layout is offered; an inference program
+    gets both."""
+    path = tmp_path / "conv.mlir"
+    path.write_text(str(module_of(conv_relu())))
+    pipeline = "equality-rewrite{timeout=20 retime=0}"
+    if training:
+        pipeline = "autodiff{optimizer=sgd}," + pipeline
+    report = tmp_path / "report.json"
+    result = tasoc(
+        "opt", str(path), "-p", pipeline, "-o", tmp_path / "out.mlir", "--report", report
+    )
+    assert result.code == 0, result.err
+    (rewrite,) = (p for p in json.loads(report.read_text())["passes"] if p["name"] == NAME_OF_PASS)
+    section = rewrite["section"]
+    assert ("weight-only ops preprocessed" in section["cost_model"]) is not training
+    assert ("weight_layout" in section) is not training
 
 
 def test_the_step_reads_each_weight_in_hwio_and_transposes_it_only_as_a_view() -> None:

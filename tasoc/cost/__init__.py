@@ -25,20 +25,24 @@ COST_MODELS = ("analytic", "analytic-h100", "analytic-h200", "measured", "xla")
 """The names `make_cost_model` accepts ("analytic" is the CPU preset)."""
 
 
-def make_cost_model(name: str, memory_limit: float | None = None) -> CostModel:
+def make_cost_model(
+    name: str, memory_limit: float | None = None, fold_weights: bool = True
+) -> CostModel:
     """The cost model called `name` (one of `COST_MODELS`); ValueError otherwise.
 
     A memory limit below a graph's weights is reported by `cost(dag)` (CostError),
-    since only the graph tells how large its weights are.
+    since only the graph tells how large its weights are. `fold_weights=False` charges
+    ops on weights alone at every run: a training step's weights change every step,
+    so nothing computed from them can be computed once.
     """
     if name == "measured":
-        return MeasuredCost(memory_limit=memory_limit)
+        return MeasuredCost(memory_limit=memory_limit, fold_weights=fold_weights)
     if name == "xla":  # the analytic CPU model, marked, where no timing can be taken
-        return make_xla_cost(memory_limit)
+        return make_xla_cost(memory_limit, fold_weights)
     presets = {"analytic": CPU, "analytic-h100": H100, "analytic-h200": H200}
     if name not in presets:
         raise ValueError(f"unknown cost model '{name}' (expected {', '.join(COST_MODELS)})")
-    return AnalyticCost(presets[name], memory_limit=memory_limit)
+    return AnalyticCost(presets[name], memory_limit=memory_limit, fold_weights=fold_weights)
 
 
 __all__ = [

@@ -317,18 +317,22 @@ class AnalyticFallback(AnalyticCost):
     """The analytic model standing in for `cost=xla` where no timing can be taken;
     `reason` says why, and the pass's summary says so."""
 
-    def __init__(self, reason: str, memory_limit: float | None = None) -> None:
-        super().__init__(CPU, memory_limit)
+    def __init__(
+        self, reason: str, memory_limit: float | None = None, fold_weights: bool = True
+    ) -> None:
+        super().__init__(CPU, memory_limit, fold_weights=fold_weights)
         self.reason = reason
 
     def describe(self) -> str:
         return f"{super().describe()} (cost=xla fell back: {self.reason})"
 
 
-def make_xla_cost(memory_limit: float | None = None) -> XlaCost | AnalyticFallback:
+def make_xla_cost(
+    memory_limit: float | None = None, fold_weights: bool = True
+) -> XlaCost | AnalyticFallback:
     """`XlaCost`, or the analytic fallback when JAX cannot time on a device here."""
     try:
-        return XlaCost(memory_limit=memory_limit)
+        return XlaCost(memory_limit=memory_limit, fold_weights=fold_weights)
     except (ImportError, RuntimeError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        return AnalyticFallback(f"timing unavailable: {first}", memory_limit)
+        return AnalyticFallback(f"timing unavailable: {first}", memory_limit, fold_weights)

@@ -60,7 +60,9 @@ from tasoc.cost import (
 )
 from tasoc.ir import dag as dag_module
 from tasoc.ir.dag import Dag
+from tasoc.ir.program import entry_function
 from tasoc.ir.rules import Rule, RuleError
+from tasoc.ir.training import training_signature
 from tasoc.passes.kinds import Kind, PassContract, require
 from tasoc.passes.options import (
     check_at_least,
@@ -192,7 +194,10 @@ class EqualityRewritePass(ModulePass):
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         require(self.contract, op, RewriteError)
         deadline = Deadline.after(self.timeout)
-        library, cost_model = self._load()
+        # A training step's weights change every step: nothing computed from them is
+        # computed once, by the cost model, by re-timing or by a layout.
+        weights_fixed = training_signature(entry_function(op)) is None
+        library, cost_model = self._load(weights_fixed)
         if library.proved_now:  # proving a rule file is not the search's time
             deadline = Deadline.after(self.timeout)
         graph = dag_module.from_module(op)
@@ -206,7 +211,7 @@ class EqualityRewritePass(ModulePass):
             section.update(note="no rule matches this graph; it is returned unchanged")
             return
         seed = resolve_seed(self.seed)
-        outcome = self._search_and_retime(graph, rules, cost_model, deadline, seed)
+        outcome = self._search_and_retime(graph, rules, cost_model, deadline, seed, weights_fixed)
         outcome.write_report(section, seed)
         section.update(
             ops_before=graph.num_ops,
@@ -216,9 +221,10 @@ class EqualityRewritePass(ModulePass):
         if outcome.best != graph:
             dag_module.write_back(op, outcome.best)
 
-    def _load(self) -> tuple[Library, CostModel]:
+    def _load(self, fold_weights: bool) -> tuple[Library, CostModel]:
         try:
-            return load_library(self.rules), make_cost_model(self.cost, self.memory_limit_bytes)
+            cost_model = make_cost_model(self.cost, self.memory_limit_bytes, fold_weights)
+            return load_library(self.rules), cost_model
         except (RuleError, ValueError) as err:
             raise RewriteError(str(err)) from None
 
@@ -235,8 +241,16 @@ class EqualityRewritePass(ModulePass):
         }
 
     def _search_and_retime(
-        self, graph: Dag, rules: list[Rule], cost_model: CostModel, deadline: Deadline, seed: int
+        self,
+        graph: Dag,
+        rules: list[Rule],
+        cost_model: CostModel,
+        deadline: Deadline,
+        seed: int,
+        weights_fixed: bool,
     ) -> SearchOutcome[Dag]:
+        """The search, then (where the weights are fixed: not a training step) the
+        convolution weights laid out once offered, then re-timing."""
         retime = self._retime_count(cost_model)
         search_deadline = deadline.share(SEARCH_SHARE if retime > 0 else 1.0)
         try:
@@ -244,12 +258,14 @@ class EqualityRewritePass(ModulePass):
                 outcome = self._search_in_pieces(graph, rules, cost_model, search_deadline)
             else:
                 outcome = self._search(graph, rules, cost_model, search_deadline)
-            offer_deadline = deadline.share(LAYOUT_SHARE if retime > 0 else 1.0)
-            outcome, laid_out = offer_weight_layout(outcome, cost_model, offer_deadline)
+            laid_out = None
+            if weights_fixed:
+                offer_deadline = deadline.share(LAYOUT_SHARE if retime > 0 else 1.0)
+                outcome, laid_out = offer_weight_layout(outcome, cost_model, offer_deadline)
         except CostError as err:
             raise RewriteError(str(err)) from None
         if retime > 0 and (outcome.best != graph or laid_out is not None):
-            outcome = keep_measured_fastest(outcome, graph, retime, deadline, seed)
+            outcome = keep_measured_fastest(outcome, graph, retime, deadline, seed, weights_fixed)
             if laid_out is not None:
                 outcome = _layout_kept(outcome, laid_out)
         return outcome

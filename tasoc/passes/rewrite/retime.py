@@ -103,13 +103,16 @@ def retime(
     deadline: Deadline,
     seed: int = 0,
     repeats: int = REPEATS,
+    fold_weights: bool = True,
 ) -> Retiming:
     """`original` and the `count` cheapest other `candidates` (cheapest first), timed
-    end to end by `deadline` on inputs drawn with `seed` (see the module docstring)."""
+    end to end by `deadline` on inputs drawn with `seed` (see the module docstring),
+    their weight-only values computed once before the runs unless `fold_weights` is
+    False (a training step, whose weights change every step)."""
     phase = deadline.share(1.0)  # all the time left, counted from now: re-timing's own
     chosen = [(original, original_cost)]
     chosen += [(graph, cost) for graph, cost in candidates if graph != original][:count]
-    samplers = _compiled([graph for graph, _ in chosen], phase, seed)
+    samplers = _compiled([graph for graph, _ in chosen], phase, seed, fold_weights)
     rounds = _rounds(samplers, repeats, phase)
     cut_short = len(rounds) < len(chosen)
     if len(rounds) < 2:
@@ -136,14 +139,16 @@ Sampler = Callable[[], float]
 """One sample of a compiled program: seconds per call (`end_to_end_sampler`)."""
 
 
-def _compiled(graphs: Sequence[Dag], deadline: Deadline, seed: int) -> list[Sampler]:
+def _compiled(
+    graphs: Sequence[Dag], deadline: Deadline, seed: int, fold_weights: bool
+) -> list[Sampler]:
     """Samplers of the first `graphs` there is time to compile: the input's (unless the
     deadline has passed), then a candidate's while the time left covers a compile as
     long as the input's."""
     if deadline.expired():
         return []
     start = deadline.clock()
-    first = _compile(graphs[0], deadline, seed)
+    first = _compile(graphs[0], deadline, seed, fold_weights)
     if first is None:
         return []
     samplers = [first]
@@ -151,17 +156,17 @@ def _compiled(graphs: Sequence[Dag], deadline: Deadline, seed: int) -> list[Samp
     for graph in graphs[1:]:
         if deadline.remaining() < compile_s:
             break
-        sampler = _compile(graph, deadline, seed)
+        sampler = _compile(graph, deadline, seed, fold_weights)
         if sampler is None:
             break
         samplers.append(sampler)
     return samplers
 
 
-def _compile(graph: Dag, deadline: Deadline, seed: int) -> Sampler | None:
+def _compile(graph: Dag, deadline: Deadline, seed: int, fold_weights: bool) -> Sampler | None:
     """`graph` compiled for sampling, None when the deadline came first (the compile is
     abandoned: module docstring)."""
-    return deadline.wait_for(lambda: end_to_end_sampler(graph, seed=seed))
+    return deadline.wait_for(lambda: end_to_end_sampler(graph, fold_weights, seed))
 
 
 def _rounds(samplers: Sequence[Sampler], repeats: int, deadline: Deadline) -> list[list[float]]:
@@ -187,13 +192,21 @@ def _rounds(samplers: Sequence[Sampler], repeats: int, deadline: Deadline) -> li
 
 
 def keep_measured_fastest(
-    outcome: SearchOutcome[Dag], original: Dag, count: int, deadline: Deadline, seed: int
+    outcome: SearchOutcome[Dag],
+    original: Dag,
+    count: int,
+    deadline: Deadline,
+    seed: int,
+    fold_weights: bool = True,
 ) -> SearchOutcome[Dag]:
     """`outcome` with the graph re-timing keeps as its best (`retime`): its predicted
     cost, the measured speedup over the input, the re-timing's time added, the timed
     graphs in `details["retimed"]`, and `TIMEOUT` as the stop reason when the deadline
     cut re-timing short. Rules applied are kept unless the input is kept."""
-    retiming = retime(original, outcome.cost_before, outcome.candidates, count, deadline, seed)
+    retiming = retime(
+        original, outcome.cost_before, outcome.candidates, count, deadline, seed, REPEATS,
+        fold_weights,
+    )  # fmt: skip
     timed = retiming.timed
     kept = timed[0] if timed else Timed(original, outcome.cost_before, 0.0, None)
     input_s = next((t.measured_s for t in timed if t.graph == original), None)
