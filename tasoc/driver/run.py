@@ -101,6 +101,7 @@ from tasoc.verify.equivalence import (
 if TYPE_CHECKING:
     import onnx
 
+    from tasoc.backends.jax.lowering import Runnable
     from tasoc.backends.jax.placed import Measured, PlacedProgram
     from tasoc.backends.jax.sharded import ShardedProgram
 
@@ -233,12 +234,12 @@ def prepare(module: ModuleOp, backend: str) -> Executable:
         program = lower(module)
     except ValueError as err:  # an op without a JAX lowering
         raise DriverError(f"cannot run on jax: {err}") from None
-    time_runs, preprocessed = _weights_once(module)
+    time_runs, preprocessed = _weights_once(module, program)
     return Executable(run=lambda args: program(*args), time=time_runs, preprocessed=preprocessed)
 
 
 def _weights_once(
-    module: ModuleOp,
+    module: ModuleOp, program: Runnable
 ) -> tuple[Callable[[Sequence[np.ndarray], int], list[float]], int]:
     """How `--bench` times an inference program on JAX, and how many values it
     computes once: the values computed from weights and constants alone (a laid-out
@@ -246,14 +247,15 @@ def _weights_once(
     runs, as an inference engine does when it loads its weights (TASO's weight
     preprocessing, thesis §2.9.3; `cost.measured.weight_preprocessing`), and each run
     times the step that reads them. The step is what equality-rewrite's measured
-    prices and benchmarks time, so `--bench` shows the gain they report."""
+    prices and benchmarks time, so `--bench` shows the gain they report. A program
+    with no such value is timed as `program`, lowered already."""
     from tasoc.backends.jax import bench, lower
     from tasoc.cost.measured import weight_preprocessing
     from tasoc.ir.dag import from_module, to_module
 
     step, weights = weight_preprocessing(from_module(module))
     if weights is None:
-        return (lambda args, repeats: bench(lower(module), args, repeats)), 0
+        return (lambda args, repeats: bench(program, args, repeats)), 0
 
     def time_step(args: Sequence[np.ndarray], repeats: int) -> list[float]:
         computed = lower(to_module(weights))(*args)
