@@ -382,11 +382,22 @@ def test_the_compute_scale_is_the_rounds_median_ratio_and_says_its_spread() -> N
     (setup, scale), source = machine_driver._compute_scale(rounds, 2, calibration.Sizes())
     assert (setup, scale) == ("2x1", pytest.approx(1.4))
     assert "in 5 rounds" in source and "compute_scales 2x1 = 1.4," in source
-    assert "ratio IQR 1.3-1.5" in source
+    assert "ratio IQR 1.3-1.5" in source and "CPU time per device" in source
     (key, _), source = machine_driver._compute_scale(rounds, 2, calibration.Sizes(), "gemm")
     assert key == "2x1-gemm" and "the gemm probe op" in source
     noisy = [*rounds, (1e-7, 5e-3), (1e-7, 9e-3)]  # one side at the floor: noise
     assert machine_driver._compute_scale(noisy, 2, calibration.Sizes())[0][1] == 1.4
+
+
+def test_the_probe_is_timed_on_cpu_time_which_a_load_from_elsewhere_does_not_move() -> None:
+    """A fake CPU clock (no wall clock is read): the longer program spends 5 ms of CPU
+    more per call in four rounds; one round's outlier (19 ms) is outvoted by the
+    median."""
+    spent = iter([0.0, 6e-3, 6e-3, 7e-3] * 4 + [0.0, 20e-3, 20e-3, 21e-3])
+    difference = op_table.cpu_difference(
+        lambda: None, lambda: None, 5, 1, clock=lambda: next(spent)
+    )
+    assert difference == pytest.approx(5e-3)
 
 
 def test_compute_scales_round_trip_and_bad_ones_are_one_line(tmp_path: Path) -> None:
@@ -458,7 +469,8 @@ def test_fits_recover_the_links_they_were_made_from() -> None:
 
 def test_a_chain_has_as_many_collectives_as_asked() -> None:
     """`collective_samples` subtracts a chain of one from a chain of `chain`: both must
-    be what they say, every collective kept (none merged or dropped by XLA)."""
+    be what they say, every collective kept (none merged or dropped by XLA), and with
+    compute every step's matmul too."""
     devices = op_table.cpu_devices(2, 2)
     mesh = jax.sharding.Mesh(devices, ("d",))
     spec = jax.sharding.PartitionSpec("d")
@@ -472,10 +484,13 @@ def test_a_chain_has_as_many_collectives_as_asked() -> None:
     }
     assert set(hlo) == set(calibration.COLLECTIVES)  # every kind the simulator prices
     for kind, op in hlo.items():
-        for collectives in (1, 3):
-            body = calibration.chain_program(kind, collectives, 3)
+        for collectives, compute in ((1, 0), (3, 4)):
+            body = calibration.chain_program(kind, collectives, 3, compute)
             program = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=spec))
-            assert program.lower(x).compile().as_text().count(op) == collectives
+            text = program.lower(x).compile().as_text()
+            assert text.count(op) == collectives
+            # the step's matmul before each collective is kept, not folded away
+            assert text.count(" dot(") == (3 if compute else 0)
 
 
 def test_chained_timings_recover_a_latency_a_single_collective_hides(

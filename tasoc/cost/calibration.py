@@ -10,11 +10,13 @@ program without the thing measured, so JAX's dispatch of a call is not counted:
   shared by the devices on it;
 - **links**: every collective kind the simulator prices (`all_reduce`, `all_gather`,
   `reduce_scatter`, `all_to_all`, and `replicate` as a collective-permute) under
-  `shard_map` over the devices at several sizes, as chains of dependent collectives
-  (what one more collective adds, `collective_samples`), since a step's collectives
-  wait on each other, in several rounds spread over the calibration, every size and
-  kind in each; the link's latency and bandwidth are fitted to the median over the
-  rounds of each all-reduce and all-gather measurement, so that
+  `shard_map` over the devices at several sizes, as chains of dependent collectives,
+  each after a matmul on every device (what one more collective adds,
+  `collective_samples`), since a step's collectives wait on each other and on the
+  compute before them (which decides gloo's mode across processes), in several rounds
+  spread over the calibration, every size and kind in each; the link's latency and
+  bandwidth are fitted to the median over the rounds of each all-reduce and
+  all-gather measurement, so that
   `Machine.collective_time` (the model the simulator prices with) best predicts them
   (`fit_link`, least squares of log ratios), and each round's own fit gives the
   spread (`fit_rounds`: one calibration's 4 MiB all-reduces once fitted 2.5 GB/s, the
@@ -61,8 +63,8 @@ from tasoc.cost.machines import (
 from tasoc.cost.op_table import (
     MAX_COPIES,
     copies_of,
+    cpu_difference,
     dag_program,
-    fastest_difference,
     median_call,
     median_difference,
 )
@@ -88,6 +90,10 @@ class Sizes:
     """Bytes on each device of a collective's operand."""
     chain: int = 8
     """Dependent collectives in the longer chain of `collective_samples`."""
+    chain_compute: int = 192
+    """n of the n x n x n matmul each device computes before each collective of a chain
+    (`chain_program`): a step's collectives wait on compute, and gloo's collectives
+    between processes cost several times more so than back to back (0: none)."""
     rounds: int = 5
     """Rounds of `collective_samples`, each every size and kind."""
     compute_rounds: int = 15
@@ -112,6 +118,7 @@ QUICK = Sizes(
     kernels=8,
     collective_bytes=(4096, 64 * 1024),
     chain=3,
+    chain_compute=16,
     rounds=2,
     compute_rounds=2,
     link_samples=1,
@@ -213,16 +220,29 @@ def measure_device(sizes: Sizes, devices_on_host: int, name: str = "local-cpu") 
 
 
 def collective_samples(
-    devices: Sequence[Any], sizes: Sequence[int], samples: int, chain: int, rounds: int = 1
+    devices: Sequence[Any],
+    sizes: Sequence[int],
+    samples: int,
+    chain: int,
+    rounds: int = 1,
+    compute: int = 0,
 ) -> list[list[CollectiveSample]]:
     """`rounds` rounds of each collective of `COLLECTIVES` over `devices` (one axis,
     `shard_map`) of each size of operand per device, as a step pays for them: a chain
     of `chain` dependent collectives against a chain of one, each program `chain`
-    element-wise steps long, per extra collective (`chain_program`, the median over
-    `samples` of `median_difference`). Each round visits every size and kind, so a
-    spell of load or a mode of the processes' link (gloo's settled between 0.25 and
-    5 ms per collective from one run to the next, on our VM) lands in one round, not
+    steps long, each step a `compute` x `compute` x `compute` matmul on every device
+    (none at 0) then an element-wise one, per extra collective (`chain_program`, the
+    median over `samples` of `median_difference`). Each round visits every size and
+    kind, so a spell of load or a mode of the processes' link lands in one round, not
     in one size.
+
+    The compute is what decides gloo's mode. Back to back, both processes enter each
+    collective within microseconds of each other, and gloo's small collectives took
+    75-190 us in the fastest of five rounds on our VM (3 ms in the others); with a
+    matmul before each, one process reaches the collective first and sleeps until the
+    other's data wakes it, and no round came under 1.2-2.7 ms at the same load (a
+    step's collectives always wait on compute: fitted on three saved runs' steps, an
+    all-reduce cost 1.0-1.2 ms, docs/benchmarks.md, issue 30 round 6).
 
     A single collective less a program without it measured near nothing (0.07 us
     fitted, on our VM), while a step paid some 16 us for each one between fake devices
@@ -247,7 +267,9 @@ def collective_samples(
             data.shape, NamedSharding(mesh, spec), lambda index, d=data: d[index]
         )
         for kind in COLLECTIVES:
-            many, one = (_call_of(chain_program(kind, n, chain), mesh, x) for n in (chain, 1))
+            many, one = (
+                _call_of(chain_program(kind, n, chain, compute), mesh, x) for n in (chain, 1)
+            )
             programs.append((kind, length * 4, many, one))
 
     def measured(many: Callable[[], object], one: Callable[[], object]) -> float:
@@ -273,12 +295,18 @@ as before kinds were priced alone: those a sharded step mostly makes, so a machi
 file read without its per-kind prices prices as it did."""
 
 
-def chain_program(kind: CollectiveKind, collectives: int, steps: int) -> Callable[[Any], Any]:
-    """A `shard_map` body of `steps` element-wise steps on a block, the first
-    `collectives` of them after a collective `kind` over axis "d" on its input, so each
-    collective waits for the one before; a block in, a block out (an `all_gather`'s
-    result sliced back to the block, a `reduce_scatter`'s tiled back to it; the block's
-    length a multiple of the devices)."""
+def chain_program(
+    kind: CollectiveKind, collectives: int, steps: int, compute: int = 0
+) -> Callable[[Any], Any]:
+    """A `shard_map` body of `steps` steps on a block, the first `collectives` of them
+    after a collective `kind` over axis "d" on its input, so each collective waits for
+    the one before; a block in, a block out (an `all_gather`'s result sliced back to
+    the block, a `reduce_scatter`'s tiled back to it; the block's length a multiple of
+    the devices). A step is an element-wise op on the block, after (with `compute` > 0)
+    a `compute` x `compute` x `compute` matmul of a matrix made from the block's first
+    `compute` elements (at most the block's length), whose corner is added into the
+    block: the collective after it waits for the matmul, as a step's collectives wait
+    for the ops computing their operands."""
     import jax
     import jax.numpy as jnp
 
@@ -294,8 +322,16 @@ def chain_program(kind: CollectiveKind, collectives: int, steps: int) -> Callabl
             return jax.lax.ppermute(block, "d", [(i, (i + 1) % count) for i in range(count)])
         return jax.lax.all_gather(block, "d", tiled=True)[: block.shape[0]]
 
+    def computed(block: Any) -> Any:
+        n = min(compute, block.shape[0])
+        head = block[:n]
+        square = jnp.tanh(jnp.outer(head, head))  # no product XLA can fold
+        return block + (square @ square)[0, 0] * 1e-9
+
     def body(block: Any) -> Any:
         for step in range(steps):
+            if compute > 0:
+                block = computed(block)
             if step < collectives:
                 block = collective(block)
             block = block * 0.5
@@ -373,12 +409,14 @@ def class_probes(batch: int, width: int) -> dict[OpClass, Dag]:
 def probe_timer(
     devices: Sequence[Any], sizes: Sizes, dag: Dag | None = None
 ) -> Callable[[], float]:
-    """A function timing the seconds one more application of `dag` (default
-    `probe_dag`) adds to a program in which each of `devices` applies it at once, as
-    `op_table.measure` times an op (`dag_program`, `fastest_difference` with
-    `PROBE_CALLS` calls per sample, so processes timing together do as much work
-    each): `op_table.copies_of` applications of a one-op dag, as the table takes (at
-    most `sizes.op_copies`), `PROBE_COPIES` of the step; compiled and warm already,
+    """A function timing the CPU seconds per device one more application of `dag`
+    (default `probe_dag`) adds to a program in which each of `devices` applies it at
+    once, as `op_table.measure` times an op (`dag_program`, a program of copies against
+    one of one) but on this process's CPU time (`op_table.cpu_difference`, with
+    `PROBE_CALLS` calls per sample, so processes timing together do as much work each),
+    divided by the devices, so one process of P devices and P processes of one compare
+    per device: `op_table.copies_of` applications of a one-op dag, as the table takes
+    (at most `sizes.op_copies`), `PROBE_COPIES` of the step; compiled and warm already,
     since compiling takes longer than timing and a process compiling late would leave
     the others timing alone."""
     if dag is None:
@@ -391,8 +429,8 @@ def probe_timer(
         call()
 
     def seconds() -> float:
-        difference = fastest_difference(many, once, sizes.samples, PROBE_CALLS)
-        return _positive(difference / (copies - 1))
+        difference = cpu_difference(many, once, sizes.samples, PROBE_CALLS)
+        return _positive(difference / (copies - 1) / len(devices))
 
     return seconds
 
@@ -407,9 +445,9 @@ def compute_rounds(
     at `barrier` (the op table's configuration), and (b) in P processes of one device,
     all timing it on their first device at once, between barriers: (a, b) per round,
     a only in process 0 (0 elsewhere). The two alternate, so a spell of load from
-    elsewhere hits a round's pair alike, and the ratio b / a of each round is what a
-    step (an op of the class) across the processes pays over the table
-    (`Machine.compute_scales`)."""
+    elsewhere hits a round's pair alike, and the ratio b / a of each round (CPU seconds
+    per device, `probe_timer`) is what a step (an op of the class) across the processes
+    pays over the table (`Machine.compute_scales`)."""
     dags: dict[str, Dag | None] = {STEP: None, **class_probes(*sizes.probe)}
     alone = {name: probe_timer(local, sizes, dag) for name, dag in dags.items()} if first else {}
     together = {name: probe_timer(local[:1], sizes, dag) for name, dag in dags.items()}

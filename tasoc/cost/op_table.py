@@ -251,6 +251,35 @@ def fastest_difference(
     return fastest[0] - fastest[1]
 
 
+def cpu_difference(
+    first: Callable[[], object],
+    second: Callable[[], object],
+    samples: int,
+    calls: int,
+    clock: Callable[[], float] = time.process_time,
+) -> float:
+    """How many seconds of this process's CPU time (all its threads, `clock`) a call of
+    `first` takes more than one of `second`: the median over `samples` rounds, the two
+    sampled in turns, each sample `calls` calls. Calibration's compute scale compares
+    one process of P devices with P processes of one (`calibration.probe_timer`); their
+    wall-clock times compare the share of the cores each setup wins from the rest of
+    the machine's load (P processes' threads win more: on our VM at a load average of
+    8, 0.4-0.5 of one process's time per device, 1.0-1.1 at a load of 0-2), their CPU
+    times the work each setup does (0.9-1.05 at the same load of 8). A step saturates
+    the cores in both setups (each process's XLA threads spin between kernels), so on a
+    quiet machine the ratio of their wall-clock times is that of their CPU times."""
+    differences = []
+    for _ in range(samples):
+        spent = []
+        for call in (first, second):
+            start = clock()
+            for _ in range(calls):
+                call()
+            spent.append((clock() - start) / calls)
+        differences.append(spent[0] - spent[1])
+    return statistics.median(differences)
+
+
 def _calls_per_sample(call: Callable[[], object]) -> int:
     """Calls that make a sample last `_MIN_SAMPLE_S`, counted on a call after one that
     compiles."""

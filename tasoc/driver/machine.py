@@ -10,8 +10,9 @@ fitted to the median of several rounds of its measurements (`fit_rounds`, the ro
 spread cited in `sources`), and each collective kind on it to the fastest of the rounds
 of its own (`fit_kinds`: `links.NAME.collectives`). The workers make P devices each and
 time calibration's probe step in alternating rounds, in process 0 alone on its P devices
-(as the op table times ops, in one process) and in all P at once on one device each: the
-rounds' median ratio is the compute scale of the processes (`compute_scales`). The
+(as the op table times ops, in one process) and in all P at once on one device each, on
+CPU time per device: the rounds' median ratio is the compute scale of the processes
+(`compute_scales`). The
 machine file (`nodes = P`, `devices_per_node = N`, `pricing = "measured"`, `sources`
 saying what was measured, when and how) is written to `-o` and to the cache directory's
 `local.toml` (`machine=local`), both atomically and only once everything was measured."""
@@ -24,7 +25,6 @@ import json
 import os
 import platform
 import socket
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -209,7 +209,12 @@ def _calibrate(args: argparse.Namespace, sizes: Sizes, coordinator: str | None) 
 
     def intra() -> None:
         got.intra = cal.collective_samples(
-            got.devices, sizes.collective_bytes, sizes.link_samples, sizes.chain, sizes.rounds
+            got.devices,
+            sizes.collective_bytes,
+            sizes.link_samples,
+            sizes.chain,
+            sizes.rounds,
+            sizes.chain_compute,
         )
 
     def overheads() -> None:
@@ -270,7 +275,8 @@ def _machine(
             "intra",
             intra,
             f"chains of {sizes.chain} dependent all_reduce (all_gather) under shard_map over the "
-            f"{devices} devices of one process, less chains of one, per extra collective",
+            f"{devices} devices of one process, {_chain_compute(sizes)}, less chains of one, "
+            "per extra collective",
             sizes,
         )
         if intra is not None
@@ -280,8 +286,8 @@ def _machine(
     if inter is not None:
         how = (
             f"chains of {sizes.chain} dependent all_reduce (all_gather) over {processes} "
-            "jax.distributed processes of one device each on localhost (gloo), less chains "
-            "of one, per extra collective"
+            f"jax.distributed processes of one device each on localhost (gloo), "
+            f"{_chain_compute(sizes)}, less chains of one, per extra collective"
         )
         sources.append(_link_source("inter", inter, how, sizes))
         sources.append(_kinds_source("inter", inter_kinds, sizes))
@@ -323,9 +329,12 @@ def _compute_scale(
 ) -> tuple[tuple[str, float], str]:
     """The compute scale of `processes` processes of one device (`Machine.compute_scales`):
     the median over `rounds` of the probe step's (or `op_class`'s probe op's,
-    `calibration.class_probes`) seconds there over its seconds in one process of as
-    many devices (the op table's configuration), and the source line saying so, with
-    the rounds' quartiles."""
+    `calibration.class_probes`) CPU seconds per device there over its CPU seconds per
+    device in one process of as many devices (the op table's configuration;
+    `calibration.probe_timer`), and the source line saying so, with the rounds'
+    quartiles."""
+    import statistics
+
     import numpy as np
 
     from tasoc.cost.calibration import above_noise
@@ -336,20 +345,27 @@ def _compute_scale(
     ratios = [together / alone for alone, together in rounds]
     scale = statistics.median(ratios)
     low, high = np.percentile(ratios, [25, 75])
-    batch, width = sizes.probe
     alone, together = (statistics.median(times) for times in zip(*rounds, strict=True))
+    batch, width = sizes.probe
     setup = setup_name(processes, 1)
     probe = f"a probe SGD step of a 2-layer perceptron ({batch} x {width})"
     if op_class is not None:
         setup, probe = scale_key(setup, op_class), f"the {op_class} probe op"
     how = (
-        f"compute: {probe} timed as "
-        f"the op table times an op, in {len(rounds)} rounds each of one process of "
-        f"{processes} devices (median {alone * 1e3:.3g} ms) then {processes} processes of "
-        f"one device at once (median {together * 1e3:.3g} ms): compute_scales {setup} = "
-        f"{scale:.3g}, the rounds' median ratio; ratio IQR {low:.3g}-{high:.3g}"
+        f"compute: {probe} timed as the op table times an op but on CPU time per device "
+        f"(a load from elsewhere moves the wall-clock ratio), in {len(rounds)} rounds each "
+        f"of one process of {processes} devices (median {alone * 1e3:.3g} ms) then "
+        f"{processes} processes of one device at once (median {together * 1e3:.3g} ms): "
+        f"compute_scales {setup} = {scale:.3g}, the rounds' median ratio; ratio IQR "
+        f"{low:.3g}-{high:.3g}"
     )
     return (setup, scale), how
+
+
+def _chain_compute(sizes: Sizes) -> str:
+    """What each device computes before each collective of a chain, in words."""
+    n = sizes.chain_compute
+    return f"each after a {n}^3 matmul on every device" if n else "back to back"
 
 
 def _link_source(name: str, fit: LinkFit, how: str, sizes: Sizes) -> str:
@@ -442,6 +458,7 @@ def _worker(args: argparse.Namespace, sizes: Sizes) -> int:
         sizes.link_samples,
         sizes.chain,
         sizes.rounds,
+        sizes.chain_compute,
     )
     compute = compute_rounds(
         jax.local_devices(), args.process_id == 0, sizes, multihost_utils.sync_global_devices
