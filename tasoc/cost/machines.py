@@ -188,7 +188,9 @@ class Machine:
     XLA threads of their own to the cores they share (on our 2-core VM, sim_validate's
     2x1 steps ran 1.38-1.43x the table's compute). `tasoc machine calibrate --processes
     P` times a probe step in its P workers at once and in one process of P devices
-    (`tasoc.cost.calibration.compute_rounds`) and writes their ratio for `Px1`;
+    (`tasoc.cost.calibration.compute_rounds`, on CPU time per device: the wall clock's
+    ratio is the share of the cores each setup wins from other load) and writes their
+    ratio for `Px1`;
     and it times one op of each `OpClass` alike (`calibration.class_probes`: a
     matmul, a convolution, an add, a sum, a transpose, each timed as the op table
     times an op) and writes their ratios for `Px1-CLASS` (`scale_key`), which price
