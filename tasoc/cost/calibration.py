@@ -92,8 +92,11 @@ class Sizes:
     """Dependent collectives in the longer chain of `collective_samples`."""
     chain_compute: int = 192
     """n of the n x n x n matmul each device computes before each collective of a chain
-    (`chain_program`): a step's collectives wait on compute, and gloo's collectives
-    between processes cost several times more so than back to back (0: none)."""
+    between processes (`chain_program`; 0: none): a step's collectives wait on
+    compute, and gloo's collectives cost several times more so than back to back.
+    Between the fake devices of one process the chains stay back to back: their
+    collectives cost some 16 us, which the matmuls' own variance drowns (at a load of
+    14-19 their fastest rounds fitted latencies of 0.07-1.1 us)."""
     rounds: int = 5
     """Rounds of `collective_samples`, each every size and kind."""
     compute_rounds: int = 15

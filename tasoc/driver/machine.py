@@ -214,7 +214,6 @@ def _calibrate(args: argparse.Namespace, sizes: Sizes, coordinator: str | None) 
             sizes.link_samples,
             sizes.chain,
             sizes.rounds,
-            sizes.chain_compute,
         )
 
     def overheads() -> None:
@@ -275,8 +274,8 @@ def _machine(
             "intra",
             intra,
             f"chains of {sizes.chain} dependent all_reduce (all_gather) under shard_map over the "
-            f"{devices} devices of one process, {_chain_compute(sizes)}, less chains of one, "
-            "per extra collective",
+            f"{devices} devices of one process, back to back, less chains of one, per extra "
+            "collective",
             sizes,
         )
         if intra is not None
@@ -363,7 +362,8 @@ def _compute_scale(
 
 
 def _chain_compute(sizes: Sizes) -> str:
-    """What each device computes before each collective of a chain, in words."""
+    """What each device computes before each collective of the processes' chains, in
+    words (`Sizes.chain_compute`)."""
     n = sizes.chain_compute
     return f"each after a {n}^3 matmul on every device" if n else "back to back"
 
