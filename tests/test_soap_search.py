@@ -396,22 +396,21 @@ def test_alike_ops_share_a_rule_and_gather_an_unrolled_layers_steps() -> None:
     assert max(len(chain.alike[node]) for node in matmuls) >= 4  # one per step
 
 
-def test_grouped_and_guided_proposals_reach_what_one_op_proposals_miss() -> None:
-    """The same seed from data parallel: moving an op's alike ops with it (each weight
-    gradient's 4 matmuls, their readers following) ends well below chains moving one
-    op (and its readers) at a time, which never leave the start: each single change
-    costs a resharding against its alike neighbours (1.96 against 3.43 ms after 150
-    proposals, beta 20, when written). Drawing half the ops from the critical path
-    gets further in 60 proposals than uniform draws do in 150 (1.53 ms)."""
+def test_guided_group_moves_reach_what_uniform_proposals_miss() -> None:
+    """The same seed from data parallel: chains moving one op (and its readers) at a
+    time never leave the start in 150 proposals (3.43 ms): each single change costs a
+    resharding against its alike neighbours; moving a uniformly drawn op's alike ops
+    with it, a quarter of the time, has not left it after 60 either (1.96 ms after
+    150, beta 20, when written). Drawing half the ops from the critical path, each
+    with its alike ops, ends at 1.53 ms after 60."""
     best = {}
-    for grouping, guided, proposals in ((0.0, 0.0, 150), (0.25, 0.0, 150), (0.25, 0.5, 60)):
+    for grouping, guided, proposals in ((0.0, 0.0, 150), (0.25, 0.0, 60), (0.25, 0.5, 60)):
         chain = rnn_chain(grouping, guided)
         chain.run(proposals, Deadline.after(300))
         best[grouping, guided] = chain.best_cost
-        assert (chain.grouped > 0) == (grouping > 0)
+        assert (chain.grouped > 0) == (grouping > 0 or guided > 0)
         assert (chain.guided_proposals > 0) == (guided > 0)
-    assert best[0.25, 0.0] < 0.6 * best[0.0, 0.0]
-    assert best[0.25, 0.5] < 0.8 * best[0.25, 0.0]
+    assert best[0.25, 0.5] < 0.5 * min(best[0.0, 0.0], best[0.25, 0.0])
 
 
 def test_the_search_halves_its_chains_and_polishes_their_bests() -> None:

@@ -9,16 +9,19 @@ small steps where collectives' latency outweighs the compute they save) and a ra
 strategy (these two only where the plans given leave time to simulate them: a
 3,000-op step at 64 devices may spend its whole timeout on the others), one chain
 each, and proposes one change at a time: a random
-op takes a random other legal configuration of its rule on its mesh, reading its
-operands as completion would (partial sums where its producers leave them and it is
-linear in them: a chain prices the plans it would write, not a normalized form of
-them). The proposal is priced by editing the step's task graph
+op takes a random other legal configuration of its rule on its mesh (FlexFlow's
+proposal), or an op drawn from the simulated critical path moves with every op alike
+to it, drawn over their configurations by their times (`Chain._pick`,
+`Chain._heat_bath`). Every op moved reads its operands as completion would (partial
+sums where its producers leave them and it is linear in them: a chain prices the
+plans it would write, not a normalized form of them). The proposal is priced by
+editing the step's task graph
 (`SimulatedStrategy.edit`, `ShardedStep.set_config`) and re-simulating only what the
 edit touches (`DeltaSimulator.update`), never by rebuilding IR. It is
 accepted with eq. 3.1's probability min(1, exp(beta (cost_old - cost_new))), costs in
 units of the chain's starting time, so `beta` means the same on every model and
-machine: at beta=20 a proposal 5 % slower than the start is accepted with
-probability 1/e. A strategy whose per-device peak memory exceeds `memory-cap` costs
+machine: at beta=100 (the default) a proposal 1 % slower than the start is accepted
+with probability 1/e. A strategy whose per-device peak memory exceeds `memory-cap` costs
 infinitely much (infeasible): the chain never moves from a feasible strategy to one.
 
 A chain stops when its share of the `budget` (proposals) is spent, at the deadline,
