@@ -73,7 +73,7 @@ GROUPING = 0.25
 their times (`Chain._heat_bath`); the others move the chosen op alone (and, when
 they propagate, its readers) to a random other configuration."""
 
-GUIDED = 0.5
+GUIDED = 0.75
 """The share of proposals whose op is drawn from the simulated critical path, each op
 weighted by the time its tasks (its compute and its results' communication) take on
 it (`Chain._pick`); the others draw it uniformly, as FlexFlow does. Only what the
