@@ -68,17 +68,21 @@ costs a few resharding estimates and an edit of the step), not on how far it rea
 in a small step."""
 
 GROUPING = 0.25
-"""The share of proposals that move every op alike to the chosen one together
-(`Chain.alike`), their readers following, drawn over the group's configurations by
-their times (`Chain._heat_bath`); the others move the chosen op alone (and, when
-they propagate, its readers) to a random other configuration."""
+"""The share of the uniformly drawn proposals that move every op alike to the chosen
+one together (`Chain.alike`), their readers following, drawn over the group's
+configurations by their times (`Chain._heat_bath`; every guided proposal does); the
+others move the chosen op alone (and, when they propagate, its readers) to a random
+other configuration."""
 
 GUIDED = 0.75
 """The share of proposals whose op is drawn from the simulated critical path, each op
 weighted by the time its tasks (its compute and its results' communication) take on
-it (`Chain._pick`); the others draw it uniformly, as FlexFlow does. Only what the
-critical path waits on can shorten the step, and a chain on a 3,000-op step makes
-tens of proposals, not thousands."""
+it (`Chain._pick`), and moved with its alike ops; the others draw it uniformly, as
+FlexFlow does. Only what the critical path waits on can shorten the step, and a
+chain on a 3,000-op step makes tens of proposals, not thousands: under the pass's
+defaults on a loaded 2-core machine the whole search on rnnlm made 5-16 over its
+chains, and at 0.5 two seeds of three missed the move that takes it to the ILP's
+plan (docs/benchmarks.md, issue 31 round 6)."""
 
 POLISHED = 2.0
 """A start more than this factor slower than the best start runs no chain (it is a
