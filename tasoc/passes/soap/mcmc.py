@@ -82,7 +82,7 @@ FlexFlow does. Only what the critical path waits on can shorten the step, and a
 chain on a 3,000-op step makes tens of proposals, not thousands: under the pass's
 defaults on a loaded 2-core machine the whole search on rnnlm made 5-16 over its
 chains, and at 0.5 two seeds of three missed the move that takes it to the ILP's
-plan (docs/benchmarks.md, issue 31 round 6)."""
+plan, at 0.75 none of three (docs/benchmarks.md, issue 31 round 6)."""
 
 POLISHED = 2.0
 """A start more than this factor slower than the best start runs no chain (it is a
