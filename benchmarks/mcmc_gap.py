@@ -3,7 +3,7 @@ alone ends from the ILP's plan, and what `search=auto` (MCMC from the ILP's plan
 writes, on the same step and machine.
 
     .venv/bin/python benchmarks/mcmc_gap.py [--models alexnet,rnnlm,...] [--devices 16] \
-        [--machine p100-cluster] [--budget 2000] [--timeout 60] [--ilp-timeout 60]
+        [--machine p100-cluster] [--budget 2000] [--timeout 60] [--ilp-timeout 60] [--seed 0]
 
 Each model is `benchmarks/papers_shapes.py`'s FlexFlow workload (Jia thesis §3.7.1: 64
 samples per GPU, AlexNet 256, RNNs unrolled 40 steps), its training step
@@ -13,7 +13,9 @@ searches, each with the pass's limits (`--budget` proposals, `--timeout` x 0.8 s
 MCMC from the baselines and Spartan's tiling (`search=mcmc`) and `search=auto`. Every
 time is *simulated* on `--machine`; the search seconds are wall time here (state the
 load). Per row: the simulated step of each, MCMC's gap to the ILP ((mcmc - ilp) / ilp),
-proposals made, how MCMC stopped and which start its plan came from.
+proposals made (of them grouped and guided, `mcmc.py`), how MCMC stopped, which start
+its plan came from, and the CPU seconds of each search (`time.process_time`: what the
+proposals cost, less dependent on the machine's load than its wall seconds).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from tasoc.passes.soap.profile import SEARCH_SHARE
 from tasoc.passes.soap.searches import baseline_plans, run_search
 
 SEED = 0
+"""The searches' seed unless `--seed` says otherwise."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,8 @@ class GapRow:
     auto: SearchOutcome
     seconds: tuple[float, ...]
     """Wall seconds of the ILP, MCMC and auto."""
+    cpu: tuple[float, ...]
+    """CPU seconds of the ILP, MCMC and auto (this process)."""
 
     @property
     def gap(self) -> float:
@@ -67,38 +72,44 @@ def gap_row(name: str, devices: int, preset: str, args: argparse.Namespace) -> G
     cluster = machine(preset)
     problem = SoapProblem(program, cluster, int(cluster.device.memory_bytes))
     baselines, _ = baseline_plans(program)
-    seconds = []
+    seconds, cpu = [], []
     outcomes = []
     for search, budget, timeout in (
         ("ilp", 1, args.ilp_timeout),
         ("mcmc", args.budget, args.timeout * SEARCH_SHARE),
         ("auto", args.budget, args.timeout * SEARCH_SHARE),
     ):
-        started = time.perf_counter()
+        started, processed = time.perf_counter(), time.process_time()
         outcomes.append(
-            run_search(search, problem, baselines, Limits(budget, Deadline.after(timeout), SEED))
+            run_search(
+                search, problem, baselines, Limits(budget, Deadline.after(timeout), args.seed)
+            )
         )
         seconds.append(time.perf_counter() - started)
+        cpu.append(time.process_time() - processed)
     ilp, mcmc, auto = outcomes
-    return GapRow(name, len(dag.ops), ilp.cost_after, mcmc, auto, tuple(seconds))
+    return GapRow(name, len(dag.ops), ilp.cost_after, mcmc, auto, tuple(seconds), tuple(cpu))
 
 
 def table(rows: Sequence[GapRow], args: argparse.Namespace) -> str:
     lines = [
         f"{args.devices} GPUs of {args.machine}, FlexFlow's shapes; simulated ms; search "
-        f"budget {args.budget} proposals, timeout {args.timeout} s x {SEARCH_SHARE}",
+        f"budget {args.budget} proposals, timeout {args.timeout} s x {SEARCH_SHARE}, "
+        f"seed {args.seed}",
         "",
-        "| model | ops | ilp ms | mcmc ms | gap | proposals | stopped | found by | auto ms "
-        "| auto found by | s (ilp / mcmc / auto) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | --- | --- |",
+        "| model | ops | ilp ms | mcmc ms | gap | proposals (grouped / guided) | stopped "
+        "| found by | auto ms | auto found by | s (ilp / mcmc / auto) | CPU s |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | --- | --- | --- |",
     ]
     for row in rows:
         mcmc, auto = row.mcmc, row.auto
         lines.append(
             f"| {row.model} | {row.ops} | {row.ilp_s * 1e3:.1f} | {mcmc.cost_after * 1e3:.1f} "
-            f"| {row.gap:+.1%} | {mcmc.details['proposals']} | {mcmc.stopped} "
+            f"| {row.gap:+.1%} | {mcmc.details['proposals']} ({mcmc.details['grouped_proposals']}"
+            f" / {mcmc.details['guided_proposals']}) | {mcmc.stopped} "
             f"| {mcmc.details['found_by']} | {auto.cost_after * 1e3:.1f} "
-            f"| {auto.details['found_by']} | {' / '.join(f'{s:.0f}' for s in row.seconds)} |"
+            f"| {auto.details['found_by']} | {' / '.join(f'{s:.0f}' for s in row.seconds)} "
+            f"| {' / '.join(f'{s:.0f}' for s in row.cpu)} |"
         )
     return "\n".join(lines)
 
@@ -111,6 +122,7 @@ def main(argv: Sequence[str] | None = None) -> list[GapRow]:
     parser.add_argument("--budget", type=int, default=2000)
     parser.add_argument("--timeout", type=float, default=60.0)
     parser.add_argument("--ilp-timeout", type=float, default=60.0)
+    parser.add_argument("--seed", type=int, default=SEED)
     args = parser.parse_args(argv)
     return rows_by_model(
         args.models,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tasoc.sim import DeltaSimulator, SimulationError, Task, TaskGraph, simulate
+from tasoc.sim.core import critical_path
 
 
 def times(graph: TaskGraph) -> dict[int, tuple[float, float]]:
@@ -123,3 +124,15 @@ def test_a_task_others_depend_on_cannot_be_removed() -> None:
     graph.remove(1)
     graph.remove(0)
     assert len(graph) == 0
+
+
+def test_the_critical_path_follows_what_each_task_waited_for() -> None:
+    """Last first: the task ending last, the dependency it waited for, the task before
+    it on a busy resource when that is what it waited for, down to a task at 0."""
+    graph = TaskGraph()
+    first = graph.add(Task(("gpu", 0), 1.0))
+    send_a = graph.add(Task("link", 2.0, deps=(first,)))  # 1 -> 3
+    send_b = graph.add(Task("link", 1.0, deps=(graph.add(Task(("gpu", 1), 2.0)),)))  # 3 -> 4
+    use_b = graph.add(Task(("gpu", 1), 0.5, deps=(send_b,)))
+    assert critical_path(graph, simulate(graph)) == [use_b, send_b, send_a, first]
+    assert critical_path(TaskGraph(), simulate(TaskGraph())) == []

@@ -17,6 +17,7 @@ from xdsl.dialects.builtin import ModuleOp
 from tasoc.cost.machines import machine
 from tasoc.driver.sources import build_zoo_model
 from tasoc.ir import dag as dag_module
+from tasoc.ir.dag import Node
 from tasoc.ir.program import entry_function
 from tasoc.ir.training import training_signature
 from tasoc.models.alexnet import alexnet
@@ -247,7 +248,7 @@ def alexnet_chain(propagating: float, grouping: float = 0.0) -> mcmc.Chain:
         for node, rule in problem.rules.items()
         if len(options := configurations(rule, problem.mesh)) > 1
     }
-    return mcmc.Chain(state, choices, random.Random(0), 20.0, propagating, grouping)
+    return mcmc.Chain(state, choices, random.Random(0), 20.0, propagating, grouping, guided=0.0)
 
 
 def test_a_propagating_proposal_moves_the_readers_and_reverts_exactly() -> None:
@@ -285,7 +286,7 @@ def test_propagating_proposals_find_what_one_op_proposals_miss() -> None:
     assert propagated < 0.95 * alone
 
 
-def rnn_chain(grouping: float) -> mcmc.Chain:
+def rnn_chain(grouping: float, guided: float = 0.0, beta: float = 20.0) -> mcmc.Chain:
     """A chain from data parallel over a one-layer LSTM's step (4 steps unrolled) on 8
     K80s, whose weights' gradients are each 4 alike matmuls summed."""
     module = build_zoo_model("rnn?layers=1&hidden=512&seq=4&batch=32&train=sgd&lr=0.01")
@@ -293,7 +294,14 @@ def rnn_chain(grouping: float) -> mcmc.Chain:
     plan = complete(problem, STRATEGIES["data-parallel"](problem))
     posed = SoapProblem(problem, machine("k80-cluster"))
     state = posed.simulate(plan)
-    return mcmc.Chain(state, posed.space(plan), random.Random(0), 20.0, grouping=grouping)
+    return mcmc.Chain(
+        state, posed.space(plan), random.Random(0), beta, grouping=grouping, guided=guided
+    )
+
+
+def rebuilt_time(state: SimulatedStrategy) -> float:
+    """`state`'s plan simulated from a step built afresh."""
+    return SimulatedStrategy.of(state.problem, copy_plan(state.plan), state.step.machine, None).time
 
 
 def test_a_chain_prices_partial_sums_and_undoes_exactly() -> None:
@@ -302,7 +310,7 @@ def test_a_chain_prices_partial_sums_and_undoes_exactly() -> None:
     from a form reading every operand complete, which all-reduces at every step), a
     rejected proposal leaves the plan and its simulated time exactly as they were,
     and the edited step simulates as the same plan built afresh does."""
-    chain = rnn_chain(0.25)
+    chain = rnn_chain(0.25, guided=0.5)
     state = chain.state
     start = copy_plan(state.plan)
     assert any(need.unreduced for needs in start.operands.values() for need in needs)
@@ -314,11 +322,68 @@ def test_a_chain_prices_partial_sums_and_undoes_exactly() -> None:
         chain._propose()
         if chain.accepted == accepted:
             assert state.plan == plan and state.time == time
-        rebuilt = SimulatedStrategy.of(
-            state.problem, copy_plan(state.plan), state.step.machine, None
-        )
-        assert rebuilt.time == pytest.approx(state.time, rel=1e-9)
+        assert rebuilt_time(state) == pytest.approx(state.time, rel=1e-9)
     assert chain.accepted and chain.proposals - chain.accepted - chain.illegal
+    assert chain.grouped and chain.guided_proposals
+
+
+def weight_gradients(chain: mcmc.Chain) -> tuple[Node, ...]:
+    """The alike matmuls of a weight's gradient at every step: data parallel leaves
+    their results as partial sums (split by the batch, a summed dimension)."""
+    values = chain.state.plan.values
+    return next(
+        chain.alike[node]
+        for node in chain.choices
+        if node.op == "matmul" and values[node.results[0]].unreduced
+    )
+
+
+def test_a_cold_heat_bath_moves_a_group_to_its_fastest_configuration_exactly() -> None:
+    """A group's heat-bath move prices every configuration of its rule (readers
+    following): a cold chain takes the fastest, leaves no configuration it tried
+    behind, and the step simulates as the same plan built afresh."""
+    chain = rnn_chain(0.0, beta=1e9)
+    state, group = chain.state, weight_gradients(chain)
+    start = state.time
+    chain._heat_bath(group)
+    assert state.time <= start and chain.current == state.time
+    assert rebuilt_time(state) == pytest.approx(state.time, rel=1e-9)
+    plan = copy_plan(state.plan)
+    for config in chain.choices[group[0]]:
+        edits = chain._group_move(group, config)
+        if edits is not None:
+            assert state.update() >= chain.current
+            state.restore(edits)
+    assert state.update() == chain.current and state.plan == plan
+
+
+def test_guided_proposals_charge_partial_sums_to_the_ops_that_make_them() -> None:
+    """Data parallel's LSTM step accumulates each weight's gradient as partial sums and
+    all-reduces it once: the critical path's ops are charged to the ops that split a
+    summed dimension (the batch-split gradient matmuls), never to a linear op reading
+    partial sums, and draw every op a guided proposal moves."""
+    chain = rnn_chain(0.0, guided=1.0)
+    plan = chain.state.plan
+    picked = chain._pick()
+    nodes, weights = chain._critical  # type: ignore[misc]
+    assert picked in nodes and sum(weights) > 0
+    assert not any(need.unreduced for node in nodes for need in plan.operands[node])
+    makers = [n for n in nodes if any(plan.values[v].unreduced for v in n.results)]
+    assert set(makers) & set(weight_gradients(chain))
+    assert sum(weights) <= chain.state.time * (1 + 1e-9)
+
+
+def test_a_chain_goes_back_to_its_best_exactly() -> None:
+    """A hot chain accepts proposals worse than its best; going back undoes every one
+    accepted since, last first: the best plan and its time, exactly."""
+    chain = rnn_chain(0.25, guided=0.5, beta=1e-6)
+    while not chain._journal and chain.proposals < 40:
+        chain.run(chain.proposals + 1, Deadline.after(300))
+    assert chain._journal and chain.current > chain.best_cost
+    chain._restart()
+    assert chain.current == chain.best_cost and not chain._journal
+    assert chain.state.plan == chain.best and chain.state.time == chain.best_cost
+    assert rebuilt_time(chain.state) == pytest.approx(chain.best_cost, rel=1e-9)
 
 
 def test_alike_ops_share_a_rule_and_gather_an_unrolled_layers_steps() -> None:
@@ -331,19 +396,21 @@ def test_alike_ops_share_a_rule_and_gather_an_unrolled_layers_steps() -> None:
     assert max(len(chain.alike[node]) for node in matmuls) >= 4  # one per step
 
 
-def test_grouped_proposals_reach_what_one_op_proposals_miss() -> None:
-    """The same budget and seed from data parallel: moving an op's alike ops with it
-    (each weight gradient's 4 matmuls, then their readers) ends at less than half the
-    time of chains moving one op (and its readers) at a time, which never leave the
-    start: each single change costs a resharding against its alike neighbours (1.61
-    against 3.43 ms when written)."""
+def test_guided_group_moves_reach_what_uniform_proposals_miss() -> None:
+    """The same seed from data parallel: chains moving one op (and its readers) at a
+    time never leave the start in 150 proposals (3.43 ms): each single change costs a
+    resharding against its alike neighbours; moving a uniformly drawn op's alike ops
+    with it, a quarter of the time, has not left it after 60 either (1.96 ms after
+    150, beta 20, when written). Drawing half the ops from the critical path, each
+    with its alike ops, ends at 1.53 ms after 60."""
     best = {}
-    for grouping in (0.0, 0.25):
-        chain = rnn_chain(grouping)
-        chain.run(150, Deadline.after(300))
-        best[grouping] = chain.best_cost
-        assert (chain.grouped > 0) == (grouping > 0)
-    assert best[0.25] < 0.5 * best[0.0]
+    for grouping, guided, proposals in ((0.0, 0.0, 150), (0.25, 0.0, 60), (0.25, 0.5, 60)):
+        chain = rnn_chain(grouping, guided)
+        chain.run(proposals, Deadline.after(300))
+        best[grouping, guided] = chain.best_cost
+        assert (chain.grouped > 0) == (grouping > 0 or guided > 0)
+        assert (chain.guided_proposals > 0) == (guided > 0)
+    assert best[0.25, 0.5] < 0.5 * min(best[0.0, 0.0], best[0.25, 0.0])
 
 
 def test_the_search_halves_its_chains_and_polishes_their_bests() -> None:

@@ -812,3 +812,38 @@ class DeltaSimulator:
     def memory(self) -> bool:
         """Whether the memory pools are traced."""
         return self._memory
+
+
+def critical_path(graph: TaskGraph, timeline: Timeline) -> list[int]:
+    """The tasks the makespan waits on, last first: from the task that ends last, back
+    through what each started after (its latest dependency where that ended when it
+    started, else the task before it on its resource) to one that started at 0.
+
+    A search that moves what these tasks are for shortens the step; moving anything
+    else cannot (FlexFlow's thesis, §3.5, proposes at random; a chain that makes tens of
+    proposals on a 3,000-op step cannot afford to). Starts equal the ends they waited
+    for exactly (`_Schedule._run` takes the same float), so equality is the test; of
+    several tasks ending at that instant on the resource the longest is taken (an
+    instant task stands for none of the wait)."""
+    if not timeline.end:
+        return []
+    start, end, tasks = timeline.start, timeline.end, graph._tasks
+    ending: dict[tuple[Hashable, float], list[int]] = {}
+    for task_id, task in tasks.items():
+        ending.setdefault((task.resource, end[task_id]), []).append(task_id)
+    task_id: int | None = max(end, key=end.__getitem__)
+    path: list[int] = []
+    seen: set[int] = set()
+    while task_id is not None and task_id not in seen:
+        seen.add(task_id)
+        path.append(task_id)
+        task, at = tasks[task_id], start[task_id]
+        if at <= 0.0:
+            break
+        latest = max(task.deps, key=end.__getitem__, default=None)
+        if latest is not None and end[latest] == at:
+            task_id = latest
+            continue
+        before = [other for other in ending.get((task.resource, at), ()) if other not in seen]
+        task_id = max(before, key=lambda other: tasks[other].duration, default=None)
+    return path

@@ -1314,6 +1314,17 @@ class ShardedStep:
 
     # ------------------------------------------------------------------ plan facts
 
+    def ops_of_tasks(self) -> dict[int, Node]:
+        """Each task's op, by task id: the op it computes, or the op whose results its
+        communication moves (a group's collectives). The arguments' tasks and the
+        groups of sources (arguments, constants) have none. What a critical path
+        (`core.critical_path`) is made of, by op: what a search can move."""
+        return {
+            task_id: key[1]
+            for key, task_id in self._ids.items()
+            if key[0] in ("op", "grp") and key[1].inputs  # type: ignore[index]
+        }
+
     def mesh_of(self, node: Node) -> Mesh:
         """The mesh `node` runs on (its configurations are that mesh's)."""
         return self.meshes[self.plan.values[node.results[0]].mesh]

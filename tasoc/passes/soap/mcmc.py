@@ -9,16 +9,19 @@ small steps where collectives' latency outweighs the compute they save) and a ra
 strategy (these two only where the plans given leave time to simulate them: a
 3,000-op step at 64 devices may spend its whole timeout on the others), one chain
 each, and proposes one change at a time: a random
-op takes a random other legal configuration of its rule on its mesh, reading its
-operands as completion would (partial sums where its producers leave them and it is
-linear in them: a chain prices the plans it would write, not a normalized form of
-them). The proposal is priced by editing the step's task graph
+op takes a random other legal configuration of its rule on its mesh (FlexFlow's
+proposal), or an op drawn from the simulated critical path moves with every op alike
+to it, drawn over their configurations by their times (`Chain._pick`,
+`Chain._heat_bath`). Every op moved reads its operands as completion would (partial
+sums where its producers leave them and it is linear in them: a chain prices the
+plans it would write, not a normalized form of them). The proposal is priced by
+editing the step's task graph
 (`SimulatedStrategy.edit`, `ShardedStep.set_config`) and re-simulating only what the
 edit touches (`DeltaSimulator.update`), never by rebuilding IR. It is
 accepted with eq. 3.1's probability min(1, exp(beta (cost_old - cost_new))), costs in
 units of the chain's starting time, so `beta` means the same on every model and
-machine: at beta=20 a proposal 5 % slower than the start is accepted with
-probability 1/e. A strategy whose per-device peak memory exceeds `memory-cap` costs
+machine: at beta=100 (the default) a proposal 1 % slower than the start is accepted
+with probability 1/e. A strategy whose per-device peak memory exceeds `memory-cap` costs
 infinitely much (infeasible): the chain never moves from a feasible strategy to one.
 
 A chain stops when its share of the `budget` (proposals) is spent, at the deadline,
@@ -53,7 +56,7 @@ from tasoc.passes.soap.simulated import (
     copy_plan,
     simulation_statistics,
 )
-from tasoc.sim.core import paused_gc
+from tasoc.sim.core import critical_path, paused_gc
 
 PROPAGATING = 0.5
 """The share of proposals that propagate to the changed op's readers (`Chain._propagate`);
@@ -65,9 +68,21 @@ costs a few resharding estimates and an edit of the step), not on how far it rea
 in a small step."""
 
 GROUPING = 0.25
-"""The share of proposals that move every op alike to the chosen one together
-(`Chain.alike`); the others move the chosen op alone (and, when they propagate, its
-readers)."""
+"""The share of the uniformly drawn proposals that move every op alike to the chosen
+one together (`Chain.alike`), their readers following, drawn over the group's
+configurations by their times (`Chain._heat_bath`; every guided proposal does); the
+others move the chosen op alone (and, when they propagate, its readers) to a random
+other configuration."""
+
+GUIDED = 0.75
+"""The share of proposals whose op is drawn from the simulated critical path, each op
+weighted by the time its tasks (its compute and its results' communication) take on
+it (`Chain._pick`), and moved with its alike ops; the others draw it uniformly, as
+FlexFlow does. Only what the critical path waits on can shorten the step, and a
+chain on a 3,000-op step makes tens of proposals, not thousands: under the pass's
+defaults on a loaded 2-core machine the whole search on rnnlm made 5-16 over its
+chains, and at 0.5 two seeds of three missed the move that takes it to the ILP's
+plan, at 0.75 none of three (docs/benchmarks.md, issue 31 round 6)."""
 
 POLISHED = 2.0
 """A start more than this factor slower than the best start runs no chain (it is a
@@ -128,6 +143,14 @@ class Chain:
     """The share of proposals that propagate (`_propagate`)."""
     grouping: float = GROUPING
     """The share of proposals that move an op's alike ops with it (`alike`)."""
+    guided: float = GUIDED
+    """The share of proposals whose op the critical path draws (`_pick`)."""
+    restart: int | None = None
+    """Go back to the best (`_restart`) after this many proposals without improving on
+    it; None: never. Off by default: on AlexNet's step (8 K80s, 150 proposals) going
+    back every 8 or 32 proposals lost the 5 % that wandering found
+    (`test_propagating_proposals_find_what_one_op_proposals_miss`), and on rnnlm's a
+    chain at beta 100 does not drift from its best in the tens of proposals it makes."""
     proposals: int = 0
     accepted: int = 0
     illegal: int = 0
@@ -135,6 +158,8 @@ class Chain:
     """Proposals that propagated, and so changed more than their op."""
     grouped: int = 0
     """Proposals that moved a group of alike ops."""
+    guided_proposals: int = 0
+    """Proposals whose op the critical path drew."""
 
     def __post_init__(self) -> None:
         step = self.state.step
@@ -147,6 +172,11 @@ class Chain:
         self.current = self.state.cost
         self.best, self.best_cost, self._since_best = copy_plan(self.state.plan), self.current, 0
         self.converged = not self._ops
+        self._critical: tuple[list[Node], list[float]] | None = None
+        self._journal: list[list[Edit]] = []
+        """The edits of every proposal accepted since the best (`_restart`)."""
+        """The ops on the critical path and their time on it, as of the state now
+        (`_pick`; dropped when a proposal is accepted)."""
 
     def run(self, until: int, deadline: Deadline, progress: Progress | None = None) -> StopReason:
         """Propose until the chain has made `until` proposals (BUDGET), the deadline
@@ -165,39 +195,185 @@ class Chain:
                 continue
             if progress is not None:
                 progress(self.proposals, self.best_cost)
+            if self.restart and self._journal and self._since_best % self.restart == 0:
+                self._restart()
             self.proposals += 1
             self._since_best += 1
             self._propose()
 
     def _propose(self) -> None:
-        """One proposal: a random op to a random other configuration, with its alike
-        ops (`grouping` of the time) and its readers (`propagating` of the time, and
-        always after a group: a group moved against its readers pays a resharding at
-        every member); accepted by eq. 3.1, else every change undone."""
-        node = self.rng.choice(self._ops)
+        """One proposal: an op the critical path draws (`guided` of the time, `_pick`)
+        with its alike ops, drawn over their configurations (`_heat_bath`: an op on
+        the path moved alone mostly pays a resharding against its alike neighbours);
+        else a uniform op, with its alike ops `grouping` of the time, else alone
+        (`_one_op`, FlexFlow's)."""
+        node = self._pick()
+        if node is None:
+            node = self.rng.choice(self._ops)
+            if self.rng.random() >= self.grouping:
+                self._one_op(node)
+                return
+        self._heat_bath(self.alike[node])
+
+    def _one_op(self, node: Node) -> None:
+        """FlexFlow's proposal: `node` to a random other configuration, its readers
+        following `propagating` of the time; accepted by eq. 3.1, else undone."""
         old = self.state.configs[node]
         config = self.rng.choice([other for other in self.choices[node] if other != old])
         propagate = self.rng.random() < self.propagating
-        group = self.alike[node] if self.rng.random() < self.grouping else (node,)
-        moved, undo = self._move(group, config)
+        moved, undo = self._move((node,), config)
         if not moved:  # a layout a reader cannot reach: the step is unchanged
             self.illegal += 1
             return
-        self.grouped += len(moved) > 1
-        if propagate or len(moved) > 1:  # a group moved alone reshards at every member
+        if propagate:
             followed = self._propagate(moved)
             self.propagated += bool(followed)
             undo += followed
         self.state.resimulate()
         accepted, cost = self._accepted()
         if accepted:
-            self.accepted += 1
-            self.current = cost
-            if cost < self.best_cost:
-                self.best, self.best_cost, self._since_best = copy_plan(self.state.plan), cost, 0
+            self._accept(cost, undo)
         else:  # undone: the step is the one `current` priced (delta simulation is exact)
             self.state.restore(undo)
             self.state.resimulate()
+
+    def _pick(self) -> Node | None:
+        """`guided` of the time, the op a proposal moves drawn from the simulated
+        critical path (`core.critical_path`), each op by the time its tasks take on
+        it, compute and the communication of its results alike, charged to the ops
+        that made the partial sums it reads (`_partial_sum_makers`); else None (the
+        proposal draws uniformly, as FlexFlow does). On data parallel's rnnlm step
+        (16 P100s) the weight gradients' matmuls, their accumulation and its
+        all-reduce are 46 % of the path, which the ILP's plan removes by splitting
+        the matmuls by the weight's features; a uniform draw finds them one time in
+        19."""
+        if not self.guided or self.rng.random() >= self.guided:
+            return None
+        if self._critical is None:
+            step = self.state.step
+            op_of, graph = step.ops_of_tasks(), step.graph
+            weights: dict[Node, float] = {}
+            for task_id in critical_path(graph, self.state.simulator.timeline):
+                node = op_of.get(task_id)
+                if node is None:
+                    continue
+                makers = [op for op in self._partial_sum_makers(node) if op in self.choices]
+                for maker in makers:
+                    share = graph[task_id].duration / len(makers)
+                    weights[maker] = weights.get(maker, 0.0) + share
+            self._critical = (list(weights), list(weights.values()))
+        nodes, weights = self._critical
+        if not nodes or not sum(weights) > 0.0:
+            return None
+        self.guided_proposals += 1
+        return self.rng.choices(nodes, weights)[0]
+
+    def _partial_sum_makers(self, node: Node) -> list[Node]:
+        """The ops whose split of a summed dimension made the partial sums `node` reads
+        (through the linear ops that carry them on), else `node` itself: who a
+        critical task of `node` is charged to (`_pick`). Data parallel's LSTM step
+        leaves each weight's gradient matmuls split by the batch, and the adds that
+        accumulate their partial sums, the collective that reduces them at the end,
+        wait on that split: moving an add cannot remove them, moving the matmuls can."""
+        operands = self.state.plan.operands
+        makers: list[Node] = []
+        seen, stack = {node}, [node]
+        while stack:
+            op = stack.pop()
+            read = [
+                value.node
+                for value, need in zip(op.inputs, operands.get(op, ()), strict=False)
+                if need.unreduced
+            ]
+            if not read:
+                makers.append(op)
+            for producer in read:
+                if producer not in seen:
+                    seen.add(producer)
+                    stack.append(producer)
+        return makers
+
+    def _accept(self, cost: float, undo: list[Edit]) -> None:
+        """The proposal just simulated, at `cost`, is the chain's state now; `undo`
+        (its edits) is kept until the chain finds a better best, so that `_restart`
+        can go back to it."""
+        self.accepted += 1
+        self.current = cost
+        self._critical = None
+        if cost < self.best_cost:
+            self.best, self.best_cost, self._since_best = copy_plan(self.state.plan), cost, 0
+            self._journal = []
+        else:
+            self._journal.append(undo)
+
+    def _restart(self) -> None:
+        """Back to the best state the chain found (its accepted proposals since then
+        undone, last first: exactly that state and time), once it has gone `restart`
+        proposals without improving on it. Accepting worse proposals
+        (eq. 3.1) lets a chain leave a local minimum, but one that drifted away from
+        its best spends the proposals it has left there."""
+        for undo in reversed(self._journal):
+            self.state.restore(undo)
+        self._journal = []
+        self.state.resimulate()
+        self.current, self._critical = self.best_cost, None
+
+    def _heat_bath(self, group: Sequence[Node]) -> None:
+        """Every op of `group` in each configuration of their rule, readers following
+        (`_move`, `_propagate`), each priced by its time; one of them or the state as
+        it is drawn with probability proportional to exp(-beta time) (costs in units
+        of the chain's start, as eq. 3.1): a heat-bath move over the group (Gibbs
+        sampling of its configuration). The memory cap is checked on the one drawn
+        (over it: undone; with swapping priced, its stall must pass eq. 3.1 too).
+
+        A group is where one op's change cannot reach: moving 160 weight-gradient
+        matmuls from data parallel's batch split to the weight's features (rnnlm on
+        16 P100s) is 279 -> 215 ms, moving them to {} 859 ms and to the rows 339 ms;
+        a random configuration would find the good one a third of the time, this
+        every time it draws the group, at the price of one edit and update per
+        configuration."""
+        state = self.state
+        options: list[tuple[Config | None, float]] = [(None, state.time)]  # None: as it is
+        applied: tuple[Config | None, list[Edit]] = (None, [])  # what the step holds now
+        for config in self.choices[group[0]]:
+            state.restore(applied[1])
+            edits = self._group_move(group, config)
+            applied = (config, edits or [])
+            if edits is not None:
+                state.resimulate()
+                options.append((config, state.time))
+        if len(options) == 1:  # every configuration illegal or already the group's
+            self.illegal += 1
+        else:
+            self.grouped += 1
+        least = min(time for _, time in options)
+        config, time = self.rng.choices(
+            options,
+            [math.exp(-self.beta * (time - least) / self._scale) for _, time in options],
+        )[0]
+        if applied[0] != config or not applied[1]:
+            state.restore(applied[1])
+            applied = (config, [] if config is None else self._group_move(group, config) or [])
+            state.resimulate()
+        if config is None:
+            return
+        cost = state.cost
+        if cost == time or (
+            cost < math.inf
+            and self.rng.random() < math.exp(-self.beta * (cost - time) / self._scale)
+        ):
+            self._accept(cost, applied[1])
+        else:  # over the cap (or its swapping's stall refused): undone
+            state.restore(applied[1])
+            state.resimulate()
+
+    def _group_move(self, group: Sequence[Node], config: Config) -> list[Edit] | None:
+        """Every op of `group` in `config` and their readers following (`_move`,
+        `_propagate`), unsimulated; the edits made, or None where no op moved."""
+        moved, edits = self._move(group, config)
+        if not moved:
+            return None
+        return edits + self._propagate(moved)
 
     def _move(self, group: Sequence[Node], config: Config) -> tuple[list[Node], list[Edit]]:
         """Every op of `group` in `config`, reading its operands as completion would,
@@ -366,7 +542,7 @@ def search(problem: SoapProblem, starts: Mapping[str, Plan], limits: Limits) -> 
     states = [chain.state for chain in chains.values()]
     totals = {
         key: sum(getattr(chain, key) for chain in chains.values())
-        for key in ("proposals", "accepted", "illegal", "propagated", "grouped")
+        for key in ("proposals", "accepted", "illegal", "propagated", "grouped", "guided_proposals")
     }
     statistics = simulation_statistics(states, totals["proposals"])
     cost, plan = best.result()
@@ -377,6 +553,7 @@ def search(problem: SoapProblem, starts: Mapping[str, Plan], limits: Limits) -> 
         "illegal_proposals": totals["illegal"],
         "propagated_proposals": totals["propagated"],
         "grouped_proposals": totals["grouped"],
+        "guided_proposals": totals["guided_proposals"],
         "simulations": sum(state.updates for state in states),
         **statistics,
         "found_by": best.origin,

@@ -74,7 +74,7 @@ class Limits:
 class Tuning:
     """The knobs of particular searches (the pass's options of the same names)."""
 
-    beta: float = 20.0
+    beta: float = 100.0
     """MCMC: eq. 3.1's inverse temperature, costs in units of a chain's start."""
     heuristic: Heuristic | None = "weighted"
     """FT: how it fixes a node it cannot eliminate exactly; None: it conditions (exact)."""

@@ -113,7 +113,7 @@ class SoapShardPass(ModulePass):
     """The most proposals (mcmc) or complete strategies simulated (exhaustive)."""
     timeout: int | float = 60
     """Seconds the search may take; it returns the best found so far."""
-    beta: int | float = 20
+    beta: int | float = 100
     """Eq. 3.1's inverse temperature, costs in units of the starting strategy's time."""
     memory_cap: int | float | str | None = None
     """The most memory one device may hold (bytes, or a size such as 16GiB): a search
