@@ -178,7 +178,7 @@ def _lax_conv(attrs: dict[str, Any], x_shape: tuple[int, ...], kernel: tuple[int
     return conv
 
 
-@settings(deadline=None, max_examples=examples(30))
+@settings(deadline=None, max_examples=examples(20))
 @given(case=conv_cases(), seed=seeds)
 def test_conv2d_grads_are_the_vjp(
     case: tuple[dict[str, Any], tuple[int, ...], tuple[int, ...]], seed: int
@@ -198,7 +198,7 @@ def test_conv2d_grads_are_the_vjp(
 # ---------------------------------------------------------------------- pooling
 
 
-@settings(deadline=None, max_examples=examples(30))
+@settings(deadline=None, max_examples=examples(20))
 @given(
     kind=st.sampled_from(["avg", "max"]),
     data=st.data(),
@@ -235,7 +235,7 @@ def test_max_pool_grad_goes_to_the_first_maximum() -> None:
 # -------------------------------------------------------------------- reduction
 
 
-@settings(deadline=None, max_examples=examples(30))
+@settings(deadline=None, max_examples=examples(20))
 @given(
     kind=st.sampled_from(["sum", "mean", "max"]),
     shape=shapes,

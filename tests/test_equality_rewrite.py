@@ -81,7 +81,7 @@ def test_every_small_zoo_model_stays_equal(model, search: str) -> None:
 
 @pytest.mark.parametrize("search", QUICK_SEARCHES)
 @given(module=graphs(max_ops=12))
-@settings(max_examples=examples(50), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_random_graphs_stay_equal(search: str, module: ModuleOp) -> None:
     """Graphs of up to 12 ops, where ops that cancel out and outputs that cost nothing
     are common (`HYPOTHESIS_PROFILE=long` draws thousands: tests/conftest.py)."""

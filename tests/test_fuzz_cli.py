@@ -399,7 +399,7 @@ TEXT_COMMANDS = (
 
 
 @seed(FUZZ_SEED)
-@settings(FUZZ, max_examples=examples(250))
+@settings(FUZZ, max_examples=examples(150))
 @given(data=st.data(), command=st.sampled_from(TEXT_COMMANDS))
 def test_mutated_text_ir_keeps_the_contract(
     capfd: pytest.CaptureFixture[str], data: st.DataObject, command: tuple[str, ...]
@@ -597,7 +597,7 @@ ONNX_COMMANDS = (
 
 
 @seed(FUZZ_SEED)
-@settings(FUZZ, max_examples=examples(250))
+@settings(FUZZ, max_examples=examples(150))
 @given(model=mutated_onnx(), command=st.sampled_from(ONNX_COMMANDS))
 def test_mutated_onnx_models_keep_the_contract(
     capfd: pytest.CaptureFixture[str], model: bytes, command: tuple[str, ...]
@@ -790,7 +790,7 @@ PARAMS_COMMANDS = (
 
 
 @seed(FUZZ_SEED)
-@settings(FUZZ, max_examples=examples(200))
+@settings(FUZZ, max_examples=examples(120))
 @given(params=params_files(), command=st.sampled_from(PARAMS_COMMANDS))
 def test_mutated_params_files_keep_the_contract(
     capfd: pytest.CaptureFixture[str], params: bytes, command: tuple[str, ...]

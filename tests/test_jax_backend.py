@@ -13,6 +13,7 @@ import os
 import ml_dtypes
 import numpy as np
 import pytest
+from conftest import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from xdsl.dialects import arith
@@ -67,7 +68,7 @@ def op_names(module: ModuleOp) -> set[str]:
 
 
 @pytest.mark.parametrize("op", ALL_OPS)
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=examples(6), deadline=None)
 @given(data=st.data())
 def test_each_op_matches_the_reference(op: str, data: st.DataObject) -> None:
     module = data.draw(graphs(max_ops=2, ops=[op]), label="module")
@@ -77,7 +78,7 @@ def test_each_op_matches_the_reference(op: str, data: st.DataObject) -> None:
 
 @pytest.mark.parametrize("dtype", [DType.F16, DType.BF16])
 @pytest.mark.parametrize("op", NUMERIC_OPS)
-@settings(max_examples=5, deadline=None)
+@settings(max_examples=examples(3), deadline=None)
 @given(data=st.data())
 def test_half_precision_ops_match_the_reference(op: str, dtype: DType, data: st.DataObject) -> None:
     module = data.draw(graphs(max_ops=1, ops=[op], dtypes=[dtype]), label="module")

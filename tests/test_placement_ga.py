@@ -202,12 +202,12 @@ def test_a_seed_gives_one_plan_whatever_the_workers() -> None:
     chromosome: one seed, one plan, in one process or two."""
     problem = rnn_problem()
     runs = [
-        ga_search(problem, limits(48, seed=3), GASettings(population=8, workers=workers))
-        for workers in (1, 2, 1)
+        ga_search(problem, limits(24, seed=3), GASettings(population=8, workers=workers))
+        for workers in (1, 2)
     ]
-    assert [run.best for run in runs[1:]] == [runs[0].best] * 2
+    assert runs[1].best == runs[0].best
     assert runs[1].details["workers"] == (2 if _can_fork() else 1)
-    assert runs[0].stopped is StopReason.BUDGET and runs[0].details["evaluations"] == 48
+    assert runs[0].stopped is StopReason.BUDGET and runs[0].details["evaluations"] == 24
 
 
 def test_pool_plans_verify_with_memory_pool() -> None:
@@ -230,8 +230,8 @@ def test_joint_frozen_and_random_searches_run_on_the_same_budget(mode: str) -> N
     problem = rnn_problem()
     genome = Genome.of(problem)
     ga = GASettings(8, mode="joint" if mode == "random" else mode, without_pool=False, workers=1)
-    outcome = (random_search if mode == "random" else ga_search)(problem, limits(40), ga)
-    assert outcome.details["evaluations"] == 40
+    outcome = (random_search if mode == "random" else ga_search)(problem, limits(24), ga)
+    assert outcome.details["evaluations"] == 24
     assert outcome.cost_after <= outcome.cost_before
     verified(rnn_step(), problem.dag, outcome.best)
     if mode == "allocation":

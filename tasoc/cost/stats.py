@@ -9,7 +9,6 @@ memory-bound on every preset, so the figure rarely decides anything.
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 
 from xdsl.traits import ConstantLike
@@ -39,20 +38,27 @@ def sig_bytes(sig: TensorSig) -> int:
 
 _ZERO = OpStats(0, 0, 0)
 
-_CACHE: weakref.WeakKeyDictionary[Node, OpStats] = weakref.WeakKeyDictionary()
+_CACHE: dict[tuple[object, ...], OpStats] = {}
+"""Stats by what they depend on (op, attributes, operand and result types), not by node:
+a search's candidates rebuild every op downstream of a rewrite as new nodes of the
+same structure, and each would miss a cache keyed by node."""
+_CACHE_LIMIT = 1 << 16
 
 
 def node_stats(node: Node) -> OpStats:
-    """FLOPs and bytes of `node` run as a standalone kernel (cached per node).
+    """FLOPs and bytes of `node` run as a standalone kernel (cached by structure).
 
     Arguments and constants (`ConstantLike`) cost nothing; layout ops, embedding
     lookups and gathers move data without arithmetic (0 FLOPs in their definition).
     An embedding or a gather reads only the entries it gathers (`OpDef.gathers`), not
     the whole table.
     """
-    stats = _CACHE.get(node)
+    key = (node.op, node.attrs, tuple(value.sig for value in node.inputs), node.sigs)
+    stats = _CACHE.get(key)
     if stats is None:
-        stats = _CACHE[node] = _compute(node)
+        if len(_CACHE) >= _CACHE_LIMIT:
+            _CACHE.clear()
+        stats = _CACHE[key] = _compute(node)
     return stats
 
 
