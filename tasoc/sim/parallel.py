@@ -920,6 +920,10 @@ class ShardedStep:
                 (1, end, self._local_bytes(arg.out, layout), self._kind[arg.out])
                 for (_, layout), end in relaid.items()
             ]
+        # `last_read` and `unfused` call themselves through this frame's cells: a cycle
+        # holding this step and every dict above, freed only by the cyclic collector
+        # (which a search pauses, `paused_gc`): emptying the cells frees them now.
+        del last_read, unfused
         return fixed, _outside_donated(temps, donated)
 
     def _made(self, device: int) -> tuple[list[tuple[str, int]], list[_Buffer]]:
