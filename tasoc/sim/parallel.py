@@ -1691,8 +1691,14 @@ def _outside_donated(temps: list[Temp], donated: Sequence[_Donated]) -> list[Tem
     order = sorted(range(len(donated)), key=lambda i: (donated[i].nbytes, -i))
     sizes = [donated[i].nbytes for i in order]
     outside = []
-    for index in sorted(range(len(temps)), key=lambda i: (-temps[i][2], temps[i][0])):
+    shared = frozenset().union(*(one.shared for one in donated))
+    failed = None  # a temporary no buffer took, while no buffer has taken one since
+    keys = [(-nbytes, start) for start, _, nbytes, _ in temps]
+    for index in sorted(range(len(temps)), key=keys.__getitem__):
         start, end, nbytes, _ = temps[index]
+        if failed == temps[index][:3] and index not in shared:
+            outside.append(temps[index])  # an equal one's answer (an all-to-all's blocks)
+            continue
         for i in order[bisect.bisect_left(sizes, nbytes) :]:  # those it fits in, smallest first
             one = donated[i]
             last = end - 1 if end == one.written_at and index in one.shared else end
@@ -1700,9 +1706,11 @@ def _outside_donated(temps: list[Temp], donated: Sequence[_Donated]) -> list[Tem
                 continue  # it overlaps the old value (until `read_to`) or the new
             if not held[i].overlaps(start, last):
                 held[i].add(start, last)
+                failed = None
                 break
         else:
             outside.append(temps[index])
+            failed = None if index in shared else temps[index][:3]
     return outside
 
 
