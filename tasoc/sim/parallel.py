@@ -479,6 +479,10 @@ class ShardedStep:
         """Each task's spec: its allocs and frees by kind (the graph's tasks have them by
         pool), and what an edit compares before making a task anew."""
         self._groups: dict[Producer, _Group] = {}
+        self._groups_made = _groups_of(
+            (dag, machine, tuple(self.meshes.values()), self.order, signature, collapse)
+        )
+        """Groups made by every step of this context, by `_group_key`."""
         self._sources = [*self.dag.args, *(node for node in self.order if not node.inputs)]
         """The arguments, then the constants: the producers of no op, first in a graph
         built afresh."""
@@ -1130,6 +1134,42 @@ class ShardedStep:
         )
 
     def _group(self, producer: Producer) -> _Group:
+        """The communication of `producer`'s values (`_made_group`), the one made
+        before for what it depends on where there is one (`_group_key`): a group is
+        never changed once made, and a search asks again and again for the same few
+        (a rejected proposal's undoing rebuilds what it had; starts share most)."""
+        key = self._group_key(producer)
+        made = self._groups_made.get(key)
+        if made is None:
+            if len(self._groups_made) >= GROUPS_KEPT:
+                self._groups_made.clear()
+            made = self._groups_made[key] = self._made_group(producer)
+        return made
+
+    def _group_key(self, producer: Producer) -> Hashable:
+        """All of the plan `_made_group` reads for `producer`'s group: its
+        configuration (its statistics' all-reduces), and per value its layout, the
+        layouts it leaves the program in and those its readers read it in on their
+        meshes. The rest is the step's context (`_groups_of`)."""
+        plan = self.plan
+        config = plan.configs[producer] if producer.inputs else {}
+        return (
+            producer,
+            tuple(config.items()),
+            tuple(
+                (
+                    plan.values[value],
+                    tuple(plan.outputs[index] for index in self._exits.get(value, ())),
+                    tuple(
+                        (plan.operands[use.node][use.operand], self.mesh_of(use.node).name)
+                        for use in self._values_read(value)
+                    ),
+                )
+                for value in self._values_of(producer)
+            ),
+        )
+
+    def _made_group(self, producer: Producer) -> _Group:
         """The communication of `producer`'s values (the arguments' and constants' for
         None), from scratch, in canonical order: the statistics all-reduce, then per
         value the layouts it is read in (by first reader), then those it leaves in;
@@ -1400,6 +1440,20 @@ def _moved_values(before: _Group, after: _Group, renamed: bool) -> set[Value]:
         ):
             moved.add(layout[0])
     return moved
+
+
+GROUPS_KEPT = 1 << 15
+"""The most groups `_groups_of` keeps per context before it starts again: a few times
+a step's producers (3,000 to 6,000 ops), some hundreds of proposals' new groups."""
+
+
+@functools.lru_cache(maxsize=4)
+def _groups_of(context: Hashable) -> dict[Hashable, _Group]:
+    """The groups made by every step of one context (the dag, the machine, the meshes,
+    the order of ops, the training roles, whether devices are collapsed): what a
+    group depends on besides the plan's few entries its key holds
+    (`ShardedStep._group_key`)."""
+    return {}
 
 
 @functools.lru_cache(maxsize=16)
