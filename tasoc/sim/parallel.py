@@ -1935,7 +1935,7 @@ def _best_fit(temps: Sequence[Temp], ticked: bool = False) -> tuple[int, str]:
 
     `ticked`: the lives are on the heap simulator's clock (`_event_times`), every first
     and last a tick of its own; then a run of equal blocks (`_run`: an all-to-all's 64
-    blocks at 64 devices, a third of a step's temporaries on some plans) is placed at
+    blocks at 64 devices, most of a step's temporaries on some plans) is placed at
     once, the same offsets as one by one (`_placed_together`), for one look at the
     blocks placed before instead of one per block."""
     firsts = np.fromiter((temp[0] for temp in temps), float, len(temps))
@@ -1965,15 +1965,22 @@ def _placed(low: np.ndarray, high: np.ndarray, nbytes: int) -> int:
     gap that fits it, else on top of them."""
     if not low.size:
         return 0
-    # the placed blocks by offset; before each, the top of those below it
+    gaps, below, top = _gaps(low, high)
+    smallest = np.where(gaps >= nbytes, gaps, _NO_GAP).argmin()
+    if gaps[smallest] >= nbytes:  # the smallest gap that fits, the lowest of equals
+        return int(below[smallest])
+    return top
+
+
+def _gaps(low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """The placed blocks (`low`, `high`, in the order placed) by offset: the gap below
+    each, the top of those below it (where a block put in that gap lies), and the top
+    of them all."""
     by_low = low.argsort(kind="stable")
     low, high = low[by_low], high[by_low]
     tops = np.maximum.accumulate(high)
-    gaps = low - np.concatenate((_ZERO, tops[:-1]))
-    smallest = np.where(gaps >= nbytes, gaps, _NO_GAP).argmin()
-    if gaps[smallest] >= nbytes:  # the smallest gap that fits, the lowest of equals
-        return int(tops[smallest - 1]) if smallest else 0
-    return int(tops[-1])
+    below = np.concatenate((_ZERO, tops[:-1]))
+    return low - below, below, int(tops[-1])
 
 
 def _run(temps: Sequence[Temp], at: int) -> int:
@@ -2005,14 +2012,9 @@ def _placed_together(low: np.ndarray, high: np.ndarray, nbytes: int, run: int) -
     for the next); a block on top raises the top. So the gaps that fit are a heap
     by (size, place), and the top a counter."""
     if low.size:
-        by_low = low.argsort(kind="stable")
-        low, high = low[by_low], high[by_low]
-        tops = np.maximum.accumulate(high)
-        below = np.concatenate((_ZERO, tops[:-1]))
-        gaps = low - below
+        gaps, below, end = _gaps(low, high)
         fitting = [(int(gaps[i]), int(i), int(below[i])) for i in (gaps >= nbytes).nonzero()[0]]
         heapq.heapify(fitting)
-        end = int(tops[-1])
     else:
         fitting, end = [], 0
     offsets = []
