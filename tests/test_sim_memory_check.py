@@ -2,7 +2,8 @@
 `SimulatedStrategy.over_cap`) answers what the full memory replay answers: on random
 plans edited at random, the bounds hold the peak `peak_memory` computes and tell
 "over the cap" exactly as it does, for caps around the peak; and the heap packing
-(`_best_fit`) places blocks as the plain best-fit rule does."""
+(`_best_fit`) places blocks as the plain best-fit rule does, runs of equal blocks
+placed at once too."""
 
 from __future__ import annotations
 
@@ -107,6 +108,32 @@ def reference_best_fit(temps: list[parallel.Temp]) -> int:
 def test_the_heap_packing_is_the_plain_best_fit_rule(blocks: list[tuple[int, int, int]]) -> None:
     temps = [(first, first + span, nbytes, "activations") for first, span, nbytes in blocks]
     assert parallel._best_fit(temps)[0] == reference_best_fit(temps)
+
+
+@settings(max_examples=examples(200))
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 12), st.integers(0, 6), st.integers(0, 5), st.sampled_from([1, 2, 3, 8])
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    st.booleans(),
+)
+def test_runs_of_equal_blocks_are_placed_as_one_by_one(
+    blocks: list[tuple[int, int, int, int]], by_life: bool
+) -> None:
+    """On the heap simulator's clock, the runs of equal blocks (an all-to-all's one per
+    device) that `_best_fit` places at once land where the plain rule puts them."""
+    temps = [
+        (first, first + span, nbytes, "communication")
+        for first, span, nbytes, copies in blocks
+        for _ in range(copies)
+    ]
+    order = parallel._temporal if by_life else parallel._spatial
+    timed = sorted(parallel._event_times(temps), key=order)
+    assert parallel._best_fit(timed, ticked=True)[0] == reference_best_fit(timed)
 
 
 temporaries = st.lists(

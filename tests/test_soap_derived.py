@@ -63,7 +63,8 @@ def test_a_step_derived_from_another_is_the_step_built_afresh() -> None:
     """Each baseline from data parallel's step, and from a step a chain has edited
     (its ids no longer a build's): where the edits reach the plan, the step is the
     one a build makes, id for id; where they do not (another mesh, too many ops),
-    there is none."""
+    there is none. Every step's communication groups, kept across steps and edits
+    (`ShardedStep._group`), are those made afresh for its plan."""
     problem, baselines = lstm_problem()
     base = built(problem, baselines["data-parallel"])
     derived = {name: base.derived(plan, 10**6) for name, plan in baselines.items()}
@@ -88,6 +89,10 @@ def test_a_step_derived_from_another_is_the_step_built_afresh() -> None:
         step = state.step.derived(plan, 10**6)
         assert step is not None
         assert_as_built(step, built(problem, plan))
+    # the communication groups kept across steps and edits are those made afresh
+    for step in (state.step, *filter(None, derived.values())):
+        for producer, group in step._groups.items():
+            assert group == step._made_group(producer)
 
 
 def test_the_written_plans_state_is_a_searchs_only_where_it_is_as_built() -> None:

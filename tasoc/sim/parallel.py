@@ -84,6 +84,7 @@ import collections
 import copy
 import dataclasses
 import functools
+import heapq
 import itertools
 import math
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
@@ -453,13 +454,8 @@ class ShardedStep:
                 )
         self.order = tuple(plan.order or dag.ops)
         self._position = {node: i for i, node in enumerate(self.order)}
-        self.rules: Mapping[Node, OpRule] = {
-            node: soap.rule_of(node.op, [v.sig for v in node.inputs], dict(node.attrs), node.sigs)
-            for node in self.order
-            if node.inputs
-        }
+        self.rules, self._local = _rules_and_local(dag)
         self._consumers = dag.consumers()
-        self._local = local_values(dag, self.rules)
         self._exits: dict[Value, list[int]] = {}
         for index, value in enumerate(dag.outputs):
             self._exits.setdefault(value, []).append(index)
@@ -483,6 +479,10 @@ class ShardedStep:
         """Each task's spec: its allocs and frees by kind (the graph's tasks have them by
         pool), and what an edit compares before making a task anew."""
         self._groups: dict[Producer, _Group] = {}
+        self._groups_made = _groups_of(
+            (dag, machine, tuple(self.meshes.values()), self.order, signature, collapse)
+        )
+        """Groups made by every step of this context, by `_group_key`."""
         self._sources = [*self.dag.args, *(node for node in self.order if not node.inputs)]
         """The arguments, then the constants: the producers of no op, first in a graph
         built afresh."""
@@ -524,16 +524,17 @@ class ShardedStep:
             for index, argument in self._replaces.items()
             if self.dag.args[argument].out in relaid and self.dag.outputs[index].node.inputs
         }
-        changed = [
+        differing = (
             node
             for node in self.order
             if node.inputs
             and (
                 node in touched
-                or plan.configs.get(node) != mine.configs.get(node)
                 or plan.operands.get(node) != mine.operands.get(node)
+                or plan.configs.get(node) != mine.configs.get(node)
             )
-        ]
+        )
+        changed = list(itertools.islice(differing, most + 1))  # a far plan: no further
         if len(changed) > most:
             return None
         twin = copy.copy(self)  # groups are replaced whole by an edit, never changed: shared
@@ -919,6 +920,10 @@ class ShardedStep:
                 (1, end, self._local_bytes(arg.out, layout), self._kind[arg.out])
                 for (_, layout), end in relaid.items()
             ]
+        # `last_read` and `unfused` call themselves through this frame's cells: a cycle
+        # holding this step and every dict above, freed only by the cyclic collector
+        # (which a search pauses, `paused_gc`): emptying the cells frees them now.
+        last_read = unfused = None  # type: ignore[assignment]
         return fixed, _outside_donated(temps, donated)
 
     def _made(self, device: int) -> tuple[list[tuple[str, int]], list[_Buffer]]:
@@ -1129,6 +1134,42 @@ class ShardedStep:
         )
 
     def _group(self, producer: Producer) -> _Group:
+        """The communication of `producer`'s values (`_made_group`), the one made
+        before for what it depends on where there is one (`_group_key`): a group is
+        never changed once made, and a search asks again and again for the same few
+        (a rejected proposal's undoing rebuilds what it had; starts share most)."""
+        key = self._group_key(producer)
+        made = self._groups_made.get(key)
+        if made is None:
+            if len(self._groups_made) >= GROUPS_KEPT:
+                self._groups_made.clear()
+            made = self._groups_made[key] = self._made_group(producer)
+        return made
+
+    def _group_key(self, producer: Producer) -> Hashable:
+        """All of the plan `_made_group` reads for `producer`'s group: its
+        configuration (its statistics' all-reduces), and per value its layout, the
+        layouts it leaves the program in and those its readers read it in on their
+        meshes. The rest is the step's context (`_groups_of`)."""
+        plan = self.plan
+        config = plan.configs[producer] if producer.inputs else {}
+        return (
+            producer,
+            tuple(config.items()),
+            tuple(
+                (
+                    plan.values[value],
+                    tuple(plan.outputs[index] for index in self._exits.get(value, ())),
+                    tuple(
+                        (plan.operands[use.node][use.operand], self.mesh_of(use.node).name)
+                        for use in self._values_read(value)
+                    ),
+                )
+                for value in self._values_of(producer)
+            ),
+        )
+
+    def _made_group(self, producer: Producer) -> _Group:
         """The communication of `producer`'s values (the arguments' and constants' for
         None), from scratch, in canonical order: the statistics all-reduce, then per
         value the layouts it is read in (by first reader), then those it leaves in;
@@ -1412,6 +1453,33 @@ def _moved_values(before: _Group, after: _Group, renamed: bool) -> set[Value]:
     return moved
 
 
+GROUPS_KEPT = 1 << 15
+"""The most groups `_groups_of` keeps per context before it starts again: a few times
+a step's producers (3,000 to 6,000 ops), some hundreds of proposals' new groups."""
+
+
+@functools.lru_cache(maxsize=4)
+def _groups_of(context: Hashable) -> dict[Hashable, _Group]:
+    """The groups made by every step of one context (the dag, the machine, the meshes,
+    the order of ops, the training roles, whether devices are collapsed): what a
+    group depends on besides the plan's few entries its key holds
+    (`ShardedStep._group_key`)."""
+    return {}
+
+
+@functools.lru_cache(maxsize=16)
+def _rules_and_local(dag: Dag) -> tuple[Mapping[Node, OpRule], frozenset[Value]]:
+    """Each op's SOAP rule (constants have none) and the values every device makes
+    itself (`local_values`): the dag's alone, so every step a search builds of it
+    shares them (3,000 rules of an RNN step are a tenth of a build)."""
+    rules = {
+        node: soap.rule_of(node.op, [v.sig for v in node.inputs], dict(node.attrs), node.sigs)
+        for node in dag.ops
+        if node.inputs
+    }
+    return rules, local_values(dag, rules)
+
+
 @functools.lru_cache(maxsize=1 << 16)
 def _shard_duration(
     op_cost: OpCost,
@@ -1688,8 +1756,14 @@ def _outside_donated(temps: list[Temp], donated: Sequence[_Donated]) -> list[Tem
     order = sorted(range(len(donated)), key=lambda i: (donated[i].nbytes, -i))
     sizes = [donated[i].nbytes for i in order]
     outside = []
-    for index in sorted(range(len(temps)), key=lambda i: (-temps[i][2], temps[i][0])):
+    shared = frozenset().union(*(one.shared for one in donated))
+    failed = None  # a temporary no buffer took, while no buffer has taken one since
+    keys = [(-nbytes, start) for start, _, nbytes, _ in temps]
+    for index in sorted(range(len(temps)), key=keys.__getitem__):
         start, end, nbytes, _ = temps[index]
+        if failed == temps[index][:3] and index not in shared:
+            outside.append(temps[index])  # an equal one's answer (an all-to-all's blocks)
+            continue
         for i in order[bisect.bisect_left(sizes, nbytes) :]:  # those it fits in, smallest first
             one = donated[i]
             last = end - 1 if end == one.written_at and index in one.shared else end
@@ -1697,9 +1771,11 @@ def _outside_donated(temps: list[Temp], donated: Sequence[_Donated]) -> list[Tem
                 continue  # it overlaps the old value (until `read_to`) or the new
             if not held[i].overlaps(start, last):
                 held[i].add(start, last)
+                failed = None
                 break
         else:
             outside.append(temps[index])
+            failed = None if index in shared else temps[index][:3]
     return outside
 
 
@@ -1805,7 +1881,7 @@ class _Heap:
         if order not in self._fits:
             if self._timed is None:
                 self._timed = _event_times(self.temps)
-            self._fits[order] = _best_fit(sorted(self._timed, key=order))
+            self._fits[order] = _best_fit(sorted(self._timed, key=order), ticked=True)
         return self._fits[order]
 
     def packed(self) -> tuple[int, str | None]:
@@ -1861,35 +1937,108 @@ def _event_times(temps: Sequence[Temp]) -> list[Temp]:
     return [(ticks[i, 0], ticks[i, 1], size, kind) for i, (_, _, size, kind) in enumerate(temps)]
 
 
-def _best_fit(temps: Sequence[Temp]) -> tuple[int, str]:
+def _best_fit(temps: Sequence[Temp], ticked: bool = False) -> tuple[int, str]:
     """The heap of `temps` placed in this order, each in the smallest gap that fits it
     among those placed before whose lives overlap its own (else on top), and the kind
     at its top (`_packed`). Blocks placed at one offset are sorted by offset alone:
     of several starting at one offset only the first can open a gap (the others'
-    start under its top), and its gap is the same whichever comes first."""
+    start under its top), and its gap is the same whichever comes first.
+
+    `ticked`: the lives are on the heap simulator's clock (`_event_times`), every first
+    and last a tick of its own; then a run of equal blocks (`_run`: an all-to-all's 64
+    blocks at 64 devices, most of a step's temporaries on some plans) is placed at
+    once, the same offsets as one by one (`_placed_together`), for one look at the
+    blocks placed before instead of one per block."""
     firsts = np.fromiter((temp[0] for temp in temps), float, len(temps))
     lasts = np.fromiter((temp[1] for temp in temps), float, len(temps))
     lows, highs = np.empty(len(temps), np.int64), np.empty(len(temps), np.int64)
     top, kind = 0, temps[0][3]
-    for count, (first, last, nbytes, what) in enumerate(temps):
+    count = 0
+    while count < len(temps):
+        first, last, nbytes, _ = temps[count]
+        run = _run(temps, count) if ticked else 1
         overlap = ((lasts[:count] >= first) & (firsts[:count] <= last)).nonzero()[0]
-        offset = 0
-        if overlap.size:
-            # the placed blocks by offset; before each, the top of those below it
-            low = lows[overlap]
-            by_low = low.argsort(kind="stable")
-            low, high = low[by_low], highs[overlap][by_low]
-            tops = np.maximum.accumulate(high)
-            gaps = low - np.concatenate((_ZERO, tops[:-1]))
-            smallest = np.where(gaps >= nbytes, gaps, _NO_GAP).argmin()
-            if gaps[smallest] >= nbytes:  # the smallest gap that fits, the lowest of equals
-                offset = int(tops[smallest - 1]) if smallest else 0
-            else:
-                offset = int(tops[-1])
-        lows[count], highs[count] = offset, offset + nbytes
-        if offset + nbytes > top:
-            top, kind = offset + nbytes, what
+        if run > 1:
+            offsets = _placed_together(lows[overlap], highs[overlap], nbytes, run)
+        else:
+            offsets = [_placed(lows[overlap], highs[overlap], nbytes)]
+        for offset in offsets:
+            lows[count], highs[count] = offset, offset + nbytes
+            if offset + nbytes > top:
+                top, kind = offset + nbytes, temps[count][3]
+            count += 1
     return top, kind
+
+
+def _placed(low: np.ndarray, high: np.ndarray, nbytes: int) -> int:
+    """The offset of a block of `nbytes` among placed blocks (`low`, `high`, in the
+    order placed) whose lives overlap its own (`_best_fit`): the lowest of the smallest
+    gap that fits it, else on top of them."""
+    if not low.size:
+        return 0
+    gaps, below, top = _gaps(low, high)
+    smallest = np.where(gaps >= nbytes, gaps, _NO_GAP).argmin()
+    if gaps[smallest] >= nbytes:  # the smallest gap that fits, the lowest of equals
+        return int(below[smallest])
+    return top
+
+
+def _gaps(low: np.ndarray, high: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """The placed blocks (`low`, `high`, in the order placed) by offset: the gap below
+    each, the top of those below it (where a block put in that gap lies), and the top
+    of them all."""
+    by_low = low.argsort(kind="stable")
+    low, high = low[by_low], high[by_low]
+    tops = np.maximum.accumulate(high)
+    below = np.concatenate((_ZERO, tops[:-1]))
+    return low - below, below, int(tops[-1])
+
+
+def _run(temps: Sequence[Temp], at: int) -> int:
+    """How many blocks from `at` on form a run `_placed_together` places at once: of
+    one size (not 0), the j-th living from the first's first + j to its last + j, all
+    overlapping one another. On the heap simulator's clock (ticks of their own) no
+    other block starts or ends among a run's ticks, so every block placed before
+    overlaps all of a run's blocks or none, and they meet the same gaps."""
+    first, last, nbytes, _ = temps[at]
+    if not nbytes:
+        return 1
+    end = at + 1
+    while (
+        end < len(temps)
+        and temps[end][2] == nbytes
+        and temps[end][0] == first + (end - at)
+        and temps[end][1] == last + (end - at)
+        and temps[end][0] < last
+    ):
+        end += 1
+    return end - at
+
+
+def _placed_together(low: np.ndarray, high: np.ndarray, nbytes: int, run: int) -> list[int]:
+    """The offsets `_placed` gives `run` blocks of `nbytes` placed one after another,
+    each overlapping the blocks placed before (`low`, `high`) and the run's blocks
+    before it. A block put in a gap lies at its bottom: that gap shrinks by `nbytes`
+    and keeps its place among the gaps (the block's own gap below it is 0, too small
+    for the next); a block on top raises the top. So the gaps that fit are a heap
+    by (size, place), and the top a counter."""
+    if low.size:
+        gaps, below, end = _gaps(low, high)
+        fitting = [(int(gaps[i]), int(i), int(below[i])) for i in (gaps >= nbytes).nonzero()[0]]
+        heapq.heapify(fitting)
+    else:
+        fitting, end = [], 0
+    offsets = []
+    for _ in range(run):
+        if fitting:
+            gap, place, bottom = heapq.heappop(fitting)
+            offsets.append(bottom)
+            if gap - nbytes >= nbytes:
+                heapq.heappush(fitting, (gap - nbytes, place, bottom + nbytes))
+        else:
+            offsets.append(end)
+            end += nbytes
+    return offsets
 
 
 _ZERO = np.zeros(1, np.int64)

@@ -142,6 +142,21 @@ class SoapProblem:
         self._states.append(state)
         return state
 
+    def simulated(self, plan: Plan) -> SimulatedStrategy:
+        """`plan` priced as `simulate` prices it, for reading alone (the caller edits
+        nothing): a state this problem simulated of an equal plan and never edited
+        where there is one, else `simulate`'s. A chain's best completed again is mostly
+        that best itself, simulated just before (`Best.polish`), and a step of
+        thousands of ops takes a build and a memory check to price again."""
+        for state in reversed(self._states):
+            if (
+                state.pristine
+                and state.simulator.memory == self.traces_memory
+                and state.plan == plan
+            ):
+                return state
+        return self.simulate(plan)
+
     def state_of(self, plan: Plan) -> SimulatedStrategy:
         """`plan` simulated with memory traced (what the pass reports and draws): a
         state a search simulated of `plan` and never edited (the written plan is mostly
@@ -221,7 +236,7 @@ class Best:
             completed = complete(self.problem.program, Prescription(configs=dict(plan.configs)))
         except PlanError:
             return
-        self.offer(self.problem.simulate(completed), self.origin if origin is None else origin)
+        self.offer(self.problem.simulated(completed), self.origin if origin is None else origin)
 
     def result(self) -> tuple[float, Plan]:
         """The cost and plan; MemoryCapError when nothing fit under the cap."""

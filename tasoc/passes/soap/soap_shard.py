@@ -69,6 +69,7 @@ from tasoc.passes.soap.problem import Heuristic, Objective
 from tasoc.passes.soap.searches import GRAPH_SEARCH, comparable_names
 from tasoc.passes.soap.swap_pricing import Placer
 from tasoc.passes.summary import Summary
+from tasoc.sim.core import paused_gc
 
 FRONTIER_COMPARE = ("mcmc", "ilp", "greedy")
 """The searches `objective=frontier` places beside FT's frontier unless `compare=` says."""
@@ -155,6 +156,7 @@ class SoapShardPass(ModulePass):
     def __post_init__(self) -> None:
         check_options(self)
 
+    @paused_gc()  # its states hold 10^6 objects the collector would rescan again and again
     def apply(self, ctx: Context, op: ModuleOp) -> None:
         require(self.contract, op, SoapShardFailed)
         start = time.perf_counter()
