@@ -67,22 +67,31 @@ def tuned_plan(
     first = replace(settings, lookback=WINDOWS[0])
     plan = plan_swaps(problem.dag, problem.signature, first, None if required else deadline)
     best = Tuned(plan, problem.simulate(plan), first)
-
-    def better(tried: SwapSettings) -> Tuned | None:
-        """`tried`'s plan when it is faster than the best; None when not or out of time."""
-        if deadline is not None and deadline.expired():
-            return None
-        try:
-            plan = plan_swaps(problem.dag, problem.signature, tried, deadline)
-        except OutOfTime:
-            return None
-        run = problem.simulate(plan)
-        return Tuned(plan, run, tried) if run.seconds < best.simulated.seconds else None
-
     for window in WINDOWS[1:]:
-        best = better(replace(settings, lookback=window)) or best
+        best = faster(problem, best, replace(settings, lookback=window), deadline) or best
     for headroom in HEADROOMS:
-        best = better(replace(best.settings, headroom=headroom)) or best
+        best = faster(problem, best, replace(best.settings, headroom=headroom), deadline) or best
+    return widened(problem, best, deadline)
+
+
+def faster(
+    problem: PlacementProblem, best: Tuned, tried: SwapSettings, deadline: Deadline | None
+) -> Tuned | None:
+    """The swap planner's plan under `tried` when the simulator says it is faster than
+    `best`'s; None when it is not, or `deadline` passes first."""
+    if deadline is not None and deadline.expired():
+        return None
+    try:
+        plan = plan_swaps(problem.dag, problem.signature, tried, deadline)
+    except OutOfTime:
+        return None
+    run = problem.simulate(plan)
+    return Tuned(plan, run, tried) if run.seconds < best.simulated.seconds else None
+
+
+def widened(problem: PlacementProblem, best: Tuned, deadline: Deadline | None) -> Tuned:
+    """`best` with the windows of the tensors whose reader waited doubled, round after
+    round while the simulator says it is faster (module docstring, steps 2-3)."""
     for _ in range(ROUNDS):
         late = stalled(best.plan, best.simulated)
         if not late:
@@ -90,7 +99,7 @@ def tuned_plan(
         own = dict(best.settings.lookbacks)
         for value in late:
             own[value] = 2 * own.get(value, best.settings.lookback)
-        found = better(replace(best.settings, lookbacks=own))
+        found = faster(problem, best, replace(best.settings, lookbacks=own), deadline)
         if found is None:
             break
         best = found
