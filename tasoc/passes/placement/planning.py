@@ -43,7 +43,7 @@ from tasoc.passes.placement.bound import LowerBound, lower_bound
 from tasoc.passes.placement.joint import refine
 from tasoc.passes.placement.prefetch import Tuned, tuned_plan
 from tasoc.passes.placement.problem import NoPlanFound, PlacementProblem, Searcher, SearchLimits
-from tasoc.passes.placement.recompute import Recomputed, plan_recomputing, recomputable
+from tasoc.passes.placement.recompute import RULES, Recomputed, plan_recomputing, recomputable
 from tasoc.passes.placement.schedules import seed_orders
 from tasoc.passes.placement.swap_planner import (
     CapacityTooSmall,
@@ -246,20 +246,27 @@ def _recompute(
     problem: PlacementProblem, outcome: PlanningOutcome, deadline: Deadline | None
 ) -> None:
     """Price the recomputing plans into `outcome` (`recompute.py`): on the schedule of
-    the plan so far (a searched one, the GA's, may order the ops otherwise) at each
-    rule, then on each seed schedule (`schedules.seed_orders`) by the rule that won,
+    the plan so far (a searched one, the GA's, may order the ops otherwise) at the
+    first rule, chosen jointly (`joint.py`, within `JOINT_SHARE` of the time left:
+    under a tight timeout the likeliest winner comes first), at the other rules, then
+    on each seed schedule (`schedules.seed_orders`) by the rule that won,
     and each seed schedule's plan without recomputation (the tuned swap planner alone:
     the GA plans seeds with one window), as far as `deadline` allows; the fastest
-    recomputing plan becomes the plan when it beats the search's, and the fastest seed
-    plan without recomputation (`seeds`) when it beats both."""
+    recomputing plan (chosen jointly too, when it is not the first) becomes the plan
+    when it beats the search's, and the fastest seed plan without recomputation
+    (`seeds`) when it beats both."""
     start = time.perf_counter()
     settings = settings_for("belady", problem.capacity)
     scheduled = problem.dag.scheduled(outcome.plan.order)
-    found = plan_recomputing(replace(problem, dag=scheduled), settings, deadline=deadline)
-    if found is not None:
+    first = replace(problem, dag=scheduled)
+    found = plan_recomputing(first, settings, RULES[:1], deadline)
+    if found is not None:  # the likeliest rule's plan chosen jointly before the others
         share = deadline.share(JOINT_SHARE) if deadline is not None else None
         found = _chosen_jointly(problem, found, share)
     refined = found
+    other = plan_recomputing(first, settings, RULES[1:], deadline)
+    if other is not None and (found is None or other.simulated.seconds < found.simulated.seconds):
+        found = other
     alone: Tuned | None = None
     for order in seed_orders(problem.dag) if found is not None else ():
         if deadline is not None and deadline.expired():
