@@ -46,12 +46,7 @@ from tasoc.ir.memory import tensor_bytes
 from tasoc.ir.placement_plan import Recompute, SwapIn
 from tasoc.passes.placement.prefetch import Tuned, faster, stalled, widened
 from tasoc.passes.placement.problem import PlacementProblem
-from tasoc.passes.placement.swap_planner import (
-    CapacityTooSmall,
-    NoCopyLeft,
-    OutOfTime,
-    SwapSettings,
-)
+from tasoc.passes.placement.swap_planner import CapacityTooSmall, NoCopyLeft, SwapSettings
 from tasoc.passes.search import Deadline
 from tasoc.sim.placement import HOST_LINK, NETWORK, SWAP_IN, SWAP_OUT
 
@@ -158,12 +153,9 @@ def refine(
         kept_any = False
         for move, pick in enumerate((_to_swap, _to_recompute)):
             pending = pick(problem, best, recomputable)
-            try:
-                found, kept, spent = _bisect(
-                    problem, best, pending, EVALUATIONS - evaluations, deadline
-                )
-            except OutOfTime:
-                return Joint(best, *moved, evaluations)
+            found, kept, spent = _bisect(
+                problem, best, pending, EVALUATIONS - evaluations, deadline
+            )
             evaluations += spent
             if kept:
                 best, kept_any = found, True
@@ -263,14 +255,15 @@ def _bisect(
     budget: int,
     deadline: Deadline | None,
 ) -> tuple[Tuned, int, int]:
-    """Try `pending` in batches (module docstring): the fastest plan, how many moves it
-    kept and how many plans were priced; OutOfTime when `deadline` passes."""
+    """Try `pending` in batches (module docstring) until `budget` plans are priced or
+    `deadline` passes: the fastest plan, how many moves it kept and how many plans
+    were priced."""
     kept = evaluations = 0
     size = len(pending)
     floor = max(1, size // SMALLEST)
     while pending and evaluations < budget:
         if deadline is not None and deadline.expired():
-            raise OutOfTime("the joint choice stopped at its deadline")
+            break  # what was kept so far stands
         batch = pending[:size]
         evaluations += 1
         try:
