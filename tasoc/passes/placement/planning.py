@@ -63,9 +63,10 @@ SEARCH_SHARE = 0.95
 """The part of what is left of the deadline a searching planner takes when it starts;
 the rest is the pass's, to price the plan found and write it."""
 JOINT_SHARE = 0.5
-"""The part of what is left of the deadline, after the rules are priced on the first
+"""The part of what is left of the deadline, after the first rule is priced on the first
 schedule, that the joint choice of swapping and recomputing may take there (`joint.py`);
-the seed schedules get the rest (and the joint choice again on one that wins)."""
+the other rules and the seed schedules get the rest (and the joint choice again on the
+plan that wins, when it is another)."""
 SEARCH_SHARE_RECOMPUTING = 0.5
 """`SEARCH_SHARE` with `recompute`: the recomputation pricing, after the search, takes
 about as long as a search on issue 32's models, so it gets the other half."""
@@ -282,7 +283,7 @@ def _recompute(
             alone is None or plain.simulated.seconds < alone.simulated.seconds
         ):
             alone = plain
-    if found is not None and found is not refined:  # a seed schedule's won: its turn
+    if found is not None and found is not refined:  # another rule's or seed's won
         found = _chosen_jointly(problem, found, deadline)
     outcome.planner_seconds["recompute"] = time.perf_counter() - start
     timed_out = deadline is not None and deadline.expired()
