@@ -187,6 +187,13 @@ def measure(
         spent[search] = time.perf_counter() - start
         if "stopped" in section:
             print(f"  {name} {search}: stopped ({section['stopped']})", file=sys.stderr)
+        for note in section["notes"]:  # how the pass ended: a timeout says so in a note
+            if "timeout" in note:
+                print(f"  {name} {search}: {note}", file=sys.stderr)
+        if search in RECOMPUTING:
+            print(f"  {name} {search}: the plan kept is {section['plan']}'s", file=sys.stderr)
+        if "joint" in section.get("recompute", {}):
+            print(f"  {name} {search}: joint {section['recompute']['joint']}", file=sys.stderr)
         for planner, fraction in section["fraction_of_ideal"].items():
             fractions.setdefault(planner, fraction)
         for planner, moved in section["swapped_bytes"].items():

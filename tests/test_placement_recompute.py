@@ -174,6 +174,8 @@ def test_the_pass_keeps_the_faster_of_recomputing_and_swapping() -> None:
     ]
     assert seconds[f"{chosen}_seconds"] == min(priced)
     assert set(section["saved_bytes"]) == {"swapping", "recomputation"}
+    joint = section["recompute"]["joint"]  # what the joint choice moved (joint.py)
+    assert set(joint) == {"to_swap", "to_recompute", "evaluations"}
     assert equivalent(module, unplaced(copy)).ok
     _, without = placed(module, search="belady", capacity=capacity)
     assert "recompute" not in without["fraction_of_ideal"]

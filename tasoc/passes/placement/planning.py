@@ -12,7 +12,8 @@ simulated iteration, beside the step's peak without placement (`memory_figure`).
 its plan is kept only when it is faster than belady's — a search never makes the step
 slower than the planner it starts from (the report says when belady's plan was kept).
 With `recompute`, the swap planner's plans that recompute saved activations instead
-of swapping some of them (`recompute.py`) are priced too, as `recompute` (and each
+of swapping some of them (`recompute.py`, then the joint choice of swapping and
+recomputing value by value, `joint.py`) are priced too, as `recompute` (and each
 seed schedule's plan without recomputation, as `seeds`: the GA plans seeds with one
 window, the tuned planner per tensor), and the
 fastest of those and the search's plan is the plan (`PlanningOutcome.chosen` names it).
@@ -39,9 +40,10 @@ from tasoc.ir.placement_plan import PlacementPlan
 from tasoc.ir.training import TrainingSignature
 from tasoc.passes.figures import MemoryFigure, MemorySeries
 from tasoc.passes.placement.bound import LowerBound, lower_bound
+from tasoc.passes.placement.joint import refine
 from tasoc.passes.placement.prefetch import Tuned, tuned_plan
 from tasoc.passes.placement.problem import NoPlanFound, PlacementProblem, Searcher, SearchLimits
-from tasoc.passes.placement.recompute import Recomputed, plan_recomputing
+from tasoc.passes.placement.recompute import RULES, Recomputed, plan_recomputing, recomputable
 from tasoc.passes.placement.schedules import seed_orders
 from tasoc.passes.placement.swap_planner import (
     CapacityTooSmall,
@@ -60,6 +62,11 @@ BASELINES: tuple[Policy, ...] = ("lru", "belady")
 SEARCH_SHARE = 0.95
 """The part of what is left of the deadline a searching planner takes when it starts;
 the rest is the pass's, to price the plan found and write it."""
+JOINT_SHARE = 0.5
+"""The part of what is left of the deadline, after the first rule is priced on the first
+schedule, that the joint choice of swapping and recomputing may take there (`joint.py`);
+the other rules and the seed schedules get the rest (and the joint choice again on the
+plan that wins, when it is another)."""
 SEARCH_SHARE_RECOMPUTING = 0.5
 """`SEARCH_SHARE` with `recompute`: the recomputation pricing, after the search, takes
 about as long as a search on issue 32's models, so it gets the other half."""
@@ -153,6 +160,13 @@ class PlanningOutcome:
                 "candidates": self.recomputed.candidates,
                 "recomputed_ops": len(self.recomputed.plan.recomputed()),
             }
+            joint = self.recomputed.joint
+            if joint is not None:
+                section["recompute"]["joint"] = {
+                    "to_swap": joint.to_swap,
+                    "to_recompute": joint.to_recompute,
+                    "evaluations": joint.evaluations,
+                }
         if self.searched is not None:
             self.searched.write_report(section, self.seed)
         return section
@@ -233,16 +247,27 @@ def _recompute(
     problem: PlacementProblem, outcome: PlanningOutcome, deadline: Deadline | None
 ) -> None:
     """Price the recomputing plans into `outcome` (`recompute.py`): on the schedule of
-    the plan so far (a searched one, the GA's, may order the ops otherwise) at each
-    rule, then on each seed schedule (`schedules.seed_orders`) by the rule that won,
+    the plan so far (a searched one, the GA's, may order the ops otherwise) at the
+    first rule, chosen jointly (`joint.py`, within `JOINT_SHARE` of the time left:
+    under a tight timeout the likeliest winner comes first), at the other rules, then
+    on each seed schedule (`schedules.seed_orders`) by the rule that won,
     and each seed schedule's plan without recomputation (the tuned swap planner alone:
     the GA plans seeds with one window), as far as `deadline` allows; the fastest
-    recomputing plan becomes the plan when it beats the search's, and the fastest seed
-    plan without recomputation (`seeds`) when it beats both."""
+    recomputing plan (chosen jointly too, when it is not the first) becomes the plan
+    when it beats the search's, and the fastest seed plan without recomputation
+    (`seeds`) when it beats both."""
     start = time.perf_counter()
     settings = settings_for("belady", problem.capacity)
     scheduled = problem.dag.scheduled(outcome.plan.order)
-    found = plan_recomputing(replace(problem, dag=scheduled), settings, deadline=deadline)
+    first = replace(problem, dag=scheduled)
+    found = plan_recomputing(first, settings, RULES[:1], deadline)
+    if found is not None:  # the likeliest rule's plan chosen jointly before the others
+        share = deadline.share(JOINT_SHARE) if deadline is not None else None
+        found = _chosen_jointly(problem, found, share)
+    refined = found
+    other = plan_recomputing(first, settings, RULES[1:], deadline)
+    if other is not None and (found is None or other.simulated.seconds < found.simulated.seconds):
+        found = other
     alone: Tuned | None = None
     for order in seed_orders(problem.dag) if found is not None else ():
         if deadline is not None and deadline.expired():
@@ -258,6 +283,8 @@ def _recompute(
             alone is None or plain.simulated.seconds < alone.simulated.seconds
         ):
             alone = plain
+    if found is not None and found is not refined:  # another rule's or seed's won
+        found = _chosen_jointly(problem, found, deadline)
     outcome.planner_seconds["recompute"] = time.perf_counter() - start
     timed_out = deadline is not None and deadline.expired()
     if found is None:
@@ -290,6 +317,28 @@ def _recompute(
                 "recompute: a seed schedule planned by the tuned swap planner alone was "
                 "the fastest plan: that one is kept"
             )
+
+
+def _chosen_jointly(
+    problem: PlacementProblem, found: Recomputed, deadline: Deadline | None
+) -> Recomputed:
+    """`found` after the joint choice of swapping and recomputing (`joint.py`) on its
+    schedule, within `deadline`: the same plan when no move was faster."""
+    if deadline is not None and deadline.expired():
+        return found
+    scheduled = replace(problem, dag=problem.dag.scheduled(found.plan.order))
+    chosen = refine(scheduled, found.tuned, frozenset(recomputable(problem)), deadline)
+    if chosen.tuned.simulated.seconds >= found.simulated.seconds:
+        return replace(found, joint=chosen)
+    tuned = chosen.tuned
+    return replace(
+        found,
+        plan=tuned.plan,
+        simulated=tuned.simulated,
+        settings=tuned.settings,
+        candidates=len(tuned.settings.recompute),
+        joint=chosen,
+    )
 
 
 def _swapping_alone(

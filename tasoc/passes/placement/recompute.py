@@ -17,6 +17,8 @@ The ratio is not guessed: `RULES` are tried, each plan priced on the one simulat
 (`PlacementProblem.simulate`), beside the plan without recomputation, and the fastest
 wins — so `recompute=on` never makes the step slower than the swap planner alone. Each
 plan has its prefetch windows tuned (`prefetch.py`). Cost: that tuning once per rule.
+A rule is one threshold for every value; the pass then chooses value by value between
+swapping and recomputing from the fastest rule's plan (`joint.py`).
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from tasoc.ir.graph import OPS_BY_NAME
 from tasoc.ir.liveness import value_kinds
 from tasoc.ir.memory import tensor_bytes
 from tasoc.ir.placement_plan import PlacementPlan
-from tasoc.passes.placement.prefetch import tuned_plan
+from tasoc.passes.placement.joint import Joint
+from tasoc.passes.placement.prefetch import Tuned, tuned_plan
 from tasoc.passes.placement.problem import PlacementProblem
 from tasoc.passes.placement.swap_planner import (
     RECOMPUTE_DEPTH,
@@ -122,6 +125,16 @@ class Recomputed:
     simulated: PlacedSimulation
     rule: Rule
     candidates: int
+    settings: SwapSettings
+    """The swap planner's settings that made `plan` (its tuned windows and the set of
+    values that may run again)."""
+    joint: Joint | None = None
+    """What the joint choice of swapping and recomputing did to the rule's plan
+    (`joint.py`), when it ran."""
+
+    @property
+    def tuned(self) -> Tuned:
+        return Tuned(self.plan, self.simulated, self.settings)
 
 
 def plan_recomputing(
@@ -150,5 +163,5 @@ def plan_recomputing(
         except OutOfTime:
             break
         if best is None or found.simulated.seconds < best.simulated.seconds:
-            best = Recomputed(found.plan, found.simulated, rule, len(chosen))
+            best = Recomputed(found.plan, found.simulated, rule, len(chosen), found.settings)
     return best
