@@ -112,6 +112,24 @@ def test_a_training_step_is_priced_with_its_weights_changing(
     assert ("weight_layout" in section) is not training
 
 
+def test_a_convolution_no_rule_matches_is_still_offered_the_layout(tasoc, tmp_path: Path) -> None:
+    """No rule matches a lone convolution, but its weight is laid out by the default
+    pipeline's prediction (the analytic CPU model charges the relayout it saves)."""
+    x, w = arg(0, "x", 1, 4, 6, 6), arg(1, "w", 4, 4, 3, 3, param=True)
+    path = tmp_path / "conv.mlir"
+    path.write_text(
+        str(module_of(Dag([x, w], [Node("conv2d", [x.out, w.out], **CONV, groups=1).out])))
+    )
+    report = tmp_path / "report.json"
+    pipeline = "equality-rewrite{timeout=20 retime=0}"
+    result = tasoc("opt", str(path), "-p", pipeline, "-o", tmp_path / "o.mlir", "--report", report)
+    assert result.code == 0, result.err
+    (rewrite,) = (p for p in json.loads(report.read_text())["passes"] if p["name"] == NAME_OF_PASS)
+    section = rewrite["section"]
+    assert "note" not in section and section["weight_layout"]["taken"]
+    assert section["rules_applied"] == {NAME: 1} and section["predicted_speedup"] > 1
+
+
 def test_the_step_reads_each_weight_in_hwio_and_transposes_it_only_as_a_view() -> None:
     laid_out, _ = lay_out_conv_weights(small_cnn())
     step, weights = weight_preprocessing(laid_out)
