@@ -416,7 +416,12 @@ def retime_note(section: dict[str, Any]) -> str:
     predicted speedup column is the kept graph's."""
     timed = section.get("retimed")
     if not timed:
-        return ""
+        if timed is None:
+            return ""
+        layout = section.get("weight_layout", {})
+        return "retime measured nothing" + (
+            "; layout taken by prediction" if layout.get("by_prediction") else ""
+        )
     kept = timed[0]
     which = "the input" if kept["input"] else "the search's best"
     if not kept["input"] and not kept["search_best"]:

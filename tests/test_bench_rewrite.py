@@ -93,6 +93,9 @@ def test_the_notes_say_what_retiming_kept(bench: ModuleType) -> None:
     ]
     section = {"cost_before": 4.0, "retimed": timed}
     assert bench.retime_note(section) == "retime kept the input of 2; search predicted 2.000"
+    nothing = {"retimed": [], "weight_layout": {"by_prediction": True}}
+    assert bench.retime_note(nothing) == "retime measured nothing; layout taken by prediction"
+    assert bench.retime_note({}) == ""
     timed.reverse()
     assert bench.retime_note(section).startswith("retime kept the search's best of 2")
     assert bench.retime_note({"cost_before": 4.0}) == ""
