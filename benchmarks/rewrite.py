@@ -5,13 +5,18 @@ and what JAX and onnxruntime then measure.
         [--timeout 30] [--cost analytic] [--rules LIB] [--alpha A] [--budget N] [--retime N] \
         [--repeats 20] [--measure-seconds 20] [--memory-limit 8] [--timeout-per-model 600] \
         [--small] [--markdown]
-    .venv/bin/python benchmarks/rewrite.py --suite [--shrink] [--models a,onnx:b] ...
+    .venv/bin/python benchmarks/rewrite.py --suite [--shrink] [--models a,onnx:b] [--runs 3] ...
 
 `--suite` (issue 34) runs the whole suite with the e-graph search: the eight zoo models
 below and the eleven exported ONNX models of `tasoc.models.exported` (`onnx:NAME`,
 written as `torch.onnx.export` writes them and imported as a user's file is), and adds
 per row the rules that fired, the compiled HLO's fusion and kernel counts before and
 after, and a summary of the issue's goals (geometric means, the slowest row, nasrnn).
+`--runs N` runs each model N times, each run searching and measuring anew (the issue
+asks for each verdict stable in three runs); the summary takes a model's median run.
+A row where the pass returned its input unchanged says `kept input` and is not timed
+(`KEPT_INPUT`: both sides would run one program, so the ratio would be noise); the
+summary counts it as exactly 1.000 and says how many runs it counted so.
 `--shrink` runs the ONNX models at `SHRUNK` sizes (2 cores: a full-size BERT or GPT-2
 compiles and runs for minutes); the table is then titled as such. A model is named
 `onnx:NAME?k=v&...` with the builder's size parameters.
@@ -156,6 +161,12 @@ RUN_COPIES = 2
 MIN_PAIRS = 5
 """A backend measures at least this many pairs, however long they take."""
 
+KEPT_INPUT = "kept input"
+"""The speedup cells of a row whose program is its input (`Result.kept_input`). Such a
+row is not timed: both sides would run one program, and the ratio would be the
+machine's noise (0.94-1.05 under `jax.jit` at load 5-15, docs/benchmarks.md, issue
+34). The goals' summary counts it as exactly 1 and says how many rows it counted so."""
+
 SAMPLE_S = 0.02
 """A sample repeats a fast program until it takes this long: on a machine shared with
 other work, a 1 ms sample (`time_end_to_end`'s) is often one preempted time slice."""
@@ -185,6 +196,9 @@ class Result:
     """The pass's `rules_applied`: how often each rule fired on the way to its result."""
     hlo: dict[str, list[int]] | None = None
     """With `--suite`: `hlo_counts` of the original and the optimized program."""
+    kept_input: bool | None = None
+    """The pass returned its input unchanged (the two programs' text is equal): nothing
+    is timed, and the row's speedup is 1 by construction (`KEPT_INPUT`)."""
     error: str | None = None
 
     @classmethod
@@ -402,7 +416,12 @@ def retime_note(section: dict[str, Any]) -> str:
     predicted speedup column is the kept graph's."""
     timed = section.get("retimed")
     if not timed:
-        return ""
+        if timed is None:
+            return ""
+        layout = section.get("weight_layout", {})
+        return "retime measured nothing" + (
+            "; layout taken by prediction" if layout.get("by_prediction") else ""
+        )
     kept = timed[0]
     which = "the input" if kept["input"] else "the search's best"
     if not kept["input"] and not kept["search_best"]:
@@ -444,6 +463,11 @@ def run_child(spec: str, pipeline: str, pairs: int, seconds: float, hlo: bool = 
         check = equivalent(original, optimized, seed=SEED, backend="jax")
         result.max_abs_error = max((o.max_abs_error for o in check.outputs), default=0.0)
         result.agree = check.ok
+        result.kept_input = str(original) == str(optimized)
+        if result.kept_input:  # one program on both sides: its ratio is the machine's noise
+            result.phase = "done"
+            print(json.dumps(asdict(result)), flush=True)
+            return
         start("jax")
         result.jax = jax_speedup(original, optimized, pairs, seconds)
         start("onnxruntime")
@@ -466,6 +490,22 @@ class Row:
     outcome: str = ""
     """Empty when the child finished, else why not (skipped, timed out, killed)."""
     result: Result | None = None
+    again: list[Result | None] | None = None
+    """With `--runs N`: the N - 1 runs after the first (search and measurements anew)."""
+
+    def verdicts(self) -> list[float | None]:
+        """Each run's `jax.jit` speedup: its median, 1.0 where the pass kept its input
+        (`KEPT_INPUT`), None where it was not measured."""
+        return [jax_verdict(result) for result in (self.result, *(self.again or ()))]
+
+
+def jax_verdict(result: Result | None) -> float | None:
+    """A run's `jax.jit` speedup (`Row.verdicts`)."""
+    if result is None:
+        return None
+    if result.kept_input:
+        return 1.0
+    return result.jax.median if result.jax else None
 
 
 def pass_pipeline(args: argparse.Namespace, search: str) -> str:
@@ -547,13 +587,14 @@ def cells(row: Row, markdown: bool) -> list[str]:
     if r.error:
         failure = f"error: {r.error}" if r.phase == "search" else f"error ({r.phase}): {r.error}"
     notes = [r.stopped, r.kept, failure, row.outcome]
+    kept = KEPT_INPUT if r.kept_input else None
     return [
         f"`{row.spec}`" if markdown else row.spec,
         row.search,
         ops,
         shown(r.predicted, ".3f"),
-        shown(r.jax),
-        shown(r.ort),
+        kept or shown(r.jax),
+        kept or shown(r.ort),
         error,
         shown(r.search_s, ".1f"),
         "; ".join(note for note in notes if note),
@@ -624,6 +665,7 @@ def suite_header(cost: str) -> list[str]:
         "max abs err",
         "search s",
         "notes",
+        "jax.jit per run",
     ]
 
 
@@ -643,7 +685,17 @@ def suite_cells(row: Row, markdown: bool) -> list[str]:
         error,
         search_s,
         notes,
+        per_run(row),
     ]
+
+
+def per_run(row: Row) -> str:
+    """Each run's `jax.jit` verdict (`Row.verdicts`): `1.912`, `kept input` or `—`."""
+    runs = (row.result, *(row.again or ()))
+    return ", ".join(
+        KEPT_INPUT if r is not None and r.kept_input else "—" if v is None else f"{v:.3f}"
+        for r, v in zip(runs, row.verdicts(), strict=True)
+    )
 
 
 def geomean(values: list[float]) -> float:
@@ -657,13 +709,28 @@ def verdict(value: float | None, goal: float) -> str:
 
 
 def suite_summary(rows: list[Row]) -> list[str]:
-    """The issue's goals against the medians measured (`SUITE_GOALS`)."""
-    jax = {row.spec: row.result.jax.median for row in rows if row.result and row.result.jax}
-    ort = [row.result.ort.median for row in rows if row.result and row.result.ort]
+    """The issue's goals against the medians measured (`SUITE_GOALS`): a model's
+    `jax.jit` figure is the median of its runs' (`Row.verdicts`: 1.0 where the pass
+    kept its input), onnxruntime's the first run's (a kept input counts 1.0 there too)."""
+    jax: dict[str, float] = {}
+    runs = kept = 0
+    for row in rows:
+        measured = [v for v in row.verdicts() if v is not None]
+        if measured:
+            jax[row.spec] = statistics.median(measured)
+            results = (row.result, *(row.again or ()))
+            runs += len(measured)
+            kept += sum(r is not None and bool(r.kept_input) for r in results)
+    ort = [
+        1.0 if row.result.kept_input else row.result.ort.median
+        for row in rows
+        if row.result and (row.result.ort or row.result.kept_input)
+    ]
     slowest = min(jax, key=jax.__getitem__) if jax else None
     nasrnn = next((value for spec, value in jax.items() if spec.split("?")[0] == "nasrnn"), None)
+    counted = f"; {kept} of {runs} runs {KEPT_INPUT}, counted 1.000" if kept else ""
     lines = [
-        f"geomean over jax.jit ({len(jax)} models): "
+        f"geomean over jax.jit ({len(jax)} models{counted}): "
         + verdict(geomean(list(jax.values())) if jax else None, SUITE_GOALS["geomean_jax"]),
         f"slowest over jax.jit: {slowest or '—'} "
         + verdict(jax[slowest] if slowest else None, SUITE_GOALS["slowest_jax"]),
@@ -731,6 +798,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--repeats", type=int, default=20, help="A/B pairs per backend at most")
     parser.add_argument(
+        "--runs", type=int, default=1, help="runs per model, each searching and measuring anew"
+    )
+    parser.add_argument(
         "--measure-seconds", type=float, default=20.0, help="measuring time per backend"
     )
     parser.add_argument("--memory-limit", type=float, default=8.0, help="GB (default 8)")
@@ -749,6 +819,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be positive")
+    if args.runs < 1:
+        parser.error("--runs must be positive")
     if args.child:
         return args
     default = [*MODELS, *(ONNX_SCHEME + name for name in ONNX_MODELS)] if args.suite else MODELS
@@ -790,7 +862,12 @@ def main() -> None:
         else:
             spec, skipped = fitting_spec(model, args.small, args.memory_limit)
         for search in args.searches.split(","):
-            rows.append(Row(spec, search, skipped) if skipped else run_row(spec, search, args))
+            if skipped:
+                rows.append(Row(spec, search, skipped))
+                continue
+            row = run_row(spec, search, args)
+            row.again = [run_row(spec, search, args).result for _ in range(args.runs - 1)]
+            rows.append(row)
     lines = environment(argv)
     if args.suite:
         loads = f"load average before: {load_before}, after: {load_average()}"

@@ -34,10 +34,12 @@ from tasoc.cost import (
 from tasoc.cost import measured as measured_module
 from tasoc.cost.analytic import op_class, roofline, roofline_work
 from tasoc.cost.devices import OP_CLASSES, V100, Efficiency
-from tasoc.cost.measured import cache_dir, op_key, weight_preprocessing
+from tasoc.cost.fusion import relayout
+from tasoc.cost.measured import LAID_OUT_KEY, cache_dir, one_op_dag, op_key, weight_preprocessing
 from tasoc.ir.dag import ATTR_NAMES, Dag, Node, from_module
 from tasoc.ir.op_sets import ops_with
 from tasoc.ir.shapes import ConstData, DType, TensorSig
+from tasoc.passes.rewrite.weight_layout import lay_out_conv_weights
 from tasoc.verify.strategies import graphs
 
 CONV = {"strides": (1, 1), "padding": "same", "activation": "none", "groups": 1}
@@ -224,11 +226,17 @@ def test_fusion_saves_the_intermediate_and_the_launch() -> None:
     fused, unfused = AnalyticCost(CPU).cost(dag), AnalyticCost(CPU, fusion=False).cost(dag)
     conv, relu = node_stats(dag.ops[0]), node_stats(dag.ops[1])
     peak, bandwidth, launch = CPU.peak_flops, CPU.mem_bandwidth, CPU.launch_overhead_s
+    # XLA:CPU relays out the OIHW weight argument: a kernel of its own, either way
+    weight = launch + roofline(relayout(dag.ops[0].inputs[1]), -1, False, CPU)
     # one kernel: the intermediate is neither written nor read back
     moved = conv.bytes_read + relu.bytes_written
-    assert fused == pytest.approx(launch + max((conv.flops + relu.flops) / peak, moved / bandwidth))
+    assert fused - weight == pytest.approx(
+        launch + max((conv.flops + relu.flops) / peak, moved / bandwidth)
+    )
     alone = launch + max(conv.flops / peak, conv.bytes / bandwidth)
-    assert unfused == pytest.approx(alone + launch + max(relu.flops / peak, relu.bytes / bandwidth))
+    assert unfused - weight == pytest.approx(
+        alone + launch + max(relu.flops / peak, relu.bytes / bandwidth)
+    )
     assert fused < unfused
     # conv with its built-in activation costs what conv -> relu costs once fused
     assert AnalyticCost(CPU).cost(conv_relu(activation_op=False)) == pytest.approx(fused)
@@ -370,9 +378,9 @@ def count_timings(
     timed: list[str] = []
     real = measured_module.time_op
 
-    def counting(node: Node, repeats: int = 10) -> float:
-        timed.append(op_key(node))
-        return real(node, 2) if fake is None else fake(node)
+    def counting(node: Node, repeats: int = 10, weight_laid_out: bool = False) -> float:
+        timed.append(op_key(node) + (LAID_OUT_KEY if weight_laid_out else ""))
+        return real(node, 2, weight_laid_out) if fake is None else fake(node)
 
     monkeypatch.setattr(measured_module, "time_op", counting)
     return timed
@@ -438,6 +446,34 @@ def test_measured_cost_prices_fusion_from_the_measurement(
     # fused, the memory-bound relu no longer reads its operand: half its traffic
     assert model.op_work(relu, 0, False)[1] == pytest.approx(0.5e-3)
     assert model.cost(tiny()) == pytest.approx(CPU.launch_overhead_s + 0.5e-3)
+
+
+def test_measured_cost_times_a_convolution_laid_out_and_its_weights_relayout_apart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a device that relays out OIHW weights per call, a convolution is timed
+    reading its weight through a view of an HWIO argument, and the relayout an OIHW
+    weight argument costs is the measured transpose XLA runs: a graph with its
+    weights laid out once costs exactly that kernel less. Elsewhere neither."""
+    times = {"transpose": 3e-3, "conv2d": 5e-3}  # the floor (a relu) 1 ms
+    timed = count_timings(monkeypatch, lambda node: times.get(node.op, 1e-3))
+    dag = conv_relu()
+    conv = dag.ops[0]
+    laid_out, _ = lay_out_conv_weights(dag)
+    model = MeasuredCost(tmp_path, device=CPU)
+    saved = model.cost(dag) - model.cost(laid_out)
+    weight = relayout(conv.inputs[1])
+    assert op_key(conv) + LAID_OUT_KEY in timed and op_key(conv) not in timed
+    assert op_key(weight) in timed
+    assert max(model.op_work(weight, -1, False)) == pytest.approx(2e-3)
+    assert saved == pytest.approx(CPU.launch_overhead_s + 2e-3)
+    gpu = MeasuredCost(tmp_path / "gpu", device=H100)
+    assert gpu.cost(dag) == pytest.approx(gpu.cost(laid_out))
+    assert op_key(conv) in timed
+    # the program timed: the convolution's weight an HWIO argument, viewed as OIHW
+    program = one_op_dag(conv, weight_laid_out=True)
+    assert program.args[1].sigs[0].shape == (3, 3, 16, 16)
+    assert [node.op for node in program.ops] == ["transpose", "conv2d"]
 
 
 def test_time_end_to_end_runs_preprocessed_weights() -> None:

@@ -253,6 +253,11 @@ BAD_FILES = [
     ),
     (("device", "memory_bytes"), 1e30, "device.memory_bytes must be a device's memory in bytes"),
     (("device", "clock"), 1, "unknown key 'clock' in device"),
+    (
+        ("device", "conv_weight_relayout"),
+        "yes",
+        "device.conv_weight_relayout must be true or false, got 'yes'",
+    ),
     (("device", "efficiency"), 0.8, "device.efficiency must be a table, got 0.8"),
     (("device", "efficiency"), {"gemm": 1.5}, "device.efficiency.gemm must be in (0, 1], got 1.5"),
     (("device", "efficiency"), {"conv": 0}, "device.efficiency.conv must be in (0, 1], got 0"),

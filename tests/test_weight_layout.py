@@ -18,15 +18,17 @@ from rewrite_helpers import arg, module_of
 from tasoc.backends.arguments import random_inputs
 from tasoc.backends.jax import lower
 from tasoc.backends.numpy import run_reference
-from tasoc.cost import CPU, AnalyticCost
-from tasoc.cost.fusion import layout_views, plan_fusion
+from tasoc.cost import CPU, H100, AnalyticCost, roofline
+from tasoc.cost.fusion import layout_views, plan_fusion, relaid_out_weights, relayout
 from tasoc.cost.measured import preprocessed, weight_preprocessing
 from tasoc.ir.dag import Dag, Node, to_module
 from tasoc.passes.rewrite.equality_rewrite import (
     EqualityRewritePass,
+    _input_laid_out,
     _layout_kept,
     offer_weight_layout,
 )
+from tasoc.passes.rewrite.retime import keep_measured_fastest
 from tasoc.passes.rewrite.weight_layout import HWIO, NAME, OIHW, lay_out_conv_weights
 from tasoc.passes.search import Deadline, SearchOutcome, StopReason
 from tasoc.verify.equivalence import compare
@@ -110,6 +112,24 @@ def test_a_training_step_is_priced_with_its_weights_changing(
     assert ("weight_layout" in section) is not training
 
 
+def test_a_convolution_no_rule_matches_is_still_offered_the_layout(tasoc, tmp_path: Path) -> None:
+    """No rule matches a lone convolution, but its weight is laid out by the default
+    pipeline's prediction (the analytic CPU model charges the relayout it saves)."""
+    x, w = arg(0, "x", 1, 4, 6, 6), arg(1, "w", 4, 4, 3, 3, param=True)
+    path = tmp_path / "conv.mlir"
+    path.write_text(
+        str(module_of(Dag([x, w], [Node("conv2d", [x.out, w.out], **CONV, groups=1).out])))
+    )
+    report = tmp_path / "report.json"
+    pipeline = "equality-rewrite{timeout=20 retime=0}"
+    result = tasoc("opt", str(path), "-p", pipeline, "-o", tmp_path / "o.mlir", "--report", report)
+    assert result.code == 0, result.err
+    (rewrite,) = (p for p in json.loads(report.read_text())["passes"] if p["name"] == NAME_OF_PASS)
+    section = rewrite["section"]
+    assert "note" not in section and section["weight_layout"]["taken"]
+    assert section["rules_applied"] == {NAME: 1} and section["predicted_speedup"] > 1
+
+
 def test_the_step_reads_each_weight_in_hwio_and_transposes_it_only_as_a_view() -> None:
     laid_out, _ = lay_out_conv_weights(small_cnn())
     step, weights = weight_preprocessing(laid_out)
@@ -124,13 +144,37 @@ def test_the_step_reads_each_weight_in_hwio_and_transposes_it_only_as_a_view() -
     assert any(node.op == "mul" and node.inputs[0].node.is_arg for node in step.ops)
 
 
-def test_a_view_runs_in_its_convolutions_kernel_and_costs_what_the_weight_did() -> None:
+def test_a_view_runs_in_its_convolutions_kernel_and_saves_the_weights_relayout() -> None:
+    """Under XLA:CPU each OIHW weight argument (or preprocessed weight-only value) a
+    convolution reads is relaid out on every call, a kernel of its own; a view of the
+    HWIO copy costs nothing, a weight computed in the step or a constant pays no
+    relayout. A device that relays out nothing prices both graphs alike."""
     dag = small_cnn()
     laid_out, _ = lay_out_conv_weights(dag)
     assert len(layout_views(laid_out)) == 3 and not layout_views(dag)
     before, after = plan_fusion(dag), plan_fusion(laid_out)
     assert before.fused.count(-1) == after.fused.count(-1)  # no kernel more or less
-    model = AnalyticCost(CPU)
+    w, g = dag.args[1].out, dag.args[2].out
+    wide = next(node for node in dag.ops if node.op == "enlarge").out
+    assert relaid_out_weights(before) == [w, g, wide]  # not the activation's
+    assert relaid_out_weights(after) == []
+    launch = CPU.launch_overhead_s
+    relayouts = sum(launch + roofline(relayout(v), -1, False, CPU) for v in (w, g, wide))
+    cpu = AnalyticCost(CPU)
+    assert cpu.cost(dag) - cpu.cost(laid_out) == pytest.approx(relayouts, rel=1e-9)
+    gpu = AnalyticCost(H100)
+    assert gpu.cost(laid_out) == pytest.approx(gpu.cost(dag), rel=1e-9)
+
+
+def test_a_training_step_pays_the_relayout_either_way() -> None:
+    """With the weights changing every step nothing is preprocessed: the laid-out
+    weight's transpose runs on every call, the very op XLA relays out with, so the
+    layout is priced as no gain; a weight computed in the step pays no relayout."""
+    dag = small_cnn()
+    laid_out, _ = lay_out_conv_weights(dag)
+    w, g = dag.args[1].out, dag.args[2].out
+    assert relaid_out_weights(plan_fusion(dag, fold_weights=False)) == [w, g]
+    model = AnalyticCost(CPU, fold_weights=False)
     assert model.cost(laid_out) == pytest.approx(model.cost(dag), rel=1e-9)
 
 
@@ -139,20 +183,12 @@ def test_laying_out_twice_changes_nothing_more() -> None:
     assert lay_out_conv_weights(laid_out) == (laid_out, 0)
 
 
-class _LayoutPays(AnalyticCost):
-    """The analytic model with each layout view 1 us cheaper than the weight's relayout
-    it saves: what `cost=xla` measures where XLA relays out OIHW weights per call."""
-
-    def cost(self, dag: Dag) -> float:
-        return super().cost(dag) - 1e-6 * len(layout_views(dag))
-
-
 def outcome_of(dag: Dag, cost: float) -> SearchOutcome[Dag]:
     return SearchOutcome(dag, cost, cost, 0.0, StopReason.SATURATED, Counter({"r": 1}))
 
 
 def test_the_layout_is_taken_where_the_cost_model_prices_it_cheaper() -> None:
-    dag, model = small_cnn(), _LayoutPays(CPU)
+    dag, model = small_cnn(), AnalyticCost(CPU)
     offered, laid_out = offer_weight_layout(
         outcome_of(dag, model.cost(dag)), model, Deadline.never()
     )
@@ -163,7 +199,7 @@ def test_the_layout_is_taken_where_the_cost_model_prices_it_cheaper() -> None:
 
 
 def test_a_model_that_prices_the_layout_alike_does_not_take_it() -> None:
-    dag, model = small_cnn(), AnalyticCost(CPU)
+    dag, model = small_cnn(), AnalyticCost(H100)  # cuDNN reads OIHW: no relayout
     offered, laid_out = offer_weight_layout(
         outcome_of(dag, model.cost(dag)), model, Deadline.never()
     )
@@ -176,7 +212,7 @@ def test_a_model_that_prices_the_layout_alike_does_not_take_it() -> None:
 
 @pytest.mark.parametrize("kept", [True, False])
 def test_re_timing_decides_whether_the_layout_is_kept(kept: bool) -> None:
-    dag, model = small_cnn(), AnalyticCost(CPU)
+    dag, model = small_cnn(), AnalyticCost(H100)
     offered, laid_out = offer_weight_layout(
         outcome_of(dag, model.cost(dag)), model, Deadline.never()
     )
@@ -184,6 +220,27 @@ def test_re_timing_decides_whether_the_layout_is_kept(kept: bool) -> None:
     retimed = _layout_kept(replace(offered, best=laid_out if kept else dag), laid_out)
     assert retimed.details["weight_layout"]["kept"] is kept
     assert (NAME in retimed.applied) is kept
+
+
+def test_with_no_time_to_re_time_the_input_is_kept_with_its_weights_laid_out() -> None:
+    """Re-timing that measures nothing keeps the input; where the model took the
+    layout, the input is returned laid out (by prediction), and the search's other
+    rewrites are not."""
+    dag, model = small_cnn(), AnalyticCost(CPU)
+    search_best = Dag(dag.args, [Node("relu", [dag.outputs[0]]).out, dag.outputs[1]])
+    best = outcome_of(search_best, model.cost(search_best))
+    offered, laid_out = offer_weight_layout(
+        replace(best, cost_before=model.cost(dag)), model, Deadline.never()
+    )
+    assert laid_out is not None and offered.best == laid_out
+    expired = Deadline(end=0.0, start=0.0, clock=lambda: 1.0)
+    kept = keep_measured_fastest(offered, dag, 3, expired, seed=0)
+    assert kept.best == dag and kept.details["retimed"] == []
+    kept = _input_laid_out(_layout_kept(kept, laid_out), dag, model, expired)
+    assert kept.best == lay_out_conv_weights(dag)[0]
+    assert kept.cost_after == pytest.approx(model.cost(kept.best))
+    assert kept.applied == Counter({NAME: 3})
+    assert kept.details["weight_layout"]["by_prediction"]
 
 
 def test_a_graph_without_a_convolution_weight_to_lay_out_is_offered_nothing() -> None:
@@ -204,6 +261,14 @@ def test_the_summary_says_whether_the_layout_was_taken() -> None:
     assert EqualityRewritePass().summary(section).details == (
         "convolution weights laid out once (HWIO, 53 convolutions): predicted 1.20x, "
         "not taken, re-timing kept it",
+    )
+    layout.update(taken=True, by_prediction=True)
+    section.update(retimed=[], retime_seconds=0.4)
+    assert EqualityRewritePass().summary(section).details == (
+        "re-timing measured no candidate against the input in the 0.4 s left: kept the "
+        "input, its convolution weights laid out as predicted",
+        "convolution weights laid out once (HWIO, 53 convolutions): predicted 1.20x, "
+        "taken, by prediction",
     )
 
 

@@ -96,6 +96,10 @@ class Device:
     `access_granularity` is how many float32 elements one memory access moves (ROC's
     cost model counts accesses in these units, Jia thesis Table 4.2): a GPU warp's
     coalesced load of 32 threads, a CPU's 64-byte cache line of 16 floats.
+    `conv_weight_relayout` says that XLA on this device relays out a convolution's
+    OIHW weight (to HWIO, a kernel of its own) on every call where the weight is an
+    argument of the program (`tasoc.cost.fusion.relaid_out_weights`): XLA:CPU does;
+    cuDNN reads OIHW as it is.
     """
 
     name: str
@@ -106,6 +110,7 @@ class Device:
     peak_flops_half: float | None = None
     efficiency: Efficiency = PEAK
     access_granularity: int = CACHE_LINE_FLOATS
+    conv_weight_relayout: bool = False
 
     def __post_init__(self) -> None:
         for field in ("peak_flops", "mem_bandwidth", "memory_bytes"):
@@ -189,13 +194,16 @@ CPU = Device(
     mem_bandwidth=25e9,
     launch_overhead_s=1e-6,
     memory_bytes=24e9,
+    conv_weight_relayout=True,
 )
 """The 2-core AMD EPYC (Zen 5, AVX-512, 2.6 GHz) VM tasoc is developed on, measured
 with JAX 0.12 on XLA:CPU: float32 `Precision.HIGHEST` matmul 1024^3 reaches 172
 GFLOP/s and a 3x3 64-channel 56x56 convolution 121 GFLOP/s (the theoretical peak is
 2 cores x 64 FLOP/cycle x 2.6 GHz = 333 GFLOP/s); a sum over 64 MiB reads 24 GB/s;
 a chain of 256 tiny dot+tanh kernels in one jitted program adds ~0.75 us per
-kernel; the VM has 24 GB of memory. Other CPUs differ: use `MeasuredCost` there."""
+kernel; the VM has 24 GB of memory. XLA:CPU relays out every OIHW convolution
+weight argument on every call (resnet50: 53 such kernels, half the step's time at
+batch 1; docs/benchmarks.md, issue 34). Other CPUs differ: use `MeasuredCost` there."""
 
 H100 = Device(
     name="h100",

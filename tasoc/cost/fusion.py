@@ -16,9 +16,12 @@ The model here is deliberately simple and local, so one pass over a graph applie
 Chains fuse transitively (conv -> batchnorm -> relu -> add is one kernel when each
 link has a single consumer). One transpose is folded into its consumer: a weight-only
 `transpose` read only as convolutions' weights (a *layout view*, `layout_views`) runs
-inside their kernel, since XLA folds it into the convolution's dimension numbers;
-its operand is what is preprocessed, so a weight laid out once beforehand (HWIO, the
-layout XLA's CPU convolution reads) is not relaid out on every run. Not modelled:
+inside their kernel at no cost, since XLA folds it into the convolution's dimension
+numbers; its operand is what is preprocessed, so a weight laid out once beforehand
+(HWIO, the layout XLA's CPU convolution reads) is not relaid out on every run. A
+convolution that reads its OIHW weight as an argument of the step is: XLA:CPU adds
+a kernel transposing it to HWIO on every call (`relaid_out_weights`; a cost model
+charges it where its device does, `Device.conv_weight_relayout`). Not modelled:
 multi-output fusion of siblings, duplicating a cheap producer into several
 consumers, and folding other transposes into a contraction's dimension numbers.
 
@@ -37,7 +40,7 @@ from dataclasses import dataclass
 from xdsl.traits import ConstantLike
 
 from tasoc.cost.stats import node_stats, sig_bytes
-from tasoc.ir.dag import Dag, Node
+from tasoc.ir.dag import Dag, Node, Value
 from tasoc.ir.op_sets import ops_with
 from tasoc.ir.traits import Fusible
 
@@ -98,13 +101,15 @@ class FusionPlan:
 
     `fused[i]` is the operand position whose producer's kernel `ops[i]` joins (-1:
     it starts a kernel of its own); `internal[i]` says its results stay inside a
-    kernel (its only consumer fused into it), so they are never written.
+    kernel (its only consumer fused into it), so they are never written. `views` are
+    the running layout views (`layout_views`), which cost nothing where they run.
     """
 
     dag: Dag
     running: dict[Node, NodeInfo]
     fused: tuple[int, ...]
     internal: tuple[bool, ...]
+    views: frozenset[Node] = frozenset()
 
     @property
     def ops(self) -> tuple[Node, ...]:
@@ -144,6 +149,12 @@ class FusionPlan:
 CONVOLUTION_WEIGHT = ("conv2d", 1)
 """The operand a layout view may feed: `conv2d`'s weight."""
 
+HWIO = (2, 3, 1, 0)
+"""OIHW -> HWIO: the weight layout XLA's CPU convolution reads."""
+OIHW = (3, 2, 0, 1)
+"""HWIO -> OIHW, the inverse of `HWIO`: the layout `conv2d` takes its weight in, and
+the permutation of a layout view that reads an HWIO copy."""
+
 
 def layout_views(dag: Dag) -> set[Node]:
     """The weight-only `transpose`s of `dag` that only convolutions read, and only as
@@ -175,7 +186,9 @@ def plan_fusion(dag: Dag, fuse: bool = True, fold_weights: bool = True) -> Fusio
         if node in views or (info.computed and not (fold_weights and info.weight)):
             running[node] = info
     if not fuse:
-        return FusionPlan(dag, running, (-1,) * len(running), (False,) * len(running))
+        return FusionPlan(
+            dag, running, (-1,) * len(running), (False,) * len(running), frozenset(views)
+        )
     consumers: dict[Node, int] = {}
     for info in running.values():
         for producer in info.producers:
@@ -199,7 +212,42 @@ def plan_fusion(dag: Dag, fuse: bool = True, fold_weights: bool = True) -> Fusio
         running,
         tuple(fused_at.get(node, -1) for node in running),
         tuple(node in absorbed for node in running),
+        frozenset(views),
     )
+
+
+def relaid_out_weights(plan: FusionPlan) -> list[Value]:
+    """The convolution weights XLA:CPU relays out (OIHW -> HWIO, a kernel of its own)
+    on every run of `plan`'s step, each once however many convolutions read it (XLA
+    shares the copy): those a running convolution reads as an argument of the step —
+    a program argument (a parameter or an input; in a training step the weights
+    themselves), or a weight-only value weight preprocessing hands over — or through a
+    layout view of a layout other than HWIO. Not a weight read through an `OIHW` view
+    of its HWIO copy (what `passes/rewrite/weight_layout.py` writes), not a constant
+    (XLA lays it out when it compiles), and not the result of an op of the step (XLA
+    has the producer write the layout the convolution reads)."""
+    op, position = CONVOLUTION_WEIGHT
+    weights: dict[Value, None] = {}
+    for node in plan.running:
+        if node.op != op:
+            continue
+        weight = node.inputs[position]
+        producer = weight.node
+        if producer in plan.views:
+            if producer.attr("perm") == OIHW:
+                continue
+        elif producer in plan.running or not (producer.is_arg or node_info(producer).computed):
+            continue
+        weights[weight] = None
+    return list(weights)
+
+
+def relayout(weight: Value) -> Node:
+    """The op XLA runs to relay out a convolution weight (`relaid_out_weights`): its
+    transpose to HWIO. A cost model prices it as that op, a kernel of its own; in a
+    training step it is the very op a laid-out convolution's weight runs (nodes are
+    interned), so there the layout is priced as no gain."""
+    return Node("transpose", [weight], perm=HWIO)
 
 
 def traffic(node: Node, fused: int, internal: bool) -> tuple[int, int]:

@@ -772,6 +772,8 @@ def machine_to_dict(machine: Machine) -> dict[str, Any]:
         device["peak_flops_half"] = machine.device.peak_flops_half
     device["efficiency"] = machine.device.efficiency.as_dict()
     device["access_granularity"] = machine.device.access_granularity
+    if machine.device.conv_weight_relayout:
+        device["conv_weight_relayout"] = True
     links = {"intra": machine.intra, "inter": machine.inter, "host": machine.host}
     return {
         "name": machine.name,
@@ -868,7 +870,13 @@ def _device_from(value: object, where: str, machine_name: str) -> Device:
         where,
         "device",
         required=_DEVICE_NUMBERS,
-        optional=("name", "peak_flops_half", "efficiency", "access_granularity"),
+        optional=(
+            "name",
+            "peak_flops_half",
+            "efficiency",
+            "access_granularity",
+            "conv_weight_relayout",
+        ),
     )
     name = table.get("name", f"{machine_name}-device")
     _expect(isinstance(name, str), where, "device.name", "a string", name)
@@ -904,11 +912,16 @@ def _device_from(value: object, where: str, machine_name: str) -> Device:
         "float32 elements per memory access, an integer >= 1",
         granularity,
     )
+    relayout = table.get("conv_weight_relayout", False)
+    _expect(
+        isinstance(relayout, bool), where, "device.conv_weight_relayout", "true or false", relayout
+    )
     return Device(
         name=name,
         peak_flops_half=half,
         efficiency=efficiency,
         access_granularity=granularity,
+        conv_weight_relayout=relayout,
         **numbers,
     )
 

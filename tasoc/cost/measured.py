@@ -15,6 +15,12 @@ seconds are scaled alike. So a relu fused into a convolution loses the reads of
 its operand and then hides under the convolution's compute, as in the analytic
 model, while each op keeps the speed measured for it.
 
+On a device that relays out convolution weights per call (`Device.conv_weight_relayout`:
+XLA:CPU), a convolution is timed reading its weight laid out (HWIO through a layout
+view), and the relayout a step pays for an OIHW weight argument is priced apart as
+the transpose XLA runs (`FusedSumCost`), so a graph with its weights laid out once is
+priced without it.
+
 Summed op times still misrank some graphs: XLA fuses and schedules across the
 whole program, and per-call costs do not add up (on the development CPU one
 8x64 @ 64x64 matmul program takes 30 us, a program of two such matmuls 38 us). A
@@ -40,7 +46,7 @@ from typing import Any
 
 from tasoc.cost.analytic import roofline, roofline_work
 from tasoc.cost.devices import CPU, DEVICES, H100, Device
-from tasoc.cost.fusion import node_info, plan_fusion
+from tasoc.cost.fusion import CONVOLUTION_WEIGHT, HWIO, OIHW, node_info, plan_fusion
 from tasoc.cost.model import CostModel, FusedSumCost, Work
 from tasoc.ir.dag import Dag, Node, Value, to_module
 from tasoc.ir.shapes import DType, TensorSig
@@ -108,21 +114,35 @@ def _attr_text(value: Any) -> str:
     return repr(str(value)) if isinstance(value, str) else repr(value)
 
 
-def one_op_dag(node: Node) -> Dag:
-    """A program applying `node`'s op to fresh arguments of its operand types."""
+def one_op_dag(node: Node, weight_laid_out: bool = False) -> Dag:
+    """A program applying `node`'s op to fresh arguments of its operand types; with
+    `weight_laid_out`, a convolution reads its weight through a layout view of an HWIO
+    argument (`tasoc.cost.fusion.OIHW`), so XLA relays out nothing per call."""
     args = [Node.arg(i, "x", value.sig) for i, value in enumerate(node.inputs)]
-    op = Node(node.op, [arg.out for arg in args], **dict(node.attrs))
-    return Dag(args, op.results)
+    inputs = [arg.out for arg in args]
+    op, position = CONVOLUTION_WEIGHT
+    if weight_laid_out and node.op == op:
+        sig = node.inputs[position].sig
+        hwio = TensorSig(tuple(sig.shape[axis] for axis in HWIO), sig.dtype)
+        args[position] = Node.arg(position, "x", hwio)
+        inputs[position] = Node("transpose", [args[position].out], perm=OIHW).out
+    return Dag(args, Node(node.op, inputs, **dict(node.attrs)).results)
 
 
-def time_op(node: Node, repeats: int = 10) -> float:
+def time_op(node: Node, repeats: int = 10, weight_laid_out: bool = False) -> float:
     """Median seconds of one jitted call of `node`'s op alone on the default JAX
-    device, after a warm-up call that compiles it."""
+    device (`one_op_dag`), after a warm-up call that compiles it."""
     from tasoc.backends.arguments import random_inputs
     from tasoc.backends.jax import bench, lower
 
-    module = to_module(one_op_dag(node))
+    module = to_module(one_op_dag(node, weight_laid_out))
     return statistics.median(bench(lower(module), random_inputs(module), repeats))
+
+
+LAID_OUT_KEY = " [weight HWIO]"
+"""Appended to a convolution's `op_key` when `MeasuredCost` times it reading its weight
+laid out (its relayout priced apart): a measurement of another program than the
+plain key's."""
 
 
 class TimingFile:
@@ -232,11 +252,17 @@ class MeasuredCost(FusedSumCost):
         )
 
     def _measured(self, node: Node) -> float:
-        key = op_key(node)
+        """Seconds of `node`'s one-op program, measured once. Where the device relays
+        out convolution weights, a convolution is timed reading its weight laid out:
+        the relayout is a kernel priced apart (`FusedSumCost`), as the transpose of
+        the weight that XLA runs, and a laid-out convolution does not pay it."""
+        laid_out = self.device.conv_weight_relayout and node.op == CONVOLUTION_WEIGHT[0]
+        key = op_key(node) + (LAID_OUT_KEY if laid_out else "")
         seconds = self._seconds.get(key)
         if seconds is None:
             self.check_budget()
-            seconds = self._seconds[key] = self._new[key] = time_op(node, self.repeats)
+            seconds = time_op(node, self.repeats, laid_out)
+            self._seconds[key] = self._new[key] = seconds
             self.check_budget()
         return seconds
 

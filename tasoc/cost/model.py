@@ -15,8 +15,8 @@ import weakref
 from typing import Protocol, runtime_checkable
 
 from tasoc.cost.devices import Device
-from tasoc.cost.fusion import FusionPlan, plan_fusion, weight_bytes
-from tasoc.ir.dag import Dag, Node
+from tasoc.cost.fusion import FusionPlan, plan_fusion, relaid_out_weights, relayout, weight_bytes
+from tasoc.ir.dag import Dag, Node, Value
 from tasoc.ir.limits import bytes_and_size, format_bytes
 
 
@@ -64,6 +64,10 @@ class FusedSumCost:
     A kernel (an op and the ops fused into it) takes `device.launch_overhead_s` plus
     the roofline of its members' summed work: max(sum of compute seconds, sum of
     memory seconds), so a memory-bound epilogue hides under a compute-bound matmul.
+    A layout view adds no work (XLA folds it into its convolution, which is priced
+    as reading its weight); where the device relays out convolution weights
+    (`Device.conv_weight_relayout`), each weight relaid out on every call
+    (`fusion.relaid_out_weights`) adds a kernel: what its transpose to HWIO costs.
     Subclasses say what work one op adds in one fusion variant (`op_work`). `misses`
     counts the (node, variant) works computed rather than found in the cache, so
     tests and benchmarks can see the cache work.
@@ -88,23 +92,25 @@ class FusedSumCost:
         self._works: weakref.WeakKeyDictionary[Node, dict[_Variant, Work]] = (
             weakref.WeakKeyDictionary()
         )
+        self._relayouts: weakref.WeakKeyDictionary[Node, dict[int, Work]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def cost(self, dag: Dag) -> float:
         plan = plan_fusion(dag, self.fusion, self.fold_weights)
         if self.memory_limit is not None and _over_memory(plan, self.memory_limit):
             return math.inf
-        works = self._works
         kernel_of: dict[Node, int] = {}
         compute: list[float] = []
         memory: list[float] = []
+        views = plan.views
         for node, fused, internal in zip(plan.running, plan.fused, plan.internal, strict=True):
-            variants = works.get(node)
-            if variants is None:
-                variants = works[node] = {}
-            work = variants.get((fused, internal))
-            if work is None:
-                work = variants[fused, internal] = self.op_work(node, fused, internal)
-                self.misses += 1
+            if node in views:  # folded into its convolutions: no work of its own
+                work = (0.0, 0.0)
+            elif fused >= 0 and node.inputs[fused].node in views:
+                work = self._work(node, -1, internal)  # the convolution reads its weight
+            else:
+                work = self._work(node, fused, internal)
             if fused < 0:
                 kernel = kernel_of[node] = len(compute)
                 compute.append(work[0])
@@ -113,8 +119,37 @@ class FusedSumCost:
                 kernel = kernel_of[node] = kernel_of[node.inputs[fused].node]
                 compute[kernel] += work[0]
                 memory[kernel] += work[1]
+        if self.device.conv_weight_relayout:
+            for weight in relaid_out_weights(plan):  # a kernel each, on every call
+                compute_s, memory_s = self._relayout_work(weight)
+                compute.append(compute_s)
+                memory.append(memory_s)
         launches = len(compute) * self.device.launch_overhead_s
         return launches + sum(map(max, compute, memory))
+
+    def _work(self, node: Node, fused: int, internal: bool) -> Work:
+        """`op_work`, cached per node and fusion variant."""
+        variants = self._works.get(node)
+        if variants is None:
+            variants = self._works[node] = {}
+        work = variants.get((fused, internal))
+        if work is None:
+            work = variants[fused, internal] = self.op_work(node, fused, internal)
+            self.misses += 1
+        return work
+
+    def _relayout_work(self, weight: Value) -> Work:
+        """The work of relaying out `weight` (`fusion.relayout`: its transpose to HWIO,
+        a kernel of its own), cached by the weight: the transpose node is made only to
+        be priced, so the cache cannot be keyed by it."""
+        works = self._relayouts.get(weight.node)
+        if works is None:
+            works = self._relayouts[weight.node] = {}
+        work = works.get(weight.index)
+        if work is None:
+            work = works[weight.index] = self.op_work(relayout(weight), -1, False)
+            self.misses += 1
+        return work
 
     def op_work(self, node: Node, fused: int, internal: bool) -> Work:
         """What `node` adds to its kernel in this fusion variant (`fusion.FusionPlan`)."""

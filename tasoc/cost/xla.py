@@ -26,6 +26,13 @@ per-call dispatch cancels and a region's launch inside a program stays. A graph
 costs the sum of its regions' times plus one dispatch floor (the smallest program's
 call), which all graphs pay alike.
 
+A convolution's weight relayout (`Device.conv_weight_relayout`) needs no term of its
+own here: a region reading its OIHW weight as an argument is timed as XLA compiles
+it, relayout kernel included, and a region reading it through a layout view of an
+HWIO argument (`fusion.layout_views`: the view is a member of the convolution's
+region) without. In a training step the laid-out weight's transpose runs as a region
+of its own, so there both forms pay it.
+
 Region times live in `regions-<device>.json` under `cache_dir()` (the directory
 `MeasuredCost` and the op table use), tagged with the device, the JAX version and
 the format: a file that is corrupt or written for another device, JAX or format is

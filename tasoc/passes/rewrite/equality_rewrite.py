@@ -21,7 +21,9 @@ search gets `SEARCH_SHARE` of it when candidates are re-timed, re-timing the res
 (`tasoc.passes.search.Deadline`). After the search, its best graph with the
 convolution weights laid out once (`weight_layout.py`: HWIO, preprocessed, not
 relaid out by XLA on every call) is priced with `LAYOUT_SHARE` of the time left and
-taken when the cost model prices it cheaper (`offer_weight_layout`).
+taken when the cost model prices it cheaper (`offer_weight_layout`); where re-timing
+then has no time to measure anything, the input is returned laid out by that
+prediction alone (`_input_laid_out`).
 Measuring with `cost=measured` or `cost=xla` (an op or region not in the cache file)
 is charged to the search's share too (`tasoc.passes.search.charging`): past it the
 search stops, keeps the best graph it priced, and says `stopped: timeout while
@@ -113,8 +115,8 @@ measuring would otherwise leave none for it. Re-timing gets the rest."""
 
 LAYOUT_MARGIN = 1e-9
 """How much cheaper laid-out weights must be predicted to be taken: a model that
-prices the layout alike (`cost=analytic`: the view's read of the weight replaces
-the convolution's) differs only by rounding, which must not decide."""
+prices the layout alike (one of a device that relays out nothing,
+`Device.conv_weight_relayout`) differs only by rounding, which must not decide."""
 
 
 class RewriteError(PassFailedException):
@@ -207,7 +209,8 @@ class EqualityRewritePass(ModulePass):
         if not rules:
             section.update(note=f"no rule of {library.path} is proven; the graph is unchanged")
             return
-        if next(find_matches(graph, rules), None) is None:
+        layout_offered = weights_fixed and lay_out_conv_weights(graph)[1] > 0
+        if not layout_offered and next(find_matches(graph, rules), None) is None:
             section.update(note="no rule matches this graph; it is returned unchanged")
             return
         seed = resolve_seed(self.seed)
@@ -268,6 +271,8 @@ class EqualityRewritePass(ModulePass):
             outcome = keep_measured_fastest(outcome, graph, retime, deadline, seed, weights_fixed)
             if laid_out is not None:
                 outcome = _layout_kept(outcome, laid_out)
+                if not outcome.details["retimed"] and outcome.details["weight_layout"]["taken"]:
+                    outcome = _input_laid_out(outcome, graph, cost_model, deadline)
         return outcome
 
     def _retime_count(self, cost_model: CostModel) -> int:
@@ -389,15 +394,19 @@ class EqualityRewritePass(ModulePass):
                     "not significant"
                 )
             details.append(f"re-timed {len(retimed)} graphs: kept {which}{speed}")
-        elif retimed is not None:
+        layout = section.get("weight_layout")
+        by_prediction = layout is not None and layout.get("by_prediction", False)
+        if not retimed and retimed is not None:
             details.append(
                 f"re-timing measured no candidate against the input in the "
                 f"{section.get('retime_seconds', 0):.1f} s left: kept the input"
+                + (", its convolution weights laid out as predicted" if by_prediction else "")
             )
-        layout = section.get("weight_layout")
         if layout is not None:
             verdict = "taken" if layout["taken"] else "not taken"
-            if "kept" in layout:
+            if by_prediction:
+                verdict += ", by prediction"
+            elif "kept" in layout:
                 verdict += f", re-timing {'kept' if layout['kept'] else 'did not keep'} it"
             details.append(
                 f"convolution weights laid out once (HWIO, {layout['convolutions']} "
@@ -464,6 +473,36 @@ def _layout_kept(outcome: SearchOutcome[Dag], laid_out: Dag) -> SearchOutcome[Da
     if layout["kept"] and WEIGHT_LAYOUT not in applied:
         applied = _with_layout(outcome, layout["convolutions"])
     return replace(outcome, details=details, applied=applied)
+
+
+def _input_laid_out(
+    outcome: SearchOutcome[Dag], graph: Dag, cost_model: CostModel, deadline: Deadline
+) -> SearchOutcome[Dag]:
+    """Where re-timing measured nothing against the input (no time left) and so kept
+    it, the input with its convolution weights laid out, when the model took the
+    layout and prices that graph cheaper than the input: the per-call relayout it
+    saves is priced from the weights' bytes (`fusion.relaid_out_weights`), and it was
+    measured faster on 13 of 14 CNNs and slower on none (docs/benchmarks.md, issue
+    34), while the search's rewrites are kept only when measured faster. Reported
+    as `weight_layout.by_prediction`."""
+    laid_out, convolutions = lay_out_conv_weights(graph)
+    cost = dict(outcome.candidates).get(laid_out)
+    if cost is None:
+        with charging(cost_model, deadline):
+            try:
+                cost = cost_model.cost(laid_out)
+            except OutOfTime:  # a region to measure, and no time left
+                return outcome
+    if not cost < outcome.cost_before / (1 + LAYOUT_MARGIN):
+        return outcome
+    layout = {**outcome.details["weight_layout"], "kept": True, "by_prediction": True}
+    return replace(
+        outcome,
+        best=laid_out,
+        cost_after=cost,
+        applied=Counter({WEIGHT_LAYOUT: convolutions}),
+        details={**outcome.details, "weight_layout": layout},
+    )
 
 
 def _interval(interval: Sequence[float]) -> str:

@@ -11,22 +11,20 @@ every call, which the laid-out graph does not (docs/benchmarks.md, issue 34: 19 
 kernels and 1.12x on a chain of six 256-channel convolutions).
 
 This is no rule of a library: it is not a choice between equal graphs that the
-e-graph could price op by op (the analytic model charges no relayout, and a
-transpose pair merges back into `w`'s e-class), but one rewrite that pays or not as
-XLA compiles the whole convolution. `equality-rewrite` offers it after its search and
-keeps it when its cost model prices it cheaper (`cost=xla`, which times the
-convolution's region as XLA compiles it), and re-timing then confirms it measured.
+e-graph could price op by op (the relayout is a kernel of the whole graph, not of an
+e-node, and a transpose pair merges back into `w`'s e-class), but one rewrite that
+pays or not as XLA compiles the whole convolution. `equality-rewrite` offers it after
+its search and keeps it when its cost model prices it cheaper (on a CPU every model
+charges the relayout it saves: `tasoc.cost.fusion.relaid_out_weights`), and
+re-timing then confirms it measured.
 """
 
 from __future__ import annotations
 
-from tasoc.cost.fusion import CONVOLUTION_WEIGHT, layout_views, node_info
+from tasoc.cost.fusion import CONVOLUTION_WEIGHT, HWIO, OIHW, layout_views, node_info
 from tasoc.ir.dag import Dag, Node, Value
 
-HWIO = (2, 3, 1, 0)
-"""OIHW -> HWIO: the weight layout XLA's CPU convolution reads."""
-OIHW = (3, 2, 0, 1)
-"""HWIO -> OIHW, the inverse of `HWIO`: the layout `conv2d` takes its weight in."""
+__all__ = ["HWIO", "NAME", "OIHW", "lay_out_conv_weights"]
 
 NAME = "conv-weight-layout"
 """How the rewrite is counted among `rules_applied`."""
