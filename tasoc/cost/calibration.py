@@ -92,11 +92,10 @@ class Sizes:
     """Dependent collectives in the longer chain of `collective_samples`."""
     chain_compute: int = 192
     """n of the n x n x n matmul each device computes before each collective of a chain
-    between processes (`chain_program`; 0: none): a step's collectives wait on
-    compute, and gloo's collectives cost several times more so than back to back.
-    Between the fake devices of one process the chains stay back to back: their
-    collectives cost some 16 us, which the matmuls' own variance drowns (at a load of
-    14-19 their fastest rounds fitted latencies of 0.07-1.1 us)."""
+    (`chain_program`; 0: none): a step's collectives wait on compute, and cost more so
+    than back to back: several times more for gloo's between processes, some 50 us
+    rather than 16 us between the fake devices of one process (measured quiet; at a
+    load of 14-19 the matmuls' own variance drowned the latter)."""
     rounds: int = 5
     """Rounds of `collective_samples`, each every size and kind."""
     compute_rounds: int = 15

@@ -841,12 +841,15 @@ def _toml_table(table: Mapping[str, Any], name: str) -> list[str]:
 
 
 def _toml_value(value: object) -> str:
-    """A string, number or list of strings as TOML (a JSON string is a TOML basic string)."""
+    """A string, boolean, number or list of strings as TOML (a JSON string is a TOML basic
+    string)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, list):
         return "[\n" + "".join(f"    {_toml_value(item)},\n" for item in value) + "]"
     if isinstance(value, str):
         return json.dumps(value)
-    assert isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    assert isinstance(value, int | float) and math.isfinite(value)
     return repr(value)
 
 

@@ -214,6 +214,7 @@ def _calibrate(args: argparse.Namespace, sizes: Sizes, coordinator: str | None) 
             sizes.link_samples,
             sizes.chain,
             sizes.rounds,
+            sizes.chain_compute,
         )
 
     def overheads() -> None:
@@ -274,8 +275,8 @@ def _machine(
             "intra",
             intra,
             f"chains of {sizes.chain} dependent all_reduce (all_gather) under shard_map over the "
-            f"{devices} devices of one process, back to back, less chains of one, per extra "
-            "collective",
+            f"{devices} devices of one process, {_chain_compute(sizes)}, less chains of one, "
+            "per extra collective",
             sizes,
         )
         if intra is not None
