@@ -25,7 +25,8 @@ fastest plan a rule gave:
 
 Each move is tried in batches, the whole list first: a batch the simulator finds faster
 is kept and the rest tried at the same size; one that is not is halved, the dearer half
-first, and a single one that is not is dropped (at most `EVALUATIONS` plans a move).
+first, down to an eighth of the list (`SMALLEST`), and a batch of that size that is not
+faster ends the move (at most `EVALUATIONS` plans in all, both moves and every round).
 The two moves alternate, each ranking again on the last plan's timeline, until neither
 keeps anything (at most `ROUNDS`); then the per-tensor prefetch windows are widened as
 `prefetch.tuned_plan` widens them. Every plan is the swap planner's under the same
