@@ -31,8 +31,9 @@ def test_quick_run_fills_every_table(bench: ModuleType, capsys: pytest.CaptureFi
     assert row.proposals == bench.QUICK_BUDGET
     (delta,) = results.delta
     assert delta.simulations >= bench.QUICK_PROPOSALS
-    # the thesis' full simulation builds the task graph too: never cheaper than an edit
-    assert delta.full_s > delta.delta_s > delta.update_s > 0 and delta.simulate_s > 0
+    # every column timed; which is faster is a measurement (docs/benchmarks.md), and on
+    # a 4-device step the two are close enough for the load to order them either way
+    assert min(delta.full_s, delta.delta_s, delta.update_s, delta.simulate_s) > 0
     line = next(line for line in output.splitlines() if line.startswith("| candle_uno | k80"))
     assert f"{row.over_data_parallel:.2f}x" in line
     lenet = next(line for line in results.optimality if line.startswith("| LeNet"))

@@ -21,6 +21,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from unittest import mock
@@ -790,3 +791,29 @@ def test_a_signal_during_the_commit_waits_for_the_moves_then_undoes_them(tmp_pat
         transaction.commit()
     assert moved[:3] == ["a", "b", "c"]  # all three moved before the signal was taken
     assert snapshot(tmp_path) == before
+
+
+def test_a_signal_taken_inside_a_weakref_callback_is_not_lost() -> None:
+    """Python runs the handler wherever the main thread is, a weakref callback included,
+    where an exception is printed and dropped (a run went on and ended with status 0):
+    the signal is sent again and taken once the callback has returned."""
+
+    class Thing:
+        pass
+
+    thing = Thing()
+    called: list[bool] = []
+
+    def dropped(_: object) -> None:
+        called.append(True)
+        os.kill(os.getpid(), signal.SIGTERM)  # the handler runs in here
+        for _ in range(1000):  # bytecodes, where Python checks for signals
+            pass
+
+    with signals_as_exceptions(), pytest.raises(Terminated):
+        reference = weakref.ref(thing, dropped)
+        del thing
+        for _ in range(100_000):  # the signal again, taken out here
+            pass
+        time.sleep(1)
+    assert called and reference() is None

@@ -16,9 +16,11 @@ looks whether a step is under way, and if so records the signal for the step's e
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
@@ -68,12 +70,41 @@ def signals_as_exceptions() -> Iterator[None]:
     for number, handler in previous.items():
         if handler in ours:
             signal.signal(number, _handler)
+    unraisable = sys.unraisablehook
+    sys.unraisablehook = _raised_again(unraisable)
     try:
         yield
     finally:
+        sys.unraisablehook = unraisable
         for number, handler in previous.items():
             if handler in ours:
                 signal.signal(number, handler)
+
+
+def _raised_again(
+    hook: Callable[[sys.UnraisableHookArgs], object],
+) -> Callable[[sys.UnraisableHookArgs], object]:
+    """An unraisable-exception hook that sends our signal again. Python runs a signal's
+    handler wherever the main thread is, a weakref or `__del__` callback included
+    (the light graph's interning drops dead nodes in one), and an exception raised
+    there is printed and dropped: the run went on and ended with status 0. Raised
+    again a moment later, the handler runs where the main thread then is, once the
+    callback has returned; every other unraisable exception goes to `hook`."""
+
+    def raised_again(args: sys.UnraisableHookArgs) -> object:
+        error = args.exc_value
+        if isinstance(error, Interrupted):
+            signum = signal.SIGINT
+        elif isinstance(error, Terminated):
+            signum = error.signum
+        else:
+            return hook(args)
+        # from another thread, a moment later: sent from here, the handler would run
+        # inside this hook, where its exception is dropped too
+        threading.Timer(0.01, os.kill, (os.getpid(), signum)).start()
+        return None
+
+    return raised_again
 
 
 @contextmanager
