@@ -21,7 +21,7 @@ program without the thing measured, so JAX's dispatch of a call is not counted:
   (`fit_link`, least squares of log ratios), and each round's own fit gives the
   spread (`fit_rounds`: one calibration's 4 MiB all-reduces once fitted 2.5 GB/s, the
   next 6.9); each kind's own price is fitted to its measurements alone, each the
-  fastest of the rounds (`fit_kinds`, `Link.collectives`);
+  median of the rounds (`fit_kinds`, `Link.collectives`);
 - **compute across processes**: a probe training step (`probe_dag`) and one op of
   each op class (`class_probes`) timed the way the op table times an op, by every
   device of a setup at once: in P processes of one device against one process of P
@@ -610,18 +610,23 @@ def fit_kinds(
 ) -> tuple[tuple[CollectiveKind, CollectivePrice], ...]:
     """Each collective kind's own price on the link (`Link.collectives`): the latency
     and bandwidth `fit_collectives` finds for that kind's measurements alone, each
-    measurement the fastest over `rounds`. Load only adds time, so the fastest round
-    of a measurement is the one it touched least, as the op table takes each side's
-    fastest sample (`op_table.fastest_difference`); the link's own figures
-    (`fit_rounds`) keep the median over rounds, their spread cited."""
-    fastest = [
-        dataclasses.replace(same[0], seconds=min(s.seconds for s in same))
+    measurement its median over `rounds`, as the link's own figures (`fit_rounds`).
+
+    Not the fastest round, as the op table takes an op's: a collective waits for the
+    slowest of its devices, and how far they drift apart before it is part of its
+    price, not load; each step pays it. Fitted to their fastest rounds, the kinds
+    between one process's fake devices came out at 3.5-26 us while the steps paid
+    46-87 us a collective, and re-pricing two quiet runs' measured steps on the
+    medians instead took the median error from 22.4-25.3 % to 17.0-18.2 %
+    (docs/benchmarks.md, issue 30, round 8)."""
+    medians = [
+        dataclasses.replace(same[0], seconds=statistics.median(s.seconds for s in same))
         for same in zip(*rounds, strict=True)
     ]
     return tuple(
         (collective, CollectivePrice(fitted.bandwidth, fitted.latency_s))
         for collective in PRICED_KINDS
-        if (found := [s for s in fastest if s.kind == collective])
+        if (found := [s for s in medians if s.kind == collective])
         for fitted in [fit_collectives(kind, found, across_nodes, device)]
     )
 

@@ -7,7 +7,7 @@ localhost, started and supervised as `tasoc run --processes` starts its workers
 (`distributed.run_workers`); each worker is `tasoc machine calibrate` itself, marked by
 `distributed.WORKER_ENV`, and process 0 prints its measurements as JSON. Each link is
 fitted to the median of several rounds of its measurements (`fit_rounds`, the rounds'
-spread cited in `sources`), and each collective kind on it to the fastest of the rounds
+spread cited in `sources`), and each collective kind on it to the median of the rounds
 of its own (`fit_kinds`: `links.NAME.collectives`). The workers make P devices each and
 time calibration's probe step in alternating rounds, in process 0 alone on its P devices
 (as the op table times ops, in one process) and in all P at once on one device each, on
@@ -390,7 +390,7 @@ def _kinds_source(
     )
     return (
         f"{name} per collective kind (links.{name}.collectives; replicate timed as a "
-        f"collective-permute): the same chains, each kind fitted alone to the fastest of "
+        f"collective-permute): the same chains, each kind fitted alone to the median of "
         f"the {sizes.rounds} rounds of each measurement: {shown}"
     )
 
