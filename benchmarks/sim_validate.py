@@ -45,14 +45,17 @@ to price with older code. A row saved without its plan (before plans were saved)
 priced on the plan its strategy makes again here, the same plan only with the
 measuring run's code and machine, which the unmoved simulated times confirm.
 
-Goals (exit status 0 when all are met, else 1): Kendall's tau of simulated against
-measured >= 0.8 over all rows, per setup and per model in each setup; the median
-absolute relative error of simulated against measured <= 20 %; the simulator's
-collectives equal the IR's and the HLO's on every plan. The machine's load before and
-after is printed: the measured times are only as good as the quiet of the machine; and
-so is the calibration's spread (`calibration_lines`: the quartiles of the links fitted
-to each of its rounds, and the compute scale of the processes' setup), since a
-calibration as lucky or unlucky as one of its rounds can decide whether a run passes.
+Goals (issue 30's; exit status 0 when all are met, else 1): Kendall's tau of
+simulated against measured >= 0.8 over all rows; the median absolute relative error
+of simulated against measured <= 20 %; the simulator's collectives equal the IR's and
+the HLO's on every plan. Printed beside them with a verdict of its own, not in the
+exit status: the same tau in each setup and for each model in each setup, a stricter
+bar than the issue's (a group of 8-9 plans of one model ranks on few pairs). The
+machine's load before and after is printed: the measured times are only as good as
+the quiet of the machine; and so is the calibration's spread (`calibration_lines`:
+the quartiles of the links fitted to each of its rounds, and the compute scale of the
+processes' setup), since a calibration as lucky or unlucky as one of its rounds can
+decide whether a run passes.
 """
 
 from __future__ import annotations
@@ -675,7 +678,12 @@ class Goals:
 
     @property
     def ranked(self) -> bool:
-        """Every tau at the goal (a group of one plan has none)."""
+        """tau over all rows at the goal: the issue's."""
+        return self.taus["all"] >= TAU_GOAL
+
+    @property
+    def ranked_in_every_group(self) -> bool:
+        """Every group's tau at the goal too (a group of one plan has none)."""
         return all(t >= TAU_GOAL for t in self.taus.values() if not math.isnan(t))
 
     @property
@@ -686,9 +694,13 @@ class Goals:
         def verdict(ok: bool) -> str:
             return "met" if ok else "MISSED"
 
+        groups = [(name, t) for name, t in self.taus.items() if name != "all"]
         lines = [
-            f"- Kendall tau >= {TAU_GOAL} ({verdict(self.ranked)}): "
-            + ", ".join(f"{name} {t:.2f}" for name, t in self.taus.items()),
+            f"- Kendall tau >= {TAU_GOAL} over all rows ({verdict(self.ranked)}): "
+            f"{self.taus['all']:.2f}",
+            f"- (stricter, not in the verdict) the same in each setup and model "
+            f"({verdict(self.ranked_in_every_group)}): "
+            + ", ".join(f"{name} {t:.2f}" for name, t in groups),
             f"- median |simulated - measured| / measured <= {ERROR_GOAL:.0%} "
             f"({verdict(self.median_error <= ERROR_GOAL)}): {self.median_error:.1%}",
             f"- collectives simulated == IR == HLO on every plan "

@@ -99,6 +99,14 @@ def test_goals_miss_on_a_misranked_or_wrong_plan(bench: ModuleType, plans: list)
     assert bench.fits(slow)[0] == "- 1x2: measured = 2.00 x simulated + 0.000 ms"
     wrong = [*right[:-1], row(ordered[-1], right[-1].measured_s, {"all-gather": 99})]
     assert bench.goals_of(wrong).same_collectives < 1 and not bench.goals_of(wrong).met
+    # the tau is over all rows: a setup ranking one pair wrong, far from the
+    # other's times, misses only the stricter per-setup bar, which is reported apart
+    far = [dataclasses.replace(r, setup="2x1", simulated_s=10 * r.simulated_s) for r in right]
+    for r, other in zip(far, [far[1], far[0], *far[2:]], strict=True):
+        r.measured = dataclasses.replace(r.measured, samples=[other.simulated_s])
+    mixed = bench.goals_of([*right, *far])
+    assert mixed.taus["2x1"] < 0.8 <= mixed.taus["all"]
+    assert mixed.met and not mixed.ranked_in_every_group
 
 
 def test_a_run_shows_its_calibrations_spread_and_scales(bench: ModuleType) -> None:
