@@ -11,6 +11,7 @@ from tasoc.ir.dag import Dag, Node, from_module
 from tasoc.models import build_model
 from tasoc.passes.rewrite.egraph import EGraph, EGraphLimits, egraph_search
 from tasoc.passes.rewrite.egraph.batching import batch_concat
+from tasoc.passes.rewrite.egraph.ematch import Index, ematch
 from tasoc.passes.rewrite.egraph.saturate import Saturation, SaturationLimits, saturate
 from tasoc.passes.search import Deadline
 
@@ -95,6 +96,18 @@ def test_rounds_cut_short_leave_the_chains_their_share_of_the_time() -> None:
     )
     assert (result.stopped.value, result.chain_rounds) == ("timeout", 3)
     assert row_counts(egraph, weight) == {1, 2, 3, 4}
+
+
+def test_matches_anchored_at_a_class_are_the_matches_that_start_there() -> None:
+    """A chain's next step is looked up among the matches at its prefix only: the
+    same matches full e-matching finds there, and no others."""
+    egraph = EGraph()
+    _, args = egraph.add_dag(shared_weight())
+    first = next(cid for cid, node in args.items() if node.attr("name") == "x0")
+    everywhere = list(ematch(Index(egraph), ROW_BATCHING))
+    anchored = list(ematch(Index(egraph, {first}), ROW_BATCHING))
+    assert anchored == [m for m in everywhere if m.inputs["x"] == first]
+    assert 0 < len(anchored) < len(everywhere)
 
 
 def test_a_chain_share_outside_its_range_is_refused() -> None:

@@ -27,7 +27,7 @@ every graph it held and the targets added so far) and the chains grow on it.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from tasoc.ir.rules import Rule, RuleError, build_pattern
@@ -151,7 +151,7 @@ def _grow_chains(
     the saturation rounds unchanged."""
     while (stop := _limit_reached(egraph, limits, deadline)) is None:
         egraph.generation += 1
-        steps = chains.grow(_matches(egraph, batching, deadline), apply)
+        steps = chains.grow(_matches(egraph, batching, deadline, chains.anchors()), apply)
         egraph.rebuild()
         if not steps:
             return
@@ -171,9 +171,15 @@ def _limit_reached(
     return StopReason.TIMEOUT if deadline.expired() else None
 
 
-def _matches(egraph: EGraph, rules: Sequence[Rule], deadline: Deadline) -> list[EMatch]:
-    """Every match of `rules`, found before any is applied."""
-    index = Index(egraph)
+def _matches(
+    egraph: EGraph,
+    rules: Sequence[Rule],
+    deadline: Deadline,
+    anchors: Collection[ClassId] | None = None,
+) -> list[EMatch]:
+    """Every match of `rules` (starting at `anchors`, when given: `ematch.Index`),
+    found before any is applied."""
+    index = Index(egraph, anchors)
     found: list[EMatch] = []
     for rule in rules:
         found.extend(ematch(index, rule))
