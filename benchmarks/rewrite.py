@@ -16,7 +16,10 @@ after, and a summary of the issue's goals (geometric means, the slowest row, nas
 asks for each verdict stable in three runs); the summary takes a model's median run.
 A row where the pass returned its input unchanged says `kept input` and is not timed
 (`KEPT_INPUT`: both sides would run one program, so the ratio would be noise); the
-summary counts it as exactly 1.000 and says how many runs it counted so.
+summary counts it as exactly 1.000 and says how many runs it counted so. Likewise,
+where onnxruntime optimizes the two programs into the same graph (`same_under_ort`:
+the weight layout, which it undoes at session creation), the row's onnxruntime cell
+says `same program` and is not timed there, and the summary counts it 1.000.
 `--shrink` runs the ONNX models at `SHRUNK` sizes (2 cores: a full-size BERT or GPT-2
 compiles and runs for minutes); the table is then titled as such. A model is named
 `onnx:NAME?k=v&...` with the builder's size parameters.
@@ -167,6 +170,14 @@ row is not timed: both sides would run one program, and the ratio would be the
 machine's noise (0.94-1.05 under `jax.jit` at load 5-15, docs/benchmarks.md, issue
 34). The goals' summary counts it as exactly 1 and says how many rows it counted so."""
 
+SAME_UNDER_ORT = "same program"
+"""The onnxruntime cell of a row whose two programs onnxruntime optimizes into one graph
+(`same_under_ort`): the weight layout, which it undoes (it constant-folds both
+transposes into the initializer and lays the weights out itself), was the third
+round's 0.78x on vgg19 at load 13-21, one program timed against itself
+(docs/benchmarks.md, issue 34, fourth round). Counted 1 in the summary, as
+`KEPT_INPUT` is."""
+
 SAMPLE_S = 0.02
 """A sample repeats a fast program until it takes this long: on a machine shared with
 other work, a 1 ms sample (`time_end_to_end`'s) is often one preempted time slice."""
@@ -199,6 +210,9 @@ class Result:
     kept_input: bool | None = None
     """The pass returned its input unchanged (the two programs' text is equal): nothing
     is timed, and the row's speedup is 1 by construction (`KEPT_INPUT`)."""
+    ort_same: bool | None = None
+    """onnxruntime optimizes both exported programs into the same graph
+    (`same_under_ort`): it is not timed there, and its ratio is 1 (`SAME_UNDER_ORT`)."""
     error: str | None = None
 
     @classmethod
@@ -323,9 +337,9 @@ def ort_session(model: onnx.ModelProto) -> onnxruntime.InferenceSession:
     return inference_session(model, options=options)
 
 
-def ort_call(module: ModuleOp, arguments: list[Any]) -> Callable[[], object]:
-    """One onnxruntime run of `module` exported with `arguments`' weights, on its
-    activations (the exporter makes activation arguments the inputs, in order)."""
+def exported(module: ModuleOp, arguments: list[Any]) -> tuple[onnx.ModelProto, dict[str, Any]]:
+    """`module` exported with `arguments`' weights, and its feeds: the activations (the
+    exporter makes activation arguments the inputs, in order)."""
     from tasoc.backends.onnx import export_onnx
     from tasoc.ir.program import arg_infos, entry_function
 
@@ -333,9 +347,65 @@ def ort_call(module: ModuleOp, arguments: list[Any]) -> Callable[[], object]:
     weights = {i.name: a for i, a in zip(infos, arguments, strict=True) if i.is_param}
     model = export_onnx(module, param_values=weights)
     activations = [a for i, a in zip(infos, arguments, strict=True) if not i.is_param]
-    feeds = dict(zip((value.name for value in model.graph.input), activations, strict=True))
+    return model, dict(zip((value.name for value in model.graph.input), activations, strict=True))
+
+
+def ort_call(module: ModuleOp, arguments: list[Any]) -> Callable[[], object]:
+    """One onnxruntime run of `module` exported with `arguments`' weights."""
+    model, feeds = exported(module, arguments)
     session = ort_session(model)
     return lambda: session.run(None, feeds)
+
+
+def ort_optimized(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The graph onnxruntime runs for `model`: what a session optimizes it into when it
+    is created (constant folding, fusions, its own weight layouts), as it saves it."""
+    import tempfile
+
+    import onnx
+    import onnxruntime
+
+    from tasoc.backends.onnx.runtime import ERRORS_ONLY, inference_session
+
+    with tempfile.TemporaryDirectory() as folder:
+        options = onnxruntime.SessionOptions()
+        options.log_severity_level = ERRORS_ONLY  # it warns that the file is host-specific
+        options.optimized_model_filepath = str(Path(folder) / "optimized.onnx")
+        inference_session(model, options=options)
+        return onnx.load(options.optimized_model_filepath)
+
+
+def ort_canonical(model: onnx.ModelProto) -> tuple[object, ...]:
+    """`model`'s graph without its names: each node's op, domain, attributes and inputs,
+    an input named by its position among the graph's inputs, an initializer by its
+    shape and the hash of its bytes, an intermediate by the node and result making it;
+    then the outputs likewise. Two graphs with the same form compute the same thing
+    the same way."""
+    import hashlib
+
+    from onnx import helper, numpy_helper
+
+    names: dict[str, object] = {
+        value.name: ("input", k) for k, value in enumerate(model.graph.input)
+    }
+    for init in model.graph.initializer:
+        digest = hashlib.sha256(numpy_helper.to_array(init).tobytes()).hexdigest()
+        names[init.name] = ("initializer", tuple(init.dims), digest)
+    nodes = []
+    for index, node in enumerate(model.graph.node):
+        inputs = tuple(names.get(name, ("unknown", name)) if name else None for name in node.input)
+        attributes = sorted((a.name, repr(helper.get_attribute_value(a))) for a in node.attribute)
+        nodes.append((node.op_type, node.domain, inputs, tuple(attributes)))
+        names.update((name, ("node", index, k)) for k, name in enumerate(node.output))
+    return tuple(nodes), tuple(names.get(value.name) for value in model.graph.output)
+
+
+def same_under_ort(original: ModuleOp, optimized: ModuleOp, arguments: list[Any]) -> bool:
+    """Whether onnxruntime optimizes the two programs, exported with the same weights,
+    into the same graph (`ort_canonical`), so that timing them against each other there
+    would measure only the machine's noise (`SAME_UNDER_ORT`)."""
+    forms = [ort_canonical(ort_optimized(exported(m, arguments)[0])) for m in (original, optimized)]
+    return forms[0] == forms[1]
 
 
 def ort_speedup(original: ModuleOp, optimized: ModuleOp, pairs: int, seconds: float) -> PairedRatio:
@@ -471,7 +541,11 @@ def run_child(spec: str, pipeline: str, pairs: int, seconds: float, hlo: bool = 
         start("jax")
         result.jax = jax_speedup(original, optimized, pairs, seconds)
         start("onnxruntime")
-        result.ort = ort_speedup(original, optimized, pairs, seconds)
+        from tasoc.backends.arguments import random_inputs
+
+        result.ort_same = same_under_ort(original, optimized, random_inputs(original, SEED))
+        if not result.ort_same:
+            result.ort = ort_speedup(original, optimized, pairs, seconds)
         result.phase = "done"
     except Exception as error:
         result.error = error_line(error)
@@ -594,7 +668,7 @@ def cells(row: Row, markdown: bool) -> list[str]:
         ops,
         shown(r.predicted, ".3f"),
         kept or shown(r.jax),
-        kept or shown(r.ort),
+        kept or (SAME_UNDER_ORT if r.ort_same else shown(r.ort)),
         error,
         shown(r.search_s, ".1f"),
         "; ".join(note for note in notes if note),
@@ -711,7 +785,8 @@ def verdict(value: float | None, goal: float) -> str:
 def suite_summary(rows: list[Row]) -> list[str]:
     """The issue's goals against the medians measured (`SUITE_GOALS`): a model's
     `jax.jit` figure is the median of its runs' (`Row.verdicts`: 1.0 where the pass
-    kept its input), onnxruntime's the first run's (a kept input counts 1.0 there too)."""
+    kept its input), onnxruntime's the first run's (a kept input, or one program there,
+    `SAME_UNDER_ORT`, counts 1.0 too)."""
     jax: dict[str, float] = {}
     runs = kept = 0
     for row in rows:
@@ -722,10 +797,11 @@ def suite_summary(rows: list[Row]) -> list[str]:
             runs += len(measured)
             kept += sum(r is not None and bool(r.kept_input) for r in results)
     ort = [
-        1.0 if row.result.kept_input else row.result.ort.median
+        1.0 if row.result.kept_input or row.result.ort_same else row.result.ort.median
         for row in rows
-        if row.result and (row.result.ort or row.result.kept_input)
+        if row.result and (row.result.ort or row.result.kept_input or row.result.ort_same)
     ]
+    same = sum(bool(row.result and row.result.ort_same) for row in rows)
     slowest = min(jax, key=jax.__getitem__) if jax else None
     nasrnn = next((value for spec, value in jax.items() if spec.split("?")[0] == "nasrnn"), None)
     counted = f"; {kept} of {runs} runs {KEPT_INPUT}, counted 1.000" if kept else ""
@@ -735,7 +811,9 @@ def suite_summary(rows: list[Row]) -> list[str]:
         f"slowest over jax.jit: {slowest or '—'} "
         + verdict(jax[slowest] if slowest else None, SUITE_GOALS["slowest_jax"]),
         "nasrnn over jax.jit: " + verdict(nasrnn, SUITE_GOALS["nasrnn_jax"]),
-        f"geomean over onnxruntime ({len(ort)} models): "
+        f"geomean over onnxruntime ({len(ort)} models"
+        + (f"; {same} {SAME_UNDER_ORT} there, counted 1.000" if same else "")
+        + "): "
         + verdict(geomean(ort) if ort else None, SUITE_GOALS["geomean_ort"]),
     ]
     return lines

@@ -76,6 +76,19 @@ class BatchChains:
         if joined is not None:
             self.made.add(joined)
 
+    def anchors(self) -> set[ClassId] | None:
+        """The classes the next round's matches must start at (`ematch.Index`): each
+        chain's prefix (its next step joins it with the next member, and that match
+        also names every member) and each complete chain's concatenation (which may
+        start chains of its own). None before the first round, which needs every
+        match to find the groups."""
+        if not self.chains:
+            return None
+        find = self.egraph.find
+        return {find(chain.prefix) for chain in self.chains.values()} | {
+            find(cid) for cid in self.complete
+        }
+
     def grow(self, matches: Iterable[EMatch], apply: Apply) -> int:
         """Take each group's next chain step among `matches` (this round's matches of
         batching rules); how many steps were taken. A step may have been applied

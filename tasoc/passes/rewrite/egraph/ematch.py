@@ -15,7 +15,7 @@ here: an e-graph keeps every alternative, and extraction rules out cycles.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,14 +46,21 @@ class EMatch:
 
 class Index:
     """What e-matching asks of an e-graph, built once per saturation round (after
-    `rebuild`): e-nodes by op, and the users of each class by operand position."""
+    `rebuild`): e-nodes by op, and the users of each class by operand position.
 
-    def __init__(self, egraph: EGraph) -> None:
+    With `anchors`, a match's first op is looked up only among the e-nodes that read
+    one of those classes (its later ops as always): the matches *at* those classes,
+    which is what a batch chain's next step needs (`batching.BatchChains.anchors`),
+    without enumerating every other pair of an e-graph that holds thousands."""
+
+    def __init__(self, egraph: EGraph, anchors: Collection[ClassId] | None = None) -> None:
         self.egraph = egraph
         self.by_op: dict[str, list[tuple[ClassId, ENode]]] = {}
         self.users: dict[tuple[ClassId, int], list[tuple[ClassId, ENode]]] = {}
+        anchored = None if anchors is None else {egraph.find(cid) for cid in anchors}
         for cid, enode in egraph.items():
-            self.by_op.setdefault(enode[0], []).append((cid, enode))
+            if anchored is None or not anchored.isdisjoint(enode[2]):
+                self.by_op.setdefault(enode[0], []).append((cid, enode))
             for position, child in enumerate(enode[2]):
                 self.users.setdefault((child, position), []).append((cid, enode))
 

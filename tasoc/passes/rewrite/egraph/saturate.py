@@ -14,12 +14,20 @@ concat and a split that further rules multiply. After saturation, batching rules
 (multi-output rules that concatenate two operands) go on alone as *chains*
 (`batching.py`): one step a round along each group of operands, so n matmuls that
 share a weight become one without every pair meeting every other.
+
+Rounds that do not saturate would take all the time and leave the chains none, and
+on a model whose gain is the chains' (nasrnn: the single rules' three rounds take
+most of the search on a loaded machine, and never pay there), the search would then
+return its input. So where there are batching rules, the rounds get
+`1 - chain_share` of saturation's time and the chains the rest (and whatever the
+rounds leave): rounds cut short stop where they are (the e-graph, rebuilt, holds
+every graph it held and the targets added so far) and the chains grow on it.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from tasoc.ir.rules import Rule, RuleError, build_pattern
@@ -40,6 +48,9 @@ class SaturationLimits:
     """Rounds in which multi-output rules are applied."""
     batch_chains: bool = True
     """Grow batching rules' chains after saturation (`batching.py`)."""
+    chain_share: float = 0.3
+    """The share of saturation's time kept for the chains when there are batching rules
+    (module docstring; 0 <= chain_share < 1)."""
 
 
 @dataclass
@@ -48,8 +59,9 @@ class Saturation:
 
     rounds: int = 0
     stopped: StopReason = StopReason.SATURATED
-    """`SATURATED`, `NODE_LIMIT`, `ROUNDS` or `TIMEOUT`: the rounds' limit, or the batch
-    chains' after rounds that saturated or used all `rounds`."""
+    """`SATURATED`, `NODE_LIMIT`, `ROUNDS` or `TIMEOUT`: the rounds' limit (`TIMEOUT`
+    also where the rounds were cut short at their share and the chains grew after
+    them), or the batch chains' after rounds that saturated or used all `rounds`."""
     matches: int = 0
     applied: Counter[str] = field(default_factory=Counter)
     """How often each rule's application merged two classes (changed the e-graph)."""
@@ -87,17 +99,20 @@ def saturate(
         return apply(match)[1]
 
     result = Saturation()
+    if not 0.0 <= limits.chain_share < 1.0:
+        raise ValueError(f"chain_share must be in [0, 1), got {limits.chain_share}")
+    rounds_deadline = deadline.share(1.0 - limits.chain_share) if batching else deadline
     while True:
         if result.rounds >= limits.rounds:
             result.stopped = StopReason.ROUNDS
             break
         active = single + multi if result.rounds < limits.multi_rounds else single
         egraph.generation = result.rounds + 1
-        matches = _matches(egraph, active, deadline)
+        matches = _matches(egraph, active, rounds_deadline)
         result.matches += len(matches)
         changed = False
         for match in matches:
-            stop = _limit_reached(egraph, limits, deadline)
+            stop = _limit_reached(egraph, limits, rounds_deadline)
             if stop is not None:
                 result.stopped = stop
                 break
@@ -108,12 +123,13 @@ def saturate(
             progress(result.rounds, egraph.num_nodes)
         if result.stopped != StopReason.SATURATED:
             break
-        if deadline.expired():
+        if rounds_deadline.expired():
             result.stopped = StopReason.TIMEOUT
             break
         if not changed:
             break
-    if batching and result.stopped in (StopReason.SATURATED, StopReason.ROUNDS):
+    grows = result.stopped in (StopReason.SATURATED, StopReason.ROUNDS, StopReason.TIMEOUT)
+    if batching and grows and not deadline.expired():
         _grow_chains(egraph, batching, chains, chain_step, result, limits, deadline, progress)
     return result
 
@@ -135,7 +151,7 @@ def _grow_chains(
     the saturation rounds unchanged."""
     while (stop := _limit_reached(egraph, limits, deadline)) is None:
         egraph.generation += 1
-        steps = chains.grow(_matches(egraph, batching, deadline), apply)
+        steps = chains.grow(_matches(egraph, batching, deadline, chains.anchors()), apply)
         egraph.rebuild()
         if not steps:
             return
@@ -155,9 +171,15 @@ def _limit_reached(
     return StopReason.TIMEOUT if deadline.expired() else None
 
 
-def _matches(egraph: EGraph, rules: Sequence[Rule], deadline: Deadline) -> list[EMatch]:
-    """Every match of `rules`, found before any is applied."""
-    index = Index(egraph)
+def _matches(
+    egraph: EGraph,
+    rules: Sequence[Rule],
+    deadline: Deadline,
+    anchors: Collection[ClassId] | None = None,
+) -> list[EMatch]:
+    """Every match of `rules` (starting at `anchors`, when given: `ematch.Index`),
+    found before any is applied."""
+    index = Index(egraph, anchors)
     found: list[EMatch] = []
     for rule in rules:
         found.extend(ematch(index, rule))
