@@ -25,7 +25,7 @@ from tasoc.driver.sources import build_zoo_model, make_context
 from tasoc.ir import dag as dag_module
 from tasoc.ir.dag import Dag, Node
 from tasoc.ir.liveness import value_kinds
-from tasoc.ir.memory import RECOMPUTE_ATTR, replay, unplaced
+from tasoc.ir.memory import IN_PLACE_ATTR, RECOMPUTE_ATTR, replay, unplaced
 from tasoc.ir.parallel import unsharded
 from tasoc.ir.placement_plan import (
     PlacementPlan,
@@ -124,10 +124,15 @@ def problem_of(module: ModuleOp, capacity: int) -> PlacementProblem:
     return PlacementProblem.of(dag, training_signature(entry_function(module)), capacity, V100)
 
 
-def recomputing_plan(module: ModuleOp, capacity: int) -> tuple[PlacementProblem, PlacementPlan]:
-    """The swap planner's plan recomputing what costs at most its swap."""
+def recomputing_plan(
+    module: ModuleOp, capacity: int, in_place: bool = False
+) -> tuple[PlacementProblem, PlacementPlan]:
+    """The swap planner's plan recomputing what costs at most its swap (with `in_place`,
+    element-wise ops writing their results over operands dying at them)."""
     problem = problem_of(module, capacity)
-    settings = SwapSettings(capacity, recompute=candidates(problem, Rule(1.0, several=True)))
+    settings = SwapSettings(
+        capacity, recompute=candidates(problem, Rule(1.0, several=True)), in_place=in_place
+    )
     return problem, plan_swaps(problem.dag, problem.signature, settings)
 
 
@@ -288,9 +293,10 @@ def test_a_batchnorm_runs_again_to_bring_back_its_relu() -> None:
     st.floats(1.25, 3.0),
     st.builds(Rule, st.sampled_from([0.1, 1.0, 100.0]), st.booleans(), st.sampled_from([1, 4, 6])),
     st.sampled_from([CNN, BN_CNN]),
+    st.booleans(),
 )
 def test_any_recomputing_plan_fits_and_computes_the_step(
-    oversubscription: float, rule: Rule, text: str
+    oversubscription: float, rule: Rule, text: str, in_place: bool
 ) -> None:
     """At any capacity and any price limit (1.3-1.5x recompute up to four relus,
     batchnorms and convolutions on these steps; some capacities leave a chain no
@@ -303,7 +309,7 @@ def test_any_recomputing_plan_fits_and_computes_the_step(
         plan = plan_swaps(
             problem.dag,
             problem.signature,
-            SwapSettings(capacity, recompute=candidates(problem, rule)),
+            SwapSettings(capacity, recompute=candidates(problem, rule), in_place=in_place),
         )
     except (CapacityTooSmall, NoCopyLeft):
         return
@@ -417,6 +423,7 @@ def test_every_recomputing_plan_of_any_schedule_passes_the_check(
         recompute_depth=rule.depth,
         lookback=data.draw(st.sampled_from([2, 64, 10**6])),
         headroom=data.draw(st.sampled_from([0.0, 0.05])),
+        in_place=data.draw(st.booleans()),
     )
     try:
         plan = plan_swaps(dag, problem.signature, settings)
@@ -431,12 +438,26 @@ def run(capfd: pytest.CaptureFixture[str]) -> StrictRun:
     return strict_runner(capfd)
 
 
-@pytest.mark.parametrize("text", [CNN, BN_CNN], ids=["conv-relu", "conv-batchnorm-relu"])
-def test_runtime_mode_runs_a_recomputing_plan(run: StrictRun, tmp_path: Path, text: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "in_place"),
+    [(CNN, False), (BN_CNN, True)],
+    ids=["conv-relu", "conv-batchnorm-relu-in-place"],
+)
+def test_runtime_mode_runs_a_recomputing_plan(
+    run: StrictRun, tmp_path: Path, text: str, in_place: bool
+) -> None:
+    """The Done command of issue 32 (`tasoc run --mode runtime --check` on a recomputing
+    plan): the ops run again compute the step, and the bytes measured op by op are the
+    replay's — with buffer reuse too, each op marked `memory.in_place` donating its
+    operand's buffer."""
     module = step(text)
-    problem, plan = recomputing_plan(module, int(peak(module) / 1.5))
+    problem, plan = recomputing_plan(module, int(peak(module) / 1.5), in_place)
     assert plan.recomputed()
     write_placed(module, problem.dag, plan)
+    marked = [
+        op for op in entry_block(entry_function(module)).ops if IN_PLACE_ATTR in op.attributes
+    ]
+    assert bool(marked) == in_place
     path = tmp_path / "recomputing.mlir"
     path.write_text(str(module))
     result = run("run", path, "--check", "--mode", "runtime")

@@ -141,6 +141,12 @@ class PlacementPass(ModulePass):
     release a saved activation and run its op again where the backward pass reads it,
     instead of swapping it (Checkmate-style, beyond SwapAdvisor): the swap planner's
     recomputing plans are priced beside the search's, and the fastest is kept."""
+    in_place: Literal["on", "off"] = "off"
+    """`on`: the swap planner's plans (`belady`, `lru`, `ga`, `random`, and with
+    `recompute=on` the recomputing ones) let an element-wise op write its result over an
+    operand of its type that dies at it (the SGD update over its scaled gradient), as
+    XLA's buffer assignment does: counted, simulated and verified so, each such op
+    marked `memory.in_place`, and donated by `tasoc run --mode runtime`."""
     max_states: int | None = None
     """dp-fixed-order: states kept at a step before the exact DP becomes its bounded form (then
     compared with Belady and LRU; the report's `method` says which ran), 1000 when not
@@ -163,6 +169,11 @@ class PlacementPass(ModulePass):
             raise ValueError(
                 "recompute=on needs a swapping planner (belady, lru, ga, dp-fixed-order); "
                 "offload-all only swaps"
+            )
+        if self.in_place == "on" and self.search == "offload-all":
+            raise ValueError(
+                "in-place=on needs a swapping planner (belady, lru, ga, random); "
+                "offload-all plans no memory to reuse"
             )
         if self.capacity is not None and parse_byte_size(self.capacity) < 1:
             raise ValueError(f"capacity must be at least one byte, got {self.capacity}")
@@ -280,6 +291,7 @@ class PlacementPass(ModulePass):
                 seconds,
                 recompute=self.recompute == "on",
                 deadline=deadline,
+                in_place=self.in_place == "on",
             )
         except (CapacityTooSmall, StateSpaceTooLarge) as err:
             raise PlacementFailed(str(err)) from None

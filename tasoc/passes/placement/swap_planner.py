@@ -41,6 +41,13 @@ each of those inputs, so none dies before it. Where the value is next read, its 
 runs again (`Recompute`, making all its results), after the ops its inputs need run
 again and after the swap-ins of those not resident.
 
+Buffer reuse (`SwapSettings.in_place`): an element-wise op's result written over an
+operand of its type whose device copy dies at the op (XLA's buffer assignment; JAX's
+donated buffers) takes no bytes beside it — the SGD update `w - lr*g` writes over its
+scaled gradient, a gradient's sum over time steps over the sum so far. The scan counts
+it for the ops of the schedule; an op run again that could reuse is counted without it
+(the written plan then holds less than counted, never more).
+
 Params and optimizer state persist across iterations, so the plan must leave them
 where it found them. The double pass (§4.3.2): the first pass starts with every
 param and state tensor on the host and keeps each new value on the device until it
@@ -77,6 +84,7 @@ from tasoc.ir.placement_plan import (
     output_spaces,
     positions,
     readers_in_order,
+    reusable_operands,
 )
 from tasoc.ir.training import TrainingSignature
 from tasoc.passes.search import Deadline
@@ -155,6 +163,11 @@ class SwapSettings:
     (where anything but its inputs can go), and swap-ins may still take the whole
     capacity, so they start earlier instead of waiting for room an eviction on demand
     makes only at their reader."""
+    in_place: bool = False
+    """An element-wise op writes its result over an operand whose copy dies at it, as
+    XLA's buffer assignment does (`PlacementPlan.in_place`): the scan counts no new
+    bytes for that result, and its plans say so, for the simulator, the writer (the
+    `memory.in_place` mark) and the runtime (a donated buffer)."""
 
 
 def plan_swaps(
@@ -363,6 +376,11 @@ class SwapScan:
                 key, units = self._cost(value, i)
                 need[key] = need.get(key, 0) + units
                 made[key] = made.get(key, 0) + units
+            reused = self._reused(node, i) if self.settings.in_place else None
+            if reused is not None:  # the result takes its buffer: no new room for it
+                key, units = self._cost(reused, i)
+                need[key] -= units
+                made[key] -= units
             for key, units in need.items():
                 while self.held[key] + units > self.target[key]:
                     victim = self.victim(i, inputs, key)
@@ -392,6 +410,19 @@ class SwapScan:
             rerun_reads = [u for v in rerun for u in (v, *v.node.inputs)]
             self._drop_dead([*node.inputs, *rerun_reads], node.results, i)
         return self
+
+    def _reused(self, node: Node, i: int) -> Value | None:
+        """The operand whose device copy op `i`'s result is written over
+        (`SwapSettings.in_place`): the first of `reusable_operands` that dies at the op
+        (no later reader, not kept to the end) — the copy `in_place_entries` finds in
+        the written plan, so the plan's replay holds what the scan counted."""
+        for p in reusable_operands(node):
+            value = node.inputs[p]
+            if value in self.pinned or (self.sticky and value in self.persistent_new):
+                continue
+            if self.next_use(value, i + 1) > len(self.dag.ops):
+                return value
+        return None
 
     def victim(self, i: int, inputs: set[Value], key: int) -> Value | None:
         """The resident tensor of class `key` to evict for op `i` (module docstring),
@@ -629,7 +660,9 @@ class SwapScan:
 
     def plan(self) -> PlacementPlan:
         schedule = self.slots.schedule(self.dag.ops)
-        return PlacementPlan(schedule, self.host, self.settings.capacity, self.settings.pool)
+        return PlacementPlan(
+            schedule, self.host, self.settings.capacity, self.settings.pool, self.settings.in_place
+        )
 
 
 def ideal_plan(dag: Dag) -> PlacementPlan:
