@@ -52,6 +52,39 @@ def test_replay_rounds_to_the_pool_and_counts_its_objects() -> None:
         replay(function, Pool((20000,), (2,)))
 
 
+def test_an_op_marked_in_place_holds_its_result_in_its_operands_bytes() -> None:
+    """`memory.in_place`: the relu's result takes %y's buffer (%y dies at it, its
+    swap-out before), the add's takes %z's: one tensor fewer while each runs."""
+    marked = SWAPS.replace(
+        "%z = graph.relu %y :", "%z = graph.relu %y {memory.in_place = 0 : i64} :"
+    ).replace("graph.add %z, %yd :", "graph.add %z, %yd {memory.in_place = 0 : i64} :")
+    run = replay(entry_function(parse(marked)))
+    assert run.live == tuple(n * KIB16 for n in (2, 3, 2, 2, 2, 2, 2))
+    assert str(unplaced(parse(marked))) == str(unplaced(parse(SWAPS)))  # the mark dropped
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        (
+            "graph.matmul %x, %wd :",
+            "graph.matmul %x, %wd {memory.in_place = 0 : i64} :",
+            "element-wise",
+        ),
+        (
+            "graph.add %z, %yd :",
+            "graph.add %z, %yd {memory.in_place = 2 : i64} :",
+            "one of its operands",
+        ),
+        ("graph.relu %y :", "graph.relu %x {memory.in_place = 0 : i64} :", "does not die at it"),
+    ],
+    ids=["not-element-wise", "no-such-operand", "operand-lives-on"],
+)
+def test_a_mark_in_place_the_op_may_not_carry_is_refused(old: str, new: str, message: str) -> None:
+    with pytest.raises(IRRuleError, match=message):
+        verify_ir(parse(SWAPS.replace(old, new)))
+
+
 def test_the_verifier_checks_the_capacity_the_module_states() -> None:
     module = parse(SWAPS)
     del module.attributes[POOL_ATTR]
@@ -130,6 +163,7 @@ def test_a_placed_program_is_not_placed_again() -> None:
         ({"capacity": 0}, "at least one byte"),
         ({"prefetch": -1}, "prefetch"),
         ({"min_bytes": "lots"}, "min-bytes"),
+        ({"in_place": "on"}, "in-place=on needs a swapping planner"),
     ],
 )
 def test_bad_options_fail_when_the_pass_is_built(options: dict, message: str) -> None:

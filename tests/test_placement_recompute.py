@@ -482,6 +482,24 @@ def test_an_impure_op_marked_for_recomputation_is_refused(run: StrictRun, tmp_pa
     )
 
 
+def test_a_mark_in_place_on_an_op_that_is_not_element_wise_is_refused(
+    run: StrictRun, tmp_path: Path
+) -> None:
+    path = tmp_path / "in-place.mlir"
+    path.write_text(
+        "module attributes {memory.capacity = 100000 : i64} {\n"
+        "  func.func @main(%x: tensor<8x8xf32>) -> tensor<8x8xf32> {\n"
+        "    %y = graph.relu %x : tensor<8x8xf32>\n"
+        "    %z = graph.matmul %y, %y {memory.in_place = 0 : i64} : tensor<8x8xf32>\n"
+        "    func.return %z : tensor<8x8xf32>\n"
+        "  }\n"
+        "}\n"
+    )
+    assert_one_line_error(
+        run("run", path, "--check"), "graph.matmul", "memory.in_place", "element-wise"
+    )
+
+
 def test_the_pass_is_never_slower_than_a_seed_schedule_swapping_alone() -> None:
     """With recompute=on the seed schedules are also planned by the tuned swap planner
     without recomputation (`planning._recompute`: the GA plans them with one window),
