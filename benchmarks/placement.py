@@ -25,6 +25,13 @@ GA, then Belady's swap planner recomputing saved activations on the GA's schedul
 column is the plan the pass keeps (the fastest of recomputing and swapping alone), and
 the same pass gives the `ga` column (the GA's plan before recomputation).
 
+With `--in-place` every pass runs with `in-place=on` (issue 32's sixth round: an
+element-wise op writes its result over an operand dying at it, as XLA's buffer
+assignment does), and the memory ratio's numerator is the step's peak without
+placement with that reuse (`reused_peak`: what a runtime reusing buffers holds without
+placement, lower than the earlier rounds' peak, so the capacities are lower than
+theirs at the same ratio); each model's line gives both peaks.
+
 With `--papers` each row also gives SwapAdvisor's own figure for the model (Fig. 5.1,
 `SWAPADVISOR`), and `--ratios` (e.g. `--papers --scaled --ratios 2,4`, issue 32's
 table) sets the ratios instead of the real 16 GB; `--scaled` takes `MODELS`, the shapes
@@ -55,7 +62,9 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 
 from tasoc.cost.machines import machine
+from tasoc.ir.dag import from_module
 from tasoc.ir.memory import replay
+from tasoc.ir.placement_plan import PlacementPlan, write_placed
 from tasoc.ir.program import entry_function
 from tasoc.models.registry import OptionValue, get_model
 from tasoc.passes.autodiff import AutodiffPass
@@ -155,6 +164,16 @@ def step_peak(step: ModuleOp) -> int:
     return replay(entry_function(step)).peak_bytes
 
 
+def reused_peak(step: ModuleOp) -> int:
+    """The step's peak bytes without placement when element-wise ops write their
+    results over operands dying at them (`PlacementPlan.in_place`): the replay of the
+    step's own schedule, nothing moved, so marked."""
+    copy = step.clone()
+    dag = from_module(copy, keep_order=True)
+    write_placed(copy, dag, PlacementPlan(dag.ops, in_place=True))
+    return replay(entry_function(copy)).peak_bytes
+
+
 def measure(
     name: str,
     step: ModuleOp,
@@ -163,6 +182,7 @@ def measure(
     searches: Sequence[str],
     timeout: float,
     budget: int = GA_BUDGET,
+    in_place: bool = False,
 ) -> Row:
     """`step` planned by each of `searches` under `capacity` (its peak ÷ `ratio`)."""
     ops = sum(1 for _ in entry_function(step).body.block.ops) - 1
@@ -173,6 +193,8 @@ def measure(
     bound = None
     for search in searches:
         options = {"search": search, "capacity": capacity, "machine": MACHINE}
+        if in_place:
+            options["in_place"] = "on"
         if search in RECOMPUTING:
             options |= {"search": RECOMPUTING[search], "recompute": "on"}
         if options["search"] == "ga":
@@ -220,6 +242,9 @@ def main(argv: Sequence[str] | None = None) -> list[Row]:
     parser.add_argument("--budget", type=int, default=GA_BUDGET, help="GA: most plans simulated")
     parser.add_argument("--quick", action="store_true", help="a tiny RNN, ratio 2 (smoke test)")
     parser.add_argument(
+        "--in-place", action="store_true", help="in-place=on: buffers of dying operands reused"
+    )
+    parser.add_argument(
         "--papers", action="store_true", help="Table 5.1's shapes on the real 16 GB"
     )
     parser.add_argument("--scaled", action="store_true", help="--papers on MODELS' shapes")
@@ -242,12 +267,20 @@ def main(argv: Sequence[str] | None = None) -> list[Row]:
     for name in names:
         step = training_step(name, models)
         peak = step_peak(step)
+        if args.in_place:
+            reused = reused_peak(step)
+            print(f"# {name}: peak without placement {peak}, with buffer reuse {reused}")
+            peak = reused
         at_16gb = args.papers and not ratios_given
         if at_16gb:
             ratios = [peak / device_memory]
         for ratio in ratios:
             capacity = device_memory if at_16gb else int(peak / ratio)
-            rows.append(measure(name, step, ratio, capacity, searches, args.timeout, args.budget))
+            rows.append(
+                measure(
+                    name, step, ratio, capacity, searches, args.timeout, args.budget, args.in_place
+                )
+            )
             print(f"  {name} x{ratio:.3g}: done", flush=True)
     print(header(shown, args.papers))
     for row in rows:
