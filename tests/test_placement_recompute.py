@@ -466,6 +466,31 @@ def test_runtime_mode_runs_a_recomputing_plan(
     assert "check: the measured device bytes are the replay's, op by op" in result.out
 
 
+def test_the_done_command_runs_a_recomputing_plan_the_pass_kept(
+    run: StrictRun, tmp_path: Path
+) -> None:
+    """Issue 32's Done, end to end: `placement{recompute=on}` (reusing buffers too) keeps
+    a plan that runs ops again on this step at a quarter of its peak, and `tasoc run
+    --mode runtime --check` runs it op by op: the step's values, and the device bytes
+    measured after every op are the replay's (docs/placement.md shows the commands)."""
+    source = tmp_path / "bn.mlir"
+    source.write_text(BN_CNN)
+    placed_path = tmp_path / "placed.mlir"
+    passes = (
+        "autodiff{loss=mse optimizer=sgd lr=0.01},"
+        f"placement{{search=belady recompute=on in-place=on capacity={peak(step(BN_CNN)) // 4}}}"
+    )
+    result = run("opt", source, "-p", passes, "-o", placed_path)
+    assert result.code == 0, result
+    assert "instead of swapping it" in result.err  # the summary
+    text = placed_path.read_text()
+    assert RECOMPUTE_ATTR in text and IN_PLACE_ATTR in text
+    result = run("run", placed_path, "--mode", "runtime", "--check")
+    assert result.code == 0, result
+    assert "check: equivalent to the numpy reference of the unplaced program" in result.out
+    assert "check: the measured device bytes are the replay's, op by op" in result.out
+
+
 def test_an_impure_op_marked_for_recomputation_is_refused(run: StrictRun, tmp_path: Path) -> None:
     path = tmp_path / "impure.mlir"
     path.write_text(
