@@ -146,7 +146,8 @@ class PlacementPass(ModulePass):
     `recompute=on` the recomputing ones) let an element-wise op write its result over an
     operand of its type that dies at it (the SGD update over its scaled gradient), as
     XLA's buffer assignment does: counted, simulated and verified so, each such op
-    marked `memory.in_place`, and donated by `tasoc run --mode runtime`."""
+    marked `memory.in_place`, and donated by `tasoc run --mode runtime`. A step on one
+    device only (a sharded step is refused)."""
     max_states: int | None = None
     """dp-fixed-order: states kept at a step before the exact DP becomes its bounded form (then
     compared with Belady and LRU; the report's `method` says which ran), 1000 when not
@@ -198,6 +199,12 @@ class PlacementPass(ModulePass):
         signature = training_signature(function)
         assert signature is not None  # the contract requires a training step
         before = peak_memory(function)  # the peak without placement (docs/memory.md)
+        if self.in_place == "on" and is_sharded(op):
+            raise PlacementFailed(
+                "in-place=on plans one device's step, not a sharded one: two blocks of one "
+                "local shape may belong to tensors of other shardings, whose buffers a "
+                "result may not take"
+            )
         view = self._device_view(op) if is_sharded(op) else None
         dag = view.dag if view is not None else dag_module.from_module(op, keep_order=True)
         capacity = None if self.capacity is None else parse_byte_size(self.capacity)
