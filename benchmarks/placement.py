@@ -208,7 +208,11 @@ def measure(
         section = report.section("placement")
         spent[search] = time.perf_counter() - start
         if "stopped" in section:
-            print(f"  {name} {search}: stopped ({section['stopped']})", file=sys.stderr)
+            print(
+                f"  {name} {search}: stopped ({section['stopped']}) after "
+                f"{section.get('evaluations')} evaluations in {section.get('search_seconds')} s",
+                file=sys.stderr,
+            )
         for note in section["notes"]:  # how the pass ended: a timeout says so in a note
             if "timeout" in note:
                 print(f"  {name} {search}: {note}", file=sys.stderr)
