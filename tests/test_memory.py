@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from memory_helpers import SWAPS, parse, training_step
+from memory_helpers import SWAPS, SWAPS_IN_PLACE, parse, training_step
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
 
 from tasoc.backends.arguments import random_inputs
@@ -53,14 +53,11 @@ def test_replay_rounds_to_the_pool_and_counts_its_objects() -> None:
 
 
 def test_an_op_marked_in_place_holds_its_result_in_its_operands_bytes() -> None:
-    """`memory.in_place`: the relu's result takes %y's buffer (%y dies at it, its
-    swap-out before), the add's takes %z's: one tensor fewer while each runs."""
-    marked = SWAPS.replace(
-        "%z = graph.relu %y :", "%z = graph.relu %y {memory.in_place = 0 : i64} :"
-    ).replace("graph.add %z, %yd :", "graph.add %z, %yd {memory.in_place = 0 : i64} :")
-    run = replay(entry_function(parse(marked)))
+    """`memory.in_place` (SWAPS_IN_PLACE): one tensor fewer while the relu and the add
+    run, each result in its operand's bytes."""
+    run = replay(entry_function(parse(SWAPS_IN_PLACE)))
     assert run.live == tuple(n * KIB16 for n in (2, 3, 2, 2, 2, 2, 2))
-    assert str(unplaced(parse(marked))) == str(unplaced(parse(SWAPS)))  # the mark dropped
+    assert str(unplaced(parse(SWAPS_IN_PLACE))) == str(unplaced(parse(SWAPS)))  # mark dropped
 
 
 @pytest.mark.parametrize(
