@@ -34,7 +34,8 @@ theirs at the same ratio); each model's line gives both peaks.
 
 With `--papers` each row also gives SwapAdvisor's own figure for the model (Fig. 5.1,
 `SWAPADVISOR`), and `--ratios` (e.g. `--papers --scaled --ratios 2,4`, issue 32's
-table) sets the ratios instead of the real 16 GB; `--scaled` takes `MODELS`, the shapes
+table; `sa` is the model's own ratio in SwapAdvisor's Table 5.1, `SWAPADVISOR_RATIOS`)
+sets the ratios instead of the real 16 GB; `--scaled` takes `MODELS`, the shapes
 2 cores plan in minutes, instead of Table 5.1's. With `--papers` alone the models are
 SwapAdvisor's own (`PAPER_MODELS`: Table 5.1's RNN-8-8K at batch 256, BRNN-4-8K at
 128, WResNet-152-10, Inception-4 and NasNet-25 at 64, the zoo's defaults) on the
@@ -77,6 +78,7 @@ MODELS: dict[str, tuple[dict[str, OptionValue], str]] = {
     "wresnet": ({"depth": 50, "widen": 4, "batch": 32, "image": 224}, "softmax-cross-entropy"),
     "inception_v4": ({"batch": 32, "image": 299, "width": 2.0}, "softmax-cross-entropy"),
     "nasnet": ({"repeat": 6, "filters": 168, "batch": 32, "image": 224}, "softmax-cross-entropy"),
+    "transformer": ({"layers": 6, "hidden": 1024, "heads": 16, "seq": 512, "batch": 8}, "mse"),
 }
 """SwapAdvisor's models (Table 5.1: RNN-8-8K, BRNN-4-8K, WResNet-152-10, Inception-4,
 NasNet-25) scaled down in depth or width so that autodiff, planning and simulation of
@@ -98,7 +100,16 @@ SWAPADVISOR: dict[str, float] = {
 }
 """SwapAdvisor's % of ideal per model (Huang thesis Fig. 5.1, at the largest batch and
 its own memory ratio: RNN and BRNN 70-80, WResNet 95, Inception-4 at most 65, NasNet
-53): the lower end where it gives a range."""
+53): the lower end where it gives a range. It has no transformer ("-")."""
+SWAPADVISOR_RATIOS: dict[str, float] = {
+    "rnn": 7.4,
+    "brnn": 6.2,
+    "wresnet": 11.3,
+    "inception_v4": 4.4,
+    "nasnet": 12.1,
+}
+"""SwapAdvisor's own memory ratio per model (Table 5.1's MemUsage ÷ 16 GB): `sa` among
+`--ratios` is the model's."""
 QUICK_MODELS = {"rnn": ({"layers": 2, "hidden": 64, "seq": 6, "batch": 4}, "mse")}
 RATIOS = (1.25, 1.5, 2.0, 4.0)
 SEARCHES = ("belady", "lru")
@@ -127,7 +138,8 @@ class Row:
             return f"| {self.model} | {self.ops} | {self.ratio:g} | {self.failed} |"
         cells = [f"{100 * self.fractions.get(s, float('nan')):.1f}%" for s in searches]
         if papers:
-            cells.append(f"{SWAPADVISOR.get(self.model, float('nan')):g}%")
+            figure = SWAPADVISOR.get(self.model)
+            cells.append("-" if figure is None else f"{figure:g}%")
         cells.append("-" if self.bound is None else f"{100 * self.bound:.1f}%")
         moved = [f"{self.swapped_in.get(s, 0) / 1e9:.2f}" for s in searches]
         spent = [f"{self.planner_s[s]:.2f}" if s in self.planner_s else "-" for s in searches]
@@ -232,6 +244,16 @@ def measure(
     return Row(name, ops, ratio, capacity, ideal_ms, fractions, swapped, spent, bound=bound)
 
 
+def model_ratios(name: str, asked: Sequence[str]) -> list[float]:
+    """The ratios `--ratios` asks for on model `name`: numbers, and `sa` for SwapAdvisor's
+    own ratio of the model (`SWAPADVISOR_RATIOS`; none for a model it did not run)."""
+    return [
+        SWAPADVISOR_RATIOS[name] if r == "sa" else float(r)
+        for r in asked
+        if r != "sa" or name in SWAPADVISOR_RATIOS
+    ]
+
+
 def main(argv: Sequence[str] | None = None) -> list[Row]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated")
@@ -257,7 +279,7 @@ def main(argv: Sequence[str] | None = None) -> list[Row]:
     paper_shapes = args.papers and not args.scaled
     models = QUICK_MODELS if args.quick else PAPER_MODELS if paper_shapes else MODELS
     names = list(QUICK_MODELS) if args.quick else args.models.split(",")
-    ratios = [2.0] if args.quick else [float(r) for r in args.ratios.split(",")]
+    asked = ["2"] if args.quick else args.ratios.split(",")
     device_memory = int(machine(MACHINE).device.memory_bytes)
     searches = args.searches.split(",")
     also = ("lru", "belady", *(("ga",) if set(searches) & set(RECOMPUTING) else ()))
@@ -276,8 +298,7 @@ def main(argv: Sequence[str] | None = None) -> list[Row]:
             print(f"# {name}: peak without placement {peak}, with buffer reuse {reused}")
             peak = reused
         at_16gb = args.papers and not ratios_given
-        if at_16gb:
-            ratios = [peak / device_memory]
+        ratios = [peak / device_memory] if at_16gb else model_ratios(name, asked)
         for ratio in ratios:
             capacity = device_memory if at_16gb else int(peak / ratio)
             rows.append(
