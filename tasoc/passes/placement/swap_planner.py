@@ -420,7 +420,7 @@ class SwapScan:
             value = node.inputs[p]
             if value in self.pinned or (self.sticky and value in self.persistent_new):
                 continue
-            if self.next_use(value, i + 1) > len(self.dag.ops):
+            if self.last_use.get(value, -1) <= i:  # no reader after this op
                 return value
         return None
 
