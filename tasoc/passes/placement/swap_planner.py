@@ -71,6 +71,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
+
 from tasoc.ir.dag import Dag, Node, Value
 from tasoc.ir.limits import bytes_and_size
 from tasoc.ir.memory import Pool, tensor_bytes
@@ -298,9 +300,10 @@ class SwapScan:
         self._pushes = itertools.count()
         self.joined: dict[Value, int] = {}
         """When each resident value became resident (ties of `_rank`)."""
-        self.held_at: list[list[int]] = [[] for _ in classes]
+        self.held_at = [np.zeros(len(self.dag.ops), dtype=np.int64) for _ in classes]
         """Per class, the replay's held units while each op so far runs (kept right
-        within `lookback`)."""
+        within `lookback`): arrays, so a prefetch's search back and an eviction's
+        correction are a vector operation each, not a loop over up to a window of ops."""
         spaces = output_spaces(self.dag, self.host)
         self.leaves_on_host = {
             v for v, space in zip(self.dag.outputs, spaces, strict=True) if space == "host"
@@ -395,7 +398,7 @@ class SwapScan:
                 for key, units in self._recompute(value, i).items():
                     made[key] = made.get(key, 0) + units
             for key, at in enumerate(self.held_at):
-                at.append(self.held[key] + made.get(key, 0))
+                at[i] = self.held[key] + made.get(key, 0)
             for value in node.inputs:
                 self.last_read[value] = i
             for value in dict.fromkeys(node.inputs):
@@ -501,9 +504,7 @@ class SwapScan:
         self.gone_since[value] = last + 1
         key = self.resident[value][0]
         units = self._unhold(value)
-        held_at = self.held_at[key]
-        for p in range(max(last + 1, i - self.settings.lookback, 0), i):
-            held_at[p] -= units
+        self.held_at[key][max(last + 1, i - self.settings.lookback, 0) : i] -= units
         self.last_read.pop(value, None)
 
     def _may_drop(self, value: Value, i: int) -> bool:
@@ -613,11 +614,11 @@ class SwapScan:
         if self.settings.prefetch:
             lookback = self.settings.lookbacks.get(value, self.settings.lookback)
             earliest = max(self.gone_since.get(value, 0), i - lookback, 0)
-            while start > earliest and held_at[start - 1] + units <= limit:
-                start -= 1
+            if earliest < i:  # back to just after the last op with no room for it
+                over = np.flatnonzero(held_at[earliest:i] > limit - units)
+                start = earliest + int(over[-1]) + 1 if over.size else earliest
         self.slots.before[start].append(SwapIn(value))
-        for p in range(start, i):
-            held_at[p] += units
+        held_at[start:i] += units
         self._hold(value, i)
         self.made_at[value] = (start, True)
         self.last_read[value] = start - 1
