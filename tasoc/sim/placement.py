@@ -68,7 +68,7 @@ from tasoc.ir.placement_plan import (
     check_plan,
     in_place_entries,
 )
-from tasoc.sim.core import Task, TaskGraph, Timeline, simulate
+from tasoc.sim.core import Task, TaskGraph, Timeline, paused_gc, simulate
 
 COMPUTE = "compute"
 SWAP_OUT = "swap-out"
@@ -121,6 +121,7 @@ class PlacedSimulation:
         return self.compute_seconds / self.seconds if self.seconds else 1.0
 
 
+@paused_gc()  # some 10^4-10^5 tasks, no cycles among them: see `paused_gc`
 def placed_task_graph(
     dag: Dag,
     plan: PlacementPlan,

@@ -54,6 +54,7 @@ from tasoc.passes.placement.swap_planner import CapacityTooSmall, Policy
 from tasoc.passes.report import current_report
 from tasoc.passes.search import Deadline, resolve_seed
 from tasoc.passes.summary import Summary, format_seconds, format_speedup, stop_line
+from tasoc.sim.core import paused_gc
 
 Search = Literal["offload-all", "belady", "lru", "ga", "random", "dp-fixed-order", "dp"]
 
@@ -198,7 +199,8 @@ class PlacementPass(ModulePass):
         function = entry_function(op)
         signature = training_signature(function)
         assert signature is not None  # the contract requires a training step
-        before = peak_memory(function)  # the peak without placement (docs/memory.md)
+        with paused_gc():  # the peak without placement (docs/memory.md): 10^4-10^5 values
+            before = peak_memory(function)
         if self.in_place == "on" and is_sharded(op):
             raise PlacementFailed(
                 "in-place=on plans one device's step, not a sharded one: two blocks of one "
@@ -234,12 +236,13 @@ class PlacementPass(ModulePass):
             plan = self._planned(
                 op, dag, signature, capacity, before.peak_bytes, section, deadline, seconds
             )
-        if view is None:
-            write_placed(op, dag, plan)
-        else:
-            write_placed_in(op, dag, plan, view.ops)
-        placed = entry_function(op)
-        after = replay(placed)
+        with paused_gc():  # 10^4-10^5 ops written and replayed, none garbage
+            if view is None:
+                write_placed(op, dag, plan)
+            else:
+                write_placed_in(op, dag, plan, view.ops)
+            placed = entry_function(op)
+            after = replay(placed)
         if capacity is not None and after.peak_bytes > capacity:
             raise PlacementFailed(
                 f"search={self.search} holds {bytes_and_size(after.peak_bytes)} of device "
@@ -303,7 +306,8 @@ class PlacementPass(ModulePass):
         except (CapacityTooSmall, StateSpaceTooLarge) as err:
             raise PlacementFailed(str(err)) from None
         section.update(outcome.report())
-        current_report().figure(f"{self.name}-memory", outcome.memory_figure())
+        # drawn only when asked for (`--plots`): its series walk three simulations' tasks
+        current_report().figure(f"{self.name}-memory", outcome.memory_figure)
         return outcome.plan
 
     def summary(self, section: Mapping[str, Any]) -> Summary:

@@ -90,6 +90,7 @@ from tasoc.ir.placement_plan import (
 )
 from tasoc.ir.training import TrainingSignature
 from tasoc.passes.search import Deadline
+from tasoc.sim.core import paused_gc
 
 Policy = Literal["belady", "lru"]
 
@@ -172,6 +173,7 @@ class SwapSettings:
     `memory.in_place` mark) and the runtime (a donated buffer)."""
 
 
+@paused_gc()  # a scan allocates some 10^5 entries, ranks and dicts, none in a cycle
 def plan_swaps(
     dag: Dag,
     signature: TrainingSignature | None,
