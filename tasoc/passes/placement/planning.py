@@ -207,7 +207,7 @@ def plan_within(
     device view); `recompute` lets the plan recompute saved activations; `deadline`
     bounds the planning (module docstring); `in_place` lets element-wise ops write
     their results over operands dying at them (`SwapSettings.in_place`)."""
-    op, needed = working_set(dag)
+    op, needed = working_set(dag, in_place)
     if capacity < needed:
         raise CapacityTooSmall.in_bytes(op, dag.ops.index(op), needed, capacity)
     problem = PlacementProblem.of(dag, signature, capacity, machine, seconds, in_place)

@@ -673,14 +673,20 @@ def ideal_plan(dag: Dag) -> PlacementPlan:
     return PlacementPlan(dag.ops)
 
 
-def working_set(dag: Dag) -> tuple[Node, int]:
+def working_set(dag: Dag, in_place: bool = False) -> tuple[Node, int]:
     """The op whose inputs and results together are largest, and those bytes: no
-    capacity below them can run the step, whatever is moved."""
-    best = max(
-        dag.ops,
-        key=lambda node: sum(tensor_bytes(v.sig) for v in {*node.inputs, *node.results}),
-    )
-    return best, sum(tensor_bytes(v.sig) for v in {*best.inputs, *best.results})
+    capacity below them can run the step, whatever is moved. With `in_place`, an op
+    that may write its result over a dying operand (`reusable_operands`) holds the
+    result in that operand's bytes."""
+
+    def needs(node: Node) -> int:
+        held = sum(tensor_bytes(v.sig) for v in {*node.inputs, *node.results})
+        if in_place and reusable_operands(node):
+            held -= tensor_bytes(node.results[0].sig)
+        return held
+
+    best = max(dag.ops, key=needs)
+    return best, needs(best)
 
 
 __all__: Sequence[str] = (
