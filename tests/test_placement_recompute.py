@@ -50,6 +50,7 @@ from tasoc.passes.placement.swap_planner import (
     OutOfTime,
     SwapSettings,
     plan_swaps,
+    working_set,
 )
 from tasoc.passes.search import Deadline
 from tasoc.passes.soap import SoapShardPass
@@ -192,6 +193,17 @@ def test_a_step_without_saved_activations_gets_the_plan_without_recomputation() 
     assert section["plan"] == "belady" and section["saved_bytes"]["recomputation"] == 0
     assert "recompute: no saved activation may be recomputed here" in section["notes"]
     assert str(on) == str(off)
+
+
+def test_with_buffer_reuse_an_update_holds_two_tensors_at_once() -> None:
+    """The update `w + step` holds three 16 KiB tensors, or two when its result takes
+    the dying `step`'s buffer: the capacity the pass refuses outright follows (the
+    scale making `step` from the argument `x`, which no result takes, is then the
+    largest: two tensors and the scalar)."""
+    dag = dag_module.from_module(Parser(make_context(), NOTHING_SAVED).parse_module())
+    op, plain = working_set(dag)
+    assert op.op == "add" and plain == 3 * 64 * 64 * 4
+    assert working_set(dag, in_place=True)[1] == 2 * 64 * 64 * 4 + 4
 
 
 def test_a_capacity_below_one_ops_working_set_names_the_op() -> None:
