@@ -221,7 +221,8 @@ def measure(
         section = report.section("placement")
         spent[search] = time.perf_counter() - start
         print(  # CPU time: what the pass costs whatever the load (the speed goals)
-            f"  {name} {search}: the pass took {time.process_time() - cpu:.2f} s of CPU, "
+            f"  {name} {search}: the pass took {time.process_time() - cpu:.2f} s of CPU here "
+            "(a GA's worker processes not counted), "
             f"{spent[search]:.2f} s wall (load {os.getloadavg()[0]:.2f})",
             file=sys.stderr,
         )
