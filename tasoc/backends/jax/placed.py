@@ -11,7 +11,8 @@ CPU devices have both), so the lowering is direct. It comes in two modes:
   arguments and results are laid out in `pinned_host` memory (`in_shardings`,
   `out_shardings`), a swap is `jax.device_put` to the other memory kind inside the
   program (XLA's host offloading turns it into an asynchronous copy on a GPU), and a
-  free is nothing: XLA owns the buffers. The schedule's order is kept with optimization
+  free is nothing: XLA owns the buffers (so is `memory.in_place`: XLA's buffer
+  assignment shares a dying operand's buffer with an element-wise result by itself). The schedule's order is kept with optimization
   barriers (`ordered`, which says what that guarantees and what it cannot), and XLA's
   rematerialization is off (`NO_REMAT`), since recomputing values behind the plan's back
   would make the program hold memory the plan does not know of, and spend time on it.
