@@ -12,10 +12,11 @@ CPU devices have both), so the lowering is direct. It comes in two modes:
   `out_shardings`), a swap is `jax.device_put` to the other memory kind inside the
   program (XLA's host offloading turns it into an asynchronous copy on a GPU), and a
   free is nothing: XLA owns the buffers (so is `memory.in_place`: XLA's buffer
-  assignment shares a dying operand's buffer with an element-wise result by itself). The schedule's order is kept with optimization
-  barriers (`ordered`, which says what that guarantees and what it cannot), and XLA's
-  rematerialization is off (`NO_REMAT`), since recomputing values behind the plan's back
-  would make the program hold memory the plan does not know of, and spend time on it.
+  assignment shares a dying operand's buffer with an element-wise result by itself).
+  The schedule's order is kept with optimization barriers (`ordered`, which says what
+  that guarantees and what it cannot), and XLA's rematerialization is off
+  (`NO_REMAT`), since recomputing values behind the plan's back would make the program
+  hold memory the plan does not know of, and spend time on it.
 - **runtime** (`lower_placed(module, "runtime")`): the schedule run op by op from
   Python, the mode that reproduces a schedule exactly (for checking the simulator and
   the replay): each `graph` op is its own compiled call (one per distinct op, operand
