@@ -25,9 +25,17 @@ GA, then Belady's swap planner recomputing saved activations on the GA's schedul
 column is the plan the pass keeps (the fastest of recomputing and swapping alone), and
 the same pass gives the `ga` column (the GA's plan before recomputation).
 
+With `--in-place` every pass runs with `in-place=on` (issue 32's sixth round: an
+element-wise op writes its result over an operand dying at it, as XLA's buffer
+assignment does), and the memory ratio's numerator is the step's peak without
+placement with that reuse (`reused_peak`: what a runtime reusing buffers holds without
+placement, lower than the earlier rounds' peak, so the capacities are lower than
+theirs at the same ratio); each model's line gives both peaks.
+
 With `--papers` each row also gives SwapAdvisor's own figure for the model (Fig. 5.1,
 `SWAPADVISOR`), and `--ratios` (e.g. `--papers --scaled --ratios 2,4`, issue 32's
-table) sets the ratios instead of the real 16 GB; `--scaled` takes `MODELS`, the shapes
+table; `sa` is the model's own ratio in SwapAdvisor's Table 5.1, `SWAPADVISOR_RATIOS`)
+sets the ratios instead of the real 16 GB; `--scaled` takes `MODELS`, the shapes
 2 cores plan in minutes, instead of Table 5.1's. With `--papers` alone the models are
 SwapAdvisor's own (`PAPER_MODELS`: Table 5.1's RNN-8-8K at batch 256, BRNN-4-8K at
 128, WResNet-152-10, Inception-4 and NasNet-25 at 64, the zoo's defaults) on the
@@ -55,7 +63,9 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 
 from tasoc.cost.machines import machine
+from tasoc.ir.dag import from_module
 from tasoc.ir.memory import replay
+from tasoc.ir.placement_plan import PlacementPlan, write_placed
 from tasoc.ir.program import entry_function
 from tasoc.models.registry import OptionValue, get_model
 from tasoc.passes.autodiff import AutodiffPass
@@ -68,6 +78,7 @@ MODELS: dict[str, tuple[dict[str, OptionValue], str]] = {
     "wresnet": ({"depth": 50, "widen": 4, "batch": 32, "image": 224}, "softmax-cross-entropy"),
     "inception_v4": ({"batch": 32, "image": 299, "width": 2.0}, "softmax-cross-entropy"),
     "nasnet": ({"repeat": 6, "filters": 168, "batch": 32, "image": 224}, "softmax-cross-entropy"),
+    "transformer": ({"layers": 6, "hidden": 1024, "heads": 16, "seq": 512, "batch": 8}, "mse"),
 }
 """SwapAdvisor's models (Table 5.1: RNN-8-8K, BRNN-4-8K, WResNet-152-10, Inception-4,
 NasNet-25) scaled down in depth or width so that autodiff, planning and simulation of
@@ -89,7 +100,16 @@ SWAPADVISOR: dict[str, float] = {
 }
 """SwapAdvisor's % of ideal per model (Huang thesis Fig. 5.1, at the largest batch and
 its own memory ratio: RNN and BRNN 70-80, WResNet 95, Inception-4 at most 65, NasNet
-53): the lower end where it gives a range."""
+53): the lower end where it gives a range. It has no transformer ("-")."""
+SWAPADVISOR_RATIOS: dict[str, float] = {
+    "rnn": 7.4,
+    "brnn": 6.2,
+    "wresnet": 11.3,
+    "inception_v4": 4.4,
+    "nasnet": 12.1,
+}
+"""SwapAdvisor's own memory ratio per model (Table 5.1's MemUsage ÷ 16 GB): `sa` among
+`--ratios` is the model's."""
 QUICK_MODELS = {"rnn": ({"layers": 2, "hidden": 64, "seq": 6, "batch": 4}, "mse")}
 RATIOS = (1.25, 1.5, 2.0, 4.0)
 SEARCHES = ("belady", "lru")
@@ -118,7 +138,8 @@ class Row:
             return f"| {self.model} | {self.ops} | {self.ratio:g} | {self.failed} |"
         cells = [f"{100 * self.fractions.get(s, float('nan')):.1f}%" for s in searches]
         if papers:
-            cells.append(f"{SWAPADVISOR.get(self.model, float('nan')):g}%")
+            figure = SWAPADVISOR.get(self.model)
+            cells.append("-" if figure is None else f"{figure:g}%")
         cells.append("-" if self.bound is None else f"{100 * self.bound:.1f}%")
         moved = [f"{self.swapped_in.get(s, 0) / 1e9:.2f}" for s in searches]
         spent = [f"{self.planner_s[s]:.2f}" if s in self.planner_s else "-" for s in searches]
@@ -155,6 +176,16 @@ def step_peak(step: ModuleOp) -> int:
     return replay(entry_function(step)).peak_bytes
 
 
+def reused_peak(step: ModuleOp) -> int:
+    """The step's peak bytes without placement when element-wise ops write their
+    results over operands dying at them (`PlacementPlan.in_place`): the replay of the
+    step's own schedule, nothing moved, so marked."""
+    copy = step.clone()
+    dag = from_module(copy, keep_order=True)
+    write_placed(copy, dag, PlacementPlan(dag.ops, in_place=True))
+    return replay(entry_function(copy)).peak_bytes
+
+
 def measure(
     name: str,
     step: ModuleOp,
@@ -163,6 +194,7 @@ def measure(
     searches: Sequence[str],
     timeout: float,
     budget: int = GA_BUDGET,
+    in_place: bool = False,
 ) -> Row:
     """`step` planned by each of `searches` under `capacity` (its peak ÷ `ratio`)."""
     ops = sum(1 for _ in entry_function(step).body.block.ops) - 1
@@ -173,20 +205,33 @@ def measure(
     bound = None
     for search in searches:
         options = {"search": search, "capacity": capacity, "machine": MACHINE}
+        if in_place:
+            options["in_place"] = "on"
         if search in RECOMPUTING:
             options |= {"search": RECOMPUTING[search], "recompute": "on"}
         if options["search"] == "ga":
             options |= {"timeout": timeout, "budget": budget}
-        start = time.perf_counter()
+        copy = step.clone()
+        start, cpu = time.perf_counter(), time.process_time()
         try:
             with reporting(RunReport()) as report:
-                PlacementPass(**options).apply(Context(), step.clone())  # type: ignore[arg-type]
+                PlacementPass(**options).apply(Context(), copy)  # type: ignore[arg-type]
         except PlacementFailed as err:
             return Row(name, ops, ratio, capacity, 0.0, {}, {}, {}, failed=str(err))
         section = report.section("placement")
         spent[search] = time.perf_counter() - start
+        print(  # CPU time: what the pass costs whatever the load (the speed goals)
+            f"  {name} {search}: the pass took {time.process_time() - cpu:.2f} s of CPU here "
+            "(a GA's worker processes not counted), "
+            f"{spent[search]:.2f} s wall (load {os.getloadavg()[0]:.2f})",
+            file=sys.stderr,
+        )
         if "stopped" in section:
-            print(f"  {name} {search}: stopped ({section['stopped']})", file=sys.stderr)
+            print(
+                f"  {name} {search}: stopped ({section['stopped']}) after "
+                f"{section.get('evaluations')} evaluations in {section.get('search_seconds')} s",
+                file=sys.stderr,
+            )
         for note in section["notes"]:  # how the pass ended: a timeout says so in a note
             if "timeout" in note:
                 print(f"  {name} {search}: {note}", file=sys.stderr)
@@ -206,6 +251,16 @@ def measure(
     return Row(name, ops, ratio, capacity, ideal_ms, fractions, swapped, spent, bound=bound)
 
 
+def model_ratios(name: str, asked: Sequence[str]) -> list[float]:
+    """The ratios `--ratios` asks for on model `name`: numbers, and `sa` for SwapAdvisor's
+    own ratio of the model (`SWAPADVISOR_RATIOS`; none for a model it did not run)."""
+    return [
+        SWAPADVISOR_RATIOS[name] if r == "sa" else float(r)
+        for r in asked
+        if r != "sa" or name in SWAPADVISOR_RATIOS
+    ]
+
+
 def main(argv: Sequence[str] | None = None) -> list[Row]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated")
@@ -220,6 +275,9 @@ def main(argv: Sequence[str] | None = None) -> list[Row]:
     parser.add_argument("--budget", type=int, default=GA_BUDGET, help="GA: most plans simulated")
     parser.add_argument("--quick", action="store_true", help="a tiny RNN, ratio 2 (smoke test)")
     parser.add_argument(
+        "--in-place", action="store_true", help="in-place=on: buffers of dying operands reused"
+    )
+    parser.add_argument(
         "--papers", action="store_true", help="Table 5.1's shapes on the real 16 GB"
     )
     parser.add_argument("--scaled", action="store_true", help="--papers on MODELS' shapes")
@@ -228,7 +286,7 @@ def main(argv: Sequence[str] | None = None) -> list[Row]:
     paper_shapes = args.papers and not args.scaled
     models = QUICK_MODELS if args.quick else PAPER_MODELS if paper_shapes else MODELS
     names = list(QUICK_MODELS) if args.quick else args.models.split(",")
-    ratios = [2.0] if args.quick else [float(r) for r in args.ratios.split(",")]
+    asked = ["2"] if args.quick else args.ratios.split(",")
     device_memory = int(machine(MACHINE).device.memory_bytes)
     searches = args.searches.split(",")
     also = ("lru", "belady", *(("ga",) if set(searches) & set(RECOMPUTING) else ()))
@@ -242,12 +300,19 @@ def main(argv: Sequence[str] | None = None) -> list[Row]:
     for name in names:
         step = training_step(name, models)
         peak = step_peak(step)
+        if args.in_place:
+            reused = reused_peak(step)
+            print(f"# {name}: peak without placement {peak}, with buffer reuse {reused}")
+            peak = reused
         at_16gb = args.papers and not ratios_given
-        if at_16gb:
-            ratios = [peak / device_memory]
+        ratios = [peak / device_memory] if at_16gb else model_ratios(name, asked)
         for ratio in ratios:
             capacity = device_memory if at_16gb else int(peak / ratio)
-            rows.append(measure(name, step, ratio, capacity, searches, args.timeout, args.budget))
+            rows.append(
+                measure(
+                    name, step, ratio, capacity, searches, args.timeout, args.budget, args.in_place
+                )
+            )
             print(f"  {name} x{ratio:.3g}: done", flush=True)
     print(header(shown, args.papers))
     for row in rows:

@@ -35,6 +35,12 @@ module attributes {memory.capacity = 200000 : i64, memory.pool = #memory.pool<[1
 }
 """  # noqa: E501
 
+SWAPS_IN_PLACE = SWAPS.replace(
+    "%z = graph.relu %y :", "%z = graph.relu %y {memory.in_place = 0 : i64} :"
+).replace("graph.add %z, %yd :", "graph.add %z, %yd {memory.in_place = 0 : i64} :")
+"""SWAPS with buffer reuse: the relu's result takes %y's buffer (%y dies at it, its
+swap-out before), the add's takes %z's."""
+
 # A training step (autodiff's mse/sgd step of relu(x @ w), placed by hand): the weight
 # lives in host memory between steps, an activation goes to host and back, the batch
 # is freed after its last reader.

@@ -16,8 +16,10 @@ def bench() -> ModuleType:
 
 
 def test_quick_run_prints_a_row(bench: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
-    (row,) = bench.main(["--quick"])
+    (row,) = bench.main(["--quick", "--in-place"])
     output = capsys.readouterr().out
+    (peaks,) = [line.split() for line in output.splitlines() if "with buffer reuse" in line]
+    assert 0 < int(peaks[-1]) < int(peaks[5].rstrip(","))  # reuse lowers the unplaced peak
     assert not row.failed and row.ratio == 2.0 and row.ideal_ms > 0
     assert 0 < row.fractions["lru"] <= row.fractions["belady"] <= 1.0
     assert row.fractions["ideal"] == 1.0

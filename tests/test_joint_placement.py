@@ -123,6 +123,12 @@ def test_a_capacity_below_one_devices_op_is_one_line_naming_it() -> None:
         PlacementPass(search="belady", capacity=64).apply(Context(), module)
 
 
+def test_buffer_reuse_on_a_sharded_step_is_refused() -> None:
+    module = _sharded()
+    with pytest.raises(PlacementFailed, match="in-place=on plans one device's step"):
+        PlacementPass(search="belady", capacity=10**6, in_place="on").apply(Context(), module)
+
+
 def test_a_machine_smaller_than_the_mesh_is_refused() -> None:
     module = _sharded(mesh=4)
     with pytest.raises(PlacementFailed, match="machine cpu-2 has 2"):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from memory_helpers import SWAPS, parse, training_step
+from memory_helpers import SWAPS, SWAPS_IN_PLACE, parse, training_step
 from xdsl.dialects.builtin import IntegerAttr, ModuleOp, i64
 
 from tasoc.backends.arguments import random_inputs
@@ -50,6 +50,36 @@ def test_replay_rounds_to_the_pool_and_counts_its_objects() -> None:
     assert replay(function, pool).peak_bytes == 3 * 20000
     with pytest.raises(IRRuleError, match=r"'graph.matmul' .* all 2 of that size class are in use"):
         replay(function, Pool((20000,), (2,)))
+
+
+def test_an_op_marked_in_place_holds_its_result_in_its_operands_bytes() -> None:
+    """`memory.in_place` (SWAPS_IN_PLACE): one tensor fewer while the relu and the add
+    run, each result in its operand's bytes."""
+    run = replay(entry_function(parse(SWAPS_IN_PLACE)))
+    assert run.live == tuple(n * KIB16 for n in (2, 3, 2, 2, 2, 2, 2))
+    assert str(unplaced(parse(SWAPS_IN_PLACE))) == str(unplaced(parse(SWAPS)))  # mark dropped
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        (
+            "graph.matmul %x, %wd :",
+            "graph.matmul %x, %wd {memory.in_place = 0 : i64} :",
+            "element-wise",
+        ),
+        (
+            "graph.add %z, %yd :",
+            "graph.add %z, %yd {memory.in_place = 2 : i64} :",
+            "one of its operands",
+        ),
+        ("graph.relu %y :", "graph.relu %x {memory.in_place = 0 : i64} :", "does not die at it"),
+    ],
+    ids=["not-element-wise", "no-such-operand", "operand-lives-on"],
+)
+def test_a_mark_in_place_the_op_may_not_carry_is_refused(old: str, new: str, message: str) -> None:
+    with pytest.raises(IRRuleError, match=message):
+        verify_ir(parse(SWAPS.replace(old, new)))
 
 
 def test_the_verifier_checks_the_capacity_the_module_states() -> None:
@@ -130,6 +160,7 @@ def test_a_placed_program_is_not_placed_again() -> None:
         ({"capacity": 0}, "at least one byte"),
         ({"prefetch": -1}, "prefetch"),
         ({"min_bytes": "lots"}, "min-bytes"),
+        ({"in_place": "on"}, "in-place=on needs a swapping planner"),
     ],
 )
 def test_bad_options_fail_when_the_pass_is_built(options: dict, message: str) -> None:

@@ -11,8 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from memory_helpers import training_step
 from xdsl.dialects.builtin import ModuleOp
+from xdsl.parser import Parser
 
 from tasoc.cost.machines import machine
+from tasoc.driver.sources import make_context
 from tasoc.ir import dag as dag_module
 from tasoc.ir.memory import replay, tensor_bytes
 from tasoc.ir.placement_plan import (
@@ -60,6 +62,36 @@ def test_without_moves_the_step_is_its_ops_one_after_another() -> None:
     assert run.fraction_of_ideal == pytest.approx(1.0)
     assert run.peak_bytes == replay(entry_function(module)).peak_bytes
     assert run.swapped_in_bytes == run.swapped_out_bytes == 0
+
+
+OVERWRITE = """\
+func.func @main(%x: tensor<1024x1024xf32>) -> tensor<1024x1024xf32> {
+  %y = graph.relu %x : tensor<1024x1024xf32>
+  %z = graph.neg %y : tensor<1024x1024xf32>
+  func.return %z : tensor<1024x1024xf32>
+}
+"""
+
+
+def test_an_op_writing_over_its_operand_takes_no_bytes_and_waits_for_its_swap_out() -> None:
+    """`PlacementPlan.in_place`: the neg writes its result over %y, which dies at it, so
+    the step holds two 4 MiB tensors at its busiest, not three (the replay of the
+    written program says the same); and since %y's swap-out is still copying when the
+    relu ends, the neg starts only once that copy has ended."""
+    module = Parser(make_context(), OVERWRITE).parse_module()
+    dag = dag_module.from_module(module, keep_order=True)
+    relu, neg = dag.ops
+    schedule = (relu, SwapOut(relu.out), neg)
+    apart = simulate_plan(dag, PlacementPlan(schedule), V100)
+    over = simulate_plan(dag, PlacementPlan(schedule, in_place=True), V100)
+    size = tensor_bytes(relu.out.sig)
+    assert (apart.peak_bytes, over.peak_bytes) == (3 * size, 2 * size)
+    assert placed_peak(module, dag, PlacementPlan(schedule, in_place=True)) == 2 * size
+    relu_task, out_task, neg_task = over.tasks
+    assert apart.timeline.start[apart.tasks[2]] == pytest.approx(apart.timeline.end[relu_task])
+    assert (
+        over.timeline.start[neg_task] >= over.timeline.end[out_task] > over.timeline.end[relu_task]
+    )
 
 
 ONE_WAY = replace(V100, host=replace(V100.host, duplex_bandwidth=None))

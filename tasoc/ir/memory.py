@@ -80,6 +80,7 @@ from tasoc.ir.conversion import ConversionOp
 from tasoc.ir.encodings import PROPAGATE, REWRAPPED, WRAPPED, check_op, device_shape
 from tasoc.ir.graph import defined_value, sig_of, tensor_type
 from tasoc.ir.limits import bytes_and_size
+from tasoc.ir.opdef import op_def, op_defs
 from tasoc.ir.program import (
     PROGRAM_CHECKS,
     IRRuleError,
@@ -105,6 +106,14 @@ RECOMPUTE_ATTR = "memory.recompute"
 device copies of results that were released instead of swapped out (recomputation). Only
 an op without side effects or randomness (xDSL's `Pure`) may carry it: a second run
 must give the first run's values. `unplaced` folds it into the first run."""
+IN_PLACE_ATTR = "memory.in_place"
+"""Op attribute (i64): the op's result is written over the device buffer of this operand
+(its index), which dies at the op — XLA's buffer sharing of an element-wise op's
+operand with its result, and JAX's donated buffer (the runtime mode donates it). Only
+an element-wise op (`OpDef.in_place`) of one result may carry it, naming an operand of
+the result's type that the op reads once and whose life ends there
+(`release_points`); the replay then counts the result in the operand's bytes, not
+beside them. `unplaced` drops it."""
 
 # --------------------------------------------------------------------- attributes
 
@@ -449,7 +458,7 @@ def is_placed(module: ModuleOp) -> bool:
     if any(name.startswith("memory.") for name in module.attributes):
         return True
     for op in module.walk():
-        if isinstance(op, MEMORY_OPS) or RECOMPUTE_ATTR in op.attributes:
+        if isinstance(op, MEMORY_OPS) or {RECOMPUTE_ATTR, IN_PLACE_ATTR} & op.attributes.keys():
             return True
         if isinstance(op, func.FuncOp) and any(
             _is_host(t) for t in (*op.function_type.inputs.data, *op.function_type.outputs.data)
@@ -532,6 +541,9 @@ def replay(
     live = []
     split = [] if kind is None else [dict(held.by_kind)]
     for op, released in zip(ops, releases, strict=True):
+        reused = reused_operand(op, released)
+        if reused is not None and reused in held.sizes:
+            held.give(reused)  # the result takes its buffer
         for result in op.results:
             if space_of(sig_of(result.type)) == "device":
                 held.take(result, op, "a result")
@@ -542,6 +554,32 @@ def replay(
             if value in held.sizes:
                 held.give(value)
     return Replay(start, tuple(live), ops, tuple(split))
+
+
+def reused_operand(op: Operation, released: Sequence[SSAValue]) -> SSAValue | None:
+    """The operand whose buffer `op`'s result takes (`IN_PLACE_ATTR`), None without the
+    mark; `released` are the values whose life ends at `op` (`release_points`).
+    IRRuleError for a mark the op may not carry (`IN_PLACE_ATTR`)."""
+    attr = op.attributes.get(IN_PLACE_ATTR)
+    if attr is None:
+        return None
+    if not isinstance(attr, IntegerAttr) or not 0 <= attr.value.data < len(op.operands):
+        raise IRRuleError(op, f"{IN_PLACE_ATTR} must name one of its operands (i64), got {attr}")
+    name = op.name.removeprefix("graph.")
+    if op.name == name or name not in op_defs() or not op_def(name).in_place:
+        raise IRRuleError(op, f"is marked {IN_PLACE_ATTR}, but it is not an element-wise op")
+    operand = op.operands[attr.value.data]
+    if len(op.results) != 1 or operand.type != op.results[0].type:
+        raise IRRuleError(
+            op, f"is marked {IN_PLACE_ATTR}, but {_shown(operand)} is not of its result's type"
+        )
+    if list(op.operands).count(operand) > 1 or operand not in released:
+        raise IRRuleError(
+            op,
+            f"is marked {IN_PLACE_ATTR}, but {_shown(operand)} does not die at it "
+            "(read again later, returned, freed later, or read twice by it)",
+        )
+    return operand
 
 
 class _Held:
@@ -668,6 +706,7 @@ def unplaced(module: ModuleOp) -> ModuleOp:
     module attributes gone. The reference a placed program is checked against."""
     copy = module.clone()
     for op in list(copy.walk()):
+        op.attributes.pop(IN_PLACE_ATTR, None)
         if isinstance(op, MoveOp):
             op.output.replace_all_uses_with(op.input)
         if isinstance(op, MEMORY_OPS):

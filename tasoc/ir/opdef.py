@@ -81,7 +81,12 @@ class OpDef:
     operand holding indices for ops that read only the entries they gather (the cost
     model counts those bytes, not the table's). `no_gradient` is None when autodiff
     has a reverse-mode rule for the op, else why it has none. `kernel` is the op's
-    computation for every backend that does not register its own.
+    computation for every backend that does not register its own. `in_place` says
+    its result may be written over an operand of the result's type that dies at it: an
+    element-wise op, each result element made from the operands' elements at its own
+    index and nothing else, so no element is read after it is overwritten (XLA's
+    buffer assignment shares such an operand's buffer with the result; a placed
+    program marks where it does, `memory.IN_PLACE_ATTR`).
     """
 
     name: str
@@ -94,6 +99,7 @@ class OpDef:
     domains: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
     gathers: int | None = None
     kernel: XpKernel | None = None
+    in_place: bool = False
 
     def __post_init__(self) -> None:
         low, high = self.arity

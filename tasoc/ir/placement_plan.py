@@ -43,6 +43,7 @@ from tasoc.ir.dag import Dag, Node, Value, function_of
 from tasoc.ir.graph import OPS_BY_NAME, sig_of, tensor_type, to_attr
 from tasoc.ir.memory import (
     CAPACITY_ATTR,
+    IN_PLACE_ATTR,
     PLAN_ATTR,
     POOL_ATTR,
     RECOMPUTE_ATTR,
@@ -54,6 +55,7 @@ from tasoc.ir.memory import (
     SwapOutOp,
     in_space,
 )
+from tasoc.ir.opdef import op_defs
 from tasoc.ir.program import entry_block, entry_function
 
 
@@ -104,6 +106,11 @@ class PlacementPlan:
     host_arguments: frozenset[int] = frozenset()
     capacity: int | None = None
     pool: Pool | None = None
+    in_place: bool = False
+    """An element-wise op writes its result over an operand of its type whose device
+    copy dies at it (`in_place_entries`), as XLA's buffer assignment does: the planner
+    counted memory so, the simulator prices it so, and `write_placed` marks each such
+    op (`memory.in_place`), which the replay and the runtime mode honour."""
 
     @property
     def order(self) -> tuple[Node, ...]:
@@ -231,6 +238,41 @@ def check_plan(dag: Dag, plan: PlacementPlan, spaces: Sequence[Space] | None = N
     return Copies(tuple(reads), dies, last_read, value_of)
 
 
+def reusable_operands(node: Node) -> tuple[int, ...]:
+    """The operand positions of `node` whose buffer its result may take (`OpDef.in_place`:
+    an element-wise `graph` op of one result): an operand of the result's type, read
+    once by the op, that is not an argument (an argument's copy lives to its `Release`)."""
+    definition = op_defs().get(node.op)  # a `graph` op's short name; `parallel.*` has none
+    if len(node.results) != 1 or definition is None or not definition.in_place:
+        return ()
+    sig = node.results[0].sig
+    return tuple(
+        p
+        for p, value in enumerate(node.inputs)
+        if value.sig == sig and not value.node.is_arg and node.inputs.count(value) == 1
+    )
+
+
+def in_place_entries(plan: PlacementPlan, copies: Copies) -> dict[int, int]:
+    """Per schedule entry of an op whose result takes an operand's buffer (the plan's
+    `in_place`), that operand's position: the first of `reusable_operands` whose device
+    copy dies at the op, read last there and released by nothing later. Empty for a
+    plan without `in_place`."""
+    if not plan.in_place:
+        return {}
+    found: dict[int, int] = {}
+    for i, entry in enumerate(plan.schedule):
+        if not isinstance(entry, Node | Recompute):
+            continue
+        node = entry if isinstance(entry, Node) else entry.node
+        for p in reusable_operands(node):
+            key = copies.reads[i][p]
+            if copies.dies[key] == i and copies.last_read[key] == i:
+                found[i] = p
+                break
+    return found
+
+
 def _name(value: Value) -> str:
     node = value.node
     return f"argument {node.attr('name')}" if node.is_arg else f"{node.op} result #{value.index}"
@@ -253,7 +295,7 @@ def write_placed(module: ModuleOp, dag: Dag, plan: PlacementPlan) -> None:
     and set the module's memory attributes; PlanError for a plan that cannot run. The
     module then verifies as a placed program when the plan fits its capacity and pool."""
     spaces = output_spaces(dag, plan.host_arguments)
-    check_plan(dag, plan, spaces)
+    reused = in_place_entries(plan, check_plan(dag, plan, spaces))
     types = {}
 
     def type_of(value: Value, space: Space) -> Attribute:
@@ -274,14 +316,14 @@ def write_placed(module: ModuleOp, dag: Dag, plan: PlacementPlan) -> None:
         block_arg.name_hint = arg.attr("name")
         (host if index in plan.host_arguments else device)[arg.out] = block_arg
     ops = []
-    for entry in plan.schedule:
+    for index, entry in enumerate(plan.schedule):
         if isinstance(entry, Node | Recompute):
             node = entry if isinstance(entry, Node) else entry.node
             op = OPS_BY_NAME[node.op].create(
                 operands=[device[v] for v in node.inputs],
                 result_types=[type_of(v, "device") for v in node.results],
                 properties={name: to_attr(value) for name, value in node.attrs},
-                attributes=recompute_mark(entry),
+                attributes=recompute_mark(entry) | in_place_mark(reused.get(index)),
             )
             device.update(zip(node.results, op.results, strict=True))
         elif isinstance(entry, SwapOut):
@@ -313,7 +355,7 @@ def write_placed_in(
     replace them change space, every other type (a sharding) is kept. PlanError for a
     plan that cannot run."""
     spaces = output_spaces(dag, plan.host_arguments)
-    check_plan(dag, plan, spaces)
+    reused = in_place_entries(plan, check_plan(dag, plan, spaces))
     function = entry_function(module)
     block = entry_block(function)
     current: dict[Value, SSAValue] = {}  # each value's device copy at this point
@@ -327,11 +369,12 @@ def write_placed_in(
     returned = block.last_op
     assert isinstance(returned, func.ReturnOp)
     written: list[Operation] = []
-    for entry in plan.schedule:
+    for index, entry in enumerate(plan.schedule):
         if isinstance(entry, Node | Recompute):
             node = entry if isinstance(entry, Node) else entry.node
             op = ops[node] if isinstance(entry, Node) else ops[node].clone()
-            op.attributes.update(recompute_mark(entry))
+            op.attributes.pop(IN_PLACE_ATTR, None)
+            op.attributes.update(recompute_mark(entry) | in_place_mark(reused.get(index)))
             for index, value in enumerate(node.inputs):
                 op.operands[index] = current[value]
             current.update(zip(node.results, op.results, strict=True))
@@ -366,6 +409,12 @@ def recompute_mark(entry: Entry) -> dict[str, Attribute]:
     """The attributes that mark an op written for `entry` as run again (`Recompute`):
     what `memory.unplaced` folds back into the op's first run."""
     return {RECOMPUTE_ATTR: UnitAttr()} if isinstance(entry, Recompute) else {}
+
+
+def in_place_mark(operand: int | None) -> dict[str, Attribute]:
+    """The attributes that mark an op whose result takes the buffer of its `operand`
+    (`in_place_entries`), none when it is None."""
+    return {} if operand is None else {IN_PLACE_ATTR: IntegerAttr(operand, i64)}
 
 
 def _set_memory_attributes(module: ModuleOp, plan: PlacementPlan) -> None:

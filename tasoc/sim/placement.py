@@ -27,7 +27,11 @@ on soap-shard's simulator.
   takes its bytes when it starts.
 - A device copy's bytes are given back when its last reader (op or swap-out) ends;
   an argument's only if the plan releases it (the caller holds it otherwise); a
-  returned value's never.
+  returned value's never. An op that writes its result over an operand's copy dying
+  at it (`PlacementPlan.in_place`, `placement_plan.in_place_entries`: an element-wise
+  op, as XLA's buffer assignment shares the buffer) takes no bytes for that result and
+  gives none back for that copy: the bytes pass from one to the other; it also waits
+  for a swap-out still copying that copy.
 - With a `capacity`: the order-based replay (`memory.replay`) frees a copy whose last
   reader is a swap-out right after the swap-out *starts*, but the bytes come back only
   when the copy *ends*. So an op or swap-in that takes memory waits for the oldest
@@ -62,8 +66,9 @@ from tasoc.ir.placement_plan import (
     SwapIn,
     SwapOut,
     check_plan,
+    in_place_entries,
 )
-from tasoc.sim.core import Task, TaskGraph, Timeline, simulate
+from tasoc.sim.core import Task, TaskGraph, Timeline, paused_gc, simulate
 
 COMPUTE = "compute"
 SWAP_OUT = "swap-out"
@@ -116,6 +121,7 @@ class PlacedSimulation:
         return self.compute_seconds / self.seconds if self.seconds else 1.0
 
 
+@paused_gc()  # some 10^4-10^5 tasks, no cycles among them: see `paused_gc`
 def placed_task_graph(
     dag: Dag,
     plan: PlacementPlan,
@@ -127,11 +133,16 @@ def placed_task_graph(
     for a plan that cannot run (`check_plan`)."""
     copies = check_plan(dag, plan, spaces)
     size = {key: tensor_bytes(value.sig) for key, value in copies.value_of.items()}
+    # an op writing its result over an operand's copy (`PlacementPlan.in_place`) takes
+    # no new bytes for it, and that copy's bytes are not given back at its end
+    reused = {i: copies.reads[i][operand] for i, operand in in_place_entries(plan, copies).items()}
+    reused_bytes = {i: size[key] for i, key in reused.items()}
     # A copy's bytes go back at the end of its last reader, unless it lives to the end.
     frees: dict[int, int] = {}
     dying: dict[int, int] = {}  # the replay's: bytes that die after each entry
+    taken = set(reused.values())
     for key, dies in copies.dies.items():
-        if dies is not None:
+        if dies is not None and key not in taken:
             at = copies.last_read[key]
             frees[at] = frees.get(at, 0) + size[key]
             dying[dies] = dying.get(dies, 0) + size[key]
@@ -142,6 +153,7 @@ def placed_task_graph(
     )
     made: dict[CopyKey, int] = {key: start for key in copies.value_of if key[0] < 0}
     host_made: dict[Value, int] = {}  # value -> the swap-out task of its host copy
+    copied_out: dict[CopyKey, int] = {}  # a copy -> the swap-out task reading it
     room = _Room(plan.capacity, arguments)
     tasks: list[int | None] = []
     last_compute = start  # the last op's task, on either stream: where a swap-in stands
@@ -151,9 +163,11 @@ def placed_task_graph(
         task_id: int | None = None
         if isinstance(entry, Node | Recompute):
             node = entry if isinstance(entry, Node) else entry.node
-            results = sum(tensor_bytes(v.sig) for v in node.results)
+            results = sum(tensor_bytes(v.sig) for v in node.results) - reused_bytes.get(index, 0)
             stream = stream_of(node)
             deps = (last_on.get(stream, start), *(made[key] for key in copies.reads[index]))
+            if index in reused and reused[index] in copied_out:  # overwrite it once copied
+                deps += (copied_out[reused[index]],)
             task_id = last_compute = last_on[stream] = graph.add(
                 Task(
                     stream,
@@ -169,7 +183,7 @@ def placed_task_graph(
             (key,) = copies.reads[index]
             nbytes = size[key]
             task_id = _copy(graph, machine, SWAP_OUT, nbytes, (made[key],), (), free)
-            host_made[entry.value] = task_id
+            host_made[entry.value] = copied_out[key] = task_id
             if copies.last_read[key] == index and copies.dies[key] is not None:
                 room.copying(task_id, nbytes)  # the replay frees it by now; the copy ends later
         elif isinstance(entry, SwapIn):

@@ -132,16 +132,17 @@ def lower_joint(
         kind = MEMORY_KINDS[space_of(schedule.sigs[slot])]
         return NamedSharding(jax_mesh, partition_spec(shardings[slot]), memory_kind=kind)
 
-    def alone(step: Compute) -> Jitted:
+    def alone(step: Compute, donated: tuple[int, ...]) -> Jitted:
         """One op as its own jitted shard_map (the runtime mode's compiled call), one
-        parameter per operand: ops that share the call read different values."""
+        parameter per operand: ops that share the call read different values; it writes
+        its result over the operands at `donated` (`memory.in_place`)."""
         mapped = map_over(
             lambda *blocks: tuple(step.run(blocks)),
             jax_mesh,
             [shardings[slot] for slot in step.operands],
             [shardings[slot] for slot in step.results],
         )
-        return jax.jit(mapped, compiler_options=AS_WRITTEN)
+        return jax.jit(mapped, compiler_options=AS_WRITTEN, donate_argnums=donated)
 
     if mode == "runtime":
         return runtime_program(schedule, layout, tuple(jax_mesh.devices.flat), alone, donate)

@@ -11,10 +11,12 @@ CPU devices have both), so the lowering is direct. It comes in two modes:
   arguments and results are laid out in `pinned_host` memory (`in_shardings`,
   `out_shardings`), a swap is `jax.device_put` to the other memory kind inside the
   program (XLA's host offloading turns it into an asynchronous copy on a GPU), and a
-  free is nothing: XLA owns the buffers. The schedule's order is kept with optimization
-  barriers (`ordered`, which says what that guarantees and what it cannot), and XLA's
-  rematerialization is off (`NO_REMAT`), since recomputing values behind the plan's back
-  would make the program hold memory the plan does not know of, and spend time on it.
+  free is nothing: XLA owns the buffers (so is `memory.in_place`: XLA's buffer
+  assignment shares a dying operand's buffer with an element-wise result by itself).
+  The schedule's order is kept with optimization barriers (`ordered`, which says what
+  that guarantees and what it cannot), and XLA's rematerialization is off
+  (`NO_REMAT`), since recomputing values behind the plan's back would make the program
+  hold memory the plan does not know of, and spend time on it.
 - **runtime** (`lower_placed(module, "runtime")`): the schedule run op by op from
   Python, the mode that reproduces a schedule exactly (for checking the simulator and
   the replay): each `graph` op is its own compiled call (one per distinct op, operand
@@ -47,12 +49,13 @@ import jax
 from jax import lax
 from jax.sharding import SingleDeviceSharding
 from xdsl.dialects import func
-from xdsl.dialects.builtin import ModuleOp
+from xdsl.dialects.builtin import IntegerAttr, ModuleOp
 from xdsl.ir import Operation, SSAValue
 
 from tasoc.backends.jax.lowering import ShardedArguments, graph_step, jax_dtype
 from tasoc.ir.graph import sig_of
 from tasoc.ir.memory import (
+    IN_PLACE_ATTR,
     FreeOp,
     LiveBytes,
     MoveOp,
@@ -132,13 +135,16 @@ class Schedule:
     """`@main` of a placed program, detached from xDSL: `entries[i]` is op `i` of the
     block (values are slots, arguments first), `keys[i]` what makes two computing ops
     one compiled call (None for moves and frees), `releases[i]` the slots whose life
-    ends once op `i` has run (`memory.release_points`, the replay's rule). Every slot
+    ends once op `i` has run (`memory.release_points`, the replay's rule), `donated[i]`
+    the operand positions whose buffers op `i` writes its result over
+    (`memory.in_place`: its compiled call donates them). Every slot
     has its type (`sigs`) and the bytes one device holds of it as the replay counts
     them (`nbytes`: the whole tensor, or its block on a mesh)."""
 
     entries: tuple[Entry, ...]
     keys: tuple[Hashable | None, ...]
     releases: tuple[tuple[int, ...], ...]
+    donated: tuple[tuple[int, ...], ...]
     outputs: tuple[int, ...]
     arg_infos: tuple[ArgInfo, ...]
     sigs: tuple[TensorSig, ...]
@@ -172,10 +178,13 @@ def read_schedule(module: ModuleOp, compute: MakeCompute) -> Schedule:
     owners: list[Operation] = [function] * len(slots)  # the op each slot's mesh is looked up from
     entries: list[Entry] = []
     keys: list[Hashable | None] = []
+    donated: list[tuple[int, ...]] = []
     for op in block.ops:
         if isinstance(op, func.ReturnOp):
             continue
         key: Hashable | None = None
+        reused = op.attributes.get(IN_PLACE_ATTR)
+        donated.append((reused.value.data,) if isinstance(reused, IntegerAttr) else ())
         if isinstance(op, MoveOp):
             slots[op.output] = len(slots)
             entries.append(Move(slots[op.input], slots[op.output], op.TARGET))
@@ -191,6 +200,7 @@ def read_schedule(module: ModuleOp, compute: MakeCompute) -> Schedule:
                 tuple(sorted(op.properties.items())),
                 tuple(v.type for v in op.operands),
                 tuple(r.type for r in op.results),
+                donated[-1],
             )
         keys.append(key)
         owners += [op] * len(op.results)
@@ -202,6 +212,7 @@ def read_schedule(module: ModuleOp, compute: MakeCompute) -> Schedule:
         releases=tuple(
             tuple(slots[value] for value in released) for released in release_points(function)
         ),
+        donated=tuple(donated),
         outputs=tuple(slots[v] for v in return_values(function)),
         arg_infos=tuple(arg_infos(function)),
         sigs=sigs,
@@ -317,7 +328,9 @@ def lower_placed(module: ModuleOp, mode: Mode, donate: Sequence[int] = ()) -> Pl
             schedule,
             layout,
             (device,),
-            lambda step: jax.jit(lambda *xs: step.run(xs), out_shardings=kinds["device"]),
+            lambda step, donated: jax.jit(
+                lambda *xs: step.run(xs), out_shardings=kinds["device"], donate_argnums=donated
+            ),
             donate,
         )
     in_shardings, out_shardings = boundary(schedule, layout)
@@ -400,11 +413,12 @@ def runtime_program(
     schedule: Schedule,
     layout: Layout,
     devices: Sequence[jax.Device],
-    jitted: Callable[[Compute], Jitted],
+    jitted: Callable[[Compute, tuple[int, ...]], Jitted],
     donate: Sequence[int] = (),
 ) -> RuntimeProgram:
     """The runtime mode of `schedule` (module docstring): values laid out by `layout`,
-    each computing op the compiled call of `jitted(op)`, the device memory measured on
+    each computing op the compiled call of `jitted(op, donated)` (`donated`: the
+    operand positions it writes its result over, `Schedule.donated`), the device memory measured on
     each of `devices` (those the program runs on)."""
     if donate:
         raise PlacedLoweringError(
@@ -437,7 +451,7 @@ class _Runtime:
         schedule: Schedule,
         layout: Layout,
         devices: Sequence[jax.Device],
-        jitted: Callable[[Compute], Jitted],
+        jitted: Callable[[Compute, tuple[int, ...]], Jitted],
     ) -> None:
         self.schedule = schedule
         self.layout = layout
@@ -447,7 +461,9 @@ class _Runtime:
         # it might make) happens while a run is measured.
         compiled: dict[Hashable, jax.stages.Compiled] = {}
         self.calls: list[jax.stages.Compiled | None] = []
-        for entry, key in zip(schedule.entries, schedule.keys, strict=True):
+        for entry, key, donated in zip(
+            schedule.entries, schedule.keys, schedule.donated, strict=True
+        ):
             if isinstance(entry, Move | Free):
                 self.calls.append(None)
                 continue
@@ -460,7 +476,7 @@ class _Runtime:
                     )
                     for slot in entry.operands
                 ]
-                compiled[key] = jitted(entry).trace(*avals).lower().compile()  # type: ignore[attr-defined]
+                compiled[key] = jitted(entry, donated).trace(*avals).lower().compile()  # type: ignore[attr-defined]
             self.calls.append(compiled[key])
         self.compiled_ops = len(compiled)
 
@@ -511,7 +527,7 @@ class _Runtime:
             live.append(held)
             spread.append(apart)
             for slot in released:
-                values.pop(slot).delete()
+                values.pop(slot).delete()  # a donated one is deleted already: a no-op
         del before
         measured = Measured(start, tuple(live), len(self.devices), tuple(spread))
         return tuple(values[slot] for slot in schedule.outputs), measured

@@ -222,18 +222,27 @@ _MADE_BY_AUTODIFF = "a gradient op made by autodiff, not differentiated again"
 
 def _binary(name: str, soap: SoapFn, flops: int, kernel: XpKernel | None) -> OpDef:
     """A differentiable broadcasting binary op on numbers."""
-    return OpDef(name, (2, 2), _binary_type, soap, flops, None, kernel=kernel)
+    return OpDef(name, (2, 2), _binary_type, soap, flops, None, kernel=kernel, in_place=True)
 
 
 def _unary(name: str, flops: int, kernel: XpKernel) -> OpDef:
     """A differentiable unary op on floats."""
-    return OpDef(name, (1, 1), _unary_type, _pointwise_soap, flops, None, kernel=kernel)
+    return OpDef(
+        name, (1, 1), _unary_type, _pointwise_soap, flops, None, kernel=kernel, in_place=True
+    )
 
 
 def _logic(name: str, arity: int, infer: InferFn, kernel: XpKernel) -> OpDef:
     """An op with a boolean result, which has no gradient."""
     return OpDef(
-        name, (arity, arity), infer, _pointwise_soap, 1, _NO_BOOLEAN_GRADIENT, kernel=kernel
+        name,
+        (arity, arity),
+        infer,
+        _pointwise_soap,
+        1,
+        _NO_BOOLEAN_GRADIENT,
+        kernel=kernel,
+        in_place=True,
     )
 
 
@@ -246,6 +255,7 @@ def _activation_grad(name: str, flops: int, kernel: XpKernel) -> OpDef:
         flops,
         _MADE_BY_AUTODIFF,
         kernel=kernel,
+        in_place=True,
     )
 
 
@@ -265,8 +275,18 @@ define(
         8,
         "not differentiated yet",
         kernel=_applying("power"),
+        in_place=True,
     ),
-    OpDef("scale", (2, 2), _scale_type, _mul_soap, 1, None, kernel=_applying("multiply")),
+    OpDef(
+        "scale",
+        (2, 2),
+        _scale_type,
+        _mul_soap,
+        1,
+        None,
+        kernel=_applying("multiply"),
+        in_place=True,
+    ),
     _unary("relu", 1, _relu),
     _unary("sigmoid", 4, _sigmoid),
     _unary("tanh", 4, _applying("tanh")),
@@ -277,15 +297,33 @@ define(
     _unary("reciprocal", 1, _applying("reciprocal")),
     _unary("erf", 8, _applying("erf")),
     OpDef(
-        "neg", (1, 1), _signed_type, _linear_in_first_soap, 1, None, kernel=_applying("negative")
+        "neg",
+        (1, 1),
+        _signed_type,
+        _linear_in_first_soap,
+        1,
+        None,
+        kernel=_applying("negative"),
+        in_place=True,
     ),
-    OpDef("abs", (1, 1), _signed_type, _pointwise_soap, 1, None, kernel=_applying("abs")),
+    OpDef(
+        "abs",
+        (1, 1),
+        _signed_type,
+        _pointwise_soap,
+        1,
+        None,
+        kernel=_applying("abs"),
+        in_place=True,
+    ),
     _logic("compare", 2, _compare_type, _compare),
     _logic("not", 1, _not_type, _applying("logical_not")),
     *(_logic(name, 2, _logic_type, _applying(f"logical_{name}")) for name in ("and", "or", "xor")),
-    OpDef("where", (3, 3), _where_type, _where_soap, 1, None, kernel=_applying("where")),
+    OpDef(
+        "where", (3, 3), _where_type, _where_soap, 1, None, kernel=_applying("where"), in_place=True
+    ),
     # A float to an integer saturates, as XLA converts; NumPy needs that spelled out.
-    OpDef("cast", (1, 1), _cast_type, _pointwise_soap, 1, None),
+    OpDef("cast", (1, 1), _cast_type, _pointwise_soap, 1, None, in_place=True),
     _activation_grad("relu_grad", 1, _relu_grad),
     _activation_grad("sigmoid_grad", 3, _sigmoid_grad),
     _activation_grad("tanh_grad", 3, _tanh_grad),

@@ -37,6 +37,9 @@ It is the largest of four times, each a floor of every such plan's makespan:
    their bytes over the one-way bandwidth (one swap-in stream), less what
    recomputation brings back in the added compute.
 
+With `in_place` (an element-wise op's result written over an operand dying at it),
+an op that may do so counts its result in that operand's bytes in its own cut.
+
 Link time is bytes over the link's shared (duplex) bandwidth where its directions
 share one, else over twice its one-way bandwidth: every copy holds the shared link
 for its bytes over the duplex rate in the simulator (and its direction's stream at
@@ -61,6 +64,7 @@ import numpy as np
 
 from tasoc.ir.dag import Node, Value
 from tasoc.ir.memory import tensor_bytes
+from tasoc.ir.placement_plan import reusable_operands
 from tasoc.passes.placement.problem import PlacementProblem
 from tasoc.passes.placement.recompute import recomputable
 
@@ -229,6 +233,17 @@ class _Cuts:
             for node in ops
         ]
         self.ancestors, self.descendants = _closures(dag.ops, where)
+        # an op that may write its result over a dying operand (`in_place`) holds its
+        # result in that operand's bytes: its working set is the smaller by them
+        self.reused = np.array(
+            [
+                tensor_bytes(node.results[0].sig)
+                if problem.in_place and reusable_operands(node)
+                else 0.0
+                for node in ops
+            ],
+            dtype=np.float64,
+        )
 
     def alive(self, o: int) -> tuple[np.ndarray, float]:
         """The values alive while op `o` runs besides its inputs and results (module
@@ -241,7 +256,7 @@ class _Cuts:
         made[ops_made] = before[self.producer[ops_made]]
         alive = made & ((self._read_in(after) > 0) | self.returned)
         alive[self.touched[o]] = False
-        working = self.size[self.touched[o]].sum()
+        working = self.size[self.touched[o]].sum() - self.reused[o]
         return alive, float(self.size[alive].sum() - (self.capacity - working))
 
     def excesses(self) -> np.ndarray:
@@ -262,7 +277,7 @@ class _Cuts:
             if cuts:
                 total += self.size[i] * _bits(cuts, count)
         results = np.array([self.size[t].sum() for t in self.results], dtype=np.float64)
-        return total + results - self.capacity
+        return total + results - self.reused - self.capacity
 
     def _read_in(self, ops: np.ndarray) -> np.ndarray:
         """Per value, how many of the ops marked in `ops` read it."""

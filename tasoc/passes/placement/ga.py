@@ -471,7 +471,8 @@ def plan_of(
     ops = problem.dag.ops
     scheduled = problem.dag.scheduled(ops[i] for i in schedule)
     pool = None if allocation is None else allocation.pool(sizes)
-    return plan_swaps(scheduled, problem.signature, SwapSettings(problem.capacity, pool=pool))
+    settings = SwapSettings(problem.capacity, pool=pool, in_place=problem.in_place)
+    return plan_swaps(scheduled, problem.signature, settings)
 
 
 def evaluate(

@@ -54,6 +54,7 @@ from tasoc.passes.placement.swap_planner import CapacityTooSmall, Policy
 from tasoc.passes.report import current_report
 from tasoc.passes.search import Deadline, resolve_seed
 from tasoc.passes.summary import Summary, format_seconds, format_speedup, stop_line
+from tasoc.sim.core import paused_gc
 
 Search = Literal["offload-all", "belady", "lru", "ga", "random", "dp-fixed-order", "dp"]
 
@@ -141,6 +142,13 @@ class PlacementPass(ModulePass):
     release a saved activation and run its op again where the backward pass reads it,
     instead of swapping it (Checkmate-style, beyond SwapAdvisor): the swap planner's
     recomputing plans are priced beside the search's, and the fastest is kept."""
+    in_place: Literal["on", "off"] = "off"
+    """`on`: the swap planner's plans (`belady`, `lru`, `ga`, `random`, and with
+    `recompute=on` the recomputing ones) let an element-wise op write its result over an
+    operand of its type that dies at it (the SGD update over its scaled gradient), as
+    XLA's buffer assignment does: counted, simulated and verified so, each such op
+    marked `memory.in_place`, and donated by `tasoc run --mode runtime`. A step on one
+    device only (a sharded step is refused)."""
     max_states: int | None = None
     """dp-fixed-order: states kept at a step before the exact DP becomes its bounded form (then
     compared with Belady and LRU; the report's `method` says which ran), 1000 when not
@@ -164,6 +172,11 @@ class PlacementPass(ModulePass):
                 "recompute=on needs a swapping planner (belady, lru, ga, dp-fixed-order); "
                 "offload-all only swaps"
             )
+        if self.in_place == "on" and self.search == "offload-all":
+            raise ValueError(
+                "in-place=on needs a swapping planner (belady, lru, ga, random); "
+                "offload-all plans no memory to reuse"
+            )
         if self.capacity is not None and parse_byte_size(self.capacity) < 1:
             raise ValueError(f"capacity must be at least one byte, got {self.capacity}")
 
@@ -186,7 +199,14 @@ class PlacementPass(ModulePass):
         function = entry_function(op)
         signature = training_signature(function)
         assert signature is not None  # the contract requires a training step
-        before = peak_memory(function)  # the peak without placement (docs/memory.md)
+        with paused_gc():  # the peak without placement (docs/memory.md): 10^4-10^5 values
+            before = peak_memory(function)
+        if self.in_place == "on" and is_sharded(op):
+            raise PlacementFailed(
+                "in-place=on plans one device's step, not a sharded one: two blocks of one "
+                "local shape may belong to tensors of other shardings, whose buffers a "
+                "result may not take"
+            )
         view = self._device_view(op) if is_sharded(op) else None
         dag = view.dag if view is not None else dag_module.from_module(op, keep_order=True)
         capacity = None if self.capacity is None else parse_byte_size(self.capacity)
@@ -216,12 +236,13 @@ class PlacementPass(ModulePass):
             plan = self._planned(
                 op, dag, signature, capacity, before.peak_bytes, section, deadline, seconds
             )
-        if view is None:
-            write_placed(op, dag, plan)
-        else:
-            write_placed_in(op, dag, plan, view.ops)
-        placed = entry_function(op)
-        after = replay(placed)
+        with paused_gc():  # 10^4-10^5 ops written and replayed, none garbage
+            if view is None:
+                write_placed(op, dag, plan)
+            else:
+                write_placed_in(op, dag, plan, view.ops)
+            placed = entry_function(op)
+            after = replay(placed)
         if capacity is not None and after.peak_bytes > capacity:
             raise PlacementFailed(
                 f"search={self.search} holds {bytes_and_size(after.peak_bytes)} of device "
@@ -280,11 +301,13 @@ class PlacementPass(ModulePass):
                 seconds,
                 recompute=self.recompute == "on",
                 deadline=deadline,
+                in_place=self.in_place == "on",
             )
         except (CapacityTooSmall, StateSpaceTooLarge) as err:
             raise PlacementFailed(str(err)) from None
         section.update(outcome.report())
-        current_report().figure(f"{self.name}-memory", outcome.memory_figure())
+        # drawn only when asked for (`--plots`): its series walk three simulations' tasks
+        current_report().figure(f"{self.name}-memory", outcome.memory_figure)
         return outcome.plan
 
     def summary(self, section: Mapping[str, Any]) -> Summary:

@@ -72,10 +72,12 @@ SEARCH_SHARE_RECOMPUTING = 0.5
 about as long as a search on issue 32's models, so it gets the other half."""
 
 
-def settings_for(policy: Policy, capacity: int) -> SwapSettings:
-    """The swap planner as each name runs it: `belady` prefetches, `lru` swaps in on
-    demand (right before the op that reads)."""
-    return SwapSettings(capacity, policy, prefetch=policy == "belady")
+def settings_for(policy: Policy, problem: PlacementProblem) -> SwapSettings:
+    """The swap planner as each name runs it on `problem`: `belady` prefetches, `lru`
+    swaps in on demand (right before the op that reads)."""
+    return SwapSettings(
+        problem.capacity, policy, prefetch=policy == "belady", in_place=problem.in_place
+    )
 
 
 @dataclass(frozen=True)
@@ -196,17 +198,19 @@ def plan_within(
     seconds: Mapping[Node, float] | None = None,
     recompute: bool = False,
     deadline: Deadline | None = None,
+    in_place: bool = False,
 ) -> PlanningOutcome:
     """Plan `dag` (ops in schedule order) within `capacity` with `search`, and price it
     beside the baselines (module docstring). `unplaced_peak` is the step's peak device
     memory without placement (`liveness.peak_memory`): a capacity at least that needs
     no plan. `seconds` are the ops' times when the dag knows them (a sharded step's
     device view); `recompute` lets the plan recompute saved activations; `deadline`
-    bounds the planning (module docstring)."""
-    op, needed = working_set(dag)
+    bounds the planning (module docstring); `in_place` lets element-wise ops write
+    their results over operands dying at them (`SwapSettings.in_place`)."""
+    op, needed = working_set(dag, in_place)
     if capacity < needed:
         raise CapacityTooSmall.in_bytes(op, dag.ops.index(op), needed, capacity)
-    problem = PlacementProblem.of(dag, signature, capacity, machine, seconds)
+    problem = PlacementProblem.of(dag, signature, capacity, machine, seconds, in_place)
     ideal = PlacementPlan(dag.ops, capacity=capacity)
     name = search.name if isinstance(search, Searching) else search
     fits = capacity >= unplaced_peak
@@ -224,11 +228,11 @@ def plan_within(
         simulated.update({policy: simulated["ideal"] for policy in BASELINES})
     else:
         start = time.perf_counter()
-        plans["lru"] = plan_swaps(dag, signature, settings_for("lru", capacity))
+        plans["lru"] = plan_swaps(dag, signature, settings_for("lru", problem))
         spent["lru"] = time.perf_counter() - start
         simulated["lru"] = problem.simulate(plans["lru"])
         start = time.perf_counter()
-        tuned = tuned_plan(problem, settings_for("belady", capacity), deadline)
+        tuned = tuned_plan(problem, settings_for("belady", problem), deadline)
         spent["belady"] = time.perf_counter() - start
         plans["belady"], simulated["belady"] = tuned.plan, tuned.simulated
     first = name if name in plans else "belady"  # a search starts from belady's plan
@@ -257,7 +261,7 @@ def _recompute(
     when it beats the search's, and the fastest seed plan without recomputation
     (`seeds`) when it beats both."""
     start = time.perf_counter()
-    settings = settings_for("belady", problem.capacity)
+    settings = settings_for("belady", problem)
     scheduled = problem.dag.scheduled(outcome.plan.order)
     first = replace(problem, dag=scheduled)
     found = plan_recomputing(first, settings, RULES[:1], deadline)

@@ -91,6 +91,8 @@ def faster(
         plan = plan_swaps(problem.dag, problem.signature, tried, deadline)
     except OutOfTime:
         return None
+    if plan == best.plan:  # the same plan simulates the same: not faster, and not priced
+        return None
     run = problem.simulate(plan)
     return Tuned(plan, run, tried) if run.seconds < best.simulated.seconds else None
 

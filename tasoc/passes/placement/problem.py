@@ -32,6 +32,9 @@ class PlacementProblem:
     machine: Machine
     seconds: Mapping[Node, float]
     """Each op's time on one device of the machine (`op_seconds`)."""
+    in_place: bool = False
+    """Plans may write an element-wise op's result over an operand dying at it
+    (`SwapSettings.in_place`, placement's `in-place=on`)."""
 
     @classmethod
     def of(
@@ -41,11 +44,12 @@ class PlacementProblem:
         capacity: int,
         machine: Machine,
         seconds: Mapping[Node, float] | None = None,
+        in_place: bool = False,
     ) -> PlacementProblem:
         """The problem of `dag`, its ops priced by `seconds` (a sharded step's device
         view knows its own), else as the machine prices them (`op_seconds`)."""
         times = seconds if seconds is not None else op_seconds(dag, machine)
-        return cls(dag, signature, capacity, machine, times)
+        return cls(dag, signature, capacity, machine, times, in_place)
 
     def simulate(self, plan: PlacementPlan) -> PlacedSimulation:
         """One simulated iteration of `plan` (in any schedule of the step's ops), each

@@ -41,6 +41,13 @@ each of those inputs, so none dies before it. Where the value is next read, its 
 runs again (`Recompute`, making all its results), after the ops its inputs need run
 again and after the swap-ins of those not resident.
 
+Buffer reuse (`SwapSettings.in_place`): an element-wise op's result written over an
+operand of its type whose device copy dies at the op (XLA's buffer assignment; JAX's
+donated buffers) takes no bytes beside it — the SGD update `w - lr*g` writes over its
+scaled gradient, a gradient's sum over time steps over the sum so far. The scan counts
+it for the ops of the schedule; an op run again that could reuse is counted without it
+(the written plan then holds less than counted, never more).
+
 Params and optimizer state persist across iterations, so the plan must leave them
 where it found them. The double pass (§4.3.2): the first pass starts with every
 param and state tensor on the host and keeps each new value on the device until it
@@ -64,6 +71,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
+
 from tasoc.ir.dag import Dag, Node, Value
 from tasoc.ir.limits import bytes_and_size
 from tasoc.ir.memory import Pool, tensor_bytes
@@ -77,9 +86,11 @@ from tasoc.ir.placement_plan import (
     output_spaces,
     positions,
     readers_in_order,
+    reusable_operands,
 )
 from tasoc.ir.training import TrainingSignature
 from tasoc.passes.search import Deadline
+from tasoc.sim.core import paused_gc
 
 Policy = Literal["belady", "lru"]
 
@@ -155,8 +166,14 @@ class SwapSettings:
     (where anything but its inputs can go), and swap-ins may still take the whole
     capacity, so they start earlier instead of waiting for room an eviction on demand
     makes only at their reader."""
+    in_place: bool = False
+    """An element-wise op writes its result over an operand whose copy dies at it, as
+    XLA's buffer assignment does (`PlacementPlan.in_place`): the scan counts no new
+    bytes for that result, and its plans say so, for the simulator, the writer (the
+    `memory.in_place` mark) and the runtime (a donated buffer)."""
 
 
+@paused_gc()  # a scan allocates some 10^5 entries, ranks and dicts, none in a cycle
 def plan_swaps(
     dag: Dag,
     signature: TrainingSignature | None,
@@ -285,9 +302,10 @@ class SwapScan:
         self._pushes = itertools.count()
         self.joined: dict[Value, int] = {}
         """When each resident value became resident (ties of `_rank`)."""
-        self.held_at: list[list[int]] = [[] for _ in classes]
+        self.held_at = [np.zeros(len(self.dag.ops), dtype=np.int64) for _ in classes]
         """Per class, the replay's held units while each op so far runs (kept right
-        within `lookback`)."""
+        within `lookback`): arrays, so a prefetch's search back and an eviction's
+        correction are a vector operation each, not a loop over up to a window of ops."""
         spaces = output_spaces(self.dag, self.host)
         self.leaves_on_host = {
             v for v, space in zip(self.dag.outputs, spaces, strict=True) if space == "host"
@@ -363,6 +381,11 @@ class SwapScan:
                 key, units = self._cost(value, i)
                 need[key] = need.get(key, 0) + units
                 made[key] = made.get(key, 0) + units
+            reused = self._reused(node, i) if self.settings.in_place else None
+            if reused is not None:  # the result takes its buffer: no new room for it
+                key, units = self._cost(reused, i)
+                need[key] -= units
+                made[key] -= units
             for key, units in need.items():
                 while self.held[key] + units > self.target[key]:
                     victim = self.victim(i, inputs, key)
@@ -377,7 +400,7 @@ class SwapScan:
                 for key, units in self._recompute(value, i).items():
                     made[key] = made.get(key, 0) + units
             for key, at in enumerate(self.held_at):
-                at.append(self.held[key] + made.get(key, 0))
+                at[i] = self.held[key] + made.get(key, 0)
             for value in node.inputs:
                 self.last_read[value] = i
             for value in dict.fromkeys(node.inputs):
@@ -392,6 +415,19 @@ class SwapScan:
             rerun_reads = [u for v in rerun for u in (v, *v.node.inputs)]
             self._drop_dead([*node.inputs, *rerun_reads], node.results, i)
         return self
+
+    def _reused(self, node: Node, i: int) -> Value | None:
+        """The operand whose device copy op `i`'s result is written over
+        (`SwapSettings.in_place`): the first of `reusable_operands` that dies at the op
+        (no later reader, not kept to the end) — the copy `in_place_entries` finds in
+        the written plan, so the plan's replay holds what the scan counted."""
+        for p in reusable_operands(node):
+            value = node.inputs[p]
+            if value in self.pinned or (self.sticky and value in self.persistent_new):
+                continue
+            if self.last_use.get(value, -1) <= i:  # no reader after this op
+                return value
+        return None
 
     def victim(self, i: int, inputs: set[Value], key: int) -> Value | None:
         """The resident tensor of class `key` to evict for op `i` (module docstring),
@@ -470,9 +506,7 @@ class SwapScan:
         self.gone_since[value] = last + 1
         key = self.resident[value][0]
         units = self._unhold(value)
-        held_at = self.held_at[key]
-        for p in range(max(last + 1, i - self.settings.lookback, 0), i):
-            held_at[p] -= units
+        self.held_at[key][max(last + 1, i - self.settings.lookback, 0) : i] -= units
         self.last_read.pop(value, None)
 
     def _may_drop(self, value: Value, i: int) -> bool:
@@ -582,11 +616,11 @@ class SwapScan:
         if self.settings.prefetch:
             lookback = self.settings.lookbacks.get(value, self.settings.lookback)
             earliest = max(self.gone_since.get(value, 0), i - lookback, 0)
-            while start > earliest and held_at[start - 1] + units <= limit:
-                start -= 1
+            if earliest < i:  # back to just after the last op with no room for it
+                over = np.flatnonzero(held_at[earliest:i] > limit - units)
+                start = earliest + int(over[-1]) + 1 if over.size else earliest
         self.slots.before[start].append(SwapIn(value))
-        for p in range(start, i):
-            held_at[p] += units
+        held_at[start:i] += units
         self._hold(value, i)
         self.made_at[value] = (start, True)
         self.last_read[value] = start - 1
@@ -629,7 +663,9 @@ class SwapScan:
 
     def plan(self) -> PlacementPlan:
         schedule = self.slots.schedule(self.dag.ops)
-        return PlacementPlan(schedule, self.host, self.settings.capacity, self.settings.pool)
+        return PlacementPlan(
+            schedule, self.host, self.settings.capacity, self.settings.pool, self.settings.in_place
+        )
 
 
 def ideal_plan(dag: Dag) -> PlacementPlan:
@@ -637,14 +673,20 @@ def ideal_plan(dag: Dag) -> PlacementPlan:
     return PlacementPlan(dag.ops)
 
 
-def working_set(dag: Dag) -> tuple[Node, int]:
+def working_set(dag: Dag, in_place: bool = False) -> tuple[Node, int]:
     """The op whose inputs and results together are largest, and those bytes: no
-    capacity below them can run the step, whatever is moved."""
-    best = max(
-        dag.ops,
-        key=lambda node: sum(tensor_bytes(v.sig) for v in {*node.inputs, *node.results}),
-    )
-    return best, sum(tensor_bytes(v.sig) for v in {*best.inputs, *best.results})
+    capacity below them can run the step, whatever is moved. With `in_place`, an op
+    that may write its result over a dying operand (`reusable_operands`) holds the
+    result in that operand's bytes."""
+
+    def needs(node: Node) -> int:
+        held = sum(tensor_bytes(v.sig) for v in {*node.inputs, *node.results})
+        if in_place and reusable_operands(node):
+            held -= tensor_bytes(node.results[0].sig)
+        return held
+
+    best = max(dag.ops, key=needs)
+    return best, needs(best)
 
 
 __all__: Sequence[str] = (

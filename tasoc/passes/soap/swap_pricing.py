@@ -94,4 +94,4 @@ class SwapPricing:
                 min_bytes=0,
                 capacity=self.capacity,
             ).plan
-        return plan_swaps(problem.dag, problem.signature, settings_for(self.placer, self.capacity))
+        return plan_swaps(problem.dag, problem.signature, settings_for(self.placer, problem))

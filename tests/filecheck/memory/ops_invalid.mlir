@@ -153,3 +153,41 @@ func.func @main(%x: tensor<64x64xf32>, %w: tensor<64x64xf32, #memory.space<host>
   %l = graph.reduce %y {kind = "sum", axes = array<i64: 0, 1>, keepdims = false} : tensor<f32>
   func.return %l, %wd : tensor<f32>, tensor<64x64xf32>
 }
+
+// -----
+
+// In place on an op that is not element-wise: a matmul reads its operands' elements
+// after it writes some of its result.
+// CHECK: {{^}}'graph.matmul' is marked memory.in_place, but it is not an element-wise op
+module {
+  func.func @main(%x: tensor<64x64xf32>) -> tensor<64x64xf32> {
+    %y = graph.relu %x : tensor<64x64xf32>
+    %z = graph.matmul %y, %y {memory.in_place = 0 : i64} : tensor<64x64xf32>
+    func.return %z : tensor<64x64xf32>
+  }
+}
+
+// -----
+
+// In place over an operand read later: the add still reads %y.
+// CHECK: {{^}}'graph.relu' is marked memory.in_place, but %y does not die at it (read again later, returned, freed later, or read twice by it)
+module {
+  func.func @main(%x: tensor<64x64xf32>) -> tensor<64x64xf32> {
+    %y = graph.matmul %x, %x : tensor<64x64xf32>
+    %z = graph.relu %y {memory.in_place = 0 : i64} : tensor<64x64xf32>
+    %o = graph.add %y, %z : tensor<64x64xf32>
+    func.return %o : tensor<64x64xf32>
+  }
+}
+
+// -----
+
+// In place over an operand of another type: a broadcast add's smaller operand.
+// CHECK: {{^}}'graph.add' is marked memory.in_place, but %b is not of its result's type
+module {
+  func.func @main(%x: tensor<64x64xf32>, %c: tensor<64xf32>) -> tensor<64x64xf32> {
+    %b = graph.relu %c : tensor<64xf32>
+    %o = graph.add %x, %b {memory.in_place = 1 : i64} : tensor<64x64xf32>
+    func.return %o : tensor<64x64xf32>
+  }
+}
