@@ -381,9 +381,10 @@ class _Buffer:
     kept: bool
     chain_readers: list[Key] = field(default_factory=list)
     compute_readers: list[Node] = field(default_factory=list)
-    relaid: bool = False
-    """Whether XLA copies it into another layout before its readers read it
-    (`gathered_minor`)."""
+    relaid: int = 0
+    """The bytes XLA gathers it in before copying it into the layout its readers read
+    and the program returns (`gathered_minor`), 0 where it does not: its local bytes,
+    those of a result written into a donated argument too (`nbytes` 0 there)."""
     parts: int = 1
     """How many buffers XLA makes of it: an all-to-all's result is a tuple of one
     block per device of its group, each a buffer of its own (`TUPLE_ENTRY_BYTES`)."""
@@ -785,9 +786,13 @@ class ShardedStep:
         (first, last position in `sequence`, bytes, kind) (`memory`), but those XLA
         places in a donated argument's buffer (`_outside_donated`)."""
         fixed, made = self._made(device)
-        fused = self._fused_on(made)
-        position = {task_id: i for i, task_id in enumerate(self._sequence(device, fused))}
-        sliced = {~task_id: i for task_id, i in position.items() if task_id < 0}
+        fused, gathered = self._fused_on(made), self._copied(made)
+        order = self._sequence(device, fused, gathered)
+        position = {task_id: i for i, task_id in enumerate(order)}
+        # where XLA's instructions beside a collective run (`_sequence`), by the
+        # collective's id: an all-to-all's slices, an all-gather's copy
+        beside = {~task_id: i for task_id, i in position.items() if task_id < 0}
+        sliced = {task_id: i for task_id, i in beside.items() if task_id not in gathered}
         at = {key: position[task_id] for key, task_id in self._ids.items() if task_id in position}
         copied = {  # ops also computed inside some readers' loops (`duplicated_into`)
             buffer.writer[1]: inside  # type: ignore[index]
@@ -833,6 +838,9 @@ class ShardedStep:
             if writer[1] in fused and fused[writer[1]] is buffer:  # type: ignore[index]
                 continue
             start = at[writer]  # type: ignore[index]
+            if buffer.kept:  # a result gathered, then copied into its own (`_copied`)
+                temps.append((start, beside[self._ids[writer]], buffer.relaid, buffer.kind))
+                continue
             made_from = 0 if writer[0] == "op" and made_at_start(writer[1]) else start  # type: ignore[index]
             if not made_from:
                 zeros[buffer.nbytes] = zeros.get(buffer.nbytes, 0) + 1
@@ -851,9 +859,10 @@ class ShardedStep:
             if writer[0] == "op" and len(writer[1].results) == 1:  # type: ignore[index]
                 written[writer[1]] = len(temps)  # type: ignore[index]
             end = max(readers, default=start)
-            if buffer.relaid and not all(map(self._elementwise, buffer.compute_readers)):
-                temps.append((min(readers), end, buffer.nbytes, buffer.kind))
-                end = min(readers)
+            if writer[0] == "grp" and self._ids[writer] in gathered:  # read in its copy
+                copy = beside[self._ids[writer]]
+                temps.append((copy, max(end, copy), buffer.nbytes, buffer.kind))
+                end = copy
             if buffer.parts > 1:  # a tuple: a buffer per block, and the tuple's table
                 block = (made_from, end, buffer.nbytes // buffer.parts, buffer.kind)
                 temps += [block] * buffer.parts
@@ -928,7 +937,9 @@ class ShardedStep:
 
     def _made(self, device: int) -> tuple[list[tuple[str, int]], list[_Buffer]]:
         """`device`'s buffers held throughout as (kind, bytes), and the buffers its ops
-        and collectives make, but the arguments and constants (`_buffers_of`)."""
+        and collectives make, but the arguments and constants (`_buffers_of`): the
+        program's results among them only where XLA gathers one before copying it
+        into the result (`gathered_minor`), the gathered buffer a temporary."""
         fixed = list(self._resident_spec(device).alloc)
         made: list[_Buffer] = []
         for group in self._groups.values():
@@ -938,9 +949,20 @@ class ShardedStep:
                     continue  # a constant (XLA embeds it) or an argument (held: above)
                 if buffer.kept:
                     fixed.append((buffer.kind, buffer.nbytes))
-                else:
+                if not buffer.kept or buffer.relaid:  # a result gathered, then copied
                     made.append(buffer)
         return fixed, made
+
+    def _copied(self, made: Iterable[_Buffer]) -> set[int]:
+        """The ids of the all-gathers among the writers of `made` whose result XLA
+        copies into another layout (`gathered_minor`): for a reader that is not
+        element-wise (a dot, a reduction), or to leave the program."""
+        return {
+            self._ids[buffer.writer]
+            for buffer in made
+            if buffer.relaid
+            and (buffer.kept or not all(map(self._elementwise, buffer.compute_readers)))
+        }
 
     def _fused_on(self, made: Iterable[_Buffer]) -> dict[Node, _Buffer]:
         """The ops among the writers of `made` that XLA never writes (`_fused`), with
@@ -1017,12 +1039,19 @@ class ShardedStep:
         `multiply_slice_fusion.16`..`.23` in the wave of the scaled embedding
         gradients, `all-to-all.6` after their all-reduces). The slices' place in the
         order is left out here; `_buffers_of` reads it (`_sequence`)."""
-        order = self._sequence(device, self._fused_on(self._made(device)[1]))
+        made = self._made(device)[1]
+        order = self._sequence(device, self._fused_on(made), self._copied(made))
         return [task_id for task_id in order if task_id >= 0]
 
-    def _sequence(self, device: int, fused: Collection[Node]) -> list[int]:
-        """`sequence` with the ops XLA fuses away given, and each all-to-all's slices
-        of its operand in their place, as `~task_id` of the all-to-all (negative)."""
+    def _sequence(
+        self, device: int, fused: Collection[Node], copied: Collection[int] = ()
+    ) -> list[int]:
+        """`sequence` with the ops XLA fuses away given, and the instructions XLA adds
+        beside a collective in their place, as `~task_id` of the collective
+        (negative): an all-to-all's slices of its operand, a wave before it; the copy
+        of an all-gather in `copied` (`gathered_minor`), a wave after it, which its
+        readers then wait for (XLA's `wrapped_copy` of a gathered weight, an
+        instruction of its own: candle_uno's MCMC plan)."""
         inside = {self._ids[("op", node, device)] for node in fused}
         ranks = self._ranks
         rank = {
@@ -1049,11 +1078,14 @@ class ShardedStep:
             while now:  # the task, then at once the fused ops it readies
                 task_id = now.pop()
                 order.append(task_id)
-                if task_id < 0:  # an all-to-all's slices: the all-to-all a wave later
+                if task_id < 0 and ~task_id in sliced:  # the all-to-all a wave later
+                    queue.append(~task_id)
+                    continue
+                if task_id in copied:  # its copy a wave later, its readers after it
                     queue.append(~task_id)
                     continue
                 ready = []
-                for user in users[task_id]:
+                for user in users[task_id if task_id >= 0 else ~task_id]:
                     waiting[user] -= 1
                     if not waiting[user]:
                         if user in sliced:
@@ -1286,8 +1318,11 @@ class ShardedStep:
             )
             for device, buffer in current.items():
                 buffer.chain_readers.append(keys[device])
-            relaid = step.kind == "all_gather" and gathered_minor(
-                reads, step.result, _local_sig(value.sig, step.result, mesh)
+            relaid = (
+                nbytes
+                if step.kind == "all_gather"
+                and gathered_minor(reads, step.result, _local_sig(value.sig, step.result, mesh))
+                else 0
             )
             current = {
                 d: _Buffer(
