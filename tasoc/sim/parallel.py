@@ -337,6 +337,18 @@ class PeakBounds:
         return self.low if self.low == self.high else None
 
 
+class Beside(NamedTuple):
+    """An instruction XLA adds beside a collective in its schedule
+    (`ShardedStep._sequence`): `BEFORE` it, reading its operand (an all-to-all's
+    slices, an all-gather's copy of its operand), or `AFTER` it, copying its result."""
+
+    side: str
+    task: int
+
+
+BEFORE, AFTER = "before", "after"
+"""`Beside.side`."""
+
 Temp = tuple[float, int, int, str]
 """A temporary: its first and last position in `ShardedStep.sequence`, bytes, kind."""
 
@@ -388,6 +400,9 @@ class _Buffer:
     parts: int = 1
     """How many buffers XLA makes of it: an all-to-all's result is a tuple of one
     block per device of its group, each a buffer of its own (`TUPLE_ENTRY_BYTES`)."""
+    operand: _Buffer | None = None
+    """What the collective making it reads on its device, where it is `relaid`
+    (`ShardedStep._written_gathered`)."""
 
 
 Producer = Node
@@ -786,13 +801,19 @@ class ShardedStep:
         (first, last position in `sequence`, bytes, kind) (`memory`), but those XLA
         places in a donated argument's buffer (`_outside_donated`)."""
         fixed, made = self._made(device)
-        fused, gathered = self._fused_on(made), self._copied(made)
-        order = self._sequence(device, fused, gathered)
-        position = {task_id: i for i, task_id in enumerate(order)}
+        fused, (before, after) = self._fused_on(made), self._relaid(made)
+        order = self._sequence(device, fused, before, after)
+        position: dict[int, int] = {}
         # where XLA's instructions beside a collective run (`_sequence`), by the
-        # collective's id: an all-to-all's slices, an all-gather's copy
-        beside = {~task_id: i for task_id, i in position.items() if task_id < 0}
-        sliced = {task_id: i for task_id, i in beside.items() if task_id not in gathered}
+        # collective's id: those reading its operand (an all-to-all's slices, an
+        # all-gather's copy of it), and an all-gather's copy of its result
+        sliced: dict[int, int] = {}
+        copies: dict[int, int] = {}
+        for i, entry in enumerate(order):
+            if isinstance(entry, int):
+                position[entry] = i
+            else:
+                (sliced if entry.side == BEFORE else copies)[entry.task] = i
         at = {key: position[task_id] for key, task_id in self._ids.items() if task_id in position}
         copied = {  # ops also computed inside some readers' loops (`duplicated_into`)
             buffer.writer[1]: inside  # type: ignore[index]
@@ -838,8 +859,11 @@ class ShardedStep:
             if writer[1] in fused and fused[writer[1]] is buffer:  # type: ignore[index]
                 continue
             start = at[writer]  # type: ignore[index]
+            if writer[0] == "grp" and self._ids[writer] in before:  # its operand's copy
+                assert buffer.operand is not None
+                temps.append((sliced[self._ids[writer]], start, buffer.operand.nbytes, buffer.kind))
             if buffer.kept:  # a result gathered, then copied into its own (`_copied`)
-                temps.append((start, beside[self._ids[writer]], buffer.relaid, buffer.kind))
+                temps.append((start, copies[self._ids[writer]], buffer.relaid, buffer.kind))
                 continue
             made_from = 0 if writer[0] == "op" and made_at_start(writer[1]) else start  # type: ignore[index]
             if not made_from:
@@ -859,8 +883,8 @@ class ShardedStep:
             if writer[0] == "op" and len(writer[1].results) == 1:  # type: ignore[index]
                 written[writer[1]] = len(temps)  # type: ignore[index]
             end = max(readers, default=start)
-            if writer[0] == "grp" and self._ids[writer] in gathered:  # read in its copy
-                copy = beside[self._ids[writer]]
+            if writer[0] == "grp" and self._ids[writer] in after:  # read in its copy
+                copy = copies[self._ids[writer]]
                 temps.append((copy, max(end, copy), buffer.nbytes, buffer.kind))
                 end = copy
             if buffer.parts > 1:  # a tuple: a buffer per block, and the tuple's table
@@ -953,16 +977,42 @@ class ShardedStep:
                     made.append(buffer)
         return fixed, made
 
-    def _copied(self, made: Iterable[_Buffer]) -> set[int]:
-        """The ids of the all-gathers among the writers of `made` whose result XLA
-        copies into another layout (`gathered_minor`): for a reader that is not
-        element-wise (a dot, a reduction), or to leave the program."""
-        return {
-            self._ids[buffer.writer]
-            for buffer in made
-            if buffer.relaid
-            and (buffer.kept or not all(map(self._elementwise, buffer.compute_readers)))
-        }
+    def _relaid(self, made: Iterable[_Buffer]) -> tuple[set[int], set[int]]:
+        """The ids of the all-gathers among the writers of `made` that gather along a
+        minor dimension (`gathered_minor`) and for which XLA copies, in two sets:
+        those whose operand it copies into the layout it gathers in first, where
+        the operand's producer does not write it so (`_written_gathered`), and
+        those whose result it copies into row-major, for a reader that is not
+        element-wise (a dot, a reduction) or to leave the program."""
+        before, after = set(), set()
+        for buffer in made:
+            if not buffer.relaid:
+                continue
+            if buffer.operand is not None and not self._written_gathered(buffer.operand):
+                before.add(self._ids[buffer.writer])
+            if buffer.kept or not all(map(self._elementwise, buffer.compute_readers)):
+                after.add(self._ids[buffer.writer])
+        return before, after
+
+    def _written_gathered(self, operand: _Buffer) -> bool:
+        """Whether XLA's layout assignment has the producer of an all-gather's
+        `operand` write it in the layout the all-gather gathers in (the gathered
+        dimension major), so that no copy comes before the all-gather: an op
+        computed as a loop (element-wise, a transpose) read by that all-gather alone
+        (candle_uno's MCMC plan updates its largest weight as
+        `dynamic-slice_add_fusion = f32[1282,32]{0,1}` for `all_gather.11`). An
+        argument keeps its layout, and an op read by others too (alexnet's expert
+        plan: `wrapped_copy.4 = f32[8,128]{0,1}` of a gradient a dot also reads) or
+        writing row-major (a dot) is copied."""
+        writer = operand.writer
+        if writer is None or writer[0] != "op":  # type: ignore[index]
+            return False
+        node = writer[1]  # type: ignore[index]
+        return (
+            not operand.compute_readers
+            and len(operand.chain_readers) == 1
+            and self._elementwise(node)
+        )
 
     def _fused_on(self, made: Iterable[_Buffer]) -> dict[Node, _Buffer]:
         """The ops among the writers of `made` that XLA never writes (`_fused`), with
@@ -1040,18 +1090,21 @@ class ShardedStep:
         gradients, `all-to-all.6` after their all-reduces). The slices' place in the
         order is left out here; `_buffers_of` reads it (`_sequence`)."""
         made = self._made(device)[1]
-        order = self._sequence(device, self._fused_on(made), self._copied(made))
-        return [task_id for task_id in order if task_id >= 0]
+        before, after = self._relaid(made)
+        order = self._sequence(device, self._fused_on(made), before, after)
+        return [task_id for task_id in order if isinstance(task_id, int)]
 
     def _sequence(
-        self, device: int, fused: Collection[Node], copied: Collection[int] = ()
-    ) -> list[int]:
+        self, device: int, fused: Collection[Node], before: Collection[int], after: Collection[int]
+    ) -> list[int | Beside]:
         """`sequence` with the ops XLA fuses away given, and the instructions XLA adds
-        beside a collective in their place, as `~task_id` of the collective
-        (negative): an all-to-all's slices of its operand, a wave before it; the copy
-        of an all-gather in `copied` (`gathered_minor`), a wave after it, which its
-        readers then wait for (XLA's `wrapped_copy` of a gathered weight, an
-        instruction of its own: candle_uno's MCMC plan)."""
+        beside a collective in their place, as (`BEFORE` or `AFTER`, the collective's
+        id) (`Beside`): an all-to-all's slices of its operand, and the copy of the
+        operand of an all-gather in `before` into the layout it gathers in, a wave
+        before the collective, which runs a wave later; the copy of the result of an
+        all-gather in `after` (`gathered_minor`), a wave after it, which its readers
+        then wait for (XLA's `wrapped_copy` of a gathered weight, an instruction of
+        its own: candle_uno's MCMC plan)."""
         inside = {self._ids[("op", node, device)] for node in fused}
         ranks = self._ranks
         rank = {
@@ -1070,26 +1123,31 @@ class ShardedStep:
             waiting[task_id] = len(deps)
             for dep in deps:
                 users[dep].append(task_id)
-        sliced = {i for i in mine if self._specs[i].parts > 1}
-        queue = collections.deque(i for i in mine if not waiting[i])
-        order = []
+        led = {i for i in mine if self._specs[i].parts > 1}.union(before)
+        queue: collections.deque[int | Beside] = collections.deque()
+        queue.extend(i for i in mine if not waiting[i])
+        order: list[int | Beside] = []
         while queue:
             now = [queue.popleft()]
             while now:  # the task, then at once the fused ops it readies
-                task_id = now.pop()
-                order.append(task_id)
-                if task_id < 0 and ~task_id in sliced:  # the all-to-all a wave later
-                    queue.append(~task_id)
+                entry = now.pop()
+                order.append(entry)
+                if isinstance(entry, int):
+                    task_id = entry
+                    if task_id in after:  # its copy a wave later, its readers after that
+                        queue.append(Beside(AFTER, task_id))
+                        continue
+                elif entry.side == BEFORE:  # the collective a wave later
+                    queue.append(entry.task)
                     continue
-                if task_id in copied:  # its copy a wave later, its readers after it
-                    queue.append(~task_id)
-                    continue
+                else:
+                    task_id = entry.task
                 ready = []
-                for user in users[task_id if task_id >= 0 else ~task_id]:
+                for user in users[task_id]:
                     waiting[user] -= 1
                     if not waiting[user]:
-                        if user in sliced:
-                            queue.append(~user)
+                        if user in led:
+                            queue.append(Beside(BEFORE, user))
                         else:
                             (ready if user in inside else queue).append(user)
                 now += reversed(ready)
@@ -1334,6 +1392,7 @@ class ShardedStep:
                     kept,
                     relaid=relaid,
                     parts=group.specs[keys[d]].parts,
+                    operand=current.get(d) if relaid else None,
                 )
                 for d in self._simulated(mesh.device_ids)
             }
