@@ -56,7 +56,8 @@ temporaries placed one at a time in donated weights' buffers as XLA's buffer
 assignment places them (`_outside_donated`), an element-wise result written over a
 dying operand of its size, the copies of arguments convolutions read in their own
 layout (`CONVOLUTIONS`), a softmax's exponent (`EXPONENTIATING`), a max-pooling's
-argmax (`argmax_of`), a minor-dimension gather's row-major copy (`gathered_minor`),
+argmax (`argmax_of`), a minor-dimension gather's copies of its operand and its
+result, instructions a wave before and after it (`gathered_minor`),
 an all-to-all's slices of its operand and its tuple of received blocks (`sequence`,
 `TUPLE_ENTRY_BYTES`), and the rest packed into one heap as XLA's heap simulator packs
 it, lives timed on its clock of allocations and frees (`_packed`). It is split into
@@ -278,7 +279,17 @@ def gathered_minor(operand: Sharding, result: Sharding, local: TensorSig) -> boo
     transformer's expert plan: `all_gather.63 = f32[8,64,512]{1,0,2}`, gathered along
     dimension 2, then `copy_bitcast_fusion.18 = f32[512,512]`, 1 MB each, live
     together at XLA's peak). A reader computed element by element takes the
-    gathered layout as it is (the copy is made only for a dot or a reduction)."""
+    gathered layout as it is (the copy is made only for a dot or a reduction, or for
+    a program result, which leaves row-major: candle_uno's MCMC plan gathers its
+    updated 1.3 MB weight as `all_gather.11 = f32[1282,256]{0,1}` and copies it into
+    the donated argument, `wrapped_copy`).
+
+    The copy is an instruction of its own, which XLA's BFS schedule runs a wave after
+    the all-gather, and the readers wait for it (`ShardedStep._sequence`): the
+    gathered buffer lives until the copy, the copy until its last reader (the
+    transformer's MCMC plan: `all_gather.6{}:77-79`, `wrapped_copy{}:79-239`). The
+    operand is copied too, into the layout the all-gather gathers in, a wave before
+    it, unless its producer writes it so (`ShardedStep._written_gathered`)."""
     gathered = [d for d, (a, b) in enumerate(zip(operand.dims, result.dims, strict=True)) if a != b]
     return any(size > 1 for size in local.shape[: min(gathered, default=0)])
 
@@ -747,7 +758,10 @@ class ShardedStep:
           (`CONVOLUTIONS`); a softmax's exponent is a buffer while it runs
           (`EXPONENTIATING`); a max-pooling's gradient reads an argmax found in the
           forward (`argmax_of`); an all-gather along a minor dimension is copied
-          row-major for a dot (`gathered_minor`);
+          row-major for a dot or a program result, and its operand into the
+          gathered layout where its producer does not write that, each copy an
+          instruction of its own, a wave after the all-gather and before it
+          (`gathered_minor`, `_sequence`);
         * an all-to-all reads its operand as one slice per device of its group, made a
           wave before it (an element-wise producer read by it alone computed inside
           them, `_fused`), and returns a tuple of one buffer per block
@@ -1087,8 +1101,11 @@ class ShardedStep:
         An all-to-all runs one wave after its operand is ready: XLA feeds it the
         operand's blocks as slices, one instruction each (dlrm's expert plan:
         `multiply_slice_fusion.16`..`.23` in the wave of the scaled embedding
-        gradients, `all-to-all.6` after their all-reduces). The slices' place in the
-        order is left out here; `_buffers_of` reads it (`_sequence`)."""
+        gradients, `all-to-all.6` after their all-reduces). An all-gather along a
+        minor dimension may be one wave later likewise, behind the copy of its
+        operand, and its readers one wave later, behind the copy of its result
+        (`gathered_minor`). The places of the slices and copies in the order are
+        left out here; `_buffers_of` reads them (`_sequence`)."""
         made = self._made(device)[1]
         before, after = self._relaid(made)
         order = self._sequence(device, self._fused_on(made), before, after)
@@ -1104,7 +1121,9 @@ class ShardedStep:
         before the collective, which runs a wave later; the copy of the result of an
         all-gather in `after` (`gathered_minor`), a wave after it, which its readers
         then wait for (XLA's `wrapped_copy` of a gathered weight, an instruction of
-        its own: candle_uno's MCMC plan)."""
+        its own: candle_uno's MCMC plan). An element-wise reader of such a result,
+        which reads the gathered layout in XLA, waits for the copy here too: a
+        simplification, one wave late for such a reader."""
         inside = {self._ids[("op", node, device)] for node in fused}
         ranks = self._ranks
         rank = {
