@@ -289,7 +289,15 @@ def _gathered_step(program: str, shared: bool) -> tuple[ShardedStep, list[str]]:
     problem = Problem(dag, parse_mesh(8), None, {})
     h, r, y, s, z, o = (node for node in dag.ops if node.inputs)
     split = {h: {"n": ("d",)}, r: {"d1": ("d",)}, s: {"d1": ("d",)} if shared else {}}
-    plan = complete(problem, Prescription(configs=split | {y: {}, z: {}, o: {}}))
+    return _named_sequence(problem, split | {y: {}, z: {}, o: {}})
+
+
+def _named_sequence(problem: Problem, configs: dict) -> tuple[ShardedStep, list[str]]:
+    """The step of `problem` in `configs` on 8 devices, every result returned whole,
+    and device 0's `_sequence`, named (an instruction beside a collective by its
+    side)."""
+    dag = problem.dag
+    plan = complete(problem, Prescription(configs=configs))
     plan.outputs = tuple(Sharding("mesh", ((),) * len(v.sig.shape)) for v in dag.outputs)
     step = ShardedStep(dag, plan, machine("cpu-8"), mesh=problem.mesh)
     made = step._made(0)[1]
@@ -335,8 +343,29 @@ def test_an_all_gathers_operand_is_copied_into_its_layout_a_wave_before() -> Non
     gathers in, an instruction a wave before the all-gather (alexnet's expert plan:
     `wrapped_copy.4 = f32[8,128]{0,1}` before `all_gather.18`; +5.3 % with the copy
     after the gather alone, which moved its weight gradient a wave earlier). A
-    buffer of the operand's size lives from the copy to the all-gather."""
+    buffer of the operand's size lives from the copy to the all-gather. An embedding
+    lookup read by the all-gather alone is a loop writing the gathered layout, as the
+    relu is (`SELECTED`: rnnlm's ILP plan)."""
     step, names = _gathered_step(GATHERED, shared=True)
     copy, gather = names.index("before"), names.index("all_gather of relu #1")
     assert names[copy - 1 : gather + 1] == ["relu #1", "before", "relu #3", "all_gather of relu #1"]
     assert (copy, gather, SHARD_BYTES, "communication") in step._buffers_of(0)[1]
+    dag = dag_module.from_module(Parser(make_context(), LOOKED_UP).parse_module())
+    embedding, matmul = (node for node in dag.ops if node.inputs)
+    problem = Problem(dag, parse_mesh(8), None, {})
+    _, names = _named_sequence(problem, {embedding: {"f": ("d",)}, matmul: {}})
+    assert names[names.index("embedding #0") + 1 :] == [
+        "all_gather of embedding #0",
+        "after",
+        "matmul #1",
+    ]
+
+
+LOOKED_UP = """
+func.func @main(%ids: tensor<4xi32>, %t: tensor<32x16xf32>, %v: tensor<16x4xf32>) -> tensor<4x4xf32> {
+  %e = graph.embedding %ids, %t : tensor<4x16xf32>
+  %y = graph.matmul %e, %v : tensor<4x4xf32>
+  func.return %y : tensor<4x4xf32>
+}
+"""  # noqa: E501
+"""Rows of a table looked up, split by their columns and read whole by a matmul."""

@@ -1014,7 +1014,8 @@ class ShardedStep:
         dimension major), so that no copy comes before the all-gather: an op
         computed as a loop (element-wise, a transpose) read by that all-gather alone
         (candle_uno's MCMC plan updates its largest weight as
-        `dynamic-slice_add_fusion = f32[1282,32]{0,1}` for `all_gather.11`). An
+        `dynamic-slice_add_fusion = f32[1282,32]{0,1}` for `all_gather.11`), an
+        embedding lookup among them (`SELECTED`). An
         argument keeps its layout, and an op read by others too (alexnet's expert
         plan: `wrapped_copy.4 = f32[8,128]{0,1}` of a gradient a dot also reads) or
         writing row-major (a dot) is copied."""
@@ -1025,7 +1026,7 @@ class ShardedStep:
         return (
             not operand.compute_readers
             and len(operand.chain_readers) == 1
-            and self._elementwise(node)
+            and (self._elementwise(node) or node.op in SELECTED)
         )
 
     def _fused_on(self, made: Iterable[_Buffer]) -> dict[Node, _Buffer]:
@@ -1835,6 +1836,14 @@ def _share_dying_operands(
                 temps[operand] = (first, start - 1, size, kind)
                 taken.add(operand)
                 break
+
+
+SELECTED = frozenset({"embedding"})
+"""Ops XLA computes as a loop although they are not element-wise: an embedding lookup
+is a gather whose rows out of range a select fills (`jnp.take(..., mode="fill")`),
+fused into one loop that writes any layout (rnnlm's ILP plan:
+`broadcast_select_fusion.1 = f32[8,8,16]{1,0,2}`, written in the layout
+`all_gather.18` gathers in, `ShardedStep._written_gathered`)."""
 
 
 class _Donated(NamedTuple):
