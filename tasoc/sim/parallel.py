@@ -876,7 +876,7 @@ class ShardedStep:
             if writer[0] == "grp" and self._ids[writer] in before:  # its operand's copy
                 assert buffer.operand is not None
                 temps.append((sliced[self._ids[writer]], start, buffer.operand.nbytes, buffer.kind))
-            if buffer.kept:  # a result gathered, then copied into its own (`_copied`)
+            if buffer.kept:  # a result gathered, then copied into its own (`_relaid`)
                 temps.append((start, copies[self._ids[writer]], buffer.relaid, buffer.kind))
                 continue
             made_from = 0 if writer[0] == "op" and made_at_start(writer[1]) else start  # type: ignore[index]
@@ -1015,10 +1015,10 @@ class ShardedStep:
         computed as a loop (element-wise, a transpose) read by that all-gather alone
         (candle_uno's MCMC plan updates its largest weight as
         `dynamic-slice_add_fusion = f32[1282,32]{0,1}` for `all_gather.11`), an
-        embedding lookup among them (`SELECTED`). An
-        argument keeps its layout, and an op read by others too (alexnet's expert
-        plan: `wrapped_copy.4 = f32[8,128]{0,1}` of a gradient a dot also reads) or
-        writing row-major (a dot) is copied."""
+        embedding lookup among them (`SELECTED`). An argument keeps its layout, and
+        an op read by others too (alexnet's expert plan: `wrapped_copy.4 =
+        f32[8,128]{0,1}` of a gradient a dot also reads) or writing row-major (a dot)
+        is copied."""
         writer = operand.writer
         if writer is None or writer[0] != "op":  # type: ignore[index]
             return False
