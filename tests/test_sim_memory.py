@@ -11,12 +11,15 @@ from __future__ import annotations
 import pytest
 from conftest import load_benchmark
 from xdsl.context import Context
+from xdsl.parser import Parser
 
 from tasoc.backends.jax.sharded import lower_sharded
 from tasoc.cost.machines import machine
+from tasoc.driver.sources import make_context
 from tasoc.ir import dag as dag_module
 from tasoc.ir.program import entry_function
 from tasoc.ir.shard_plan import Plan, write_sharded
+from tasoc.ir.soap import Sharding
 from tasoc.ir.training import training_signature
 from tasoc.models.registry import get_model
 from tasoc.passes.autodiff import AutodiffPass
@@ -24,11 +27,12 @@ from tasoc.passes.search import Deadline
 from tasoc.passes.soap import mcmc
 from tasoc.passes.soap.cost_searches import search_ilp
 from tasoc.passes.soap.meshes import parse_mesh
-from tasoc.passes.soap.plan import Problem, complete
+from tasoc.passes.soap.plan import Prescription, Problem, complete
 from tasoc.passes.soap.problem import Limits, SoapProblem
 from tasoc.passes.soap.searches import BASELINES
 from tasoc.passes.soap.strategies import STRATEGIES
 from tasoc.sim.parallel import (
+    Beside,
     ShardedStep,
     _Donated,
     _event_times,
@@ -258,3 +262,110 @@ def test_an_element_wise_operand_of_an_all_to_all_is_computed_in_its_slices() ->
     never writing it, so the slices come after the largest gradient's last read;
     written, the simulated peak held both (+5.4 % against XLA's; +2.8 % with the rule)."""
     assert abs(_benchmark_error("alexnet", "expert")) <= 0.04
+
+
+GATHERED = """
+func.func @main(%x: tensor<4x16xf32>, %w: tensor<16x16xf32>, %v: tensor<16x4xf32>) -> tensor<4x4xf32> {
+  %h = graph.matmul %x, %w : tensor<4x16xf32>
+  %r = graph.relu %h : tensor<4x16xf32>
+  %y = graph.matmul %r, %v : tensor<4x4xf32>
+  %s = graph.relu %r : tensor<4x16xf32>
+  %z = graph.matmul %s, %v : tensor<4x4xf32>
+  %o = graph.add %y, %z : tensor<4x4xf32>
+  func.return %o : tensor<4x4xf32>
+}
+"""  # noqa: E501
+"""`relu(x @ w)`, computed split by its columns and read whole by a matmul: an
+all-gather along its minor dimension (XLA gathers it column-major, `gathered_minor`)."""
+
+
+def _gathered_step(program: str, shared: bool) -> tuple[ShardedStep, list[str]]:
+    """`program` (`GATHERED`, `RETURNED`) on 8 devices, `x @ w` and the first relu
+    split by columns, the second relu split too where `shared` (it then reads the
+    first relu's result where the all-gather does), else whole, the rest whole and
+    every result returned whole: the step and device 0's `_sequence`, named (an
+    instruction beside a collective by its side)."""
+    dag = dag_module.from_module(Parser(make_context(), program).parse_module())
+    problem = Problem(dag, parse_mesh(8), None, {})
+    h, r, y, s, z, o = (node for node in dag.ops if node.inputs)
+    split = {h: {"n": ("d",)}, r: {"d1": ("d",)}, s: {"d1": ("d",)} if shared else {}}
+    return _named_sequence(problem, split | {y: {}, z: {}, o: {}})
+
+
+def _named_sequence(problem: Problem, configs: dict) -> tuple[ShardedStep, list[str]]:
+    """The step of `problem` in `configs` on 8 devices, every result returned whole,
+    and device 0's `_sequence`, named (an instruction beside a collective by its
+    side)."""
+    dag = problem.dag
+    plan = complete(problem, Prescription(configs=configs))
+    plan.outputs = tuple(Sharding("mesh", ((),) * len(v.sig.shape)) for v in dag.outputs)
+    step = ShardedStep(dag, plan, machine("cpu-8"), mesh=problem.mesh)
+    made = step._made(0)[1]
+    order = step._sequence(0, step._fused_on(made), *step._relaid(made))
+    names = [entry.side if isinstance(entry, Beside) else step.graph[entry].name for entry in order]
+    return step, names
+
+
+RETURNED = GATHERED.replace("-> tensor<4x4xf32>", "-> (tensor<4x4xf32>, tensor<4x16xf32>)").replace(
+    "func.return %o : tensor<4x4xf32>", "func.return %o, %r : tensor<4x4xf32>, tensor<4x16xf32>"
+)
+"""`GATHERED` returning the relu's result too, whole: gathered into the result."""
+
+GATHERED_BYTES, SHARD_BYTES = 4 * 16 * 4, 4 * 16 * 4 // 8
+
+
+def test_an_all_gathers_copy_is_an_instruction_a_wave_later() -> None:
+    """An all-gather along a minor dimension gathers column-major, and XLA copies the
+    result row-major for a matmul, an instruction of its own a wave later that the
+    matmul waits for (candle_uno's MCMC plan: `wrapped_copy` of `all_gather.11`,
+    nine instructions later, -5.3 % without it; the transformer's +6.4 % and
+    alexnet's +8.1 % held the gathered buffer until the matmul, in a later wave):
+    the gathered buffer lives until the copy, the copy until the matmul; and for a
+    program result gathered so, the gathered buffer is a temporary beside the
+    result's own."""
+    step, names = _gathered_step(GATHERED, shared=False)
+    gather = names.index("all_gather of relu #1")
+    assert names[gather + 1 : gather + 3] == ["after", "matmul #2"]
+    assert "before" not in names  # the relu, read by the all-gather alone, writes its layout
+    temps = step._buffers_of(0)[1]
+    assert (gather, gather + 1, GATHERED_BYTES, "communication") in temps  # to the copy
+    assert (gather + 1, gather + 2, GATHERED_BYTES, "communication") in temps  # the copy
+    step, names = _gathered_step(RETURNED, shared=False)
+    gather = names.index("all_gather of relu #1")
+    fixed, temps = step._buffers_of(0)
+    assert ("communication", GATHERED_BYTES) in fixed  # the result, held throughout
+    assert (gather, gather + 1, GATHERED_BYTES, "communication") in temps
+
+
+def test_an_all_gathers_operand_is_copied_into_its_layout_a_wave_before() -> None:
+    """The relu's result read by another relu where it lies, and by the all-gather: it
+    is written row-major for the one, and XLA copies it into the layout the all-gather
+    gathers in, an instruction a wave before the all-gather (alexnet's expert plan:
+    `wrapped_copy.4 = f32[8,128]{0,1}` before `all_gather.18`; +5.3 % with the copy
+    after the gather alone, which moved its weight gradient a wave earlier). A
+    buffer of the operand's size lives from the copy to the all-gather. An embedding
+    lookup read by the all-gather alone is a loop writing the gathered layout, as the
+    relu is (`SELECTED`: rnnlm's ILP plan)."""
+    step, names = _gathered_step(GATHERED, shared=True)
+    copy, gather = names.index("before"), names.index("all_gather of relu #1")
+    assert names[copy - 1 : gather + 1] == ["relu #1", "before", "relu #3", "all_gather of relu #1"]
+    assert (copy, gather, SHARD_BYTES, "communication") in step._buffers_of(0)[1]
+    dag = dag_module.from_module(Parser(make_context(), LOOKED_UP).parse_module())
+    embedding, matmul = (node for node in dag.ops if node.inputs)
+    problem = Problem(dag, parse_mesh(8), None, {})
+    _, names = _named_sequence(problem, {embedding: {"f": ("d",)}, matmul: {}})
+    assert names[names.index("embedding #0") + 1 :] == [
+        "all_gather of embedding #0",
+        "after",
+        "matmul #1",
+    ]
+
+
+LOOKED_UP = """
+func.func @main(%ids: tensor<4xi32>, %t: tensor<32x16xf32>, %v: tensor<16x4xf32>) -> tensor<4x4xf32> {
+  %e = graph.embedding %ids, %t : tensor<4x16xf32>
+  %y = graph.matmul %e, %v : tensor<4x4xf32>
+  func.return %y : tensor<4x4xf32>
+}
+"""  # noqa: E501
+"""Rows of a table looked up, split by their columns and read whole by a matmul."""

@@ -56,7 +56,8 @@ temporaries placed one at a time in donated weights' buffers as XLA's buffer
 assignment places them (`_outside_donated`), an element-wise result written over a
 dying operand of its size, the copies of arguments convolutions read in their own
 layout (`CONVOLUTIONS`), a softmax's exponent (`EXPONENTIATING`), a max-pooling's
-argmax (`argmax_of`), a minor-dimension gather's row-major copy (`gathered_minor`),
+argmax (`argmax_of`), a minor-dimension gather's copies of its operand and its
+result, instructions a wave before and after it (`gathered_minor`),
 an all-to-all's slices of its operand and its tuple of received blocks (`sequence`,
 `TUPLE_ENTRY_BYTES`), and the rest packed into one heap as XLA's heap simulator packs
 it, lives timed on its clock of allocations and frees (`_packed`). It is split into
@@ -278,7 +279,17 @@ def gathered_minor(operand: Sharding, result: Sharding, local: TensorSig) -> boo
     transformer's expert plan: `all_gather.63 = f32[8,64,512]{1,0,2}`, gathered along
     dimension 2, then `copy_bitcast_fusion.18 = f32[512,512]`, 1 MB each, live
     together at XLA's peak). A reader computed element by element takes the
-    gathered layout as it is (the copy is made only for a dot or a reduction)."""
+    gathered layout as it is (the copy is made only for a dot or a reduction, or for
+    a program result, which leaves row-major: candle_uno's MCMC plan gathers its
+    updated 1.3 MB weight as `all_gather.11 = f32[1282,256]{0,1}` and copies it into
+    the donated argument, `wrapped_copy`).
+
+    The copy is an instruction of its own, which XLA's BFS schedule runs a wave after
+    the all-gather, and the readers wait for it (`ShardedStep._sequence`): the
+    gathered buffer lives until the copy, the copy until its last reader (the
+    transformer's MCMC plan: `all_gather.6{}:77-79`, `wrapped_copy{}:79-239`). The
+    operand is copied too, into the layout the all-gather gathers in, a wave before
+    it, unless its producer writes it so (`ShardedStep._written_gathered`)."""
     gathered = [d for d, (a, b) in enumerate(zip(operand.dims, result.dims, strict=True)) if a != b]
     return any(size > 1 for size in local.shape[: min(gathered, default=0)])
 
@@ -337,6 +348,18 @@ class PeakBounds:
         return self.low if self.low == self.high else None
 
 
+class Beside(NamedTuple):
+    """An instruction XLA adds beside a collective in its schedule
+    (`ShardedStep._sequence`): `BEFORE` it, reading its operand (an all-to-all's
+    slices, an all-gather's copy of its operand), or `AFTER` it, copying its result."""
+
+    side: str
+    task: int
+
+
+BEFORE, AFTER = "before", "after"
+"""`Beside.side`."""
+
 Temp = tuple[float, int, int, str]
 """A temporary: its first and last position in `ShardedStep.sequence`, bytes, kind."""
 
@@ -381,12 +404,16 @@ class _Buffer:
     kept: bool
     chain_readers: list[Key] = field(default_factory=list)
     compute_readers: list[Node] = field(default_factory=list)
-    relaid: bool = False
-    """Whether XLA copies it into another layout before its readers read it
-    (`gathered_minor`)."""
+    relaid: int = 0
+    """The bytes XLA gathers it in before copying it into the layout its readers read
+    and the program returns (`gathered_minor`), 0 where it does not: its local bytes,
+    those of a result written into a donated argument too (`nbytes` 0 there)."""
     parts: int = 1
     """How many buffers XLA makes of it: an all-to-all's result is a tuple of one
     block per device of its group, each a buffer of its own (`TUPLE_ENTRY_BYTES`)."""
+    operand: _Buffer | None = None
+    """What the collective making it reads on its device, where it is `relaid`
+    (`ShardedStep._written_gathered`)."""
 
 
 Producer = Node
@@ -731,7 +758,10 @@ class ShardedStep:
           (`CONVOLUTIONS`); a softmax's exponent is a buffer while it runs
           (`EXPONENTIATING`); a max-pooling's gradient reads an argmax found in the
           forward (`argmax_of`); an all-gather along a minor dimension is copied
-          row-major for a dot (`gathered_minor`);
+          row-major for a dot or a program result, and its operand into the
+          gathered layout where its producer does not write that, each copy an
+          instruction of its own, a wave after the all-gather and before it
+          (`gathered_minor`, `_sequence`);
         * an all-to-all reads its operand as one slice per device of its group, made a
           wave before it (an element-wise producer read by it alone computed inside
           them, `_fused`), and returns a tuple of one buffer per block
@@ -785,9 +815,19 @@ class ShardedStep:
         (first, last position in `sequence`, bytes, kind) (`memory`), but those XLA
         places in a donated argument's buffer (`_outside_donated`)."""
         fixed, made = self._made(device)
-        fused = self._fused_on(made)
-        position = {task_id: i for i, task_id in enumerate(self._sequence(device, fused))}
-        sliced = {~task_id: i for task_id, i in position.items() if task_id < 0}
+        fused, (before, after) = self._fused_on(made), self._relaid(made)
+        order = self._sequence(device, fused, before, after)
+        position: dict[int, int] = {}
+        # where XLA's instructions beside a collective run (`_sequence`), by the
+        # collective's id: those reading its operand (an all-to-all's slices, an
+        # all-gather's copy of it), and an all-gather's copy of its result
+        sliced: dict[int, int] = {}
+        copies: dict[int, int] = {}
+        for i, entry in enumerate(order):
+            if isinstance(entry, int):
+                position[entry] = i
+            else:
+                (sliced if entry.side == BEFORE else copies)[entry.task] = i
         at = {key: position[task_id] for key, task_id in self._ids.items() if task_id in position}
         copied = {  # ops also computed inside some readers' loops (`duplicated_into`)
             buffer.writer[1]: inside  # type: ignore[index]
@@ -833,6 +873,12 @@ class ShardedStep:
             if writer[1] in fused and fused[writer[1]] is buffer:  # type: ignore[index]
                 continue
             start = at[writer]  # type: ignore[index]
+            if writer[0] == "grp" and self._ids[writer] in before:  # its operand's copy
+                assert buffer.operand is not None
+                temps.append((sliced[self._ids[writer]], start, buffer.operand.nbytes, buffer.kind))
+            if buffer.kept:  # a result gathered, then copied into its own (`_relaid`)
+                temps.append((start, copies[self._ids[writer]], buffer.relaid, buffer.kind))
+                continue
             made_from = 0 if writer[0] == "op" and made_at_start(writer[1]) else start  # type: ignore[index]
             if not made_from:
                 zeros[buffer.nbytes] = zeros.get(buffer.nbytes, 0) + 1
@@ -851,9 +897,10 @@ class ShardedStep:
             if writer[0] == "op" and len(writer[1].results) == 1:  # type: ignore[index]
                 written[writer[1]] = len(temps)  # type: ignore[index]
             end = max(readers, default=start)
-            if buffer.relaid and not all(map(self._elementwise, buffer.compute_readers)):
-                temps.append((min(readers), end, buffer.nbytes, buffer.kind))
-                end = min(readers)
+            if writer[0] == "grp" and self._ids[writer] in after:  # read in its copy
+                copy = copies[self._ids[writer]]
+                temps.append((copy, max(end, copy), buffer.nbytes, buffer.kind))
+                end = copy
             if buffer.parts > 1:  # a tuple: a buffer per block, and the tuple's table
                 block = (made_from, end, buffer.nbytes // buffer.parts, buffer.kind)
                 temps += [block] * buffer.parts
@@ -928,7 +975,9 @@ class ShardedStep:
 
     def _made(self, device: int) -> tuple[list[tuple[str, int]], list[_Buffer]]:
         """`device`'s buffers held throughout as (kind, bytes), and the buffers its ops
-        and collectives make, but the arguments and constants (`_buffers_of`)."""
+        and collectives make, but the arguments and constants (`_buffers_of`): the
+        program's results among them only where XLA gathers one before copying it
+        into the result (`gathered_minor`), the gathered buffer a temporary."""
         fixed = list(self._resident_spec(device).alloc)
         made: list[_Buffer] = []
         for group in self._groups.values():
@@ -938,9 +987,47 @@ class ShardedStep:
                     continue  # a constant (XLA embeds it) or an argument (held: above)
                 if buffer.kept:
                     fixed.append((buffer.kind, buffer.nbytes))
-                else:
+                if not buffer.kept or buffer.relaid:  # a result gathered, then copied
                     made.append(buffer)
         return fixed, made
+
+    def _relaid(self, made: Iterable[_Buffer]) -> tuple[set[int], set[int]]:
+        """The ids of the all-gathers among the writers of `made` that gather along a
+        minor dimension (`gathered_minor`) and for which XLA copies, in two sets:
+        those whose operand it copies into the layout it gathers in first, where
+        the operand's producer does not write it so (`_written_gathered`), and
+        those whose result it copies into row-major, for a reader that is not
+        element-wise (a dot, a reduction) or to leave the program."""
+        before, after = set(), set()
+        for buffer in made:
+            if not buffer.relaid:
+                continue
+            if buffer.operand is not None and not self._written_gathered(buffer.operand):
+                before.add(self._ids[buffer.writer])
+            if buffer.kept or not all(map(self._elementwise, buffer.compute_readers)):
+                after.add(self._ids[buffer.writer])
+        return before, after
+
+    def _written_gathered(self, operand: _Buffer) -> bool:
+        """Whether XLA's layout assignment has the producer of an all-gather's
+        `operand` write it in the layout the all-gather gathers in (the gathered
+        dimension major), so that no copy comes before the all-gather: an op
+        computed as a loop (element-wise, a transpose) read by that all-gather alone
+        (candle_uno's MCMC plan updates its largest weight as
+        `dynamic-slice_add_fusion = f32[1282,32]{0,1}` for `all_gather.11`), an
+        embedding lookup among them (`SELECTED`). An argument keeps its layout, and
+        an op read by others too (alexnet's expert plan: `wrapped_copy.4 =
+        f32[8,128]{0,1}` of a gradient a dot also reads) or writing row-major (a dot)
+        is copied."""
+        writer = operand.writer
+        if writer is None or writer[0] != "op":  # type: ignore[index]
+            return False
+        node = writer[1]  # type: ignore[index]
+        return (
+            not operand.compute_readers
+            and len(operand.chain_readers) == 1
+            and (self._elementwise(node) or node.op in SELECTED)
+        )
 
     def _fused_on(self, made: Iterable[_Buffer]) -> dict[Node, _Buffer]:
         """The ops among the writers of `made` that XLA never writes (`_fused`), with
@@ -1015,14 +1102,29 @@ class ShardedStep:
         An all-to-all runs one wave after its operand is ready: XLA feeds it the
         operand's blocks as slices, one instruction each (dlrm's expert plan:
         `multiply_slice_fusion.16`..`.23` in the wave of the scaled embedding
-        gradients, `all-to-all.6` after their all-reduces). The slices' place in the
-        order is left out here; `_buffers_of` reads it (`_sequence`)."""
-        order = self._sequence(device, self._fused_on(self._made(device)[1]))
-        return [task_id for task_id in order if task_id >= 0]
+        gradients, `all-to-all.6` after their all-reduces). An all-gather along a
+        minor dimension may be one wave later likewise, behind the copy of its
+        operand, and its readers one wave later, behind the copy of its result
+        (`gathered_minor`). The places of the slices and copies in the order are
+        left out here; `_buffers_of` reads them (`_sequence`)."""
+        made = self._made(device)[1]
+        before, after = self._relaid(made)
+        order = self._sequence(device, self._fused_on(made), before, after)
+        return [task_id for task_id in order if isinstance(task_id, int)]
 
-    def _sequence(self, device: int, fused: Collection[Node]) -> list[int]:
-        """`sequence` with the ops XLA fuses away given, and each all-to-all's slices
-        of its operand in their place, as `~task_id` of the all-to-all (negative)."""
+    def _sequence(
+        self, device: int, fused: Collection[Node], before: Collection[int], after: Collection[int]
+    ) -> list[int | Beside]:
+        """`sequence` with the ops XLA fuses away given, and the instructions XLA adds
+        beside a collective in their place, as (`BEFORE` or `AFTER`, the collective's
+        id) (`Beside`): an all-to-all's slices of its operand, and the copy of the
+        operand of an all-gather in `before` into the layout it gathers in, a wave
+        before the collective, which runs a wave later; the copy of the result of an
+        all-gather in `after` (`gathered_minor`), a wave after it, which its readers
+        then wait for (XLA's `wrapped_copy` of a gathered weight, an instruction of
+        its own: candle_uno's MCMC plan). An element-wise reader of such a result,
+        which reads the gathered layout in XLA, waits for the copy here too: a
+        simplification, one wave late for such a reader."""
         inside = {self._ids[("op", node, device)] for node in fused}
         ranks = self._ranks
         rank = {
@@ -1041,23 +1143,31 @@ class ShardedStep:
             waiting[task_id] = len(deps)
             for dep in deps:
                 users[dep].append(task_id)
-        sliced = {i for i in mine if self._specs[i].parts > 1}
-        queue = collections.deque(i for i in mine if not waiting[i])
-        order = []
+        led = {i for i in mine if self._specs[i].parts > 1}.union(before)
+        queue: collections.deque[int | Beside] = collections.deque()
+        queue.extend(i for i in mine if not waiting[i])
+        order: list[int | Beside] = []
         while queue:
             now = [queue.popleft()]
             while now:  # the task, then at once the fused ops it readies
-                task_id = now.pop()
-                order.append(task_id)
-                if task_id < 0:  # an all-to-all's slices: the all-to-all a wave later
-                    queue.append(~task_id)
+                entry = now.pop()
+                order.append(entry)
+                if isinstance(entry, int):
+                    task_id = entry
+                    if task_id in after:  # its copy a wave later, its readers after that
+                        queue.append(Beside(AFTER, task_id))
+                        continue
+                elif entry.side == BEFORE:  # the collective a wave later
+                    queue.append(entry.task)
                     continue
+                else:
+                    task_id = entry.task
                 ready = []
                 for user in users[task_id]:
                     waiting[user] -= 1
                     if not waiting[user]:
-                        if user in sliced:
-                            queue.append(~user)
+                        if user in led:
+                            queue.append(Beside(BEFORE, user))
                         else:
                             (ready if user in inside else queue).append(user)
                 now += reversed(ready)
@@ -1286,8 +1396,11 @@ class ShardedStep:
             )
             for device, buffer in current.items():
                 buffer.chain_readers.append(keys[device])
-            relaid = step.kind == "all_gather" and gathered_minor(
-                reads, step.result, _local_sig(value.sig, step.result, mesh)
+            relaid = (
+                nbytes
+                if step.kind == "all_gather"
+                and gathered_minor(reads, step.result, _local_sig(value.sig, step.result, mesh))
+                else 0
             )
             current = {
                 d: _Buffer(
@@ -1299,6 +1412,7 @@ class ShardedStep:
                     kept,
                     relaid=relaid,
                     parts=group.specs[keys[d]].parts,
+                    operand=current.get(d) if relaid else None,
                 )
                 for d in self._simulated(mesh.device_ids)
             }
@@ -1722,6 +1836,14 @@ def _share_dying_operands(
                 temps[operand] = (first, start - 1, size, kind)
                 taken.add(operand)
                 break
+
+
+SELECTED = frozenset({"embedding"})
+"""Ops XLA computes as a loop although they are not element-wise: an embedding lookup
+is a gather whose rows out of range a select fills (`jnp.take(..., mode="fill")`),
+fused into one loop that writes any layout (rnnlm's ILP plan:
+`broadcast_select_fusion.1 = f32[8,8,16]{1,0,2}`, written in the layout
+`all_gather.18` gathers in, `ShardedStep._written_gathered`)."""
 
 
 class _Donated(NamedTuple):
