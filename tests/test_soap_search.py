@@ -24,9 +24,10 @@ from tasoc.ir.training import training_signature
 from tasoc.models.alexnet import alexnet
 from tasoc.passes.search import Deadline, StopReason
 from tasoc.passes.soap import SoapShardFailed, SoapShardPass, auto, cost_searches, mcmc
+from tasoc.passes.soap import plan as plan_module
 from tasoc.passes.soap.cost_searches import FrontierError
 from tasoc.passes.soap.meshes import parse_mesh
-from tasoc.passes.soap.plan import Problem, complete
+from tasoc.passes.soap.plan import Prescription, Problem, complete
 from tasoc.passes.soap.problem import Best, Limits, SoapProblem, configurations
 from tasoc.passes.soap.profile import ONE_DEVICE
 from tasoc.passes.soap.searches import baseline_plans
@@ -465,6 +466,34 @@ def test_starts_priced_by_time_leave_the_search_as_pricing_every_one() -> None:
             assert costs[origin] > mcmc.POLISHED * naive.cost and origin != "data-parallel"
         left_out += len(starts) - len(found)
     assert left_out > 0
+
+
+def test_completion_keeps_its_choices_by_all_they_depend_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`plan._cheapest` keeps each op's choice by its key (`_cheapest_key`): completing
+    the baselines and random plans of an unrolled LSTM step (alike steps, partial sums,
+    a mesh of two axes) with the kept answers gives the plans completing each op afresh
+    gives, and the kept answers are reused (the key is not the op itself)."""
+    module = build_zoo_model("rnn?layers=1&hidden=64&seq=4&batch=16&train=sgd&lr=0.01")
+    problem = problem_of(module, "2x4")
+    rng = random.Random(0)
+    prescriptions = [STRATEGIES[name](problem) for name in ("data-parallel", "megatron", "zero")]
+    prescriptions += [
+        Prescription(
+            configs={
+                node: rng.choice(configurations(rule, problem.mesh))
+                for node, rule in problem.rules.items()
+                if rng.random() < 0.3
+            }
+        )
+        for _ in range(3)
+    ]
+    plan_module._kept_cheapest.clear()
+    kept = [complete(problem, prescription) for prescription in prescriptions]
+    assert len(plan_module._kept_cheapest) < sum(len(p.configs) for p in kept) / 2
+    monkeypatch.setattr(plan_module, "_cheapest", plan_module._cheapest_of)
+    assert [complete(problem, prescription) for prescription in prescriptions] == kept
 
 
 def test_a_prepared_state_is_handed_out_once_and_never_shared() -> None:
