@@ -217,14 +217,16 @@ def cheapest_config(
     read them in: the fewest bytes of resharding its operands and its results into the
     layouts they leave the program in (`_cheapest`'s order of ties), partial sums read
     as they are where the op is linear in them (in its run, `run_of`: `runs`).
-    What a search's proposal gives the op it edits and, propagating, its readers."""
+    What a search's proposal gives the op it edits and, propagating, its readers
+    (not kept as completion's choices are: with a few dozen candidates per call the
+    key is no longer cheap, and a chain's proposals were not measured faster kept)."""
     meshes = {m.name: m for m in (problem.mesh, *plan.meshes)}
     exits: dict[Value, list[int]] = {}
     for index, value in enumerate(problem.dag.outputs):
         if value.node is node:
             exits.setdefault(value, []).append(index)
     rule = problem.rules[node]
-    return _cheapest(problem, meshes, mesh, rule, candidates, node, plan.values, exits, run_of)
+    return _cheapest_of(problem, meshes, mesh, rule, candidates, node, plan.values, exits, run_of)
 
 
 def runs(order: Sequence[Node], placement: Mapping[Node, Mesh]) -> dict[Node, int]:
