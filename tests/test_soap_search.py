@@ -5,6 +5,7 @@ the report, the one-line errors, and a chosen plan that runs as the reference do
 from __future__ import annotations
 
 import itertools
+import math
 import random
 from pathlib import Path
 from typing import Any, NoReturn
@@ -23,10 +24,11 @@ from tasoc.ir.training import training_signature
 from tasoc.models.alexnet import alexnet
 from tasoc.passes.search import Deadline, StopReason
 from tasoc.passes.soap import SoapShardFailed, SoapShardPass, auto, cost_searches, mcmc
+from tasoc.passes.soap import plan as plan_module
 from tasoc.passes.soap.cost_searches import FrontierError
 from tasoc.passes.soap.meshes import parse_mesh
-from tasoc.passes.soap.plan import Problem, complete
-from tasoc.passes.soap.problem import Limits, SoapProblem, configurations
+from tasoc.passes.soap.plan import Prescription, Problem, complete
+from tasoc.passes.soap.problem import Best, Limits, SoapProblem, configurations
 from tasoc.passes.soap.profile import ONE_DEVICE
 from tasoc.passes.soap.searches import baseline_plans
 from tasoc.passes.soap.simulated import SimulatedStrategy, copy_plan
@@ -131,7 +133,7 @@ def test_the_default_search_goes_on_without_the_ilp_when_it_has_no_plan(
     def no_plan(*_: Any) -> NoReturn:
         raise FrontierError("no strategy's estimate fits memory-cap")
 
-    monkeypatch.setattr(auto, "search_ilp", no_plan)
+    monkeypatch.setattr(auto, "ilp_outcome", no_plan)
     _, section = shard(mlp_step(), mesh=4, budget=20, seed=0)
     assert section["ilp"] == {
         "started_from": False,
@@ -427,6 +429,90 @@ def test_the_search_halves_its_chains_and_polishes_their_bests() -> None:
     assert proposals[0] < proposals[-1]
     assert sum(proposals) == outcome.details["proposals"] <= 120
     assert outcome.cost_after <= min(chain["start"] for chain in chains.values())
+
+
+def test_starts_priced_by_time_leave_the_search_as_pricing_every_one() -> None:
+    """`mcmc._offered` finds the costs (memory checks) of the starts in order of time
+    while one could be the best or run a chain: under every cap between the starts'
+    peaks, the best (cost, plan, origin) and the chains run are those of pricing
+    every start, the costs it finds are theirs, and every start it leaves out costs
+    over `POLISHED` times the best (some are left out: the test can fail)."""
+    problem = problem_of(mlp_step(), "4")
+    rng = random.Random(0)
+    starts, _ = baseline_plans(problem)
+    for index in range(3):
+        plan = mcmc.uniform_plan(problem, lambda rule, mesh: rng.choice(configurations(rule, mesh)))
+        if plan is not None:
+            starts[f"random-{index}"] = plan
+    starts["replicated"] = mcmc.uniform_plan(problem, lambda rule, mesh: {})  # type: ignore[assignment]
+    free = SoapProblem(problem, machine("cpu-4"))
+    peaks = sorted({free.state_of(plan).memory for plan in starts.values()})
+    left_out = 0
+    for cap in (*peaks, peaks[0] - 1):  # the least fitting, each next, then none
+        posed = SoapProblem(problem, machine("cpu-4"), cap)
+        every = {origin: posed.simulate(plan) for origin, plan in starts.items()}
+        costs = {origin: state.cost for origin, state in every.items()}
+        naive = Best(posed)
+        for origin, state in every.items():
+            naive.offer(state, origin)
+        best = Best(posed)
+        found = mcmc._offered(best, {o: posed.simulate(plan) for o, plan in starts.items()})
+        assert (best.cost, best.origin, best.plan) == (naive.cost, naive.origin, naive.plan)
+        if naive.plan is None:  # the error's figure, read only then
+            assert best.smallest_memory == naive.smallest_memory < math.inf
+        assert found == {origin: costs[origin] for origin in found}
+        assert list(found) == [origin for origin in starts if origin in found]
+        for origin in set(starts) - set(found):
+            assert costs[origin] > mcmc.POLISHED * naive.cost and origin != "data-parallel"
+        left_out += len(starts) - len(found)
+    assert left_out > 0
+
+
+def test_completion_keeps_its_choices_by_all_they_depend_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`plan._cheapest` keeps each op's choice by its key (`_cheapest_key`): completing
+    the baselines and random plans of an unrolled LSTM step (alike steps, partial sums,
+    a mesh of two axes) with the kept answers gives the plans completing each op afresh
+    gives, and the kept answers are reused (the key is not the op itself)."""
+    module = build_zoo_model("rnn?layers=1&hidden=64&seq=4&batch=16&train=sgd&lr=0.01")
+    problem = problem_of(module, "2x4")
+    rng = random.Random(0)
+    prescriptions = [STRATEGIES[name](problem) for name in ("data-parallel", "megatron", "zero")]
+    prescriptions += [
+        Prescription(
+            configs={
+                node: rng.choice(configurations(rule, problem.mesh))
+                for node, rule in problem.rules.items()
+                if rng.random() < 0.3
+            }
+        )
+        for _ in range(3)
+    ]
+    plan_module._kept_cheapest.clear()
+    kept = [complete(problem, prescription) for prescription in prescriptions]
+    assert len(plan_module._kept_cheapest) < sum(len(p.configs) for p in kept) / 2
+    monkeypatch.setattr(plan_module, "_cheapest", plan_module._cheapest_of)
+    assert [complete(problem, prescription) for prescription in prescriptions] == kept
+
+
+def test_a_prepared_state_is_handed_out_once_and_never_shared() -> None:
+    """`SoapProblem.prepare` makes the state the next `simulate` of that plan object
+    hands out (`search=auto` prices its starts while HiGHS solves), taking the state
+    `state_of` made of an equal plan where no one has it (the ILP's plan, simulated
+    for its outcome); a second equal plan, or a second `simulate`, gets a state of its
+    own, since a chain edits the state it is given."""
+    problem = problem_of(mlp_step(), "4")
+    posed = SoapProblem(problem, machine("cpu-4"), 1 << 40)
+    plan = baseline_plans(problem)[0]["data-parallel"]
+    read = posed.state_of(plan)
+    posed.prepare(plan)
+    given = posed.simulate(plan)
+    assert given is read
+    assert posed.simulate(plan) is not given
+    twin = copy_plan(plan)
+    posed.prepare(twin)
+    assert posed.simulate(twin) not in (given, read)
 
 
 @pytest.mark.parametrize("search", ["auto", "mcmc", "exhaustive", "ft", "greedy", "ilp"])

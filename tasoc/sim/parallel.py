@@ -165,9 +165,32 @@ class MachineOpCost:
         device: Device,
     ) -> float:
         fused = -1 if self.fused_in is None else fused_operands(self.fused_in).get(node, -1)
-        return shard_seconds(
-            node.op, node.attrs, local_inputs, local_results, self.machine, self.running, fused
+        return _shard_seconds(
+            node.op,
+            node.attrs,
+            tuple(local_inputs),
+            tuple(local_results),
+            self.machine,
+            self.running,
+            fused,
         )
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _shard_seconds(
+    op: str,
+    attrs: tuple[tuple[str, Any], ...],
+    local_inputs: tuple[TensorSig, ...],
+    local_results: tuple[TensorSig, ...],
+    machine: Machine,
+    running: int,
+    fused: int,
+) -> float:
+    """`shard_seconds`, kept by its arguments, all values: an unrolled layer's 40
+    steps, and alike ops of every start of a search, are one op at one set of local
+    shapes (`_priced` keeps its answers by op, and a 64-device RNN step's starts priced
+    10,000 shards, the local op made anew for each)."""
+    return shard_seconds(op, attrs, local_inputs, local_results, machine, running, fused)
 
 
 def machine_op_cost(machine: Machine, running: int, dag: Dag) -> MachineOpCost:

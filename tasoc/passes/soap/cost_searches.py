@@ -81,10 +81,18 @@ class Evaluated:
 
 
 def evaluate(model: CostModel, plan: Plan, problem: SoapProblem) -> Evaluated:
-    """`plan` simulated on the problem's machine (memory traced), with its estimate."""
+    """`plan` simulated on the problem's machine (memory traced), with its estimate:
+    the problem's `state_of` (a state it made of an equal plan and never edited where
+    there is one, and kept among its states: `search=auto` starts a chain from the
+    ILP's plan simulated here). Under `place=` without swapping's pricing, as every
+    cost-graph search reports its plan."""
     choice = model.choice_of(plan)
     estimate = None if choice is None else model.graph.cost(choice)
-    simulated = SimulatedStrategy.of(model.problem, plan, problem.machine, problem.memory_cap)
+    simulated = (
+        problem.state_of(plan)
+        if problem.place is None
+        else SimulatedStrategy.of(model.problem, plan, problem.machine, problem.memory_cap)
+    )
     return Evaluated(plan, estimate, simulated)
 
 
@@ -111,7 +119,7 @@ def cost_model(problem: SoapProblem) -> CostModel:
     return _models[key]
 
 
-def _timed_model(problem: SoapProblem) -> tuple[CostModel, float]:
+def timed_model(problem: SoapProblem) -> tuple[CostModel, float]:
     """The problem's cost model and the seconds building it took (0 when built before)."""
     started = time.perf_counter()
     return cost_model(problem), time.perf_counter() - started
@@ -182,7 +190,7 @@ def search_ft(
     problem: SoapProblem, starts: Mapping[str, Plan], limits: Limits
 ) -> SearchOutcome[Plan]:
     """TensorOpt's FT, then the point the objective asks for (module docstring)."""
-    model, built = _timed_model(problem)
+    model, built = timed_model(problem)
     tuning = problem.tuning
     anchors = ft_anchors(model, starts, problem, limits) if tuning.heuristic is not None else {}
     try:
@@ -292,7 +300,7 @@ def greedy_plan(problem: SoapProblem) -> tuple[Plan, greedy.Tiling]:
 def search_greedy(
     problem: SoapProblem, starts: Mapping[str, Plan], limits: Limits
 ) -> SearchOutcome[Plan]:
-    model, built = _timed_model(problem)
+    model, built = timed_model(problem)
     plan, tiling = greedy_plan(problem)
     details = {
         **_graph_figures(model, built),
@@ -317,24 +325,53 @@ def _solve_ilp(model: CostModel, problem: SoapProblem, limits: Limits) -> ilp.Il
     )
 
 
-def search_ilp(
-    problem: SoapProblem, starts: Mapping[str, Plan], limits: Limits
-) -> SearchOutcome[Plan]:
-    model, built = _timed_model(problem)
+@dataclass(frozen=True)
+class IlpSolved:
+    """`search=ilp` solved on its cost graph, its plan not yet made (`solve_ilp`)."""
+
+    model: CostModel
+    built: float
+    """Seconds building the cost graph took (0 when built before)."""
+    result: ilp.IlpResult | ilp.IlpTooLarge | ilp.IlpInfeasible
+    """HiGHS's answer, or why the ILP has none."""
+
+
+def solve_ilp(
+    problem: SoapProblem, limits: Limits, model: tuple[CostModel, float] | None = None
+) -> IlpSolved:
+    """`search=ilp`'s solving alone, on `model` (`timed_model`'s; built here by
+    default): the part `search=auto` runs in a thread of its own while it prices its
+    starts. It reads the cost graph and writes nothing shared, and HiGHS releases the
+    GIL while it solves (scipy's `Highs.run` binding drops it: docs/benchmarks.md,
+    issue 31 round 8)."""
+    graph, built = model or timed_model(problem)
     try:
-        result = _solve_ilp(model, problem, limits.share(FT_SHARE))
-    except ilp.IlpTooLarge as err:
+        result: ilp.IlpResult | ilp.IlpTooLarge | ilp.IlpInfeasible = _solve_ilp(
+            graph, problem, limits.share(FT_SHARE)
+        )
+    except (ilp.IlpTooLarge, ilp.IlpInfeasible) as err:
+        result = err
+    return IlpSolved(graph, built, result)
+
+
+def ilp_outcome(
+    problem: SoapProblem, starts: Mapping[str, Plan], limits: Limits, solved: IlpSolved
+) -> SearchOutcome[Plan]:
+    """`search=ilp`'s outcome from its solving (`solve_ilp`): the plan completed and
+    simulated; a model too large, the greedy tiling instead, with a note."""
+    model, result = solved.model, solved.result
+    if isinstance(result, ilp.IlpTooLarge):
         outcome = search_greedy(problem, starts, limits)
-        outcome.details["ilp_notes"] = [f"{err}: search=greedy's tiling instead"]
+        outcome.details["ilp_notes"] = [f"{result}: search=greedy's tiling instead"]
         return outcome
-    except ilp.IlpInfeasible as err:
-        raise FrontierError(str(err)) from None
+    if isinstance(result, ilp.IlpInfeasible):
+        raise FrontierError(str(result)) from None
     if result.choice is None:
         raise FrontierError(
             f"search=ilp found no strategy within its time ({result.seconds:.1f} s): raise timeout"
         )
     details = {
-        **_graph_figures(model, built),
+        **_graph_figures(model, solved.built),
         "ilp": {
             "status": result.status,
             "gap": result.gap,
@@ -348,3 +385,9 @@ def search_ilp(
     return _outcome(
         realize(model, result.choice, problem), problem, starts, limits, stopped, details
     )
+
+
+def search_ilp(
+    problem: SoapProblem, starts: Mapping[str, Plan], limits: Limits
+) -> SearchOutcome[Plan]:
+    return ilp_outcome(problem, starts, limits, solve_ilp(problem, limits))

@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,7 +68,7 @@ from tasoc.ir.dag import Node, Value
 from tasoc.ir.shapes import TensorSig
 from tasoc.ir.shard_plan import Plan, free_read
 from tasoc.ir.soap import Config, Mesh, Sharding, ShardingError
-from tasoc.passes.soap.cost_graph import Choice, CostEdge, CostGraph, CostNode
+from tasoc.passes.soap.cost_graph import Choice, CostEdge, CostGraph, CostNode, Floats
 from tasoc.passes.soap.plan import Prescription, Problem, operand_layouts, result_layouts
 from tasoc.passes.soap.problem import configurations
 from tasoc.sim.parallel import (
@@ -168,6 +168,9 @@ class _Builder:
         """Each argument written in place, and the op writing its new value."""
         self.fused: dict[Value, bool] = {}
         """Values XLA never writes (`_fused`), as they are asked."""
+        self.pairs: dict[Hashable, tuple[Floats, Floats, Floats]] = {}
+        """`_edge`'s matrices by all they depend on: an unrolled layer's steps, and
+        the forward and backward of alike layers, read alike values alike."""
 
     def build(self) -> CostModel:
         readers = [node for node in self.dag.ops if node in self.problem.rules]
@@ -231,10 +234,8 @@ class _Builder:
                 if factor not in dims
             )
             time += self._collective("all_reduce", stats, axes)
-        outputs = set(self.dag.outputs)
-        replaced = {self.dag.outputs[i] for i in self.problem.replaces}
         for value, result in zip(node.results, results, strict=True):
-            if value in outputs and value not in replaced and result.unreduced:
+            if value in self.kept_outputs and result.unreduced:
                 time += self._reshard(result, Sharding(result.mesh, result.dims), value.sig)[0]
         held = [
             self._bytes(value, result)
@@ -296,15 +297,22 @@ class _Builder:
         wanted: Sequence[Sharding],
         held: bool,
     ) -> CostEdge:
-        shape = (len(made), len(wanted))
-        time, moved, memory = np.zeros(shape), np.zeros(shape), np.zeros(shape)
-        for i, have in enumerate(made):
-            for j, want in enumerate(wanted):
-                if have == want or free_read(value, want, self.problem.local):
-                    continue
-                time[i, j], moved[i, j] = self._reshard(have, want, value.sig)
-                if held and math.isfinite(time[i, j]):
-                    memory[i, j] = self._bytes(value, want)
+        """The edge reading `value` from `made` (per source option) into `wanted` (per
+        target option): each pair's resharding time and bytes, and the bytes held where
+        `held`; the matrices kept by what they depend on (`pairs`), each edge its copy."""
+        key = (tuple(made), tuple(wanted), value.sig, value in self.problem.local, held)
+        if key not in self.pairs:
+            shape = (len(made), len(wanted))
+            time, moved, memory = np.zeros(shape), np.zeros(shape), np.zeros(shape)
+            for i, have in enumerate(made):
+                for j, want in enumerate(wanted):
+                    if have == want or free_read(value, want, self.problem.local):
+                        continue
+                    time[i, j], moved[i, j] = self._reshard(have, want, value.sig)
+                    if held and math.isfinite(time[i, j]):
+                        memory[i, j] = self._bytes(value, want)
+            self.pairs[key] = (time, moved, memory)
+        time, moved, memory = (matrix.copy() for matrix in self.pairs[key])
         return CostEdge(source, target, time, moved, memory if memory.any() else None)
 
     def _saved(self, value: Value) -> bool:

@@ -501,6 +501,41 @@ def _halving(chains: Mapping[str, Chain], limits: Limits) -> dict[str, StopReaso
     return stops
 
 
+def _offered(best: Best, simulated: Mapping[str, SimulatedStrategy]) -> dict[str, float]:
+    """The starts that may be the best or run a chain offered to `best`, and their
+    costs, in the starts' order; the others are left unpriced (`search` prices them after
+    the chains, for the report).
+
+    A start's cost is its time, or more over the memory cap (infinite, or the time
+    with swapping's stall), and telling whether it is over is a memory check: a
+    replay of the step's buffers, a tenth of a second or more on a 3,000-op step at
+    64 devices. The costs are found in order of time, and only for a start whose time
+    is at most `POLISHED` times the least cost found so far (data parallel's always).
+    That leaves `best` as offering every start in order would:
+
+    * a start left out costs at least its time, over `POLISHED` times a cost found
+      (the least only falls, `POLISHED` > 1), so the least cost is among those
+      found, and offering these in the starts' order keeps the same first start of
+      least cost (`Best.offer` keeps the first of equal costs);
+    * a start left out is over `POLISHED` times the best's cost, so `search` would
+      have run no chain from it;
+    * `Best`'s smallest memory, the figure of the error when no start fits, is read
+      only when none does, and then no cost is finite and none is left out.
+
+    `test_starts_priced_by_time_leave_the_search_as_pricing_every_one` checks it."""
+    costs: dict[str, float] = {}
+    least = math.inf
+    for origin in sorted(simulated, key=lambda origin: simulated[origin].time):
+        if simulated[origin].time > POLISHED * least and origin != "data-parallel":
+            continue
+        costs[origin] = simulated[origin].cost
+        least = min(least, costs[origin])
+    costs = {origin: costs[origin] for origin in simulated if origin in costs}
+    for origin in costs:
+        best.offer(simulated[origin], origin)
+    return costs
+
+
 @paused_gc()  # steps of 10^5 tasks built and edited: `paused_gc` says why
 def search(problem: SoapProblem, starts: Mapping[str, Plan], limits: Limits) -> SearchOutcome[Plan]:
     """The best strategy chains from `starts` (data parallel and the other baselines),
@@ -520,12 +555,12 @@ def search(problem: SoapProblem, starts: Mapping[str, Plan], limits: Limits) -> 
             if plan is not None:
                 starts[origin], simulated[origin] = plan, problem.simulate(plan)
     best = Best(problem)
-    starting = {origin: state.cost for origin, state in simulated.items()}
-    for origin, state in simulated.items():
-        best.offer(state, origin)
+    starting = _offered(best, simulated)
     chains: dict[str, Chain] = {}
     for origin, state in simulated.items():
-        if starting[origin] > POLISHED * best.cost and origin != "data-parallel":
+        if origin not in starting or (
+            starting[origin] > POLISHED * best.cost and origin != "data-parallel"
+        ):
             continue  # hopeless: its chain would be dropped after the first round
         # the report's figures of a start, before its chain edits it (a start without
         # a chain stays as built: the report prices it from there, after the search)
@@ -539,6 +574,10 @@ def search(problem: SoapProblem, starts: Mapping[str, Plan], limits: Limits) -> 
         if chain.best_cost < starting[origin]:
             best.offer(problem.simulate(chain.best), origin)
             best.polish(chain.best, origin)
+    for origin, state in simulated.items():  # the hopeless starts' too, for the report
+        if origin not in starting:  # (`_offered`): never edited, so priced as they began
+            starting[origin] = state.cost
+    starting = {origin: starting[origin] for origin in simulated}
     states = [chain.state for chain in chains.values()]
     totals = {
         key: sum(getattr(chain, key) for chain in chains.values())

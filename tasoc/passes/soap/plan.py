@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tasoc.ir import soap
@@ -185,11 +185,7 @@ def complete(problem: Problem, prescription: Prescription) -> Plan:
         if not node.inputs:
             continue
         rule, mesh = problem.rules[node], mesh_of(node)
-        candidates = (
-            [prescription.configs[node]]
-            if node in prescription.configs
-            else soap.configurations(rule, mesh)
-        )
+        candidates = [prescription.configs[node]] if node in prescription.configs else None
         config, needs = _cheapest(
             problem, meshes, mesh, rule, candidates, node, values, exits, run_of
         )
@@ -221,14 +217,16 @@ def cheapest_config(
     read them in: the fewest bytes of resharding its operands and its results into the
     layouts they leave the program in (`_cheapest`'s order of ties), partial sums read
     as they are where the op is linear in them (in its run, `run_of`: `runs`).
-    What a search's proposal gives the op it edits and, propagating, its readers."""
+    What a search's proposal gives the op it edits and, propagating, its readers
+    (not kept as completion's choices are: with a few dozen candidates per call the
+    key is no longer cheap, and a chain's proposals were not measured faster kept)."""
     meshes = {m.name: m for m in (problem.mesh, *plan.meshes)}
     exits: dict[Value, list[int]] = {}
     for index, value in enumerate(problem.dag.outputs):
         if value.node is node:
             exits.setdefault(value, []).append(index)
     rule = problem.rules[node]
-    return _cheapest(problem, meshes, mesh, rule, candidates, node, plan.values, exits, run_of)
+    return _cheapest_of(problem, meshes, mesh, rule, candidates, node, plan.values, exits, run_of)
 
 
 def runs(order: Sequence[Node], placement: Mapping[Node, Mesh]) -> dict[Node, int]:
@@ -304,12 +302,77 @@ def _exit(
     return completed(produced)
 
 
+CHEAPEST_KEPT = 1 << 16
+"""The most answers of `_cheapest` kept (`_kept_cheapest`) before it starts again."""
+
+_kept_cheapest: dict[Hashable, tuple[Config, tuple[Sharding, ...]]] = {}
+"""`_cheapest`'s answers by all they depend on (`_cheapest_key`)."""
+
+
 def _cheapest(
     problem: Problem,
     meshes: Mapping[str, Mesh],
     mesh: Mesh,
     rule: OpRule,
-    candidates: Iterable[Config],
+    candidates: Sequence[Config] | None,
+    node: Node,
+    values: Mapping[Value, Sharding],
+    exits: Mapping[Value, Sequence[int]],
+    run_of: Mapping[Node, int],
+) -> tuple[Config, tuple[Sharding, ...]]:
+    """`_cheapest_of` (candidates None: every configuration of `rule` on `mesh`), kept
+    by what it depends on: an unrolled RNN's 40 steps, its forward and backward and a
+    ResNet's blocks ask alike, and completion asks once per op and plan (13 plans of
+    3,000-6,000 ops before a 64-device pass's first proposal). An op whose results
+    leave the program is not kept (its answer reads the arguments' layouts too)."""
+    if any(value in exits for value in node.results):
+        return _cheapest_of(problem, meshes, mesh, rule, candidates, node, values, exits, run_of)
+    key = _cheapest_key(problem, meshes, mesh, rule, candidates, node, values, run_of)
+    kept = _kept_cheapest.get(key)
+    if kept is None:
+        if len(_kept_cheapest) >= CHEAPEST_KEPT:
+            _kept_cheapest.clear()
+        kept = _kept_cheapest[key] = _cheapest_of(
+            problem, meshes, mesh, rule, candidates, node, values, exits, run_of
+        )
+    return dict(kept[0]), kept[1]
+
+
+def _cheapest_key(
+    problem: Problem,
+    meshes: Mapping[str, Mesh],
+    mesh: Mesh,
+    rule: OpRule,
+    candidates: Sequence[Config] | None,
+    node: Node,
+    values: Mapping[Value, Sharding],
+    run_of: Mapping[Node, int],
+) -> Hashable:
+    """All `_cheapest_of` reads of an op none of whose results leaves the program: its
+    rule (factors, dims, linear groups, shape-only operands) and result types, the
+    mesh and the meshes its operands may lie on, the candidates, and per operand its
+    layout (or none yet), its type, whether it is local (`free_read`) and whether its
+    producer runs in the op's run (`_operand_choices`)."""
+    run = run_of.get(node)
+    return (
+        rule,
+        node.sigs,
+        mesh,
+        tuple(meshes.items()),
+        None if candidates is None else tuple(tuple(sorted(c.items())) for c in candidates),
+        tuple(
+            (values.get(value), value.sig, value in problem.local, run_of.get(value.node) == run)
+            for value in node.inputs
+        ),
+    )
+
+
+def _cheapest_of(
+    problem: Problem,
+    meshes: Mapping[str, Mesh],
+    mesh: Mesh,
+    rule: OpRule,
+    candidates: Sequence[Config] | None,
     node: Node,
     values: Mapping[Value, Sharding],
     exits: Mapping[Value, Sequence[int]],
@@ -324,6 +387,8 @@ def _cheapest(
     weight's transpose in the backward) would split them because it can, and its
     consumer would pay to gather them back."""
     best: tuple[tuple[int, int, int, int], Config, tuple[Sharding, ...]] | None = None
+    if candidates is None:
+        candidates = soap.configurations(rule, mesh)
     for order, config in enumerate(candidates):
         degree = mesh.degree([axis for axes in config.values() for axis in axes])
         for needs in _operand_choices(rule, config, node, values, mesh.name, run_of):

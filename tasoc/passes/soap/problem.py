@@ -105,7 +105,15 @@ class SoapProblem:
     _states: list[SimulatedStrategy] = field(
         default_factory=list, init=False, repr=False, compare=False
     )
-    """Every state `simulate` made, as chains have left them (`state_of`)."""
+    """Every state this problem made, as chains have left them (`state_of`)."""
+    _waiting: dict[int, tuple[Plan, SimulatedStrategy]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    """States `prepare` set aside for the `simulate` of a plan object, by the plan's id
+    (the plan kept with it, so that its id stays its own)."""
+    _taken: set[int] = field(default_factory=set, init=False, repr=False, compare=False)
+    """The ids of the states `simulate` handed out or `prepare` set aside: a caller may
+    edit them, so no other is given one of them."""
 
     def price(self, plan: Plan) -> Priced:
         """`plan`'s simulated figures, memory traced (what a report shows of a
@@ -129,13 +137,47 @@ class SoapProblem:
 
     def simulate(self, plan: Plan) -> SimulatedStrategy:
         """`plan` simulated as a search prices it: on the machine, memory traced only
-        under a cap, a strategy over it priced by swapping with `place`."""
+        under a cap, a strategy over it priced by swapping with `place`; the caller
+        may edit it. Where `prepare` set a state aside for this very plan object, that
+        state is the answer."""
+        kept = self._waiting.pop(id(plan), None)
+        if kept is not None and kept[0] is plan and kept[1].pristine:
+            return kept[1]
+        state = self._made(plan, self.traces_memory)
+        self._taken.add(id(state))
+        return state
+
+    def prepare(self, plan: Plan) -> None:
+        """Make the state the next `simulate(plan)` (with this very plan object) will
+        hand out, now: a state this problem made of an equal plan, never edited, traced
+        alike and not handed out (the ILP's plan, simulated for its own outcome by
+        `state_of`, is a chain's start next: one build less), else a new one.
+        `search=auto` prepares its starts while HiGHS solves the ILP in another thread
+        (`auto.py`)."""
+        state = next(
+            (
+                state
+                for state in reversed(self._states)
+                if id(state) not in self._taken
+                and state.pristine
+                and state.simulator.memory == self.traces_memory
+                and state.plan == plan
+            ),
+            None,
+        ) or self._made(plan, self.traces_memory)
+        self._taken.add(id(state))
+        self._waiting[id(plan)] = (plan, state)
+
+    def _made(self, plan: Plan, memory: bool) -> SimulatedStrategy:
+        """`plan` simulated, memory traced where `memory` says, derived from the
+        nearest state this problem made where one is near enough
+        (`ShardedStep.derived`: the same figures as a build), and kept among them."""
         state = SimulatedStrategy.of(
             self.program,
             plan,
             self.machine,
             self.memory_cap,
-            memory=self.traces_memory,
+            memory=memory,
             place=self.place,
             near=self._states[::-1],
         )
@@ -145,7 +187,7 @@ class SoapProblem:
     def simulated(self, plan: Plan) -> SimulatedStrategy:
         """`plan` priced as `simulate` prices it, for reading alone (the caller edits
         nothing): a state this problem simulated of an equal plan and never edited
-        where there is one, else `simulate`'s. A chain's best completed again is mostly
+        where there is one, else a new one. A chain's best completed again is mostly
         that best itself, simulated just before (`Best.polish`), and a step of
         thousands of ops takes a build and a memory check to price again."""
         for state in reversed(self._states):
@@ -155,7 +197,7 @@ class SoapProblem:
                 and state.plan == plan
             ):
                 return state
-        return self.simulate(plan)
+        return self._made(plan, self.traces_memory)
 
     def state_of(self, plan: Plan) -> SimulatedStrategy:
         """`plan` simulated with memory traced (what the pass reports and draws): a
@@ -166,19 +208,7 @@ class SoapProblem:
         for state in reversed(self._states):
             if state.pristine and state.simulator.memory and state.plan == plan:
                 return state
-        return self._built(plan)
-
-    def _built(self, plan: Plan) -> SimulatedStrategy:
-        """`plan` simulated with memory traced, derived from the nearest state this
-        problem simulated where one is near enough (`ShardedStep.derived`)."""
-        return SimulatedStrategy.of(
-            self.program,
-            plan,
-            self.machine,
-            self.memory_cap,
-            place=self.place,
-            near=self._states[::-1],
-        )
+        return self._made(plan, memory=True)
 
     def space(self, plan: Plan) -> dict[Node, tuple[Config, ...]]:
         """The ops a search may change, from `plan` (on the mesh or device group each
