@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import threading
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -527,3 +528,36 @@ def test_a_mesh_of_one_device_is_a_trivial_plan_with_a_note(search: str) -> None
     for key in ("simulations_per_second", "delta_vs_full", "update_vs_simulate"):
         assert section.get(key) is None
     assert section["predicted_seconds"]["plan"] == section["predicted_seconds"]["data-parallel"]
+
+
+def test_an_interrupt_while_the_starts_are_priced_does_not_wait_for_the_ilp(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """HiGHS cannot be cut short from Python: `search=auto` solves in a daemon thread,
+    so a Ctrl-C taken while the starts are priced leaves the solve running and reaches
+    the driver at once (a thread pool joined it first)."""
+    release, started = threading.Event(), threading.Event()
+    solving: list[threading.Thread] = []
+
+    def solve(*_: object) -> NoReturn:
+        solving.append(threading.current_thread())
+        started.set()
+        release.wait(60)
+        raise FrontierError("released")
+
+    class Interrupted:
+        place = None
+
+        def prepare(self, _: object) -> NoReturn:
+            started.wait(60)  # the solve is under way, as on a real step
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(auto, "timed_model", lambda _: None)
+    monkeypatch.setattr(auto, "solve_ilp", solve)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            limits = Limits(10, Deadline.after(60), 0)
+            auto.search_auto(Interrupted(), {"start": None}, limits)  # type: ignore[arg-type]
+        assert solving and solving[0].daemon and solving[0].is_alive()
+    finally:
+        release.set()

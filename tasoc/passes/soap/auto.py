@@ -24,14 +24,17 @@ the ILP's seconds (2-3 s of CPU on a 3,000-op RNN step at 64 devices) no longer 
 before the first proposal. What the search finds is what it found with the two in
 turn: the same starts, each priced as before, and the ILP's plan among them, its
 deadline the same share of the time; the ILP's `seconds` count from its start to its
-plan's simulation, the starts' pricing meanwhile included.
+plan's simulation, the starts' pricing meanwhile included. The thread is a daemon
+(`_in_background`): an interrupt taken meanwhile reaches the driver at once, and the
+process exits without waiting for a solve no one will read.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+import threading
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 
 from tasoc.ir.shard_plan import Plan
 from tasoc.passes.search import SearchOutcome
@@ -60,11 +63,10 @@ def search_auto(
     )
     ilp_limits = limits.share(ILP_SHARE)
     model = timed_model(exact_problem)  # here: building it is Python, and shared
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tasoc-ilp") as pool:
-        solving = pool.submit(solve_ilp, exact_problem, ilp_limits, model)
-        for plan in starts.values():
-            problem.prepare(plan)
-        solved = _joined(solving)
+    solving = _in_background(lambda: solve_ilp(exact_problem, ilp_limits, model))
+    for plan in starts.values():
+        problem.prepare(plan)
+    solved = _joined(solving)
     try:
         exact = ilp_outcome(exact_problem, starts, ilp_limits, solved)
     except FrontierError as err:
@@ -82,6 +84,23 @@ def search_auto(
     outcome = mcmc.search(problem, starts, limits)
     outcome.details["ilp"] = ilp_figures
     return outcome
+
+
+def _in_background(solve: Callable[[], IlpSolved]) -> Future[IlpSolved]:
+    """`solve()` in a daemon thread, its result or error in the future returned. Not a
+    `ThreadPoolExecutor`: leaving its block, and the interpreter's exit, join its
+    threads, so a Ctrl-C during the starts' pricing waited for HiGHS to reach its own
+    time limit (a solve cannot be cut short from Python)."""
+    solving: Future[IlpSolved] = Future()
+
+    def run() -> None:
+        try:
+            solving.set_result(solve())
+        except BaseException as err:  # handed to the waiting thread, raised there
+            solving.set_exception(err)
+
+    threading.Thread(target=run, name="tasoc-ilp", daemon=True).start()
+    return solving
 
 
 def _joined(solving: Future[IlpSolved]) -> IlpSolved:
