@@ -30,6 +30,7 @@ def section(times: dict[str, float | None], chain: tuple[float, float] = (1.0, 0
     return {
         "search": "auto",
         "predicted_seconds": times,
+        "simulated_seconds": {name: 1.0 if t is None else t for name, t in times.items()},
         "speedup_over": ratios,
         "best_feasible_baseline": best,
         "speedup_over_best_feasible": None if best is None else ratios[best],
@@ -40,7 +41,7 @@ def section(times: dict[str, float | None], chain: tuple[float, float] = (1.0, 0
 
 def row(bench: ModuleType, model: str, section: dict[str, Any], **where: Any) -> Any:
     machine, devices = where.get("machine", "p100-cluster"), where.get("devices", 16)
-    return bench.Row(model, machine, devices, 1024, 68, 0.1, 0.01, section)
+    return bench.Row(model, machine, devices, 1024, 68, 0.125, 0.01, section)
 
 
 def test_the_verdict_is_over_flexflows_own_baselines_and_the_thesis_low_end(
@@ -55,7 +56,8 @@ def test_the_verdict_is_over_flexflows_own_baselines_and_the_thesis_low_end(
     assert bench.speedup_over(met.section, bench.FLEXFLOW_BASELINES) == pytest.approx(1.4)
     assert bench.verdict(met) == "met"
     line = bench.beside_row(met)
-    assert "| zero 101.0 | 100.0 | auto: MCMC from ilp | 1.01x | 1.40x |" in line
+    # data parallel's step 140 ms over its compute 125 ms: 1.12x at most from its comm
+    assert "| zero 101.0 | 100.0 | auto: MCMC from ilp | 1.01x | 1.40x | 1.12x |" in line
     assert "| 1.3-3.3x (Fig. 3.6" in line and line.endswith("| no | met |")
     # at 1.2x over data parallel, under the thesis' 1.3x
     missed = row(bench, "rnnlm", section({"plan": 0.1, "data-parallel": 0.12, "expert": 0.13}))
