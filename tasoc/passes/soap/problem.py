@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -154,17 +154,8 @@ class SoapProblem:
         `state_of`, is a chain's start next: one build less), else a new one.
         `search=auto` prepares its starts while HiGHS solves the ILP in another thread
         (`auto.py`)."""
-        state = next(
-            (
-                state
-                for state in reversed(self._states)
-                if id(state) not in self._taken
-                and state.pristine
-                and state.simulator.memory == self.traces_memory
-                and state.plan == plan
-            ),
-            None,
-        ) or self._made(plan, self.traces_memory)
+        untaken = (s for s in self._unedited(plan, self.traces_memory) if id(s) not in self._taken)
+        state = next(untaken, None) or self._made(plan, self.traces_memory)
         self._taken.add(id(state))
         self._waiting[id(plan)] = (plan, state)
 
@@ -190,14 +181,16 @@ class SoapProblem:
         where there is one, else a new one. A chain's best completed again is mostly
         that best itself, simulated just before (`Best.polish`), and a step of
         thousands of ops takes a build and a memory check to price again."""
+        return next(self._unedited(plan, self.traces_memory), None) or self._made(
+            plan, self.traces_memory
+        )
+
+    def _unedited(self, plan: Plan, memory: bool) -> Iterator[SimulatedStrategy]:
+        """The states this problem made of a plan equal to `plan`, never edited, memory
+        traced as `memory` says, the newest first."""
         for state in reversed(self._states):
-            if (
-                state.pristine
-                and state.simulator.memory == self.traces_memory
-                and state.plan == plan
-            ):
-                return state
-        return self._made(plan, self.traces_memory)
+            if state.pristine and state.simulator.memory == memory and state.plan == plan:
+                yield state
 
     def state_of(self, plan: Plan) -> SimulatedStrategy:
         """`plan` simulated with memory traced (what the pass reports and draws): a
@@ -205,10 +198,7 @@ class SoapProblem:
         a start's, or a chain's best simulated afresh: building a 3,000-op step again
         costs what a search's last proposals would), else one derived from a state
         near it or built (`SimulatedStrategy.of`); the same figures either way."""
-        for state in reversed(self._states):
-            if state.pristine and state.simulator.memory and state.plan == plan:
-                return state
-        return self._made(plan, memory=True)
+        return next(self._unedited(plan, memory=True), None) or self._made(plan, memory=True)
 
     def space(self, plan: Plan) -> dict[Node, tuple[Config, ...]]:
         """The ops a search may change, from `plan` (on the mesh or device group each
