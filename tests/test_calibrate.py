@@ -675,9 +675,13 @@ def test_calibrate_measures_the_link_between_processes(
     assert {kind for kind, _ in calibrated.inter.collectives} == set(calibration.COLLECTIVES)
     scales = dict(calibrated.compute_scales)  # the workers' probes over one process's
     assert set(scales) == {"2x1", *(f"2x1-{name}" for name in OP_CLASSES)}
-    assert 0 < scales["2x1"] < 100  # a class probe op at --quick sizes may be noise
+    # each a measured ratio (at --quick sizes the probes are near the timer's noise, so
+    # no bound but a finite positive one holds at every load: 117 was seen under load),
+    # written as its source line says it was measured
     assert all(0 < scale < math.inf for scale in scales.values())
-    assert any(s.startswith("compute: ") and "2x1" in s for s in calibrated.sources)
+    computed = " ".join(s for s in calibrated.sources if s.startswith("compute: "))
+    for setup, scale in scales.items():
+        assert f"compute_scales {setup} = {scale:.3g}," in computed, setup
 
 
 def _nothing_written(folder: Path) -> None:
