@@ -48,10 +48,11 @@ scheduler runs their HLO (`sequence`: a FIFO topological sort of the fused progr
 independent work of one depth together), each temporary live from its writer to its
 last reader in that order, arguments and program results held throughout, no buffer
 for what XLA never writes (`fused_away`: reshapes, transposes folded into matmuls,
-fused element-wise chains, outer products; cheap ops recomputed in element-wise
-readers, `duplicated_into`), a `scatter_add` written over zeros made at the start
-(`made_at_start`), a copy of each weight updated in place that an op the update does
-not wait for still reads, from the start to the update (XLA's copy insertion),
+fused element-wise chains, outer products, a training batchnorm's normalized output;
+cheap ops recomputed in element-wise readers, `duplicated_into`), a `scatter_add`
+written over zeros made at the start (`made_at_start`), a copy of each weight updated
+in place that an op the update does not wait for still reads, from the start to the
+update (XLA's copy insertion),
 temporaries placed one at a time in donated weights' buffers as XLA's buffer
 assignment places them (`_outside_donated`), an element-wise result written over a
 dying operand of its size, the copies of arguments convolutions read in their own
@@ -437,6 +438,9 @@ class _Buffer:
     operand: _Buffer | None = None
     """What the collective making it reads on its device, where it is `relaid`
     (`ShardedStep._written_gathered`)."""
+    result: int = 0
+    """Which result of its writer's op it holds (`fused_away` asks of one result of
+    an op of several, `COMPUTED_IN_READERS`)."""
 
 
 Producer = Node
@@ -867,21 +871,26 @@ class ShardedStep:
         @functools.cache
         def last_read(node: Node) -> int:
             """Where a reader `node` last needs its operands: its own task, or, fused
-            into its readers, theirs (and those it is duplicated into)."""
+            into its readers, theirs (and those it is duplicated into); both for an op
+            one of whose results its readers compute (`COMPUTED_IN_READERS`)."""
             if node in fused:
                 buffer = fused[node]
                 slices = (sliced[self._ids[key]] for key in buffer.chain_readers)
-                return max([*map(last_read, buffer.compute_readers), *slices])
+                runs = [at[("op", node, device)]] if node.op in COMPUTED_IN_READERS else []
+                return max([*runs, *map(last_read, buffer.compute_readers), *slices])
             return max([at[("op", node, device)], *map(last_read, copied.get(node, ()))])
 
         @functools.cache
         def unfused(node: Node) -> tuple[Node, ...]:
             """`node`, or where XLA fuses it away (`fused_away`) the readers it is
-            computed in, theirs in turn; and those it is duplicated into. Each once:
-            fusions fan out and meet again (an LSTM's fused cell chain listed 2,582
-            readers per `split` result before)."""
+            computed in, theirs in turn (after `node` itself where it still runs for
+            its other results, `COMPUTED_IN_READERS`); and those it is duplicated
+            into. Each once: fusions fan out and meet again (an LSTM's fused cell
+            chain listed 2,582 readers per `split` result before)."""
             if node in fused:
-                readers = itertools.chain.from_iterable(map(unfused, fused[node].compute_readers))
+                runs = (node,) if node.op in COMPUTED_IN_READERS else ()
+                inside = map(unfused, fused[node].compute_readers)
+                readers = itertools.chain(runs, *inside)
             else:
                 readers = itertools.chain((node,), *map(unfused, copied.get(node, ())))
             return tuple(dict.fromkeys(readers))
@@ -1086,7 +1095,7 @@ class ShardedStep:
                 and self._elementwise(node)
                 and all(self._specs[self._ids[key]].parts > 1 for key in buffer.chain_readers)
             )
-        return fused_away(node, buffer.compute_readers, self._elementwise)
+        return fused_away(node, buffer.compute_readers, self._elementwise, buffer.result)
 
     def _elementwise(self, node: Node) -> bool:
         """`computed_elementwise` on the local shapes `node` reads on a device (only a
@@ -1120,7 +1129,9 @@ class ShardedStep:
         readers' fusions compute it, so it takes no place in the queue and is
         scheduled as soon as its operands are (a chain of element-wise ops, an
         update's scale and add, runs in one wave, not one wave per op: candle_uno's
-        ILP plan held its weight gradients three waves longer than XLA does).
+        ILP plan held its weight gradients three waves longer than XLA does). An op
+        of which XLA computes one result in its readers (`COMPUTED_IN_READERS`)
+        still runs for the others, in a wave of its own.
 
         An all-to-all runs one wave after its operand is ready: XLA feeds it the
         operand's blocks as slices, one instruction each (dlrm's expert plan:
@@ -1148,7 +1159,9 @@ class ShardedStep:
         its own: candle_uno's MCMC plan). An element-wise reader of such a result,
         which reads the gathered layout in XLA, waits for the copy here too: a
         simplification, one wave late for such a reader."""
-        inside = {self._ids[("op", node, device)] for node in fused}
+        inside = {
+            self._ids[("op", node, device)] for node in fused if node.op not in COMPUTED_IN_READERS
+        }
         ranks = self._ranks
         rank = {
             task_id: ranks[key] if key in ranks else ranks.setdefault(key, self._program_rank(key))
@@ -1326,7 +1339,9 @@ class ShardedStep:
                     ready = stats.get(device, writer)
                 elif value.node.is_arg:
                     writer = ready = ("res", device)
-                produced[device] = _Buffer(device, writer, ready, nbytes, kind, kept)
+                produced[device] = _Buffer(
+                    device, writer, ready, nbytes, kind, kept, result=value.index
+                )
             buffers += produced.values()
             group.ready[(value, here)] = produced
             for target in self._targets(value):
@@ -1716,11 +1731,32 @@ the gradient of the values, 64 KB held from the forward to the backward beside t
 exponent)."""
 
 
+COMPUTED_IN_READERS: dict[str, int] = {"batchnorm_train": 0}
+"""Ops of several results one of which (by index) XLA computes element by element from
+the op's input and its other results, inside each reader's loop: a training
+batchnorm's normalized output `(x - mean) * rsqrt(var + eps) * scale + bias`, of its
+input and its batch statistics (JAX's kernel, `backends/jax/backward.py`). The op still
+runs, as the reductions making its statistics; where every reader of that result is
+element-wise, the result is never written and its readers read the op's input, which
+lives until they run (`fused_away`). ResNet-50 data parallel on 2 CPU devices, 4
+samples each: the stem's relu of the normalized convolution is one loop,
+`transpose_copy_fusion.259 = fusion(param.275, copy.1183, add_rsqrt_fusion.52,
+ynn_fusion.153, psum.2240)` (scale, bias, 1/sqrt(var + eps), the convolution, the
+mean), and the relu's gradient `broadcast_select_fusion` reads the convolution
+`ynn_fusion.153` and the statistics again: no buffer of the normalized output, where
+the simulator held one per batchnorm from the forward to the backward (ResNet-101 at
+64 samples a device: 4.2 of its 12.8 GB, docs/benchmarks.md "ResNet-101 on K80s,
+traced")."""
+
+
 def fused_away(
-    node: Node, readers: Collection[Node], elementwise: Callable[[Node], bool] | None = None
+    node: Node,
+    readers: Collection[Node],
+    elementwise: Callable[[Node], bool] | None = None,
+    result: int = 0,
 ) -> bool:
-    """Whether XLA never writes `node`'s result, its `readers` reading the op's
-    operands instead, which then live until those readers run
+    """Whether XLA never writes `node`'s result number `result`, its `readers` reading
+    the op's operands instead, which then live until those readers run
     (`ShardedStep._buffers_of`):
 
     * a `reshape` of a row-major array is a bitcast: the same buffer;
@@ -1730,17 +1766,24 @@ def fused_away(
     * an op XLA computes element by element (`elementwise`, at global shapes when
       None) whose readers are all such ops is computed inside each reader's loop
       (XLA's loop fusion; a collective, a contraction or a reduction reads a
-      materialized operand).
+      materialized operand);
+    * the result of an op of several that XLA computes element by element
+      (`COMPUTED_IN_READERS`: a training batchnorm's normalized output) whose readers
+      are all such ops likewise.
 
-    Only an op of one result that something reads."""
-    if len(node.results) != 1 or not readers:
+    Otherwise only an op of one result that something reads."""
+    if not readers:
+        return False
+    pointwise = elementwise or computed_elementwise
+    if result == COMPUTED_IN_READERS.get(node.op):
+        return all(map(pointwise, readers))
+    if len(node.results) != 1:
         return False
     ops = {reader.op for reader in readers}
     if node.op == "reshape":
         return True
     if node.op == "transpose" and ops == {"matmul"}:
         return node.inputs[0].node.op not in DIVIDED
-    pointwise = elementwise or computed_elementwise
     return pointwise(node) and all(map(pointwise, readers))
 
 

@@ -15,9 +15,10 @@ Nodes are the choices a strategy makes on one mesh:
   forward values a backward or update op reads (activations saved for the backward;
   a reader XLA fuses away counts as its readers), but not those XLA never writes (a
   reshape, a transpose folded into a matmul, an element-wise op fused into its
-  readers: `fused_away`), while a cheap element-wise op's operand counts as read by
-  the element-wise readers XLA duplicates the op into (`duplicated_into`: a relu's
-  input, read again by its gradient); the zero-filled result of a `scatter_add` or a
+  readers, a training batchnorm's normalized output: `fused_away`), while a cheap
+  element-wise op's operand counts as read by the element-wise readers XLA
+  duplicates the op into (`duplicated_into`: a relu's input, read again by its
+  gradient); the zero-filled result of a `scatter_add` or a
   max-pooling's gradient, which XLA makes at the step's start (`made_at_start`), and
   such a gradient's argmax, found as soon as its input exists (`argmax_of`: the
   input itself is then not read by the gradient); and program results (a new weight
@@ -355,20 +356,26 @@ class _Builder:
         shapes: an option's local shapes are not known here)."""
         if value not in self.fused:
             readers = [use.node for use in self.consumers.get(value, ())]
-            self.fused[value] = not value.node.is_arg and fused_away(value.node, readers)
+            self.fused[value] = not value.node.is_arg and fused_away(
+                value.node, readers, result=value.index
+            )
         return self.fused[value]
 
     def _readers(self, value: Value) -> Iterator[Node]:
-        """The ops reading `value`, one XLA fuses away standing for its readers, one
+        """The ops reading `value`, one XLA fuses away standing for its readers (beside
+        itself where it still runs for its other results: a training batchnorm), one
         XLA duplicates into some of its readers (`duplicated_into`) together with
         those; a max-pooling's gradient does not read its input (`argmax_of`)."""
         for use in self.consumers.get(value, ()):
             reader = use.node
             if argmax_of(reader, value.node):
                 continue  # it reads the argmax found in the forward, not the input
-            if len(reader.results) == 1 and self._fused(reader.results[0]):
+            fused = [result for result in reader.results if self._fused(result)]
+            if len(reader.results) == 1 and fused:
                 yield from self._readers(reader.results[0])
                 continue
+            for result in fused:  # computed in its readers' loops (`COMPUTED_IN_READERS`)
+                yield from self._readers(result)
             yield reader
             if len(reader.results) == 1:  # readers computing `reader` in their own loop
                 readers = [use.node for use in self.consumers.get(reader.results[0], ())]
