@@ -420,7 +420,7 @@ def test_a_training_batchnorms_normalized_output_is_computed_in_its_readers() ->
     assert estimate[0] < others + held("conv2d") + held("relu")
     for node in (node for node in forward if node.op == "batchnorm_train"):
         readers = [use.node for use in problem.dag.consumers()[node.results[0]]]
-        assert fused_away(node, readers, result=0)
-        assert not fused_away(node, readers, result=1)
+        assert fused_away(node.results[0], readers)
+        assert not fused_away(node.results[1], readers)
         conv = next(node for node in forward if node.op == "conv2d")
-        assert not fused_away(node, [*readers, conv], result=0)
+        assert not fused_away(node.results[0], [*readers, conv])

@@ -1095,7 +1095,7 @@ class ShardedStep:
                 and self._elementwise(node)
                 and all(self._specs[self._ids[key]].parts > 1 for key in buffer.chain_readers)
             )
-        return fused_away(node, buffer.compute_readers, self._elementwise, buffer.result)
+        return fused_away(node.results[buffer.result], buffer.compute_readers, self._elementwise)
 
     def _elementwise(self, node: Node) -> bool:
         """`computed_elementwise` on the local shapes `node` reads on a device (only a
@@ -1750,13 +1750,10 @@ traced")."""
 
 
 def fused_away(
-    node: Node,
-    readers: Collection[Node],
-    elementwise: Callable[[Node], bool] | None = None,
-    result: int = 0,
+    value: Value, readers: Collection[Node], elementwise: Callable[[Node], bool] | None = None
 ) -> bool:
-    """Whether XLA never writes `node`'s result number `result`, its `readers` reading
-    the op's operands instead, which then live until those readers run
+    """Whether XLA never writes `value`, an op's result, its `readers` reading the op's
+    operands instead, which then live until those readers run
     (`ShardedStep._buffers_of`):
 
     * a `reshape` of a row-major array is a bitcast: the same buffer;
@@ -1772,10 +1769,11 @@ def fused_away(
       are all such ops likewise.
 
     Otherwise only an op of one result that something reads."""
+    node = value.node
     if not readers:
         return False
     pointwise = elementwise or computed_elementwise
-    if result == COMPUTED_IN_READERS.get(node.op):
+    if value.index == COMPUTED_IN_READERS.get(node.op):
         return all(map(pointwise, readers))
     if len(node.results) != 1:
         return False

@@ -356,9 +356,7 @@ class _Builder:
         shapes: an option's local shapes are not known here)."""
         if value not in self.fused:
             readers = [use.node for use in self.consumers.get(value, ())]
-            self.fused[value] = not value.node.is_arg and fused_away(
-                value.node, readers, result=value.index
-            )
+            self.fused[value] = not value.node.is_arg and fused_away(value, readers)
         return self.fused[value]
 
     def _readers(self, value: Value) -> Iterator[Node]:
