@@ -1,6 +1,7 @@
 """The simulator's per-device peak memory against XLA's (issue 30, item 1).
 
     .venv/bin/python benchmarks/sim_memory.py [--models a,b] [--plans a,b] [--budget 100] [--quick]
+    .venv/bin/python benchmarks/sim_memory.py --zoo 'resnet101?batch=512' --plans data-parallel
 
 For each model's training step (`autodiff{optimizer=sgd}`, `benchmarks/autodiff.py`'s
 reduced shapes and losses) and each plan a search writes on 8 devices of the `cpu-8`
@@ -17,6 +18,10 @@ temporary bytes; the last two the cost graph's memory for the plan (FT's and the
 ILP's eq. 3, `passes/soap/costs.py`) and its error against the simulated peak.
 Nothing here is timed: memory does not depend on the machine's load.
 XLA runs with its default optimization level (the test suite's `-O0` is not set here).
+`--zoo SPEC` compares a zoo model's own shapes instead (its `train=sgd` step, SPEC's
+batch global over the 8 devices: `resnet101?batch=512` is FlexFlow's 64 a GPU), as
+soap-shard checks them against a device's memory; XLA only compiles, nothing is
+allocated.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from xdsl.dialects.builtin import ModuleOp  # noqa: E402
 
 from tasoc.backends.jax.sharded import lower_sharded  # noqa: E402
 from tasoc.cost.machines import Machine, machine  # noqa: E402
+from tasoc.driver.sources import build_zoo_model  # noqa: E402
 from tasoc.ir import dag as dag_module  # noqa: E402
 from tasoc.ir.program import entry_function  # noqa: E402
 from tasoc.ir.shard_plan import Plan, write_sharded  # noqa: E402
@@ -71,6 +77,9 @@ SEARCH_S = 120.0
 """Each search's time limit (the ILP and FT take seconds, MCMC stops on its budget)."""
 GOAL = 0.05
 """Issue 30: the simulated peak within 5 % of XLA's."""
+
+ZOO_TRAINING = "train=sgd&lr=0.01"
+"""The step `--zoo` builds, as `benchmarks/papers_shapes.py` does."""
 
 OVERRIDES: dict[str, dict[str, int]] = {"rnnlm": {"seq": 8}}
 """Options over `benchmarks/autodiff.py`'s shapes: the RNN unrolled 8 steps, not 16,
@@ -126,6 +135,11 @@ def step_of(name: str) -> ModuleOp:
     options, loss = MODELS[name]
     forward = get_model(name).build(**(options | OVERRIDES.get(name, {})))
     return applied(pass_options(loss, "sgd"), forward)
+
+
+def zoo_step(spec: str) -> ModuleOp:
+    """The zoo model `spec` (`name?option=value&...`) at its own shapes, trained by sgd."""
+    return build_zoo_model(f"{spec}{'&' if '?' in spec else '?'}{ZOO_TRAINING}")
 
 
 def plan_of(problem: Problem, strategy: str, cpu: Machine, budget: int) -> Plan:
@@ -209,6 +223,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--plans", default=None, help=f"comma-separated of {', '.join(PLANS)}")
     parser.add_argument("--budget", type=int, default=None, help=f"mcmc proposals ({BUDGET})")
     parser.add_argument(
+        "--zoo", default=None, help="a zoo model at its own shapes instead of --models"
+    )
+    parser.add_argument(
         "--quick",
         action="store_true",
         help=f"{', '.join(QUICK_MODELS)}; {', '.join(QUICK_PLANS)}; budget {QUICK_BUDGET}",
@@ -233,8 +250,9 @@ def main(argv: Sequence[str] | None = None) -> list[Row]:
     print(f"# {datetime.date.today()}, {os.cpu_count()} cores, {versions()}")
     print(f"# simulated on cpu-{DEVICES}; XLA's memory_analysis of the compiled plan\n")
     rows = []
-    for name in args.models:
-        step = step_of(name)
+    steps = [args.zoo] if args.zoo else args.models
+    for name in steps:
+        step = zoo_step(name) if args.zoo else step_of(name)
         for strategy in args.plans:
             row = row_of(name, step, strategy, args.budget)
             if row is None:
