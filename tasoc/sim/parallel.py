@@ -1741,12 +1741,12 @@ element-wise, the result is never written and its readers read the op's input, w
 lives until they run (`fused_away`). ResNet-50 data parallel on 2 CPU devices, 4
 samples each: the stem's relu of the normalized convolution is one loop,
 `transpose_copy_fusion.259 = fusion(param.275, copy.1183, add_rsqrt_fusion.52,
-ynn_fusion.153, psum.2240)` (scale, bias, 1/sqrt(var + eps), the convolution, the
-mean), and the relu's gradient `broadcast_select_fusion` reads the convolution
-`ynn_fusion.153` and the statistics again: no buffer of the normalized output, where
-the simulator held one per batchnorm from the forward to the backward (ResNet-101 at
-64 samples a device: 4.2 of its 12.8 GB, docs/benchmarks.md "ResNet-101 on K80s,
-traced")."""
+ynn_fusion.153, psum.2240)` (the bias, a copy of the scale, 1/sqrt(var + eps), the
+convolution, the all-reduced mean), and the relu's gradient `broadcast_select_fusion`
+reads the convolution `ynn_fusion.153` and the statistics again: no buffer of the
+normalized output, where the simulator held one per batchnorm from the forward to the
+backward (ResNet-101 at 64 samples a device: 4.2 of its 12.8 GB, docs/benchmarks.md
+"ResNet-101 on K80s, traced")."""
 
 
 def fused_away(
