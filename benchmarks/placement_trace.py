@@ -34,19 +34,31 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
-from placement import MACHINE, MODELS, SWAPADVISOR_RATIOS, reused_peak, training_step
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from placement import (
+    MACHINE,
+    MODELS,
+    QUICK_MODELS,
+    SWAPADVISOR_RATIOS,
+    reused_peak,
+    training_step,
+)
 
 from tasoc.cost.machines import machine
 from tasoc.ir.dag import Dag, Node, Value, from_module
 from tasoc.ir.liveness import peak_memory, value_kinds
 from tasoc.ir.memory import tensor_bytes
-from tasoc.ir.placement_plan import Recompute, SwapIn, SwapOut
+from tasoc.ir.placement_plan import PlacementPlan, Recompute, SwapIn, SwapOut
 from tasoc.ir.program import entry_function
 from tasoc.ir.training import TrainingSignature, training_signature
 from tasoc.passes.placement.planning import PlanningOutcome, plan_within
 from tasoc.passes.placement.problem import PlacementProblem
 from tasoc.passes.placement.recompute import saved_activations
+from tasoc.passes.placement.schedules import seed_orders
 from tasoc.passes.placement.swap_planner import working_set
 from tasoc.passes.search import Deadline
 from tasoc.sim.placement import COMPUTE, SWAP_IN, SWAP_OUT, PlacedSimulation
@@ -65,6 +77,8 @@ class Wait:
     """`swap-in: <why the copy ended late>`, `swap-out (room)` or `other`."""
     value: Value | None
     """The value copied, for a wait on a copy."""
+    copy: int | None = None
+    """The schedule entry of that copy."""
 
 
 def waits(run: PlacedSimulation, schedule: Sequence[object]) -> list[Wait]:
@@ -87,29 +101,124 @@ def waits(run: PlacedSimulation, schedule: Sequence[object]) -> list[Wait]:
             cause, value = f"swap-in: {_late(run, binding, copy_of, schedule)}", entry.value
         elif isinstance(entry, SwapOut):
             cause, value = "swap-out (room)", entry.value
-        found.append(Wait(index, start[task_id] - ready, cause, value))
+        copy = copy_of.get(binding) if value is not None else None
+        found.append(Wait(index, start[task_id] - ready, cause, value, copy))
     return found
+
+
+def over_ideal(
+    run: PlacedSimulation, schedule: Sequence[object], problem: PlacementProblem
+) -> dict[str, float]:
+    """Where `run`'s time over the ideal went, in seconds: `recompute` (the ops run
+    again), `waits` (the compute stream's, `waits`) and `tail` (copies still running
+    after the last op), beside `step` and `ideal` (the ops' own time)."""
+    last_op = max(
+        run.timeline.end[t] for t in run.tasks if t is not None and run.graph[t].resource == COMPUTE
+    )
+    return {
+        "step": run.seconds,
+        "ideal": run.compute_seconds,
+        "recompute": sum(problem.seconds[e.node] for e in schedule if isinstance(e, Recompute)),
+        "waits": sum(wait.seconds for wait in waits(run, schedule)),
+        "tail": run.seconds - last_op,
+    }
+
+
+def _part(run: PlacedSimulation, copy: int) -> int:
+    """The task of copy `copy` (its end task) that ended last: its run on its
+    direction's stream, or its share of the link both directions share."""
+    graph, end = run.graph, run.timeline.end
+    return max(graph[copy].deps, key=end.__getitem__) if graph[copy].deps else copy
 
 
 def _late(
     run: PlacedSimulation, copy: int, copy_of: dict[int, int], schedule: Sequence[object]
 ) -> str:
-    """Why swap-in `copy` (its end task) ended when it did: queued behind other
-    swap-ins on its stream, or its start waited for its place in the schedule (the op
-    before it), for room (a swap-out), or for its own value's swap-out."""
+    """Why swap-in `copy` (its end task) ended when it did: queued on its stream or on
+    the shared link (the part of it that ended last), or its start waited for its place
+    in the schedule (the op before it), for room (a swap-out), or for its own value's
+    swap-out."""
     graph, start, end = run.graph, run.timeline.start, run.timeline.end
-    one_way = next(d for d in graph[copy].deps if graph[d].resource == SWAP_IN)
-    deps = graph[one_way].deps
+    part = _part(run, copy)
+    deps = graph[part].deps
     ready = max((end[d] for d in deps), default=0.0)
-    if start[one_way] > ready + 1e-9:
-        return "queued behind swap-ins"
+    if start[part] > ready + 1e-9:
+        return f"queued on the {graph[part].resource}"
     binding = max(deps, key=end.__getitem__)
     if graph[binding].resource == COMPUTE:
         return "placed late (its place in the schedule)"
     entry = schedule[copy_of[binding]] if binding in copy_of else None
-    if isinstance(entry, SwapOut) and entry.value == schedule[copy_of[copy]].value:  # type: ignore[attr-defined]
+    mine = schedule[copy_of[copy]]
+    if isinstance(entry, SwapOut) and isinstance(mine, SwapIn) and entry.value == mine.value:
         return "its own swap-out"
     return "room (a swap-out)"
+
+
+def queue_ahead(run: PlacedSimulation, schedule: Sequence[object], copy_entry: int) -> str:
+    """The copies that ran where the copy of schedule entry `copy_entry` queued (the
+    part of it that ended last: its stream, or the shared link) while it was ready:
+    how many and their bytes, by direction."""
+    graph, start, end = run.graph, run.timeline.start, run.timeline.end
+    mine = run.tasks[copy_entry]
+    assert mine is not None
+    part = _part(run, mine)
+    resource = graph[part].resource
+    ready = max((end[d] for d in graph[part].deps), default=0.0)
+    ahead: Counter[str] = Counter()
+    count = 0
+    for entry, task in enumerate(run.tasks):
+        copy = schedule[entry]
+        if task is None or task == mine or not isinstance(copy, SwapIn | SwapOut):
+            continue
+        for other in graph[task].deps:
+            if graph[other].resource == resource and ready <= start[other] < start[part]:
+                count += 1
+                ahead[type(copy).__name__] += tensor_bytes(copy.value.sig)
+    return f"{count} copies ran on the {resource} ahead of it while it was ready ({_mib(ahead)})"
+
+
+def _mib(by: Counter[str]) -> str:
+    return ", ".join(f"{k} {v / 2**20:.0f} MiB" for k, v in by.most_common()) or "none"
+
+
+def first_readers(schedule: Sequence[object]) -> dict[int, int]:
+    """Each swap-in's entry -> the entry of the first op that reads the copy it makes."""
+    pending: dict[Value, int] = {}
+    found: dict[int, int] = {}
+    for index, entry in enumerate(schedule):
+        if isinstance(entry, SwapIn):
+            pending[entry.value] = index
+        elif isinstance(entry, Node | Recompute):
+            node = entry.node if isinstance(entry, Recompute) else entry
+            for value in node.inputs:
+                if value in pending:
+                    found[pending.pop(value)] = index
+    return found
+
+
+def phases(run: PlacedSimulation, schedule: Sequence[object], kinds: dict[Value, str]) -> None:
+    """The forward pass (to the end of the last op making an activation, not run again)
+    and the rest: each one's length, and how busy compute and the copy streams were in
+    it."""
+    graph, start, end = run.graph, run.timeline.start, run.timeline.end
+    last = max(
+        end[task]
+        for entry, task in zip(schedule, run.tasks, strict=True)
+        if isinstance(entry, Node) and task is not None and kinds[entry.results[0]] == "activations"
+    )
+    spans = {"forward": (0.0, last), "backward": (last, run.seconds)}
+    for name, (lo, hi) in spans.items():
+        busy = Counter[object]()
+        for task_id in graph.ids():
+            overlap = min(end[task_id], hi) - max(start[task_id], lo)
+            if overlap > 0:
+                busy[graph[task_id].resource] += overlap
+        print(
+            f"{name}: {(hi - lo) * MS:.1f} ms; busy "
+            + ", ".join(
+                f"{r} {busy[r] * MS:.1f}" for r in (COMPUTE, SWAP_IN, SWAP_OUT, "host-link")
+            )
+        )
 
 
 def kinds_of(values: Sequence[Value], kinds: dict[Value, str]) -> dict[str, int]:
@@ -125,8 +234,9 @@ def report(
     signature: TrainingSignature,
     cpu: float,
     top: int,
-) -> None:
-    """Print the trace of `outcome`'s plan (module docstring)."""
+) -> dict[str, float]:
+    """Print the trace of `outcome`'s plan (module docstring); return where its time
+    over the ideal went (`over_ideal`)."""
     dag, plan = problem.dag, outcome.plan
     run = outcome.simulated[outcome.plan_name]
     ideal = outcome.simulated["ideal"].seconds
@@ -134,9 +244,10 @@ def report(
     kinds = value_kinds(dag, signature)
     print(f"planning: {cpu:.1f} s of CPU; phases (wall) {outcome.planner_seconds}")
     print(f"notes: {outcome.notes}")
-    print(f"fractions of ideal: " + ", ".join(
-        f"{name} {ideal / sim.seconds:.1%}" for name, sim in outcome.simulated.items()
-    ))
+    print(
+        "fractions of ideal: "
+        + ", ".join(f"{name} {ideal / sim.seconds:.1%}" for name, sim in outcome.simulated.items())
+    )
     print(f"plan kept: {outcome.plan_name}")
     if outcome.recomputed is not None:
         rec = outcome.recomputed
@@ -144,8 +255,12 @@ def report(
         print(
             f"recompute rule: ratio {rec.rule.ratio}, several {rec.rule.several}, depth "
             f"{rec.rule.depth}, candidates {rec.candidates}; joint: "
-            + (f"{joint.to_swap} to swap, {joint.to_recompute} to recompute, "
-               f"{joint.evaluations} plans" if joint else "not run")
+            + (
+                f"{joint.to_swap} to swap, {joint.to_recompute} to recompute, "
+                f"{joint.evaluations} plans"
+                if joint
+                else "not run"
+            )
         )
     print(
         f"step {run.seconds * MS:.1f} ms against ideal {ideal * MS:.1f} ms: "
@@ -177,7 +292,8 @@ def report(
             for r in (COMPUTE, SWAP_IN, SWAP_OUT, "host-link")
         )
     )
-    recompute_s = sum(problem.seconds[node] for node in again)
+    phases(run, plan.schedule, kinds)
+    recompute_s = over_ideal(run, plan.schedule, problem)["recompute"]
     recomputed = sum(tensor_bytes(v.sig) for node in again for v in node.results)
     by_op = Counter(node.op for node in again)
     print(
@@ -188,8 +304,11 @@ def report(
     causes: Counter[str] = Counter()
     for wait in found:
         causes[wait.cause] += wait.seconds
-    stalled = sum(causes.values())
-    print(f"compute stream waits {stalled * MS:.1f} ms in {len(found)} waits:")
+    over = over_ideal(run, plan.schedule, problem)
+    print(
+        f"compute stream waits {over['waits'] * MS:.1f} ms in {len(found)} waits, and copies "
+        f"run {over['tail'] * MS:.1f} ms after the last op:"
+    )
     for cause, seconds in causes.most_common():
         print(f"  {cause}: {seconds * MS:.1f} ms")
     waited_for = Counter[str]()
@@ -202,13 +321,17 @@ def report(
         entry = plan.schedule[wait.entry]
         node = entry.node if isinstance(entry, Recompute) else entry
         value = wait.value
-        what = "" if value is None else (
-            f" for {_name(dag, value)} "
-            f"({kinds[value]}, {tensor_bytes(value.sig) / 2**20:.0f} MiB)"
+        what = (
+            ""
+            if value is None
+            else (
+                f" for {_name(dag, value)} "
+                f"({kinds[value]}, {tensor_bytes(value.sig) / 2**20:.0f} MiB)"
+            )
         )
         print(
             f"  {wait.seconds * MS:6.2f} ms before {getattr(node, 'op', node)} "
-            f"(entry {wait.entry}){what}: {wait.cause}"
+            f"(entry {wait.entry}){what}: {wait.cause}{_ahead(run, plan.schedule, wait)}"
         )
     bound = outcome.bound
     if bound is not None:
@@ -221,6 +344,7 @@ def report(
             f"{bound.least_peak_bytes / GB:.3f} GB"
         )
     hardness(dag, problem, signature, kinds)
+    return over
 
 
 def hardness(
@@ -235,8 +359,7 @@ def hardness(
         args[kinds[arg.out]] += tensor_bytes(arg.out.sig)
     saved = sum(tensor_bytes(v.sig) for v in saved_activations(problem))
     forward = sum(
-        tensor_bytes(v.sig) for node in dag.ops for v in node.results
-        if kinds[v] == "activations"
+        tensor_bytes(v.sig) for node in dag.ops for v in node.results if kinds[v] == "activations"
     )
     print(
         f"capacity {capacity / GB:.3f} GB: largest op {op.op} holds {needed / GB:.3f} GB "
@@ -245,6 +368,33 @@ def hardness(
         f"{saved / GB:.2f} GB ({saved / capacity:.1f}x the capacity), every forward result "
         f"{forward / GB:.2f} GB"
     )
+
+
+def _ahead(run: PlacedSimulation, schedule: Sequence[object], wait: Wait) -> str:
+    """For a wait on a queued copy (or on its value's queued swap-out): what ran ahead of
+    it where it queued."""
+    if wait.copy is None:
+        return ""
+    entry = wait.copy
+    if "own swap-out" in wait.cause:  # the value's swap-out before this swap-in
+        entry = max(
+            i
+            for i in range(wait.copy)
+            if isinstance(schedule[i], SwapOut) and schedule[i].value == wait.value  # type: ignore[attr-defined]
+        )
+    elif "queued" not in wait.cause:
+        return ""
+    return f" [{queue_ahead(run, schedule, entry)}]"
+
+
+def _records(prices: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The prices that beat every earlier one (the plans priced after the ideal's)."""
+    best, found = float("inf"), []
+    for cpu_s, seconds in prices:
+        if seconds < best:
+            best = seconds
+            found.append((cpu_s, seconds))
+    return found
 
 
 def _name(dag: Dag, value: Value) -> str:
@@ -261,28 +411,43 @@ def _ms(by: Counter[str]) -> str:
     return ", ".join(f"{k} {v * MS:.1f} ms" for k, v in by.most_common())
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="nasnet", choices=sorted(MODELS))
+    parser.add_argument("--quick", action="store_true", help="a tiny RNN (smoke test)")
     parser.add_argument("--ratio", default="sa", help="a number, or sa (SwapAdvisor's own)")
     parser.add_argument("--in-place", action="store_true", help="in-place=on")
     parser.add_argument("--timeout", type=float, default=None, help="seconds; none: no limit")
     parser.add_argument("--top", type=int, default=12, help="the largest waits listed")
     args = parser.parse_args(argv)
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load {os.getloadavg()[0]:.2f}")
-    step = training_step(args.model, MODELS)
+    models = QUICK_MODELS if args.quick else MODELS
+    name = next(iter(QUICK_MODELS)) if args.quick else args.model
+    step = training_step(name, models)
     function = entry_function(step)
     peak = reused_peak(step) if args.in_place else peak_memory(function).peak_bytes
-    ratio = SWAPADVISOR_RATIOS[args.model] if args.ratio == "sa" else float(args.ratio)
+    ratio = SWAPADVISOR_RATIOS[name] if args.ratio == "sa" else float(args.ratio)
     capacity = int(peak / ratio)
     signature = training_signature(function)
     assert signature is not None
     dag = from_module(step, keep_order=True)
     cluster = machine(MACHINE)
-    print(f"# {args.model} x{ratio:g}: {len(dag.ops)} ops, peak {peak / GB:.3f} GB, "
-          f"capacity {capacity / GB:.3f} GB")
+    print(
+        f"# {name} x{ratio:g}: {len(dag.ops)} ops, peak {peak / GB:.3f} GB, "
+        f"capacity {capacity / GB:.3f} GB"
+    )
     deadline = Deadline.after(args.timeout) if args.timeout is not None else None
     cpu = time.process_time()
+    prices: list[tuple[float, float]] = []  # (CPU so far, simulated seconds) per plan priced
+    simulate = PlacementProblem.simulate
+
+    def probed(self: PlacementProblem, plan: PlacementPlan) -> PlacedSimulation:
+        """The one simulator, unchanged, with the CPU at which each plan was priced."""
+        run = simulate(self, plan)
+        prices.append((time.process_time() - cpu, run.seconds))
+        return run
+
+    PlacementProblem.simulate = probed  # type: ignore[method-assign]
     outcome = plan_within(
         dag,
         signature,
@@ -295,9 +460,26 @@ def main(argv: Sequence[str] | None = None) -> None:
         in_place=args.in_place,
     )
     cpu = time.process_time() - cpu
+    PlacementProblem.simulate = simulate  # type: ignore[method-assign]
     problem = PlacementProblem.of(dag, signature, capacity, cluster, in_place=args.in_place)
-    report(outcome, problem, signature, cpu, args.top)
+    kept = outcome.simulated[outcome.plan_name].seconds
+    ideal = outcome.simulated["ideal"].seconds
+    reached = next(i for i, (_, seconds) in enumerate(prices) if seconds == kept)
+    print(
+        f"the kept plan's time was first priced after {prices[reached][0]:.1f} s of CPU, "
+        f"plan {reached + 1} of the {len(prices)} priced; the best so far as the CPU went "
+        "(s: % of ideal): "
+        + ", ".join(
+            f"{cpu_s:.1f}: {ideal / seconds:.1%}" for cpu_s, seconds in _records(prices[1:])
+        )
+    )
+    orders = {"own": tuple(dag.ops)} | {
+        f"seed {i}": tuple(order) for i, order in enumerate(seed_orders(dag))
+    }
+    print(f"its schedule: {[k for k, o in orders.items() if o == tuple(outcome.plan.order)]}")
+    accounted = report(outcome, problem, signature, cpu, args.top)
     print(f"# load at the end {os.getloadavg()[0]:.2f}", file=sys.stderr)
+    return accounted
 
 
 if __name__ == "__main__":
