@@ -658,8 +658,8 @@ class SwapScan:
 
     def resident_at_end(self) -> set[int]:
         """The persistent arguments whose new values are on the device at the end: one
-        pass over the new values (asking per argument was quadratic, 2.4M looks a scan
-        on nasnet's 1.5k params, a tenth of the recomputation pricing's CPU)."""
+        pass over the new values (asking per argument was quadratic: 2.4M looks a plan
+        on nasnet's 1.5k params and statistics)."""
         return {arg for value, arg in self.persistent_new.items() if value in self.resident}
 
     def plan(self) -> PlacementPlan:
