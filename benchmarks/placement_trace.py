@@ -22,7 +22,10 @@ pricing starts from only when it found one that fits), with no deadline unless
 - the lower bound's floors, and how hard the capacity is: against the largest op's
   working set, the params, the saved activations.
 
-Every time is simulated on `v100-swapadvisor`; the CPU is this process's.
+`--shape` sets the model's options over `MODELS`' and `--capacity` the bytes over the
+ratio's; `--hardness-only` prints the last line alone, without planning (SwapAdvisor's
+NasNet-25 in 16 GB: `--shape repeat=25,batch=64 --capacity 16e9`). Every time is
+simulated on `v100-swapadvisor`; the CPU is this process's.
 """
 
 from __future__ import annotations
@@ -361,12 +364,13 @@ def hardness(
     forward = sum(
         tensor_bytes(v.sig) for node in dag.ops for v in node.results if kinds[v] == "activations"
     )
+    every = sum(tensor_bytes(v.sig) for node in dag.ops for v in node.results)
     print(
         f"capacity {capacity / GB:.3f} GB: largest op {op.op} holds {needed / GB:.3f} GB "
         f"({capacity / needed:.2f}x); arguments {_gb(dict(args))} "
         f"(params {capacity / max(args['params'], 1):.2f}x); saved activations "
-        f"{saved / GB:.2f} GB ({saved / capacity:.1f}x the capacity), every forward result "
-        f"{forward / GB:.2f} GB"
+        f"{saved / GB:.2f} GB ({saved / capacity:.2f}x the capacity); every forward result "
+        f"{forward / GB:.2f} GB, every result {every / GB:.2f} GB"
     )
 
 
@@ -385,6 +389,22 @@ def _ahead(run: PlacedSimulation, schedule: Sequence[object], wait: Wait) -> str
     elif "queued" not in wait.cause:
         return ""
     return f" [{queue_ahead(run, schedule, entry)}]"
+
+
+def _options(given: str) -> dict[str, int | float | str]:
+    """`key=value,...` (`--shape`) as model options, numbers as numbers."""
+    found: dict[str, int | float | str] = {}
+    for item in filter(None, given.split(",")):
+        key, value = item.split("=", 1)
+        for kind in (int, float):
+            try:
+                found[key] = kind(value)
+                break
+            except ValueError:
+                continue
+        else:
+            found[key] = value
+    return found
 
 
 def _records(prices: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -419,23 +439,36 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     parser.add_argument("--in-place", action="store_true", help="in-place=on")
     parser.add_argument("--timeout", type=float, default=None, help="seconds; none: no limit")
     parser.add_argument("--top", type=int, default=12, help="the largest waits listed")
+    parser.add_argument(
+        "--shape", default="", help="the model's options over MODELS', e.g. repeat=25,batch=64"
+    )
+    parser.add_argument("--capacity", type=float, help="bytes, instead of the ratio's")
+    parser.add_argument(
+        "--hardness-only", action="store_true", help="the capacity against the step; no plan"
+    )
     args = parser.parse_args(argv)
     print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load {os.getloadavg()[0]:.2f}")
-    models = QUICK_MODELS if args.quick else MODELS
+    models = dict(QUICK_MODELS if args.quick else MODELS)
     name = next(iter(QUICK_MODELS)) if args.quick else args.model
+    options, loss = models[name]
+    models[name] = (options | _options(args.shape), loss)
     step = training_step(name, models)
     function = entry_function(step)
     peak = reused_peak(step) if args.in_place else peak_memory(function).peak_bytes
     ratio = SWAPADVISOR_RATIOS[name] if args.ratio == "sa" else float(args.ratio)
-    capacity = int(peak / ratio)
+    capacity = int(args.capacity) if args.capacity is not None else int(peak / ratio)
     signature = training_signature(function)
     assert signature is not None
     dag = from_module(step, keep_order=True)
     cluster = machine(MACHINE)
     print(
-        f"# {name} x{ratio:g}: {len(dag.ops)} ops, peak {peak / GB:.3f} GB, "
-        f"capacity {capacity / GB:.3f} GB"
+        f"# {name} {models[name][0]}: {len(dag.ops)} ops, peak {peak / GB:.3f} GB, "
+        f"capacity {capacity / GB:.3f} GB (x{peak / capacity:.3g})"
     )
+    if args.hardness_only:
+        problem = PlacementProblem.of(dag, signature, capacity, cluster, in_place=args.in_place)
+        hardness(dag, problem, signature, value_kinds(dag, signature))
+        return {}
     deadline = Deadline.after(args.timeout) if args.timeout is not None else None
     cpu = time.process_time()
     prices: list[tuple[float, float]] = []  # (CPU so far, simulated seconds) per plan priced
