@@ -131,7 +131,9 @@ def _part(run: PlacedSimulation, copy: int) -> int:
     """The task of copy `copy` (its end task) that ended last: its run on its
     direction's stream, or its share of the link both directions share."""
     graph, end = run.graph, run.timeline.end
-    return max(graph[copy].deps, key=end.__getitem__) if graph[copy].deps else copy
+    if not isinstance(graph[copy].resource, tuple):  # one task: a link not shared
+        return copy
+    return max(graph[copy].deps, key=end.__getitem__)
 
 
 def _late(
@@ -173,7 +175,8 @@ def queue_ahead(run: PlacedSimulation, schedule: Sequence[object], copy_entry: i
         copy = schedule[entry]
         if task is None or task == mine or not isinstance(copy, SwapIn | SwapOut):
             continue
-        for other in graph[task].deps:
+        parts = graph[task].deps if isinstance(graph[task].resource, tuple) else (task,)
+        for other in parts:
             if graph[other].resource == resource and ready <= start[other] < start[part]:
                 count += 1
                 ahead[type(copy).__name__] += tensor_bytes(copy.value.sig)
@@ -296,7 +299,8 @@ def report(
         )
     )
     phases(run, plan.schedule, kinds)
-    recompute_s = over_ideal(run, plan.schedule, problem)["recompute"]
+    over = over_ideal(run, plan.schedule, problem)
+    recompute_s = over["recompute"]
     recomputed = sum(tensor_bytes(v.sig) for node in again for v in node.results)
     by_op = Counter(node.op for node in again)
     print(
@@ -307,7 +311,6 @@ def report(
     causes: Counter[str] = Counter()
     for wait in found:
         causes[wait.cause] += wait.seconds
-    over = over_ideal(run, plan.schedule, problem)
     print(
         f"compute stream waits {over['waits'] * MS:.1f} ms in {len(found)} waits, and copies "
         f"run {over['tail'] * MS:.1f} ms after the last op:"
