@@ -203,14 +203,15 @@ def first_readers(schedule: Sequence[object]) -> dict[int, int]:
 
 
 def phases(run: PlacedSimulation, schedule: Sequence[object], kinds: dict[Value, str]) -> None:
-    """The forward pass (to the end of the last op making an activation, not run again)
-    and the rest: each one's length, and how busy compute and the copy streams were in
-    it."""
+    """The forward pass (up to the start of the first op making a gradient) and the
+    backward (the rest: an order from the outputs may run the loss's own ops last, so
+    the last forward op is not where the backward starts): each one's length, and how
+    busy compute and the copy streams were in it."""
     graph, start, end = run.graph, run.timeline.start, run.timeline.end
-    last = max(
-        end[task]
+    last = min(
+        start[task]
         for entry, task in zip(schedule, run.tasks, strict=True)
-        if isinstance(entry, Node) and task is not None and kinds[entry.results[0]] == "activations"
+        if isinstance(entry, Node) and task is not None and kinds[entry.results[0]] == "gradients"
     )
     spans = {"forward": (0.0, last), "backward": (last, run.seconds)}
     for name, (lo, hi) in spans.items():
