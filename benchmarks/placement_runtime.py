@@ -3,6 +3,7 @@ SwapAdvisor's models (issue 32's Performance: "the runtime mode's measured peak 
 the plan's on a cpu version of each model").
 
     .venv/bin/python benchmarks/placement_runtime.py [--models rnn,brnn,...] [--ratios 2,4]
+        [--machine v100-swapadvisor] [--keep FOLDER]
 
 For each model of `benchmarks/placement.py` (SwapAdvisor's wresnet, inception_v4,
 nasnet, rnn, brnn, and the transformer) at its CPU version (`CPU_MODELS`: the zoo's
@@ -18,6 +19,12 @@ measures after every op are the verifier's replay of the plan
 (`backends/jax/placed.py`: "measured" is the bytes of the arrays in JAX's `device`
 memory kind among `jax.live_arrays()` after each op, host values lying in
 `pinned_host`; the report's `measured_bytes`).
+
+`--machine` is what the pass prices plans on: placement.py's `v100-swapadvisor` by
+default; `cpu-1` (this machine, whose runtime runs the plans) makes the pass keep
+recomputing plans on these steps, which the V100's link swaps faster than they run
+again. `--ratios sa` is SwapAdvisor's own ratio of each model (placement.py's
+`SWAPADVISOR_RATIOS`); `--keep` keeps the placed programs and the runs' reports.
 
 A row gives the model, the step's ops, the ratio, the capacity, the plan's peak (the
 replay), the measured peak (the run's report), whether the check passed, the ops the
@@ -47,7 +54,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from placement import MACHINE, reused_peak, training_step
+from placement import MACHINE, model_ratios, reused_peak, training_step
 from timing import versions
 from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
@@ -195,7 +202,9 @@ def measure(name: str, step: ModuleOp, ratio: float, peak: int, machine: str, fo
 def main(argv: Sequence[str] | None = None) -> list[Row]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default=",".join(CPU_MODELS), help="comma-separated")
-    parser.add_argument("--ratios", default=",".join(map(str, RATIOS)))
+    parser.add_argument(
+        "--ratios", default=",".join(map(str, RATIOS)), help="numbers; sa: SwapAdvisor's own"
+    )
     parser.add_argument("--machine", default=MACHINE, help="what the pass prices plans on")
     parser.add_argument("--keep", type=Path, help="a folder to keep the placed programs in")
     args = parser.parse_args(argv)
@@ -211,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> list[Row]:
             step = training_step(name, CPU_MODELS)
             peak = reused_peak(step)
             print(f"# {name}: peak without placement, with buffer reuse, {peak} B")
-            for ratio in map(float, args.ratios.split(",")):
+            for ratio in model_ratios(name, args.ratios.split(",")):
                 rows.append(measure(name, step, ratio, peak, args.machine, folder))
                 print(rows[-1].markdown(), flush=True)
     print(HEADER)
