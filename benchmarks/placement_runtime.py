@@ -103,13 +103,19 @@ class Row:
     run_seconds: float
     run_cpu_seconds: float
     failure: str = ""
+    """Why the run's check failed (the run's last line), or the pass's refusal."""
+    refused: bool = False
+    """No plan: the pass refused the capacity (below one op's working set), nothing ran."""
 
     def markdown(self) -> str:
         measured = "-" if self.measured_peak is None else str(self.measured_peak)
+        planned = "-" if self.refused else str(self.planned_peak)
         equal = "yes" if self.equal else f"**no**: {self.failure}"
+        if self.refused:
+            equal = f"- (no plan: {self.failure})"
         return (
             f"| {self.model} | {self.ops} | {self.ratio:g} | {self.capacity} | "
-            f"{self.planned_peak} | {measured} | {equal} | {self.recomputed} | "
+            f"{planned} | {measured} | {equal} | {self.recomputed} | "
             f"{self.in_place} | {self.swapped_in} | {self.run_seconds:.1f} | "
             f"{self.run_cpu_seconds:.1f} |"
         )
@@ -166,7 +172,7 @@ def measure(name: str, step: ModuleOp, ratio: float, peak: int, machine: str, fo
     try:
         program, section = placed(step, capacity, machine)
     except PlacementFailed as err:
-        return Row(name, ops, ratio, capacity, 0, None, False, 0, 0, 0, 0.0, 0.0, str(err))
+        return Row(name, ops, ratio, capacity, 0, None, False, 0, 0, 0, 0.0, 0.0, str(err), True)
     print(
         f"  {name} x{ratio:g}: planned in {time.process_time() - cpu:.1f} s of CPU, "
         f"{time.perf_counter() - start:.1f} s wall; the plan kept is {section['plan']}'s",
