@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # ROOT, below
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from placement import MACHINE, model_ratios, reused_peak, training_step
@@ -85,11 +85,14 @@ steps and small batches, images and hidden sizes, so that the runtime mode (one
 compiled call per distinct op, then the schedule op by op from Python) runs each row
 in about a minute on 2 cores. docs/benchmarks.md sets them beside Table 5.1's."""
 RATIOS = (2.0, 4.0)
-PLACEMENT = "placement{{search=belady recompute=on in-place=on capacity={capacity}}}"
+ROOT = Path(__file__).resolve().parent.parent
+"""The repository whose tasoc the runs import, as this script does."""
 
 
 @dataclass
 class Row:
+    """One model at one ratio: the plan, and what its runtime run measured."""
+
     model: str
     ops: int
     ratio: float
@@ -151,9 +154,11 @@ def run_checked(path: Path) -> tuple[dict[str, object] | None, str, float, float
     report = path.with_suffix(".json")
     command = [sys.executable, "-m", "tasoc.driver.main", "run", str(path), "--mode", "runtime"]
     command += ["--check", "--report", str(report)]
+    path_now = os.environ.get("PYTHONPATH")
+    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [path_now])])}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
