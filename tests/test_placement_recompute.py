@@ -10,6 +10,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import assert_one_line_error
 from hypothesis import HealthCheck, given, settings
@@ -20,6 +21,9 @@ from xdsl.context import Context
 from xdsl.dialects.builtin import ModuleOp
 from xdsl.parser import Parser
 
+from tasoc.backends.arguments import random_inputs
+from tasoc.backends.jax.placed import lower_placed
+from tasoc.backends.numpy import run_reference
 from tasoc.cost.machines import machine
 from tasoc.driver.sources import build_zoo_model, make_context
 from tasoc.ir import dag as dag_module
@@ -55,7 +59,7 @@ from tasoc.passes.placement.swap_planner import (
 from tasoc.passes.search import Deadline
 from tasoc.passes.soap import SoapShardPass
 from tasoc.sim.placement import simulate_plan
-from tasoc.verify.equivalence import equivalent
+from tasoc.verify.equivalence import compare, equivalent
 from tasoc.verify.strategies import capacities, graphs
 
 LAYERS = 6
@@ -484,6 +488,32 @@ def test_the_done_command_runs_a_recomputing_plan_the_pass_kept(
     assert result.code == 0, result
     assert "check: equivalent to the numpy reference of the unplaced program" in result.out
     assert "check: the measured device bytes are the replay's, op by op" in result.out
+
+
+def test_the_runtime_measures_the_plan_of_a_zoo_rnn_step_op_by_op() -> None:
+    """Issue 32's runtime check on one of SwapAdvisor's models (the smallest of the CPU
+    versions of `benchmarks/placement_runtime.py`, shrunk): the zoo's LSTM step planned
+    at half its peak with recomputation and buffer reuse, priced on this machine
+    (`cpu-1`, where the pass keeps a recomputing plan), written, parsed back and run op
+    by op: the device bytes JAX holds after every op are the replay's, and the values
+    are the step's."""
+    module = build_zoo_model("zoo:rnn?layers=1&hidden=8&seq=2&batch=8&train=sgd")
+    capacity = peak(module) // 2
+    PlacementPass(  # type: ignore[call-arg]
+        search="belady", recompute="on", in_place="on", capacity=capacity, machine="cpu-1"
+    ).apply(Context(), module)
+    placed_step = Parser(make_context(), str(module)).parse_module()
+    ops = list(entry_block(entry_function(placed_step)).ops)
+    assert any(RECOMPUTE_ATTR in op.attributes for op in ops)
+    assert any(IN_PLACE_ATTR in op.attributes for op in ops)
+    inputs = random_inputs(placed_step, 0)
+    runtime = lower_placed(placed_step, "runtime")
+    results, measured = runtime.measure(*runtime.device_args(inputs))
+    planned = replay(entry_function(placed_step))
+    assert (measured.start, measured.live) == (planned.start, planned.live)
+    assert planned.peak_bytes <= capacity
+    outputs = [np.asarray(result) for result in results]
+    assert compare(run_reference(unplaced(placed_step), inputs), outputs, gradients=set()).ok
 
 
 def test_an_impure_op_marked_for_recomputation_is_refused(run: StrictRun, tmp_path: Path) -> None:
