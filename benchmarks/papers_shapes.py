@@ -2,8 +2,8 @@
 two clusters, TensorOpt's Table 4 models on its V100 cluster. One command per paper:
 
     .venv/bin/python benchmarks/papers_shapes.py flexflow [--models alexnet,...] \
-        [--machines p100-cluster:4,8,16 k80-cluster:4,16,64] [--budget 50] [--proposals 10] \
-        [--search mcmc|auto]
+        [--machines p100-cluster:4,8,16 k80-cluster:4,16,64,4x16] [--budget 50] \
+        [--proposals 10] [--search mcmc|auto]
     .venv/bin/python benchmarks/papers_shapes.py tensoropt [--models vgg16,...] [--budget 50]
 
 Every time below is *simulated* on the named preset (`tasoc/cost/machines.py`, GPU
@@ -15,7 +15,12 @@ papers':
 * **FlexFlow** (Jia thesis §3.7.1): AlexNet at 256 samples per GPU, Inception-v3,
   ResNet-101, RNNTC, RNNLM and NMT at 64 per GPU, the RNNs unrolled 40 steps (the zoo's
   defaults are the thesis' layer counts and widths), so the global batch grows with
-  the devices; on `p100-cluster` (4-16 GPUs) and `k80-cluster` (4-64 GPUs).
+  the devices; on `p100-cluster` (4-16 GPUs) and `k80-cluster` (4-64 GPUs). A count is
+  the pass's `mesh=N`, one axis of N devices; `AxB` (`k80-cluster:4x16`) plans the same
+  A*B devices on a mesh of two axes, where an op may split one dim over B devices and
+  another over A (a 16-device plan on each of 4 groups, data parallel across them),
+  which one axis of 64 cannot express (docs/benchmarks.md, "The RNNs on 32 and 64
+  K80s, traced").
 * **TensorOpt** (its §5.3, Table 4): VGG16, WideResNet and Transformer-S on 16 GPUs of
   `v100-tensoropt`, at Table 1's global batch of 256. Transformer-S is Table 1's
   Transformer with 6 layers instead of 13: "4.8GB parameter" against Table 1's 9.7 GB
@@ -203,6 +208,14 @@ class Row:
     """soap-shard's report section (empty where the pass failed)."""
     failed: str = ""
     """Why soap-shard found no plan (e.g. none fits the device's memory)."""
+    mesh: str = ""
+    """The pass's `mesh` where it has two axes or more (`4x16`); empty: one axis of
+    `devices`."""
+
+    @property
+    def gpus(self) -> str:
+        """The GPUs column: the count, and the mesh's shape where it has two axes."""
+        return f"{self.devices} ({self.mesh})" if self.mesh else str(self.devices)
 
 
 def rows_by_model[R](
@@ -225,11 +238,12 @@ def global_batch(spec: str) -> int:
     return int(spec.rsplit("batch=", 1)[1])
 
 
-def data_parallel_split(step: ModuleOp, preset: str, devices: int) -> tuple[float, float]:
-    """(compute, collective) seconds of the data-parallel plan on its critical device:
-    the device whose compute or collective task ends last, from the simulated graph."""
+def data_parallel_split(step: ModuleOp, preset: str, mesh: str) -> tuple[float, float]:
+    """(compute, collective) seconds of the data-parallel plan on `mesh` (`64`, `4x16`)
+    on its critical device: the device whose compute or collective task ends last, from
+    the simulated graph."""
     dag = dag_module.from_module(step)
-    problem = Problem(dag, parse_mesh(str(devices)), training_signature(entry_function(step)), {})
+    problem = Problem(dag, parse_mesh(mesh), training_signature(entry_function(step)), {})
     plan = complete(problem, STRATEGIES["data-parallel"](problem))
     state = SimulatedStrategy.of(problem, plan, machine(preset), None, memory=False)
     graph, timeline = state.step.graph, state.simulator.timeline
@@ -245,17 +259,21 @@ def data_parallel_split(step: ModuleOp, preset: str, devices: int) -> tuple[floa
 
 
 def run_row(
-    work: Workload, preset: str, devices: int, budget: int, search: str = "mcmc"
+    work: Workload, preset: str, mesh: str, budget: int, search: str = "mcmc"
 ) -> tuple[Row, ModuleOp]:
+    """The row of `work` on `mesh` (`64`, or `4x16` for two axes) of `preset`."""
+    devices = parse_mesh(mesh).size
     spec = work.spec_at(devices)
     step = build_zoo_model(spec + TRAIN)
-    compute, collective = data_parallel_split(step, preset, devices)
+    compute, collective = data_parallel_split(step, preset, mesh)
     ops = len(dag_module.from_module(step).ops)
-    row = Row(work.name, preset, devices, global_batch(spec), ops, compute, collective, {})
+    shape = mesh if "x" in mesh else ""
+    batch = global_batch(spec)
+    row = Row(work.name, preset, devices, batch, ops, compute, collective, {}, mesh=shape)
     try:
         _, row.section = sharded(
             step,
-            mesh=devices,
+            mesh=mesh,
             machine=preset,
             search=search,
             budget=budget,
@@ -291,7 +309,7 @@ def table_row(r: Row) -> str:
     s = r.section
     ratio = r.compute_s / r.collective_s if r.collective_s > 0 else float("inf")
     head = (
-        f"| {r.model} | {r.machine} | {r.devices} | {r.batch} | {r.ops} "
+        f"| {r.model} | {r.machine} | {r.gpus} | {r.batch} | {r.ops} "
         f"| {r.compute_s * 1e3:.1f} | {r.collective_s * 1e3:.1f} | {ratio:.2f} "
     )
     if r.failed:
@@ -351,7 +369,7 @@ def beside_row(r: Row) -> str:
     """One line of the table against the thesis: the plan against the best feasible
     baseline and against FlexFlow's own baselines, what the thesis reports, the verdict."""
     reported = flexflow_reported(r.model, r.machine, r.devices).text()
-    head = f"| {r.model} | {r.machine} | {r.devices} "
+    head = f"| {r.model} | {r.machine} | {r.gpus} "
     if r.failed:
         return head + f"| - | no plan fits | - | - | - | - | {reported} | - | {verdict(r)} |"
     s = r.section
@@ -371,13 +389,17 @@ def _times(ratio: float | None) -> str:
 
 
 def parse_machines(values: Sequence[str], default: dict[str, tuple[int, ...]]) -> dict:
-    """`PRESET:4,8,16` arguments (default: the paper's clusters and counts)."""
+    """`PRESET:4,8,16,4x16` arguments (default: the paper's clusters and counts), each
+    preset's meshes as the pass's `mesh` option takes them (a count: one axis; `AxB`:
+    two); ValueError for a mesh the pass refuses."""
     if not values:
-        return default
+        return {preset: tuple(map(str, counts)) for preset, counts in default.items()}
     chosen = {}
     for value in values:
-        preset, _, counts = value.partition(":")
-        chosen[preset] = tuple(int(c) for c in counts.split(",")) if counts else (16,)
+        preset, _, meshes = value.partition(":")
+        chosen[preset] = tuple(meshes.split(",")) if meshes else ("16",)
+        for mesh in chosen[preset]:
+            parse_mesh(mesh)
     return chosen
 
 
@@ -385,7 +407,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("paper", choices=("flexflow", "tensoropt"))
     parser.add_argument("--models", default="", help="comma-separated (default: all)")
-    parser.add_argument("--machines", nargs="*", default=[], help="PRESET:4,8,16 ...")
+    parser.add_argument("--machines", nargs="*", default=[], help="PRESET:4,8,16,4x16 ...")
     parser.add_argument("--budget", type=int, default=BUDGET, help="mcmc proposals")
     parser.add_argument("--search", choices=("mcmc", "auto"), default="mcmc")
     parser.add_argument("--proposals", type=int, default=PROPOSALS, help="delta table")
@@ -401,7 +423,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     try:
         args.machines = parse_machines(args.machines, defaults)
     except ValueError:
-        parser.error(f"--machines takes PRESET:4,8,16, got {args.machines!r}")
+        parser.error(f"--machines takes PRESET:4,8,16,4x16, got {args.machines!r}")
     args.skip = set(args.skip.split(",")) - {""}
     return args
 
@@ -416,15 +438,17 @@ def main(argv: Sequence[str] | None = None) -> tuple[list[Row], list[DeltaRow]]:
         print(f"{args.search} (budget={args.budget} seed={SEED}), simulated:", flush=True)
         print(HEADER, flush=True)
     for work in args.workloads:
-        for preset, counts in args.machines.items():
-            for devices in counts:
+        for preset, meshes in args.machines.items():
+            largest = max(meshes, key=lambda mesh: parse_mesh(mesh).size)  # the delta's
+            for mesh in meshes:
+                devices = parse_mesh(mesh).size
                 if "search" in args.skip:
                     step = build_zoo_model(work.spec_at(devices) + TRAIN)
                 else:
-                    row, step = run_row(work, preset, devices, args.budget, args.search)
+                    row, step = run_row(work, preset, mesh, args.budget, args.search)
                     rows.append(row)
                     print(table_row(row), flush=True)
-                if "delta" not in args.skip and devices == max(counts):
+                if "delta" not in args.skip and mesh == largest:
                     deltas.append(delta_row(work.name, step, preset, devices, args.proposals))
     if rows and args.paper == "flexflow":
         print(f"\nBeside the Jia thesis (§3.7.2), simulated:\n{BESIDE_HEADER}")

@@ -88,3 +88,24 @@ def test_no_infeasible_baseline_is_a_denominator_and_a_start_as_it_was_is_named(
     assert "| no plan fits |" in bench.beside_row(failed)
     # a named strategy has no chains: the search itself found the plan
     assert bench.found_by({"search": "data-parallel"}) == "data-parallel"
+
+
+def test_a_mesh_of_two_axes_is_a_row_of_its_devices_named_by_its_shape(
+    bench: ModuleType,
+) -> None:
+    # counts stay the pass's one-axis mesh; 4x16 is 64 GPUs on two axes, and says so
+    chosen = bench.parse_machines(["k80-cluster:32,2x16,4x16"], {})
+    assert chosen == {"k80-cluster": ("32", "2x16", "4x16")}
+    assert bench.parse_machines([], {"k80-cluster": (4, 64)}) == {"k80-cluster": ("4", "64")}
+    with pytest.raises(ValueError, match="mesh must be"):
+        bench.parse_machines(["k80-cluster:4x"], {})
+    times = section({"plan": 0.1, "data-parallel": 0.12, "expert": 0.13})
+    two_axes = row(bench, "nmt", times, machine="k80-cluster", devices=64)
+    two_axes.mesh = "4x16"
+    line = bench.beside_row(two_axes)
+    assert line.startswith("| nmt | k80-cluster | 64 (4x16) | data-parallel 120.0 |")
+    # the thesis' figure and verdict are those of its 64 GPUs (Fig. 3.7a)
+    assert bench.verdict(two_axes) == "missed: 1.20x < 1.7x"
+    assert "| nmt | k80-cluster | 64 | " in bench.beside_row(
+        row(bench, "nmt", times, devices=64, machine="k80-cluster")
+    )
