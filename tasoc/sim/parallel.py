@@ -361,8 +361,8 @@ batch as the images), the `x` of a weight gradient as CHWN and its `dy` as HWNC
 kernel's input features the batch). An activation that convolutions read in two of
 these layouts is two buffers, each made by its producer (a loop fusion per layout,
 the batchnorm gradient or the relu recomputed in each) or copied, and each held
-until its last reader (`_relaid_for_convolutions`); it is one buffer where the
-layouts agree at its local shape (a dimension of size 1 moves freely: a bitcast).
+until its last reader (`_relaid_for_convolutions`). An argument is copied into
+each layout but a kernel's own (`CONVOLUTIONS`, `kernel_in_place`).
 One bottleneck on 8 devices, 2 samples of 32x32 each: every batchnorm gradient
 feeding a 1x1 convolution is written twice, `subtract_multiply_fusion.2 =
 f32[2,32,32,16]` for the input gradient and `transpose_copy_fusion.4 =
@@ -1027,8 +1027,8 @@ class ShardedStep:
                 if reader.op not in CONVOLUTIONS or ("op", reader, device) not in at:
                     continue
                 shape = sharding.local_shape(arg.out.sig.shape, self.meshes[sharding.mesh])
-                order = convolution_layout(reader, use.operand, shape)
-                if order is not None and order != convolution_layout(None, 0, shape):
+                order = CONVOLUTION_LAYOUTS.get((reader.op, use.operand))
+                if order is not None and not kernel_in_place(reader, use.operand, shape):
                     need = (order, sharding)
                     relaid[need] = max(relaid.get(need, 0), last_read(reader))
             temps += [
@@ -1064,11 +1064,9 @@ class ShardedStep:
     ) -> list[int]:
         """Where each buffer XLA makes of `value` for its convolution `readers` beside
         the one the step holds anyway is last read: one per layout they read it in
-        at its local shape (`CONVOLUTION_LAYOUTS`) but the layout read last, whose
-        buffer is the value's own (live to its last reader)."""
-        sharding = self.plan.values[value]
-        shape = sharding.local_shape(value.sig.shape, self.meshes[sharding.mesh])
-        groups = convolution_layouts(value, readers, shape)
+        (`CONVOLUTION_LAYOUTS`) but the layout read last, whose buffer is the value's
+        own (live to its last reader)."""
+        groups = convolution_layouts(value, readers)
         return sorted(max(map(last_read, group)) for group in groups)[:-1]
 
     def _relaid(self, made: Iterable[_Buffer]) -> tuple[set[int], set[int]]:
@@ -1917,31 +1915,34 @@ the broadcast from the loss's gradient to the first block's gradient (XLA 705,66
 device; simulated 765,564 B, +8.5 %, with it held, 732,284 B, +3.8 %, without)."""
 
 
-def convolution_layouts(
-    value: Value, readers: Iterable[Node], shape: Sequence[int]
-) -> list[list[Node]]:
+def convolution_layouts(value: Value, readers: Iterable[Node]) -> list[list[Node]]:
     """The convolutions among `readers` of `value` grouped by the layout they read it
-    in (`CONVOLUTION_LAYOUTS`) at its local `shape`: one group per buffer XLA makes of
-    it. Two orders are one layout where they list the dimensions larger than 1 alike."""
+    in (`CONVOLUTION_LAYOUTS`): one group per buffer XLA makes of it."""
     groups: dict[tuple[int, ...], list[Node]] = {}
     for node in dict.fromkeys(readers):
         for index, operand in enumerate(node.inputs):
-            layout = convolution_layout(node, index, shape)
-            if layout is not None and operand == value:
-                groups.setdefault(layout, []).append(node)
+            order = CONVOLUTION_LAYOUTS.get((node.op, index))
+            if order is not None and operand == value:
+                groups.setdefault(order, []).append(node)
     return list(groups.values())
 
 
-def convolution_layout(
-    node: Node | None, index: int, shape: Sequence[int]
-) -> tuple[int, ...] | None:
-    """The dimensions larger than 1 of an operand of local `shape`, major to minor, as
-    convolution `node` reads its operand `index` (`CONVOLUTION_LAYOUTS`), or as the IR
-    writes it (row-major) for no `node`; None for an operand no layout is named for.
-    Two reads of one layout are one buffer: a dimension of size 1 moves freely (XLA
-    makes such a transpose a bitcast)."""
-    order = CONVOLUTION_LAYOUTS.get((node.op, index)) if node else tuple(range(len(shape)))
-    return None if order is None else tuple(d for d in order if shape[d] > 1)
+def kernel_in_place(node: Node, index: int, shape: Sequence[int]) -> bool:
+    """Whether convolution `node` reads its operand `index`, a kernel of local `shape`
+    (OIHW), without a copy: where the layout it wants (`CONVOLUTION_LAYOUTS`) lists
+    the dimensions larger than 1 in the kernel's own order, a bitcast. A 1x1 kernel
+    for an input gradient (HWOI): ResNet-50's `bitcast.282 = f32[1,1,64,64]` of its
+    `f32[64,64,1,1]`, where every 3x3 kernel has its `copy_reverse_fusion`. An image
+    is copied even so (alexnet's ILP plan, one image a device: `bitcast_copy_fusion.8
+    = f32[3,127,127,1]` of the images' `f32[1,3,127,127]`)."""
+    if (node.op, index) not in KERNELS:
+        return False
+    order = CONVOLUTION_LAYOUTS[(node.op, index)]
+    return [d for d in order if shape[d] > 1] == [d for d in range(4) if shape[d] > 1]
+
+
+KERNELS = frozenset({("conv2d", 1), ("conv2d_grad_input", 1)})
+"""The (op, operand) of `CONVOLUTION_LAYOUTS` that are kernels (`kernel_in_place`)."""
 
 
 @functools.lru_cache(maxsize=1 << 12)
