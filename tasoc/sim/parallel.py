@@ -48,15 +48,16 @@ scheduler runs their HLO (`sequence`: a FIFO topological sort of the fused progr
 independent work of one depth together), each temporary live from its writer to its
 last reader in that order, arguments and program results held throughout, no buffer
 for what XLA never writes (`fused_away`: reshapes, transposes folded into matmuls,
-fused element-wise chains, outer products, a training batchnorm's normalized output;
-cheap ops recomputed in element-wise readers, `duplicated_into`), a `scatter_add`
+fused element-wise chains, outer products, a training batchnorm's normalized output,
+a sum's or a mean's gradient, `BROADCAST_GRADIENTS`; cheap ops recomputed in element-wise readers, `duplicated_into`), a `scatter_add`
 written over zeros made at the start (`made_at_start`), a copy of each weight updated
 in place that an op the update does not wait for still reads, from the start to the
 update (XLA's copy insertion),
 temporaries placed one at a time in donated weights' buffers as XLA's buffer
 assignment places them (`_outside_donated`), an element-wise result written over a
 dying operand of its size, the copies of arguments convolutions read in their own
-layout (`CONVOLUTIONS`), a softmax's exponent (`EXPONENTIATING`), a max-pooling's
+layout (`CONVOLUTIONS`), an activation convolutions read in several layouts, a buffer
+per layout (`CONVOLUTION_LAYOUTS`), a softmax's exponent (`EXPONENTIATING`), a max-pooling's
 argmax (`argmax_of`), a minor-dimension gather's copies of its operand and its
 result, instructions a wave before and after it (`gathered_minor`),
 an all-to-all's slices of its operand and its tuple of received blocks (`sequence`,
@@ -342,8 +343,9 @@ gradient), a copy that depends on the argument (or on the weight's own copy, `me
 alone, so BFS makes it in its first wave after the arguments, held until the last
 convolution of that kind reading it (alexnet's ILP plan: 0.8 MB
 of `transpose_copy_fusion`s and `bitcast_copy_fusion`s of weights and images at XLA's
-peak). Activations cost no more: their producers write the layout their readers want,
-or one copy takes the place of the value."""
+peak), but a kernel whose layout there is its own (`kernel_in_place`). An activation
+read in one layout costs no more: its producer writes that layout; read in several,
+it is a buffer per layout (`CONVOLUTION_LAYOUTS`)."""
 
 CONVOLUTION_LAYOUTS: dict[tuple[str, int], tuple[int, int, int, int]] = {
     ("conv2d", 0): (0, 2, 3, 1),
@@ -807,7 +809,8 @@ class ShardedStep:
         * an element-wise op writes its result over an operand of its size that it
           reads for the last time (`_share_dying_operands`);
         * an argument a convolution reads is copied into the convolution's layout
-          (`CONVOLUTIONS`); a softmax's exponent is a buffer while it runs
+          (`CONVOLUTIONS`), an activation convolutions read in several layouts is a
+          buffer per layout (`CONVOLUTION_LAYOUTS`); a softmax's exponent is a buffer while it runs
           (`EXPONENTIATING`); a max-pooling's gradient reads an argmax found in the
           forward (`argmax_of`); an all-gather along a minor dimension is copied
           row-major for a dot or a program result, and its operand into the
