@@ -49,7 +49,8 @@ independent work of one depth together), each temporary live from its writer to 
 last reader in that order, arguments and program results held throughout, no buffer
 for what XLA never writes (`fused_away`: reshapes, transposes folded into matmuls,
 fused element-wise chains, outer products, a training batchnorm's normalized output,
-a sum's or a mean's gradient, `BROADCAST_GRADIENTS`; cheap ops recomputed in element-wise readers, `duplicated_into`), a `scatter_add`
+a sum's or a mean's gradient, `BROADCAST_GRADIENTS`; cheap ops recomputed in
+element-wise readers, `duplicated_into`), a `scatter_add`
 written over zeros made at the start (`made_at_start`), a copy of each weight updated
 in place that an op the update does not wait for still reads, from the start to the
 update (XLA's copy insertion),
