@@ -1811,9 +1811,10 @@ def fused_away(
       (XLA's transpose folding: `dot(x, transpose(w))` contracts w's other dim),
       unless it transposes a softmax (`DIVIDED`), whose division it computes;
     * an op XLA computes element by element (`elementwise`, at global shapes when
-      None) whose readers are all such ops is computed inside each reader's loop
-      (XLA's loop fusion; a collective, a contraction or a reduction reads a
-      materialized operand);
+      None) whose readers are all such ops, or batchnorm gradients
+      (`FUSING_REDUCTIONS`), is computed inside each reader's loop (XLA's loop
+      fusion; a collective, a contraction or another reduction reads a materialized
+      operand);
     * the result of an op of several that XLA computes element by element
       (`COMPUTED_IN_READERS`: a training batchnorm's normalized output) whose readers
       are all such ops likewise.
@@ -1832,7 +1833,21 @@ def fused_away(
         return True
     if node.op == "transpose" and ops == {"matmul"}:
         return node.inputs[0].node.op not in DIVIDED
-    return pointwise(node) and all(map(pointwise, readers))
+    return pointwise(node) and all(r.op in FUSING_REDUCTIONS or pointwise(r) for r in readers)
+
+
+FUSING_REDUCTIONS = frozenset({"batchnorm_grad"})
+"""Ops whose reductions take an element-wise producer into their own loops, so that
+it is never written where its other readers are element-wise too (`fused_away`): a
+batchnorm gradient's sums over the batch and the image of `dy` and `dy * x_hat`, and
+its element-wise result, each compute the relu gradient `dy` is. One bottleneck on 8
+devices: `select_reduce_fusion = f32[16] fusion(ynn_fusion, ...)` reads the pooled
+gradient (`ynn_fusion = f32[2,16]`), the convolution's output and the statistics,
+and no buffer holds the last relu's gradient; six bottlenecks: XLA 705,660 B a device,
+simulated 708,348 B (+0.4 %), 732,284 B (+3.8 %) with each relu gradient a batchnorm
+gradient reads written (docs/benchmarks.md, "Per-device memory: batchnorm networks
+against XLA"). Other reductions (`reduce`) keep reading a written operand: not
+traced here."""
 
 
 CHEAP = frozenset(
@@ -1916,7 +1931,7 @@ read the pooled gradient `f32[2,16]` (one bottleneck: `psum.235`, the operand of
 `transpose_copy_fusion.1` and `subtract_multiply_fusion.3`) and broadcast it in their
 loops, no buffer of the broadcast; the simulator held
 the broadcast from the loss's gradient to the first block's gradient (XLA 705,660 B a
-device; simulated 765,564 B, +8.5 %, with it held, 732,284 B, +3.8 %, without)."""
+device; simulated 708,348 B, +0.4 %, 739,708 B, +4.8 %, with the broadcast held)."""
 
 
 def convolution_layouts(value: Value, readers: Iterable[Node]) -> list[list[Node]]:
