@@ -435,7 +435,7 @@ def test_convolutions_read_an_activation_in_their_own_layouts() -> None:
     feeding a convolution twice (`subtract_multiply_fusion.2 = f32[2,32,32,16]`,
     `transpose_copy_fusion.4 = f32[32,32,2,16]`), live together in the backward. A
     stem and one bottleneck data parallel on 8 devices, 2 images of 32x32 each: XLA
-    1,037,476 B per device; simulated 1,038,588 B, 776,444 B (-25.2 %) with one buffer
+    1,037,476 B per device; simulated 1,037,500 B, 775,356 B (-25.3 %) with one buffer
     per activation. A 1x1 kernel's input-gradient layout (HWOI) is its own: no copy."""
     problem = _bottlenecks(1, image=32)
     plan = complete(problem, STRATEGIES["data-parallel"](problem))
