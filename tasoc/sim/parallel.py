@@ -356,12 +356,13 @@ CONVOLUTION_LAYOUTS: dict[tuple[str, int], tuple[int, int, int, int]] = {
     ("conv2d_grad_weight", 0): (1, 2, 3, 0),
     ("conv2d_grad_weight", 1): (2, 3, 0, 1),
 }
-"""The order, major to minor, of the NCHW dimensions of an activation as XLA's CPU
-compiler lays it out for each convolution operand reading it: the image of a
-forward convolution and the `dy` of an input gradient channels-last (NHWC, the
-batch as the images), the `x` of a weight gradient as CHWN and its `dy` as HWNC
-(the batch is what a weight gradient sums over: its images are the channels, its
-kernel's input features the batch). An activation that convolutions read in two of
+"""The order, major to minor, of the dimensions of each convolution operand (NCHW
+for an activation, OIHW for a kernel) as XLA's CPU compiler lays it out for that
+operand: the image of a forward convolution and the `dy` of an input gradient
+channels-last (NHWC), the `x` of a weight gradient as CHWN and its `dy` as HWNC (the
+batch is what a weight gradient sums over: its images are the channels, its kernel's
+input features the batch), a kernel as HWIO for the forward and HWOI for the input
+gradient. An activation that convolutions read in two of
 these layouts is two buffers, each made by its producer (a loop fusion per layout,
 the batchnorm gradient or the relu recomputed in each) or copied, and each held
 until its last reader (`_relaid_for_convolutions`). An argument is copied into
@@ -1929,9 +1930,9 @@ itself. A global average pooling's gradient, `f32[2,16,16,16]` per device for si
 bottlenecks on 8 devices: XLA's fusions of the relu's and the batchnorm's gradients
 read the pooled gradient `f32[2,16]` (one bottleneck: `psum.235`, the operand of
 `transpose_copy_fusion.1` and `subtract_multiply_fusion.3`) and broadcast it in their
-loops, no buffer of the broadcast; the simulator held
-the broadcast from the loss's gradient to the first block's gradient (XLA 705,660 B a
-device; simulated 708,348 B, +0.4 %, 739,708 B, +4.8 %, with the broadcast held)."""
+loops, no buffer of the broadcast; the simulator held the broadcast from the loss's
+gradient to the first block's gradient (XLA 705,660 B a device; simulated 708,348 B,
++0.4 %, 739,708 B, +4.8 %, with the broadcast held)."""
 
 
 def convolution_layouts(value: Value, readers: Iterable[Node]) -> list[list[Node]]:
@@ -1950,8 +1951,9 @@ def kernel_in_place(node: Node, index: int, shape: Sequence[int]) -> bool:
     """Whether convolution `node` reads its operand `index`, a kernel of local `shape`
     (OIHW), without a copy: where the layout it wants (`CONVOLUTION_LAYOUTS`) lists
     the dimensions larger than 1 in the kernel's own order, a bitcast. A 1x1 kernel
-    for an input gradient (HWOI): ResNet-50's `bitcast.282 = f32[1,1,64,64]` of its
-    `f32[64,64,1,1]`, where every 3x3 kernel has its `copy_reverse_fusion`. An image
+    for an input gradient (HWOI): ResNet-50's `bitcast.282 = f32[1,1,64,64]` of the
+    copy of its `f32[64,64,1,1]`, where every 3x3 kernel has its
+    `copy_reverse_fusion`. An image
     is copied even so (alexnet's ILP plan, one image a device: `bitcast_copy_fusion.8
     = f32[3,127,127,1]` of the images' `f32[1,3,127,127]`)."""
     if (node.op, index) not in KERNELS:
