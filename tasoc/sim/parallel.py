@@ -1952,8 +1952,8 @@ def kernel_in_place(node: Node, index: int, shape: Sequence[int]) -> bool:
     (OIHW), without a copy: where the layout it wants (`CONVOLUTION_LAYOUTS`) lists
     the dimensions larger than 1 in the kernel's own order, a bitcast. A 1x1 kernel
     for an input gradient (HWOI): ResNet-50's `bitcast.282 = f32[1,1,64,64]` of the
-    copy of its `f32[64,64,1,1]`, where every 3x3 kernel has its
-    `copy_reverse_fusion`. An image
+    copy of its `f32[64,64,1,1]` (its 17 `copy_reverse_fusion`s, the input
+    gradients' copies, are all of 3x3 kernels). An image
     is copied even so (alexnet's ILP plan, one image a device: `bitcast_copy_fusion.8
     = f32[3,127,127,1]` of the images' `f32[1,3,127,127]`)."""
     if (node.op, index) not in KERNELS:
