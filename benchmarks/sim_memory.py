@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/sim_memory.py [--models a,b] [--plans a,b] [--budget 100] [--quick]
     .venv/bin/python benchmarks/sim_memory.py --zoo 'resnet101?batch=512' --plans data-parallel
+    .venv/bin/python benchmarks/sim_memory.py --batchnorm --plans data-parallel
 
 For each model's training step (`autodiff{optimizer=sgd}`, `benchmarks/autodiff.py`'s
 reduced shapes and losses) and each plan a search writes on 8 devices of the `cpu-8`
@@ -21,7 +22,8 @@ XLA runs with its default optimization level (the test suite's `-O0` is not set 
 `--zoo SPEC` compares a zoo model's own shapes instead (its `train=sgd` step, SPEC's
 batch global over the 8 devices: `resnet101?batch=512` is FlexFlow's 64 a GPU), as
 soap-shard checks them against a device's memory; XLA only compiles, nothing is
-allocated.
+allocated. `--zoo` may be given several times; `--batchnorm` runs `BATCHNORM_ZOO`, the
+convolutional networks with training batchnorms that the standard rows lack.
 """
 
 from __future__ import annotations
@@ -80,6 +82,18 @@ GOAL = 0.05
 
 ZOO_TRAINING = "train=sgd&lr=0.01"
 """The step `--zoo` builds, as `benchmarks/papers_shapes.py` does."""
+
+BATCHNORM_ZOO = (
+    "resnet50?batch=16&image=32",
+    "resnet50?batch=16",
+    "wresnet?depth=50&widen=2&width=0.25&image=32&batch=16",
+    "inception_v3?batch=16&image=75&width=0.25",
+)
+"""`--batchnorm`'s zoo rows, 2 samples a device: ResNet-50 where its weights outweigh
+its activations (32x32) and at its own 224x224, a narrowed Wide ResNet-50-2 and a
+narrowed Inception-v3 at its smallest image (docs/benchmarks.md, "Per-device memory:
+batchnorm networks against XLA"). Minutes of XLA compiles each on 2 cores, so not
+among the standard rows."""
 
 OVERRIDES: dict[str, dict[str, int]] = {"rnnlm": {"seq": 8}}
 """Options over `benchmarks/autodiff.py`'s shapes: the RNN unrolled 8 steps, not 16,
@@ -223,7 +237,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--plans", default=None, help=f"comma-separated of {', '.join(PLANS)}")
     parser.add_argument("--budget", type=int, default=None, help=f"mcmc proposals ({BUDGET})")
     parser.add_argument(
-        "--zoo", default=None, help="a zoo model at its own shapes instead of --models"
+        "--zoo",
+        action="append",
+        default=[],
+        help="a zoo model at its own shapes instead of --models (repeatable)",
+    )
+    parser.add_argument(
+        "--batchnorm", action="store_true", help=f"--zoo {' --zoo '.join(BATCHNORM_ZOO)}"
     )
     parser.add_argument(
         "--quick",
@@ -242,6 +262,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if bad:
         parser.error(f"unknown plan {', '.join(bad)}; known: {', '.join(PLANS)}")
     args.budget = args.budget or (QUICK_BUDGET if args.quick else BUDGET)
+    args.zoo += BATCHNORM_ZOO if args.batchnorm else ()
     return args
 
 
@@ -250,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> list[Row]:
     print(f"# {datetime.date.today()}, {os.cpu_count()} cores, {versions()}")
     print(f"# simulated on cpu-{DEVICES}; XLA's memory_analysis of the compiled plan\n")
     rows = []
-    steps = [args.zoo] if args.zoo else args.models
+    steps = args.zoo or args.models
     for name in steps:
         step = zoo_step(name) if args.zoo else step_of(name)
         for strategy in args.plans:

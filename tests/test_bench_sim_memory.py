@@ -29,4 +29,5 @@ def test_a_zoo_model_is_compared_at_its_own_shapes() -> None:
     assert signature is not None and signature.replaces  # a training step, weights replaced
     image = bench.entry_function(step).body.block.args[0].type
     assert tuple(image.get_shape()) == (16, 3, 32, 32)
-    assert bench.parse_args(["--zoo", "resnet101?batch=512"]).zoo == "resnet101?batch=512"
+    assert bench.parse_args(["--zoo", "resnet101?batch=512"]).zoo == ["resnet101?batch=512"]
+    assert bench.parse_args(["--batchnorm"]).zoo == list(bench.BATCHNORM_ZOO)

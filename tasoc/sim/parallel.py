@@ -48,15 +48,17 @@ scheduler runs their HLO (`sequence`: a FIFO topological sort of the fused progr
 independent work of one depth together), each temporary live from its writer to its
 last reader in that order, arguments and program results held throughout, no buffer
 for what XLA never writes (`fused_away`: reshapes, transposes folded into matmuls,
-fused element-wise chains, outer products, a training batchnorm's normalized output;
-cheap ops recomputed in element-wise readers, `duplicated_into`), a `scatter_add`
+fused element-wise chains, outer products, a training batchnorm's normalized output,
+a sum's or a mean's gradient, `BROADCAST_GRADIENTS`; cheap ops recomputed in
+element-wise readers, `duplicated_into`), a `scatter_add`
 written over zeros made at the start (`made_at_start`), a copy of each weight updated
 in place that an op the update does not wait for still reads, from the start to the
 update (XLA's copy insertion),
 temporaries placed one at a time in donated weights' buffers as XLA's buffer
 assignment places them (`_outside_donated`), an element-wise result written over a
 dying operand of its size, the copies of arguments convolutions read in their own
-layout (`CONVOLUTIONS`), a softmax's exponent (`EXPONENTIATING`), a max-pooling's
+layout (`CONVOLUTIONS`), an activation convolutions read in several layouts, a buffer
+per layout (`CONVOLUTION_LAYOUTS`), a softmax's exponent (`EXPONENTIATING`), a max-pooling's
 argmax (`argmax_of`), a minor-dimension gather's copies of its operand and its
 result, instructions a wave before and after it (`gathered_minor`),
 an all-to-all's slices of its operand and its tuple of received blocks (`sequence`,
@@ -342,8 +344,35 @@ gradient), a copy that depends on the argument (or on the weight's own copy, `me
 alone, so BFS makes it in its first wave after the arguments, held until the last
 convolution of that kind reading it (alexnet's ILP plan: 0.8 MB
 of `transpose_copy_fusion`s and `bitcast_copy_fusion`s of weights and images at XLA's
-peak). Activations cost no more: their producers write the layout their readers want,
-or one copy takes the place of the value."""
+peak), but a kernel whose layout there is its own (`kernel_in_place`). An activation
+read in one layout costs no more: its producer writes that layout; read in several,
+it is a buffer per layout (`CONVOLUTION_LAYOUTS`)."""
+
+CONVOLUTION_LAYOUTS: dict[tuple[str, int], tuple[int, int, int, int]] = {
+    ("conv2d", 0): (0, 2, 3, 1),
+    ("conv2d", 1): (2, 3, 1, 0),
+    ("conv2d_grad_input", 0): (0, 2, 3, 1),
+    ("conv2d_grad_input", 1): (2, 3, 0, 1),
+    ("conv2d_grad_weight", 0): (1, 2, 3, 0),
+    ("conv2d_grad_weight", 1): (2, 3, 0, 1),
+}
+"""The order, major to minor, of the dimensions of each convolution operand (NCHW
+for an activation, OIHW for a kernel) as XLA's CPU compiler lays it out for that
+operand: the image of a forward convolution and the `dy` of an input gradient
+channels-last (NHWC), the `x` of a weight gradient as CHWN and its `dy` as HWNC (the
+batch is what a weight gradient sums over: its images are the channels, its kernel's
+input features the batch), a kernel as HWIO for the forward and HWOI for the input
+gradient. An activation that convolutions read in two of
+these layouts is two buffers, each made by its producer (a loop fusion per layout,
+the batchnorm gradient or the relu recomputed in each) or copied, and each held
+until its last reader (`_relaid_for_convolutions`). An argument is copied into
+each layout but a kernel's own (`CONVOLUTIONS`, `kernel_in_place`).
+One bottleneck on 8 devices, 2 samples of 32x32 each: every batchnorm gradient
+feeding a 1x1 convolution is written twice, `subtract_multiply_fusion.2 =
+f32[2,32,32,16]` for the input gradient and `transpose_copy_fusion.4 =
+f32[32,32,2,16]` for the weight gradient, both live at XLA's peak in the backward,
+as are the relus' CHWN copies (`transpose_copy_fusion.5 = f32[4,32,32,2]`) held from
+the forward for the weight gradients."""
 
 EXPONENTIATING = frozenset({"softmax", "softmax_cross_entropy", "softmax_cross_entropy_grad"})
 """Ops whose kernel materializes `exp(x - max x)`, the size of their first operand
@@ -782,7 +811,8 @@ class ShardedStep:
         * an element-wise op writes its result over an operand of its size that it
           reads for the last time (`_share_dying_operands`);
         * an argument a convolution reads is copied into the convolution's layout
-          (`CONVOLUTIONS`); a softmax's exponent is a buffer while it runs
+          (`CONVOLUTIONS`), an activation convolutions read in several layouts is a
+          buffer per layout (`CONVOLUTION_LAYOUTS`); a softmax's exponent is a buffer while it runs
           (`EXPONENTIATING`); a max-pooling's gradient reads an argmax found in the
           forward (`argmax_of`); an all-gather along a minor dimension is copied
           row-major for a dot or a program result, and its operand into the
@@ -941,6 +971,12 @@ class ShardedStep:
                 temps.append((made_from, end, TUPLE_ENTRY_BYTES * buffer.parts, buffer.kind))
             else:
                 temps.append((made_from, end, buffer.nbytes, buffer.kind))
+                if writer[0] == "op":  # its other layouts for convolutions
+                    value = writer[1].results[buffer.result]  # type: ignore[index]
+                    temps += [
+                        (start, last, buffer.nbytes, buffer.kind)
+                        for last in self._relaid_for_convolutions(value, compute, last_read)
+                    ]
         temps += [  # one zero-filled broadcast per size, copied for each op writing in place
             (0, 1, nbytes, "gradients") for nbytes, count in zeros.items() if count > 1
         ]
@@ -989,11 +1025,16 @@ class ShardedStep:
             )
             donated.append(_Donated(buffer.nbytes, read_to, written_at, shared))
         for arg in self.dag.args:
-            relaid: dict[tuple[str, Sharding], int] = {}  # per kind and layout read: its last
+            # per layout and sharding read: its last reader
+            relaid: dict[tuple[tuple[int, ...], Sharding], int] = {}
             for use in self._values_read(arg.out):
-                reader = use.node
-                if reader.op in CONVOLUTIONS and ("op", reader, device) in at:
-                    need = (reader.op, self.plan.operands[reader][use.operand])
+                reader, sharding = use.node, self.plan.operands[use.node][use.operand]
+                if reader.op not in CONVOLUTIONS or ("op", reader, device) not in at:
+                    continue
+                shape = sharding.local_shape(arg.out.sig.shape, self.meshes[sharding.mesh])
+                order = CONVOLUTION_LAYOUTS.get((reader.op, use.operand))
+                if order is not None and not kernel_in_place(reader, use.operand, shape):
+                    need = (order, sharding)
                     relaid[need] = max(relaid.get(need, 0), last_read(reader))
             temps += [
                 (1, end, self._local_bytes(arg.out, layout), self._kind[arg.out])
@@ -1022,6 +1063,16 @@ class ShardedStep:
                 if not buffer.kept or buffer.relaid:  # a result gathered, then copied
                     made.append(buffer)
         return fixed, made
+
+    def _relaid_for_convolutions(
+        self, value: Value, readers: Iterable[Node], last_read: Callable[[Node], int]
+    ) -> list[int]:
+        """Where each buffer XLA makes of `value` for its convolution `readers` beside
+        the one the step holds anyway is last read: one per layout they read it in
+        (`CONVOLUTION_LAYOUTS`) but the layout read last, whose buffer is the value's
+        own (live to its last reader)."""
+        groups = convolution_layouts(value, readers)
+        return sorted(max(map(last_read, group)) for group in groups)[:-1]
 
     def _relaid(self, made: Iterable[_Buffer]) -> tuple[set[int], set[int]]:
         """The ids of the all-gathers among the writers of `made` that gather along a
@@ -1761,9 +1812,10 @@ def fused_away(
       (XLA's transpose folding: `dot(x, transpose(w))` contracts w's other dim),
       unless it transposes a softmax (`DIVIDED`), whose division it computes;
     * an op XLA computes element by element (`elementwise`, at global shapes when
-      None) whose readers are all such ops is computed inside each reader's loop
-      (XLA's loop fusion; a collective, a contraction or a reduction reads a
-      materialized operand);
+      None) whose readers are all such ops, or batchnorm gradients
+      (`FUSING_REDUCTIONS`), is computed inside each reader's loop (XLA's loop
+      fusion; a collective, a contraction or another reduction reads a materialized
+      operand);
     * the result of an op of several that XLA computes element by element
       (`COMPUTED_IN_READERS`: a training batchnorm's normalized output) whose readers
       are all such ops likewise.
@@ -1782,7 +1834,21 @@ def fused_away(
         return True
     if node.op == "transpose" and ops == {"matmul"}:
         return node.inputs[0].node.op not in DIVIDED
-    return pointwise(node) and all(map(pointwise, readers))
+    return pointwise(node) and all(r.op in FUSING_REDUCTIONS or pointwise(r) for r in readers)
+
+
+FUSING_REDUCTIONS = frozenset({"batchnorm_grad"})
+"""Ops whose reductions take an element-wise producer into their own loops, so that
+it is never written where its other readers are element-wise too (`fused_away`): a
+batchnorm gradient's sums over the batch and the image of `dy` and `dy * x_hat`, and
+its element-wise result, each compute the relu gradient `dy` is. One bottleneck on 8
+devices: `select_reduce_fusion = f32[16] fusion(ynn_fusion, ...)` reads the pooled
+gradient (`ynn_fusion = f32[2,16]`), the convolution's output and the statistics,
+and no buffer holds the last relu's gradient; six bottlenecks: XLA 705,660 B a device,
+simulated 708,348 B (+0.4 %), 732,284 B (+3.8 %) with each relu gradient a batchnorm
+gradient reads written (docs/benchmarks.md, "Per-device memory: batchnorm networks
+against XLA"). Other reductions (`reduce`) keep reading a written operand: not
+traced here."""
 
 
 CHEAP = frozenset(
@@ -1850,8 +1916,54 @@ def computed_elementwise(node: Node, operands: Sequence[TensorSig] | None = None
     computes in one loop without ever writing a product."""
     if node.op in FUSIBLE:
         return True
+    if node.op in BROADCAST_GRADIENTS:
+        return node.attr("kind") in BROADCAST_GRADIENTS[node.op]
     sigs = operands if operands is not None else [value.sig for value in node.inputs]
     return node.op == "matmul" and sigs[0].shape[-1] == 1
+
+
+BROADCAST_GRADIENTS: dict[str, frozenset[str]] = {"reduce_grad": frozenset({"sum", "mean"})}
+"""Gradients that are `dy` broadcast back over the reduced axes (scaled, for a mean),
+by their kinds: XLA computes a broadcast inside each loop reading it, so where its
+readers are element-wise it is never written (`fused_away`) and they read `dy`
+itself. A global average pooling's gradient, `f32[2,16,16,16]` per device for six
+bottlenecks on 8 devices: XLA's fusions of the relu's and the batchnorm's gradients
+read the pooled gradient `f32[2,16]` (one bottleneck: `psum.235`, the operand of
+`transpose_copy_fusion.1` and `subtract_multiply_fusion.3`) and broadcast it in their
+loops, no buffer of the broadcast; the simulator held the broadcast from the loss's
+gradient to the first block's gradient (XLA 705,660 B a device; simulated 708,348 B,
++0.4 %, 739,708 B, +4.8 %, with the broadcast held)."""
+
+
+def convolution_layouts(value: Value, readers: Iterable[Node]) -> list[list[Node]]:
+    """The convolutions among `readers` of `value` grouped by the layout they read it
+    in (`CONVOLUTION_LAYOUTS`): one group per buffer XLA makes of it."""
+    groups: dict[tuple[int, ...], list[Node]] = {}
+    for node in dict.fromkeys(readers):
+        for index, operand in enumerate(node.inputs):
+            order = CONVOLUTION_LAYOUTS.get((node.op, index))
+            if order is not None and operand == value:
+                groups.setdefault(order, []).append(node)
+    return list(groups.values())
+
+
+def kernel_in_place(node: Node, index: int, shape: Sequence[int]) -> bool:
+    """Whether convolution `node` reads its operand `index`, a kernel of local `shape`
+    (OIHW), without a copy: where the layout it wants (`CONVOLUTION_LAYOUTS`) lists
+    the dimensions larger than 1 in the kernel's own order, a bitcast. A 1x1 kernel
+    for an input gradient (HWOI): ResNet-50's `bitcast.282 = f32[1,1,64,64]` of the
+    copy of its `f32[64,64,1,1]` (its 17 `copy_reverse_fusion`s, the input
+    gradients' copies, are all of 3x3 kernels). An image
+    is copied even so (alexnet's ILP plan, one image a device: `bitcast_copy_fusion.8
+    = f32[3,127,127,1]` of the images' `f32[1,3,127,127]`)."""
+    if (node.op, index) not in KERNELS:
+        return False
+    order = CONVOLUTION_LAYOUTS[(node.op, index)]
+    return [d for d in order if shape[d] > 1] == [d for d in range(4) if shape[d] > 1]
+
+
+KERNELS = frozenset({("conv2d", 1), ("conv2d_grad_input", 1)})
+"""The (op, operand) of `CONVOLUTION_LAYOUTS` that are kernels (`kernel_in_place`)."""
 
 
 @functools.lru_cache(maxsize=1 << 12)
