@@ -12,7 +12,7 @@ seed 0, the device's memory as the cap) and two timeouts. Per row: the whole pas
 wall seconds for each (the step built beforehand; the pass's own setting up, search
 and simulation of the baselines after it all counted, so a wall time over the
 timeout shows), the simulated step each plan runs in (on `--machine`), their ratio,
-proposals and why each search stopped, and the short run's CPU seconds (what the
+proposals and why each search stopped, and each run's CPU seconds (what the
 load does not stretch). The goal is the ratio <= 1.02 with the short run's wall <=
 10 s; a short run that reaches the ratio only because the long one also stopped at
 its starts says so in its proposals. Wall time depends on the load (printed before
@@ -115,23 +115,24 @@ def table(rows: Sequence[TimeRow], args: argparse.Namespace) -> str:
         + (f" and timeout={args.long:g}" if args.long else " (no long run)"),
         "",
         "| model | ops | short ms | long ms | short / long | short wall s | short CPU s "
-        "| long wall s | proposals (short / long) | stopped (short / long) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
+        "| long wall s | long CPU s | proposals (short / long) | stopped (short / long) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
     ]
     for row in rows:
         s, g = row.short, row.long
-        long_ms, long_wall, ratio = (
-            ("-", "-", "-")
+        long_ms, long_wall, long_cpu, ratio = (
+            ("-", "-", "-", "-")
             if g is None
             else (
                 f"{g.step * 1e3:.1f}",
                 f"{g.wall:.1f}",
+                f"{g.cpu:.1f}",
                 "-" if row.ratio is None else f"{row.ratio:.3f}",
             )
         )
         lines.append(
             f"| {row.model} | {row.ops} | {s.step * 1e3:.1f} | {long_ms} | {ratio} "
-            f"| {s.wall:.1f} | {s.cpu:.1f} | {long_wall} "
+            f"| {s.wall:.1f} | {s.cpu:.1f} | {long_wall} | {long_cpu} "
             f"| {s.proposals} / {'-' if g is None else g.proposals} "
             f"| {s.stopped} / {'-' if g is None else g.stopped} |"
         )

@@ -17,8 +17,11 @@ from tasoc.sim.core import Task
 
 
 def step_of(name: str, options: dict[str, OptionValue]) -> ModuleOp:
-    """`name`'s training step (sgd), with `benchmarks/autodiff.py`'s loss for it."""
-    return applied(pass_options(MODELS[name][1], "sgd"), get_model(name).build(**options))
+    """`name`'s training step (sgd), with `benchmarks/autodiff.py`'s loss for it (a model
+    that table leaves out, such as resnet101: the zoo's own training loss)."""
+    model = get_model(name)
+    loss = MODELS[name][1] if name in MODELS else model.loss
+    return applied(pass_options(loss, "sgd"), model.build(**options))
 
 
 def is_collective(task: Task) -> bool:
