@@ -637,7 +637,17 @@ def _start_slow_run(tmp_path: Path) -> subprocess.Popen[bytes]:
         "--report",
         str(tmp_path / "r.json"),
     ]
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_default_signals
+    )
+
+
+def _default_signals() -> None:
+    """The run's signals at their defaults, whatever the test runner's: under `nohup`
+    SIGHUP is ignored, the run inherits that and rightly keeps it ignored
+    (`signals_as_exceptions`), and the SIGHUP case would test the launcher instead."""
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, signal.SIG_DFL)
 
 
 def _stages(directory: Path) -> list[Path]:
